@@ -1,0 +1,41 @@
+"""``checkpoints/last.ckpt``, refreshed every N training batches and at the end.
+
+Lightning's ``ModelCheckpoint`` counts optimizer steps (two or more per GAN batch); this
+counts batches like ``--max-steps``. Each save goes to a temporary file that is renamed
+into place, so a crash mid-save leaves the previous checkpoint intact.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+
+
+def save_checkpoint_atomically(trainer: L.Trainer, path: str | Path) -> Path:
+    """``trainer.save_checkpoint`` to ``path`` via a temporary file (every rank must call it)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    trainer.save_checkpoint(tmp)
+    if trainer.is_global_zero:
+        os.replace(tmp, path)
+    return path
+
+
+class LastCheckpoint(L.Callback):
+    """Save ``dirpath/last.ckpt`` every ``every_n_steps`` training batches (0: only at the end)."""
+
+    def __init__(self, dirpath: str | Path, every_n_steps: int = 0) -> None:
+        if every_n_steps < 0:
+            raise ValueError(f"every_n_steps must be >= 0, got {every_n_steps}")
+        self.path = Path(dirpath) / "last.ckpt"
+        self.every_n_steps = every_n_steps
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, *args: Any) -> None:
+        if self.every_n_steps and pl_module.train_steps % self.every_n_steps == 0:
+            save_checkpoint_atomically(trainer, self.path)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: Any) -> None:
+        save_checkpoint_atomically(trainer, self.path)

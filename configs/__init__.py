@@ -1,0 +1,1 @@
+"""Model x dataset presets (YAML) with the papers' hyper-parameters."""

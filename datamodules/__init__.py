@@ -1,0 +1,1 @@
+"""LightningDataModules for the datasets users name with --dataset."""

@@ -1,0 +1,205 @@
+"""Base LightningDataModule for 28x28 grayscale image datasets stored as IDX files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import ClassVar
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_dpgan.data.download import (
+    DATA_DIR_ENV,
+    DataIntegrityError,
+    DatasetNotFoundError,
+    RemoteFile,
+    default_cache_dir,
+    default_data_dir,
+    fetch,
+    locate,
+    verify_file,
+)
+from lightning_dpgan.data.idx import read_idx
+
+_SPLITS = ("train", "test")
+
+
+class IDXImageDataModule(L.LightningDataModule):
+    """Train/test splits of an IDX image dataset, scaled to [-1, 1] for tanh generators.
+
+    Subclasses only declare where the files live and what they must contain. Files are
+    looked up in ``data_dir`` first (also in its ``subdirs``), then in the download cache.
+    Only the train split feeds :meth:`train_dataloader`; the test split is kept apart for
+    evaluation so it never leaks into (privacy-accounted) training.
+    """
+
+    name: ClassVar[str] = ""
+    subdirs: ClassVar[tuple[str, ...]] = ()
+    files: ClassVar[dict[str, tuple[RemoteFile, RemoteFile]]] = {}
+    classes: ClassVar[list[str]] = []
+    data_shape: ClassVar[tuple[int, int, int]] = (1, 28, 28)
+    num_classes: ClassVar[int] = 10
+    kind: ClassVar[str] = "image"
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        batch_size: int = 64,
+        num_workers: int = 0,
+        download: bool = True,
+        verify_checksums: bool = True,
+    ) -> None:
+        """
+        Args:
+            data_dir: folder holding the dataset files (directly or in one of ``subdirs``);
+                defaults to ``$LIGHTNING_DPGAN_DATA_DIR``.
+            cache_dir: where downloads are stored; defaults to :func:`default_cache_dir`.
+            batch_size: records per training batch.
+            num_workers: DataLoader worker processes.
+            download: fetch missing files from the mirrors; if False, missing files are an error.
+            verify_checksums: check each file's decompressed md5 and size before loading.
+                Turn off only for deliberately custom files.
+        """
+        super().__init__()
+        _check_int("batch_size", batch_size, minimum=1)
+        _check_int("num_workers", num_workers, minimum=0)
+        self.save_hyperparameters()
+        self.data_dir = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+        self.train_dataset: TensorDataset | None = None
+        self.test_dataset: TensorDataset | None = None
+
+    @property
+    def train_size(self) -> int:
+        """Number of training records, the ``n`` in the privacy requirement ``delta < 1/n``."""
+        if self.train_dataset is None:
+            raise RuntimeError(f"{type(self).__name__}.train_size is known only after setup('fit').")
+        return len(self.train_dataset)
+
+    def prepare_data(self) -> None:
+        """Make every file available locally, downloading into the cache when allowed."""
+        missing = [remote for remote in self._remotes() if self._find_local(remote) is None]
+        if missing and not self.hparams.download:
+            raise DatasetNotFoundError(self._not_found_message("download=False"))
+        for remote in missing:
+            try:
+                fetch(remote, self._cache_folder())
+            except DatasetNotFoundError as err:
+                raise DatasetNotFoundError(f"{err}\n{self._not_found_message('download failed')}") from err
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load both splits (once) as tensors; the train split alone feeds training."""
+        if self.train_dataset is None:
+            self.train_dataset = self._load_split("train")
+        if self.test_dataset is None:
+            self.test_dataset = self._load_split("test")
+
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled full batches of the train split (drop_last keeps batch sizes constant)."""
+        dataset = self._require(self.train_dataset, "train")
+        if len(dataset) < self.hparams.batch_size:
+            raise ValueError(
+                f"batch_size={self.hparams.batch_size} exceeds the {len(dataset)} training records "
+                f"of {self.name}; pass a smaller batch_size."
+            )
+        return self._loader(dataset, shuffle=True, drop_last=True)
+
+    def test_dataloader(self) -> DataLoader:
+        """The test split in file order."""
+        return self._loader(self._require(self.test_dataset, "test"), shuffle=False, drop_last=False)
+
+    @staticmethod
+    def to_uint8(images: torch.Tensor) -> torch.Tensor:
+        """Map images in [-1, 1] back to uint8 pixels (inverse of the loading scale)."""
+        return ((images.clamp(-1.0, 1.0) + 1.0) * 127.5).round().to(torch.uint8)
+
+    def _loader(self, dataset: TensorDataset, shuffle: bool, drop_last: bool) -> DataLoader:
+        workers = self.hparams.num_workers
+        return DataLoader(
+            dataset,
+            batch_size=self.hparams.batch_size,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            num_workers=workers,
+            persistent_workers=workers > 0,
+        )
+
+    def _require(self, dataset: TensorDataset | None, split: str) -> TensorDataset:
+        if dataset is None:
+            raise RuntimeError(f"The {split} split of {self.name} is not loaded; call setup() first.")
+        return dataset
+
+    def _remotes(self) -> list[RemoteFile]:
+        return [remote for split in _SPLITS for remote in self.files[split]]
+
+    def _cache_folder(self) -> Path:
+        return self.cache_dir / self.name
+
+    def _find_local(self, remote: RemoteFile) -> Path | None:
+        """Path of ``remote`` in ``data_dir`` (preferred) or in the download cache, if present."""
+        if self.data_dir is not None and (found := locate(remote.name, self.data_dir, self.subdirs)):
+            return found
+        cached = self._cache_folder() / remote.name
+        return cached if cached.is_file() else None
+
+    def _resolve(self, remote: RemoteFile) -> Path:
+        """Local path of ``remote``, verified when ``verify_checksums`` is on."""
+        path = self._find_local(remote)
+        if path is None:
+            raise DatasetNotFoundError(self._not_found_message("call prepare_data() first to download them"))
+        if self.hparams.verify_checksums:
+            try:
+                verify_file(path, remote)
+            except DataIntegrityError as err:
+                raise DataIntegrityError(
+                    f"{err} To fix: delete the file to re-download it, pass `--data-dir DIR` "
+                    f"pointing at the official {self.name} files, or pass verify_checksums=False "
+                    "if you deliberately use custom files."
+                ) from err
+        return path
+
+    def _load_split(self, split: str) -> TensorDataset:
+        images_remote, labels_remote = self.files[split]
+        images_path, labels_path = self._resolve(images_remote), self._resolve(labels_remote)
+        images, labels = read_idx(images_path), read_idx(labels_path)
+        self._check_arrays(images, labels, images_path, labels_path)
+        pixels = torch.from_numpy(images).unsqueeze(1).to(torch.float32) / 127.5 - 1.0
+        return TensorDataset(pixels, torch.from_numpy(labels.astype(np.int64)))
+
+    def _check_arrays(self, images: np.ndarray, labels: np.ndarray, images_path: Path, labels_path: Path) -> None:
+        """Reject files that parse as IDX but cannot be this dataset's images and labels."""
+        if images.dtype != np.uint8 or images.shape[1:] != self.data_shape[1:]:
+            raise DataIntegrityError(
+                f"{images_path}: expected uint8 images of shape (N, {self.data_shape[1]}, "
+                f"{self.data_shape[2]}), got {images.dtype} of shape {images.shape}."
+            )
+        if labels.ndim != 1 or len(labels) != len(images):
+            raise DataIntegrityError(
+                f"{labels_path} holds labels of shape {labels.shape} for the {len(images)} "
+                f"images in {images_path}; the files do not belong together."
+            )
+        if len(labels) and (labels.min() < 0 or labels.max() >= self.num_classes):
+            raise DataIntegrityError(
+                f"{labels_path}: labels range over [{labels.min()}, {labels.max()}], "
+                f"expected [0, {self.num_classes - 1}]."
+            )
+
+    def _not_found_message(self, reason: str) -> str:
+        expected = ", ".join(remote.name for remote in self._remotes())
+        where = [str(self.data_dir)] if self.data_dir else []
+        where.append(str(self._cache_folder()))
+        return (
+            f"{self.name} files not found ({reason}). Expected: {expected} "
+            f"(or their un-gzipped forms). Searched: {', '.join(where)}. Pass `--data-dir DIR` "
+            f"(or set {DATA_DIR_ENV}) pointing at a folder holding them, directly or in a "
+            f"subfolder named one of {list(self.subdirs)}."
+        )
+
+
+def _check_int(name: str, value: int, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")

@@ -1,0 +1,6 @@
+"""``python -m lightning_dpgan {train,sample} ...``"""
+import sys
+
+from lightning_dpgan.cli import main
+
+sys.exit(main())

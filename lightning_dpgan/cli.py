@@ -1,0 +1,154 @@
+"""Command-line entry points: ``train`` (also ``python train.py``) and ``sample``.
+
+``train`` builds a datamodule, a GAN module and its privacy strategy from the resolved
+configuration (see :mod:`lightning_dpgan.config`), fits them with a Lightning ``Trainer``
+and writes the run's files into ``--output-dir``:
+
+- ``config.yaml``  the resolved configuration (rerun it with ``--config``)
+- ``checkpoints/last.ckpt``
+- ``privacy.json`` mechanism, epsilon, delta, target, steps, accountant and its parameters
+- ``metrics.json`` final losses, steps, wall time
+- ``samples.png``  one row per class (images)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from lightning_dpgan import registry
+from lightning_dpgan.config import CODE_DEFAULTS, ConfigError, parse_value, resolve
+
+
+
+def _train_parser() -> argparse.ArgumentParser:
+    epilog = "\n\n".join(
+        [
+            "models:\n" + registry.describe("model"),
+            "datasets:\n" + registry.describe("dataset"),
+            "privacy strategies (--privacy):\n" + registry.describe("privacy"),
+            "loggers (--logger):\n" + registry.describe("logger"),
+            "Any argument of the model, datamodule, privacy strategy, logger or Lightning Trainer\n"
+            "can be set with a dotted override, e.g. --model.lr_generator 1e-4 --data.num_workers 2\n"
+            "--trainer.log_every_n_steps 10, and so can top-level settings: --sample_every_n_steps 500,\n"
+            "--checkpoint_every_n_steps 1000, --sample_columns 10. Precedence: configs/<model>.yaml < configs/<model>_<dataset>.yaml\n"
+            "< --config FILE < flags < dotted overrides.",
+        ]
+    )
+    parser = argparse.ArgumentParser(
+        prog="train.py",
+        description="Train a (differentially private) GAN and write its checkpoint, samples, privacy report and metrics.",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    add = parser.add_argument
+    add("--model", help="model name (see below)")
+    add("--dataset", help="dataset name (see below)")
+    add("--privacy", help="privacy strategy; each model has a default, 'none' for the baselines")
+    add("--config", help="YAML file of settings (same layout as an output config.yaml)")
+    add("--data-dir", dest="data_dir", help="folder with the raw data files (else downloaded to a cache; env LIGHTNING_DPGAN_DATA_DIR)")
+    add("--output-dir", dest="output_dir", help="where the run's files go (default outputs/<model>-<dataset>-<timestamp>)")
+    add("--epsilon", type=float, help="target epsilon: training stops before the privacy budget would pass it")
+    add("--delta", type=float, help="target delta (must be below 1/number of training records)")
+    add("--max-steps", dest="max_steps", type=int, help="stop after this many training batches")
+    add("--max-epochs", dest="max_epochs", type=int, help="stop after this many epochs")
+    add("--batch-size", dest="batch_size", type=int, help="records per training batch")
+    add("--seed", type=int, help="random seed (default 0)")
+    add("--devices", type=_devices, help="number of devices (or 'auto')")
+    add("--accelerator", choices=("cpu", "gpu", "auto"), help="hardware to train on (default auto)")
+    add("--strategy", help="Lightning distributed strategy, e.g. ddp (not the privacy strategy: see --privacy)")
+    add("--logger", help="csv (default), tensorboard or wandb")
+    add("--resume", help="checkpoint to continue training from")
+    return parser
+
+
+def _devices(text: str) -> int | str:
+    return text if text == "auto" else int(text)
+
+
+def parse_overrides(extra: list[str]) -> dict[str, Any]:
+    """Turn ``--section.key value`` / ``--section.key=value`` pairs into a dict.
+
+    Top-level settings without a flag of their own (``--sample_every_n_steps 500``) work too.
+    """
+    overrides: dict[str, Any] = {}
+    index = 0
+    while index < len(extra):
+        token = extra[index]
+        name = token[2:].split("=", 1)[0]
+        if not token.startswith("--") or ("." not in name and name not in CODE_DEFAULTS):
+            raise ConfigError(f"unrecognized argument {token!r} (see --help; dotted overrides look like --model.latent_dim 64)")
+        if "=" in token:
+            key, text = token[2:].split("=", 1)
+            index += 1
+        else:
+            if index + 1 >= len(extra):
+                raise ConfigError(f"{token} needs a value")
+            key, text = token[2:], extra[index + 1]
+            index += 2
+        overrides[key] = parse_value(text)
+    return overrides
+
+
+def build_config(argv: list[str]) -> dict[str, Any]:
+    args, extra = _train_parser().parse_known_args(argv)
+    flags = {key: value for key, value in vars(args).items() if key != "config"}
+    config = resolve(flags, parse_overrides(extra), config_file=args.config)
+    for kind, section in (("model", "model"), ("dataset", "data")):
+        if not config[section]["name"]:
+            raise ConfigError(f"--{kind} is required. Valid {kind} names: {', '.join(registry.TABLES[kind])}.")
+    return config
+
+
+def _output_dir(config: dict[str, Any]) -> Path:
+    if config["output_dir"]:
+        return Path(config["output_dir"])
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("outputs") / f"{config['model']['name']}-{config['data']['name']}-{stamp}"
+
+
+def train(argv: list[str]) -> Path:
+    """Run ``train`` and return the output directory."""
+    from lightning_dpgan.run import Run
+
+    config = build_config(argv)
+    run = Run(config, _output_dir(config))
+    run.fit()
+    return run.output_dir
+
+
+def sample(argv: list[str]) -> Path:
+    from lightning_dpgan.sampling import sample_to_file
+
+    parser = argparse.ArgumentParser(prog="python -m lightning_dpgan sample", description="Draw synthetic records from a checkpoint.")
+    parser.add_argument("--checkpoint", required=True, help="a checkpoint written by train (checkpoints/last.ckpt)")
+    parser.add_argument("-n", type=int, required=True, help="number of records to draw")
+    parser.add_argument("--out", required=True, help="output file: .png (grid) or .npz (images + labels)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    return sample_to_file(args.checkpoint, args.n, args.out, seed=args.seed)
+
+
+COMMANDS = {"train": train, "sample": sample}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        print(f"usage: python -m lightning_dpgan {{{','.join(COMMANDS)}}} [options]  (--help after a command for its options)", file=sys.stderr)
+        return 2
+    command, rest = argv[0], argv[1:]
+    try:
+        path = COMMANDS[command](rest)
+    except (ConfigError, registry.UnknownNameError, FileNotFoundError, ValueError) as error:
+        if os.environ.get("LIGHTNING_DPGAN_DEBUG"):
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"{command}: wrote {path}")
+    return 0
+

@@ -1,0 +1,204 @@
+"""Resolving a run's configuration.
+
+Precedence, lowest first: code defaults, ``configs/<model>.yaml``, ``configs/<model>_<dataset>.yaml``
+(the papers' hyper-parameters), the user's ``--config FILE``, the CLI flags, and finally dotted
+overrides such as ``--model.lr_generator 1e-4`` or ``--data.batch_size=32``.
+
+The resolved configuration has four sections, each a ``name`` plus the keyword arguments of
+the class that name selects -- ``model``, ``data``, ``privacy`` and ``logger`` -- a ``trainer``
+section of extra ``lightning.Trainer`` arguments, and a few top-level run settings. Written back
+out as ``config.yaml``, it reproduces the run with ``--config``.
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SECTIONS = ("model", "data", "privacy", "logger", "trainer")
+
+CODE_DEFAULTS: dict[str, Any] = {
+    "model": {"name": None},
+    "data": {"name": None},
+    "privacy": {"name": None},  # None: the model's default strategy
+    "logger": {"name": "csv"},
+    "trainer": {"accelerator": "auto", "devices": 1, "strategy": "auto"},
+    "seed": 0,
+    "epsilon": None,
+    "delta": None,
+    "max_steps": None,
+    "max_epochs": None,
+    "output_dir": None,
+    "resume": None,
+    "sample_every_n_steps": 0,
+    "checkpoint_every_n_steps": 500,
+    "sample_columns": 10,
+}
+
+#: CLI flag -> dotted configuration key.
+FLAG_KEYS = {
+    "model": "model.name",
+    "dataset": "data.name",
+    "privacy": "privacy.name",
+    "data_dir": "data.data_dir",
+    "batch_size": "data.batch_size",
+    "output_dir": "output_dir",
+    "epsilon": "epsilon",
+    "delta": "delta",
+    "max_steps": "max_steps",
+    "max_epochs": "max_epochs",
+    "seed": "seed",
+    "devices": "trainer.devices",
+    "accelerator": "trainer.accelerator",
+    "strategy": "trainer.strategy",
+    "logger": "logger.name",
+    "resume": "resume",
+}
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be run; the message says which key and what to change."""
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads ``1e-4`` as a string; scientific notation is common in configs."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.load(path.read_text(), Loader=_Loader) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"config file {path} is not valid YAML: {error}") from error
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of keys, not {type(data).__name__}")
+    return data
+
+
+def parse_value(text: str) -> Any:
+    """Read a command-line value the way YAML would (numbers, booleans, lists, null)."""
+    return yaml.load(text, Loader=_Loader)
+
+
+def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """Recursive dict merge: ``update`` wins; nested sections merge key by key."""
+    merged = copy.deepcopy(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def set_dotted(config: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = config
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"cannot set '{dotted}': '{part}' is not a section")
+    node[leaf] = value
+
+
+def get_dotted(config: dict[str, Any], dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def preset_files(model: str | None, dataset: str | None) -> list[str]:
+    """Names of the shipped presets that apply, lowest precedence first."""
+    names = []
+    if model:
+        names.append(f"{model}.yaml")
+        if dataset:
+            names.append(f"{model}_{dataset}.yaml")
+    shipped = resources.files("lightning_dpgan.configs")
+    return [name for name in names if shipped.joinpath(name).is_file()]
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    with resources.as_file(resources.files("lightning_dpgan.configs").joinpath(name)) as path:
+        return load_yaml(path)
+
+
+def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str | None = None) -> dict[str, Any]:
+    """Build the run configuration from every source (see the module docstring)."""
+    user = load_yaml(config_file) if config_file else {}
+    cli: dict[str, Any] = {}
+    for flag, value in flags.items():
+        if value is not None:
+            set_dotted(cli, FLAG_KEYS[flag], value)
+    for dotted, value in overrides.items():
+        set_dotted(cli, dotted, value)
+    model = get_dotted(cli, "model.name") or get_dotted(user, "model.name")
+    dataset = get_dotted(cli, "data.name") or get_dotted(user, "data.name")
+    config = copy.deepcopy(CODE_DEFAULTS)
+    presets = preset_files(model, dataset)
+    for name in presets:
+        config = merge(config, load_preset(name))
+    config = merge(merge(config, user), cli)
+    config["presets"] = presets
+    check_top_level(config)
+    return config
+
+
+def check_top_level(config: dict[str, Any]) -> None:
+    known = set(CODE_DEFAULTS) | {"presets"}
+    unknown = sorted(set(config) - known)
+    if unknown:
+        raise ConfigError(f"unknown configuration key(s): {', '.join(unknown)}. Valid top-level keys: {', '.join(sorted(known))}.")
+    for section in SECTIONS:
+        if not isinstance(config.get(section), dict):
+            raise ConfigError(f"configuration section '{section}' must be a mapping")
+
+
+def init_arguments(cls: type) -> dict[str, inspect.Parameter]:
+    """Keyword arguments a class takes, following ``**kwargs`` up to its base classes."""
+    params: dict[str, inspect.Parameter] = {}
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        signature = inspect.signature(init)
+        for name, param in signature.parameters.items():
+            if name != "self" and param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
+                params.setdefault(name, param)
+        if not any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values()):
+            break
+    return params
+
+
+def section_arguments(config: dict[str, Any], section: str, cls: type, provided: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The keyword arguments for ``cls`` from ``config[section]``, refusing unknown keys.
+
+    ``provided`` names arguments the framework fills in itself (e.g. ``data_shape``).
+    """
+    args = {key: value for key, value in config[section].items() if key != "name"}
+    valid = [name for name in init_arguments(cls) if name not in provided]
+    unknown = sorted(set(args) - set(valid))
+    if unknown:
+        owner = config[section].get("name") or cls.__name__
+        raise ConfigError(
+            f"unknown key(s) {', '.join(f'{section}.{key}' for key in unknown)} for {section} '{owner}'. "
+            f"Valid keys: {', '.join(f'{section}.{name}' for name in valid)}."
+        )
+    return args

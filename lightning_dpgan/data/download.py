@@ -1,0 +1,170 @@
+"""Locating, downloading and verifying dataset files.
+
+Datasets are identified by the checksum of their *decompressed* content rather than of the
+compressed bytes: the same data is distributed both as the canonical ``.gz`` files and as
+recompressed copies (e.g. Debian's ``dataset-fashion-mnist``), and both must be accepted.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import http.client
+import logging
+import os
+import shutil
+import tempfile
+import urllib.request
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+log = logging.getLogger(__name__)
+
+CACHE_DIR_ENV = "LIGHTNING_DPGAN_CACHE_DIR"
+DATA_DIR_ENV = "LIGHTNING_DPGAN_DATA_DIR"
+DOWNLOAD_TIMEOUT_S = 30.0
+_GZIP_MAGIC = b"\x1f\x8b"
+_CHUNK = 1 << 20
+
+
+class DataIntegrityError(RuntimeError):
+    """A dataset file exists but its content is not what it should be."""
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A dataset file is neither available locally nor downloadable."""
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """A downloadable file, pinned by the md5 and size of its decompressed content.
+
+    ``urls`` are full URLs of the same file on different mirrors, tried in order.
+    """
+
+    name: str
+    urls: tuple[str, ...]
+    md5: str
+    size: int
+
+    @classmethod
+    def mirrored(cls, name: str, mirrors: Iterable[str], md5: str, size: int) -> RemoteFile:
+        """Build a file served under the same ``name`` by every mirror base URL."""
+        return cls(name, tuple(base.rstrip("/") + "/" + name for base in mirrors), md5, size)
+
+
+def default_cache_dir() -> Path:
+    """Where downloads go: ``$LIGHTNING_DPGAN_CACHE_DIR``, else ``~/.cache/lightning_dpgan``."""
+    env = os.environ.get(CACHE_DIR_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "lightning_dpgan"
+
+
+def default_data_dir() -> Path | None:
+    """A user-provided folder of local dataset files: ``$LIGHTNING_DPGAN_DATA_DIR``, if set."""
+    env = os.environ.get(DATA_DIR_ENV)
+    return Path(env).expanduser() if env else None
+
+
+def open_decompressed(path: str | os.PathLike[str]) -> BinaryIO:
+    """Open ``path`` for reading, transparently gunzipping it when it is gzip data.
+
+    Detection is by magic bytes, not by extension, so a raw file named ``*.gz`` (or a gzip
+    file without the suffix) is still read correctly.
+    """
+    with open(path, "rb") as probe:
+        is_gzip = probe.read(2) == _GZIP_MAGIC
+    return gzip.open(path, "rb") if is_gzip else open(path, "rb")
+
+
+def content_digest(path: str | os.PathLike[str]) -> tuple[str, int]:
+    """Return ``(md5 hex, size)`` of the decompressed content of ``path``.
+
+    A corrupt or truncated gzip stream raises :class:`DataIntegrityError` naming the file.
+    """
+    md5, size = hashlib.md5(), 0
+    with open_decompressed(path) as stream:
+        try:
+            while chunk := stream.read(_CHUNK):
+                md5.update(chunk)
+                size += len(chunk)
+        except (OSError, EOFError, zlib.error) as err:
+            raise DataIntegrityError(f"{path} is not a readable gzip file: {err}") from err
+    return md5.hexdigest(), size
+
+
+def verify_file(path: str | os.PathLike[str], remote: RemoteFile) -> None:
+    """Raise :class:`DataIntegrityError` unless ``path`` decompresses to ``remote``'s content."""
+    md5, size = content_digest(path)
+    if md5 != remote.md5 or size != remote.size:
+        raise DataIntegrityError(
+            f"{path} does not match {remote.name}: expected decompressed md5 {remote.md5} "
+            f"({remote.size} bytes), got md5 {md5} ({size} bytes)."
+        )
+
+
+def locate(name: str, data_dir: str | os.PathLike[str], subdirs: Sequence[str]) -> Path | None:
+    """Find ``name`` (or its un-gzipped form) in ``data_dir/<subdir>/`` or ``data_dir/``.
+
+    Subfolders are searched first so that a folder holding several datasets side by side
+    (``mnist/``, ``fashion-mnist/``) resolves each file to its own dataset.
+    """
+    root = Path(data_dir).expanduser()
+    names = [name] + ([name.removesuffix(".gz")] if name.endswith(".gz") else [])
+    for folder in [*(root / sub for sub in subdirs), root]:
+        for candidate in names:
+            if (folder / candidate).is_file():
+                return folder / candidate
+    return None
+
+
+def fetch(remote: RemoteFile, cache_dir: str | os.PathLike[str]) -> Path:
+    """Return ``cache_dir/remote.name``, downloading it from the first mirror that works.
+
+    An existing valid file is reused. Each download goes to a temporary file that is only
+    renamed into place (atomically) once verified, so an interrupted or corrupt download
+    never leaves a file that looks complete.
+    """
+    folder = Path(cache_dir).expanduser()
+    dest = folder / remote.name
+    if dest.is_file() and _is_valid(dest, remote):
+        return dest
+    folder.mkdir(parents=True, exist_ok=True)
+    failures = []
+    for url in remote.urls:
+        try:
+            _download_verified(url, remote, dest)
+            return dest
+        except (OSError, ValueError, http.client.HTTPException, DataIntegrityError) as err:
+            log.warning("Download of %s from %s failed: %s", remote.name, url, err)
+            failures.append(f"  {url}: {err}")
+    tried = "\n".join(failures) or "  (no mirrors configured)"
+    raise DatasetNotFoundError(
+        f"Could not download {remote.name} from any mirror. Tried:\n{tried}\n"
+        f"Download {remote.name} yourself and pass `--data-dir DIR` (or set {DATA_DIR_ENV}) "
+        "pointing at a folder that holds it."
+    )
+
+
+def _is_valid(path: Path, remote: RemoteFile) -> bool:
+    try:
+        verify_file(path, remote)
+    except DataIntegrityError:
+        return False
+    return True
+
+
+def _download_verified(url: str, remote: RemoteFile, dest: Path) -> None:
+    """Download ``url`` next to ``dest``, verify it, then atomically move it onto ``dest``."""
+    log.info("Downloading %s from %s", remote.name, url)
+    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{remote.name}.", suffix=".part")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as resp:
+            shutil.copyfileobj(resp, out, _CHUNK)
+        verify_file(tmp, remote)
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,193 @@
+"""``GANModule``: the LightningModule every model in lightning-dpgan builds on.
+
+Manual optimization, because a GAN alternates two optimizers and privacy mechanisms must
+see each step on its own. ``training_step`` stays short: one discriminator step on a real
+batch, then, every ``discriminator_steps`` batches, one generator step that reads no real
+data at all (generated records and uniformly drawn class labels only), so a privacy
+mechanism on the discriminator covers everything that touches private records.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import lightning as L
+import torch
+from torch import Tensor, nn
+
+from lightning_dpgan.nets import build_networks
+from lightning_dpgan.privacy.slots import GradientPrivatizer
+
+LATENT_DISTRIBUTIONS = ("normal", "uniform")
+CHECKPOINT_KEY = "lightning_dpgan"
+
+
+class GANModule(L.LightningModule):
+    """A generator/discriminator pair; subclasses give the losses and optimizers.
+
+    Args:
+        data_shape: shape of one record, e.g. ``(1, 28, 28)`` or ``(n_features,)``.
+        num_classes: number of classes for class-conditional generation (``None``: unconditional).
+        conditional: set ``False`` to ignore labels even when the data has classes.
+        latent_dim: size of the generator's input noise ``z``.
+        latent_distribution: ``normal`` (N(0, 1)) or ``uniform`` (U[0, 1], as PATE-GAN).
+        arch: ``auto``, ``mlp`` or ``dcgan`` (see :mod:`lightning_dpgan.nets`).
+        generator_kwargs / discriminator_kwargs: passed to the network constructors.
+        discriminator_steps: discriminator updates per generator update.
+    """
+
+    #: The kind of privacy mechanism this module can take; ``None``: none fits.
+    privacy_slot: ClassVar[type | None] = GradientPrivatizer
+
+    def __init__(
+        self,
+        data_shape: Sequence[int],
+        num_classes: int | None = None,
+        conditional: bool = True,
+        latent_dim: int = 100,
+        latent_distribution: str = "normal",
+        arch: str = "auto",
+        generator_kwargs: dict[str, Any] | None = None,
+        discriminator_kwargs: dict[str, Any] | None = None,
+        discriminator_steps: int = 1,
+    ) -> None:
+        super().__init__()
+        if latent_dim < 1 or discriminator_steps < 1:
+            raise ValueError("latent_dim and discriminator_steps must be at least 1")
+        if latent_distribution not in LATENT_DISTRIBUTIONS:
+            raise ValueError(f"latent_distribution must be one of {LATENT_DISTRIBUTIONS}, got {latent_distribution!r}")
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        self.data_shape = tuple(int(s) for s in data_shape)
+        self.num_classes = int(num_classes) if (conditional and num_classes) else None
+        self.generator, self.discriminator = build_networks(
+            arch, self.data_shape, latent_dim, self.num_classes, generator_kwargs, discriminator_kwargs
+        )
+        #: The privacy mechanism a strategy callback installs (``None``: not private).
+        self.privacy: Any = None
+        #: Training batches seen; the unit of ``--max-steps`` and of privacy accounting.
+        self.train_steps = 0
+        #: Names of the run (model, dataset, ...) stored in checkpoints for ``sample``.
+        self.run_info: dict[str, Any] = {}
+
+    # ----------------------------------------------------------------- sampling
+    def sample_latent(self, n: int) -> Tensor:
+        if self.hparams.latent_distribution == "uniform":
+            return torch.rand(n, self.hparams.latent_dim, device=self.device)
+        return torch.randn(n, self.hparams.latent_dim, device=self.device)
+
+    def sample_labels(self, n: int) -> Tensor | None:
+        """Uniform random class labels for generated records; reads no private data."""
+        if self.num_classes is None:
+            return None
+        return torch.randint(0, self.num_classes, (n,), device=self.device)
+
+    def balanced_labels(self, n: int) -> Tensor | None:
+        """Labels 0, 1, ..., K-1, 0, 1, ...: an equal share of every class."""
+        if self.num_classes is None:
+            return None
+        return torch.arange(n, device=self.device) % self.num_classes
+
+    @torch.no_grad()
+    def sample(self, n: int, labels: Tensor | None = None) -> Tensor:
+        """Draw ``n`` synthetic records (in the model's [-1, 1] or [0, 1] scale).
+
+        For a conditional model ``labels`` picks the classes (default: balanced classes).
+        This is the public way to draw synthetic data; it never reads training data.
+        """
+        if n < 1:
+            raise ValueError(f"n must be at least 1, got {n}")
+        if labels is None:
+            labels = self.balanced_labels(n)
+        elif self.num_classes is None:
+            raise ValueError("this model is unconditional: it takes no labels")
+        else:
+            labels = torch.as_tensor(labels, device=self.device).long()
+            if labels.shape != (n,) or labels.min() < 0 or labels.max() >= self.num_classes:
+                raise ValueError(f"labels must be {n} class indices in [0, {self.num_classes})")
+        was_training = self.generator.training
+        self.generator.eval()
+        try:
+            return self.generator(self.sample_latent(n), labels)
+        finally:
+            self.generator.train(was_training)
+
+    # ----------------------------------------------------------------- training
+    def unpack_batch(self, batch: Any) -> tuple[Tensor, Tensor | None]:
+        """A batch is ``records`` or ``(records, labels)``; labels are dropped when unconditional."""
+        if isinstance(batch, (list, tuple)):
+            records = batch[0]
+            labels = batch[1] if len(batch) > 1 and self.num_classes is not None else None
+        else:
+            records, labels = batch, None
+        return records, labels
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        real, labels = self.unpack_batch(batch)
+        losses = {"loss/discriminator": self.discriminator_step(real, labels)}
+        if (self.train_steps + 1) % self.hparams.discriminator_steps == 0:
+            losses["loss/generator"] = self.generator_step(real.shape[0])
+        self.train_steps += 1
+        self.log_dict(losses, prog_bar=True, batch_size=real.shape[0])
+
+    def discriminator_step(self, real: Tensor, labels: Tensor | None) -> Tensor:
+        """One discriminator update on a real batch against as many generated records."""
+        _, opt_d = self.optimizers()
+        n = real.shape[0]
+        fake_labels = self.sample_labels(n)
+        with torch.no_grad():
+            fake = self.generator(self.sample_latent(n), fake_labels)
+        loss = self.discriminator_loss(self.discriminator(real, labels), self.discriminator(fake, fake_labels))
+        loss = loss + self.discriminator_penalty(real, labels, fake, fake_labels)
+        opt_d.zero_grad()
+        self.manual_backward(loss)
+        opt_d.step()
+        self.after_discriminator_step()
+        return loss.detach()
+
+    def generator_step(self, n: int) -> Tensor:
+        """One generator update; the discriminator is frozen so none of its gradients form."""
+        opt_g, _ = self.optimizers()
+        labels = self.sample_labels(n)
+        self.discriminator.requires_grad_(False)
+        try:
+            fake = self.generator(self.sample_latent(n), labels)
+            loss = self.generator_loss(self.discriminator(fake, labels))
+            opt_g.zero_grad()
+            self.manual_backward(loss)
+            opt_g.step()
+        finally:
+            self.discriminator.requires_grad_(True)
+        return loss.detach()
+
+    # ----------------------------------------------------- what subclasses give
+    def discriminator_loss(self, real_scores: Tensor, fake_scores: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def generator_loss(self, fake_scores: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def discriminator_penalty(self, real: Tensor, labels: Tensor | None, fake: Tensor, fake_labels: Tensor | None) -> Tensor:
+        """Extra discriminator loss term (e.g. a gradient penalty); none by default."""
+        return real.new_zeros(())
+
+    def after_discriminator_step(self) -> None:
+        """Hook after each discriminator update (e.g. WGAN weight clipping)."""
+
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+        raise NotImplementedError
+
+    # -------------------------------------------------------------- checkpoints
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[CHECKPOINT_KEY] = {"format": 1, "train_steps": self.train_steps, "run": dict(self.run_info)}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        info = checkpoint.get(CHECKPOINT_KEY)
+        if not isinstance(info, dict) or "train_steps" not in info:
+            raise ValueError("this checkpoint was not written by lightning-dpgan (no run information in it)")
+        self.train_steps = int(info["train_steps"])
+        self.run_info = dict(info.get("run", {}))
+
+
+def count_parameters(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())

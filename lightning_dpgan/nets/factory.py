@@ -1,0 +1,44 @@
+"""Pick a generator/discriminator pair for a data shape."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from torch import nn
+
+from lightning_dpgan.nets.dcgan import DCGANDiscriminator, DCGANGenerator
+from lightning_dpgan.nets.mlp import MLPDiscriminator, MLPGenerator
+
+ARCHITECTURES = ("auto", "mlp", "dcgan")
+
+
+def resolve_architecture(arch: str, data_shape: Sequence[int]) -> str:
+    """``auto`` means convolutions for images whose sides divide by 4, else an MLP."""
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
+    if arch != "auto":
+        return arch
+    is_image = len(data_shape) == 3 and data_shape[1] % 4 == 0 and data_shape[2] % 4 == 0
+    return "dcgan" if is_image else "mlp"
+
+
+def build_networks(
+    arch: str,
+    data_shape: Sequence[int],
+    latent_dim: int,
+    num_classes: int | None = None,
+    generator_kwargs: dict[str, Any] | None = None,
+    discriminator_kwargs: dict[str, Any] | None = None,
+) -> tuple[nn.Module, nn.Module]:
+    """Return ``(generator, discriminator)`` for records of ``data_shape``."""
+    generator_kwargs = dict(generator_kwargs or {})
+    discriminator_kwargs = dict(discriminator_kwargs or {})
+    if resolve_architecture(arch, data_shape) == "dcgan":
+        return (
+            DCGANGenerator(latent_dim, data_shape, num_classes, **generator_kwargs),
+            DCGANDiscriminator(data_shape, num_classes, **discriminator_kwargs),
+        )
+    return (
+        MLPGenerator(latent_dim, data_shape, num_classes=num_classes, **generator_kwargs),
+        MLPDiscriminator(data_shape, num_classes=num_classes, **discriminator_kwargs),
+    )

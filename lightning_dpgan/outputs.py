@@ -1,0 +1,79 @@
+"""Writing a run's files: every file is written to a temporary name and renamed, so a
+crash never leaves a half-written privacy report or sample file that looks complete."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import torch
+import yaml
+from PIL import Image
+
+
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
+    """Call ``write(file)`` on a temporary file beside ``path``, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _jsonable(value: Any) -> Any:
+    """JSON has no inf/nan: report them as null rather than writing invalid JSON."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (torch.Tensor, np.generic)):
+        value = value.item() if getattr(value, "ndim", 0) == 0 else value.tolist()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_json(path: str | Path, data: dict[str, Any]) -> Path:
+    text = json.dumps(_jsonable(data), indent=2, sort_keys=False) + "\n"
+    return atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def write_yaml(path: str | Path, data: dict[str, Any]) -> Path:
+    text = yaml.safe_dump(_jsonable(data), sort_keys=False)
+    return atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def images_to_uint8(images: torch.Tensor) -> np.ndarray:
+    """Map generator output in [-1, 1] to uint8 pixels, shape (N, C, H, W)."""
+    pixels = ((images.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round()
+    return pixels.to(torch.uint8).numpy()
+
+
+def image_grid(pixels: np.ndarray, columns: int, padding: int = 2) -> np.ndarray:
+    """Tile uint8 images (N, C, H, W) into one (rows*H, columns*W[, C]) picture, row-major."""
+    n, channels, height, width = pixels.shape
+    rows = math.ceil(n / columns)
+    grid = np.zeros((channels, rows * (height + padding) + padding, columns * (width + padding) + padding), np.uint8)
+    for index in range(n):
+        row, col = divmod(index, columns)
+        top, left = padding + row * (height + padding), padding + col * (width + padding)
+        grid[:, top : top + height, left : left + width] = pixels[index]
+    return grid[0] if channels == 1 else grid.transpose(1, 2, 0)
+
+
+def write_png(path: str | Path, picture: np.ndarray) -> Path:
+    image = Image.fromarray(picture)
+    return atomic_write(path, lambda f: image.save(f, format="PNG"))

@@ -1,0 +1,17 @@
+"""Stateful privacy accountants over ``lightning_dpgan.privacy.analysis``."""
+
+from lightning_dpgan.privacy.accountants.base import Accountant, AccountantStateError
+from lightning_dpgan.privacy.accountants.opacus_adapter import (
+    OpacusAccountant,
+    calibrate_noise_multiplier,
+)
+from lightning_dpgan.privacy.accountants.rdp_curve import GaussianAccountant, RDPCurveAccountant
+
+__all__ = [
+    "Accountant",
+    "AccountantStateError",
+    "GaussianAccountant",
+    "OpacusAccountant",
+    "RDPCurveAccountant",
+    "calibrate_noise_multiplier",
+]

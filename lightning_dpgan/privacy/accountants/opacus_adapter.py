@@ -1,0 +1,118 @@
+"""Adapter from Opacus' accountants to the ``Accountant`` contract.
+
+DP-SGD on the discriminator (DPGAN, DP-CTGAN) is the Poisson-subsampled Gaussian
+mechanism that Opacus already accounts for; its math is not re-derived here. This module
+only keeps the history in our format (so it can be checkpointed and refused when
+foreign) and hands it to ``opacus.accountants.RDPAccountant`` or ``PRVAccountant``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from opacus.accountants import PRVAccountant, RDPAccountant
+from opacus.accountants.accountant import IAccountant
+from opacus.accountants.utils import get_noise_multiplier
+
+from lightning_dpgan.privacy.accountants.base import Accountant, Params
+
+AccountantKind = Literal["rdp", "prv"]
+
+_OPACUS_ACCOUNTANTS: dict[str, type[IAccountant]] = {
+    "rdp": RDPAccountant,
+    "prv": PRVAccountant,
+}
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in _OPACUS_ACCOUNTANTS:
+        raise ValueError(
+            f"unknown accountant kind {kind!r}; choose one of {sorted(_OPACUS_ACCOUNTANTS)}"
+        )
+
+
+class OpacusAccountant(Accountant):
+    """Accounts the Poisson-subsampled Gaussian mechanism with an Opacus accountant.
+
+    ``kind="rdp"``: Rényi-DP composition of the sampled Gaussian mechanism (Mironov,
+    Talwar & Zhang 2019) converted as in Balle et al. 2020 — Opacus' default.
+    ``kind="prv"``: numerical composition of privacy-loss random variables (Gopi, Lee &
+    Wutschitz 2021); tighter, and reports Opacus' upper bound on ε.
+    """
+
+    mechanism: ClassVar[str] = "gaussian-subsampled"
+    param_names: ClassVar[tuple[str, ...]] = ("noise_multiplier", "sample_rate")
+
+    def __init__(self, kind: AccountantKind = "rdp") -> None:
+        _check_kind(kind)
+        super().__init__()
+        self.name = kind
+
+    def step(self, *, noise_multiplier: float, sample_rate: float) -> None:  # type: ignore[override]
+        """Record one noisy step: noise std / clipping norm, and batch sampling rate."""
+        super().step(noise_multiplier=noise_multiplier, sample_rate=sample_rate)
+
+    def to_opacus(self) -> IAccountant:
+        """A fresh Opacus accountant holding this history, as Opacus stores it."""
+        accountant = _OPACUS_ACCOUNTANTS[self.name]()
+        accountant.history = [
+            (params["noise_multiplier"], params["sample_rate"], num_steps)
+            for params, num_steps in self._history
+        ]
+        return accountant
+
+    def _validate_params(self, params: Params) -> None:
+        if params["noise_multiplier"] <= 0:
+            raise ValueError(
+                f"noise_multiplier must be > 0, got {params['noise_multiplier']} "
+                "(0 means no noise, i.e. no privacy)"
+            )
+        if not 0.0 < params["sample_rate"] <= 1.0:
+            raise ValueError(f"sample_rate must be in (0, 1], got {params['sample_rate']}")
+
+    def _compute_epsilon(self, delta: float) -> float:
+        return self.to_opacus().get_epsilon(delta=delta)
+
+
+def calibrate_noise_multiplier(
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    kind: AccountantKind = "rdp",
+    epsilon_tolerance: float = 0.01,
+) -> float:
+    """Smallest noise multiplier (to ``epsilon_tolerance`` in ε) keeping ε ≤ target.
+
+    Delegates to ``opacus.accountants.utils.get_noise_multiplier`` (a doubling then
+    bisection search on σ), so the σ it returns reaches ``target_epsilon`` under the same
+    accountant that will later report ε. Raises ``ValueError`` with the inputs when no σ
+    up to Opacus' cap of 1e6 reaches the target.
+    """
+    _check_kind(kind)
+    if not target_epsilon > 0:
+        raise ValueError(f"target_epsilon must be > 0, got {target_epsilon}")
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    if not 0.0 < sample_rate <= 1.0:
+        raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    try:
+        return float(
+            get_noise_multiplier(
+                target_epsilon=target_epsilon,
+                target_delta=delta,
+                sample_rate=sample_rate,
+                steps=steps,
+                accountant=kind,
+                epsilon_tolerance=epsilon_tolerance,
+            )
+        )
+    except ValueError as error:
+        raise ValueError(
+            f"cannot reach epsilon={target_epsilon} at delta={delta} with {steps} steps at "
+            f"sample rate {sample_rate} ({kind} accounting): even a noise multiplier of 1e6 "
+            "spends more. Raise the target epsilon, or train for fewer steps or with a "
+            f"smaller sample rate. (Opacus: {error})"
+        ) from error

@@ -1,0 +1,57 @@
+"""Privacy slots: what a GAN module offers a privacy strategy to plug into.
+
+A module names the one slot it has in ``GANModule.privacy_slot``. A strategy callback
+(``lightning_dpgan.callbacks``) checks at ``setup`` that the module has its slot, then puts
+its mechanism there (``module.privacy = mechanism``). The module calls the mechanism at the
+single place where real records influence what is trained; with the slot empty
+(``module.privacy is None``) it trains without privacy, and reports epsilon = infinity.
+"""
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from torch import Tensor, nn
+from torch.optim import Optimizer
+
+
+@runtime_checkable
+class GradientPrivatizer(Protocol):
+    """DP-SGD on the networks that read real records (DPGAN, DP-CTGAN).
+
+    The module hands over each such network and its optimizer; the mechanism returns the
+    versions that clip per-sample gradients and add Gaussian noise.
+    """
+
+    def wrap_network(self, network: nn.Module) -> nn.Module: ...
+
+    def wrap_optimizer(self, optimizer: Optimizer, network: nn.Module) -> Optimizer: ...
+
+
+@runtime_checkable
+class LabelAggregator(Protocol):
+    """Noisy aggregation of teacher votes into labels (PATE-GAN, PATE-CTGAN)."""
+
+    def aggregate(self, votes: Tensor) -> Tensor: ...
+
+
+@runtime_checkable
+class GradientAggregator(Protocol):
+    """Private aggregation of teachers' input-gradients (G-PATE)."""
+
+    def aggregate(self, teacher_gradients: Tensor) -> Tensor: ...
+
+
+@runtime_checkable
+class GradientSanitizer(Protocol):
+    """Clip + noise on the gradient flowing from the discriminator into the generator
+    (GS-WGAN, DP-SACTGAN)."""
+
+    def sanitize(self, generated: Tensor) -> Tensor: ...
+
+
+SLOTS: dict[str, type] = {
+    "gradient-privatizer": GradientPrivatizer,
+    "label-aggregator": LabelAggregator,
+    "gradient-aggregator": GradientAggregator,
+    "gradient-sanitizer": GradientSanitizer,
+}

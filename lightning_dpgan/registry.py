@@ -1,0 +1,80 @@
+"""Names users type (``--model gan``) mapped to the classes that implement them.
+
+Entries are import paths, loaded on first use, so adding a model is one line here and
+``--help`` can list everything with the first line of each class docstring.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    target: str | None  # "package.module:Class"; None for the empty choice (privacy "none")
+    summary: str = ""  # used when there is no class to read a docstring from
+
+    def load(self) -> Any:
+        if self.target is None:
+            return None
+        module_name, _, attr = self.target.partition(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    @property
+    def description(self) -> str:
+        if self.summary:
+            return self.summary
+        doc = (self.load().__doc__ or "").strip()
+        return doc.splitlines()[0] if doc else ""
+
+
+def _table(*entries: Entry) -> dict[str, Entry]:
+    return {entry.name: entry for entry in entries}
+
+
+MODELS = _table(
+    Entry("gan", "lightning_dpgan.modules.gan:GAN"),
+    Entry("wgan", "lightning_dpgan.modules.wgan:WGAN"),
+)
+
+DATASETS = _table(
+    Entry("mnist", "lightning_dpgan.datamodules.mnist:MNISTDataModule"),
+    Entry("fashion-mnist", "lightning_dpgan.datamodules.fashion_mnist:FashionMNISTDataModule"),
+)
+
+PRIVACY = _table(
+    Entry("none", None, "no privacy mechanism: the non-private baseline (epsilon = infinity)"),
+)
+
+LOGGERS = _table(
+    Entry("csv", None, "CSV files under <output-dir>/logs (default)"),
+    Entry("tensorboard", None, "TensorBoard event files under <output-dir>/logs"),
+    Entry("wandb", None, "Weights & Biases (needs the 'wandb' extra; WANDB_MODE=offline works without network)"),
+)
+
+TABLES = {"model": MODELS, "dataset": DATASETS, "privacy": PRIVACY, "logger": LOGGERS}
+
+
+class UnknownNameError(ValueError):
+    """A name that is not registered; the message lists the valid ones."""
+
+
+def lookup(kind: str, name: str) -> Entry:
+    """Return the entry called ``name`` in table ``kind`` or fail listing the valid names."""
+    table = TABLES[kind]
+    if name in table:
+        return table[name]
+    close = difflib.get_close_matches(name, table, n=1)
+    hint = f" Did you mean '{close[0]}'?" if close else ""
+    valid = ", ".join(table)
+    raise UnknownNameError(f"unknown {kind} '{name}'.{hint} Valid {kind} names: {valid}.")
+
+
+def describe(kind: str) -> str:
+    """One line per registered name, for ``--help``."""
+    table = TABLES[kind]
+    width = max(len(name) for name in table)
+    return "\n".join(f"  {name:<{width}}  {entry.description}" for name, entry in table.items())

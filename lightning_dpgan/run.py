@@ -1,0 +1,145 @@
+"""One training run: assembles datamodule, module, privacy strategy, callbacks and logger
+from a resolved configuration, fits them, and writes the run's files."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+
+from lightning_dpgan import registry
+from lightning_dpgan.callbacks.checkpoint import LastCheckpoint
+from lightning_dpgan.callbacks.samples import SampleGrid, sample_grid
+from lightning_dpgan.callbacks.step_limit import StepLimit
+from lightning_dpgan.config import ConfigError, init_arguments, section_arguments
+from lightning_dpgan.loggers import build_logger
+from lightning_dpgan.outputs import write_json, write_png, write_yaml
+
+MODEL_PROVIDED = ("data_shape", "num_classes")
+DEFAULT_MAX_STEPS = 1000
+#: Lightning's ``ddp`` fails on a GAN (the generator step leaves the discriminator's
+#: parameters unused); this variant of it works and is what ``--strategy ddp`` means here.
+STRATEGY_ALIASES = {"ddp": "ddp_find_unused_parameters_true"}
+
+
+class Run:
+    """Everything ``train`` does, in the order it does it."""
+
+    def __init__(self, config: dict[str, Any], output_dir: Path) -> None:
+        self.config = config
+        self.output_dir = output_dir
+        L.seed_everything(config["seed"], workers=True, verbose=False)
+        self.datamodule = self._build_datamodule()
+        self.module = self._build_module()
+        self.strategy = self._build_privacy()
+        if not config["max_steps"] and not config["max_epochs"]:
+            config["max_steps"] = DEFAULT_MAX_STEPS
+        self.trainer = self._build_trainer()
+
+    # ------------------------------------------------------------------ parts
+    def _build_datamodule(self) -> L.LightningDataModule:
+        section = self.config["data"]
+        cls = registry.lookup("dataset", section["name"]).load()
+        return cls(**section_arguments(self.config, "data", cls))
+
+    def _build_module(self) -> Any:
+        section = self.config["model"]
+        cls = registry.lookup("model", section["name"]).load()
+        args = section_arguments(self.config, "model", cls, provided=MODEL_PROVIDED)
+        module = cls(data_shape=self.datamodule.data_shape, num_classes=self.datamodule.num_classes, **args)
+        module.run_info = {"model": section["name"], "dataset": self.config["data"]["name"]}
+        return module
+
+    def _build_privacy(self) -> L.Callback | None:
+        section = self.config["privacy"]
+        name = section["name"] or getattr(self.module, "default_privacy", "none")
+        section["name"] = name
+        self.module.run_info["privacy"] = name
+        cls = registry.lookup("privacy", name).load()
+        if cls is None:
+            if self.config["epsilon"] is not None or self.config["delta"] is not None:
+                raise ConfigError(
+                    f"--epsilon/--delta were given, but model '{self.config['model']['name']}' trains with "
+                    "--privacy none, so its output would carry no privacy guarantee. Choose a private model "
+                    "or a privacy strategy (see --help), or drop --epsilon/--delta."
+                )
+            return None
+        return cls(**section_arguments(self.config, "privacy", cls))
+
+    def _callbacks(self) -> list[L.Callback]:
+        callbacks: list[L.Callback] = [
+            LastCheckpoint(self.output_dir / "checkpoints", self.config["checkpoint_every_n_steps"] or 0)
+        ]
+        if self.config["max_steps"]:
+            callbacks.append(StepLimit(self.config["max_steps"]))
+        if self.config["sample_every_n_steps"] and self.is_image:
+            callbacks.append(SampleGrid(self.output_dir, self.config["sample_every_n_steps"], self.config["sample_columns"]))
+        if self.strategy is not None:
+            callbacks.append(self.strategy)
+        return callbacks
+
+    def _build_trainer(self) -> L.Trainer:
+        options = dict(self.config["trainer"])
+        unknown = sorted(set(options) - set(init_arguments(L.Trainer)))
+        if unknown:
+            raise ConfigError(f"unknown Lightning Trainer argument(s): {', '.join('trainer.' + k for k in unknown)}")
+        for reserved in ("max_steps", "max_epochs", "callbacks", "logger", "default_root_dir", "enable_checkpointing"):
+            if reserved in options:
+                raise ConfigError(f"set trainer.{reserved} through the run's own settings, not the trainer section")
+        options["strategy"] = STRATEGY_ALIASES.get(options.get("strategy"), options.get("strategy"))
+        logger_options = {k: v for k, v in self.config["logger"].items() if k != "name"}
+        logger = build_logger(self.config["logger"]["name"], self.output_dir, logger_options, self.output_dir.name)
+        return L.Trainer(
+            max_steps=-1,  # counted in batches by StepLimit: see callbacks/step_limit.py
+            max_epochs=self.config["max_epochs"] or -1,
+            callbacks=self._callbacks(),
+            logger=logger,
+            default_root_dir=str(self.output_dir),
+            enable_checkpointing=False,  # LastCheckpoint saves, in training batches
+            **options,
+        )
+
+    @property
+    def is_image(self) -> bool:
+        return getattr(self.datamodule, "kind", "image") == "image"
+
+    # -------------------------------------------------------------- running
+    def fit(self) -> None:
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        write_yaml(self.output_dir / "config.yaml", self.config)
+        started = time.perf_counter()
+        self.trainer.fit(self.module, datamodule=self.datamodule, ckpt_path=self.config["resume"])
+        wall_time = time.perf_counter() - started
+        if self.trainer.is_global_zero:
+            self._write_outputs(wall_time)
+
+    def _write_outputs(self, wall_time: float) -> None:
+        write_json(self.output_dir / "privacy.json", self.privacy_report())
+        write_json(self.output_dir / "metrics.json", self.metrics(wall_time))
+        if self.is_image:
+            write_png(self.output_dir / "samples.png", sample_grid(self.module, self.config["sample_columns"]))
+
+    def privacy_report(self) -> dict[str, Any]:
+        if self.strategy is None:
+            return {
+                "mechanism": "none",
+                "epsilon": None,
+                "delta": None,
+                "target_epsilon": None,
+                "steps": self.module.train_steps,
+                "accountant": None,
+                "note": "trained without privacy: no (epsilon, delta) guarantee",
+            }
+        return self.strategy.privacy_report()
+
+    def metrics(self, wall_time: float) -> dict[str, Any]:
+        metrics = {key: float(value) for key, value in self.trainer.callback_metrics.items()}
+        metrics.update(
+            {
+                "steps": self.module.train_steps,
+                "train_records": len(self.datamodule.train_dataset),
+                "wall_time_s": round(wall_time, 3),
+            }
+        )
+        return metrics

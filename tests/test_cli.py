@@ -1,0 +1,165 @@
+"""``train.py`` and ``python -m lightning_dpgan sample`` end to end on tiny fixture data."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from PIL import Image
+
+from lightning_dpgan.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+PRIVACY_KEYS = {"mechanism", "epsilon", "delta", "target_epsilon", "steps", "accountant"}
+
+
+def tiny_run_args(data_dir, output_dir, model="gan", dataset="mnist", steps=4):
+    """A CLI command line that trains tiny nets for a few batches on fixture data."""
+    return [
+        "train", "--model", model, "--dataset", dataset, "--data-dir", str(data_dir),
+        "--output-dir", str(output_dir), "--max-steps", str(steps), "--batch-size", "16",
+        "--accelerator", "cpu", "--data.verify_checksums", "false",
+        "--model.latent_dim", "8", "--model.generator_kwargs.base_channels", "4",
+        "--model.discriminator_kwargs.base_channels", "4", "--trainer.enable_progress_bar", "false",
+        "--trainer.enable_model_summary", "false", "--sample_columns", "3",
+    ]
+
+
+@pytest.fixture(scope="module")
+def gan_run(tiny_image_data_dir, tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("run") / "gan"
+    assert main(tiny_run_args(tiny_image_data_dir, output_dir, steps=6) + ["--sample_every_n_steps", "3"]) == 0
+    return output_dir
+
+
+def test_train_writes_every_output_file(gan_run):
+    for name in ("checkpoints/last.ckpt", "config.yaml", "privacy.json", "metrics.json", "samples.png"):
+        assert (gan_run / name).is_file(), name
+    assert sorted(p.name for p in (gan_run / "samples").iterdir()) == ["step_0000003.png", "step_0000006.png"]
+
+
+def test_privacy_report_of_a_non_private_run(gan_run):
+    report = json.loads((gan_run / "privacy.json").read_text())
+    assert PRIVACY_KEYS <= set(report)
+    assert report["mechanism"] == "none" and report["epsilon"] is None and report["steps"] == 6
+
+
+def test_metrics_and_resolved_config(gan_run):
+    metrics = json.loads((gan_run / "metrics.json").read_text())
+    assert metrics["steps"] == 6 and metrics["train_records"] == 160
+    assert np.isfinite(metrics["loss/discriminator"]) and np.isfinite(metrics["loss/generator"])
+    config = yaml.safe_load((gan_run / "config.yaml").read_text())
+    assert config["model"]["name"] == "gan" and config["data"]["name"] == "mnist"
+    assert config["model"]["latent_dim"] == 8 and config["privacy"]["name"] == "none"
+
+
+def test_sample_grid_has_one_row_per_class(gan_run):
+    picture = np.asarray(Image.open(gan_run / "samples.png"))
+    pad = 2
+    assert picture.shape == (10 * (28 + pad) + pad, 3 * (28 + pad) + pad)
+
+
+def test_sample_command_draws_records_from_the_checkpoint(gan_run, tmp_path):
+    out = tmp_path / "synthetic.npz"
+    assert main(["sample", "--checkpoint", str(gan_run / "checkpoints/last.ckpt"), "-n", "25", "--out", str(out)]) == 0
+    arrays = np.load(out)
+    assert arrays["images"].shape == (25, 1, 28, 28) and arrays["images"].dtype == np.uint8
+    assert np.bincount(arrays["labels"]).tolist() == [3, 3, 3, 3, 3, 2, 2, 2, 2, 2]
+    png = tmp_path / "grid.png"
+    assert main(["sample", "--checkpoint", str(gan_run / "checkpoints/last.ckpt"), "-n", "20", "--out", str(png)]) == 0
+    assert np.asarray(Image.open(png)).shape == (2 * 30 + 2, 10 * 30 + 2)
+
+
+def test_sample_refuses_corrupt_and_foreign_checkpoints(gan_run, tmp_path, capsys):
+    corrupt = tmp_path / "corrupt.ckpt"
+    corrupt.write_bytes((gan_run / "checkpoints/last.ckpt").read_bytes()[:1000])
+    foreign = tmp_path / "foreign.ckpt"
+    torch.save({"state_dict": {}}, foreign)
+    for path, message in [(corrupt, "not a readable checkpoint"), (foreign, "not written by lightning-dpgan"),
+                          (tmp_path / "missing.ckpt", "checkpoint not found")]:
+        assert main(["sample", "--checkpoint", str(path), "-n", "2", "--out", str(tmp_path / "x.npz")]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "x.npz").exists()
+
+
+def test_resume_continues_the_step_count(gan_run, tiny_image_data_dir, tmp_path):
+    args = tiny_run_args(tiny_image_data_dir, tmp_path / "resumed", steps=9)
+    assert main(args + ["--resume", str(gan_run / "checkpoints/last.ckpt")]) == 0
+    assert json.loads((tmp_path / "resumed" / "metrics.json").read_text())["steps"] == 9
+
+
+def test_wgan_on_fashion_mnist(tiny_image_data_dir, tmp_path):
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "wgan", model="wgan", dataset="fashion-mnist", steps=5)) == 0
+    config = yaml.safe_load((tmp_path / "wgan" / "config.yaml").read_text())
+    assert config["presets"] == ["wgan.yaml", "wgan_fashion-mnist.yaml"]
+    assert json.loads((tmp_path / "wgan" / "metrics.json").read_text())["steps"] == 5
+
+
+def test_config_yaml_reproduces_the_run_settings(gan_run, tmp_path):
+    from lightning_dpgan.cli import build_config
+
+    again = build_config(["--config", str(gan_run / "config.yaml"), "--output-dir", str(tmp_path)])
+    original = yaml.safe_load((gan_run / "config.yaml").read_text())
+    assert again["model"] == original["model"] and again["data"] == original["data"]
+    assert again["max_steps"] == original["max_steps"]
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--epsilon", "1.0"], "no privacy guarantee"),
+        (["--model.not_an_arg", "3"], "unknown key(s) model.not_an_arg for model 'gan'"),
+        (["--data.not_an_arg", "3"], "unknown key(s) data.not_an_arg"),
+        (["--trainer.not_an_arg", "3"], "unknown Lightning Trainer argument"),
+        (["--privacy", "dp-sgdd"], "unknown privacy 'dp-sgdd'"),
+    ],
+)
+def test_train_refuses_bad_settings_before_training(tiny_image_data_dir, tmp_path, capsys, extra, message):
+    output_dir = tmp_path / "refused"
+    assert main(tiny_run_args(tiny_image_data_dir, output_dir) + extra) == 2
+    assert message in capsys.readouterr().err
+    assert not (output_dir / "checkpoints").exists()
+
+
+def test_missing_data_names_the_files_and_data_dir(tmp_path, capsys):
+    args = tiny_run_args(tmp_path / "empty", tmp_path / "out") + ["--data.download", "false"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "train-images-idx3-ubyte.gz" in err and "--data-dir" in err
+
+
+def test_help_lists_models_datasets_privacy_and_loggers():
+    result = subprocess.run([sys.executable, str(REPO / "train.py"), "--help"], capture_output=True, text=True, check=True)
+    for name in ("gan", "wgan", "mnist", "fashion-mnist", "none", "csv", "tensorboard", "wandb", "--privacy", "--strategy"):
+        assert name in result.stdout
+    assert "Wasserstein GAN" in result.stdout  # one-line descriptions, not only names
+
+
+def test_unknown_model_through_train_py(tmp_path):
+    result = subprocess.run([sys.executable, str(REPO / "train.py"), "--model", "nope", "--dataset", "mnist"],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "unknown model 'nope'" in result.stderr and "gan, wgan" in result.stderr
+
+
+def test_checkpoint_is_refreshed_every_n_batches(tiny_image_data_dir, tmp_path, monkeypatch):
+    from lightning_dpgan.callbacks import checkpoint as checkpoint_callback
+
+    saved_at = []
+    real_save = checkpoint_callback.save_checkpoint_atomically
+
+    def recording_save(trainer, path):
+        saved_at.append(trainer.lightning_module.train_steps)
+        return real_save(trainer, path)
+
+    monkeypatch.setattr(checkpoint_callback, "save_checkpoint_atomically", recording_save)
+    output_dir = tmp_path / "periodic"
+    args = tiny_run_args(tiny_image_data_dir, output_dir, steps=5) + ["--checkpoint_every_n_steps", "2"]
+    assert main(args) == 0
+    assert saved_at == [2, 4, 5]
+    checkpoint = torch.load(output_dir / "checkpoints/last.ckpt", map_location="cpu", weights_only=False)
+    assert checkpoint["lightning_dpgan"]["train_steps"] == 5
+    assert not list((output_dir / "checkpoints").glob(".*.tmp"))

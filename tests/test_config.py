@@ -1,0 +1,83 @@
+"""Configuration precedence and validation."""
+import pytest
+import yaml
+
+from lightning_dpgan.cli import build_config, parse_overrides
+from lightning_dpgan.config import ConfigError, load_preset, parse_value
+from lightning_dpgan.registry import UnknownNameError, lookup
+
+
+def test_preset_values_apply_when_nothing_overrides_them():
+    config = build_config(["--model", "wgan", "--dataset", "mnist"])
+    assert config["presets"] == ["wgan.yaml", "wgan_mnist.yaml"]
+    wgan = load_preset("wgan.yaml")
+    assert config["model"]["lr_discriminator"] == wgan["model"]["lr_discriminator"] == 5e-5
+    assert config["model"]["arch"] == load_preset("wgan_mnist.yaml")["model"]["arch"]
+    assert config["max_steps"] == wgan["max_steps"]
+
+
+def test_precedence_preset_then_config_file_then_flag_then_dotted(tmp_path):
+    user = tmp_path / "user.yaml"
+    user.write_text(yaml.safe_dump({"model": {"latent_dim": 32, "lr_generator": 1e-3}, "data": {"batch_size": 16}, "seed": 5}))
+    config = build_config(["--model", "gan", "--dataset", "mnist", "--config", str(user), "--batch-size", "8",
+                           "--model.latent_dim", "12"])
+    assert config["model"]["lr_generator"] == 1e-3  # config file beats the preset's 2e-4
+    assert config["seed"] == 5  # config file beats the code default
+    assert config["data"]["batch_size"] == 8  # flag beats the config file
+    assert config["model"]["latent_dim"] == 12  # dotted override beats the config file
+    assert config["model"]["lr_discriminator"] == load_preset("gan.yaml")["model"]["lr_discriminator"]
+
+
+def test_config_file_can_name_the_model_and_dataset(tmp_path):
+    user = tmp_path / "run.yaml"
+    user.write_text("model:\n  name: wgan\ndata:\n  name: fashion-mnist\n")
+    config = build_config(["--config", str(user)])
+    assert (config["model"]["name"], config["data"]["name"]) == ("wgan", "fashion-mnist")
+    assert config["presets"] == ["wgan.yaml", "wgan_fashion-mnist.yaml"]
+    assert build_config(["--config", str(user), "--model", "gan"])["model"]["name"] == "gan"
+
+
+def test_values_parse_like_yaml_including_scientific_notation():
+    assert parse_value("1e-4") == 1e-4
+    assert parse_value("3") == 3 and parse_value("false") is False and parse_value("[1, 2]") == [1, 2]
+    assert parse_overrides(["--model.lr_generator=2e-3", "--data.verify_checksums", "false"]) == {
+        "model.lr_generator": 2e-3,
+        "data.verify_checksums": False,
+    }
+
+
+def test_unknown_names_list_the_valid_ones():
+    with pytest.raises(UnknownNameError, match="unknown model 'gam'.*Did you mean 'gan'.*gan, wgan"):
+        lookup("model", "gam")
+    with pytest.raises(UnknownNameError, match="Valid dataset names: mnist, fashion-mnist"):
+        lookup("dataset", "cifar")
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--dataset", "mnist"], "--model is required"),
+        (["--model", "gan", "--dataset", "mnist", "--bogus", "1"], "unrecognized argument '--bogus'"),
+        (["--model", "gan", "--dataset", "mnist", "--not_a_key", "1"], "unrecognized argument"),
+        (["--model", "gan", "--dataset", "mnist", "--model.lr_generator"], "needs a value"),
+    ],
+)
+def test_bad_command_lines_are_refused(argv, message):
+    with pytest.raises(ConfigError, match=message):
+        build_config(argv)
+
+
+def test_unknown_top_level_key_in_config_file(tmp_path):
+    user = tmp_path / "bad.yaml"
+    user.write_text("epsilonn: 1.0\n")
+    with pytest.raises(ConfigError, match="unknown configuration key.*epsilonn"):
+        build_config(["--model", "gan", "--dataset", "mnist", "--config", str(user)])
+
+
+def test_missing_or_invalid_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        build_config(["--model", "gan", "--dataset", "mnist", "--config", str(tmp_path / "nope.yaml")])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        build_config(["--model", "gan", "--dataset", "mnist", "--config", str(bad)])

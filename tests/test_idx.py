@@ -1,0 +1,168 @@
+"""IDX reading and file download/verification."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lightning_dpgan.data import download
+from lightning_dpgan.data.download import (
+    DataIntegrityError,
+    DatasetNotFoundError,
+    RemoteFile,
+    default_cache_dir,
+    default_data_dir,
+    fetch,
+    locate,
+    verify_file,
+)
+from lightning_dpgan.data.idx import read_idx
+
+
+@pytest.mark.parametrize("name", ["images-idx3-ubyte.gz", "images-idx3-ubyte"])
+def test_read_idx_round_trips_uint8_images(tmp_path: Path, write_idx, name: str) -> None:
+    images = np.random.default_rng(0).integers(0, 256, size=(5, 28, 28), dtype=np.uint8)
+    path = write_idx(tmp_path / name, images)
+    assert (path.read_bytes()[:2] == b"\x1f\x8b") == name.endswith(".gz")
+
+    loaded = read_idx(path)
+
+    assert loaded.dtype == np.uint8 and loaded.shape == (5, 28, 28)
+    np.testing.assert_array_equal(loaded, images)
+
+
+def test_read_idx_round_trips_labels_and_wide_big_endian_types(tmp_path: Path, write_idx) -> None:
+    labels = np.array([3, 1, 4, 1, 5, 9], dtype=np.uint8)
+    wide = np.array([[1, -2], [70000, -70000]], dtype=np.int32)
+
+    np.testing.assert_array_equal(read_idx(write_idx(tmp_path / "labels-idx1-ubyte.gz", labels)), labels)
+    loaded_wide = read_idx(write_idx(tmp_path / "wide.idx", wide))
+    assert loaded_wide.dtype.isnative
+    np.testing.assert_array_equal(loaded_wide, wide)
+
+
+def test_read_idx_rejects_truncated_payload_naming_the_file(tmp_path: Path, write_idx) -> None:
+    path = write_idx(tmp_path / "full", np.zeros((4, 28, 28), dtype=np.uint8))
+    truncated = tmp_path / "truncated-idx3-ubyte"
+    truncated.write_bytes(path.read_bytes()[:-100])
+
+    with pytest.raises(DataIntegrityError, match="truncated-idx3-ubyte"):
+        read_idx(truncated)
+
+
+def test_read_idx_rejects_truncated_gzip_stream(tmp_path: Path, write_idx) -> None:
+    path = write_idx(tmp_path / "full.gz", np.arange(4000, dtype=np.uint8).reshape(4000 // 4, 4) % 7)
+    cut = tmp_path / "cut.gz"
+    cut.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+
+    with pytest.raises(DataIntegrityError, match="cut.gz"):
+        read_idx(cut)
+
+
+def test_read_idx_rejects_bad_magic(tmp_path: Path) -> None:
+    path = tmp_path / "not-idx"
+    path.write_bytes(b"PK\x03\x04" + bytes(100))
+
+    with pytest.raises(DataIntegrityError, match="bad magic"):
+        read_idx(path)
+
+
+def _remote_for(content: bytes, name: str, urls: tuple[str, ...] = ()) -> RemoteFile:
+    return RemoteFile(name, urls, hashlib.md5(content).hexdigest(), len(content))
+
+
+def test_verify_file_checks_decompressed_content_whatever_the_compression(tmp_path: Path) -> None:
+    content = b"\x00\x00\x08\x01" + bytes(range(200))
+    remote = _remote_for(content, "data.gz")
+    fast, best, raw = tmp_path / "fast.gz", tmp_path / "best.gz", tmp_path / "raw"
+    fast.write_bytes(gzip.compress(content, compresslevel=1))
+    best.write_bytes(gzip.compress(content, compresslevel=9, mtime=12345))
+    raw.write_bytes(content)
+    assert fast.read_bytes() != best.read_bytes()
+
+    for path in (fast, best, raw):
+        verify_file(path, remote)
+    raw.write_bytes(content[:-1] + b"\xff")
+    with pytest.raises(DataIntegrityError, match=f"{re.escape(str(raw))}.*expected decompressed md5 {remote.md5}"):
+        verify_file(raw, remote)
+
+
+def test_locate_prefers_subdirs_and_accepts_ungzipped_names(tmp_path: Path) -> None:
+    (tmp_path / "MNIST" / "raw").mkdir(parents=True)
+    (tmp_path / "MNIST" / "raw" / "a-idx1-ubyte").write_bytes(b"x")
+    (tmp_path / "a-idx1-ubyte.gz").write_bytes(b"x")
+    (tmp_path / "b-idx1-ubyte.gz").write_bytes(b"x")
+
+    assert locate("a-idx1-ubyte.gz", tmp_path, ("mnist", "MNIST/raw")) == tmp_path / "MNIST/raw/a-idx1-ubyte"
+    assert locate("b-idx1-ubyte.gz", tmp_path, ("mnist",)) == tmp_path / "b-idx1-ubyte.gz"
+    assert locate("c-idx1-ubyte.gz", tmp_path, ("mnist",)) is None
+
+
+def test_default_dirs_follow_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIGHTNING_DPGAN_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("LIGHTNING_DPGAN_DATA_DIR", str(tmp_path / "d"))
+    assert (default_cache_dir(), default_data_dir()) == (tmp_path / "c", tmp_path / "d")
+
+    monkeypatch.delenv("LIGHTNING_DPGAN_CACHE_DIR")
+    monkeypatch.delenv("LIGHTNING_DPGAN_DATA_DIR")
+    assert default_cache_dir() == Path.home() / ".cache" / "lightning_dpgan"
+    assert default_data_dir() is None
+
+
+@pytest.fixture
+def mirrors(tmp_path: Path) -> dict[str, Path]:
+    """Three file:// mirror folders: one empty, one serving good bytes, one serving corrupt bytes."""
+    folders = {kind: tmp_path / "mirrors" / kind for kind in ("empty", "good", "corrupt")}
+    for folder in folders.values():
+        folder.mkdir(parents=True)
+    content = b"payload " * 1000
+    (folders["good"] / "f.gz").write_bytes(gzip.compress(content))
+    (folders["corrupt"] / "f.gz").write_bytes(gzip.compress(content[:-1] + b"!"))
+    return folders
+
+
+def _mirrored_remote(mirrors: dict[str, Path], *kinds: str) -> RemoteFile:
+    return RemoteFile.mirrored("f.gz", [mirrors[k].as_uri() for k in kinds], hashlib.md5(b"payload " * 1000).hexdigest(), 8000)
+
+
+def test_fetch_falls_back_to_the_next_mirror(tmp_path: Path, mirrors: dict[str, Path]) -> None:
+    cache = tmp_path / "cache"
+
+    path = fetch(_mirrored_remote(mirrors, "empty", "good"), cache)
+
+    assert path == cache / "f.gz"
+    assert path.read_bytes() == (mirrors["good"] / "f.gz").read_bytes()
+    assert sorted(p.name for p in cache.iterdir()) == ["f.gz"]
+
+
+def test_fetch_rejects_corrupt_mirror_and_leaves_nothing_behind(tmp_path: Path, mirrors: dict[str, Path]) -> None:
+    cache = tmp_path / "cache"
+    remote = _mirrored_remote(mirrors, "corrupt", "empty")
+
+    with pytest.raises(DatasetNotFoundError) as excinfo:
+        fetch(remote, cache)
+
+    message = str(excinfo.value)
+    assert "f.gz" in message and "--data-dir" in message
+    assert all(url in message for url in remote.urls)
+    assert list(cache.iterdir()) == []
+
+
+def test_fetch_reuses_valid_cache_and_replaces_corrupt_cache(
+    tmp_path: Path, mirrors: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    remote = _mirrored_remote(mirrors, "good")
+    cache.mkdir()
+    (cache / "f.gz").write_bytes(b"stale partial download")
+
+    fetch(remote, cache)
+    assert (cache / "f.gz").read_bytes() == (mirrors["good"] / "f.gz").read_bytes()
+
+    monkeypatch.setattr(download.urllib.request, "urlopen", lambda *a, **k: pytest.fail("re-downloaded"))
+    assert fetch(remote, cache) == cache / "f.gz"

@@ -1,0 +1,175 @@
+"""IDX image datamodules on the tiny synthetic fixture data."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lightning_dpgan.data.download import DataIntegrityError, DatasetNotFoundError, RemoteFile, content_digest
+from lightning_dpgan.data.idx import read_idx
+from lightning_dpgan.datamodules.fashion_mnist import FashionMNISTDataModule
+from lightning_dpgan.datamodules.images import IDXImageDataModule
+from lightning_dpgan.datamodules.mnist import MNISTDataModule
+
+DATAMODULES = [MNISTDataModule, FashionMNISTDataModule]
+FILE_NAMES = [
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+]
+
+
+def _ready(cls: type[IDXImageDataModule], data_dir: Path, tmp_path: Path, **kwargs) -> IDXImageDataModule:
+    dm = cls(data_dir=data_dir, cache_dir=tmp_path / "cache", download=False, verify_checksums=False, **kwargs)
+    dm.prepare_data()
+    dm.setup("fit")
+    return dm
+
+
+@pytest.mark.parametrize("cls", DATAMODULES)
+def test_setup_loads_scaled_images_and_keeps_splits_apart(cls, tiny_image_data_dir: Path, tmp_path: Path) -> None:
+    dm = _ready(cls, tiny_image_data_dir, tmp_path)
+    raw_train = read_idx(tiny_image_data_dir / cls.name / "train-images-idx3-ubyte.gz")
+    raw_test = read_idx(tiny_image_data_dir / cls.name / "t10k-images-idx3-ubyte.gz")
+
+    images, labels = dm.train_dataset.tensors
+    test_images, test_labels = dm.test_dataset.tensors
+    assert images.shape == (160, *cls.data_shape) and images.dtype == torch.float32
+    assert test_images.shape == (40, *cls.data_shape)
+    assert labels.dtype == torch.int64 and sorted(labels.unique().tolist()) == list(range(10))
+    assert images.min() == -1.0 and images.max() == 1.0
+    assert torch.allclose(images[:, 0], torch.from_numpy(raw_train).float() / 127.5 - 1)
+    assert torch.allclose(test_images[:, 0], torch.from_numpy(raw_test).float() / 127.5 - 1)
+    assert dm.train_size == 160
+    assert len(cls.classes) == cls.num_classes == 10
+
+
+def test_train_loader_yields_full_shuffled_batches_of_train_split_only(tiny_image_data_dir: Path, tmp_path: Path) -> None:
+    dm = _ready(MNISTDataModule, tiny_image_data_dir, tmp_path, batch_size=48)
+    torch.manual_seed(0)
+
+    batches = list(dm.train_dataloader())
+
+    assert [len(x) for x, _ in batches] == [48, 48, 48]  # 160 // 48, remainder dropped
+    seen = torch.cat([x for x, _ in batches])
+    train, test = dm.train_dataset.tensors[0], dm.test_dataset.tensors[0]
+    as_rows = lambda t: {tuple(row.tolist()) for row in IDXImageDataModule.to_uint8(t).flatten(1)}  # noqa: E731
+    assert as_rows(seen) <= as_rows(train) and not as_rows(seen) & as_rows(test)
+    assert not torch.equal(seen, train[: len(seen)])  # shuffled
+
+
+def test_test_loader_covers_test_split_in_order(tiny_image_data_dir: Path, tmp_path: Path) -> None:
+    dm = _ready(FashionMNISTDataModule, tiny_image_data_dir, tmp_path, batch_size=16)
+
+    batches = list(dm.test_dataloader())
+
+    assert [len(x) for x, _ in batches] == [16, 16, 8]
+    assert torch.equal(torch.cat([y for _, y in batches]), dm.test_dataset.tensors[1])
+
+
+def test_batch_size_larger_than_train_set_is_rejected(tiny_image_data_dir: Path, tmp_path: Path) -> None:
+    dm = _ready(MNISTDataModule, tiny_image_data_dir, tmp_path, batch_size=161)
+
+    with pytest.raises(ValueError, match="batch_size=161 exceeds the 160 training records"):
+        dm.train_dataloader()
+
+
+@pytest.mark.parametrize("kwargs", [{"batch_size": 0}, {"batch_size": 2.5}, {"num_workers": -1}])
+def test_invalid_arguments_are_rejected(kwargs: dict) -> None:
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        MNISTDataModule(**kwargs)
+
+
+def test_to_uint8_inverts_the_loading_scale(tiny_image_data_dir: Path, tmp_path: Path) -> None:
+    dm = _ready(MNISTDataModule, tiny_image_data_dir, tmp_path)
+    raw = read_idx(tiny_image_data_dir / "mnist" / "train-images-idx3-ubyte.gz")
+
+    restored = MNISTDataModule.to_uint8(dm.train_dataset.tensors[0])
+
+    assert restored.dtype == torch.uint8
+    np.testing.assert_array_equal(restored[:, 0].numpy(), raw)
+    assert MNISTDataModule.to_uint8(torch.tensor([-3.0, 0.0, 3.0])).tolist() == [0, 128, 255]
+
+
+def test_checksum_mismatch_names_file_md5s_and_fix(tiny_image_data_dir: Path, tmp_path: Path) -> None:
+    dm = MNISTDataModule(data_dir=tiny_image_data_dir, cache_dir=tmp_path, download=False)
+    expected = MNISTDataModule.files["train"][0]
+    actual_md5, _ = content_digest(tiny_image_data_dir / "mnist" / expected.name)
+
+    with pytest.raises(DataIntegrityError) as excinfo:
+        dm.setup("fit")
+
+    message = str(excinfo.value)
+    for part in (expected.name, expected.md5, actual_md5, "--data-dir", "verify_checksums=False"):
+        assert part in message
+
+
+def test_missing_files_without_download_name_files_and_data_dir(tmp_path: Path) -> None:
+    dm = FashionMNISTDataModule(data_dir=tmp_path / "empty", cache_dir=tmp_path / "cache", download=False)
+
+    with pytest.raises(DatasetNotFoundError) as excinfo:
+        dm.prepare_data()
+
+    message = str(excinfo.value)
+    assert all(name in message for name in FILE_NAMES)
+    assert "--data-dir" in message and "LIGHTNING_DPGAN_DATA_DIR" in message
+    with pytest.raises(DatasetNotFoundError, match="prepare_data"):
+        dm.setup()
+
+
+def test_mismatched_image_and_label_counts_are_rejected(tiny_image_data_dir: Path, tmp_path: Path, write_idx) -> None:
+    data_dir = tmp_path / "data"
+    shutil.copytree(tiny_image_data_dir / "mnist", data_dir)
+    write_idx(data_dir / "t10k-labels-idx1-ubyte.gz", np.zeros(39, dtype=np.uint8))
+
+    with pytest.raises(DataIntegrityError, match="do not belong together"):
+        _ready(MNISTDataModule, data_dir, tmp_path)
+
+
+def test_out_of_range_labels_are_rejected(tiny_image_data_dir: Path, tmp_path: Path, write_idx) -> None:
+    data_dir = tmp_path / "data"
+    shutil.copytree(tiny_image_data_dir / "mnist", data_dir)
+    write_idx(data_dir / "t10k-labels-idx1-ubyte.gz", np.full(40, 10, dtype=np.uint8))
+
+    with pytest.raises(DataIntegrityError, match=r"expected \[0, 9\]"):
+        _ready(MNISTDataModule, data_dir, tmp_path)
+
+
+def _module_pinned_to(source: Path, mirror_bases: list[str]) -> type[IDXImageDataModule]:
+    """A datamodule served by ``mirror_bases`` whose pinned checksums are those of ``source``'s files."""
+    remotes = [RemoteFile.mirrored(name, mirror_bases, *content_digest(source / name)) for name in FILE_NAMES]
+    files = {"train": (remotes[0], remotes[1]), "test": (remotes[2], remotes[3])}
+    return type("Tiny", (IDXImageDataModule,), {"name": "tiny", "subdirs": ("tiny",), "files": files})
+
+
+def test_prepare_data_downloads_verified_files_into_cache(tiny_image_data_dir: Path, tmp_path: Path) -> None:
+    source = tiny_image_data_dir / "mnist"
+    cls = _module_pinned_to(source, [(tmp_path / "missing").as_uri(), source.as_uri()])
+    dm = cls(data_dir=None, cache_dir=tmp_path / "cache", verify_checksums=True)
+
+    dm.prepare_data()
+    dm.setup()
+
+    assert sorted(p.name for p in (tmp_path / "cache" / "tiny").iterdir()) == sorted(FILE_NAMES)
+    assert dm.train_size == 160 and len(dm.test_dataset) == 40
+    digest = lambda p: hashlib.md5(p.read_bytes()).hexdigest()  # noqa: E731
+    assert digest(tmp_path / "cache" / "tiny" / FILE_NAMES[0]) == digest(source / FILE_NAMES[0])
+
+
+def test_prepare_data_download_failure_explains_how_to_provide_files(tiny_image_data_dir: Path, tmp_path: Path) -> None:
+    unreachable = (tmp_path / "nowhere").as_uri()
+    dm = _module_pinned_to(tiny_image_data_dir / "mnist", [unreachable])(cache_dir=tmp_path / "cache")
+
+    with pytest.raises(DatasetNotFoundError) as excinfo:
+        dm.prepare_data()
+
+    message = str(excinfo.value)
+    assert unreachable in message
+    assert all(name in message for name in FILE_NAMES) and "--data-dir" in message
+    assert list((tmp_path / "cache" / "tiny").iterdir()) == []

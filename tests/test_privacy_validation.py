@@ -1,0 +1,63 @@
+"""User-facing checks on the privacy budget: each error names the flag to change."""
+
+from __future__ import annotations
+
+import pytest
+
+from lightning_dpgan.privacy import validate_delta, validate_epsilon, validate_positive
+
+
+@pytest.mark.parametrize("epsilon", [0.0, -1.0, float("inf"), float("nan"), "1.0", None, True])
+def test_invalid_epsilon_names_the_flag(epsilon):
+    with pytest.raises(ValueError, match="--epsilon"):
+        validate_epsilon(epsilon)
+
+
+def test_valid_epsilon_is_returned_as_float():
+    assert validate_epsilon(3) == 3.0
+    assert isinstance(validate_epsilon(3), float)
+
+
+@pytest.mark.parametrize("delta", [0.0, -1e-5, 1.0, 1.5, float("nan"), float("inf"), "1e-5"])
+def test_invalid_delta_names_the_flag(delta):
+    with pytest.raises(ValueError, match="--delta"):
+        validate_delta(delta)
+
+
+@pytest.mark.parametrize(("delta", "n_records"), [(1e-3, 1000), (2e-3, 1000), (0.5, 3)])
+def test_delta_not_below_one_over_n_is_an_error(delta, n_records):
+    with pytest.raises(ValueError) as error:
+        validate_delta(delta, n_records=n_records)
+
+    message = str(error.value)
+    assert "--delta" in message
+    assert f"{delta:g}" in message
+    assert f"1/n = {1 / n_records:g}" in message
+    assert "e.g. --delta 1e-05" in message
+
+
+def test_delta_suggestion_stays_below_one_over_n_for_large_datasets():
+    with pytest.raises(ValueError, match=r"e\.g\. --delta 1e-06"):
+        validate_delta(1e-5, n_records=100_000)
+
+
+def test_valid_delta_passes_with_and_without_n():
+    assert validate_delta(1e-5) == 1e-5
+    assert validate_delta(1e-5, n_records=1000) == 1e-5
+    assert validate_delta(9.9e-4, n_records=1000) == 9.9e-4
+
+
+@pytest.mark.parametrize("n_records", [0, -5, 2.5, True])
+def test_delta_rejects_a_bad_record_count(n_records):
+    with pytest.raises(ValueError, match="n_records"):
+        validate_delta(1e-5, n_records=n_records)
+
+
+@pytest.mark.parametrize("value", [0, -0.5, float("inf"), float("nan"), "2"])
+def test_invalid_positive_names_the_given_flag(value):
+    with pytest.raises(ValueError, match="--noise-multiplier"):
+        validate_positive("--noise-multiplier", value)
+
+
+def test_valid_positive_is_returned_as_float():
+    assert validate_positive("--lr", 2) == 2.0
