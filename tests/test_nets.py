@@ -60,3 +60,15 @@ def test_architecture_resolution():
         resolve_architecture("resnet", (1, 28, 28))
     with pytest.raises(ValueError, match="divisible by 4"):
         build_networks("dcgan", (1, 30, 30), latent_dim=4)
+
+
+@pytest.mark.parametrize("arch", ["mlp", "dcgan"])
+def test_discriminator_label_interacts_with_the_record(arch):
+    """The label must change the score by an amount that depends on the record: a label that
+    only adds a per-class bias lets the critic ignore whether a record fits its class."""
+    torch.manual_seed(0)
+    _, discriminator = build_networks(arch, (1, 28, 28), latent_dim=4, num_classes=10)
+    x = torch.randn(2, 1, 28, 28)
+    score = lambda label: discriminator(x, torch.full((2,), label))  # noqa: E731
+    label_effect = score(3) - score(5)
+    assert not torch.allclose(label_effect[0], label_effect[1])

@@ -26,3 +26,12 @@ def concat_condition(features: Tensor, labels: Tensor | None, num_classes: int |
     if condition is None:
         return features
     return torch.cat([features, condition.to(features.dtype)], dim=1)
+
+
+def label_planes(images: Tensor, labels: Tensor | None, num_classes: int | None) -> Tensor:
+    """Append the one-hot label as constant channels of an image batch (no-op when unconditional)."""
+    condition = one_hot_labels(labels, num_classes, images.shape[0])
+    if condition is None:
+        return images
+    planes = condition.to(images.dtype)[:, :, None, None].expand(-1, -1, *images.shape[2:])
+    return torch.cat([images, planes], dim=1)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from lightning_dpgan.nets.conditioning import concat_condition
+from lightning_dpgan.nets.conditioning import concat_condition, label_planes
 
 
 def _check_image_shape(shape: Sequence[int]) -> tuple[int, int, int]:
@@ -43,10 +43,12 @@ class DCGANGenerator(nn.Module):
 
 
 class DCGANDiscriminator(nn.Module):
-    """Image -> 2 strided convolutions (GroupNorm) -> FC (+ one-hot class) -> one score.
+    """Image (+ one-hot class planes) -> 2 strided convolutions (GroupNorm) -> FC -> one score.
 
-    GroupNorm instead of BatchNorm so that per-sample gradients (DP-SGD) are well defined;
-    the label joins at the last layer so every layer stays Opacus-compatible.
+    The label enters as K constant input channels, so every convolution sees it; joined only
+    at the last linear layer it would merely add a per-class bias and the critic could not
+    judge whether an image fits its class. GroupNorm instead of BatchNorm keeps per-sample
+    gradients (DP-SGD) well defined.
     """
 
     def __init__(self, in_shape: Sequence[int], num_classes: int | None = None, base_channels: int = 64) -> None:
@@ -54,7 +56,7 @@ class DCGANDiscriminator(nn.Module):
         channels, height, width = _check_image_shape(in_shape)
         self.num_classes = num_classes
         self.features = nn.Sequential(
-            nn.Conv2d(channels, base_channels, 4, stride=2, padding=1),
+            nn.Conv2d(channels + (num_classes or 0), base_channels, 4, stride=2, padding=1),
             nn.LeakyReLU(0.2),
             nn.Conv2d(base_channels, 2 * base_channels, 4, stride=2, padding=1),
             nn.GroupNorm(min(8, 2 * base_channels), 2 * base_channels),
@@ -62,10 +64,10 @@ class DCGANDiscriminator(nn.Module):
             nn.Flatten(),
         )
         feature_size = 2 * base_channels * (height // 4) * (width // 4)
-        self.head = nn.Linear(feature_size + (num_classes or 0), 1)
+        self.head = nn.Linear(feature_size, 1)
 
     def forward(self, x: Tensor, labels: Tensor | None = None) -> Tensor:
-        return self.head(concat_condition(self.features(x), labels, self.num_classes)).squeeze(1)
+        return self.head(self.features(label_planes(x, labels, self.num_classes))).squeeze(1)
 
 
 __all__ = ["DCGANDiscriminator", "DCGANGenerator"]
