@@ -38,6 +38,7 @@ def _table(*entries: Entry) -> dict[str, Entry]:
 MODELS = _table(
     Entry("gan", "lightning_dpgan.modules.gan:GAN"),
     Entry("wgan", "lightning_dpgan.modules.wgan:WGAN"),
+    Entry("dpgan", "lightning_dpgan.modules.dpgan:DPGAN"),
 )
 
 DATASETS = _table(
@@ -47,6 +48,7 @@ DATASETS = _table(
 
 PRIVACY = _table(
     Entry("none", None, "no privacy mechanism: the non-private baseline (epsilon = infinity)"),
+    Entry("dp-sgd", "lightning_dpgan.callbacks.dp_sgd:DPSGD"),
 )
 
 LOGGERS = _table(
@@ -71,6 +73,11 @@ def lookup(kind: str, name: str) -> Entry:
     hint = f" Did you mean '{close[0]}'?" if close else ""
     valid = ", ".join(table)
     raise UnknownNameError(f"unknown {kind} '{name}'.{hint} Valid {kind} names: {valid}.")
+
+
+def models_with_slot(slot: type) -> list[str]:
+    """Names of the models whose ``privacy_slot`` is ``slot``."""
+    return [name for name, entry in MODELS.items() if getattr(entry.load(), "privacy_slot", None) is slot]
 
 
 def describe(kind: str) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 import lightning as L
 
 from lightning_dpgan import registry
+from lightning_dpgan.callbacks.budget import PrivacyBudgetStopping
 from lightning_dpgan.callbacks.checkpoint import LastCheckpoint
 from lightning_dpgan.callbacks.samples import SampleGrid, sample_grid
 from lightning_dpgan.callbacks.step_limit import StepLimit
@@ -65,7 +66,10 @@ class Run:
                     "or a privacy strategy (see --help), or drop --epsilon/--delta."
                 )
             return None
-        return cls(**section_arguments(self.config, "privacy", cls))
+        args = section_arguments(self.config, "privacy", cls, provided=("epsilon", "delta"))
+        strategy = cls(epsilon=self.config["epsilon"], delta=self.config["delta"], **args)
+        strategy.check_compatible(self.module)
+        return strategy
 
     def _callbacks(self) -> list[L.Callback]:
         callbacks: list[L.Callback] = [
@@ -77,6 +81,8 @@ class Run:
             callbacks.append(SampleGrid(self.output_dir, self.config["sample_every_n_steps"], self.config["sample_columns"]))
         if self.strategy is not None:
             callbacks.append(self.strategy)
+            if self.strategy.target_epsilon is not None:
+                callbacks.append(PrivacyBudgetStopping(self.strategy.target_epsilon))
         return callbacks
 
     def _build_trainer(self) -> L.Trainer:

@@ -11,21 +11,10 @@ import yaml
 from PIL import Image
 
 from lightning_dpgan.cli import main
+from run_helpers import tiny_run_args
 
 REPO = Path(__file__).resolve().parents[1]
 PRIVACY_KEYS = {"mechanism", "epsilon", "delta", "target_epsilon", "steps", "accountant"}
-
-
-def tiny_run_args(data_dir, output_dir, model="gan", dataset="mnist", steps=4):
-    """A CLI command line that trains tiny nets for a few batches on fixture data."""
-    return [
-        "train", "--model", model, "--dataset", dataset, "--data-dir", str(data_dir),
-        "--output-dir", str(output_dir), "--max-steps", str(steps), "--batch-size", "16",
-        "--accelerator", "cpu", "--data.verify_checksums", "false",
-        "--model.latent_dim", "8", "--model.generator_kwargs.base_channels", "4",
-        "--model.discriminator_kwargs.base_channels", "4", "--trainer.enable_progress_bar", "false",
-        "--trainer.enable_model_summary", "false", "--sample_columns", "3",
-    ]
 
 
 @pytest.fixture(scope="module")

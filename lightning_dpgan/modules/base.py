@@ -9,6 +9,7 @@ mechanism on the discriminator covers everything that touches private records.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any, ClassVar
 
 import lightning as L
@@ -38,6 +39,8 @@ class GANModule(L.LightningModule):
 
     #: The kind of privacy mechanism this module can take; ``None``: none fits.
     privacy_slot: ClassVar[type | None] = GradientPrivatizer
+    #: The ``--privacy`` strategy used when none is named.
+    default_privacy: ClassVar[str] = "none"
 
     def __init__(
         self,
@@ -67,6 +70,10 @@ class GANModule(L.LightningModule):
         self.privacy: Any = None
         #: Training batches seen; the unit of ``--max-steps`` and of privacy accounting.
         self.train_steps = 0
+        #: Generated records per discriminator/generator step. ``None``: as many as real
+        #: records in the batch. A privacy strategy fixes it, because under Poisson sampling
+        #: the real batch size depends on the data while this must not.
+        self.generated_batch_size: int | None = None
         #: Names of the run (model, dataset, ...) stored in checkpoints for ``sample``.
         self.run_info: dict[str, Any] = {}
 
@@ -124,26 +131,43 @@ class GANModule(L.LightningModule):
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
         real, labels = self.unpack_batch(batch)
-        losses = {"loss/discriminator": self.discriminator_step(real, labels)}
+        n_generated = self.generated_batch_size or real.shape[0]
+        losses = {"loss/discriminator": self.discriminator_step(real, labels, n_generated)}
         if (self.train_steps + 1) % self.hparams.discriminator_steps == 0:
-            losses["loss/generator"] = self.generator_step(real.shape[0])
+            losses["loss/generator"] = self.generator_step(n_generated)
         self.train_steps += 1
-        self.log_dict(losses, prog_bar=True, batch_size=real.shape[0])
+        self.log_dict(losses, prog_bar=True, batch_size=max(real.shape[0], 1))
 
-    def discriminator_step(self, real: Tensor, labels: Tensor | None) -> Tensor:
-        """One discriminator update on a real batch against as many generated records."""
+    def public_pass(self) -> Any:
+        """Context for passes through the discriminator that involve no real record.
+
+        A privacy mechanism keeps their gradients out of its per-sample clipping and
+        noise: they depend only on generated data and on already-private parameters.
+        """
+        return self.privacy.public_pass() if self.privacy is not None else nullcontext()
+
+    def discriminator_step(self, real: Tensor, labels: Tensor | None, n_generated: int) -> Tensor:
+        """One discriminator update on a real batch against ``n_generated`` generated records.
+
+        The generated part is back-propagated first, inside :meth:`public_pass`; the real
+        part second, where a privacy mechanism clips and noises each record's gradient.
+        """
         _, opt_d = self.optimizers()
-        n = real.shape[0]
-        fake_labels = self.sample_labels(n)
+        fake_labels = self.sample_labels(n_generated)
         with torch.no_grad():
-            fake = self.generator(self.sample_latent(n), fake_labels)
-        loss = self.discriminator_loss(self.discriminator(real, labels), self.discriminator(fake, fake_labels))
-        loss = loss + self.discriminator_penalty(real, labels, fake, fake_labels)
+            fake = self.generator(self.sample_latent(n_generated), fake_labels)
         opt_d.zero_grad()
-        self.manual_backward(loss)
+        with self.public_pass():
+            fake_loss = self.discriminator_fake_loss(self.discriminator(fake, fake_labels))
+            self.manual_backward(fake_loss)
+        real_loss = real.new_zeros(())
+        if real.shape[0] > 0:  # Poisson sampling can draw an empty batch; the noise still comes
+            real_loss = self.discriminator_real_loss(self.discriminator(real, labels))
+            real_loss = real_loss + self.discriminator_penalty(real, labels, fake, fake_labels)
+            self.manual_backward(real_loss)
         opt_d.step()
         self.after_discriminator_step()
-        return loss.detach()
+        return (real_loss + fake_loss).detach()
 
     def generator_step(self, n: int) -> Tensor:
         """One generator update; the discriminator is frozen so none of its gradients form."""
@@ -151,18 +175,31 @@ class GANModule(L.LightningModule):
         labels = self.sample_labels(n)
         self.discriminator.requires_grad_(False)
         try:
-            fake = self.generator(self.sample_latent(n), labels)
-            loss = self.generator_loss(self.discriminator(fake, labels))
-            opt_g.zero_grad()
-            self.manual_backward(loss)
+            with self.public_pass():
+                fake = self.generator(self.sample_latent(n), labels)
+                loss = self.generator_loss(self.discriminator(fake, labels))
+                opt_g.zero_grad()
+                self.manual_backward(loss)
             opt_g.step()
         finally:
             self.discriminator.requires_grad_(True)
         return loss.detach()
 
+    def private_networks(self) -> dict[str, nn.Module]:
+        """The networks whose parameters are trained on real records."""
+        return {"discriminator": self.discriminator}
+
     # ----------------------------------------------------- what subclasses give
-    def discriminator_loss(self, real_scores: Tensor, fake_scores: Tensor) -> Tensor:
+    def discriminator_real_loss(self, real_scores: Tensor) -> Tensor:
+        """The discriminator's loss on real records: a mean of per-record terms."""
         raise NotImplementedError
+
+    def discriminator_fake_loss(self, fake_scores: Tensor) -> Tensor:
+        """The discriminator's loss on generated records."""
+        raise NotImplementedError
+
+    def discriminator_loss(self, real_scores: Tensor, fake_scores: Tensor) -> Tensor:
+        return self.discriminator_real_loss(real_scores) + self.discriminator_fake_loss(fake_scores)
 
     def generator_loss(self, fake_scores: Tensor) -> Tensor:
         raise NotImplementedError
@@ -174,8 +211,16 @@ class GANModule(L.LightningModule):
     def after_discriminator_step(self) -> None:
         """Hook after each discriminator update (e.g. WGAN weight clipping)."""
 
-    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+    def build_optimizers(self) -> tuple[torch.optim.Optimizer, torch.optim.Optimizer]:
+        """``(generator optimizer, discriminator optimizer)``."""
         raise NotImplementedError
+
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+        """The subclass's optimizers, the discriminator's made private by the privacy slot."""
+        opt_g, opt_d = self.build_optimizers()
+        if self.privacy is not None:
+            opt_d = self.privacy.wrap_optimizer(opt_d)
+        return [opt_g, opt_d]
 
     # -------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -187,7 +232,3 @@ class GANModule(L.LightningModule):
             raise ValueError("this checkpoint was not written by lightning-dpgan (no run information in it)")
         self.train_steps = int(info["train_steps"])
         self.run_info = dict(info.get("run", {}))
-
-
-def count_parameters(module: nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())

@@ -26,18 +26,19 @@ class GAN(GANModule):
         super().__init__(data_shape, num_classes, **kwargs)
         self.save_hyperparameters()
 
-    def discriminator_loss(self, real_scores: Tensor, fake_scores: Tensor) -> Tensor:
-        real_loss = F.binary_cross_entropy_with_logits(real_scores, torch.ones_like(real_scores))
-        fake_loss = F.binary_cross_entropy_with_logits(fake_scores, torch.zeros_like(fake_scores))
-        return real_loss + fake_loss
+    def discriminator_real_loss(self, real_scores: Tensor) -> Tensor:
+        return F.binary_cross_entropy_with_logits(real_scores, torch.ones_like(real_scores))
+
+    def discriminator_fake_loss(self, fake_scores: Tensor) -> Tensor:
+        return F.binary_cross_entropy_with_logits(fake_scores, torch.zeros_like(fake_scores))
 
     def generator_loss(self, fake_scores: Tensor) -> Tensor:
         # Non-saturating form: maximise log D(G(z)) rather than minimise log(1 - D(G(z))).
         return F.binary_cross_entropy_with_logits(fake_scores, torch.ones_like(fake_scores))
 
-    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+    def build_optimizers(self) -> tuple[torch.optim.Optimizer, torch.optim.Optimizer]:
         betas = tuple(self.hparams.betas)
-        return [
+        return (
             torch.optim.Adam(self.generator.parameters(), lr=self.hparams.lr_generator, betas=betas),
             torch.optim.Adam(self.discriminator.parameters(), lr=self.hparams.lr_discriminator, betas=betas),
-        ]
+        )

@@ -34,8 +34,11 @@ class WGAN(GANModule):
         super().__init__(data_shape, num_classes, discriminator_steps=discriminator_steps, **kwargs)
         self.save_hyperparameters()
 
-    def discriminator_loss(self, real_scores: Tensor, fake_scores: Tensor) -> Tensor:
-        return fake_scores.mean() - real_scores.mean()
+    def discriminator_real_loss(self, real_scores: Tensor) -> Tensor:
+        return -real_scores.mean()
+
+    def discriminator_fake_loss(self, fake_scores: Tensor) -> Tensor:
+        return fake_scores.mean()
 
     def generator_loss(self, fake_scores: Tensor) -> Tensor:
         return -fake_scores.mean()
@@ -59,14 +62,14 @@ class WGAN(GANModule):
                 for p in self.discriminator.parameters():
                     p.clamp_(-clip, clip)
 
-    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+    def build_optimizers(self) -> tuple[torch.optim.Optimizer, torch.optim.Optimizer]:
         if self.hparams.gradient_penalty > 0:
             betas = (0.0, 0.9)  # WGAN-GP's Adam settings
-            return [
+            return (
                 torch.optim.Adam(self.generator.parameters(), lr=self.hparams.lr_generator, betas=betas),
                 torch.optim.Adam(self.discriminator.parameters(), lr=self.hparams.lr_discriminator, betas=betas),
-            ]
-        return [
+            )
+        return (
             torch.optim.RMSprop(self.generator.parameters(), lr=self.hparams.lr_generator),
             torch.optim.RMSprop(self.discriminator.parameters(), lr=self.hparams.lr_discriminator),
-        ]
+        )

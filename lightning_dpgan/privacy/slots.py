@@ -8,6 +8,7 @@ single place where real records influence what is trained; with the slot empty
 """
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
 from torch import Tensor, nn
@@ -18,13 +19,17 @@ from torch.optim import Optimizer
 class GradientPrivatizer(Protocol):
     """DP-SGD on the networks that read real records (DPGAN, DP-CTGAN).
 
-    The module hands over each such network and its optimizer; the mechanism returns the
-    versions that clip per-sample gradients and add Gaussian noise.
+    The strategy ``attach``es the mechanism to the module's ``private_networks()``; the
+    module passes their optimizer through ``wrap_optimizer`` (which clips each real
+    record's gradient and adds Gaussian noise at ``step``) and runs every pass that
+    involves no real record inside ``public_pass()``.
     """
 
-    def wrap_network(self, network: nn.Module) -> nn.Module: ...
+    def attach(self, network: nn.Module) -> None: ...
 
-    def wrap_optimizer(self, optimizer: Optimizer, network: nn.Module) -> Optimizer: ...
+    def wrap_optimizer(self, optimizer: Optimizer) -> Optimizer: ...
+
+    def public_pass(self) -> AbstractContextManager[None]: ...
 
 
 @runtime_checkable

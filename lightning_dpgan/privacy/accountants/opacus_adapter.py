@@ -8,10 +8,13 @@ foreign) and hands it to ``opacus.accountants.RDPAccountant`` or ``PRVAccountant
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import ClassVar, Literal
 
+import numpy as np
 from opacus.accountants import PRVAccountant, RDPAccountant
 from opacus.accountants.accountant import IAccountant
+from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 from opacus.accountants.utils import get_noise_multiplier
 
 from lightning_dpgan.privacy.accountants.base import Accountant, Params
@@ -71,7 +74,26 @@ class OpacusAccountant(Accountant):
             raise ValueError(f"sample_rate must be in (0, 1], got {params['sample_rate']}")
 
     def _compute_epsilon(self, delta: float) -> float:
-        return self.to_opacus().get_epsilon(delta=delta)
+        if self.name != "rdp":
+            return self.to_opacus().get_epsilon(delta=delta)
+        # What RDPAccountant.get_privacy_spent computes, with each (sigma, q)'s one-step RDP
+        # cached: RDP composes additively, so k steps cost k times one step. Budget stopping
+        # asks for epsilon after every batch, and Opacus would recompute the curve each time.
+        orders = RDPAccountant.DEFAULT_ALPHAS
+        rdp = sum(
+            _one_step_rdp(params["noise_multiplier"], params["sample_rate"]) * num_steps
+            for params, num_steps in self._history
+        )
+        epsilon, _ = get_privacy_spent(orders=orders, rdp=rdp, delta=delta)
+        return float(epsilon)
+
+
+@lru_cache(maxsize=64)
+def _one_step_rdp(noise_multiplier: float, sample_rate: float) -> np.ndarray:
+    """Opacus' RDP curve of one subsampled-Gaussian step, on Opacus' default orders."""
+    rdp = compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=RDPAccountant.DEFAULT_ALPHAS)
+    rdp.setflags(write=False)
+    return rdp
 
 
 def calibrate_noise_multiplier(

@@ -1,0 +1,93 @@
+"""``PrivacyBudgetStopping``: stop *before* the step that would push epsilon past the target.
+
+After every training batch it checks whether one more step keeps epsilon within the target;
+if not, training stops, so the reported epsilon never exceeds it. Before the first step it
+refuses a budget too small for even one step. The accountant's state (and so the budget
+spent) is saved in checkpoints by the strategy and survives a resume.
+
+Asking the accountant after every batch is slow (a PRV epsilon takes ~0.3 s), so the callback
+plans: for the strategy's current step parameters it finds, by bisection over the
+strategy's own look-ahead ``epsilon_if(k)``, the largest number of further steps that fits,
+and re-plans only when those parameters change. ``privacy/epsilon`` is logged at Lightning's
+logging cadence (``log_every_n_steps``) and when training stops.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+
+#: Planning horizon: more steps than any run takes; a budget lasting longer is "unlimited".
+MAX_PLANNED_STEPS = 10**8
+
+from lightning_dpgan.callbacks.strategy import PrivacyStrategy
+from lightning_dpgan.privacy.validation import validate_epsilon
+
+
+class BudgetTooSmallError(ValueError):
+    """Not even one training step fits in the privacy budget."""
+
+
+class PrivacyBudgetStopping(L.Callback):
+    """Stop training before epsilon (at the strategy's delta) would exceed ``target_epsilon``."""
+
+    def __init__(self, target_epsilon: float) -> None:
+        self.target_epsilon = validate_epsilon(target_epsilon)
+        self.strategy: PrivacyStrategy | None = None
+        self.stopped_by_budget = False
+        self._plan: tuple[tuple, int] | None = None  # (step parameters, total steps allowed)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        strategies = [c for c in trainer.callbacks if isinstance(c, PrivacyStrategy)]
+        if len(strategies) != 1:
+            raise ValueError(f"PrivacyBudgetStopping needs exactly one privacy strategy callback, found {len(strategies)}")
+        self.strategy = strategies[0]
+
+    def next_step_fits(self) -> bool:
+        return len(self.strategy.accountant) + 1 <= self.allowed_total_steps()
+
+    def allowed_total_steps(self) -> int:
+        """Total steps (spent + future) within budget at the current step parameters."""
+        params = tuple(sorted(self.strategy.next_step_params().items()))
+        if self._plan is None or self._plan[0] != params:
+            self._plan = (params, len(self.strategy.accountant) + self._max_more_steps())
+        return self._plan[1]
+
+    def _fits(self, more_steps: int) -> bool:
+        return self.strategy.epsilon_if(more_steps) <= self.target_epsilon
+
+    def _max_more_steps(self) -> int:
+        """Largest k with epsilon_if(k) <= target (epsilon grows with k): doubling, then bisection."""
+        if not self._fits(1):
+            return 0
+        low, high = 1, 2
+        while high < MAX_PLANNED_STEPS and self._fits(high):
+            low, high = high, high * 2
+        if high >= MAX_PLANNED_STEPS:
+            return MAX_PLANNED_STEPS
+        while high - low > 1:  # invariant: low fits, high does not
+            middle = (low + high) // 2
+            low, high = (middle, high) if self._fits(middle) else (low, middle)
+        return low
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.next_step_fits():
+            return
+        if len(self.strategy.accountant) == 0:
+            raise BudgetTooSmallError(
+                f"a single training step would spend epsilon = {self.strategy.epsilon_if(1):.4g}, more than "
+                f"--epsilon {self.target_epsilon:g}: raise --epsilon, add noise, or lower the sampling rate "
+                "(smaller --batch-size)."
+            )
+        self._stop(trainer)  # resumed with the budget already spent
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        stop = not self.next_step_fits()
+        if stop or pl_module.train_steps % max(trainer.log_every_n_steps, 1) == 0:
+            pl_module.log("privacy/epsilon", self.strategy.epsilon(), prog_bar=True)
+        if stop:
+            self._stop(trainer)
+
+    def _stop(self, trainer: L.Trainer) -> None:
+        self.stopped_by_budget = True
+        trainer.should_stop = True

@@ -1,0 +1,133 @@
+"""``DPSGD``: the DP-SGD privacy strategy (Opacus), for any module with a GradientPrivatizer slot.
+
+The mechanism itself (clipping, noise, sensitivity) is stated in
+:mod:`lightning_dpgan.privacy.dp_sgd`. This callback decides its parameters (the noise
+multiplier, calibrated from ``--epsilon`` and the planned steps when not given), draws the
+training batches by Poisson sampling at rate ``q = batch_size / N`` (what the subsampled
+Gaussian accountant assumes), and charges the accountant once per noisy step.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import lightning as L
+from opacus.data_loader import DPDataLoader
+
+from lightning_dpgan.callbacks.step_limit import StepLimit
+from lightning_dpgan.callbacks.strategy import PrivacyStrategy
+from lightning_dpgan.privacy.accountants import OpacusAccountant, calibrate_noise_multiplier
+from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
+from lightning_dpgan.privacy.slots import GradientPrivatizer
+from lightning_dpgan.privacy.validation import validate_positive
+
+
+class DPSGD(PrivacyStrategy):
+    """DP-SGD (Opacus): clip each real record's gradient, add Gaussian noise, Poisson-sample batches."""
+
+    name: ClassVar[str] = "dp-sgd"
+    slot: ClassVar[type] = GradientPrivatizer
+    mechanism_name: ClassVar[str] = "dp-sgd (subsampled Gaussian)"
+
+    def __init__(
+        self,
+        noise_multiplier: float | None = None,
+        max_grad_norm: float = 1.0,
+        accountant: str = "rdp",
+        poisson_sampling: bool = True,
+        epsilon: float | None = None,
+        delta: float | None = None,
+    ) -> None:
+        super().__init__(epsilon, delta)
+        if noise_multiplier is None and epsilon is None:
+            raise ValueError("dp-sgd needs --epsilon (to calibrate the noise) or --privacy.noise_multiplier")
+        if noise_multiplier is not None:
+            validate_positive("--privacy.noise_multiplier", noise_multiplier)
+        self.max_grad_norm = validate_positive("--privacy.max_grad_norm", max_grad_norm)
+        if accountant not in ("rdp", "prv"):
+            raise ValueError(f"--privacy.accountant must be 'rdp' or 'prv', got {accountant!r}")
+        self.noise_multiplier = noise_multiplier
+        self.noise_multiplier_given = noise_multiplier is not None
+        self.accountant_kind = accountant
+        self.poisson_sampling = poisson_sampling
+        self.sample_rate: float | None = None
+        self.calibrated_for_steps: int | None = None
+
+    # ----------------------------------------------------------------- install
+    def install(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.world_size > 1:
+            raise NotImplementedError("dp-sgd under multi-process training (DDP) is not supported yet; use --devices 1")
+        if getattr(pl_module.hparams, "gradient_penalty", 0):
+            raise ValueError("dp-sgd cannot clip per-record gradients of a gradient penalty: set --model.gradient_penalty 0")
+        datamodule = trainer.datamodule
+        batch_size = datamodule.hparams.batch_size
+        if batch_size > self.train_records:
+            raise ValueError(f"--batch-size {batch_size} exceeds the {self.train_records} training records")
+        self.sample_rate = batch_size / self.train_records
+        self.accountant = OpacusAccountant(self.accountant_kind)
+        if self.noise_multiplier is None:
+            self.noise_multiplier = self._calibrate(trainer)
+        networks = pl_module.private_networks()
+        if len(networks) != 1:
+            raise NotImplementedError("dp-sgd supports modules with exactly one private network")
+        self.mechanism = DPSGDMechanism(self.noise_multiplier, self.max_grad_norm, batch_size, on_noisy_step=self._charge)
+        self.mechanism.attach(next(iter(networks.values())))
+        pl_module.privacy = self.mechanism
+        pl_module.generated_batch_size = batch_size
+        if self.poisson_sampling:
+            self._use_poisson_sampling(datamodule)
+
+    def _use_poisson_sampling(self, datamodule: L.LightningDataModule) -> None:
+        """Each record joins each batch independently with probability q (Opacus' DPDataLoader)."""
+        dataset, workers, rate = datamodule.train_dataset, datamodule.hparams.num_workers, self.sample_rate
+        datamodule.train_dataloader = lambda: DPDataLoader(dataset, sample_rate=rate, num_workers=workers)
+
+    def planned_steps(self, trainer: L.Trainer) -> int:
+        limits = [c.max_steps for c in trainer.callbacks if isinstance(c, StepLimit)]
+        if trainer.max_epochs and trainer.max_epochs > 0:
+            limits.append(trainer.max_epochs * math.ceil(1 / self.sample_rate))
+        if not limits:
+            raise ValueError("to calibrate the noise from --epsilon, give --max-steps or --max-epochs")
+        return min(limits)
+
+    def _calibrate(self, trainer: L.Trainer) -> float:
+        steps = self.planned_steps(trainer)
+        self.calibrated_for_steps = steps
+        return calibrate_noise_multiplier(self.target_epsilon, self.delta, self.sample_rate, steps, kind=self.accountant_kind)
+
+    # ------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "noise_multiplier": self.noise_multiplier,
+                "calibrated_for_steps": self.calibrated_for_steps}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume with the checkpoint's noise multiplier, unless the user set one now.
+
+        Runs before the optimizers are built, so the restored value is the one used."""
+        super().load_state_dict(state_dict)
+        if not self.noise_multiplier_given:
+            self.noise_multiplier = validate_positive("noise_multiplier in the checkpoint", state_dict.get("noise_multiplier"))
+            self.calibrated_for_steps = state_dict.get("calibrated_for_steps")
+            self.mechanism.noise_multiplier = self.noise_multiplier
+
+    # -------------------------------------------------------------- accounting
+    def _charge(self) -> None:
+        self.accountant.step(noise_multiplier=self.noise_multiplier, sample_rate=self.sample_rate)
+
+    def next_step_params(self) -> dict[str, float]:
+        return {"noise_multiplier": self.noise_multiplier, "sample_rate": self.sample_rate}
+
+    def report_parameters(self) -> dict[str, Any]:
+        report = {
+            "noise_multiplier": self.noise_multiplier,
+            "sample_rate": self.sample_rate,
+            "max_grad_norm": self.max_grad_norm,
+            "sampling": "poisson" if self.poisson_sampling else "shuffle",
+            "calibrated_for_steps": self.calibrated_for_steps,
+        }
+        if not self.poisson_sampling:
+            report["note"] = (
+                "batches were shuffled, not Poisson-sampled: epsilon is computed as if Poisson-subsampled, "
+                "which is the common practice but not a proven bound for shuffled batches"
+            )
+        return report

@@ -1,0 +1,117 @@
+"""``PrivacyStrategy``: the base of every privacy strategy callback.
+
+A strategy plugs one privacy mechanism into any module that offers its slot (see
+:mod:`lightning_dpgan.privacy.slots`), owns the accountant that charges for it, and answers
+the two questions the rest of the framework asks: how much has been spent
+(:meth:`epsilon`) and how much would be after more steps (:meth:`epsilon_if`, used by
+``PrivacyBudgetStopping``). The accountant's state travels in Lightning checkpoints; a
+resumed run whose checkpoint lacks it is refused, never silently restarted at zero.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import lightning as L
+
+from lightning_dpgan.privacy.accountants import Accountant, AccountantStateError
+from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon
+
+DEFAULT_DELTA = 1e-5
+
+
+class IncompatibleModelError(ValueError):
+    """The model has no slot for this privacy strategy."""
+
+
+class PrivacyStrategy(L.Callback):
+    """Base class: slot check, delta, accountant state in checkpoints, the privacy report."""
+
+    #: the ``--privacy`` name
+    name: ClassVar[str] = ""
+    #: the Protocol (privacy slot) a module must declare in ``privacy_slot``
+    slot: ClassVar[type]
+    #: human-readable mechanism name for privacy.json
+    mechanism_name: ClassVar[str] = ""
+
+    def __init__(self, epsilon: float | None = None, delta: float | None = None) -> None:
+        self.target_epsilon = None if epsilon is None else validate_epsilon(epsilon)
+        self.delta = None if delta is None else validate_delta(delta)
+        self.accountant: Accountant | None = None
+        self.train_records: int | None = None
+
+    # -------------------------------------------------------------- checks
+    def check_compatible(self, module: Any) -> None:
+        """Refuse a module that lacks this strategy's slot, naming the models that have it."""
+        if getattr(module, "privacy_slot", None) is self.slot:
+            return
+        from lightning_dpgan import registry
+
+        compatible = registry.models_with_slot(self.slot)
+        raise IncompatibleModelError(
+            f"--privacy {self.name} needs a model with a {self.slot.__name__} slot, and "
+            f"{type(module).__name__} has {getattr(getattr(module, 'privacy_slot', None), '__name__', 'none')}. "
+            f"Models that take --privacy {self.name}: {', '.join(compatible) or 'none yet'}."
+        )
+
+    # ---------------------------------------------------------- Lightning
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        self.check_compatible(pl_module)
+        self.train_records = len(trainer.datamodule.train_dataset)
+        self.delta = validate_delta(DEFAULT_DELTA if self.delta is None else self.delta, self.train_records)
+        self.install(trainer, pl_module)
+        if self.accountant is None:
+            raise RuntimeError(f"{type(self).__name__}.install() must create the accountant")
+
+    def install(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Put the mechanism in ``pl_module``'s slot and create ``self.accountant``."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"strategy": self.name, "accountant": self.accountant.state_dict() if self.accountant else None}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if not isinstance(state_dict, dict) or state_dict.get("strategy") != self.name or self.accountant is None:
+            raise AccountantStateError(f"the checkpoint's privacy state is not a {self.name} state")
+        self.accountant.load_state_dict(state_dict.get("accountant"))
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        if self.state_key not in checkpoint.get("callbacks", {}):
+            raise AccountantStateError(
+                f"the checkpoint holds no {self.name} accountant state: it was trained without this privacy "
+                "strategy, or the file is damaged. The budget it already spent cannot be known, so resuming "
+                "from it is refused; start a new run instead."
+            )
+
+    # -------------------------------------------------------- accounting
+    def next_step_params(self) -> dict[str, float]:
+        """The mechanism parameters of the next step (for look-ahead before any step)."""
+        raise NotImplementedError
+
+    def epsilon(self) -> float:
+        """Epsilon spent so far, at ``self.delta``."""
+        return self.accountant.get_epsilon(self.delta)
+
+    def epsilon_if(self, steps: int = 1) -> float:
+        """Epsilon after ``steps`` more steps; the state is not changed."""
+        return self.accountant.epsilon_if(self.delta, steps, **self.next_step_params())
+
+    def report_parameters(self) -> dict[str, Any]:
+        """Everything needed to recompute epsilon independently (subclasses add theirs)."""
+        return {}
+
+    def privacy_report(self) -> dict[str, Any]:
+        epsilon = self.epsilon()
+        return {
+            "mechanism": self.mechanism_name,
+            "epsilon": epsilon if math.isfinite(epsilon) else None,
+            "delta": self.delta,
+            "target_epsilon": self.target_epsilon,
+            "steps": len(self.accountant),
+            "accountant": self.accountant.name,
+            "train_records": self.train_records,
+            **self.report_parameters(),
+            "accountant_history": self.accountant.state_dict()["history"],
+        }

@@ -1,0 +1,19 @@
+"""Command lines for tiny end-to-end runs on the fixture data (see conftest.tiny_image_data_dir)."""
+import json
+from pathlib import Path
+
+
+def tiny_run_args(data_dir, output_dir, model="gan", dataset="mnist", steps=4, batch_size=16):
+    """A ``main([...])`` argument list that trains tiny nets for a few batches on fixture data."""
+    return [
+        "train", "--model", model, "--dataset", dataset, "--data-dir", str(data_dir),
+        "--output-dir", str(output_dir), "--max-steps", str(steps), "--batch-size", str(batch_size),
+        "--accelerator", "cpu", "--data.verify_checksums", "false",
+        "--model.latent_dim", "8", "--model.generator_kwargs.base_channels", "4",
+        "--model.discriminator_kwargs.base_channels", "4", "--trainer.enable_progress_bar", "false",
+        "--trainer.enable_model_summary", "false", "--sample_columns", "3",
+    ]
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())

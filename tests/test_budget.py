@@ -1,0 +1,89 @@
+"""PrivacyBudgetStopping never lets epsilon pass the target, and stops no earlier than needed."""
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lightning_dpgan.callbacks.budget import BudgetTooSmallError, PrivacyBudgetStopping
+from lightning_dpgan.callbacks.strategy import PrivacyStrategy
+from lightning_dpgan.privacy.accountants import OpacusAccountant
+
+
+class StubStrategy(PrivacyStrategy):
+    """A strategy with a real Opacus accountant and fixed (sigma, q), no Lightning needed."""
+
+    name = "stub"
+
+    def __init__(self, sigma, rate, delta=1e-5):
+        super().__init__(delta=delta)
+        self.accountant = OpacusAccountant("rdp")
+        self.params = {"noise_multiplier": sigma, "sample_rate": rate}
+
+    def next_step_params(self):
+        return dict(self.params)
+
+    def take_step(self):
+        self.accountant.step(**self.params)
+
+
+def run_until_stopped(strategy, target, max_steps=5000):
+    """Drive the callback the way Lightning's loop does; returns (callback, trainer)."""
+    budget = PrivacyBudgetStopping(target)
+    trainer = SimpleNamespace(should_stop=False, callbacks=[strategy, budget], log_every_n_steps=50)
+    module = SimpleNamespace(train_steps=0, log=lambda *args, **kwargs: None)
+    budget.setup(trainer, module, "fit")
+    budget.on_train_start(trainer, module)
+    while not trainer.should_stop and module.train_steps < max_steps:
+        strategy.take_step()
+        module.train_steps += 1
+        budget.on_train_batch_end(trainer, module)
+    return budget, trainer
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    sigma=st.floats(0.6, 3.0),
+    rate=st.floats(0.005, 0.3),
+    target=st.floats(0.3, 8.0),
+)
+def test_epsilon_never_exceeds_the_target_and_the_budget_is_used(sigma, rate, target):
+    strategy = StubStrategy(sigma, rate)
+    if strategy.epsilon_if(1) > target:
+        with pytest.raises(BudgetTooSmallError):
+            run_until_stopped(strategy, target)
+        return
+    budget, trainer = run_until_stopped(strategy, target)
+    spent = strategy.epsilon()
+    assert spent <= target
+    if budget.stopped_by_budget:
+        assert strategy.epsilon_if(1) > target  # stopping earlier would have wasted budget
+    else:
+        assert len(strategy.accountant) == 5000
+
+
+def test_planned_limit_equals_stepping_one_by_one():
+    strategy = StubStrategy(1.0, 0.05)
+    budget, _ = run_until_stopped(strategy, 3.0)
+    brute = StubStrategy(1.0, 0.05)
+    while brute.epsilon_if(1) <= 3.0:
+        brute.take_step()
+    assert len(strategy.accountant) == len(brute.accountant) > 0
+    assert budget.stopped_by_budget
+
+
+def test_changed_step_parameters_trigger_a_new_plan():
+    strategy = StubStrategy(2.0, 0.05)
+    budget = PrivacyBudgetStopping(2.0)
+    budget.strategy = strategy
+    generous = budget.allowed_total_steps()
+    strategy.params["noise_multiplier"] = 0.8  # less noise: fewer steps fit
+    assert budget.allowed_total_steps() < generous
+
+
+def test_resumed_run_with_budget_spent_stops_without_error():
+    strategy = StubStrategy(1.0, 0.05)
+    run_until_stopped(strategy, 2.0)
+    steps = len(strategy.accountant)
+    _, trainer = run_until_stopped(strategy, 2.0)  # "resume": the accountant already holds the spend
+    assert trainer.should_stop and len(strategy.accountant) == steps

@@ -1,0 +1,171 @@
+"""DPSGD strategy and DPGAN through the CLI: accounting against Opacus, budget stopping,
+calibration, resume, composition, and refusals."""
+import pytest
+import torch
+from opacus.accountants import PRVAccountant, RDPAccountant
+
+from lightning_dpgan.callbacks.dp_sgd import DPSGD
+from lightning_dpgan.callbacks.strategy import IncompatibleModelError
+from lightning_dpgan.cli import main
+from lightning_dpgan.modules import GAN
+from lightning_dpgan.privacy.slots import LabelAggregator
+from run_helpers import read_json, tiny_run_args
+
+TRAIN_RECORDS, BATCH = 160, 16
+RATE = BATCH / TRAIN_RECORDS
+REPORT_KEYS = {"mechanism", "epsilon", "delta", "target_epsilon", "steps", "accountant",
+               "noise_multiplier", "sample_rate", "max_grad_norm"}
+
+
+def opacus_epsilon(sigma, rate, steps, delta, kind="rdp"):
+    """Epsilon computed independently, with Opacus' own accountant."""
+    accountant = RDPAccountant() if kind == "rdp" else PRVAccountant()
+    for _ in range(steps):
+        accountant.step(noise_multiplier=sigma, sample_rate=rate)
+    return accountant.get_epsilon(delta)
+
+
+def dpgan(data_dir, output_dir, steps, *extra, model="dpgan"):
+    return main(tiny_run_args(data_dir, output_dir, model=model, steps=steps, batch_size=BATCH) + list(extra))
+
+
+@pytest.fixture(scope="module")
+def fixed_noise_run(tiny_image_data_dir, tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("dp") / "fixed"
+    assert dpgan(tiny_image_data_dir, output_dir, 7, "--privacy.noise_multiplier", "1.3", "--delta", "1e-4") == 0
+    return output_dir
+
+
+def test_privacy_report_recomputes_with_opacus(fixed_noise_run):
+    report = read_json(fixed_noise_run / "privacy.json")
+    assert REPORT_KEYS <= set(report)
+    assert report["mechanism"].startswith("dp-sgd") and report["accountant"] == "rdp"
+    assert (report["steps"], report["noise_multiplier"], report["sample_rate"]) == (7, 1.3, RATE)
+    expected = opacus_epsilon(report["noise_multiplier"], report["sample_rate"], report["steps"], report["delta"])
+    assert report["epsilon"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_prv_accountant_matches_opacus(tiny_image_data_dir, tmp_path):
+    assert dpgan(tiny_image_data_dir, tmp_path / "prv", 5, "--privacy.noise_multiplier", "1.0",
+                 "--privacy.accountant", "prv") == 0
+    report = read_json(tmp_path / "prv" / "privacy.json")
+    assert report["accountant"] == "prv"
+    assert report["epsilon"] == pytest.approx(opacus_epsilon(1.0, RATE, 5, report["delta"], "prv"), rel=1e-9)
+
+
+def test_calibrated_noise_spends_at_most_the_target_over_the_planned_steps(tiny_image_data_dir, tmp_path):
+    assert dpgan(tiny_image_data_dir, tmp_path / "cal", 6, "--epsilon", "4", "--delta", "1e-4") == 0
+    report = read_json(tmp_path / "cal" / "privacy.json")
+    assert report["steps"] == 6 and report["calibrated_for_steps"] == 6
+    assert report["epsilon"] <= 4 and report["epsilon"] > 3.9  # calibrated, not merely safe
+    assert opacus_epsilon(report["noise_multiplier"], RATE, 6, 1e-4) == pytest.approx(report["epsilon"], rel=1e-12)
+
+
+def test_budget_stops_before_the_step_that_would_exceed_it(tiny_image_data_dir, tmp_path):
+    target, sigma = 2.0, 1.2
+    assert dpgan(tiny_image_data_dir, tmp_path / "budget", 500, "--epsilon", str(target),
+                 "--privacy.noise_multiplier", str(sigma), "--delta", "1e-4") == 0
+    report = read_json(tmp_path / "budget" / "privacy.json")
+    steps = report["steps"]
+    assert 0 < steps < 500
+    assert report["epsilon"] <= target
+    assert opacus_epsilon(sigma, RATE, steps + 1, 1e-4) > target  # one more step would have passed it
+    metrics = read_json(tmp_path / "budget" / "metrics.json")
+    assert metrics["steps"] == steps and metrics["privacy/epsilon"] == pytest.approx(report["epsilon"])
+
+
+def test_a_budget_too_small_for_one_step_is_refused(tiny_image_data_dir, tmp_path, capsys):
+    code = dpgan(tiny_image_data_dir, tmp_path / "tiny", 5, "--epsilon", "0.05", "--privacy.noise_multiplier", "0.6")
+    assert code == 2
+    assert "a single training step would spend" in capsys.readouterr().err
+    assert not (tmp_path / "tiny" / "privacy.json").exists()
+
+
+def test_resume_spends_exactly_like_an_uninterrupted_run(tiny_image_data_dir, tmp_path):
+    common = ("--privacy.noise_multiplier", "1.1", "--delta", "1e-4")
+    assert dpgan(tiny_image_data_dir, tmp_path / "straight", 20, *common) == 0
+    assert dpgan(tiny_image_data_dir, tmp_path / "first", 10, *common) == 0
+    assert dpgan(tiny_image_data_dir, tmp_path / "second", 20, *common,
+                 "--resume", str(tmp_path / "first" / "checkpoints" / "last.ckpt")) == 0
+    straight = read_json(tmp_path / "straight" / "privacy.json")
+    resumed = read_json(tmp_path / "second" / "privacy.json")
+    assert resumed["steps"] == straight["steps"] == 20
+    assert resumed["epsilon"] == straight["epsilon"]
+
+
+def test_resume_keeps_the_calibrated_noise(tiny_image_data_dir, tmp_path):
+    assert dpgan(tiny_image_data_dir, tmp_path / "a", 4, "--epsilon", "6", "--delta", "1e-4") == 0
+    first = read_json(tmp_path / "a" / "privacy.json")
+    assert dpgan(tiny_image_data_dir, tmp_path / "b", 8, "--epsilon", "6", "--delta", "1e-4",
+                 "--resume", str(tmp_path / "a" / "checkpoints" / "last.ckpt")) == 0
+    second = read_json(tmp_path / "b" / "privacy.json")
+    assert second["noise_multiplier"] == first["noise_multiplier"]
+    assert second["epsilon"] <= 6 and second["steps"] >= first["steps"]
+
+
+def test_resume_without_accountant_state_is_refused(tiny_image_data_dir, tmp_path, capsys):
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "plain", steps=2, batch_size=BATCH)) == 0
+    code = dpgan(tiny_image_data_dir, tmp_path / "dp", 4, "--privacy.noise_multiplier", "1.0",
+                 "--resume", str(tmp_path / "plain" / "checkpoints" / "last.ckpt"))
+    assert code == 2
+    assert "holds no dp-sgd accountant state" in capsys.readouterr().err
+
+
+def test_resume_with_corrupt_accountant_state_is_refused(fixed_noise_run, tiny_image_data_dir, tmp_path, capsys):
+    checkpoint = torch.load(fixed_noise_run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    (key,) = [k for k in checkpoint["callbacks"] if "DPSGD" in k]
+    checkpoint["callbacks"][key]["accountant"]["history"] = "garbage"
+    torch.save(checkpoint, tmp_path / "corrupt.ckpt")
+    code = dpgan(tiny_image_data_dir, tmp_path / "out", 9, "--privacy.noise_multiplier", "1.3",
+                 "--resume", str(tmp_path / "corrupt.ckpt"))
+    assert code == 2
+    assert "history" in capsys.readouterr().err
+
+
+def test_wgan_with_dp_sgd_is_dpgan(fixed_noise_run, tiny_image_data_dir, tmp_path):
+    """--model wgan --privacy dp-sgd composes the same thing as --model dpgan."""
+    assert dpgan(tiny_image_data_dir, tmp_path / "wgan", 7, "--privacy", "dp-sgd",
+                 "--privacy.noise_multiplier", "1.3", "--delta", "1e-4", model="wgan") == 0
+    composed = read_json(tmp_path / "wgan" / "privacy.json")
+    assert composed["epsilon"] == read_json(fixed_noise_run / "privacy.json")["epsilon"]
+    load = lambda run: torch.load(run / "checkpoints/last.ckpt", map_location="cpu", weights_only=False)["state_dict"]  # noqa: E731
+    dp, wgan = load(fixed_noise_run), load(tmp_path / "wgan")
+    assert dp.keys() == wgan.keys()
+    assert all(torch.equal(dp[k], wgan[k]) for k in dp)
+
+
+def test_dp_checkpoint_samples_like_any_other(fixed_noise_run, tmp_path):
+    out = tmp_path / "s.npz"
+    assert main(["sample", "--checkpoint", str(fixed_noise_run / "checkpoints/last.ckpt"), "-n", "10", "--out", str(out)]) == 0
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--epsilon", "0"], "--epsilon"),
+        (["--epsilon", "-1"], "--epsilon"),
+        (["--epsilon", "1", "--delta", "0"], "--delta"),
+        (["--epsilon", "1", "--delta", "0.01"], "1/n"),  # 160 records: 1/n = 0.00625
+        (["--epsilon", "1", "--privacy.max_grad_norm", "0"], "--privacy.max_grad_norm"),
+        (["--privacy.noise_multiplier", "-1"], "--privacy.noise_multiplier"),
+        (["--privacy.accountant", "gdp"], "--privacy.accountant"),
+        (["--epsilon", "1", "--model.gradient_penalty", "10"], "gradient penalty"),
+    ],
+)
+def test_bad_privacy_settings_are_refused(tiny_image_data_dir, tmp_path, capsys, extra, message):
+    assert dpgan(tiny_image_data_dir, tmp_path / "bad", 3, *extra) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "bad" / "privacy.json").exists()
+
+
+def test_dpgan_needs_a_target_or_a_noise_multiplier():
+    with pytest.raises(ValueError, match="needs --epsilon"):
+        DPSGD()
+
+
+def test_a_model_without_the_slot_is_refused_with_the_compatible_models():
+    class LabelOnlyModel(GAN):
+        privacy_slot = LabelAggregator
+
+    with pytest.raises(IncompatibleModelError, match="Models that take --privacy dp-sgd: gan, wgan, dpgan"):
+        DPSGD(noise_multiplier=1.0).check_compatible(LabelOnlyModel((4,), None))
