@@ -32,14 +32,14 @@ class DPSGD(PrivacyStrategy):
     def __init__(
         self,
         noise_multiplier: float | None = None,
+        target_epsilon: float | None = None,
         max_grad_norm: float = 1.0,
+        delta: float | None = None,
         accountant: str = "rdp",
         poisson_sampling: bool = True,
-        epsilon: float | None = None,
-        delta: float | None = None,
     ) -> None:
-        super().__init__(epsilon, delta)
-        if noise_multiplier is None and epsilon is None:
+        super().__init__(target_epsilon, delta)
+        if noise_multiplier is None and target_epsilon is None:
             raise ValueError("dp-sgd needs --epsilon (to calibrate the noise) or --privacy.noise_multiplier")
         if noise_multiplier is not None:
             validate_positive("--privacy.noise_multiplier", noise_multiplier)

@@ -34,8 +34,8 @@ class PrivacyStrategy(L.Callback):
     #: human-readable mechanism name for privacy.json
     mechanism_name: ClassVar[str] = ""
 
-    def __init__(self, epsilon: float | None = None, delta: float | None = None) -> None:
-        self.target_epsilon = None if epsilon is None else validate_epsilon(epsilon)
+    def __init__(self, target_epsilon: float | None = None, delta: float | None = None) -> None:
+        self.target_epsilon = None if target_epsilon is None else validate_epsilon(target_epsilon)
         self.delta = None if delta is None else validate_delta(delta)
         self.accountant: Accountant | None = None
         self.train_records: int | None = None

@@ -66,8 +66,8 @@ class Run:
                     "or a privacy strategy (see --help), or drop --epsilon/--delta."
                 )
             return None
-        args = section_arguments(self.config, "privacy", cls, provided=("epsilon", "delta"))
-        strategy = cls(epsilon=self.config["epsilon"], delta=self.config["delta"], **args)
+        args = section_arguments(self.config, "privacy", cls, provided=("target_epsilon", "delta"))
+        strategy = cls(target_epsilon=self.config["epsilon"], delta=self.config["delta"], **args)
         strategy.check_compatible(self.module)
         return strategy
 

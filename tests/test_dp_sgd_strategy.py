@@ -134,9 +134,22 @@ def test_wgan_with_dp_sgd_is_dpgan(fixed_noise_run, tiny_image_data_dir, tmp_pat
     assert all(torch.equal(dp[k], wgan[k]) for k in dp)
 
 
+def test_dp_sgd_composes_with_the_plain_gan(tiny_image_data_dir, tmp_path):
+    assert dpgan(tiny_image_data_dir, tmp_path / "gan", 3, "--privacy", "dp-sgd",
+                 "--privacy.noise_multiplier", "2.0", model="gan") == 0
+    report = read_json(tmp_path / "gan" / "privacy.json")
+    assert report["steps"] == 3
+    assert report["epsilon"] == pytest.approx(opacus_epsilon(2.0, RATE, 3, report["delta"]), rel=1e-12)
+
+
 def test_dp_checkpoint_samples_like_any_other(fixed_noise_run, tmp_path):
+    """A DP-trained checkpoint (hooks were on the critic) loads into a plain module for sampling."""
     out = tmp_path / "s.npz"
     assert main(["sample", "--checkpoint", str(fixed_noise_run / "checkpoints/last.ckpt"), "-n", "10", "--out", str(out)]) == 0
+    import numpy as np
+
+    arrays = np.load(out)
+    assert arrays["images"].shape == (10, 1, 28, 28) and arrays["labels"].tolist() == list(range(10))
 
 
 @pytest.mark.parametrize(
