@@ -44,13 +44,14 @@ class PrivacyBudgetStopping(L.Callback):
         self.strategy = strategies[0]
 
     def next_step_fits(self) -> bool:
-        return len(self.strategy.accountant) + 1 <= self.allowed_total_steps()
+        return self.strategy.steps_taken() + 1 <= self.allowed_total_steps()
 
     def allowed_total_steps(self) -> int:
-        """Total steps (spent + future) within budget at the current step parameters."""
-        params = tuple(sorted(self.strategy.next_step_params().items()))
-        if self._plan is None or self._plan[0] != params:
-            self._plan = (params, len(self.strategy.accountant) + self._max_more_steps())
+        """Total steps (spent + future) within budget, re-planned when the strategy's
+        ``plan_key`` changes (new step parameters, or a data-dependent spend)."""
+        key = self.strategy.plan_key()
+        if self._plan is None or self._plan[0] != key:
+            self._plan = (key, self.strategy.steps_taken() + self._max_more_steps())
         return self._plan[1]
 
     def _fits(self, more_steps: int) -> bool:
@@ -73,7 +74,7 @@ class PrivacyBudgetStopping(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.next_step_fits():
             return
-        if len(self.strategy.accountant) == 0:
+        if self.strategy.steps_taken() == 0:
             raise BudgetTooSmallError(
                 f"a single training step would spend epsilon = {self.strategy.epsilon_if(1):.4g}, more than "
                 f"--epsilon {self.target_epsilon:g}: raise --epsilon, add noise, or lower the sampling rate "

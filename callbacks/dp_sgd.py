@@ -37,6 +37,7 @@ class DPSGD(PrivacyStrategy):
         delta: float | None = None,
         accountant: str = "rdp",
         poisson_sampling: bool = True,
+        grad_sample_mode: str = "auto",
     ) -> None:
         super().__init__(target_epsilon, delta)
         if noise_multiplier is None and target_epsilon is None:
@@ -50,6 +51,7 @@ class DPSGD(PrivacyStrategy):
         self.noise_multiplier_given = noise_multiplier is not None
         self.accountant_kind = accountant
         self.poisson_sampling = poisson_sampling
+        self.grad_sample_mode = grad_sample_mode
         self.sample_rate: float | None = None
         self.calibrated_for_steps: int | None = None
 
@@ -70,7 +72,9 @@ class DPSGD(PrivacyStrategy):
         networks = pl_module.private_networks()
         if len(networks) != 1:
             raise NotImplementedError("dp-sgd supports modules with exactly one private network")
-        self.mechanism = DPSGDMechanism(self.noise_multiplier, self.max_grad_norm, batch_size, on_noisy_step=self._charge)
+        self.mechanism = DPSGDMechanism(
+            self.noise_multiplier, self.max_grad_norm, batch_size, on_noisy_step=self._charge, mode=self.grad_sample_mode
+        )
         self.mechanism.attach(next(iter(networks.values())))
         pl_module.privacy = self.mechanism
         pl_module.generated_batch_size = batch_size
@@ -123,6 +127,7 @@ class DPSGD(PrivacyStrategy):
             "sample_rate": self.sample_rate,
             "max_grad_norm": self.max_grad_norm,
             "sampling": "poisson" if self.poisson_sampling else "shuffle",
+            "grad_sample_mode": self.mechanism.mode,
             "calibrated_for_steps": self.calibrated_for_steps,
         }
         if not self.poisson_sampling:

@@ -90,6 +90,15 @@ class PrivacyStrategy(L.Callback):
         """The mechanism parameters of the next step (for look-ahead before any step)."""
         raise NotImplementedError
 
+    def steps_taken(self) -> int:
+        """Training steps charged so far (the unit of ``epsilon_if``)."""
+        return len(self.accountant)
+
+    def plan_key(self) -> tuple:
+        """What budget planning depends on besides the step count: while it is unchanged,
+        each further step costs what ``epsilon_if`` predicted."""
+        return tuple(sorted(self.next_step_params().items()))
+
     def epsilon(self) -> float:
         """Epsilon spent so far, at ``self.delta``."""
         return self.accountant.get_epsilon(self.delta)
@@ -113,5 +122,5 @@ class PrivacyStrategy(L.Callback):
             "accountant": self.accountant.name,
             "train_records": self.train_records,
             **self.report_parameters(),
-            "accountant_history": self.accountant.state_dict()["history"],
+            "accountant_state": self.accountant.state_dict(),
         }

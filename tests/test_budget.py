@@ -26,6 +26,9 @@ class StubStrategy(PrivacyStrategy):
     def take_step(self):
         self.accountant.step(**self.params)
 
+    def epsilon_if(self, steps=1):
+        return self.accountant.epsilon_if(self.delta, steps, **self.params)
+
 
 def run_until_stopped(strategy, target, max_steps=5000):
     """Drive the callback the way Lightning's loop does; returns (callback, trainer)."""

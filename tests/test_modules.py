@@ -89,6 +89,8 @@ def test_wgan_gradient_penalty_is_positive_and_differentiable():
     module = WGAN((6,), None, gradient_penalty=10.0, latent_dim=4)
     real, fake = torch.randn(8, 6), torch.randn(8, 6)
     penalty = module.discriminator_penalty(real, None, fake, None)
+    assert penalty.shape == (8,)  # one term per real record: DP-SGD clips per record
+    penalty = penalty.mean()
     assert penalty.item() > 0
     penalty.backward()
     first_layer = module.discriminator.body[0]

@@ -149,25 +149,35 @@ class GANModule(L.LightningModule):
     def discriminator_step(self, real: Tensor, labels: Tensor | None, n_generated: int) -> Tensor:
         """One discriminator update on a real batch against ``n_generated`` generated records.
 
-        The generated part is back-propagated first, inside :meth:`public_pass`; the real
-        part second, where a privacy mechanism clips and noises each record's gradient.
+        The real part is back-propagated first, through the privacy slot's ``backward_real``
+        (which clips each record's gradient); the generated part second, inside
+        :meth:`public_pass`, so that it reaches the update whole and unpaired with any record.
         """
         _, opt_d = self.optimizers()
         fake_labels = self.sample_labels(n_generated)
         with torch.no_grad():
             fake = self.generator(self.sample_latent(n_generated), fake_labels)
         opt_d.zero_grad()
-        with self.public_pass():
-            fake_loss = self.discriminator_fake_loss(self.discriminator(fake, fake_labels))
-            self.manual_backward(fake_loss)
         real_loss = real.new_zeros(())
         if real.shape[0] > 0:  # Poisson sampling can draw an empty batch; the noise still comes
-            real_loss = self.discriminator_real_loss(self.discriminator(real, labels))
-            real_loss = real_loss + self.discriminator_penalty(real, labels, fake, fake_labels)
-            self.manual_backward(real_loss)
+            per_record = self.discriminator_real_loss(self.discriminator(real, labels))
+            per_record = per_record + self.discriminator_penalty(real, labels, fake, fake_labels)
+            self.backward_real(per_record)
+            real_loss = per_record.detach().mean()
+        with self.public_pass():
+            fake_loss = self.discriminator_fake_loss(self.discriminator(fake, fake_labels)).mean()
+            self.manual_backward(fake_loss)
         opt_d.step()
         self.after_discriminator_step()
-        return (real_loss + fake_loss).detach()
+        return real_loss + fake_loss.detach()
+
+    def backward_real(self, per_record_losses: Tensor) -> None:
+        """Back-propagate the mean of per-record losses on real data (privately when a
+        mechanism fills the slot: it clips each record's contribution)."""
+        if self.privacy is not None:
+            self.privacy.backward_real(per_record_losses)
+        else:
+            self.manual_backward(per_record_losses.mean())
 
     def generator_step(self, n: int) -> Tensor:
         """One generator update; the discriminator is frozen so none of its gradients form."""
@@ -191,21 +201,22 @@ class GANModule(L.LightningModule):
 
     # ----------------------------------------------------- what subclasses give
     def discriminator_real_loss(self, real_scores: Tensor) -> Tensor:
-        """The discriminator's loss on real records: a mean of per-record terms."""
+        """The discriminator's loss on each real record, shape ``(batch,)``."""
         raise NotImplementedError
 
     def discriminator_fake_loss(self, fake_scores: Tensor) -> Tensor:
-        """The discriminator's loss on generated records."""
+        """The discriminator's loss on each generated record, shape ``(batch,)``."""
         raise NotImplementedError
 
     def discriminator_loss(self, real_scores: Tensor, fake_scores: Tensor) -> Tensor:
-        return self.discriminator_real_loss(real_scores) + self.discriminator_fake_loss(fake_scores)
+        """The mean loss over both parts (for evaluation; training back-propagates them apart)."""
+        return self.discriminator_real_loss(real_scores).mean() + self.discriminator_fake_loss(fake_scores).mean()
 
     def generator_loss(self, fake_scores: Tensor) -> Tensor:
         raise NotImplementedError
 
     def discriminator_penalty(self, real: Tensor, labels: Tensor | None, fake: Tensor, fake_labels: Tensor | None) -> Tensor:
-        """Extra discriminator loss term (e.g. a gradient penalty); none by default."""
+        """Extra discriminator loss per real record (e.g. a gradient penalty); none by default."""
         return real.new_zeros(())
 
     def after_discriminator_step(self) -> None:

@@ -27,10 +27,10 @@ class GAN(GANModule):
         self.save_hyperparameters()
 
     def discriminator_real_loss(self, real_scores: Tensor) -> Tensor:
-        return F.binary_cross_entropy_with_logits(real_scores, torch.ones_like(real_scores))
+        return F.binary_cross_entropy_with_logits(real_scores, torch.ones_like(real_scores), reduction="none")
 
     def discriminator_fake_loss(self, fake_scores: Tensor) -> Tensor:
-        return F.binary_cross_entropy_with_logits(fake_scores, torch.zeros_like(fake_scores))
+        return F.binary_cross_entropy_with_logits(fake_scores, torch.zeros_like(fake_scores), reduction="none")
 
     def generator_loss(self, fake_scores: Tensor) -> Tensor:
         # Non-saturating form: maximise log D(G(z)) rather than minimise log(1 - D(G(z))).

@@ -35,10 +35,10 @@ class WGAN(GANModule):
         self.save_hyperparameters()
 
     def discriminator_real_loss(self, real_scores: Tensor) -> Tensor:
-        return -real_scores.mean()
+        return -real_scores
 
     def discriminator_fake_loss(self, fake_scores: Tensor) -> Tensor:
-        return fake_scores.mean()
+        return fake_scores
 
     def generator_loss(self, fake_scores: Tensor) -> Tensor:
         return -fake_scores.mean()
@@ -53,7 +53,7 @@ class WGAN(GANModule):
         mixed = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
         scores = self.discriminator(mixed, labels)
         (grad,) = torch.autograd.grad(scores.sum(), mixed, create_graph=True)
-        return weight * ((grad.flatten(1).norm(dim=1) - 1) ** 2).mean()
+        return weight * (grad.flatten(1).norm(dim=1) - 1) ** 2
 
     def after_discriminator_step(self) -> None:
         clip = self.hparams.weight_clip

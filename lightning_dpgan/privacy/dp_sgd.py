@@ -13,10 +13,19 @@ Mechanism (Abadi et al. 2016), applied to every update of a network that reads r
   parameters already released privately, so they cost no budget. They must not be paired
   with a real record's gradient inside one clipped row, or the sensitivity bound fails.
 
-Per-sample gradients, clipping and noise are Opacus' (``GradSampleModule`` hooks and
-``DPOptimizer``); this module only arranges where the public part goes. Accounting is the
-subsampled Gaussian mechanism at sampling rate ``q`` (``OpacusAccountant``), stepped through
-the optimizer's step hook, so the budget is charged exactly when noise is released.
+Per-sample clipping and noise are Opacus', in one of two modes:
+
+- ``hooks``: ``GradSampleModule`` materialises each record's gradient, ``DPOptimizer`` clips.
+- ``ghost``: ``GradSampleModuleFastGradientClipping`` computes each record's gradient *norm*
+  without materialising the gradient (ghost clipping, Li et al. 2022; Bu et al. 2023), then a
+  second backward pass of the re-weighted losses gives the clipped sum. Opacus 1.6 has ghost
+  norms for Linear and Embedding layers only.
+
+``auto`` picks ghost when every layer with parameters has a ghost norm (MLP critics: measured
+~2.3x a non-private step against ~23x for hooks) and hooks otherwise (convolutional critics:
+~2x). Accounting is the subsampled Gaussian mechanism at sampling rate ``q``
+(``OpacusAccountant``), stepped through the optimizer's step hook, so the budget is charged
+exactly when noise is released.
 """
 from __future__ import annotations
 
@@ -25,36 +34,38 @@ from contextlib import contextmanager
 
 import torch
 from opacus import GradSampleModule
-from opacus.optimizers import DPOptimizer
-from torch import nn
+from opacus.grad_sample import GradSampleModuleFastGradientClipping
+from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping
+from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
+from torch import Tensor, nn
 from torch.optim import Optimizer
 
+MODES = ("auto", "hooks", "ghost")
 
-class _PublicGradientDPOptimizer(DPOptimizer):
-    """Opacus' ``DPOptimizer``, plus the public gradient, plus noise on empty batches."""
 
-    def __init__(self, optimizer: Optimizer, mechanism: DPSGDMechanism, **kwargs) -> None:
-        super().__init__(optimizer, **kwargs)
-        self._mechanism = mechanism
+def ghost_clipping_supported(network: nn.Module) -> bool:
+    """True when every layer holding parameters has an Opacus ghost-norm function."""
+    supported = tuple(GradSampleModuleFastGradientClipping.NORM_SAMPLERS)
+    layers = [m for m in network.modules() if any(True for _ in m.parameters(recurse=False))]
+    return bool(layers) and all(isinstance(m, supported) for m in layers)
 
-    def _ensure_per_sample_gradients(self) -> None:
-        """An empty real batch leaves no per-sample gradients: stand in zero rows so that
-        the clipped sum is 0 and the noise is still drawn."""
-        missing = [p for p in self.params if p.grad_sample is None]
-        if missing and len(missing) < len(self.params):
-            raise RuntimeError(
-                "some discriminator parameters have no per-sample gradient: a real-data pass "
-                "bypassed the DP-SGD hooks (is a layer unsupported by Opacus?)"
-            )
-        for p in missing:
-            p.grad_sample = torch.zeros((0, *p.shape), device=p.device, dtype=p.dtype)
+
+class _PublicGradientMixin:
+    """The step of both Opacus DP optimizers, plus the public gradient and empty batches:
+    ``pre_step`` (sum of clipped gradients + noise, divided by the expected batch size),
+    then the public gradient added whole, then the wrapped optimizer's step."""
+
+    _mechanism: DPSGDMechanism
+
+    def _fill_empty_batch(self) -> None:
+        raise NotImplementedError
 
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         if closure is not None:
             with torch.enable_grad():
                 closure()
-        self._ensure_per_sample_gradients()
-        if not self.pre_step():  # clip, sum, add noise, divide by the expected batch size
+        self._fill_empty_batch()
+        if not self.pre_step():
             return None
         for p, public in zip(self.params, self._mechanism.pop_public_gradients()):
             if public is not None:
@@ -66,6 +77,41 @@ class _PublicGradientDPOptimizer(DPOptimizer):
         self._mechanism.pop_public_gradients()
 
 
+def _refuse_partial(missing: list, total: int) -> None:
+    if missing and len(missing) < total:
+        raise RuntimeError(
+            "some discriminator parameters have no per-sample gradient: a real-data pass "
+            "bypassed the DP-SGD hooks (is a layer unsupported by Opacus?)"
+        )
+
+
+class _HooksDPOptimizer(_PublicGradientMixin, DPOptimizer):
+    def __init__(self, optimizer: Optimizer, mechanism: DPSGDMechanism, **kwargs) -> None:
+        super().__init__(optimizer, **kwargs)
+        self._mechanism = mechanism
+
+    def _fill_empty_batch(self) -> None:
+        """No real record: zero rows of per-sample gradients, so the sum is 0 and the noise
+        is still drawn (Opacus would otherwise skip the noise)."""
+        missing = [p for p in self.params if p.grad_sample is None]
+        _refuse_partial(missing, len(self.params))
+        for p in missing:
+            p.grad_sample = torch.zeros((0, *p.shape), device=p.device, dtype=p.dtype)
+
+
+class _GhostDPOptimizer(_PublicGradientMixin, DPOptimizerFastGradientClipping):
+    def __init__(self, optimizer: Optimizer, mechanism: DPSGDMechanism, **kwargs) -> None:
+        super().__init__(optimizer, **kwargs)
+        self._mechanism = mechanism
+
+    def _fill_empty_batch(self) -> None:
+        """No real record: a zero clipped sum, so the noise is still drawn."""
+        missing = [p for p in self.params if p.grad is None]
+        _refuse_partial(missing, len(self.params))
+        for p in missing:
+            p.grad = torch.zeros_like(p)
+
+
 class DPSGDMechanism:
     """Fills a module's ``GradientPrivatizer`` slot (see :mod:`lightning_dpgan.privacy.slots`).
 
@@ -74,6 +120,7 @@ class DPSGDMechanism:
         max_grad_norm: C, the bound on each real record's gradient norm.
         expected_batch_size: ``q * N``, the divisor of the noisy sum.
         on_noisy_step: called once each time noise is released (the accountant's step).
+        mode: ``auto``, ``hooks`` or ``ghost`` (see the module docstring).
     """
 
     def __init__(
@@ -83,31 +130,50 @@ class DPSGDMechanism:
         expected_batch_size: int,
         on_noisy_step: Callable[[], None] | None = None,
         generator: torch.Generator | None = None,
+        mode: str = "auto",
     ) -> None:
         if noise_multiplier < 0 or max_grad_norm <= 0 or expected_batch_size < 1:
             raise ValueError("need noise_multiplier >= 0, max_grad_norm > 0 and expected_batch_size >= 1")
+        if mode not in MODES:
+            raise ValueError(f"grad_sample_mode must be one of {MODES}, got {mode!r}")
         self.noise_multiplier = float(noise_multiplier)
         self.max_grad_norm = float(max_grad_norm)
         self.expected_batch_size = int(expected_batch_size)
         self.on_noisy_step = on_noisy_step
         self.generator = generator
-        self._hooks: GradSampleModule | None = None
+        self.requested_mode = mode
+        self.mode: str | None = None  # the mode that runs, fixed by attach()
+        self._hooks: GradSampleModule | GradSampleModuleFastGradientClipping | None = None
+        self._optimizer: Optimizer | None = None
         self._params: list[nn.Parameter] = []
         self._public: list[torch.Tensor | None] | None = None
 
     # -------------------------------------------------------- the slot's methods
     def attach(self, network: nn.Module) -> None:
-        """Install per-sample-gradient hooks on ``network``'s layers (the network object and
-        its parameter names stay as they are, so checkpoints load with or without privacy)."""
+        """Install Opacus' per-sample hooks on ``network``'s layers. The hook holder is kept
+        here, not registered on the LightningModule, so parameter names and checkpoints are the
+        same with or without privacy."""
         if self._hooks is not None:
             raise RuntimeError("this DP-SGD mechanism is already attached to a network")
-        self._hooks = GradSampleModule(network, batch_first=True, loss_reduction="mean", strict=True)
+        ghost_ok = ghost_clipping_supported(network)
+        if self.requested_mode == "ghost" and not ghost_ok:
+            raise ValueError("grad_sample_mode 'ghost' needs a critic made of Linear/Embedding layers; use 'hooks' or 'auto'")
+        self.mode = "ghost" if self.requested_mode == "ghost" or (self.requested_mode == "auto" and ghost_ok) else "hooks"
+        if self.mode == "ghost":
+            self._hooks = GradSampleModuleFastGradientClipping(
+                network, batch_first=True, loss_reduction="mean", strict=True,
+                max_grad_norm=self.max_grad_norm, use_ghost_clipping=True,
+            )
+        else:
+            self._hooks = GradSampleModule(network, batch_first=True, loss_reduction="mean", strict=True)
+            self._hooks.forbid_grad_accumulation()  # a second real pass per step would be mis-clipped
         self._params = [p for p in network.parameters() if p.requires_grad]
 
     def wrap_optimizer(self, optimizer: Optimizer) -> Optimizer:
         if self._hooks is None:
             raise RuntimeError("attach the DP-SGD mechanism to a network before wrapping its optimizer")
-        wrapped = _PublicGradientDPOptimizer(
+        cls = _GhostDPOptimizer if self.mode == "ghost" else _HooksDPOptimizer
+        self._optimizer = cls(
             optimizer,
             mechanism=self,
             noise_multiplier=self.noise_multiplier,
@@ -118,8 +184,19 @@ class DPSGDMechanism:
         )
         if self.on_noisy_step is not None:
             callback = self.on_noisy_step
-            wrapped.attach_step_hook(lambda _optimizer: callback())
-        return wrapped
+            self._optimizer.attach_step_hook(lambda _optimizer: callback())
+        return self._optimizer
+
+    def backward_real(self, per_record_losses: Tensor) -> None:
+        """Back-propagate the mean loss over real records, clipping each record's share.
+
+        hooks: one backward, per-sample gradients recorded for the optimizer to clip.
+        ghost: Opacus' two passes (norms, then the clipped sum into ``.grad``).
+        """
+        if self.mode == "ghost":
+            DPTensorFastGradientClipping(self._hooks, self._optimizer, per_record_losses, "mean").backward()
+        else:
+            per_record_losses.mean().backward()
 
     @contextmanager
     def public_pass(self) -> Iterator[None]:

@@ -20,12 +20,15 @@ class GradientPrivatizer(Protocol):
     """DP-SGD on the networks that read real records (DPGAN, DP-CTGAN).
 
     The strategy ``attach``es the mechanism to the module's ``private_networks()``; the
-    module passes their optimizer through ``wrap_optimizer`` (which clips each real
-    record's gradient and adds Gaussian noise at ``step``) and runs every pass that
-    involves no real record inside ``public_pass()``.
+    module passes their optimizer through ``wrap_optimizer`` (which adds Gaussian noise at
+    ``step``), back-propagates per-record losses on real data through ``backward_real``
+    (which clips each record's gradient) and runs every pass that involves no real record
+    inside ``public_pass()``, after the real one.
     """
 
     def attach(self, network: nn.Module) -> None: ...
+
+    def backward_real(self, per_record_losses: Tensor) -> None: ...
 
     def wrap_optimizer(self, optimizer: Optimizer) -> Optimizer: ...
 

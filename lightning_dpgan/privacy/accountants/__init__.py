@@ -5,6 +5,7 @@ from lightning_dpgan.privacy.accountants.opacus_adapter import (
     OpacusAccountant,
     calibrate_noise_multiplier,
 )
+from lightning_dpgan.privacy.accountants.pate import PATEMomentsAccountant
 from lightning_dpgan.privacy.accountants.rdp_curve import GaussianAccountant, RDPCurveAccountant
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "AccountantStateError",
     "GaussianAccountant",
     "OpacusAccountant",
+    "PATEMomentsAccountant",
     "RDPCurveAccountant",
     "calibrate_noise_multiplier",
 ]

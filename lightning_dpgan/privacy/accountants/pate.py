@@ -1,0 +1,128 @@
+"""``PATEMomentsAccountant``: PATE-GAN's moments accountant over Laplace noisy-argmax queries.
+
+The bounds are in :mod:`lightning_dpgan.privacy.analysis.pate`. The state is exact and compact:
+for each inverse noise scale lambda, a histogram of the vote gaps ``|n_0 - n_1|`` of the queries
+answered (at most K + 1 distinct gaps for K teachers). Loading recomputes both log-moment curves
+from that histogram, so a saved state cannot understate the spend.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from lightning_dpgan.privacy.accountants.base import AccountantStateError
+from lightning_dpgan.privacy.analysis.pate import (
+    DEFAULT_MOMENT_ORDERS,
+    data_dependent_moments,
+    data_independent_moments,
+    moments_to_epsilon,
+)
+
+STATE_FORMAT_VERSION = 1
+ACCOUNTING_MODES = ("data-dependent", "data-independent")
+
+
+class PATEMomentsAccountant:
+    """Sums per-query log-moments, data-dependent and data-independent side by side.
+
+    ``get_epsilon(delta)`` reports the figure of ``accounting`` (the one that stops training);
+    both are available through ``epsilon_data_dependent`` / ``epsilon_data_independent``.
+    Look-ahead (:meth:`epsilon_if_queries`) charges future queries the data-independent bound,
+    since their votes are unknown: an upper bound whatever they turn out to be.
+    """
+
+    name = "pate-moments"
+    mechanism = "pate-laplace-noisy-argmax"
+
+    def __init__(self, accounting: str = "data-dependent", orders: np.ndarray = DEFAULT_MOMENT_ORDERS) -> None:
+        if accounting not in ACCOUNTING_MODES:
+            raise ValueError(f"accounting must be one of {ACCOUNTING_MODES}, got {accounting!r}")
+        self.accounting = accounting
+        self.orders = np.asarray(orders, dtype=float)
+        self._gap_counts: dict[float, dict[int, int]] = {}
+        self._dependent = np.zeros_like(self.orders)
+        self._independent = np.zeros_like(self.orders)
+
+    # ---------------------------------------------------------------- recording
+    def step(self, lap_inverse_scale: float, vote_gaps: Any) -> None:
+        """Charge one query per entry of ``vote_gaps`` (``|n_0 - n_1|`` of each answered query)."""
+        lam = float(lap_inverse_scale)
+        if not lam > 0 or not np.isfinite(lam):
+            raise ValueError(f"lap_inverse_scale must be a finite number > 0, got {lap_inverse_scale}")
+        gaps = np.atleast_1d(np.asarray(vote_gaps)).astype(np.int64)
+        if gaps.size == 0:
+            return
+        if gaps.min() < 0:
+            raise ValueError("vote gaps are absolute differences: they cannot be negative")
+        values, counts = np.unique(gaps, return_counts=True)
+        histogram = self._gap_counts.setdefault(lam, {})
+        for gap, count in zip(values.tolist(), counts.tolist()):
+            histogram[gap] = histogram.get(gap, 0) + count
+        self._add_moments(lam, values, counts)
+
+    def _add_moments(self, lam: float, gaps: np.ndarray, counts: np.ndarray) -> None:
+        self._dependent += (data_dependent_moments(lam, gaps, self.orders) * counts[:, None]).sum(axis=0)
+        self._independent += data_independent_moments(lam, self.orders) * counts.sum()
+
+    def __len__(self) -> int:
+        """Queries answered so far."""
+        return sum(sum(histogram.values()) for histogram in self._gap_counts.values())
+
+    # ---------------------------------------------------------------- reporting
+    def epsilon_data_dependent(self, delta: float) -> float:
+        return 0.0 if len(self) == 0 else moments_to_epsilon(self._dependent, delta, self.orders)
+
+    def epsilon_data_independent(self, delta: float) -> float:
+        return 0.0 if len(self) == 0 else moments_to_epsilon(self._independent, delta, self.orders)
+
+    def get_epsilon(self, delta: float) -> float:
+        if self.accounting == "data-dependent":
+            return self.epsilon_data_dependent(delta)
+        return self.epsilon_data_independent(delta)
+
+    def epsilon_if_queries(self, delta: float, queries: int, lap_inverse_scale: float) -> float:
+        """Epsilon after ``queries`` more queries of unknown votes (data-independent cost each)."""
+        extra = data_independent_moments(lap_inverse_scale, self.orders) * queries
+        base = self._dependent if self.accounting == "data-dependent" else self._independent
+        if queries == 0 and len(self) == 0:
+            return 0.0
+        return moments_to_epsilon(base + extra, delta, self.orders)
+
+    # -------------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "accountant": self.name,
+            "mechanism": self.mechanism,
+            "format_version": STATE_FORMAT_VERSION,
+            "accounting": self.accounting,
+            "orders": self.orders.tolist(),
+            "queries": [
+                {"lap_inverse_scale": lam, "gap_counts": {str(gap): count for gap, count in sorted(histogram.items())}}
+                for lam, histogram in self._gap_counts.items()
+            ],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Rebuild from the saved gap histograms; refuse (unchanged) anything malformed or foreign."""
+        if not isinstance(state, Mapping) or state.get("accountant") != self.name or state.get("mechanism") != self.mechanism:
+            raise AccountantStateError(f"not a {self.name} accountant state")
+        if state.get("format_version") != STATE_FORMAT_VERSION:
+            raise AccountantStateError(f"unsupported {self.name} state format {state.get('format_version')!r}")
+        if list(map(float, state.get("orders", []))) != self.orders.tolist():
+            raise AccountantStateError("the saved moment orders differ from this accountant's")
+        fresh = copy.deepcopy(self)
+        fresh._gap_counts, fresh._dependent, fresh._independent = {}, np.zeros_like(self.orders), np.zeros_like(self.orders)
+        try:
+            for entry in state["queries"]:
+                lam = float(entry["lap_inverse_scale"])
+                gaps = np.array([int(gap) for gap in entry["gap_counts"]], dtype=np.int64)
+                counts = np.array([int(count) for count in entry["gap_counts"].values()], dtype=np.int64)
+                if (counts < 1).any():
+                    raise ValueError("query counts must be positive")
+                fresh.step(lam, np.repeat(gaps, counts))
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise AccountantStateError(f"malformed {self.name} state: {error}") from error
+        self._gap_counts, self._dependent, self._independent = fresh._gap_counts, fresh._dependent, fresh._independent

@@ -1,0 +1,119 @@
+"""PATE-GAN's moments accountant against values worked out by hand in the test, and the noisy
+argmax's Laplace noise scale (1/lambda, not lambda: a bug found in public PATE-GAN code)."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lightning_dpgan.privacy.accountants import AccountantStateError, PATEMomentsAccountant
+from lightning_dpgan.privacy.analysis.pate import (
+    data_dependent_moments,
+    data_independent_moments,
+    moments_to_epsilon,
+)
+from lightning_dpgan.privacy.mechanisms import laplace_noisy_argmax
+
+ORDERS = np.arange(1, 101, dtype=float)
+
+
+def hand_moment(lam, gap, l):
+    """The per-query bound written out from PATE-GAN Algorithm 1, lines 17-19, for one order."""
+    independent = 2 * lam * lam * l * (l + 1)
+    q = (2 + lam * abs(gap)) / (4 * math.exp(lam * abs(gap)))
+    if q >= (math.exp(2 * lam) - 1) / (math.exp(4 * lam) - 1):
+        return independent
+    dependent = math.log((1 - q) * ((1 - q) / (1 - math.exp(2 * lam) * q)) ** l + q * math.exp(2 * lam * l))
+    return min(independent, dependent)
+
+
+@pytest.mark.parametrize("lam", [0.01, 0.05, 0.1, 0.5])
+@pytest.mark.parametrize("gap", [0, 3, 40, 300])
+@pytest.mark.parametrize("l", [1, 2, 7, 30])
+def test_per_query_moment_equals_the_hand_computed_bound(lam, gap, l):
+    got = data_dependent_moments(lam, np.array([gap]), ORDERS)[0, l - 1]
+    assert got == pytest.approx(hand_moment(lam, gap, l), rel=1e-9)
+
+
+def test_a_big_vote_gap_costs_much_less_than_a_tie():
+    lam = 0.1
+    tie = data_dependent_moments(lam, np.array([0]), ORDERS)[0]
+    consensus = data_dependent_moments(lam, np.array([500]), ORDERS)[0]
+    assert np.allclose(tie, data_independent_moments(lam, ORDERS))  # a tie gets no discount
+    assert (consensus[:20] < tie[:20] / 10).all()
+
+
+def test_epsilon_from_moments_is_the_tail_bound_minimised_over_orders():
+    lam, queries, delta = 0.02, 1000, 1e-5
+    alpha = data_independent_moments(lam, ORDERS) * queries
+    by_hand = min((2 * lam**2 * l * (l + 1) * queries + math.log(1 / delta)) / l for l in range(1, 101))
+    assert moments_to_epsilon(alpha, delta, ORDERS) == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_accountant_sums_queries_and_reports_both_figures():
+    lam, delta = 0.05, 1e-5
+    gaps = np.array([0, 10, 10, 200, 37])
+    accountant = PATEMomentsAccountant()
+    accountant.step(lam, gaps[:2])
+    accountant.step(lam, gaps[2:])
+    assert len(accountant) == 5
+    dependent = sum(np.array([hand_moment(lam, g, l) for l in range(1, 101)]) for g in gaps)
+    by_hand = min((dependent[l - 1] + math.log(1 / delta)) / l for l in range(1, 101))
+    assert accountant.epsilon_data_dependent(delta) == pytest.approx(by_hand, rel=1e-9)
+    independent = min((5 * 2 * lam**2 * l * (l + 1) + math.log(1 / delta)) / l for l in range(1, 101))
+    assert accountant.epsilon_data_independent(delta) == pytest.approx(independent, rel=1e-9)
+    assert accountant.epsilon_data_dependent(delta) <= accountant.epsilon_data_independent(delta)
+
+
+def test_every_query_is_charged_even_when_all_teachers_agree():
+    accountant = PATEMomentsAccountant()
+    accountant.step(0.1, [1000])  # unanimous: still a query, still a cost
+    assert len(accountant) == 1 and accountant.get_epsilon(1e-5) > 0
+
+
+def test_look_ahead_charges_the_data_independent_bound_and_changes_nothing():
+    accountant = PATEMomentsAccountant()
+    accountant.step(0.05, [100] * 10)
+    before = accountant.get_epsilon(1e-5)
+    ahead = accountant.epsilon_if_queries(1e-5, 64, 0.05)
+    stepped_worst = PATEMomentsAccountant()
+    stepped_worst.step(0.05, [100] * 10)
+    stepped_worst.step(0.05, [0] * 64)  # a tie costs the data-independent bound
+    assert ahead == pytest.approx(stepped_worst.get_epsilon(1e-5), rel=1e-12)
+    assert accountant.get_epsilon(1e-5) == before and len(accountant) == 10
+
+
+def test_state_round_trip_and_refusals():
+    accountant = PATEMomentsAccountant()
+    accountant.step(0.05, [0, 5, 5, 90])
+    accountant.step(0.02, [7])
+    restored = PATEMomentsAccountant()
+    restored.load_state_dict(accountant.state_dict())
+    assert restored.get_epsilon(1e-5) == accountant.get_epsilon(1e-5) and len(restored) == 5
+    bad = accountant.state_dict()
+    bad["queries"][0]["gap_counts"]["5"] = -2
+    for state in (None, {}, {**accountant.state_dict(), "accountant": "rdp"}, bad):
+        with pytest.raises(AccountantStateError):
+            restored.load_state_dict(state)
+    assert len(restored) == 5  # a refused state leaves the accountant as it was
+
+
+def test_noisy_argmax_uses_laplace_scale_one_over_lambda():
+    """P(noisy argmax flips a gap g) for two counts with Laplace(b) each is
+    0.5 * exp(-g/b) * (1 + g/(2b)) (difference of two Laplace variables): check it at b = 1/lambda."""
+    torch.manual_seed(0)
+    lam, gap, n = 0.5, 2.0, 200_000
+    votes = torch.tensor([[gap, 0.0]]).repeat(n, 1)
+    flipped = (laplace_noisy_argmax(votes, lam) == 1).double().mean().item()
+    b = 1 / lam
+    expected = 0.5 * math.exp(-gap / b) * (1 + gap / (2 * b))
+    assert flipped == pytest.approx(expected, abs=0.005)
+    wrong_scale = 0.5 * math.exp(-gap / lam) * (1 + gap / (2 * lam))  # scale lambda instead of 1/lambda
+    assert abs(flipped - wrong_scale) > 0.05
+
+
+def test_noisy_argmax_is_exact_without_noise_in_the_limit():
+    votes = torch.tensor([[3.0, 9.0], [12.0, 0.0]])
+    assert laplace_noisy_argmax(votes, 1e6).tolist() == [1, 0]
+    with pytest.raises(ValueError):
+        laplace_noisy_argmax(votes, 0.0)
