@@ -77,8 +77,8 @@ class PrivacyBudgetStopping(L.Callback):
         if self.strategy.steps_taken() == 0:
             raise BudgetTooSmallError(
                 f"a single training step would spend epsilon = {self.strategy.epsilon_if(1):.4g}, more than "
-                f"--epsilon {self.target_epsilon:g}: raise --epsilon, add noise, or lower the sampling rate "
-                "(smaller --batch-size)."
+                f"--epsilon {self.target_epsilon:g}: raise --epsilon, or make each step cheaper (more noise, "
+                "smaller batches; see the --privacy.* settings in --help)."
             )
         self._stop(trainer)  # resumed with the budget already spent
 

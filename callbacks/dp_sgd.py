@@ -97,7 +97,7 @@ class DPSGD(PrivacyStrategy):
     def _calibrate(self, trainer: L.Trainer) -> float:
         steps = self.planned_steps(trainer)
         self.calibrated_for_steps = steps
-        return calibrate_noise_multiplier(self.target_epsilon, self.delta, self.sample_rate, steps, kind=self.accountant_kind)
+        return calibrate_noise_multiplier(self.training_target, self.training_delta, self.sample_rate, steps, kind=self.accountant_kind)
 
     # ------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:

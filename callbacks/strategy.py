@@ -39,6 +39,8 @@ class PrivacyStrategy(L.Callback):
         self.delta = None if delta is None else validate_delta(delta)
         self.accountant: Accountant | None = None
         self.train_records: int | None = None
+        #: privacy spent before training (e.g. DP estimates of a table's bounds); composed in
+        self.preprocessing: dict[str, Any] = {"epsilon": 0.0, "delta": 0.0}
 
     # -------------------------------------------------------------- checks
     def check_compatible(self, module: Any) -> None:
@@ -61,9 +63,33 @@ class PrivacyStrategy(L.Callback):
         self.check_compatible(pl_module)
         self.train_records = len(trainer.datamodule.train_dataset)
         self.delta = validate_delta(DEFAULT_DELTA if self.delta is None else self.delta, self.train_records)
+        self._compose_preprocessing(trainer.datamodule)
         self.install(trainer, pl_module)
         if self.accountant is None:
             raise RuntimeError(f"{type(self).__name__}.install() must create the accountant")
+
+    def _compose_preprocessing(self, datamodule: Any) -> None:
+        """Basic composition with what preprocessing spent: training gets what is left of
+        the target epsilon and of delta, and reports include both parts."""
+        cost = getattr(datamodule, "privacy_cost", lambda: {})()
+        self.preprocessing = {"epsilon": float(cost.get("epsilon", 0.0)), "delta": float(cost.get("delta", 0.0)), **cost}
+        if self.preprocessing["delta"] >= self.delta:
+            raise ValueError(f"preprocessing already spent delta {self.preprocessing['delta']:g} of --delta {self.delta:g}")
+        if self.target_epsilon is not None and self.preprocessing["epsilon"] >= self.target_epsilon:
+            raise ValueError(
+                f"preprocessing already spent epsilon {self.preprocessing['epsilon']:g} of --epsilon "
+                f"{self.target_epsilon:g} (e.g. DP bounds of a CSV): raise --epsilon or give a schema file"
+            )
+
+    @property
+    def training_delta(self) -> float:
+        """The delta training may use: the target's, less what preprocessing spent."""
+        return self.delta - self.preprocessing["delta"]
+
+    @property
+    def training_target(self) -> float | None:
+        """The epsilon training may spend: the target's, less what preprocessing spent."""
+        return None if self.target_epsilon is None else self.target_epsilon - self.preprocessing["epsilon"]
 
     def install(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Put the mechanism in ``pl_module``'s slot and create ``self.accountant``."""
@@ -100,12 +126,18 @@ class PrivacyStrategy(L.Callback):
         return tuple(sorted(self.next_step_params().items()))
 
     def epsilon(self) -> float:
-        """Epsilon spent so far, at ``self.delta``."""
-        return self.accountant.get_epsilon(self.delta)
+        """Total epsilon spent so far (preprocessing + training), at ``self.delta`` in all."""
+        return self.preprocessing["epsilon"] + self.training_epsilon()
 
     def epsilon_if(self, steps: int = 1) -> float:
-        """Epsilon after ``steps`` more steps; the state is not changed."""
-        return self.accountant.epsilon_if(self.delta, steps, **self.next_step_params())
+        """Total epsilon after ``steps`` more training steps; the state is not changed."""
+        return self.preprocessing["epsilon"] + self.training_epsilon_if(steps)
+
+    def training_epsilon(self) -> float:
+        return self.accountant.get_epsilon(self.training_delta)
+
+    def training_epsilon_if(self, steps: int) -> float:
+        return self.accountant.epsilon_if(self.training_delta, steps, **self.next_step_params())
 
     def report_parameters(self) -> dict[str, Any]:
         """Everything needed to recompute epsilon independently (subclasses add theirs)."""
@@ -118,7 +150,10 @@ class PrivacyStrategy(L.Callback):
             "epsilon": epsilon if math.isfinite(epsilon) else None,
             "delta": self.delta,
             "target_epsilon": self.target_epsilon,
-            "steps": len(self.accountant),
+            "epsilon_training": self.training_epsilon(),
+            "delta_training": self.training_delta,
+            "preprocessing": self.preprocessing,
+            "steps": self.steps_taken(),
             "accountant": self.accountant.name,
             "train_records": self.train_records,
             **self.report_parameters(),

@@ -38,6 +38,7 @@ CODE_DEFAULTS: dict[str, Any] = {
     "sample_every_n_steps": 0,
     "checkpoint_every_n_steps": 500,
     "sample_columns": 10,
+    "num_synthetic": None,  # rows in synthetic.csv (tables); None: as many as training records
 }
 
 #: CLI flag -> dotted configuration key.

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
+import pandas as pd
 import torch
 import yaml
 from PIL import Image
@@ -53,6 +54,12 @@ def write_json(path: str | Path, data: dict[str, Any]) -> Path:
 
 def write_yaml(path: str | Path, data: dict[str, Any]) -> Path:
     text = yaml.safe_dump(_jsonable(data), sort_keys=False)
+    return atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def write_csv(path: str | Path, frame: pd.DataFrame) -> Path:
+    """A DataFrame as CSV with its original column names (no index column)."""
+    text = frame.to_csv(index=False)
     return atomic_write(path, lambda f: f.write(text.encode()))
 
 

@@ -39,16 +39,22 @@ MODELS = _table(
     Entry("gan", "lightning_dpgan.modules.gan:GAN"),
     Entry("wgan", "lightning_dpgan.modules.wgan:WGAN"),
     Entry("dpgan", "lightning_dpgan.modules.dpgan:DPGAN"),
+    Entry("pategan", "lightning_dpgan.modules.pategan:PATEGAN"),
 )
 
 DATASETS = _table(
     Entry("mnist", "lightning_dpgan.datamodules.mnist:MNISTDataModule"),
     Entry("fashion-mnist", "lightning_dpgan.datamodules.fashion_mnist:FashionMNISTDataModule"),
+    Entry("adult", "lightning_dpgan.datamodules.adult:AdultDataModule"),
+    Entry("king", "lightning_dpgan.datamodules.king:KingDataModule"),
+    Entry("kaggle-credit", "lightning_dpgan.datamodules.kaggle_credit:KaggleCreditDataModule"),
+    Entry("csv", "lightning_dpgan.datamodules.csv:CSVDataModule"),
 )
 
 PRIVACY = _table(
     Entry("none", None, "no privacy mechanism: the non-private baseline (epsilon = infinity)"),
     Entry("dp-sgd", "lightning_dpgan.callbacks.dp_sgd:DPSGD"),
+    Entry("pate", "lightning_dpgan.callbacks.pate:PATEAggregation"),
 )
 
 LOGGERS = _table(

@@ -15,7 +15,7 @@ from lightning_dpgan.callbacks.samples import SampleGrid, sample_grid
 from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.config import ConfigError, init_arguments, section_arguments
 from lightning_dpgan.loggers import build_logger
-from lightning_dpgan.outputs import write_json, write_png, write_yaml
+from lightning_dpgan.outputs import write_csv, write_json, write_png, write_yaml
 
 MODEL_PROVIDED = ("data_shape", "num_classes")
 DEFAULT_MAX_STEPS = 1000
@@ -50,6 +50,9 @@ class Run:
         args = section_arguments(self.config, "model", cls, provided=MODEL_PROVIDED)
         module = cls(data_shape=self.datamodule.data_shape, num_classes=self.datamodule.num_classes, **args)
         module.run_info = {"model": section["name"], "dataset": self.config["data"]["name"]}
+        if getattr(self.datamodule, "kind", "image") == "table":
+            # Public by construction (or paid for with the DP-bounds budget): `sample` needs it to decode.
+            module.run_info["schema"] = self.datamodule.schema.to_dict()
         return module
 
     def _build_privacy(self) -> L.Callback | None:
@@ -125,6 +128,9 @@ class Run:
         write_json(self.output_dir / "metrics.json", self.metrics(wall_time))
         if self.is_image:
             write_png(self.output_dir / "samples.png", sample_grid(self.module, self.config["sample_columns"]))
+        else:
+            rows = self.config["num_synthetic"] or len(self.datamodule.train_dataset)
+            write_csv(self.output_dir / "synthetic.csv", self.datamodule.decode(self.module.sample(rows)))
 
     def privacy_report(self) -> dict[str, Any]:
         if self.strategy is None:

@@ -11,7 +11,8 @@ import torch
 
 from lightning_dpgan import registry
 from lightning_dpgan.modules.base import CHECKPOINT_KEY
-from lightning_dpgan.outputs import atomic_write, image_grid, images_to_uint8, write_png
+from lightning_dpgan.data.schema import TableSchema
+from lightning_dpgan.outputs import atomic_write, image_grid, images_to_uint8, write_csv, write_png
 
 
 class CheckpointError(ValueError):
@@ -43,12 +44,18 @@ def load_module(path: str | Path) -> Any:
 
 
 def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 0, columns: int = 10) -> Path:
-    """Draw ``n`` records and write them: ``.png`` image grid or ``.npz`` arrays."""
+    """Draw ``n`` records and write them: ``.csv`` table (decoded with the run's schema),
+    ``.png`` image grid or ``.npz`` image arrays."""
     out = Path(out)
-    if out.suffix not in (".png", ".npz"):
-        raise ValueError(f"--out must end in .png or .npz, got {out.name}")
+    schema = read_run_info(checkpoint).get("schema")
+    allowed = (".csv",) if schema else (".png", ".npz")
+    if out.suffix not in allowed:
+        kind = "a table model" if schema else "an image model"
+        raise ValueError(f"--out for {kind} must end in {' or '.join(allowed)}, got {out.name}")
     module = load_module(checkpoint)
     torch.manual_seed(seed)
+    if schema:
+        return write_csv(out, TableSchema.from_dict(schema).decode(module.sample(n)))
     labels = module.balanced_labels(n)
     images = images_to_uint8(module.sample(n, labels))
     if out.suffix == ".png":

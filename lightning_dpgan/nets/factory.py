@@ -30,8 +30,14 @@ def build_networks(
     generator_kwargs: dict[str, Any] | None = None,
     discriminator_kwargs: dict[str, Any] | None = None,
 ) -> tuple[nn.Module, nn.Module]:
-    """Return ``(generator, discriminator)`` for records of ``data_shape``."""
+    """Return ``(generator, discriminator)`` for records of ``data_shape``.
+
+    Data conventions: images are scaled to [-1, 1] (tanh output), table records to [0, 1]
+    (sigmoid output, unless ``generator_kwargs`` says otherwise).
+    """
     generator_kwargs = dict(generator_kwargs or {})
+    if len(data_shape) == 1:
+        generator_kwargs.setdefault("output_activation", "sigmoid")
     discriminator_kwargs = dict(discriminator_kwargs or {})
     if resolve_architecture(arch, data_shape) == "dcgan":
         return (

@@ -15,6 +15,11 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 
+class PrivacyBudgetExhausted(Exception):
+    """Raised by a mechanism *instead of* answering when the answer would pass the privacy
+    target; nothing was released. The module stops training when it sees it."""
+
+
 @runtime_checkable
 class GradientPrivatizer(Protocol):
     """DP-SGD on the networks that read real records (DPGAN, DP-CTGAN).
@@ -37,7 +42,9 @@ class GradientPrivatizer(Protocol):
 
 @runtime_checkable
 class LabelAggregator(Protocol):
-    """Noisy aggregation of teacher votes into labels (PATE-GAN, PATE-CTGAN)."""
+    """Noisy aggregation of teacher votes into labels (PATE-GAN, PATE-CTGAN).
+
+    ``aggregate`` may raise :class:`PrivacyBudgetExhausted` instead of answering."""
 
     def aggregate(self, votes: Tensor) -> Tensor: ...
 

@@ -83,6 +83,12 @@ class PATEMomentsAccountant:
             return self.epsilon_data_dependent(delta)
         return self.epsilon_data_independent(delta)
 
+    def epsilon_if_answered(self, delta: float, lap_inverse_scale: float, vote_gaps: Any) -> float:
+        """Epsilon (of ``accounting``) if these queries were answered; the state is not changed."""
+        future = copy.deepcopy(self)
+        future.step(lap_inverse_scale, vote_gaps)
+        return future.get_epsilon(delta)
+
     def epsilon_if_queries(self, delta: float, queries: int, lap_inverse_scale: float) -> float:
         """Epsilon after ``queries`` more queries of unknown votes (data-independent cost each)."""
         extra = data_independent_moments(lap_inverse_scale, self.orders) * queries

@@ -1,0 +1,140 @@
+"""Any CSV file as a :class:`TabularDataModule`, with a public schema or a DP-estimated one."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lightning_dpgan.data.dp_bounds import infer_schema_dp
+from lightning_dpgan.data.schema import LABEL_KINDS, SchemaError, TableSchema
+from lightning_dpgan.datamodules.tabular import TabularDataModule
+
+AUTO = "auto"
+
+
+class CSVDataModule(TabularDataModule):
+    """Any CSV file (--data.csv PATH --data.target COL): public schema file or DP-estimated bounds.
+
+    With ``schema`` (a YAML/JSON :class:`TableSchema` file), the file alone decides column kinds,
+    bounds, categories, the label kind and dropped columns, and preprocessing costs no privacy.
+    Without it, the schema is estimated from the *train split* under
+    (``bounds_epsilon``, ``bounds_delta``)-DP (:func:`infer_schema_dp`: Laplace histogram bounds,
+    stability-based category lists, the budget split evenly over the columns); that cost is
+    reported by :meth:`privacy_cost` and must be added to training's. The estimate runs once,
+    on first use of ``schema`` (``data_shape`` included), with fresh noise each time a
+    datamodule is built. The label kind is never guessed from the data (that would read it):
+    take it from the schema file or pass ``label_kind``.
+    """
+
+    name = "csv"
+
+    def __init__(
+        self,
+        csv: str | os.PathLike[str] | None = None,
+        target: str | None = None,
+        categorical: Sequence[str] | str | None = None,
+        schema: str | os.PathLike[str] | None = None,
+        label_kind: str = AUTO,
+        integer: Sequence[str] | str | None = None,
+        drop: Sequence[str] | str | None = None,
+        bounds_epsilon: float = 0.1,
+        bounds_delta: float = 1e-6,
+        **kwargs: Any,
+    ) -> None:
+        """
+        Args:
+            csv: path of the CSV file (header row, one record per line).
+            target: the label column (taken from the schema file when omitted there).
+            categorical: categorical columns, a list or a comma-separated string (a
+                binary/categorical target is categorical anyway). Only without ``schema``.
+            schema: path of a public schema file; then no privacy is spent on preprocessing.
+            label_kind: ``binary``, ``categorical`` or ``continuous``; ``auto`` means "as in
+                the schema file" and is an error without one.
+            integer: numeric columns to decode as integers (only without ``schema``).
+            drop: columns to ignore, e.g. identifiers (only without ``schema``, which has its
+                own ``drop`` list).
+            bounds_epsilon: ε spent estimating the schema (only without ``schema``).
+            bounds_delta: δ spent on the category lists (only without ``schema``).
+            **kwargs: :class:`TabularDataModule` arguments (batch size, split, ...).
+        """
+        super().__init__(**kwargs)
+        if csv is None:
+            raise ValueError("the csv dataset needs the file: pass --data.csv PATH")
+        self.csv_path = Path(csv).expanduser()
+        self.categorical = _names(categorical)
+        self.integer = _names(integer)
+        self.drop = _names(drop)
+        self.bounds_epsilon = bounds_epsilon
+        self.bounds_delta = bounds_delta
+        self._bounds_cost: dict[str, Any] | None = None
+        if schema is not None:
+            self._schema = self._public_schema(TableSchema.load(schema), target, label_kind)
+            self.target, self.label_kind = self._schema.label, self._schema.label_kind
+            self.drop = list(self._schema.drop)
+        else:
+            if target is None:
+                raise ValueError("the csv dataset needs the label column: pass --data.target COL")
+            if label_kind not in LABEL_KINDS:
+                raise ValueError(
+                    f"without a schema file, label_kind must be one of {LABEL_KINDS} (got {label_kind!r}): "
+                    "it is not guessed from the data, which would read private values"
+                )
+            self.target, self.label_kind = target, label_kind
+
+    def _public_schema(self, schema: TableSchema, target: str | None, label_kind: str) -> TableSchema:
+        """Check that the other arguments do not contradict the schema file, then use it."""
+        given = {"categorical": self.categorical, "integer": self.integer, "drop": self.drop}
+        conflicting = [name for name, value in given.items() if value]
+        if conflicting:
+            raise ValueError(f"{conflicting} cannot be combined with a schema file, which defines the columns")
+        if schema.label is None:
+            raise SchemaError("the schema file names no label column; set 'label' and 'label_kind' in it")
+        if target is not None and target != schema.label:
+            raise ValueError(f"target='{target}' contradicts the schema file's label '{schema.label}'")
+        if label_kind not in (AUTO, schema.label_kind):
+            raise ValueError(f"label_kind='{label_kind}' contradicts the schema file's '{schema.label_kind}'")
+        return schema
+
+    def _build_schema(self) -> TableSchema:
+        """Estimate the schema from the train split under DP (only reached without a schema file)."""
+        self._load_frames()
+        schema, self._bounds_cost = infer_schema_dp(
+            self.train_frame,
+            self.target,
+            self.categorical,
+            self.bounds_epsilon,
+            self.bounds_delta,
+            self.label_kind,
+            integer=self.integer,
+        )
+        return schema
+
+    def privacy_cost(self) -> dict[str, Any]:
+        """Nothing with a schema file; else the (ε, δ) spent by the DP schema estimate."""
+        _ = self.schema  # runs the estimate if it has not run yet
+        return dict(self._bounds_cost) if self._bounds_cost is not None else super().privacy_cost()
+
+    def prepare_data(self) -> None:
+        """Check that the file exists (a user's CSV is never downloaded)."""
+        if not self.csv_path.is_file():
+            raise FileNotFoundError(f"CSV file not found: {self.csv_path}")
+
+    def _read_split(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        self.prepare_data()
+        frame = pd.read_csv(self.csv_path)
+        missing = [name for name in self.drop if name not in frame.columns]
+        if missing:
+            raise SchemaError(f"columns to drop {missing} are not in {self.csv_path} (columns: {list(frame.columns)})")
+        return self._seeded_split(frame.drop(columns=self.drop))
+
+
+def _names(value: Sequence[str] | str | None) -> list[str]:
+    """Column names from a list or a comma-separated string (as typed on the command line)."""
+    if value is None:
+        return []
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return [str(item).strip() for item in items if str(item).strip()]

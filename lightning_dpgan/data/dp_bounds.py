@@ -1,0 +1,268 @@
+"""Differentially private estimates of a table's schema, for data without a public one.
+
+A schema's bounds and category lists must not be read off the private rows: the maximum of a
+column *is* one record's value, and the set of categories seen reveals every rare value. When
+the data holder has no public schema, these mechanisms estimate one with a stated privacy cost
+that is added to the run's total.
+
+Neighbouring datasets differ by adding or removing one record (the notion DP-SGD's accounting
+uses too). Every mechanism draws its noise from ``rng``; leave it ``None`` in real use so the
+noise comes from fresh OS entropy -- noise from a published seed can be subtracted again.
+
+Mechanisms:
+
+- :func:`dp_numeric_bounds` -- Laplace histogram over a fixed geometric grid, pure ε-DP.
+- :func:`dp_categories` -- stability-based histogram, (ε, δ)-DP (Korolova, Kenthapadi, Mishra
+  & Ntoulas, "Releasing search queries and clicks privately", WWW 2009; Bun, Nissim & Stemmer,
+  "Simultaneous private learning of multiple concepts", ITCS 2016; Vadhan, "The complexity of
+  differential privacy", 2017, sec. 3.3).
+- :func:`infer_schema_dp` -- one of the two per column, ε split evenly (basic composition).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lightning_dpgan.data.schema import LABEL_KINDS, Column, SchemaError, TableSchema
+
+#: Candidate magnitudes 2**k of the bounds grid: from about 0.001 to about 1.1e12.
+GRID_EXPONENTS = range(-10, 41)
+#: Default fraction of the (noisy) mass that the estimated bounds may leave out (to be clipped).
+DEFAULT_ALPHA = 0.01
+#: Probability that any empty bin of the grid survives the noise threshold.
+_FALSE_BIN_PROBABILITY = 0.05
+
+
+def geometric_grid() -> np.ndarray:
+    """Bin edges ``-2^K, ..., -2^k0, 0, 2^k0, ..., 2^K`` over :data:`GRID_EXPONENTS`.
+
+    The grid is fixed before any data is seen (that is what keeps the histogram's sensitivity
+    at 1): magnitudes double from bin to bin, so one grid serves columns in cents and in
+    millions, at the price of bounds that are accurate to a factor of two.
+    """
+    magnitudes = np.array([2.0**k for k in GRID_EXPONENTS])
+    return np.concatenate([-magnitudes[::-1], [0.0], magnitudes])
+
+
+def _check_epsilon(epsilon: float) -> None:
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+
+
+def _check_delta(delta: float) -> None:
+    if not (isinstance(delta, (int, float)) and 0 < delta < 1):
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+
+
+def dp_numeric_bounds(
+    values: Sequence[float] | np.ndarray | pd.Series,
+    epsilon: float,
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    rng: np.random.Generator | None = None,
+) -> tuple[tuple[float, float], dict[str, Any]]:
+    """ε-DP bounds ``(low, high)`` of a numeric column, and the privacy cost spent.
+
+    Mechanism: count the values per bin of the fixed :func:`geometric_grid` (values beyond the
+    outermost edges count in the outermost bins), add Laplace(1/ε) noise to every bin count --
+    under add/remove-one the count vector changes by 1 in one bin, so L1 sensitivity is 1 and
+    the noisy histogram is ε-DP -- then, as post-processing, zero the bins whose noisy count is
+    below the threshold ``ln(B / (2·0.05)) / ε`` (B bins: an empty bin survives with
+    probability ≤ 0.05 in all), and return the narrowest run of consecutive bins holding at
+    least ``1 - alpha`` of the remaining noisy mass. If no bin survives, the bin with the
+    largest noisy count is returned. Values outside the result are clipped at encoding.
+    """
+    _check_epsilon(epsilon)
+    if not 0 <= alpha < 1:
+        raise ValueError(f"alpha must be in [0, 1), got {alpha!r}")
+    rng = rng if rng is not None else np.random.default_rng()
+    edges = geometric_grid()
+    n_bins = len(edges) - 1
+    data = np.asarray(values, dtype=np.float64)
+    bins = np.clip(np.searchsorted(edges, data, side="right") - 1, 0, n_bins - 1)
+    noisy = np.bincount(bins, minlength=n_bins) + rng.laplace(0.0, 1.0 / epsilon, size=n_bins)
+    threshold = math.log(n_bins / (2 * _FALSE_BIN_PROBABILITY)) / epsilon
+    kept = np.where(noisy >= threshold, noisy, 0.0)
+    first, last = _narrowest_covering_run(edges, kept, 1.0 - alpha) if kept.sum() > 0 else (noisy.argmax(),) * 2
+    cost = {"epsilon": float(epsilon), "delta": 0.0, "mechanism": "laplace histogram on a geometric grid"}
+    return (float(edges[first]), float(edges[last + 1])), cost
+
+
+def _narrowest_covering_run(edges: np.ndarray, mass: np.ndarray, coverage: float) -> tuple[int, int]:
+    """Bins ``first..last`` of smallest total width whose mass is ≥ ``coverage`` of the total."""
+    cumulative = np.concatenate([[0.0], np.cumsum(mass)])
+    target = coverage * cumulative[-1]
+    best = (0, len(mass) - 1)
+    for first in range(len(mass)):
+        reach = np.nonzero(cumulative[first + 1 :] - cumulative[first] >= target * (1 - 1e-12))[0]
+        if len(reach):
+            last = first + int(reach[0])
+            if edges[last + 1] - edges[first] < edges[best[1] + 1] - edges[best[0]]:
+                best = (first, last)
+    return best
+
+
+def stability_threshold(epsilon: float, delta: float) -> float:
+    """Noisy-count threshold τ = 1 + ln(1/(2δ))/ε of the stability-based histogram.
+
+    A value held by a single record has true count 1; it is released only if its
+    Laplace(1/ε) noise exceeds τ - 1, which happens with probability ½·exp(-ε(τ - 1)) = δ.
+    """
+    return 1.0 + math.log(1.0 / (2.0 * delta)) / epsilon
+
+
+def dp_categories(
+    values: Sequence[Any] | np.ndarray | pd.Series,
+    epsilon: float,
+    delta: float,
+    *,
+    rng: np.random.Generator | None = None,
+) -> tuple[list[Any], dict[str, Any]]:
+    """(ε, δ)-DP category list of a categorical column, and the privacy cost spent.
+
+    Mechanism (stability-based histogram): count each value *observed* in the data, add
+    Laplace(1/ε) noise to each count, and release the values whose noisy count exceeds
+    :func:`stability_threshold`. Counts of values present in both neighbours differ by at most
+    1 in one place (ε-DP by the Laplace mechanism); a value present in only one neighbour has
+    count 1 there and is released with probability ≤ δ -- hence (ε, δ)-DP. The noisy counts
+    themselves are not released. Values come back sorted (a data-independent order).
+    """
+    _check_epsilon(epsilon)
+    _check_delta(delta)
+    rng = rng if rng is not None else np.random.default_rng()
+    counts = pd.Series(values).value_counts(sort=False)
+    noisy = counts.to_numpy(dtype=np.float64) + rng.laplace(0.0, 1.0 / epsilon, size=len(counts))
+    kept = counts.index[noisy > stability_threshold(epsilon, delta)]
+    released = [value.item() if isinstance(value, np.generic) else value for value in kept]
+    cost = {"epsilon": float(epsilon), "delta": float(delta), "mechanism": "stability-based histogram"}
+    return _sorted(released), cost
+
+
+def _sorted(values: list[Any]) -> list[Any]:
+    try:
+        return sorted(values)
+    except TypeError:  # mixed types: order by type, then text
+        return sorted(values, key=lambda v: (type(v).__name__, str(v)))
+
+
+def infer_schema_dp(
+    frame: pd.DataFrame,
+    target: str,
+    categorical: Sequence[str],
+    epsilon: float,
+    delta: float,
+    label_kind: str,
+    *,
+    integer: Sequence[str] = (),
+    drop: Sequence[str] = (),
+    alpha: float = DEFAULT_ALPHA,
+    rng: np.random.Generator | None = None,
+) -> tuple[TableSchema, dict[str, Any]]:
+    """Estimate a :class:`TableSchema` for ``frame`` under (ε, δ)-DP; return it and its cost.
+
+    Every column of ``frame`` except ``drop`` gets a schema entry: ``categorical`` columns (and
+    a ``binary``/``categorical`` target) through :func:`dp_categories`, the others through
+    :func:`dp_numeric_bounds` as ``"continuous"`` -- or ``"integer"`` when listed in
+    ``integer``; whether a column is integral is not read from the data (one fractional value
+    would change it). By basic composition the budget is split evenly: each of the m columns
+    spends ε/m, each of the c categorical columns δ/c, so the total is exactly ε and δ (δ is 0
+    without categorical columns). Which columns are categorical is the caller's public choice.
+
+    Raises:
+        SchemaError: missing target or listed columns, NaNs, a non-numeric column not listed
+            as categorical, or a label that does not come out as the requested kind (e.g. a
+            binary label whose DP category list does not have exactly two classes).
+    """
+    _check_epsilon(epsilon)
+    if label_kind not in LABEL_KINDS:
+        raise SchemaError(f"label_kind must be one of {LABEL_KINDS}, got {label_kind!r}")
+    names = _schema_columns(frame, target, categorical, integer, drop)
+    if label_kind == "continuous" and target in categorical:
+        raise SchemaError(f"the target '{target}' is continuous but listed as categorical")
+    categorical = set(categorical) | ({target} if label_kind != "continuous" else set())
+    n_categorical = sum(name in categorical for name in names)
+    if n_categorical:
+        _check_delta(delta)
+    rng = rng if rng is not None else np.random.default_rng()
+    eps_column = epsilon / len(names)
+    delta_column = delta / n_categorical if n_categorical else 0.0
+    columns, costs = [], {}
+    for name in names:
+        column, costs[name] = _infer_column(
+            frame[name], name in categorical, name in integer, eps_column, delta_column, alpha, rng
+        )
+        columns.append(column)
+    schema = _labelled_schema(columns, target, label_kind, drop)
+    cost = {
+        "epsilon": float(epsilon),
+        "delta": float(delta) if n_categorical else 0.0,
+        "mechanism": "DP schema estimation (basic composition over columns)",
+        "columns": costs,
+    }
+    return schema, cost
+
+
+def _schema_columns(
+    frame: pd.DataFrame, target: str, categorical: Sequence[str], integer: Sequence[str], drop: Sequence[str]
+) -> list[str]:
+    """The columns to describe, after checks that need no statistic beyond clean-data errors."""
+    if target not in frame.columns:
+        raise SchemaError(f"the target column '{target}' is missing from the data (columns: {list(frame.columns)})")
+    for role, listed in (("categorical", categorical), ("integer", integer), ("drop", drop)):
+        missing = [name for name in listed if name not in frame.columns]
+        if missing:
+            raise SchemaError(f"{role} columns {missing} are not in the data (columns: {list(frame.columns)})")
+    both = sorted(set(categorical) & set(integer))
+    if both:
+        raise SchemaError(f"columns {both} are listed both as categorical and as integer")
+    if target in drop:
+        raise SchemaError(f"the target '{target}' cannot be dropped")
+    names = [str(name) for name in frame.columns if name not in drop]
+    nans = frame[names].isna().sum()
+    nans = nans[nans > 0]
+    if len(nans):
+        counts = ", ".join(f"{name} ({count} rows)" for name, count in nans.items())
+        raise SchemaError(f"missing values (NaN) in columns: {counts}; drop or impute those rows first")
+    return names
+
+
+def _infer_column(
+    series: pd.Series,
+    is_categorical: bool,
+    is_integer: bool,
+    epsilon: float,
+    delta: float,
+    alpha: float,
+    rng: np.random.Generator,
+) -> tuple[Column, dict[str, Any]]:
+    name = str(series.name)
+    if is_categorical:
+        categories, cost = dp_categories(series, epsilon, delta, rng=rng)
+        if not categories:
+            raise SchemaError(
+                f"no category of column '{name}' passed the DP threshold (ε={epsilon:.3g}, δ={delta:.3g} for this "
+                "column): raise the bounds budget or pass a schema file with the public category list"
+            )
+        return Column(name, "categorical", categories=categories, source=f"DP estimate: {cost['mechanism']}"), cost
+    if not pd.api.types.is_numeric_dtype(series.dtype):
+        raise SchemaError(f"column '{name}' is not numeric (dtype {series.dtype}); list it as categorical")
+    (low, high), cost = dp_numeric_bounds(series, epsilon, alpha=alpha, rng=rng)
+    kind = "integer" if is_integer else "continuous"
+    if is_integer:
+        low, high = float(math.floor(low)), float(math.ceil(high))
+    return Column(name, kind, bounds=(low, high), source=f"DP estimate: {cost['mechanism']}"), cost
+
+
+def _labelled_schema(columns: list[Column], target: str, label_kind: str, drop: Sequence[str]) -> TableSchema:
+    try:
+        return TableSchema(columns, label=target, label_kind=label_kind, drop=tuple(drop))
+    except SchemaError as err:
+        raise SchemaError(
+            f"{err} (DP estimate; classes rarer than the threshold are not released: raise the bounds "
+            "budget or pass a schema file with the public classes)"
+        ) from err

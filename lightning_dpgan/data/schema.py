@@ -1,0 +1,463 @@
+"""Table schemas: the public description of a table that fixes how its rows are encoded.
+
+A :class:`TableSchema` lists every column with its kind and *public* domain: bounds for numeric
+columns, the category list for categorical ones. Encoding is a fixed map from that description
+alone -- numeric values are clipped to their bounds and min-max scaled to [0, 1], categorical
+values become one-hot blocks in the schema's category order -- so no statistic of the private
+rows enters the encoder. Were the encoder fitted to the data (a min-max scaler, categories
+"seen in the data"), a single record could move every other record's encoding, and that
+leak would sit outside the privacy accounting of training.
+
+Stated rule for values outside the schema:
+
+- numeric values below/above the bounds are **clipped** to the bound and counted per column;
+- categorical values not in the schema's list make the row **rejected** (dropped), counted per
+  column, or an error with ``unknown="error"``;
+- the label of a ``binary`` task must be one of its two classes; anything else is an error,
+  because silently dropping rows of an unexpected class would change the task.
+
+Dropping a row depends on that row alone, so training on the kept rows is as private as
+training on all of them (under add/remove-one neighbours). The :class:`EncodingReport`
+counts, however, are statistics of the private data: they are for the data holder and are
+not covered by any privacy guarantee if published.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+import yaml
+
+KINDS = ("continuous", "integer", "categorical")
+LABEL_KINDS = ("binary", "categorical", "continuous")
+UNKNOWN_RULES = ("drop", "error")
+
+
+class SchemaError(ValueError):
+    """A schema that is inconsistent, or a frame that does not fit its schema.
+
+    Messages name the offending columns (and row counts) so the data holder can fix the data or
+    the schema without guessing.
+    """
+
+
+def _python_scalar(value: Any) -> Any:
+    """numpy scalars as plain Python values, so schemas stay YAML/JSON friendly."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its kind and public domain.
+
+    Args:
+        name: the column name in the data.
+        kind: ``"continuous"`` (float), ``"integer"`` (rounded on decoding) or ``"categorical"``.
+        bounds: ``(low, high)`` for numeric kinds, ``low < high``.
+        categories: the public category list of a categorical column, in one-hot order.
+        source: where the public bounds/categories come from (documentation, a standard, a DP
+            estimate); kept with the schema so a reader can check that they are public.
+    """
+
+    name: str
+    kind: str
+    bounds: tuple[float, float] | None = None
+    categories: tuple[Any, ...] | None = None
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise SchemaError(f"column names must be non-empty strings, got {self.name!r}")
+        if self.kind not in KINDS:
+            raise SchemaError(f"column '{self.name}': kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind == "categorical":
+            self._check_categorical()
+        else:
+            self._check_numeric()
+
+    def _check_numeric(self) -> None:
+        if self.categories is not None:
+            raise SchemaError(f"column '{self.name}' is {self.kind}: it takes bounds, not categories")
+        if self.bounds is None or len(self.bounds) != 2:
+            raise SchemaError(f"column '{self.name}' is {self.kind}: bounds=(low, high) are required")
+        low, high = (float(b) for b in self.bounds)
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise SchemaError(f"column '{self.name}': bounds must be finite with low < high, got {self.bounds}")
+        if self.kind == "integer" and math.ceil(low) > math.floor(high):
+            raise SchemaError(f"column '{self.name}': integer bounds {self.bounds} contain no integer")
+        object.__setattr__(self, "bounds", (low, high))
+
+    def _check_categorical(self) -> None:
+        if self.bounds is not None:
+            raise SchemaError(f"column '{self.name}' is categorical: it takes categories, not bounds")
+        if self.categories is None or isinstance(self.categories, str) or len(self.categories) == 0:
+            raise SchemaError(f"column '{self.name}' is categorical: a non-empty categories list is required")
+        categories = tuple(_python_scalar(c) for c in self.categories)
+        if any(c is None or (isinstance(c, float) and math.isnan(c)) for c in categories):
+            raise SchemaError(f"column '{self.name}': categories cannot contain missing values")
+        if len(set(categories)) != len(categories):
+            raise SchemaError(f"column '{self.name}': categories must be unique, got {list(categories)}")
+        object.__setattr__(self, "categories", categories)
+
+    @property
+    def is_numeric(self) -> bool:
+        return self.kind != "categorical"
+
+    @property
+    def width(self) -> int:
+        """Number of slots of this column in the encoded vector."""
+        return 1 if self.is_numeric else len(self.categories)
+
+    def to_dict(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"name": self.name, "kind": self.kind}
+        if self.is_numeric:
+            entry["bounds"] = list(self.bounds)
+        else:
+            entry["categories"] = list(self.categories)
+        if self.source:
+            entry["source"] = self.source
+        return entry
+
+    @classmethod
+    def from_dict(cls, entry: Mapping[str, Any]) -> Column:
+        unknown = set(entry) - {"name", "kind", "bounds", "categories", "source"}
+        if unknown:
+            raise SchemaError(f"column entry {dict(entry)!r} has unknown keys {sorted(unknown)}")
+        bounds = entry.get("bounds")
+        categories = entry.get("categories")
+        return cls(
+            name=entry.get("name"),
+            kind=entry.get("kind"),
+            bounds=tuple(float(b) for b in bounds) if bounds is not None else None,
+            categories=tuple(categories) if categories is not None else None,
+            source=entry.get("source", ""),
+        )
+
+
+@dataclass(frozen=True)
+class EncodingReport:
+    """What encoding did to out-of-schema values: per-column clip and reject counts.
+
+    ``clipped[name] = {"below": n, "above": m}`` counts values clipped to the bounds among the
+    encoded rows; ``rejected[name]`` counts rows dropped because that column held a category
+    outside the schema (a row with two unknown values counts in both columns). These are
+    statistics of the private data, for the data holder only.
+    """
+
+    rows_in: int
+    rows_encoded: int
+    clipped: dict[str, dict[str, int]] = field(default_factory=dict)
+    rejected: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def rows_rejected(self) -> int:
+        return self.rows_in - self.rows_encoded
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows_in": self.rows_in,
+            "rows_encoded": self.rows_encoded,
+            "rows_rejected": self.rows_rejected,
+            "clipped": {name: dict(counts) for name, counts in self.clipped.items()},
+            "rejected": dict(self.rejected),
+        }
+
+    def summary(self) -> str:
+        """One line for logs: rows kept and the columns whose values were clipped or rejected."""
+        clipped = {n: c["below"] + c["above"] for n, c in self.clipped.items() if c["below"] + c["above"]}
+        rejected = {n: c for n, c in self.rejected.items() if c}
+        return (
+            f"encoded {self.rows_encoded}/{self.rows_in} rows; "
+            f"clipped values per column: {clipped or 'none'}; rejected rows per column: {rejected or 'none'}"
+        )
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    """The public description of a table: columns in order, the label and its kind.
+
+    Args:
+        columns: the columns, in the order of the encoded vector and of decoded frames.
+        label: name of the label column (it is encoded as part of the record: GANs here
+            generate whole rows), or ``None``.
+        label_kind: ``"binary"`` (a categorical column with exactly two categories),
+            ``"categorical"``, ``"continuous"`` (a numeric column), or ``None`` without label.
+        drop: columns that may appear in the data and are ignored (identifiers, say); any
+            other column not in the schema is an error rather than silently discarded.
+    """
+
+    columns: tuple[Column, ...]
+    label: str | None = None
+    label_kind: str | None = None
+    drop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        columns = tuple(self.columns)
+        object.__setattr__(self, "columns", columns)
+        object.__setattr__(self, "drop", tuple(self.drop))
+        if not columns or not all(isinstance(c, Column) for c in columns):
+            raise SchemaError("a schema needs a non-empty sequence of Column objects")
+        names = [c.name for c in columns]
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise SchemaError(f"duplicate column names in schema: {duplicated}")
+        overlap = sorted(set(self.drop) & set(names))
+        if overlap:
+            raise SchemaError(f"columns {overlap} are both schema columns and listed in drop")
+        self._check_label()
+
+    def _check_label(self) -> None:
+        if self.label is None:
+            if self.label_kind is not None:
+                raise SchemaError(f"label_kind={self.label_kind!r} given without a label column")
+            return
+        if self.label not in self.names:
+            raise SchemaError(f"label '{self.label}' is not one of the schema's columns {self.names}")
+        if self.label_kind not in LABEL_KINDS:
+            raise SchemaError(f"label_kind must be one of {LABEL_KINDS}, got {self.label_kind!r}")
+        column = self.label_column
+        if self.label_kind == "continuous" and not column.is_numeric:
+            raise SchemaError(f"label '{self.label}' is continuous but the column is categorical")
+        if self.label_kind in ("binary", "categorical") and column.is_numeric:
+            raise SchemaError(f"label '{self.label}' is {self.label_kind} but the column is {column.kind}")
+        if self.label_kind == "binary" and column.width != 2:
+            raise SchemaError(
+                f"label '{self.label}' must be binary (exactly 2 categories), "
+                f"but the schema lists {column.width}: {list(column.categories)}"
+            )
+
+    # --- layout -----------------------------------------------------------------------------
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @cached_property
+    def column_slices(self) -> dict[str, slice]:
+        """Column name -> its slice of the encoded vector (generators and evaluators use it)."""
+        slices, start = {}, 0
+        for column in self.columns:
+            slices[column.name] = slice(start, start + column.width)
+            start += column.width
+        return slices
+
+    @property
+    def encoded_dim(self) -> int:
+        return sum(c.width for c in self.columns)
+
+    @property
+    def label_column(self) -> Column | None:
+        return self.column(self.label) if self.label is not None else None
+
+    @property
+    def label_slice(self) -> slice | None:
+        return self.column_slices[self.label] if self.label is not None else None
+
+    def column(self, name: str) -> Column:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise KeyError(f"no column '{name}' in schema; columns: {self.names}")
+
+    # --- (de)serialisation -------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain mapping (YAML/JSON friendly) that :meth:`from_dict` reads back."""
+        out: dict[str, Any] = {"label": self.label, "label_kind": self.label_kind}
+        if self.drop:
+            out["drop"] = list(self.drop)
+        out["columns"] = [c.to_dict() for c in self.columns]
+        return out
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> TableSchema:
+        if not isinstance(spec, Mapping):
+            raise SchemaError(f"a schema must be a mapping, got {type(spec).__name__}")
+        unknown = set(spec) - {"columns", "label", "label_kind", "drop"}
+        if unknown:
+            raise SchemaError(f"unknown schema keys {sorted(unknown)}; expected columns, label, label_kind, drop")
+        entries = spec.get("columns")
+        if not isinstance(entries, Sequence) or isinstance(entries, str):
+            raise SchemaError("a schema needs 'columns': a list of column entries")
+        return cls(
+            columns=tuple(Column.from_dict(entry) for entry in entries),
+            label=spec.get("label"),
+            label_kind=spec.get("label_kind"),
+            drop=tuple(spec.get("drop") or ()),
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> TableSchema:
+        """Read a schema from a ``.json`` file, or a YAML file (any other suffix)."""
+        path = Path(path).expanduser()
+        if not path.is_file():
+            raise SchemaError(f"schema file not found: {path}")
+        text = path.read_text()
+        try:
+            spec = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        except (json.JSONDecodeError, yaml.YAMLError) as err:
+            raise SchemaError(f"schema file {path} cannot be parsed: {err}") from err
+        try:
+            return cls.from_dict(spec)
+        except SchemaError as err:
+            raise SchemaError(f"schema file {path}: {err}") from err
+
+    # --- validation --------------------------------------------------------------------------
+
+    def validate_frame(self, frame: pd.DataFrame) -> None:
+        """Raise :class:`SchemaError` unless ``frame`` has the schema's columns, clean and typed.
+
+        Checked, in order: missing target, missing columns, unknown columns (not in the schema
+        nor in ``drop``), missing values (NaN/None), and dtypes (numeric columns must be
+        numeric, integer columns integral, categorical values of the categories' type).
+        Constant columns are fine. Out-of-bounds values and unknown categories are *not* errors
+        here; :meth:`encode` applies the clip/reject rule to them.
+        """
+        if not isinstance(frame, pd.DataFrame):
+            raise TypeError(f"expected a pandas DataFrame, got {type(frame).__name__}")
+        duplicated = sorted({str(c) for c in frame.columns[frame.columns.duplicated()]})
+        if duplicated:
+            raise SchemaError(f"the data has duplicated column names: {duplicated}")
+        if self.label is not None and self.label not in frame.columns:
+            raise SchemaError(
+                f"the target column '{self.label}' is missing from the data (columns: {list(frame.columns)})"
+            )
+        missing = [n for n in self.names if n not in frame.columns]
+        if missing:
+            raise SchemaError(f"columns missing from the data: {missing}")
+        unknown = [str(c) for c in frame.columns if c not in self.names and c not in self.drop]
+        if unknown:
+            raise SchemaError(
+                f"unknown columns in the data: {unknown}; add them to the schema or list them in its 'drop' list"
+            )
+        nans = frame[self.names].isna().sum()
+        nans = nans[nans > 0]
+        if len(nans):
+            counts = ", ".join(f"{name} ({count} rows)" for name, count in nans.items())
+            raise SchemaError(f"missing values (NaN) in columns: {counts}; drop or impute those rows first")
+        for column in self.columns:
+            _check_dtype(column, frame[column.name])
+
+    # --- encoding ----------------------------------------------------------------------------
+
+    def encode(self, frame: pd.DataFrame, unknown: str = "drop") -> tuple[torch.Tensor, EncodingReport]:
+        """Encode ``frame`` into a float32 tensor of shape ``(rows kept, encoded_dim)`` in [0, 1].
+
+        Numeric: ``(clip(x, low, high) - low) / (high - low)``; categorical: one-hot in the
+        schema's category order. The map depends on the schema alone: each row's encoding is a
+        function of that row, and no statistic of ``frame`` is read.
+
+        Args:
+            unknown: ``"drop"`` rejects rows holding a category outside the schema (counted in
+                the report); ``"error"`` raises instead.
+        """
+        if unknown not in UNKNOWN_RULES:
+            raise ValueError(f"unknown must be one of {UNKNOWN_RULES}, got {unknown!r}")
+        self.validate_frame(frame)
+        codes = {c.name: _category_codes(c, frame[c.name]) for c in self.columns if not c.is_numeric}
+        rejected = {name: int((code < 0).sum()) for name, code in codes.items()}
+        self._check_label_codes(codes)
+        if unknown == "error" and any(rejected.values()):
+            bad = {name: count for name, count in rejected.items() if count}
+            raise SchemaError(f"values outside the schema's categories (rows per column): {bad}")
+        keep = np.ones(len(frame), dtype=bool)
+        for code in codes.values():
+            keep &= code >= 0
+        encoded = np.zeros((int(keep.sum()), self.encoded_dim), dtype=np.float64)
+        clipped = {}
+        for column in self.columns:
+            block = self.column_slices[column.name]
+            if column.is_numeric:
+                values = frame[column.name].to_numpy(dtype=np.float64)[keep]
+                low, high = column.bounds
+                clipped[column.name] = {"below": int((values < low).sum()), "above": int((values > high).sum())}
+                encoded[:, block.start] = (np.clip(values, low, high) - low) / (high - low)
+            else:
+                encoded[np.arange(len(encoded)), block.start + codes[column.name][keep]] = 1.0
+        report = EncodingReport(len(frame), int(keep.sum()), clipped, rejected)
+        return torch.from_numpy(encoded.astype(np.float32)), report
+
+    def _check_label_codes(self, codes: dict[str, np.ndarray]) -> None:
+        if self.label_kind != "binary":
+            return
+        outside = int((codes[self.label] < 0).sum())
+        if outside:
+            raise SchemaError(
+                f"the label '{self.label}' must be binary with classes {list(self.label_column.categories)}, "
+                f"but {outside} rows hold other values"
+            )
+
+    def decode(self, data: torch.Tensor | np.ndarray) -> pd.DataFrame:
+        """Map encoded records (e.g. generator output) back to a frame like the original.
+
+        Columns come back with their names and in schema order. Numeric values are clipped to
+        [0, 1] then rescaled into the bounds; integer columns are rounded and cast to int64;
+        categorical columns take the argmax of their one-hot block and come back as a pandas
+        ``Categorical`` with the schema's categories.
+        """
+        if isinstance(data, torch.Tensor):
+            data = data.detach().cpu().double().numpy()
+        array = np.asarray(data, dtype=np.float64)
+        if array.ndim != 2 or array.shape[1] != self.encoded_dim:
+            raise ValueError(f"expected an array of shape (n, {self.encoded_dim}), got {tuple(array.shape)}")
+        if not np.isfinite(array).all():
+            raise ValueError("cannot decode non-finite values (NaN/inf); the generator may have diverged")
+        out = {}
+        for column in self.columns:
+            block = array[:, self.column_slices[column.name]]
+            out[column.name] = _decode_column(column, block)
+        return pd.DataFrame(out, columns=self.names)
+
+
+def _check_dtype(column: Column, series: pd.Series) -> None:
+    """Refuse values of the wrong type, which would otherwise be silently clipped or rejected."""
+    numeric = _holds_numbers(series)
+    if column.is_numeric:
+        if not numeric:
+            raise SchemaError(
+                f"column '{column.name}' is {column.kind} but holds non-numeric values (dtype {series.dtype})"
+            )
+        if column.kind == "integer":
+            values = series.to_numpy(dtype=np.float64)
+            finite = np.isfinite(values)
+            fractional = int((values[finite] != np.round(values[finite])).sum())
+            if fractional:
+                raise SchemaError(f"column '{column.name}' is integer but {fractional} rows hold fractional values")
+        return
+    if all(isinstance(c, str) for c in column.categories) and numeric:
+        raise SchemaError(f"column '{column.name}' has string categories but holds numbers (dtype {series.dtype})")
+    numeric_categories = all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in column.categories)
+    if numeric_categories and not numeric:
+        raise SchemaError(
+            f"column '{column.name}' has numeric categories but holds non-numeric values (dtype {series.dtype})"
+        )
+
+
+def _holds_numbers(series: pd.Series) -> bool:
+    dtype = series.cat.categories.dtype if isinstance(series.dtype, pd.CategoricalDtype) else series.dtype
+    return pd.api.types.is_numeric_dtype(dtype)
+
+
+def _category_codes(column: Column, series: pd.Series) -> np.ndarray:
+    """Index of each value in the schema's category list; -1 for values outside it."""
+    values = series.astype(object) if isinstance(series.dtype, pd.CategoricalDtype) else series
+    return pd.Categorical(values, categories=list(column.categories)).codes.astype(np.int64)
+
+
+def _decode_column(column: Column, block: np.ndarray) -> np.ndarray | pd.Categorical:
+    if not column.is_numeric:
+        return pd.Categorical.from_codes(block.argmax(axis=1), categories=list(column.categories))
+    low, high = column.bounds
+    values = np.clip(block[:, 0], 0.0, 1.0) * (high - low) + low
+    if column.kind == "integer":
+        return np.clip(np.round(values), math.ceil(low), math.floor(high)).astype(np.int64)
+    return np.clip(values, low, high)

@@ -1,0 +1,167 @@
+"""``pategan``: PATE-GAN (Jordon, Yoon & van der Schaar, ICLR 2019), Algorithm 1.
+
+Per training step (one generator iteration):
+
+1. ``teacher_steps`` (nT) updates of all K teachers at once: teacher k sees a minibatch from its
+   own disjoint partition of the training data (drawn by the PATE strategy's sampler) against
+   one shared batch of generated records.
+2. ``student_steps`` (nS) updates of the student on generated records labelled by the teachers'
+   votes, aggregated by the LabelAggregator slot (Laplace noisy argmax, every answer charged).
+   The student never sees real data.
+3. One generator update against the student.
+
+Only the teachers read real records; what leaves them is the noisy-argmax labels. Networks as
+in the paper's appendix: generator and student of depth 3 with widths d, d/2, d (d = record
+width), teachers of depth 1 (logistic regression), ReLU, sigmoid outputs, Adam at 1e-4,
+generator input z ~ U[0, 1]^d, Xavier-initialised generator. The generator minimises the
+non-saturating loss -log S(G(z)) (same fixed point as the paper's log(1 - S(G(z))), stronger
+early gradients).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lightning_dpgan.modules.base import GANModule
+from lightning_dpgan.nets.ensemble import TeacherEnsemble, build_teacher_ensemble
+from lightning_dpgan.privacy.slots import LabelAggregator, PrivacyBudgetExhausted
+
+
+class PATEGAN(GANModule):
+    """PATE-GAN: K teachers on disjoint partitions label data for a student via noisy PATE votes."""
+
+    privacy_slot: ClassVar[type | None] = LabelAggregator
+    default_privacy: ClassVar[str] = "pate"
+
+    def __init__(
+        self,
+        data_shape: Sequence[int],
+        num_classes: int | None = None,
+        lr: float = 1e-4,
+        teacher_steps: int = 5,
+        student_steps: int = 5,
+        teacher_hidden: Sequence[int] = (),
+        num_teachers: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        width = math.prod(data_shape)
+        paper_widths = (width, max(width // 2, 1), width)
+        kwargs.setdefault("latent_dim", width)
+        kwargs.setdefault("latent_distribution", "uniform")
+        kwargs.setdefault("arch", "mlp")
+        kwargs.setdefault("generator_kwargs", {"hidden": paper_widths, "output_activation": "sigmoid", "norm": None})
+        kwargs.setdefault("discriminator_kwargs", {"hidden": paper_widths})
+        if teacher_steps < 1 or student_steps < 1:
+            raise ValueError("teacher_steps and student_steps must be at least 1")
+        super().__init__(data_shape, num_classes, **kwargs)
+        self.save_hyperparameters()
+        self._xavier_init(self.generator)
+        #: the K teachers, built by the PATE strategy (or from ``num_teachers`` when loading)
+        self.teachers: TeacherEnsemble | None = None
+        if num_teachers is not None:
+            self.build_teachers(num_teachers)
+
+    @staticmethod
+    def _xavier_init(network: nn.Module) -> None:
+        for layer in network.modules():
+            if isinstance(layer, nn.Linear):
+                nn.init.xavier_uniform_(layer.weight)
+                nn.init.zeros_(layer.bias)
+
+    @property
+    def student(self) -> nn.Module:
+        """The student-discriminator (the base class's ``discriminator``)."""
+        return self.discriminator
+
+    def build_teachers(self, num_teachers: int) -> TeacherEnsemble:
+        """Create the K teachers (once; the count is saved with the hyper-parameters)."""
+        if self.teachers is not None:
+            if self.teachers.num_teachers != num_teachers:
+                raise ValueError(f"this model already has {self.teachers.num_teachers} teachers, not {num_teachers}")
+            return self.teachers
+        if num_teachers < 1:
+            raise ValueError(f"num_teachers must be at least 1, got {num_teachers}")
+        self.teachers = build_teacher_ensemble(num_teachers, self.data_shape, self.num_classes, arch="mlp",
+                                               hidden=tuple(self.hparams.teacher_hidden))
+        self.hparams["num_teachers"] = num_teachers
+        return self.teachers
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit" and (self.teachers is None or self.privacy is None):
+            raise ValueError("pategan trains through its PATE teachers: run it with --privacy pate")
+
+    # ---------------------------------------------------------------- training
+    def training_step(self, batch: tuple[Tensor, Tensor | None], batch_idx: int) -> None:
+        """``batch``: each teacher's minibatches for this step, ``[nT, K, b, ...]`` (+ labels)."""
+        teacher_records, teacher_labels = batch
+        opt_g, opt_s, opt_t = self.optimizers()
+        n = teacher_records.shape[2]
+        for t in range(self.hparams.teacher_steps):
+            labels_t = None if teacher_labels is None else teacher_labels[t]
+            teacher_loss = self.teacher_step(opt_t, teacher_records[t], labels_t, n)
+        try:
+            for _ in range(self.hparams.student_steps):
+                student_loss = self.student_step(opt_s, n)
+        except PrivacyBudgetExhausted:
+            self.trainer.should_stop = True  # the refused labels were never drawn: stop here
+            return
+        generator_loss = self.generator_step_pate(opt_g, n)
+        self.train_steps += 1
+        self.log_dict({"loss/teachers": teacher_loss, "loss/student": student_loss, "loss/generator": generator_loss},
+                      prog_bar=True, batch_size=n)
+
+    def teacher_step(self, optimizer: Any, real: Tensor, labels: Tensor | None, n: int) -> Tensor:
+        """All teachers at once: teacher k on its own real minibatch ``real[k]`` vs shared fakes.
+
+        Summing the per-teacher mean losses gives each teacher exactly its own gradient."""
+        fake_labels = self.sample_labels(n)
+        with torch.no_grad():
+            fake = self.generator(self.sample_latent(n), fake_labels)
+        real_logits = self.teachers(real, labels)
+        fake_logits = self.teachers.forward_shared(fake, fake_labels)
+        loss = (F.binary_cross_entropy_with_logits(real_logits, torch.ones_like(real_logits), reduction="none").mean(1)
+                + F.binary_cross_entropy_with_logits(fake_logits, torch.zeros_like(fake_logits), reduction="none").mean(1)).sum()
+        optimizer.zero_grad()
+        self.manual_backward(loss)
+        optimizer.step()
+        return loss.detach() / self.teachers.num_teachers
+
+    def student_step(self, optimizer: Any, n: int) -> Tensor:
+        """The student learns the teachers' noisy labels of generated records."""
+        fake_labels = self.sample_labels(n)
+        with torch.no_grad():
+            fake = self.generator(self.sample_latent(n), fake_labels)
+            real_votes = self.teachers.votes(fake, fake_labels)
+        votes = torch.stack([self.teachers.num_teachers - real_votes, real_votes], dim=1)
+        targets = self.privacy.aggregate(votes).to(fake.dtype)
+        loss = F.binary_cross_entropy_with_logits(self.student(fake, fake_labels), targets)
+        optimizer.zero_grad()
+        self.manual_backward(loss)
+        optimizer.step()
+        return loss.detach()
+
+    def generator_step_pate(self, optimizer: Any, n: int) -> Tensor:
+        labels = self.sample_labels(n)
+        self.student.requires_grad_(False)
+        try:
+            scores = self.student(self.generator(self.sample_latent(n), labels), labels)
+            loss = F.binary_cross_entropy_with_logits(scores, torch.ones_like(scores))
+            optimizer.zero_grad()
+            self.manual_backward(loss)
+            optimizer.step()
+        finally:
+            self.student.requires_grad_(True)
+        return loss.detach()
+
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+        lr = self.hparams.lr
+        return [
+            torch.optim.Adam(self.generator.parameters(), lr=lr),
+            torch.optim.Adam(self.student.parameters(), lr=lr),
+            self.teachers.make_optimizer(lr, betas=(0.9, 0.999)),
+        ]

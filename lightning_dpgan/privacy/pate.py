@@ -1,0 +1,34 @@
+"""PATE label aggregation: the object a PATE strategy puts in a module's LabelAggregator slot.
+
+It answers each query (a generated record the teachers voted on) with the Laplace noisy argmax
+of :func:`lightning_dpgan.privacy.mechanisms.laplace_noisy_argmax`, and charges every answered
+query -- unanimous ones included -- to the accountant through ``on_answer`` *before* the noisy
+answer is drawn; ``on_answer`` may refuse (raise ``PrivacyBudgetExhausted``), and then nothing
+is released.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from torch import Tensor
+
+from lightning_dpgan.privacy.mechanisms import laplace_noisy_argmax
+
+
+class PATELabelAggregator:
+    """Noisy-argmax labels from binary teacher votes, each answer charged before it is returned."""
+
+    def __init__(self, lap_inverse_scale: float, on_answer: Callable[[float, np.ndarray], None]) -> None:
+        if not lap_inverse_scale > 0:
+            raise ValueError(f"lap_inverse_scale (lambda) must be > 0, got {lap_inverse_scale}")
+        self.lap_inverse_scale = float(lap_inverse_scale)
+        self.on_answer = on_answer
+
+    def aggregate(self, votes: Tensor) -> Tensor:
+        """``votes``: ``(queries, 2)`` counts ``(n_0, n_1)``; returns ``(queries,)`` noisy labels."""
+        if votes.dim() != 2 or votes.shape[1] != 2:
+            raise ValueError(f"PATE-GAN votes are (queries, 2) counts, got shape {tuple(votes.shape)}")
+        gaps = (votes[:, 0] - votes[:, 1]).abs().round().long().cpu().numpy()
+        self.on_answer(self.lap_inverse_scale, gaps)
+        return laplace_noisy_argmax(votes, self.lap_inverse_scale)

@@ -1,0 +1,157 @@
+"""DP schema estimation: bounds that cover the data, categories that hide rare values, exact cost."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lightning_dpgan.data.dp_bounds import (
+    dp_categories,
+    dp_numeric_bounds,
+    geometric_grid,
+    infer_schema_dp,
+    stability_threshold,
+)
+from lightning_dpgan.data.schema import SchemaError
+
+
+def test_grid_is_fixed_symmetric_and_sorted():
+    edges = geometric_grid()
+    assert np.all(np.diff(edges) > 0)
+    np.testing.assert_array_equal(edges, -edges[::-1])
+    assert 0.0 in edges and edges[-1] == 2.0**40
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.random.default_rng(0).uniform(3, 700, 2000),
+        np.random.default_rng(1).normal(-5000, 800, 2000),
+        np.random.default_rng(2).uniform(-0.5, 0.3, 2000),
+        np.zeros(2000),
+    ],
+    ids=["positive", "negative", "around-zero", "constant"],
+)
+def test_with_a_large_epsilon_the_bounds_cover_the_data(values):
+    (low, high), cost = dp_numeric_bounds(values, epsilon=1e4, alpha=0.0, rng=np.random.default_rng(3))
+    assert low <= values.min() and values.max() <= high
+    assert low < high
+    assert high - low <= 4 * max(abs(values.min()), abs(values.max()), 2.0**-10)  # a factor-2 grid
+    assert cost == {"epsilon": 1e4, "delta": 0.0, "mechanism": "laplace histogram on a geometric grid"}
+
+
+def test_bounds_are_grid_edges_so_a_single_outlier_cannot_set_them():
+    values = np.concatenate([np.random.default_rng(0).uniform(10, 60, 5000), [1e9]])
+    (low, high), _ = dp_numeric_bounds(values, epsilon=1.0, rng=np.random.default_rng(4))
+    edges = set(geometric_grid())
+    assert low in edges and high in edges
+    assert high <= 64.0  # the outlier's lone bin is below the noise threshold
+
+
+def test_with_too_little_budget_the_largest_noisy_bin_is_returned():
+    (low, high), _ = dp_numeric_bounds(np.full(5, 100.0), epsilon=1e-3, rng=np.random.default_rng(5))
+    assert low < high
+
+
+def test_numeric_bounds_refuse_bad_parameters():
+    with pytest.raises(ValueError, match="epsilon"):
+        dp_numeric_bounds([1.0], epsilon=0.0)
+    with pytest.raises(ValueError, match="alpha"):
+        dp_numeric_bounds([1.0], epsilon=1.0, alpha=1.0)
+
+
+def test_stability_threshold_releases_a_singleton_with_probability_delta():
+    epsilon, delta = 0.5, 1e-6
+    tau = stability_threshold(epsilon, delta)
+    assert 0.5 * math.exp(-epsilon * (tau - 1)) == pytest.approx(delta)
+
+
+def test_categories_seen_once_are_never_released_with_a_small_epsilon():
+    rng = np.random.default_rng(6)
+    singletons = [f"person-{i}" for i in range(3000)]
+    values = singletons + ["common-a"] * 4000 + ["common-b"] * 3000
+    released, cost = dp_categories(values, epsilon=0.1, delta=1e-6, rng=rng)
+    assert released == ["common-a", "common-b"]
+    assert cost == {"epsilon": 0.1, "delta": 1e-6, "mechanism": "stability-based histogram"}
+
+
+def test_categories_come_back_sorted_as_python_values():
+    released, _ = dp_categories(pd.Series([3, 1, 2] * 1000), epsilon=5.0, delta=1e-6, rng=np.random.default_rng(7))
+    assert released == [1, 2, 3] and all(type(v) is int for v in released)
+
+
+def test_categories_refuse_bad_delta():
+    with pytest.raises(ValueError, match="delta"):
+        dp_categories(["a"], epsilon=1.0, delta=0.0)
+
+
+def make_frame(n: int = 3000, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "amount": rng.gamma(2.0, 50.0, n),
+            "rooms": rng.integers(1, 9, n),
+            "city": rng.choice(["north", "south", "east"], n),
+            "fraud": rng.choice([0, 1], n, p=[0.8, 0.2]),
+        }
+    )
+
+
+def test_infer_schema_spends_exactly_the_budget_passed_in():
+    frame = make_frame()
+    schema, cost = infer_schema_dp(
+        frame, "fraud", ["city"], epsilon=2.0, delta=1e-6, label_kind="binary", integer=["rooms"], rng=np.random.default_rng(8)
+    )
+    assert cost["epsilon"] == 2.0 and cost["delta"] == 1e-6
+    per_column = cost["columns"]
+    assert sum(c["epsilon"] for c in per_column.values()) == pytest.approx(2.0)
+    assert all(c["epsilon"] == pytest.approx(0.5) for c in per_column.values())
+    assert per_column["city"]["delta"] == pytest.approx(5e-7) and per_column["amount"]["delta"] == 0.0
+    assert [c.kind for c in schema.columns] == ["continuous", "integer", "categorical", "categorical"]
+    assert schema.label == "fraud" and schema.label_kind == "binary"
+    assert schema.column("fraud").categories == (0, 1)
+    assert schema.column("city").categories == ("east", "north", "south")
+    assert all(c.source.startswith("DP estimate") for c in schema.columns)
+    records, report = schema.encode(frame)
+    assert report.rows_encoded == len(frame) and records.shape[1] == schema.encoded_dim
+
+
+def test_infer_schema_without_categorical_columns_spends_no_delta():
+    frame = make_frame()[["amount", "rooms"]]
+    _, cost = infer_schema_dp(frame, "amount", [], epsilon=1.0, delta=1e-6, label_kind="continuous", rng=np.random.default_rng(9))
+    assert cost["epsilon"] == 1.0 and cost["delta"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(target="missing"), "target column 'missing' is missing"),
+        (dict(categorical=["nope"]), r"categorical columns \['nope'\] are not in the data"),
+        (dict(categorical=[]), "'city' is not numeric"),
+        (dict(label_kind="continuous", target="amount", categorical=["city", "amount"]), "listed as categorical"),
+        (dict(label_kind="regression"), "label_kind must be"),
+        (dict(integer=["city"]), "both as categorical and as integer"),
+    ],
+)
+def test_infer_schema_errors_are_clear(kwargs, message):
+    args = dict(target="fraud", categorical=["city"], epsilon=1.0, delta=1e-6, label_kind="binary")
+    args.update(kwargs)
+    with pytest.raises(SchemaError, match=message):
+        infer_schema_dp(make_frame(), rng=np.random.default_rng(10), **args)
+
+
+def test_infer_schema_refuses_nans():
+    frame = make_frame()
+    frame.loc[[3, 4], "amount"] = np.nan
+    with pytest.raises(SchemaError, match=r"amount \(2 rows\)"):
+        infer_schema_dp(frame, "fraud", ["city"], epsilon=1.0, delta=1e-6, label_kind="binary")
+
+
+def test_a_binary_label_whose_rare_class_is_not_released_asks_for_a_schema_file():
+    frame = make_frame(400)
+    frame["fraud"] = [1] * 3 + [0] * 397
+    with pytest.raises(SchemaError, match="schema file"):
+        infer_schema_dp(frame, "fraud", ["city"], epsilon=1.0, delta=1e-6, label_kind="binary", rng=np.random.default_rng(11))

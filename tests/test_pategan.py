@@ -1,0 +1,207 @@
+"""PATE-GAN end to end, and regression tests for the privacy bugs an audit of public PATE-GAN
+code found (Ganev, Annamalai & De Cristofaro, 2024): shared or re-drawn teacher partitions,
+re-initialised teachers, uncharged unanimous queries, an ignored delta, epsilon past the target."""
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from lightning_dpgan.callbacks.budget import PrivacyBudgetStopping
+from lightning_dpgan.callbacks.pate import PATEAggregation
+from lightning_dpgan.callbacks.step_limit import StepLimit
+from lightning_dpgan.cli import main
+from lightning_dpgan.datamodules.adult import AdultDataModule
+from lightning_dpgan.modules.pategan import PATEGAN
+from lightning_dpgan.privacy.accountants import PATEMomentsAccountant
+from run_helpers import read_json
+
+ADULT = Path(__file__).parent / "fixtures" / "adult_tiny"
+TEACHERS, TEACHER_BATCH, LAMBDA = 3, 8, 0.05
+
+
+def base_args(output_dir, steps=50):
+    """A tiny pategan run on the Adult fixture, without privacy settings."""
+    return ["train", "--model", "pategan", "--dataset", "adult", "--data-dir", str(ADULT), "--output-dir", str(output_dir),
+            "--max-steps", str(steps), "--batch-size", "8", "--trainer.enable_progress_bar", "false",
+            "--trainer.enable_model_summary", "false"]
+
+
+def pategan_args(output_dir, steps=50, epsilon=8.0, *extra):
+    return base_args(output_dir, steps) + [
+        "--epsilon", str(epsilon), "--delta", "1e-3", "--privacy.num_teachers", str(TEACHERS),
+        "--privacy.teacher_batch_size", str(TEACHER_BATCH), "--privacy.lap_inverse_scale", str(LAMBDA), *extra]
+
+
+@pytest.fixture(scope="module")
+def pategan_run(tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("pategan") / "run"
+    assert main(pategan_args(output_dir)) == 0
+    return output_dir
+
+
+def test_writes_synthetic_csv_with_the_schema_columns(pategan_run):
+    synthetic = pd.read_csv(pategan_run / "synthetic.csv")
+    real = AdultDataModule(data_dir=ADULT)
+    assert list(synthetic.columns) == real.schema.names
+    assert len(synthetic) == 36  # as many rows as training records
+    assert set(synthetic["income"]) <= {"<=50K", ">50K"}
+    assert synthetic["age"].between(17, 90).all()
+
+
+def test_budget_is_respected_and_both_figures_are_reported(pategan_run):
+    report = read_json(pategan_run / "privacy.json")
+    assert report["mechanism"].startswith("pate") and report["accountant"] == "pate-moments"
+    assert report["epsilon"] <= report["target_epsilon"] == 8.0
+    assert report["epsilon"] == report["epsilon_data_dependent"] <= report["epsilon_data_independent"]
+    assert "not itself differentially private" in report["note"]
+    assert 0 < report["steps"] < 50  # stopped by the budget, not by --max-steps
+    assert report["laplace_scale"] == pytest.approx(1 / LAMBDA)
+
+
+def test_every_query_is_charged_and_the_users_delta_is_used(pategan_run):
+    report = read_json(pategan_run / "privacy.json")
+    assert report["delta"] == 1e-3
+    assert report["queries"] == report["steps"] * 5 * TEACHER_BATCH  # student_steps x batch, none skipped
+    accountant = PATEMomentsAccountant()
+    accountant.load_state_dict(report["accountant_state"])
+    assert accountant.get_epsilon(1e-3) == pytest.approx(report["epsilon"])
+    assert accountant.get_epsilon(1e-5) > report["epsilon"]  # so delta really entered the figure
+
+
+def test_sample_command_writes_a_decoded_table(pategan_run, tmp_path):
+    out = tmp_path / "published.csv"
+    assert main(["sample", "--checkpoint", str(pategan_run / "checkpoints/last.ckpt"), "-n", "25", "--out", str(out)]) == 0
+    published = pd.read_csv(out)
+    assert len(published) == 25 and "income" in published.columns
+    assert main(["sample", "--checkpoint", str(pategan_run / "checkpoints/last.ckpt"), "-n", "5", "--out", str(tmp_path / "x.png")]) == 2
+
+
+def test_data_independent_accounting_stops_before_the_target(tmp_path):
+    assert main(pategan_args(tmp_path / "di", 50, 6.0, "--privacy.accounting", "data-independent")) == 0
+    report = read_json(tmp_path / "di" / "privacy.json")
+    assert report["accounting"] == "data-independent" and report["epsilon"] <= 6.0
+    one_more = PATEMomentsAccountant("data-independent")
+    one_more.load_state_dict(report["accountant_state"])
+    assert one_more.epsilon_if_queries(1e-3, 5 * TEACHER_BATCH, LAMBDA) > 6.0
+
+
+class TeacherSpy(L.Callback):
+    """Snapshots of the teachers' parameters when each teacher update starts and ends."""
+
+    def __init__(self):
+        self.calls = []
+
+    def wrap(self, module):
+        original = module.teacher_step
+
+        def spy(optimizer, real, labels, n):
+            before = [p.detach().clone() for p in module.teachers.parameters()]
+            loss = original(optimizer, real, labels, n)
+            after = [p.detach().clone() for p in module.teachers.parameters()]
+            self.calls.append((real.detach().clone(), before, after))
+            return loss
+
+        module.teacher_step = spy
+
+
+def fit_directly(steps=2):
+    torch.manual_seed(0)
+    datamodule = AdultDataModule(data_dir=ADULT, batch_size=8)
+    module = PATEGAN(datamodule.data_shape)
+    strategy = PATEAggregation(num_teachers=TEACHERS, lap_inverse_scale=LAMBDA, teacher_batch_size=TEACHER_BATCH, delta=1e-3)
+    spy = TeacherSpy()
+    spy.wrap(module)
+    trainer = L.Trainer(max_epochs=-1, callbacks=[StepLimit(steps), strategy], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    trainer.fit(module, datamodule=datamodule)
+    return datamodule, module, strategy, spy
+
+
+def test_each_teacher_sees_only_its_own_fixed_partition():
+    datamodule, module, strategy, spy = fit_directly()
+    records = datamodule.train_dataset.tensors[0]
+    partitions = datamodule.partitions(TEACHERS, 0)
+    assert [p.tolist() for p in strategy.sampler.partitions] == [p.sort().values.tolist() for p in partitions]
+    row_index = {tuple(row.tolist()): i for i, row in enumerate(records)}
+    seen = [set() for _ in range(TEACHERS)]
+    for real, _, _ in spy.calls:
+        for k in range(TEACHERS):
+            seen[k] |= {row_index[tuple(row.tolist())] for row in real[k]}
+    for k in range(TEACHERS):
+        assert seen[k] <= set(partitions[k].tolist()), f"teacher {k} saw records outside its partition"
+    assert all(seen[a].isdisjoint(seen[b]) for a in range(TEACHERS) for b in range(a + 1, TEACHERS))
+    assert len(spy.calls) == 2 * module.hparams.teacher_steps
+
+
+def test_teachers_continue_training_and_are_never_reinitialised():
+    _, module, _, spy = fit_directly()
+    for (_, _, after), (_, before_next, _) in zip(spy.calls, spy.calls[1:]):
+        assert all(torch.equal(a, b) for a, b in zip(after, before_next))
+    assert not all(torch.equal(a, b) for a, b in zip(spy.calls[0][1], spy.calls[-1][2]))
+
+
+def test_resume_keeps_partitions_and_spend(pategan_run, tmp_path):
+    first = torch.load(pategan_run / "checkpoints/last.ckpt", map_location="cpu", weights_only=False)
+    (key,) = [k for k in first["callbacks"] if "PATEAggregation" in k]
+    assert main(pategan_args(tmp_path / "resumed", 60, 9.0, "--resume", str(pategan_run / "checkpoints/last.ckpt"))) == 0
+    resumed = torch.load(tmp_path / "resumed" / "checkpoints/last.ckpt", map_location="cpu", weights_only=False)
+    assert torch.equal(first["callbacks"][key]["sampler"]["indices"], resumed["callbacks"][key]["sampler"]["indices"])
+    report = read_json(tmp_path / "resumed" / "privacy.json")
+    assert report["queries"] > read_json(pategan_run / "privacy.json")["queries"]
+    assert report["epsilon"] <= 9.0
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--privacy", "dp-sgd", "--epsilon", "1"], "needs a model with a GradientPrivatizer slot"),
+        (["--privacy", "none"], "trains through its PATE teachers"),
+        (["--epsilon", "1", "--privacy.lap_inverse_scale", "0"], "--privacy.lap_inverse_scale"),
+        (["--epsilon", "1", "--privacy.accounting", "magic"], "accounting must be one of"),
+        (["--epsilon", "1", "--delta", "0.05"], "1/n"),  # 36 training records
+    ],
+)
+def test_bad_pate_settings_are_refused(tmp_path, capsys, argv, message):
+    assert main(base_args(tmp_path / "bad") + argv) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "bad" / "synthetic.csv").exists()
+
+
+def test_a_model_without_the_label_slot_lists_pategan(tmp_path, capsys, tiny_image_data_dir):
+    from run_helpers import tiny_run_args
+
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "x") + ["--privacy", "pate", "--epsilon", "1"]) == 2
+    assert "Models that take --privacy pate: pategan" in capsys.readouterr().err
+
+
+def test_dp_bounds_of_a_csv_are_composed_into_the_reported_epsilon(tmp_path):
+    """A CSV without a schema file pays for its bounds and categories with a DP estimate; that
+    epsilon and delta are added to training's, and the total still stays within --epsilon."""
+    rng = np.random.default_rng(0)
+    rows = 300
+    frame = pd.DataFrame({
+        "amount": rng.gamma(2.0, 50.0, rows).round(2),
+        "channel": rng.choice(["web", "shop"], rows),
+        "fraud": rng.choice(["no", "yes"], rows, p=[0.7, 0.3]),
+    })
+    frame.to_csv(tmp_path / "table.csv", index=False)
+    args = ["train", "--model", "pategan", "--dataset", "csv", "--data.csv", str(tmp_path / "table.csv"),
+            "--data.target", "fraud", "--data.categorical", "channel,fraud", "--data.label_kind", "binary",
+            "--data.bounds_epsilon", "3", "--data.bounds_delta", "1e-6", "--output-dir", str(tmp_path / "run"),
+            "--max-steps", "50", "--batch-size", "8", "--epsilon", "9", "--delta", "1e-4",
+            "--privacy.num_teachers", "3", "--privacy.teacher_batch_size", "8", "--privacy.lap_inverse_scale", "0.05",
+            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+    assert main(args) == 0
+    report = read_json(tmp_path / "run" / "privacy.json")
+    assert report["preprocessing"]["epsilon"] == pytest.approx(3.0)
+    assert report["preprocessing"]["delta"] == pytest.approx(1e-6)
+    assert report["epsilon"] == pytest.approx(3.0 + report["epsilon_training"])
+    assert report["delta_training"] == pytest.approx(1e-4 - 1e-6)
+    assert report["epsilon"] <= 9.0
+    synthetic = pd.read_csv(tmp_path / "run" / "synthetic.csv")
+    assert list(synthetic.columns) == ["amount", "channel", "fraud"]
+    # a budget the preprocessing alone exhausts is refused
+    assert main(args[:args.index("--epsilon")] + ["--epsilon", "2.5"] + args[args.index("--epsilon") + 2:]) == 2

@@ -1,0 +1,299 @@
+"""TableSchema: fixed public encoding, the clip/reject rule, clear errors, and no data leak."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from lightning_dpgan.data.schema import Column, EncodingReport, SchemaError, TableSchema
+
+
+def make_schema(**overrides) -> TableSchema:
+    spec = dict(
+        columns=(
+            Column("height", "continuous", bounds=(100.0, 220.0), source="test"),
+            Column("age", "integer", bounds=(0, 120)),
+            Column("colour", "categorical", categories=("red", "green", "blue")),
+            Column("zone", "categorical", categories=(10, 20)),
+            Column("label", "categorical", categories=("no", "yes")),
+        ),
+        label="label",
+        label_kind="binary",
+    )
+    spec.update(overrides)
+    return TableSchema(**spec)
+
+
+def make_frame(n: int = 50, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "height": rng.uniform(100, 220, n),
+            "age": rng.integers(0, 121, n),
+            "colour": rng.choice(["red", "green", "blue"], n),
+            "zone": rng.choice([10, 20], n),
+            "label": rng.choice(["no", "yes"], n),
+        }
+    )
+
+
+# --- layout and round trip ----------------------------------------------------------------------
+
+
+def test_layout_slices_cover_the_encoded_vector():
+    schema = make_schema()
+    assert schema.encoded_dim == 1 + 1 + 3 + 2 + 2
+    slices = schema.column_slices
+    assert list(slices) == schema.names
+    assert [s.start for s in slices.values()] == [0, 1, 2, 5, 7]
+    assert slices["label"].stop == schema.encoded_dim
+    assert schema.label_slice == slice(7, 9)
+
+
+def test_encode_decode_round_trip_restores_values_dtypes_and_categories():
+    schema, frame = make_schema(), make_frame()
+    records, report = schema.encode(frame)
+    assert records.dtype == torch.float32 and records.shape == (len(frame), schema.encoded_dim)
+    assert records.min() >= 0 and records.max() <= 1
+    assert report.rows_encoded == len(frame) and report.rows_rejected == 0
+
+    decoded = schema.decode(records)
+    assert list(decoded.columns) == list(frame.columns)
+    np.testing.assert_allclose(decoded["height"], frame["height"], atol=120 * 1e-6)
+    assert decoded["age"].dtype == np.int64
+    np.testing.assert_array_equal(decoded["age"], frame["age"])
+    for name in ("colour", "zone", "label"):
+        assert isinstance(decoded[name].dtype, pd.CategoricalDtype)
+        assert list(decoded[name].cat.categories) == list(schema.column(name).categories)
+        assert decoded[name].astype(object).tolist() == frame[name].tolist()
+
+
+def test_one_hot_follows_the_schema_category_order():
+    schema = make_schema()
+    frame = make_frame(3).assign(colour=["blue", "red", "green"])
+    records, _ = schema.encode(frame)
+    block = records[:, schema.column_slices["colour"]]
+    assert block.tolist() == [[0, 0, 1], [1, 0, 0], [0, 1, 0]]
+
+
+def test_decode_maps_any_generator_output_inside_the_schema():
+    schema = make_schema()
+    decoded = schema.decode(torch.randn(200, schema.encoded_dim) * 3)
+    assert decoded["height"].between(100, 220).all()
+    assert decoded["age"].between(0, 120).all()
+    assert set(decoded["colour"]) <= {"red", "green", "blue"}
+
+
+def test_decode_rejects_wrong_shapes_and_non_finite_values():
+    schema = make_schema()
+    with pytest.raises(ValueError, match="shape"):
+        schema.decode(torch.zeros(4, schema.encoded_dim + 1))
+    bad = torch.zeros(2, schema.encoded_dim)
+    bad[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="non-finite"):
+        schema.decode(bad)
+
+
+# --- the stated rule for out-of-schema values --------------------------------------------------
+
+
+def test_numeric_values_outside_the_bounds_are_clipped_and_counted():
+    schema = make_schema()
+    frame = make_frame(6)
+    frame.loc[0, "height"] = 50.0
+    frame.loc[1, "height"] = 1e9
+    frame.loc[2, "height"] = float("inf")
+    frame.loc[3, "age"] = 150
+    records, report = schema.encode(frame)
+    assert report.clipped["height"] == {"below": 1, "above": 2}
+    assert report.clipped["age"] == {"below": 0, "above": 1}
+    assert records[:3, 0].tolist() == [0.0, 1.0, 1.0]
+    decoded = schema.decode(records)
+    assert decoded.loc[1, "height"] == 220.0 and decoded.loc[3, "age"] == 120
+
+
+def test_unknown_categories_reject_their_rows_and_are_counted():
+    schema = make_schema()
+    frame = make_frame(10)
+    frame.loc[[2, 5], "colour"] = "purple"
+    frame.loc[5, "zone"] = 30
+    records, report = schema.encode(frame)
+    assert report.rejected == {"colour": 2, "zone": 1, "label": 0}
+    assert report.rows_in == 10 and report.rows_encoded == 8 and len(records) == 8
+    assert report.to_dict()["rows_rejected"] == 2
+    expected, _ = schema.encode(frame.drop(index=[2, 5]))
+    assert torch.equal(records, expected)
+
+
+def test_unknown_categories_raise_when_asked():
+    frame = make_frame(10)
+    frame.loc[4, "colour"] = "purple"
+    with pytest.raises(SchemaError, match="colour"):
+        make_schema().encode(frame, unknown="error")
+    with pytest.raises(ValueError, match="unknown must be"):
+        make_schema().encode(frame, unknown="ignore")
+
+
+def test_a_non_binary_label_is_an_error_not_a_silent_drop():
+    frame = make_frame(10)
+    frame.loc[3, "label"] = "maybe"
+    with pytest.raises(SchemaError, match="binary"):
+        make_schema().encode(frame)
+
+
+def test_report_to_dict_and_summary():
+    report = EncodingReport(5, 4, {"x": {"below": 1, "above": 0}}, {"c": 1})
+    assert report.to_dict() == {
+        "rows_in": 5,
+        "rows_encoded": 4,
+        "rows_rejected": 1,
+        "clipped": {"x": {"below": 1, "above": 0}},
+        "rejected": {"c": 1},
+    }
+    assert "4/5" in report.summary() and "'x': 1" in report.summary()
+
+
+# --- privacy: the encoder is fixed by the schema alone -----------------------------------------
+
+
+def test_changing_an_out_of_bounds_private_value_changes_nothing_else():
+    schema = make_schema()
+    before = schema.to_dict()
+    frame = make_frame(30)
+    frame.loc[7, "height"] = 1e6
+    outlier = frame.copy()
+    outlier.loc[7, "height"] = 1e15  # the same record, an even bigger outlier
+    encoded, _ = schema.encode(frame)
+    encoded_outlier, _ = schema.encode(outlier)
+    assert torch.equal(encoded, encoded_outlier)  # clipped to the same bound
+    assert schema.to_dict() == before and schema == make_schema()
+
+
+def test_one_record_cannot_move_any_other_records_encoding():
+    schema = make_schema()
+    frame = make_frame(30)
+    changed = frame.copy()
+    changed.loc[0, ["height", "age", "colour"]] = [-1e12, 0, "blue"]
+    encoded, _ = schema.encode(frame)
+    encoded_changed, _ = schema.encode(changed)
+    assert torch.equal(encoded[1:], encoded_changed[1:])
+    # each row alone encodes exactly as within the table: no statistic of the table is read
+    alone = torch.cat([schema.encode(frame.iloc[[i]])[0] for i in range(len(frame))])
+    assert torch.equal(alone, encoded)
+
+
+def test_an_unseen_category_does_not_widen_the_encoding():
+    schema = make_schema()
+    frame = make_frame(10)
+    frame.loc[0, "colour"] = "a-rare-private-value"
+    records, _ = schema.encode(frame)
+    assert records.shape[1] == schema.encoded_dim
+    assert torch.equal(records, schema.encode(make_frame(10).drop(index=[0]))[0])
+
+
+# --- clear errors ------------------------------------------------------------------------------
+
+
+def test_missing_values_are_named_with_counts():
+    frame = make_frame(10)
+    frame.loc[[1, 2], "height"] = np.nan
+    frame.loc[3, "colour"] = None
+    with pytest.raises(SchemaError, match=r"height \(2 rows\), colour \(1 rows\)"):
+        make_schema().encode(frame)
+
+
+def test_missing_target_is_named():
+    with pytest.raises(SchemaError, match="target column 'label' is missing"):
+        make_schema().validate_frame(make_frame(5).drop(columns=["label"]))
+
+
+def test_missing_columns_are_named():
+    with pytest.raises(SchemaError, match=r"missing from the data: \['age'\]"):
+        make_schema().validate_frame(make_frame(5).drop(columns=["age"]))
+
+
+def test_unknown_columns_are_an_error_unless_dropped():
+    frame = make_frame(5).assign(customer_id=range(5))
+    with pytest.raises(SchemaError, match=r"unknown columns.*customer_id"):
+        make_schema().validate_frame(frame)
+    records, _ = make_schema(drop=("customer_id",)).encode(frame)
+    assert records.shape == (5, make_schema().encoded_dim)
+
+
+def test_dtype_problems_are_clear():
+    schema = make_schema()
+    with pytest.raises(SchemaError, match="'height' is continuous but holds non-numeric"):
+        schema.validate_frame(make_frame(5).assign(height="tall"))
+    with pytest.raises(SchemaError, match="'age' is integer but 1 rows hold fractional"):
+        schema.validate_frame(make_frame(5).assign(age=[1, 2, 3.5, 4, 5]))
+    with pytest.raises(SchemaError, match="'zone' has numeric categories"):
+        schema.validate_frame(make_frame(5).assign(zone="10"))
+    with pytest.raises(SchemaError, match="'colour' has string categories"):
+        schema.validate_frame(make_frame(5).assign(colour=1))
+    with pytest.raises(TypeError):
+        schema.validate_frame(make_frame(5).to_numpy())
+
+
+def test_constant_columns_are_fine():
+    records, _ = make_schema().encode(make_frame(5).assign(height=150.0, colour="red"))
+    assert records.shape[0] == 5
+
+
+@pytest.mark.parametrize(
+    ("column", "message"),
+    [
+        (dict(name="x", kind="continuous", bounds=(1, 1)), "low < high"),
+        (dict(name="x", kind="continuous"), "bounds=\\(low, high\\) are required"),
+        (dict(name="x", kind="integer", bounds=(0.2, 0.8)), "contain no integer"),
+        (dict(name="x", kind="categorical"), "non-empty categories"),
+        (dict(name="x", kind="categorical", categories=("a", "a")), "unique"),
+        (dict(name="x", kind="ordinal", bounds=(0, 1)), "kind must be"),
+        (dict(name="x", kind="continuous", bounds=(0, 1), categories=("a",)), "not categories"),
+    ],
+)
+def test_inconsistent_columns_are_refused(column, message):
+    with pytest.raises(SchemaError, match=message):
+        Column(**column)
+
+
+def test_inconsistent_labels_are_refused():
+    three = Column("label", "categorical", categories=("a", "b", "c"))
+    with pytest.raises(SchemaError, match="exactly 2 categories"):
+        TableSchema((three,), label="label", label_kind="binary")
+    with pytest.raises(SchemaError, match="not one of the schema's columns"):
+        TableSchema((three,), label="target", label_kind="categorical")
+    with pytest.raises(SchemaError, match="continuous but the column is categorical"):
+        TableSchema((three,), label="label", label_kind="continuous")
+    with pytest.raises(SchemaError, match="without a label"):
+        TableSchema((three,), label_kind="binary")
+    with pytest.raises(SchemaError, match="duplicate"):
+        TableSchema((three, three))
+
+
+# --- serialisation -----------------------------------------------------------------------------
+
+
+def test_dict_round_trip_is_yaml_friendly(tmp_path):
+    schema = make_schema(drop=("id",))
+    spec = schema.to_dict()
+    assert TableSchema.from_dict(yaml.safe_load(yaml.safe_dump(spec))) == schema
+    path = tmp_path / "schema.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert TableSchema.load(path) == schema
+    json_path = tmp_path / "schema.json"
+    json_path.write_text(json.dumps(spec))
+    assert TableSchema.load(json_path) == schema
+
+
+def test_load_reports_bad_files(tmp_path):
+    with pytest.raises(SchemaError, match="not found"):
+        TableSchema.load(tmp_path / "absent.yaml")
+    path = tmp_path / "bad.yaml"
+    path.write_text("columns:\n  - {name: x, kind: continuous, bounds: [0, 1], colour: red}\n")
+    with pytest.raises(SchemaError, match=r"bad.yaml.*unknown keys \['colour'\]"):
+        TableSchema.load(path)

@@ -1,0 +1,315 @@
+"""Tabular datamodules on tiny made-up fixtures in the original file formats (no network)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+from sklearn.utils import Bunch
+
+from lightning_dpgan.data.download import DatasetNotFoundError
+from lightning_dpgan.data.schema import SchemaError, TableSchema
+from lightning_dpgan.datamodules import csv as csv_module
+from lightning_dpgan.datamodules import king as king_module
+from lightning_dpgan.datamodules import tabular as tabular_module
+from lightning_dpgan.datamodules.adult import AdultDataModule
+from lightning_dpgan.datamodules.csv import CSVDataModule
+from lightning_dpgan.datamodules.kaggle_credit import KaggleCreditDataModule
+from lightning_dpgan.datamodules.king import KingDataModule
+
+FIXTURES = Path(__file__).parent / "fixtures"
+BUILT_INS = [
+    (AdultDataModule, "adult_tiny"),
+    (KingDataModule, "king_tiny"),
+    (KaggleCreditDataModule, "credit_tiny"),
+]
+IDS = [cls.name for cls, _ in BUILT_INS]
+
+
+def loaded(cls, folder: str, **kwargs):
+    datamodule = cls(data_dir=FIXTURES / folder, batch_size=8, download=False, **kwargs)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    return datamodule
+
+
+@pytest.mark.parametrize(("cls", "folder"), BUILT_INS, ids=IDS)
+def test_built_ins_yield_encoded_batches_in_the_unit_interval(cls, folder):
+    datamodule = loaded(cls, folder)
+    (batch,) = next(iter(datamodule.train_dataloader()))
+    assert batch.shape == (8, datamodule.schema.encoded_dim)
+    assert datamodule.data_shape == (datamodule.schema.encoded_dim,)
+    assert batch.min() >= 0 and batch.max() <= 1
+    assert datamodule.kind == "table" and datamodule.num_classes is None
+    decoded = datamodule.decode(batch)
+    assert list(decoded.columns) == list(datamodule.train_frame.columns) == datamodule.schema.names
+    assert datamodule.privacy_cost() == {"epsilon": 0.0, "delta": 0.0, "mechanism": "public schema"}
+    assert cls.__doc__.strip().splitlines()[0]
+
+
+@pytest.mark.parametrize(("cls", "folder"), BUILT_INS, ids=IDS)
+def test_data_shape_is_known_without_reading_any_record(cls, folder, tmp_path):
+    datamodule = cls(data_dir=tmp_path / "nothing-here", download=False)
+    assert datamodule.data_shape == (datamodule.schema.encoded_dim,)
+    assert datamodule.train_frame is None
+
+
+def test_adult_uses_the_official_split_and_drops_missing_values():
+    datamodule = loaded(AdultDataModule, "adult_tiny")
+    raw_train = (FIXTURES / "adult_tiny" / "adult.data").read_text().strip().splitlines()
+    raw_test = (FIXTURES / "adult_tiny" / "adult.test").read_text().strip().splitlines()[1:]
+    assert len(datamodule.train_frame) == sum("?" not in line for line in raw_train)
+    assert len(datamodule.test_frame) == sum("?" not in line for line in raw_test)
+    assert datamodule.train_size == len(datamodule.train_frame)
+    for frame in (datamodule.train_frame, datamodule.test_frame):
+        assert set(frame["income"]) <= {"<=50K", ">50K"}
+        assert not (frame == "?").any().any()
+    assert datamodule.schema.encoded_dim == 6 + 8 + 16 + 7 + 14 + 6 + 5 + 2 + 41 + 2
+    assert datamodule.schema.label_slice == slice(datamodule.schema.encoded_dim - 2, datamodule.schema.encoded_dim)
+
+
+def test_king_drops_id_converts_dates_and_counts_clipping():
+    datamodule = loaded(KingDataModule, "king_tiny")
+    frame = pd.concat([datamodule.train_frame, datamodule.test_frame]).sort_index()
+    assert "id" not in frame.columns and len(frame) == 40
+    assert frame["date"].between(120, 515).all()
+    assert frame["price"].max() == 2_000_000  # written 2e+006 in the file
+    bedrooms = datamodule.encoding_report["clipped"]["bedrooms"]
+    assert bedrooms == {"below": 0, "above": int((datamodule.train_frame["bedrooms"] > 15).sum())}
+    assert datamodule.decode(datamodule.train_dataset.tensors[0])["bedrooms"].max() <= 15
+
+
+def test_credit_has_thirty_features_and_a_binary_label():
+    datamodule = loaded(KaggleCreditDataModule, "credit_tiny")
+    assert datamodule.schema.encoded_dim == 30 + 2
+    assert datamodule.schema.label == "Class" and datamodule.schema.label_kind == "binary"
+    assert len(datamodule.train_frame) == 48 and len(datamodule.test_frame) == 12
+
+
+@pytest.mark.parametrize(("cls", "folder"), BUILT_INS[1:], ids=IDS[1:])
+def test_seeded_split_is_fixed_disjoint_and_covering(cls, folder):
+    first, again = loaded(cls, folder), loaded(cls, folder)
+    train, test = set(first.train_frame.index), set(first.test_frame.index)
+    assert not train & test
+    assert train | test == set(range(len(first.train_frame) + len(first.test_frame)))
+    assert train == set(again.train_frame.index)
+    assert train != set(loaded(cls, folder, split_seed=1).train_frame.index)
+
+
+@pytest.mark.parametrize(("cls", "folder"), BUILT_INS, ids=IDS)
+def test_the_test_split_is_never_encoded(cls, folder, monkeypatch):
+    encoded_frames = []
+    original = TableSchema.encode
+
+    def spy(self, frame, *args, **kwargs):
+        encoded_frames.append(frame)
+        return original(self, frame, *args, **kwargs)
+
+    monkeypatch.setattr(TableSchema, "encode", spy)
+    datamodule = loaded(cls, folder)
+    list(datamodule.train_dataloader())
+    assert len(encoded_frames) == 1 and encoded_frames[0] is datamodule.train_frame
+
+
+def test_partitions_are_disjoint_balanced_and_cover_the_train_split():
+    datamodule = loaded(KingDataModule, "king_tiny")
+    parts = datamodule.partitions(5, seed=3)
+    assert all(p.dtype == torch.long for p in parts)
+    joined = torch.cat(parts)
+    assert sorted(joined.tolist()) == list(range(datamodule.train_size))
+    sizes = [len(p) for p in parts]
+    assert max(sizes) - min(sizes) <= 1
+    assert [p.tolist() for p in datamodule.partitions(5, seed=3)] == [p.tolist() for p in parts]
+    with pytest.raises(ValueError, match="cannot split 32 records into 33"):
+        datamodule.partitions(datamodule.train_size + 1)
+
+
+def test_results_before_setup_are_refused():
+    datamodule = AdultDataModule(data_dir=FIXTURES / "adult_tiny")
+    with pytest.raises(RuntimeError, match="setup"):
+        _ = datamodule.train_size
+    with pytest.raises(RuntimeError, match="setup"):
+        _ = datamodule.encoding_report
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [(dict(batch_size=0), "batch_size"), (dict(test_fraction=1.0), "test_fraction"), (dict(split_seed=-1), "split_seed")],
+)
+def test_bad_arguments_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        KingDataModule(**kwargs)
+
+
+# --- downloads (monkeypatched: no network) -----------------------------------------------------
+
+
+def fake_fetch_from(folder: Path, calls: list):
+    def fake_fetch(remote, cache_dir):
+        calls.append((remote, Path(cache_dir)))
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        return Path(shutil.copy(folder / remote.name, Path(cache_dir) / remote.name))
+
+    return fake_fetch
+
+
+@pytest.mark.parametrize(("cls", "folder"), [BUILT_INS[0], BUILT_INS[2]], ids=[IDS[0], IDS[2]])
+def test_missing_files_are_downloaded_into_the_cache(cls, folder, monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(tabular_module, "fetch", fake_fetch_from(FIXTURES / folder, calls))
+    datamodule = cls(cache_dir=tmp_path, batch_size=8)
+    datamodule.prepare_data()
+    datamodule.setup()
+    assert {remote.name for remote, _ in calls} == {remote.name for remote in cls.files}
+    assert all(url.startswith("https://") for remote, _ in calls for url in remote.urls)
+    assert all(cache == tmp_path / cls.name for _, cache in calls)
+    assert datamodule.train_size > 0
+
+
+def test_download_false_without_files_is_a_clear_error(tmp_path):
+    with pytest.raises(DatasetNotFoundError, match="--data-dir"):
+        AdultDataModule(data_dir=tmp_path, cache_dir=tmp_path, download=False).setup()
+
+
+def test_king_falls_back_to_openml(monkeypatch, tmp_path):
+    raw = pd.read_csv(FIXTURES / "king_tiny" / "kc_house_data.csv")
+    openml_like = raw.assign(zipcode=raw["zipcode"].astype(str).astype("category"), waterfront=raw["waterfront"].astype("category"))
+    calls = []
+
+    def fake_fetch_openml(**kwargs):
+        calls.append(kwargs)
+        return Bunch(frame=openml_like)
+
+    monkeypatch.setattr(king_module, "fetch_openml", fake_fetch_openml)
+    monkeypatch.setattr(king_module, "N_ROWS", len(raw))
+    datamodule = KingDataModule(cache_dir=tmp_path, batch_size=8)
+    datamodule.prepare_data()
+    datamodule.setup()
+    assert calls[0]["data_id"] == 42092 and calls[0]["data_home"] == str(tmp_path / "openml")
+    expected = loaded(KingDataModule, "king_tiny")
+    pd.testing.assert_frame_equal(datamodule.train_frame, expected.train_frame, check_dtype=False)
+
+
+def test_king_without_file_or_openml_points_at_kaggle(monkeypatch, tmp_path):
+    def unreachable(**kwargs):
+        raise OSError("network unreachable")
+
+    monkeypatch.setattr(king_module, "fetch_openml", unreachable)
+    with pytest.raises(DatasetNotFoundError, match="Kaggle login"):
+        KingDataModule(cache_dir=tmp_path).setup()
+    with pytest.raises(DatasetNotFoundError, match="download=False"):
+        KingDataModule(cache_dir=tmp_path, download=False).prepare_data()
+
+
+# --- csv ---------------------------------------------------------------------------------------
+
+
+def write_csv(path: Path, n: int = 400, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    pd.DataFrame(
+        {
+            "row_id": np.arange(n),
+            "amount": rng.gamma(2.0, 40.0, n).round(2),
+            "visits": rng.integers(0, 30, n),
+            "region": rng.choice(["north", "south"], n),
+            "churned": rng.choice(["no", "yes"], n),
+        }
+    ).to_csv(path, index=False)
+    return path
+
+
+def test_csv_without_schema_spends_the_bounds_budget_on_the_train_split(tmp_path, monkeypatch):
+    seen = []
+    original = csv_module.infer_schema_dp
+
+    def spy(frame, *args, **kwargs):
+        seen.append(frame)
+        return original(frame, *args, **kwargs)
+
+    monkeypatch.setattr(csv_module, "infer_schema_dp", spy)
+    datamodule = CSVDataModule(
+        csv=write_csv(tmp_path / "data.csv"),
+        target="churned",
+        categorical="region",
+        label_kind="binary",
+        integer=["visits"],
+        drop="row_id",
+        bounds_epsilon=20.0,
+        batch_size=16,
+    )
+    assert datamodule.data_shape == (1 + 1 + 2 + 2,)
+    cost = datamodule.privacy_cost()
+    assert cost["epsilon"] == 20.0 and cost["delta"] == 1e-6
+    assert len(seen) == 1 and seen[0] is datamodule.train_frame
+    assert len(datamodule.train_frame) == 320
+    datamodule.setup()
+    (batch,) = next(iter(datamodule.train_dataloader()))
+    assert batch.shape == (16, 6)
+    assert list(datamodule.decode(batch).columns) == ["amount", "visits", "region", "churned"]
+
+
+def test_csv_with_a_schema_file_spends_nothing(tmp_path):
+    schema = {
+        "label": "churned",
+        "label_kind": "binary",
+        "drop": ["row_id"],
+        "columns": [
+            {"name": "amount", "kind": "continuous", "bounds": [0, 1000], "source": "price list"},
+            {"name": "visits", "kind": "integer", "bounds": [0, 100]},
+            {"name": "region", "kind": "categorical", "categories": ["north", "south", "west"]},
+            {"name": "churned", "kind": "categorical", "categories": ["no", "yes"]},
+        ],
+    }
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(schema))
+    datamodule = CSVDataModule(csv=write_csv(tmp_path / "data.csv"), schema=tmp_path / "schema.yaml", batch_size=16)
+    assert datamodule.data_shape == (7,)
+    datamodule.setup()
+    assert datamodule.privacy_cost() == {"epsilon": 0.0, "delta": 0.0, "mechanism": "public schema"}
+    assert datamodule.train_size == 320
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(), "label_kind must be one of"),
+        (dict(label_kind="binary", target=None), "--data.target"),
+        (dict(label_kind="binary", csv=None), "--data.csv"),
+    ],
+)
+def test_csv_refuses_incomplete_arguments(tmp_path, kwargs, message):
+    args = dict(csv=tmp_path / "data.csv", target="churned", categorical="region")
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        CSVDataModule(**args)
+
+
+def test_csv_refuses_arguments_that_contradict_the_schema_file(tmp_path):
+    path = tmp_path / "schema.yaml"
+    path.write_text(yaml.safe_dump({"label": "y", "label_kind": "binary", "columns": [
+        {"name": "y", "kind": "categorical", "categories": [0, 1]}]}))
+    with pytest.raises(ValueError, match="categorical"):
+        CSVDataModule(csv=tmp_path / "d.csv", schema=path, categorical="y")
+    with pytest.raises(ValueError, match="contradicts"):
+        CSVDataModule(csv=tmp_path / "d.csv", schema=path, target="x")
+    with pytest.raises(ValueError, match="contradicts"):
+        CSVDataModule(csv=tmp_path / "d.csv", schema=path, label_kind="continuous")
+
+
+def test_csv_data_errors_are_clear(tmp_path):
+    path = write_csv(tmp_path / "data.csv")
+    frame = pd.read_csv(path)
+    frame.loc[[1, 2, 3], "amount"] = np.nan
+    frame.to_csv(path, index=False)
+    datamodule = CSVDataModule(csv=path, target="churned", categorical="region", label_kind="binary", drop="row_id")
+    with pytest.raises(SchemaError, match=r"amount \(\d rows\)"):
+        datamodule.setup()
+    missing_target = CSVDataModule(csv=path, target="label", categorical="region", label_kind="binary")
+    with pytest.raises(SchemaError, match="target column 'label'"):
+        missing_target.setup()
+    with pytest.raises(FileNotFoundError):
+        CSVDataModule(csv=tmp_path / "absent.csv", target="y", label_kind="binary").prepare_data()

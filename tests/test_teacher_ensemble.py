@@ -1,0 +1,294 @@
+"""The batched teacher ensemble behaves exactly like K independent teachers; partitions stay disjoint.
+
+Each batched result is compared with the same computation done teacher by teacher on K
+ordinary modules holding the same parameters.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from lightning_dpgan.data.partition import PartitionedSampler, disjoint_partitions
+from lightning_dpgan.nets.ensemble import (
+    BatchedLinear,
+    ConvTeacher,
+    MLPTeacher,
+    MLPTeacherEnsemble,
+    TeacherEnsemble,
+    VmapTeacherEnsemble,
+    build_teacher_ensemble,
+)
+
+K, B, FEATURES, CLASSES = 4, 6, 5, 3
+IMAGE = (1, 12, 12)
+TOL = {"atol": 1e-5, "rtol": 1e-4}
+
+
+def _mlp(
+    hidden: tuple[int, ...], num_classes: int | None, chunk_floats: int | None = None
+) -> tuple[TeacherEnsemble, list[nn.Module], tuple[int, ...]]:
+    teachers = [MLPTeacher(FEATURES, hidden, num_classes) for _ in range(K)]
+    ensemble = MLPTeacherEnsemble.from_teachers(teachers)
+    if chunk_floats:
+        ensemble.CPU_CHUNK_FLOATS = chunk_floats
+    return ensemble, teachers, (FEATURES,)
+
+
+def _conv(num_classes: int | None, chunk: int | None = 1024) -> tuple[TeacherEnsemble, list[nn.Module], tuple[int, ...]]:
+    teachers = [ConvTeacher(IMAGE, num_classes, channels=3, kernel_size=3, hidden=4) for _ in range(K)]
+    return VmapTeacherEnsemble.from_teachers(teachers, cpu_chunk_records=chunk), teachers, IMAGE
+
+
+CASES: dict[str, Callable[[], tuple[TeacherEnsemble, list[nn.Module], tuple[int, ...]]]] = {
+    "logistic": lambda: _mlp((), None),
+    "logistic-labels": lambda: _mlp((), CLASSES),
+    "mlp-hidden": lambda: _mlp((7, 3), None),
+    "mlp-hidden-labels": lambda: _mlp((7,), CLASSES),
+    "mlp-hidden-labels-chunked": lambda: _mlp((7,), CLASSES, chunk_floats=3 * B * 7),  # 3 teachers per pass
+    "conv-vmap": lambda: _conv(None),
+    "conv-vmap-labels": lambda: _conv(CLASSES),
+    "conv-vmap-chunked": lambda: _conv(CLASSES, chunk=2 * B),  # 2 teachers per vmap call
+}
+
+
+@pytest.fixture(params=sorted(CASES))
+def case(request: pytest.FixtureRequest) -> tuple[TeacherEnsemble, list[nn.Module], tuple[int, ...]]:
+    torch.manual_seed(0)
+    return CASES[request.param]()
+
+
+def _labels(ensemble: TeacherEnsemble, *shape: int) -> Tensor | None:
+    return torch.randint(0, CLASSES, shape) if ensemble.num_classes else None
+
+
+def _own_batches(ensemble: TeacherEnsemble, shape: tuple[int, ...]) -> tuple[Tensor, Tensor | None, Tensor]:
+    """Each teacher its own records, labels and real/fake targets."""
+    return torch.randn(K, B, *shape), _labels(ensemble, K, B), torch.randint(0, 2, (K, B)).float()
+
+
+def _at(labels: Tensor | None, k: int) -> Tensor | None:
+    return None if labels is None else labels[k]
+
+
+def _ensemble_loss(ensemble: TeacherEnsemble, x: Tensor, labels: Tensor | None, targets: Tensor) -> Tensor:
+    """Sum over teachers of each teacher's mean BCE, as a PATE module trains them."""
+    logits = ensemble(x, labels)
+    return nn.functional.binary_cross_entropy_with_logits(logits, targets, reduction="none").mean(1).sum()
+
+
+def _teacher_loss(teacher: nn.Module, x: Tensor, labels: Tensor | None, targets: Tensor) -> Tensor:
+    return nn.functional.binary_cross_entropy_with_logits(teacher(x, labels), targets)
+
+
+def _stacked_grads(ensemble: TeacherEnsemble, k: int) -> dict[str, Tensor]:
+    """Teacher k's parameter gradients, read from the stacked parameters, named like the teacher's."""
+    if isinstance(ensemble, MLPTeacherEnsemble):
+        grads = {}
+        for i, layer in enumerate(ensemble.layers):
+            grads[f"linears.{i}.weight"] = layer.weight.grad[k].T
+            grads[f"linears.{i}.bias"] = layer.bias.grad[k, 0]
+        return grads
+    assert isinstance(ensemble, VmapTeacherEnsemble)
+    return {name: ensemble.stacked[name.replace(".", "-")].grad[k] for name in ensemble._names}
+
+
+def _assert_same_params(ensemble: TeacherEnsemble, teachers: list[nn.Module]) -> None:
+    for k, teacher in enumerate(teachers):
+        extracted = ensemble.teacher(k).state_dict()
+        for name, value in teacher.state_dict().items():
+            torch.testing.assert_close(extracted[name], value, **TOL)
+
+
+def _adam_step(
+    ensemble: TeacherEnsemble,
+    batched_optimizer: torch.optim.Optimizer,
+    teachers: list[nn.Module],
+    optimizers: list[torch.optim.Optimizer],
+    batch: tuple[Tensor, Tensor | None, Tensor],
+) -> None:
+    """One update: the ensemble with its single optimizer, each teacher with its own Adam."""
+    x, labels, targets = batch
+    batched_optimizer.zero_grad()
+    _ensemble_loss(ensemble, x, labels, targets).backward()
+    batched_optimizer.step()
+    for k, (teacher, optimizer) in enumerate(zip(teachers, optimizers, strict=True)):
+        optimizer.zero_grad()
+        _teacher_loss(teacher, x[k], _at(labels, k), targets[k]).backward()
+        optimizer.step()
+
+
+def test_outputs_match_independent_teachers(case) -> None:
+    ensemble, teachers, shape = case
+    x, labels, _ = _own_batches(ensemble, shape)
+    expected = torch.stack([t(x[k], _at(labels, k)) for k, t in enumerate(teachers)])
+    torch.testing.assert_close(ensemble(x, labels), expected, **TOL)
+    _assert_same_params(ensemble, teachers)
+
+
+def test_parameter_gradients_match_independent_teachers(case) -> None:
+    ensemble, teachers, shape = case
+    x, labels, targets = _own_batches(ensemble, shape)
+    _ensemble_loss(ensemble, x, labels, targets).backward()
+    for k, teacher in enumerate(teachers):
+        _teacher_loss(teacher, x[k], _at(labels, k), targets[k]).backward()
+        stacked = _stacked_grads(ensemble, k)
+        for name, param in teacher.named_parameters():
+            torch.testing.assert_close(stacked[name], param.grad, **TOL)
+
+
+def test_adam_steps_match_and_continue_from_previous_step(case) -> None:
+    """Two steps match K independent Adams; step 2 starts from step 1, not from a fresh init."""
+    ensemble, teachers, shape = case
+    initial = copy.deepcopy(teachers)
+    batched_optimizer = ensemble.make_optimizer(lr=0.01, betas=(0.5, 0.999))
+    optimizers = [torch.optim.Adam(t.parameters(), lr=0.01, betas=(0.5, 0.999)) for t in teachers]
+    first, second = _own_batches(ensemble, shape), _own_batches(ensemble, shape)
+    _adam_step(ensemble, batched_optimizer, teachers, optimizers, first)
+    _assert_same_params(ensemble, teachers)
+    _adam_step(ensemble, batched_optimizer, teachers, optimizers, second)
+    _assert_same_params(ensemble, teachers)
+
+    restarted = [copy.deepcopy(t) for t in initial]  # what a re-initialising loop would hold
+    for k, teacher in enumerate(restarted):
+        x, labels, targets = second
+        optimizer = torch.optim.Adam(teacher.parameters(), lr=0.01, betas=(0.5, 0.999))
+        _teacher_loss(teacher, x[k], _at(labels, k), targets[k]).backward()
+        optimizer.step()
+    trained = ensemble.teacher(0).state_dict()
+    assert any(not torch.allclose(trained[n], v, atol=1e-4) for n, v in restarted[0].state_dict().items())
+
+
+def test_forward_shared_equals_forward_on_expanded_batch(case) -> None:
+    ensemble, _, shape = case
+    x, labels = torch.randn(B, *shape), _labels(ensemble, B)
+    expanded_labels = None if labels is None else labels.expand(K, B)
+    torch.testing.assert_close(ensemble.forward_shared(x, labels), ensemble(x.expand(K, *x.shape), expanded_labels), **TOL)
+    with pytest.raises(ValueError, match="forward_shared"):
+        ensemble(x, labels)  # a shared batch given to forward is refused, not misread
+
+
+def test_input_gradients_equal_loop_over_teachers(case) -> None:
+    ensemble, teachers, shape = case
+    x, labels = torch.randn(B, *shape), _labels(ensemble, B)
+    expected = []
+    for teacher in teachers:
+        inputs = x.clone().requires_grad_()
+        expected.append(torch.autograd.grad(teacher(inputs, labels).sum(), inputs)[0])
+    gradients = ensemble.input_gradients(x, labels)
+    assert gradients.shape == (K, B, *shape)
+    torch.testing.assert_close(gradients, torch.stack(expected), **TOL)
+
+
+def test_votes_count_teachers_above_threshold() -> None:
+    """Teacher k's logit is w_k * x: three say "real" for x = 2, the other two for x = -2."""
+    ensemble = MLPTeacherEnsemble(5, in_features=1)
+    with torch.no_grad():
+        ensemble.layers[0].weight.copy_(torch.tensor([1.0, 1.0, 1.0, -1.0, -1.0]).view(5, 1, 1))
+        ensemble.layers[0].bias.zero_()
+    x = torch.tensor([[2.0], [-2.0], [0.0]])
+    counts, predictions = ensemble.votes(x, return_predictions=True)
+    assert counts.tolist() == [3, 2, 0]  # sigmoid(0) = 0.5 is not > 0.5
+    assert counts.dtype == torch.int64 and predictions.shape == (5, 3)
+    assert predictions[:, 0].tolist() == [True, True, True, False, False]
+    assert ensemble.votes(x, threshold=0.9).tolist() == [0, 0, 0]  # sigmoid(2) = 0.88
+
+
+def test_batched_linear_from_modules_and_init() -> None:
+    linears = [nn.Linear(FEATURES, 3) for _ in range(K)]
+    batched = BatchedLinear.from_modules(linears)
+    x = torch.randn(K, B, FEATURES)
+    torch.testing.assert_close(batched(x), torch.stack([layer(x[k]) for k, layer in enumerate(linears)]))
+    torch.testing.assert_close(batched.module(2).weight, linears[2].weight)
+    fresh = BatchedLinear(1000, 16, 1)
+    assert fresh.weight.abs().max() <= 0.25 and fresh.bias.abs().max() <= 0.25  # U(±1/sqrt(16)), like nn.Linear
+    assert fresh.weight.std() > 0.1 and not torch.equal(fresh.weight[0], fresh.weight[1])
+
+
+def test_make_optimizer_is_one_adam_over_all_teachers() -> None:
+    ensemble = build_teacher_ensemble(K, (FEATURES,))
+    optimizer = ensemble.make_optimizer(lr=1e-3)
+    assert [p for group in optimizer.param_groups for p in group["params"]] == list(ensemble.parameters())
+    assert optimizer.defaults["fused"] or optimizer.defaults["foreach"]
+
+
+def test_build_teacher_ensemble_picks_the_form_per_architecture() -> None:
+    assert isinstance(build_teacher_ensemble(K, (FEATURES,), hidden=(8,)), MLPTeacherEnsemble)
+    conv = build_teacher_ensemble(K, IMAGE, num_classes=CLASSES, channels=2, hidden=4)
+    assert isinstance(conv, VmapTeacherEnsemble) and isinstance(conv.teacher(0), ConvTeacher)
+    assert isinstance(build_teacher_ensemble(K, IMAGE, arch="mlp"), MLPTeacherEnsemble)
+    with pytest.raises(ValueError, match="unknown teacher arch"):
+        build_teacher_ensemble(K, IMAGE, arch="resnet")
+
+
+def test_vmap_ensemble_refuses_teachers_with_buffers() -> None:
+    with pytest.raises(ValueError, match="stateless"):
+        VmapTeacherEnsemble(lambda: nn.Sequential(nn.Linear(3, 1), nn.BatchNorm1d(1)), 2)
+
+
+# --- partitions -------------------------------------------------------------------------------
+
+
+def test_disjoint_partitions_cover_and_are_balanced() -> None:
+    parts = disjoint_partitions(103, 10, seed=1)
+    flat = torch.cat(parts)
+    assert sorted(flat.tolist()) == list(range(103))
+    assert {p.numel() for p in parts} == {10, 11}
+    assert all(torch.equal(a, b) for a, b in zip(parts, disjoint_partitions(103, 10, seed=1), strict=True))
+    assert not torch.equal(torch.cat(disjoint_partitions(103, 10, seed=2)), flat)
+    with pytest.raises(ValueError):
+        disjoint_partitions(5, 6, seed=0)
+
+
+@pytest.mark.parametrize("replacement", [False, True])
+def test_each_teacher_draws_only_from_its_own_fixed_partition(replacement: bool) -> None:
+    """Rules out all teachers sharing one part and teachers sampling the whole dataset."""
+    n, teachers, batch = 400, 40, 8 if not replacement else 25
+    data = torch.arange(n, dtype=torch.float32).unsqueeze(1).expand(n, 3)
+    parts = disjoint_partitions(n, teachers, seed=0)
+    sampler = PartitionedSampler(data, parts, batch, labels=torch.arange(n) % 2, replacement=replacement, seed=3)
+    seen: list[set[int]] = [set() for _ in range(teachers)]
+    for _ in range(30):
+        indices = sampler.draw_indices()
+        assert indices.shape == (teachers, batch)
+        for k in range(teachers):
+            row = set(indices[k].tolist())
+            assert row <= set(parts[k].tolist())
+            if not replacement:
+                assert len(row) == batch  # distinct records within a teacher's batch
+            seen[k] |= row
+    assert all(torch.equal(a, b) for a, b in zip(sampler.partitions, parts, strict=True))  # fixed across draws
+    assert all(seen[k] == set(parts[k].tolist()) for k in range(teachers))  # the whole own part, nothing else
+    x, y = sampler.draw()
+    assert x.shape == (teachers, batch, 3) and y is not None and y.shape == (teachers, batch)
+    for k in range(teachers):
+        assert set(x[k, :, 0].long().tolist()) <= set(parts[k].tolist())
+        assert torch.equal(y[k], x[k, :, 0].long() % 2)
+
+
+def test_sampler_state_round_trip_resumes_same_partitions_and_draws() -> None:
+    data = torch.randn(60, 2)
+    sampler = PartitionedSampler(data, disjoint_partitions(60, 6, seed=4), batch_size=4, seed=5)
+    sampler.draw_indices()
+    state = sampler.state_dict()
+    assert "data" not in state and state["indices"].numel() == 60
+    expected = [sampler.draw_indices() for _ in range(3)]
+
+    resumed = PartitionedSampler(data, disjoint_partitions(60, 6, seed=99), batch_size=4, seed=0)
+    resumed.load_state_dict(state)
+    assert all(torch.equal(a, b) for a, b in zip(resumed.partitions, sampler.partitions, strict=True))
+    assert all(torch.equal(resumed.draw_indices(), e) for e in expected)
+    with pytest.raises(ValueError, match="records"):
+        PartitionedSampler(torch.randn(61, 2), disjoint_partitions(61, 6, seed=0), 4).load_state_dict(state)
+
+
+def test_sampler_refuses_overlapping_or_too_small_partitions() -> None:
+    data = torch.randn(20, 2)
+    with pytest.raises(ValueError, match="overlap"):
+        PartitionedSampler(data, [torch.arange(0, 10), torch.arange(5, 15)], batch_size=2)
+    with pytest.raises(ValueError, match="smallest partition"):
+        PartitionedSampler(data, disjoint_partitions(20, 10, seed=0), batch_size=3)
+    PartitionedSampler(data, disjoint_partitions(20, 10, seed=0), batch_size=3, replacement=True)
