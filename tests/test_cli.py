@@ -152,3 +152,31 @@ def test_checkpoint_is_refreshed_every_n_batches(tiny_image_data_dir, tmp_path, 
     checkpoint = torch.load(output_dir / "checkpoints/last.ckpt", map_location="cpu", weights_only=False)
     assert checkpoint["lightning_dpgan"]["train_steps"] == 5
     assert not list((output_dir / "checkpoints").glob(".*.tmp"))
+
+
+def test_tensorboard_logger_writes_event_files_with_losses(tiny_image_data_dir, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    output_dir = tmp_path / "tb"
+    args = tiny_run_args(tiny_image_data_dir, output_dir, steps=4) + ["--logger", "tensorboard",
+                                                                      "--trainer.log_every_n_steps", "1"]
+    assert main(args) == 0
+    (events,) = list((output_dir / "logs").glob("events.out.tfevents.*"))
+    accumulator = EventAccumulator(str(events))
+    accumulator.Reload()
+    assert {"loss/discriminator", "loss/generator"} <= set(accumulator.Tags()["scalars"])
+
+
+def test_wandb_logger_without_the_package_is_a_clear_error(tiny_image_data_dir, tmp_path, capsys, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_wandb(name, *args, **kwargs):
+        if name == "wandb":
+            raise ImportError("No module named 'wandb'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_wandb)
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "wb") + ["--logger", "wandb"]) == 2
+    assert "pip install 'lightning-dpgan[wandb]'" in capsys.readouterr().err
