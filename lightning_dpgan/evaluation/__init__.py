@@ -1,4 +1,39 @@
 """Measuring how useful synthetic data is: train on synthetic records, test on real ones."""
+from lightning_dpgan.evaluation.fidelity import (
+    correlation_difference,
+    jensen_shannon_per_column,
+    pmse,
+    wasserstein_per_column,
+)
 from lightning_dpgan.evaluation.images import SmallCNN, cnn_accuracy, load_synthetic_npz
+from lightning_dpgan.evaluation.ranking import feature_importance_agreement, synthetic_ranking_agreement
+from lightning_dpgan.evaluation.utility import (
+    CLASSIFIERS,
+    REGRESSORS,
+    classification_utility,
+    feature_names,
+    features_and_label,
+    regression_utility,
+    settings_abc,
+    utility_differences,
+)
 
-__all__ = ["SmallCNN", "cnn_accuracy", "load_synthetic_npz"]
+__all__ = [
+    "CLASSIFIERS",
+    "REGRESSORS",
+    "SmallCNN",
+    "classification_utility",
+    "cnn_accuracy",
+    "correlation_difference",
+    "feature_importance_agreement",
+    "feature_names",
+    "features_and_label",
+    "jensen_shannon_per_column",
+    "load_synthetic_npz",
+    "pmse",
+    "regression_utility",
+    "settings_abc",
+    "synthetic_ranking_agreement",
+    "utility_differences",
+    "wasserstein_per_column",
+]

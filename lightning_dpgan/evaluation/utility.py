@@ -1,0 +1,322 @@
+"""Machine-learning utility of synthetic tables: train a model on one frame, test it on another.
+
+Classification follows PATE-GAN (Jordon et al., ICLR 2019, Sec. 5): the same 12 scikit-learn /
+XGBoost predictive models, scored by AUROC and AUPRC, in three train/test settings
+
+- **Setting A**: train on the real training set, test on the real test set;
+- **Setting B**: train on synthetic data, test on the real test set;
+- **Setting C**: train on synthetic data, test on a disjoint held-out part of the synthetic data.
+
+Regression follows DP-SACTGAN (Sec. 5.1, Table 2): linear, ridge and random-forest regressors
+scored by MAE, explained variance and R², reported as real-minus-synthetic differences
+(:func:`utility_differences`).
+
+Every frame goes through one fixed encoding built from the public :class:`TableSchema` alone
+(:func:`features_and_label`), so real and synthetic frames land in the same feature columns and
+no scaler or category list is fitted on either of them. Classifier settings are fixed below
+(seeded, modest sizes so a 30k-row table runs in minutes on two cores); nothing is tuned on the
+test data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator
+from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+from sklearn.ensemble import (
+    AdaBoostClassifier,
+    BaggingClassifier,
+    GradientBoostingClassifier,
+    RandomForestClassifier,
+    RandomForestRegressor,
+)
+from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
+from sklearn.metrics import (
+    accuracy_score,
+    average_precision_score,
+    explained_variance_score,
+    f1_score,
+    mean_absolute_error,
+    r2_score,
+    roc_auc_score,
+)
+from sklearn.model_selection import train_test_split
+from sklearn.naive_bayes import BernoulliNB, GaussianNB
+from sklearn.neural_network import MLPClassifier
+from sklearn.svm import LinearSVC
+from sklearn.tree import DecisionTreeClassifier
+from xgboost import XGBClassifier
+
+from lightning_dpgan.data.schema import TableSchema
+
+Factory = Callable[[int], BaseEstimator]
+
+#: PATE-GAN's 12 predictive models (Sec. 5 and Appendix), name -> ``factory(seed)``.
+#: Fixed settings, library defaults unless noted:
+#: - logistic regression: lbfgs, ``max_iter=1000`` so it converges on one-hot data;
+#: - random forest: 100 trees; bagging: 10 trees (the default); AdaBoost: 50 stumps (default);
+#: - Bernoulli NB: features are in [0, 1], so they are binarised at 0.5;
+#: - linear SVM: ``LinearSVC``, its decision function mapped to [0, 1] by a logistic/softmax
+#:   (:class:`LinearSVMScores`): AUROC and AUPRC depend only on the ranking of scores, and
+#:   calibration folds would fail on synthetic data with a class of fewer rows than folds
+#:   (``SVC(kernel="linear", probability=True)`` is quadratic in rows: too slow);
+#: - gradient boosting: 100 depth-3 trees (default);
+#: - MLP: one hidden layer of 100 units, at most 300 epochs, early stopping on 10% of the
+#:   *training* frame;
+#: - XGBoost: 100 depth-6 trees, histogram method, 2 threads. The paper's appendix names
+#:   "XGBoostRegressor"; a classifier is the model that yields class probabilities.
+class LinearSVMScores(LinearSVC):
+    """A linear SVM whose ``predict_proba`` is a monotone map of its decision function.
+
+    Not calibrated probabilities: scores whose ranking (all AUROC/AUPRC need) and whose 0.5
+    threshold (the SVM's own decision) are the SVM's.
+    """
+
+    def predict_proba(self, x: np.ndarray) -> np.ndarray:
+        margins = self.decision_function(x)
+        if margins.ndim == 1:
+            positive = 1.0 / (1.0 + np.exp(-margins))
+            return np.column_stack([1.0 - positive, positive])
+        shifted = np.exp(margins - margins.max(axis=1, keepdims=True))
+        return shifted / shifted.sum(axis=1, keepdims=True)
+
+
+CLASSIFIERS: dict[str, Factory] = {
+    "logistic_regression": lambda seed: LogisticRegression(max_iter=1000, random_state=seed),
+    "random_forest": lambda seed: RandomForestClassifier(n_estimators=100, random_state=seed, n_jobs=2),
+    "gaussian_nb": lambda seed: GaussianNB(),
+    "bernoulli_nb": lambda seed: BernoulliNB(binarize=0.5),
+    "linear_svm": lambda seed: LinearSVMScores(random_state=seed, max_iter=5000),
+    "decision_tree": lambda seed: DecisionTreeClassifier(random_state=seed),
+    "lda": lambda seed: LinearDiscriminantAnalysis(),
+    "adaboost": lambda seed: AdaBoostClassifier(n_estimators=50, random_state=seed),
+    "bagging": lambda seed: BaggingClassifier(n_estimators=10, random_state=seed, n_jobs=2),
+    "gradient_boosting": lambda seed: GradientBoostingClassifier(n_estimators=100, max_depth=3, random_state=seed),
+    "mlp": lambda seed: MLPClassifier(
+        hidden_layer_sizes=(100,), max_iter=300, early_stopping=True, random_state=seed
+    ),
+    "xgboost": lambda seed: XGBClassifier(
+        n_estimators=100, max_depth=6, tree_method="hist", n_jobs=2, random_state=seed, verbosity=0
+    ),
+}
+
+#: DP-SACTGAN's regressors (Table 2 reports Ridge): name -> ``factory(seed)``.
+REGRESSORS: dict[str, Factory] = {
+    "linear_regression": lambda seed: LinearRegression(),
+    "ridge": lambda seed: Ridge(alpha=1.0),
+    "random_forest": lambda seed: RandomForestRegressor(n_estimators=100, random_state=seed, n_jobs=2),
+}
+
+CLASSIFICATION_METRICS = ("auroc", "auprc", "accuracy", "f1")
+REGRESSION_METRICS = ("mae", "explained_variance", "r2")
+
+
+# --- encoding ---------------------------------------------------------------------------------
+
+
+def feature_names(schema: TableSchema) -> list[str]:
+    """Names of the columns of ``X`` from :func:`features_and_label`: ``name`` or ``name=category``."""
+    names = []
+    for column in schema.columns:
+        if column.name == schema.label:
+            continue
+        if column.is_numeric:
+            names.append(column.name)
+        else:
+            names.extend(f"{column.name}={category}" for category in column.categories)
+    return names
+
+
+def features_and_label(frame: pd.DataFrame, schema: TableSchema) -> tuple[np.ndarray, np.ndarray]:
+    """Encode ``frame`` with the schema's fixed public map; return features ``X`` and label ``y``.
+
+    Uses :meth:`TableSchema.encode`: numeric columns clipped to their public bounds and scaled to
+    [0, 1], categorical columns one-hot in the schema's category order. Rows holding a category
+    outside the schema are dropped (the schema's stated rule). ``y`` is the class index in the
+    label's category list for a categorical/binary label (so the positive class of a binary
+    label, index 1, is the schema's *second* category), and the bounds-scaled value in [0, 1]
+    for a continuous label.
+    """
+    if schema.label is None:
+        raise ValueError("utility needs a schema with a label column")
+    encoded = schema.encode(frame)[0].numpy().astype(np.float64)
+    block = schema.label_slice
+    features = np.delete(encoded, np.arange(block.start, block.stop), axis=1)
+    label = encoded[:, block]
+    y = label[:, 0] if schema.label_column.is_numeric else label.argmax(axis=1)
+    return features, y
+
+
+# --- classification ---------------------------------------------------------------------------
+
+
+def _fit_predict_proba(
+    factory: Factory, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, n_classes: int, seed: int
+) -> tuple[np.ndarray, bool]:
+    """Class probabilities ``(n_test, n_classes)`` and whether the training set was degenerate.
+
+    Classes absent from the training set get probability 0 (models are fitted on the classes
+    present, re-indexed to 0..m-1 as XGBoost requires). With a single class present no model can
+    be fitted: the prediction is that class with probability 1 -- a constant score, whose AUROC
+    is 0.5 and whose average precision is the test set's positive rate.
+    """
+    present, y_index = np.unique(y_train, return_inverse=True)
+    proba = np.zeros((len(x_test), n_classes))
+    if len(present) < 2:
+        proba[:, present[0]] = 1.0
+        return proba, True
+    model = factory(seed).fit(x_train, y_index)
+    proba[:, present] = model.predict_proba(x_test)
+    return proba, False
+
+
+def _binary_scores(y: np.ndarray, proba: np.ndarray) -> dict[str, float]:
+    """AUROC / AUPRC / accuracy / F1 with class 1 (the schema's second category) as positive.
+
+    AUROC and AUPRC are undefined (NaN) when the test set holds a single class.
+    """
+    both = len(np.unique(y)) == 2
+    return {
+        "auroc": float(roc_auc_score(y, proba[:, 1])) if both else float("nan"),
+        "auprc": float(average_precision_score(y, proba[:, 1])) if both else float("nan"),
+        "accuracy": float(accuracy_score(y, proba.argmax(axis=1))),
+        "f1": float(f1_score(y, proba.argmax(axis=1), pos_label=1, zero_division=0.0)),
+    }
+
+
+def _multiclass_scores(y: np.ndarray, proba: np.ndarray) -> dict[str, float]:
+    """One-vs-rest AUROC / AUPRC macro-averaged over the classes present in the test set, macro F1."""
+    classes = [k for k in range(proba.shape[1]) if 0 < (y == k).sum() < len(y)]
+    auroc = [roc_auc_score(y == k, proba[:, k]) for k in classes]
+    auprc = [average_precision_score(y == k, proba[:, k]) for k in classes]
+    predicted = proba.argmax(axis=1)
+    return {
+        "auroc": float(np.mean(auroc)) if classes else float("nan"),
+        "auprc": float(np.mean(auprc)) if classes else float("nan"),
+        "accuracy": float(accuracy_score(y, predicted)),
+        "f1": float(f1_score(y, predicted, average="macro", labels=np.unique(y), zero_division=0.0)),
+    }
+
+
+def classification_utility(
+    train_frame: pd.DataFrame,
+    test_frame: pd.DataFrame,
+    schema: TableSchema,
+    classifiers: Mapping[str, Factory] | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Train each classifier on ``train_frame``, test on ``test_frame`` (PATE-GAN Table 1).
+
+    Returns ``{"per_classifier": {name: {auroc, auprc, accuracy, f1, degenerate}}, "average":
+    {metric: mean over classifiers}}``. For a binary label the positive class is the schema's
+    second category. **Degenerate rule**: a training frame with a single class (poor synthetic
+    data can have one) cannot fit a classifier; that classifier predicts the one class with
+    probability 1, so its AUROC is 0.5 and its AUPRC the test set's positive rate, and it is
+    flagged ``"degenerate": True``. It stays in the averages: a generator that loses a class
+    should be scored down, not skipped. Averages ignore NaN (undefined on a one-class test set).
+    """
+    if schema.label_kind not in ("binary", "categorical"):
+        raise ValueError(f"classification needs a binary or categorical label, got {schema.label_kind!r}")
+    classifiers = CLASSIFIERS if classifiers is None else classifiers
+    x_train, y_train = features_and_label(train_frame, schema)
+    x_test, y_test = features_and_label(test_frame, schema)
+    y_train, y_test = y_train.astype(np.int64), y_test.astype(np.int64)
+    n_classes = schema.label_column.width
+    score = _binary_scores if n_classes == 2 else _multiclass_scores
+    per_classifier = {}
+    for name, factory in classifiers.items():
+        proba, degenerate = _fit_predict_proba(factory, x_train, y_train, x_test, n_classes, seed)
+        per_classifier[name] = {**score(y_test, proba), "degenerate": degenerate}
+    return {"per_classifier": per_classifier, "average": _average(per_classifier, CLASSIFICATION_METRICS)}
+
+
+def _average(per_model: Mapping[str, Mapping[str, Any]], metrics: tuple[str, ...]) -> dict[str, float]:
+    averages = {}
+    for metric in metrics:
+        values = np.array([scores[metric] for scores in per_model.values()], dtype=np.float64)
+        averages[metric] = float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
+    return averages
+
+
+def settings_abc(
+    real_train: pd.DataFrame,
+    synthetic: pd.DataFrame,
+    real_test: pd.DataFrame,
+    schema: TableSchema,
+    classifiers: Mapping[str, Factory] | None = None,
+    seed: int = 0,
+    synthetic_test_fraction: float = 0.2,
+) -> dict[str, dict[str, Any]]:
+    """PATE-GAN's Settings A, B and C (Sec. 5), each a :func:`classification_utility` result.
+
+    A trains and tests on real data, B trains on all of ``synthetic`` and tests on real data, C
+    splits ``synthetic`` 80/20 (shuffled with ``seed``) into disjoint train and test parts, as
+    the paper requires the two to be disjoint. Compare A with C through
+    :func:`lightning_dpgan.evaluation.ranking.synthetic_ranking_agreement`.
+    """
+    synthetic_train, synthetic_test = train_test_split(
+        synthetic, test_size=synthetic_test_fraction, random_state=seed, shuffle=True
+    )
+    return {
+        "A": classification_utility(real_train, real_test, schema, classifiers, seed),
+        "B": classification_utility(synthetic, real_test, schema, classifiers, seed),
+        "C": classification_utility(synthetic_train, synthetic_test, schema, classifiers, seed),
+    }
+
+
+# --- regression -------------------------------------------------------------------------------
+
+
+def regression_utility(
+    train_frame: pd.DataFrame,
+    test_frame: pd.DataFrame,
+    schema: TableSchema,
+    regressors: Mapping[str, Factory] | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Train each regressor on ``train_frame``, test on ``test_frame`` (DP-SACTGAN Table 2).
+
+    The target is the label scaled to [0, 1] by its *public* bounds (as every numeric column is
+    encoded), so MAE is a fraction of the target's public range and comparable across tables,
+    like the normalised values DP-SACTGAN reports. Returns ``{"per_regressor": {name: {mae,
+    explained_variance, r2}}, "average": {...}}``.
+    """
+    if schema.label_kind != "continuous":
+        raise ValueError(f"regression needs a continuous label, got {schema.label_kind!r}")
+    regressors = REGRESSORS if regressors is None else regressors
+    x_train, y_train = features_and_label(train_frame, schema)
+    x_test, y_test = features_and_label(test_frame, schema)
+    per_regressor = {}
+    for name, factory in regressors.items():
+        predicted = factory(seed).fit(x_train, y_train).predict(x_test)
+        per_regressor[name] = {
+            "mae": float(mean_absolute_error(y_test, predicted)),
+            "explained_variance": float(explained_variance_score(y_test, predicted)),
+            "r2": float(r2_score(y_test, predicted)),
+        }
+    return {"per_regressor": per_regressor, "average": _average(per_regressor, REGRESSION_METRICS)}
+
+
+def utility_differences(real_result: Mapping[str, Any], synthetic_result: Mapping[str, Any]) -> dict[str, Any]:
+    """Real-minus-synthetic for every metric, as DP-SACTGAN's utility tables report (Sec. 5.1).
+
+    Works on the output of :func:`classification_utility` or :func:`regression_utility` (nested
+    dicts are walked; booleans such as ``degenerate`` are skipped). The sign is kept: for
+    higher-is-better metrics (AUROC, R², ...) a positive difference means the synthetic data
+    does worse; for MAE a *negative* difference means the synthetic data does worse. The
+    paper's tables print magnitudes; take ``abs`` to compare with them.
+    """
+    differences: dict[str, Any] = {}
+    for key, real_value in real_result.items():
+        if key not in synthetic_result:
+            continue
+        synthetic_value = synthetic_result[key]
+        if isinstance(real_value, Mapping):
+            differences[key] = utility_differences(real_value, synthetic_value)
+        elif isinstance(real_value, (int, float)) and not isinstance(real_value, bool):
+            differences[key] = float(real_value) - float(synthetic_value)
+    return differences

@@ -1,0 +1,231 @@
+"""Tabular evaluation metrics against hand-computed values on tiny tables made here."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lightning_dpgan.data.schema import Column, TableSchema
+from lightning_dpgan.evaluation import (
+    CLASSIFIERS,
+    classification_utility,
+    correlation_difference,
+    feature_importance_agreement,
+    features_and_label,
+    jensen_shannon_per_column,
+    pmse,
+    regression_utility,
+    settings_abc,
+    synthetic_ranking_agreement,
+    utility_differences,
+    wasserstein_per_column,
+)
+
+FAST = {name: CLASSIFIERS[name] for name in ("logistic_regression", "decision_tree", "gaussian_nb")}
+
+SCHEMA = TableSchema(
+    columns=(
+        Column("x1", "continuous", bounds=(0.0, 10.0), source="test"),
+        Column("x2", "integer", bounds=(0, 100), source="test"),
+        Column("color", "categorical", categories=("red", "green", "blue"), source="test"),
+        Column("y", "categorical", categories=("no", "yes"), source="test"),
+    ),
+    label="y",
+    label_kind="binary",
+)
+
+REGRESSION_SCHEMA = TableSchema(
+    columns=(
+        Column("x", "continuous", bounds=(0.0, 1.0), source="test"),
+        Column("target", "continuous", bounds=(0.0, 2.0), source="test"),
+    ),
+    label="target",
+    label_kind="continuous",
+)
+
+
+def make_table(n: int, seed: int, separable: bool = True, shift: float = 0.0) -> pd.DataFrame:
+    """x1 uniform on [0, 10] (+ shift); y = "yes" iff x1 > 5 when separable, else a coin flip."""
+    rng = np.random.default_rng(seed)
+    x1 = np.clip(rng.uniform(0, 10, n) + shift, 0, 10)
+    positive = x1 > 5 if separable else rng.random(n) < 0.5
+    return pd.DataFrame(
+        {
+            "x1": x1,
+            "x2": rng.integers(0, 101, n),
+            "color": rng.choice(["red", "green", "blue"], n),
+            "y": np.where(positive, "yes", "no"),
+        }
+    )
+
+
+# --- ranking ------------------------------------------------------------------------------------
+
+
+def test_sra_is_one_for_equal_rankings_and_zero_for_reversed() -> None:
+    a = {"lr": 0.9, "rf": 0.8, "nb": 0.7, "svm": 0.6}
+    assert synthetic_ranking_agreement(a, {"lr": 0.6, "rf": 0.5, "nb": 0.4, "svm": 0.3}) == 1.0
+    assert synthetic_ranking_agreement(a, {"lr": 0.3, "rf": 0.4, "nb": 0.5, "svm": 0.6}) == 0.0
+
+
+def test_sra_counts_agreeing_pairs_per_eq_8() -> None:
+    # A ranks 1 > 2 > 3; C swaps models 2 and 3: pairs (1,2), (1,3) agree, (2,3) does not -> 4/6.
+    assert synthetic_ranking_agreement([3.0, 2.0, 1.0], [3.0, 1.0, 2.0]) == pytest.approx(4 / 6)
+    # a tie is not an agreement (strict inequality in Eq. 8)
+    assert synthetic_ranking_agreement([1.0, 1.0], [1.0, 2.0]) == 0.0
+
+
+def test_sra_rejects_mismatched_models() -> None:
+    with pytest.raises(ValueError):
+        synthetic_ranking_agreement({"a": 1.0, "b": 2.0}, {"a": 1.0, "c": 2.0})
+
+
+def test_feature_importance_agreement_of_a_copy_is_one() -> None:
+    frame = make_table(300, seed=0)
+    result = feature_importance_agreement(frame, frame.copy(), SCHEMA)
+    assert result["agreement"] == pytest.approx(1.0, abs=0.1)  # ties between near-zero features may differ
+    assert max(result["real"], key=result["real"].get) == "x1"
+    assert result["real"] == result["synthetic"]
+
+
+# --- fidelity -----------------------------------------------------------------------------------
+
+
+def test_wasserstein_and_jsd_are_zero_on_identical_data_and_positive_otherwise() -> None:
+    real = make_table(200, seed=1)
+    assert wasserstein_per_column(real, real.copy(), SCHEMA) == {"x1": 0.0, "x2": 0.0}
+    assert jensen_shannon_per_column(real, real.copy(), SCHEMA) == {"color": 0.0, "y": 0.0}
+    other = make_table(200, seed=2, shift=3.0)
+    other["color"] = "red"
+    assert wasserstein_per_column(real, other, SCHEMA)["x1"] > 0.1
+    assert jensen_shannon_per_column(real, other, SCHEMA)["color"] > 0.1
+
+
+def test_wasserstein_is_on_bounds_scaled_values() -> None:
+    # point masses at 2 and 7 on bounds (0, 10): |2 - 7| / 10 = 0.5
+    a = pd.DataFrame({"x1": [2.0] * 4, "x2": [0] * 4, "color": ["red"] * 4, "y": ["no", "yes"] * 2})
+    b = a.assign(x1=7.0)
+    assert wasserstein_per_column(a, b, SCHEMA)["x1"] == pytest.approx(0.5)
+
+
+def test_jsd_hand_computed() -> None:
+    # p = (1, 0, 0), q = (0, 1, 0): disjoint supports, JS divergence (base 2) = 1
+    a = pd.DataFrame({"x1": [1.0, 2.0], "x2": [0, 1], "color": ["red", "red"], "y": ["no", "yes"]})
+    b = a.assign(color="green")
+    assert jensen_shannon_per_column(a, b, SCHEMA)["color"] == pytest.approx(1.0)
+
+
+def test_correlation_difference() -> None:
+    real = make_table(200, seed=3)
+    assert correlation_difference(real, real.copy(), SCHEMA) == pytest.approx(0.0, abs=1e-12)
+    scrambled = real.assign(y=real["y"].sample(frac=1.0, random_state=0).to_numpy())
+    assert correlation_difference(real, scrambled, SCHEMA) > 0.5
+
+
+def test_pmse_is_near_its_null_for_one_distribution_and_far_above_for_different_ones() -> None:
+    a, b = make_table(1000, seed=4), make_table(1000, seed=5)
+    same = pmse(a, b, SCHEMA, seed=0)
+    # k - 1 = 5 features (x1, x2, 2 colour dummies, 1 label dummy); c = 1/2, N = 2000
+    assert same["pmse_null"] == pytest.approx(5 * 0.25 * 0.5 / 2000)
+    assert 0.2 < same["pmse_ratio"] < 3.0
+    different = pmse(a, make_table(1000, seed=6, shift=4.0), SCHEMA, seed=0)
+    assert different["pmse_ratio"] > 50
+
+
+# --- classification utility ---------------------------------------------------------------------
+
+
+def test_features_and_label_use_the_public_schema_only() -> None:
+    frame = pd.DataFrame({"x1": [5.0, 20.0], "x2": [50, 0], "color": ["blue", "red"], "y": ["yes", "no"]})
+    x, y = features_and_label(frame, SCHEMA)
+    np.testing.assert_allclose(x, [[0.5, 0.5, 0, 0, 1], [1.0, 0.0, 1, 0, 0]])  # 20 clipped to the bound
+    np.testing.assert_array_equal(y, [1, 0])  # positive class = second category, "yes"
+
+
+def test_auroc_is_one_on_separable_data_and_half_on_random_labels() -> None:
+    separable = classification_utility(make_table(400, 7), make_table(200, 8), SCHEMA, FAST)
+    assert separable["per_classifier"]["decision_tree"]["auroc"] > 0.97
+    assert separable["average"]["auroc"] > 0.95
+    random = classification_utility(
+        make_table(400, 7, separable=False), make_table(400, 8, separable=False), SCHEMA, FAST
+    )
+    assert random["average"]["auroc"] == pytest.approx(0.5, abs=0.1)
+
+
+def test_all_twelve_classifiers_run() -> None:
+    assert len(CLASSIFIERS) == 12
+    result = classification_utility(make_table(500, 9), make_table(200, 10), SCHEMA)
+    assert set(result["per_classifier"]) == set(CLASSIFIERS)
+    for scores in result["per_classifier"].values():
+        assert scores["auroc"] > 0.8 and not scores["degenerate"]
+
+
+def test_linear_svm_scores_a_class_with_a_single_training_row() -> None:
+    """Poor synthetic data can hold one row of a class: the SVM must still score (no
+    calibration folds), and its scores keep the SVM's ranking."""
+    train = make_table(200, 13)
+    train = pd.concat([train[train["y"] == "no"], train[train["y"] == "yes"].head(1)])
+    result = classification_utility(train, make_table(200, 14), SCHEMA, {"linear_svm": CLASSIFIERS["linear_svm"]})
+    scores = result["per_classifier"]["linear_svm"]
+    assert not scores["degenerate"] and 0.0 <= scores["auroc"] <= 1.0
+
+
+def test_single_class_training_frame_is_degenerate() -> None:
+    train = make_table(100, 11).assign(y="no")
+    test = make_table(200, 12)
+    positive_rate = (test["y"] == "yes").mean()
+    result = classification_utility(train, test, SCHEMA, FAST)
+    for scores in result["per_classifier"].values():
+        assert scores["degenerate"] is True
+        assert scores["auroc"] == 0.5
+        assert scores["auprc"] == pytest.approx(positive_rate)
+        assert scores["accuracy"] == pytest.approx(1 - positive_rate)
+        assert scores["f1"] == 0.0
+
+
+def test_setting_b_with_a_copy_of_the_real_training_data_equals_setting_a() -> None:
+    real_train, real_test = make_table(300, 13), make_table(150, 14)
+    result = settings_abc(real_train, real_train.copy(), real_test, SCHEMA, FAST, seed=0)
+    assert result["B"] == result["A"]
+    assert set(result["C"]["per_classifier"]) == set(FAST)
+
+
+# --- regression utility -------------------------------------------------------------------------
+
+
+def regression_table(n: int, seed: int, noise: float = 0.0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 1, n)
+    return pd.DataFrame({"x": x, "target": np.clip(2 * x + noise * rng.normal(size=n), 0, 2)})
+
+
+def test_regression_r2_of_a_perfect_linear_relation_is_one() -> None:
+    result = regression_utility(regression_table(200, 0), regression_table(100, 1), REGRESSION_SCHEMA)
+    linear = result["per_regressor"]["linear_regression"]
+    assert linear["r2"] == pytest.approx(1.0, abs=1e-9)
+    assert linear["explained_variance"] == pytest.approx(1.0, abs=1e-9)
+    assert linear["mae"] == pytest.approx(0.0, abs=1e-9)
+    assert result["per_regressor"]["random_forest"]["r2"] > 0.95
+
+
+def test_utility_differences_are_real_minus_synthetic() -> None:
+    test = regression_table(100, 2)
+    real = regression_utility(regression_table(200, 3), test, REGRESSION_SCHEMA)
+    synthetic = regression_utility(regression_table(200, 4, noise=0.5), test, REGRESSION_SCHEMA)
+    differences = utility_differences(real, synthetic)
+    ridge = differences["per_regressor"]["ridge"]
+    assert ridge["r2"] > 0 and ridge["explained_variance"] > 0  # synthetic does worse: positive
+    assert ridge["mae"] < 0  # error metric: synthetic worse -> negative
+    expected = real["average"]["r2"] - synthetic["average"]["r2"]
+    assert differences["average"]["r2"] == pytest.approx(expected)
+
+
+def test_utility_differences_skip_flags() -> None:
+    real = {"per_classifier": {"lr": {"auroc": 0.9, "degenerate": False}}, "average": {"auroc": 0.9}}
+    synthetic = {"per_classifier": {"lr": {"auroc": 0.7, "degenerate": True}}, "average": {"auroc": 0.7}}
+    differences = utility_differences(real, synthetic)
+    assert differences["per_classifier"]["lr"] == {"auroc": pytest.approx(0.2)}
+    assert math.isclose(differences["average"]["auroc"], 0.2)
