@@ -138,10 +138,8 @@ class PATEAggregation(PrivacyStrategy):
         data-dependent accounting the cheapest case (all teachers agree), since the hard stop
         happens at query time (see the module docstring)."""
         queries = steps * self.queries_per_step
-        if self.accounting == "data-independent":
-            return self.accountant.epsilon_if_queries(self.training_delta, queries, self.lap_inverse_scale)
-        unanimous = np.full(queries, self.num_teachers)
-        return self.accountant.epsilon_if_answered(self.training_delta, self.lap_inverse_scale, unanimous)
+        unanimous = None if self.accounting == "data-independent" else self.num_teachers
+        return self.accountant.epsilon_if_queries(self.training_delta, queries, self.lap_inverse_scale, unanimous)
 
     # ------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:

@@ -83,6 +83,15 @@ def test_look_ahead_charges_the_data_independent_bound_and_changes_nothing():
     assert accountant.get_epsilon(1e-5) == before and len(accountant) == 10
 
 
+def test_look_ahead_at_a_vote_gap_equals_answering_such_queries_and_scales_to_huge_counts():
+    accountant = PATEMomentsAccountant()
+    accountant.step(0.5, [80, 90])
+    answered = accountant.epsilon_if_answered(1e-5, 0.5, np.full(500, 100))
+    assert accountant.epsilon_if_queries(1e-5, 500, 0.5, vote_gap=100) == pytest.approx(answered, rel=1e-12)
+    # budget planning asks about billions of queries: one curve times the count, no per-query array
+    assert math.isfinite(accountant.epsilon_if_queries(1e-5, 10**9, 0.5, vote_gap=100))
+
+
 def test_state_round_trip_and_refusals():
     accountant = PATEMomentsAccountant()
     accountant.step(0.05, [0, 5, 5, 90])

@@ -89,9 +89,14 @@ class PATEMomentsAccountant:
         future.step(lap_inverse_scale, vote_gaps)
         return future.get_epsilon(delta)
 
-    def epsilon_if_queries(self, delta: float, queries: int, lap_inverse_scale: float) -> float:
-        """Epsilon after ``queries`` more queries of unknown votes (data-independent cost each)."""
-        extra = data_independent_moments(lap_inverse_scale, self.orders) * queries
+    def epsilon_if_queries(self, delta: float, queries: int, lap_inverse_scale: float, vote_gap: int | None = None) -> float:
+        """Epsilon after ``queries`` more queries, each charged the data-independent bound, or, with
+        ``vote_gap``, the bound of a query with that gap. One moment curve times the count: budget
+        planning asks about millions of queries."""
+        if vote_gap is None:
+            extra = data_independent_moments(lap_inverse_scale, self.orders) * queries
+        else:
+            extra = data_dependent_moments(lap_inverse_scale, np.array([vote_gap]), self.orders)[0] * queries
         base = self._dependent if self.accounting == "data-dependent" else self._independent
         if queries == 0 and len(self) == 0:
             return 0.0

@@ -1,0 +1,52 @@
+"""Utility of a tabular run: train on its synthetic.csv, test on the real test split.
+
+Prints PATE-GAN's Setting A (train real, test real) and Setting B (train synthetic, test real)
+AUROC/AUPRC for each of the 12 classifiers and their averages, plus the average over the four
+models of the Adult goal (logistic regression, random forest, gradient boosting, MLP).
+
+    python train.py --model pategan --dataset adult --epsilon 1 --output-dir RUN ...
+    python benchmarks/tabular_utility.py --run RUN --dataset adult --data-dir DIR
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lightning_dpgan import registry
+from lightning_dpgan.evaluation import classification_utility
+
+FOUR = ("logistic_regression", "random_forest", "gradient_boosting", "mlp")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", type=Path, required=True, help="output dir of a train.py run on a table")
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--data-dir")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    datamodule = registry.lookup("dataset", args.dataset).load()(data_dir=args.data_dir)
+    datamodule.setup("fit")
+    synthetic = pd.read_csv(args.run / "synthetic.csv")
+    privacy = json.loads((args.run / "privacy.json").read_text())
+    real = classification_utility(datamodule.train_frame, datamodule.test_frame, datamodule.schema, seed=args.seed)
+    synth = classification_utility(synthetic, datamodule.test_frame, datamodule.schema, seed=args.seed)
+    print(f"run {args.run}: epsilon {privacy['epsilon']} (target {privacy['target_epsilon']}, delta {privacy['delta']}), "
+          f"{len(synthetic)} synthetic rows, {len(datamodule.test_frame)} real test rows")
+    print(f"{'classifier':22} {'A AUROC':>8} {'B AUROC':>8} {'A AUPRC':>8} {'B AUPRC':>8}")
+    for name, scores in real["per_classifier"].items():
+        other = synth["per_classifier"][name]
+        flag = " (degenerate)" if other["degenerate"] else ""
+        print(f"{name:22} {scores['auroc']:8.4f} {other['auroc']:8.4f} {scores['auprc']:8.4f} {other['auprc']:8.4f}{flag}")
+    for label, names in (("average of 12", list(real["per_classifier"])), ("average of LR/RF/GB/MLP", FOUR)):
+        a = np.mean([real["per_classifier"][n]["auroc"] for n in names])
+        b = np.mean([synth["per_classifier"][n]["auroc"] for n in names])
+        print(f"{label:22} {a:8.4f} {b:8.4f}")
+
+
+if __name__ == "__main__":
+    main()
