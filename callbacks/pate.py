@@ -121,7 +121,7 @@ class PATEAggregation(PrivacyStrategy):
         self.accountant.step(lap_inverse_scale, vote_gaps)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, *args: Any) -> None:
-        self.steps += 1
+        self.steps = pl_module.train_steps  # a step refused for the budget does not count
 
     def steps_taken(self) -> int:
         return self.steps

@@ -64,7 +64,10 @@ def test_budget_is_respected_and_both_figures_are_reported(pategan_run):
 def test_every_query_is_charged_and_the_users_delta_is_used(pategan_run):
     report = read_json(pategan_run / "privacy.json")
     assert report["delta"] == 1e-3
-    assert report["queries"] == report["steps"] * 5 * TEACHER_BATCH  # student_steps x batch, none skipped
+    # every completed step charged student_steps x batch queries; a step refused for the budget
+    # part-way keeps the charge of the batches it had answered
+    per_step = 5 * TEACHER_BATCH
+    assert report["steps"] * per_step <= report["queries"] < (report["steps"] + 1) * per_step
     accountant = PATEMomentsAccountant()
     accountant.load_state_dict(report["accountant_state"])
     assert accountant.get_epsilon(1e-3) == pytest.approx(report["epsilon"])
