@@ -141,6 +141,15 @@ def load_preset(name: str) -> dict[str, Any]:
         return load_yaml(path)
 
 
+def _preset_for(preset: dict[str, Any], privacy: str | None) -> dict[str, Any]:
+    """A preset's ``privacy`` section names the strategy it is for; another chosen strategy
+    does not inherit its settings (they would be unknown keys to it)."""
+    section = preset.get("privacy")
+    if privacy and isinstance(section, dict) and section.get("name") not in (None, privacy):
+        return {key: value for key, value in preset.items() if key != "privacy"}
+    return preset
+
+
 def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str | None = None) -> dict[str, Any]:
     """Build the run configuration from every source (see the module docstring)."""
     user = load_yaml(config_file) if config_file else {}
@@ -152,10 +161,11 @@ def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str |
         set_dotted(cli, dotted, value)
     model = get_dotted(cli, "model.name") or get_dotted(user, "model.name")
     dataset = get_dotted(cli, "data.name") or get_dotted(user, "data.name")
+    privacy = get_dotted(cli, "privacy.name") or get_dotted(user, "privacy.name")
     config = copy.deepcopy(CODE_DEFAULTS)
     presets = preset_files(model, dataset)
     for name in presets:
-        config = merge(config, load_preset(name))
+        config = merge(config, _preset_for(load_preset(name), privacy))
     config = merge(merge(config, user), cli)
     config["presets"] = presets
     check_top_level(config)

@@ -81,3 +81,10 @@ def test_missing_or_invalid_config_file(tmp_path):
     bad.write_text("model: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         build_config(["--model", "gan", "--dataset", "mnist", "--config", str(bad)])
+
+
+def test_a_presets_strategy_settings_stay_with_its_strategy():
+    pate = build_config(["--model", "pategan", "--dataset", "adult"])
+    assert pate["privacy"]["name"] == "pate" and "lap_inverse_scale" in pate["privacy"]
+    other = build_config(["--model", "pategan", "--dataset", "adult", "--privacy", "dp-sgd"])
+    assert other["privacy"] == {"name": "dp-sgd"}

@@ -161,7 +161,7 @@ def test_resume_keeps_partitions_and_spend(pategan_run, tmp_path):
     "argv,message",
     [
         (["--privacy", "dp-sgd", "--epsilon", "1"], "needs a model with a GradientPrivatizer slot"),
-        (["--privacy", "none"], "trains through its PATE teachers"),
+        (["--privacy", "none"], "no privacy guarantee"),  # the preset sets --epsilon
         (["--epsilon", "1", "--privacy.lap_inverse_scale", "0"], "--privacy.lap_inverse_scale"),
         (["--epsilon", "1", "--privacy.accounting", "magic"], "accounting must be one of"),
         (["--epsilon", "1", "--delta", "0.05"], "1/n"),  # 36 training records
