@@ -182,3 +182,22 @@ def test_a_model_without_the_slot_is_refused_with_the_compatible_models():
 
     with pytest.raises(IncompatibleModelError, match="Models that take --privacy dp-sgd: gan, wgan, dpgan"):
         DPSGD(noise_multiplier=1.0).check_compatible(LabelOnlyModel((4,), None))
+
+
+def test_training_batches_are_poisson_sampled_at_the_charged_rate(tiny_image_data_dir):
+    """The accountant assumes each record joins each batch independently with probability q:
+    batch sizes must then be Binomial(N, q) -- mean qN, variance qN(1-q) -- not a fixed size."""
+    from lightning_dpgan.datamodules.mnist import MNISTDataModule
+
+    datamodule = MNISTDataModule(data_dir=tiny_image_data_dir, batch_size=BATCH, verify_checksums=False)
+    datamodule.setup("fit")
+    strategy = DPSGD(noise_multiplier=1.0)
+    strategy.sample_rate = BATCH / TRAIN_RECORDS
+    strategy._use_poisson_sampling(datamodule)
+    torch.manual_seed(0)
+    sizes = torch.tensor([len(batch[0]) for _ in range(40) for batch in datamodule.train_dataloader()], dtype=torch.float64)
+    expected_mean = TRAIN_RECORDS * RATE
+    expected_var = TRAIN_RECORDS * RATE * (1 - RATE)
+    assert len(sizes) == 400  # 1/q batches per pass
+    assert abs(sizes.mean().item() - expected_mean) < 4 * (expected_var / len(sizes)) ** 0.5
+    assert 0.7 < sizes.var().item() / expected_var < 1.3
