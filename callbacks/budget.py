@@ -6,9 +6,10 @@ refuses a budget too small for even one step. The accountant's state (and so the
 spent) is saved in checkpoints by the strategy and survives a resume.
 
 Asking the accountant after every batch is slow (a PRV epsilon takes ~0.3 s), so the callback
-plans: for the strategy's current step parameters it finds, by bisection over the
-strategy's own look-ahead ``epsilon_if(k)``, the largest number of further steps that fits,
-and re-plans only when those parameters change. ``privacy/epsilon`` is logged at Lightning's
+plans: for the strategy's current ``plan_key()`` (its step parameters, plus the spend so far
+when that spend depends on the data) it finds, by bisection over the strategy's own look-ahead
+``epsilon_if(k)``, the largest number of further steps that fits, and re-plans only when the
+key changes. ``privacy/epsilon`` is logged at Lightning's
 logging cadence (``log_every_n_steps``) and when training stops.
 """
 from __future__ import annotations
@@ -17,11 +18,11 @@ from typing import Any
 
 import lightning as L
 
-#: Planning horizon: more steps than any run takes; a budget lasting longer is "unlimited".
-MAX_PLANNED_STEPS = 10**8
-
 from lightning_dpgan.callbacks.strategy import PrivacyStrategy
 from lightning_dpgan.privacy.validation import validate_epsilon
+
+#: Planning horizon: more steps than any run takes; a budget lasting longer is "unlimited".
+MAX_PLANNED_STEPS = 10**8
 
 
 class BudgetTooSmallError(ValueError):
@@ -35,7 +36,7 @@ class PrivacyBudgetStopping(L.Callback):
         self.target_epsilon = validate_epsilon(target_epsilon)
         self.strategy: PrivacyStrategy | None = None
         self.stopped_by_budget = False
-        self._plan: tuple[tuple, int] | None = None  # (step parameters, total steps allowed)
+        self._plan: tuple[tuple, int] | None = None  # (plan key, total steps allowed)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         strategies = [c for c in trainer.callbacks if isinstance(c, PrivacyStrategy)]

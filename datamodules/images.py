@@ -23,6 +23,7 @@ from lightning_dpgan.data.download import (
     verify_file,
 )
 from lightning_dpgan.data.idx import read_idx
+from lightning_dpgan.outputs import images_to_uint8
 
 _SPLITS = ("train", "test")
 
@@ -115,7 +116,7 @@ class IDXImageDataModule(L.LightningDataModule):
     @staticmethod
     def to_uint8(images: torch.Tensor) -> torch.Tensor:
         """Map images in [-1, 1] back to uint8 pixels (inverse of the loading scale)."""
-        return ((images.clamp(-1.0, 1.0) + 1.0) * 127.5).round().to(torch.uint8)
+        return torch.from_numpy(images_to_uint8(images))
 
     def _loader(self, dataset: TensorDataset, shuffle: bool, drop_last: bool) -> DataLoader:
         workers = self.hparams.num_workers

@@ -50,7 +50,7 @@ class Run:
         args = section_arguments(self.config, "model", cls, provided=MODEL_PROVIDED)
         module = cls(data_shape=self.datamodule.data_shape, num_classes=self.datamodule.num_classes, **args)
         module.run_info = {"model": section["name"], "dataset": self.config["data"]["name"]}
-        if getattr(self.datamodule, "kind", "image") == "table":
+        if not self.is_image:
             # Public by construction (or paid for with the DP-bounds budget): `sample` needs it to decode.
             module.run_info["schema"] = self.datamodule.schema.to_dict()
         return module

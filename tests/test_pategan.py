@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 import torch
 
-from lightning_dpgan.callbacks.budget import PrivacyBudgetStopping
 from lightning_dpgan.callbacks.pate import PATEAggregation
 from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.cli import main
