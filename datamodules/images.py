@@ -23,6 +23,7 @@ from lightning_dpgan.data.download import (
     verify_file,
 )
 from lightning_dpgan.data.idx import read_idx
+from lightning_dpgan.data.partition import teacher_partitions
 from lightning_dpgan.outputs import images_to_uint8
 
 _SPLITS = ("train", "test")
@@ -80,6 +81,10 @@ class IDXImageDataModule(L.LightningDataModule):
         if self.train_dataset is None:
             raise RuntimeError(f"{type(self).__name__}.train_size is known only after setup('fit').")
         return len(self.train_dataset)
+
+    def partitions(self, num_parts: int, seed: int = 0) -> list[torch.Tensor]:
+        """Disjoint, covering, sorted index sets of the training images: one per PATE teacher."""
+        return teacher_partitions(self.train_size, num_parts, seed)
 
     def prepare_data(self) -> None:
         """Make every file available locally, downloading into the cache when allowed."""

@@ -23,7 +23,7 @@ from lightning_dpgan.data.download import (
     locate,
     verify_file,
 )
-from lightning_dpgan.data.partition import disjoint_partitions
+from lightning_dpgan.data.partition import teacher_partitions
 from lightning_dpgan.data.schema import EncodingReport, TableSchema
 
 log = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ class TabularDataModule(L.LightningDataModule):
         record is in exactly one part, which PATE's analysis relies on.
         """
         _check_int("num_parts", num_parts, minimum=1)
-        return [part.sort().values for part in disjoint_partitions(self.train_size, num_parts, seed)]
+        return teacher_partitions(self.train_size, num_parts, seed)
 
     # --- helpers for subclasses --------------------------------------------------------------
 

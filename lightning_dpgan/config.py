@@ -1,7 +1,8 @@
 """Resolving a run's configuration.
 
 Precedence, lowest first: code defaults, ``configs/<model>.yaml``, ``configs/<model>_<dataset>.yaml``
-(the papers' hyper-parameters), the user's ``--config FILE``, the CLI flags, and finally dotted
+(the papers' hyper-parameters), ``configs/<model>_<dataset>_eps<epsilon>.yaml`` (settings a paper
+tunes per privacy level, applied for that ``--epsilon``), the user's ``--config FILE``, the CLI flags, and finally dotted
 overrides such as ``--model.lr_generator 1e-4`` or ``--data.batch_size=32``.
 
 The resolved configuration has four sections, each a ``name`` plus the keyword arguments of
@@ -125,15 +126,30 @@ def get_dotted(config: dict[str, Any], dotted: str) -> Any:
     return node
 
 
-def preset_files(model: str | None, dataset: str | None) -> list[str]:
-    """Names of the shipped presets that apply, lowest precedence first."""
+def preset_files(model: str | None, dataset: str | None, epsilon: Any = None) -> list[str]:
+    """Names of the shipped presets that apply, lowest precedence first.
+
+    Papers tune some settings per privacy level (G-PATE: more teachers and more noise at
+    epsilon 1 than at 10); ``<model>_<dataset>_eps<epsilon>.yaml`` holds those, applied when
+    ``--epsilon`` has that value.
+    """
     names = []
     if model:
         names.append(f"{model}.yaml")
         if dataset:
             names.append(f"{model}_{dataset}.yaml")
+            if epsilon is not None:
+                names.append(f"{model}_{dataset}_eps{_epsilon_tag(epsilon)}.yaml")
     shipped = resources.files("lightning_dpgan.configs")
     return [name for name in names if shipped.joinpath(name).is_file()]
+
+
+def _epsilon_tag(epsilon: Any) -> str:
+    """``1`` -> ``"1"``, ``0.5`` -> ``"0.5"`` (the form in preset file names)."""
+    try:
+        return f"{float(epsilon):g}"
+    except (TypeError, ValueError):
+        return str(epsilon)
 
 
 def load_preset(name: str) -> dict[str, Any]:
@@ -163,7 +179,8 @@ def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str |
     dataset = get_dotted(cli, "data.name") or get_dotted(user, "data.name")
     privacy = get_dotted(cli, "privacy.name") or get_dotted(user, "privacy.name")
     config = copy.deepcopy(CODE_DEFAULTS)
-    presets = preset_files(model, dataset)
+    epsilon = get_dotted(cli, "epsilon") if get_dotted(cli, "epsilon") is not None else get_dotted(user, "epsilon")
+    presets = preset_files(model, dataset, epsilon)
     for name in presets:
         config = merge(config, _preset_for(load_preset(name), privacy))
     config = merge(merge(config, user), cli)

@@ -40,6 +40,7 @@ MODELS = _table(
     Entry("wgan", "lightning_dpgan.modules.wgan:WGAN"),
     Entry("dpgan", "lightning_dpgan.modules.dpgan:DPGAN"),
     Entry("pategan", "lightning_dpgan.modules.pategan:PATEGAN"),
+    Entry("gpate", "lightning_dpgan.modules.gpate:GPATE"),
 )
 
 DATASETS = _table(
@@ -55,6 +56,7 @@ PRIVACY = _table(
     Entry("none", None, "no privacy mechanism: the non-private baseline (epsilon = infinity)"),
     Entry("dp-sgd", "lightning_dpgan.callbacks.dp_sgd:DPSGD"),
     Entry("pate", "lightning_dpgan.callbacks.pate:PATEAggregation"),
+    Entry("gpate", "lightning_dpgan.callbacks.gpate:ProjectedVoting"),
 )
 
 LOGGERS = _table(

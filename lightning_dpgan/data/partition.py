@@ -31,6 +31,11 @@ def disjoint_partitions(n: int, k: int, seed: int) -> list[Tensor]:
     return list(torch.tensor_split(torch.randperm(n, generator=generator), k))
 
 
+def teacher_partitions(n: int, k: int, seed: int) -> list[Tensor]:
+    """:func:`disjoint_partitions` with each part sorted: what datamodules hand PATE strategies."""
+    return [part.sort().values for part in disjoint_partitions(n, k, seed)]
+
+
 class PartitionedSampler:
     """Each draw gives every teacher a minibatch from its own, fixed partition: ``[K, b, ...]``.
 
@@ -129,4 +134,4 @@ class PartitionedSampler:
         self._padding = torch.arange(self.index.shape[1]).unsqueeze(0) >= sizes.unsqueeze(1)
 
 
-__all__ = ["PartitionedSampler", "disjoint_partitions"]
+__all__ = ["PartitionedSampler", "disjoint_partitions", "teacher_partitions"]

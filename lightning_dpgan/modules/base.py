@@ -63,9 +63,7 @@ class GANModule(L.LightningModule):
         self.automatic_optimization = False
         self.data_shape = tuple(int(s) for s in data_shape)
         self.num_classes = int(num_classes) if (conditional and num_classes) else None
-        self.generator, self.discriminator = build_networks(
-            arch, self.data_shape, latent_dim, self.num_classes, generator_kwargs, discriminator_kwargs
-        )
+        self.generator, self.discriminator = self.make_networks()
         #: The privacy mechanism a strategy callback installs (``None``: not private).
         self.privacy: Any = None
         #: Training batches seen; the unit of ``--max-steps`` and of privacy accounting.
@@ -76,6 +74,12 @@ class GANModule(L.LightningModule):
         self.generated_batch_size: int | None = None
         #: Names of the run (model, dataset, ...) stored in checkpoints for ``sample``.
         self.run_info: dict[str, Any] = {}
+
+    def make_networks(self) -> tuple[nn.Module, nn.Module | None]:
+        """``(generator, discriminator)`` from the hyper-parameters (see :func:`build_networks`)."""
+        h = self.hparams
+        return build_networks(h.arch, self.data_shape, h.latent_dim, self.num_classes,
+                              h.generator_kwargs, h.discriminator_kwargs)
 
     # ----------------------------------------------------------------- sampling
     def sample_latent(self, n: int) -> Tensor:

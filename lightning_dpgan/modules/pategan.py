@@ -122,10 +122,7 @@ class PATEGAN(GANModule):
         fake_labels = self.sample_labels(n)
         with torch.no_grad():
             fake = self.generator(self.sample_latent(n), fake_labels)
-        real_logits = self.teachers(real, labels)
-        fake_logits = self.teachers.forward_shared(fake, fake_labels)
-        loss = (F.binary_cross_entropy_with_logits(real_logits, torch.ones_like(real_logits), reduction="none").mean(1)
-                + F.binary_cross_entropy_with_logits(fake_logits, torch.zeros_like(fake_logits), reduction="none").mean(1)).sum()
+        loss = self.teachers.discriminator_loss(real, labels, fake, fake_labels)
         optimizer.zero_grad()
         self.manual_backward(loss)
         optimizer.step()

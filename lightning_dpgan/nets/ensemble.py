@@ -113,8 +113,11 @@ class TeacherEnsemble(nn.Module, ABC):
         """Logits ``[K, B]`` of every teacher on the same batch ``x [B, ...]``, without K copies of x."""
 
     @abstractmethod
-    def input_gradients(self, x: Tensor, labels: Tensor | None = None) -> Tensor:
-        """``d logit_k(x_b) / d x_b`` for every teacher k and record b: ``[K, B, *x.shape[1:]]`` (detached)."""
+    def input_gradients(
+        self, x: Tensor, labels: Tensor | None = None, transform: Callable[[Tensor], Tensor] | None = None
+    ) -> Tensor:
+        """``d f(logit_k(x_b)) / d x_b`` for every teacher k and record b: ``[K, B, *x.shape[1:]]``
+        (detached); ``f`` is ``transform`` (elementwise, e.g. a loss of the logit), identity by default."""
 
     @abstractmethod
     def teacher(self, k: int) -> nn.Module:
@@ -141,6 +144,18 @@ class TeacherEnsemble(nn.Module, ABC):
         predictions = torch.sigmoid(self.forward_shared(x, labels)) > threshold
         counts = predictions.sum(dim=0)
         return (counts, predictions) if return_predictions else counts
+
+    def discriminator_loss(
+        self, real: Tensor, real_labels: Tensor | None, fake: Tensor, fake_labels: Tensor | None
+    ) -> Tensor:
+        """Each teacher's binary cross-entropy, its own real batch ``real[k]`` labelled 1 and the
+        shared generated batch ``fake`` labelled 0, SUMMED over teachers (see the module docstring)."""
+        real_logits = self(real, real_labels)
+        fake_logits = self.forward_shared(fake, fake_labels)
+        bce = nn.functional.binary_cross_entropy_with_logits
+        real_loss = bce(real_logits, torch.ones_like(real_logits), reduction="none").mean(1)
+        fake_loss = bce(fake_logits, torch.zeros_like(fake_logits), reduction="none").mean(1)
+        return (real_loss + fake_loss).sum()
 
     def make_optimizer(self, lr: float, betas: tuple[float, float] = (0.5, 0.999)) -> torch.optim.Adam:
         """One Adam over all teachers' stacked parameters.
@@ -245,7 +260,9 @@ class MLPTeacherEnsemble(TeacherEnsemble):
         flat, labels = x.reshape(x.shape[0], -1), self._shared_labels(labels, x.shape[0])
         return _cat([self._rest(self._first_layer_shared(flat, labels, part), part) for part in self._chunks(x)])
 
-    def input_gradients(self, x: Tensor, labels: Tensor | None = None) -> Tensor:
+    def input_gradients(
+        self, x: Tensor, labels: Tensor | None = None, transform: Callable[[Tensor], Tensor] | None = None
+    ) -> Tensor:
         """Back-propagate to the first layer's output, then multiply by its weight.
 
         Each logit ``[k, b]`` depends only on ``h[k, b]``, so the gradient of the summed logits
@@ -253,13 +270,16 @@ class MLPTeacherEnsemble(TeacherEnsemble):
         ``d logit / d x = (d logit / d h) W_x^T``. No ``[K, B, in]`` copy of the input is made.
         """
         flat, labels = x.detach().reshape(x.shape[0], -1), self._shared_labels(labels, x.shape[0])
-        parts = [self._input_gradients_part(flat, labels, part) for part in self._chunks(x)]
+        parts = [self._input_gradients_part(flat, labels, part, transform) for part in self._chunks(x)]
         return _cat(parts).reshape(self.num_teachers, *x.shape)
 
-    def _input_gradients_part(self, flat: Tensor, labels: Tensor | None, part: slice) -> Tensor:
+    def _input_gradients_part(
+        self, flat: Tensor, labels: Tensor | None, part: slice, transform: Callable[[Tensor], Tensor] | None
+    ) -> Tensor:
         with torch.enable_grad():
             h = self._first_layer_shared(flat, labels, part).detach().requires_grad_()
-            (grad_h,) = torch.autograd.grad(self._rest(h, part).sum(), h)
+            logits = self._rest(h, part)
+            (grad_h,) = torch.autograd.grad((logits if transform is None else transform(logits)).sum(), h)
         weight_x = self.layers[0].weight.detach()[part, : self.in_features]  # [k, in, H]
         # einsum rather than bmm: with H = 1 (logistic regression) it becomes a broadcast
         # multiply, 6x faster than bmm's K tiny [B, 1] x [1, in] products.
@@ -416,11 +436,14 @@ class VmapTeacherEnsemble(TeacherEnsemble):
             self._params(), x, labels
         )
 
-    def input_gradients(self, x: Tensor, labels: Tensor | None = None) -> Tensor:
+    def input_gradients(
+        self, x: Tensor, labels: Tensor | None = None, transform: Callable[[Tensor], Tensor] | None = None
+    ) -> Tensor:
         """``vmap(grad)`` over teachers; the shared input is not copied K times on the way in."""
+        f = transform if transform is not None else (lambda logits: logits)
 
         def grad_one(params: dict[str, Tensor], inputs: Tensor) -> Tensor:
-            return torch.func.grad(lambda z: self._call_one(params, z, labels).sum())(inputs)
+            return torch.func.grad(lambda z: f(self._call_one(params, z, labels)).sum())(inputs)
 
         chunk = self._shared_chunk_size(x)
         return vmap(grad_one, in_dims=(0, None), randomness="different", chunk_size=chunk)(

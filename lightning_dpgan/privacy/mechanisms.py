@@ -1,4 +1,4 @@
-"""Noise mechanisms on aggregated votes: where the PATE noise is added.
+"""Noise mechanisms on aggregated votes: where the PATE and G-PATE noise is added.
 
 Each function states its sensitivity and noise; the accountants in
 :mod:`lightning_dpgan.privacy.accountants` charge for them. (DP-SGD's clipping and noise are
@@ -31,3 +31,36 @@ def laplace_noisy_argmax(votes: Tensor, lap_inverse_scale: float) -> Tensor:
     counts = votes.to(torch.float64)
     laplace = torch.distributions.Laplace(torch.zeros((), dtype=torch.float64, device=votes.device), 1.0 / lap_inverse_scale)
     return torch.argmax(counts + laplace.sample(counts.shape), dim=1)
+
+
+#: Marks a Confident-GNMax query that was not answered (the noisy maximum missed the threshold).
+NO_ANSWER = -1
+
+
+def confident_gnmax(votes: Tensor, threshold: float, sigma1: float, sigma2: float) -> Tensor:
+    """Confident-GNMax (Papernot et al. 2018, Algorithm 1; G-PATE's Algorithm 3), per query (row).
+
+    Step 1: if ``max_j votes[j] + N(0, sigma1^2) >= threshold`` go on, else answer ``NO_ANSWER`` (⊥).
+    Step 2: answer ``argmax_j (votes[j] + N(0, sigma2^2))``.
+
+    Sensitivity: a record lives in one teacher's partition, so changing it moves one teacher's
+    vote from one bin to another: the maximum count moves by at most 1 (step 1, L2-sensitivity
+    1: ``(l, l / (2 sigma1^2))``-RDP at every order l), and the histogram by 1 in two bins
+    (step 2, ``(l, l / sigma2^2)``-RDP, or its data-dependent bound). Step 2 is charged only
+    for answered queries. The analysis is in :mod:`lightning_dpgan.privacy.analysis.gnmax`.
+
+    Args:
+        votes: ``(queries, bins)`` counts of teachers per bin.
+        threshold: T, in teacher counts.
+        sigma1, sigma2: standard deviations of the threshold and the answer noise (> 0).
+    Returns:
+        ``(queries,)`` int64 bin indices, ``NO_ANSWER`` where unanswered.
+    """
+    if not (sigma1 > 0 and sigma2 > 0):
+        raise ValueError(f"sigma1 and sigma2 must be > 0, got {sigma1}, {sigma2}")
+    if votes.dim() != 2:
+        raise ValueError(f"votes must be (queries, bins), got shape {tuple(votes.shape)}")
+    counts = votes.to(torch.float64)
+    noisy_max = counts.max(dim=1).values + sigma1 * torch.randn(counts.shape[0], dtype=torch.float64, device=votes.device)
+    answers = torch.argmax(counts + sigma2 * torch.randn_like(counts), dim=1)
+    return torch.where(noisy_max >= threshold, answers, torch.full_like(answers, NO_ANSWER))

@@ -5,12 +5,14 @@ from lightning_dpgan.privacy.accountants.opacus_adapter import (
     OpacusAccountant,
     calibrate_noise_multiplier,
 )
+from lightning_dpgan.privacy.accountants.gnmax import ConfidentGNMaxAccountant
 from lightning_dpgan.privacy.accountants.pate import PATEMomentsAccountant
 from lightning_dpgan.privacy.accountants.rdp_curve import GaussianAccountant, RDPCurveAccountant
 
 __all__ = [
     "Accountant",
     "AccountantStateError",
+    "ConfidentGNMaxAccountant",
     "GaussianAccountant",
     "OpacusAccountant",
     "PATEMomentsAccountant",

@@ -1,0 +1,132 @@
+"""G-PATE training speed: iterations per second of the real training step, batched teachers vs a loop.
+
+Each run is a Lightning fit of ``gpate`` with the ``gpate`` strategy on MNIST (one iteration =
+one teacher update of all K teachers + their input-gradients on the generated batch + the
+projected Confident-GNMax aggregation + one generator update). The reference replaces the
+batched :class:`~lightning_dpgan.nets.ensemble.TeacherEnsemble` with a Python loop over K
+separate teacher modules (same teachers, same step, one fused Adam over all of them); it runs at
+a small K and its time per iteration is scaled linearly to the batched K (loop cost is linear).
+The budget is set far above what the iterations spend, so no run stops early.
+
+    python benchmarks/gpate_speed.py --data-dir DIR --device cuda --ks 2000 4000 --loop-k 50
+    python benchmarks/gpate_speed.py --data-dir DIR --ks 100 --loop-k 10 --teacher-channels 8 --teacher-hidden 32
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor, nn
+
+from lightning_dpgan.callbacks.gpate import ProjectedVoting
+from lightning_dpgan.callbacks.step_limit import StepLimit
+from lightning_dpgan.datamodules.mnist import MNISTDataModule
+from lightning_dpgan.modules.gpate import GPATE
+from lightning_dpgan.nets.ensemble import ConvTeacher, TeacherEnsemble
+
+
+class LoopTeacherEnsemble(TeacherEnsemble):
+    """The reference: K separate teacher modules, every pass a Python loop over them."""
+
+    def __init__(self, teachers: list[nn.Module]) -> None:
+        super().__init__()
+        self.members = nn.ModuleList(teachers)
+        self.num_teachers, self.num_classes = len(teachers), teachers[0].num_classes
+
+    def forward(self, x: Tensor, labels: Tensor | None = None) -> Tensor:
+        return torch.stack([t(x[k], None if labels is None else labels[k]) for k, t in enumerate(self.members)])
+
+    def forward_shared(self, x: Tensor, labels: Tensor | None = None) -> Tensor:
+        return torch.stack([t(x, labels) for t in self.members])
+
+    def input_gradients(self, x: Tensor, labels: Tensor | None = None, transform: Any = None) -> Tensor:
+        grads = []
+        for t in self.members:
+            inputs = x.detach().requires_grad_()
+            out = t(inputs, labels)
+            grads.append(torch.autograd.grad((out if transform is None else transform(out)).sum(), inputs)[0])
+        return torch.stack(grads)
+
+    def teacher(self, k: int) -> nn.Module:
+        return self.members[k]
+
+
+class LoopGPATE(GPATE):
+    """``gpate`` with the loop reference in place of the batched ensemble."""
+
+    def build_teachers(self, num_teachers: int) -> TeacherEnsemble:
+        if self.teachers is None:
+            self.teachers = LoopTeacherEnsemble(
+                [ConvTeacher(self.data_shape, self.num_classes, **self.teacher_kwargs) for _ in range(num_teachers)]
+            )
+        return self.teachers
+
+
+class StepTimer(L.Callback):
+    """Wall time of each training iteration (synchronised on GPUs)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._start = 0.0
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize()
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.times.append(time.perf_counter() - self._start)
+
+
+def seconds_per_iteration(module_class: type[GPATE], k: int, args: argparse.Namespace) -> float:
+    """Median seconds per iteration over ``args.steps`` iterations after ``args.warmup``."""
+    torch.manual_seed(0)
+    datamodule = MNISTDataModule(data_dir=args.data_dir, verify_checksums=False)
+    module = module_class((1, 28, 28), 10, latent_dim=args.latent_dim,
+                          teacher_kwargs={"channels": args.teacher_channels, "hidden": args.teacher_hidden})
+    strategy = ProjectedVoting(num_teachers=k, teacher_batch_size=args.batch, sigma1=args.sigma1, sigma2=args.sigma2,
+                               target_epsilon=1e6, delta=1e-5)
+    timer = StepTimer()
+    trainer = L.Trainer(max_epochs=-1, callbacks=[StepLimit(args.warmup + args.steps), strategy, timer], logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        accelerator="gpu" if args.device == "cuda" else "cpu", devices=1)
+    trainer.fit(module, datamodule=datamodule)
+    return statistics.median(timer.times[args.warmup:])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", required=True, help="folder with mnist/ IDX files")
+    parser.add_argument("--ks", type=int, nargs="+", default=[2000, 4000], help="numbers of teachers (batched)")
+    parser.add_argument("--loop-k", type=int, default=50, help="teachers in the loop reference")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--batch", type=int, default=15, help="records per teacher and generated records per step")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--teacher-channels", type=int, default=32)
+    parser.add_argument("--teacher-hidden", type=int, default=256)
+    parser.add_argument("--latent-dim", type=int, default=100)
+    parser.add_argument("--sigma1", type=float, default=600.0)
+    parser.add_argument("--sigma2", type=float, default=100.0)
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    print(f"device {args.device}, torch {torch.__version__}, teachers conv {args.teacher_channels} x 5x5/2 + FC "
+          f"{args.teacher_hidden}, batch {args.batch}; median of {args.steps} iterations after {args.warmup}", flush=True)
+    loop = seconds_per_iteration(LoopGPATE, args.loop_k, args)
+    print(f"loop      K={args.loop_k:5d}: {loop * 1000:9.1f} ms/iteration ({1 / loop:7.2f} it/s)", flush=True)
+    for k in args.ks:
+        batched = seconds_per_iteration(GPATE, k, args)
+        scaled = loop * k / args.loop_k
+        print(f"batched   K={k:5d}: {batched * 1000:9.1f} ms/iteration ({1 / batched:7.2f} it/s); "
+              f"loop scaled to K: {scaled * 1000:9.1f} ms -> {scaled / batched:6.1f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""``ProjectedVoting``: G-PATE's privacy strategy (Long et al. 2021).
+
+Its base (:class:`~lightning_dpgan.callbacks.teachers.TeacherStrategy`) gives the module K
+teachers, each trained only on its own disjoint partition of the training split. This class
+installs the projected gradient aggregator (DPGradAgg, :mod:`lightning_dpgan.privacy.gradient_voting`)
+in the module's GradientAggregator slot and owns the Confident-GNMax RDP accountant
+(:mod:`lightning_dpgan.privacy.accountants.gnmax`). What leaves the teachers is the aggregated
+gradient, and only that reaches the generator: the teachers themselves are never released.
+
+Every (generated record, projected dimension) pair is one Confident-GNMax query: per step,
+``batch x projection_dim`` threshold checks (always charged) and a GNMax answer for each check
+that passes (charged only then). Both the data-dependent epsilon (Papernot et al. 2018,
+Theorem 6) and the data-independent bound are reported; ``accounting`` picks which one stops
+training.
+
+Stopping. How many queries pass the threshold, and what a data-dependent answer costs, are
+known only once the teachers have voted. So the look-ahead (:meth:`training_epsilon_if`, used
+by ``PrivacyBudgetStopping``) is the cheapest case -- every query unanswered -- and the hard
+stop is at query time: before any noise is drawn, the strategy computes epsilon as if *every*
+query of the batch were answered (at its data-dependent cost, or the data-independent one) and
+refuses (the module stops) if that would pass the target. The reported epsilon therefore
+never exceeds the target.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import lightning as L
+import numpy as np
+from torch import Tensor
+
+from lightning_dpgan.callbacks.teachers import TeacherStrategy
+from lightning_dpgan.privacy.accountants import ConfidentGNMaxAccountant
+from lightning_dpgan.privacy.analysis.gnmax import gnmax_log_q
+from lightning_dpgan.privacy.gradient_voting import ProjectedGradientAggregator
+from lightning_dpgan.privacy.slots import GradientAggregator, PrivacyBudgetExhausted
+from lightning_dpgan.privacy.validation import validate_positive
+
+#: Default number of teachers: one per 30 training records (G-PATE's MNIST setup at epsilon 10).
+RECORDS_PER_TEACHER = 30
+#: Largest default teacher minibatch (the paper uses each teacher's whole 15-30 record partition).
+MAX_DEFAULT_BATCH = 64
+
+
+class ProjectedVoting(TeacherStrategy):
+    """G-PATE: teachers vote on randomly projected, discretized gradients (Confident-GNMax)."""
+
+    name: ClassVar[str] = "gpate"
+    slot: ClassVar[type] = GradientAggregator
+    mechanism_name: ClassVar[str] = "gpate (random projection + Confident-GNMax of teacher gradient votes)"
+    records_per_teacher = RECORDS_PER_TEACHER
+
+    def __init__(
+        self,
+        num_teachers: int | None = None,
+        projection_dim: int = 10,
+        bins: int = 10,
+        clip: float = 1e-4,
+        sigma1: float = 600.0,
+        sigma2: float = 100.0,
+        threshold: float = 0.5,
+        teacher_batch_size: int | None = None,
+        accounting: str = "data-dependent",
+        partition_seed: int = 0,
+        target_epsilon: float | None = None,
+        delta: float | None = None,
+    ) -> None:
+        """
+        Args:
+            num_teachers: K (default: one per 30 training records).
+            projection_dim: k, the dimensions each gradient is projected to (one query each).
+            bins: B, bins per dimension; clip: c, projected values are clipped to (-c, c).
+            sigma1: noise of the threshold check; sigma2: noise of the answer (Confident-GNMax).
+            threshold: T as a fraction of the teachers (the paper's 0.5: half must agree).
+            teacher_batch_size: real records per teacher and step, also the number of generated
+                records per step (default: a teacher's whole partition, at most 64).
+            accounting: ``data-dependent`` or ``data-independent``: which epsilon stops training.
+        """
+        super().__init__(num_teachers, teacher_batch_size, partition_seed, target_epsilon, delta)
+        if projection_dim < 1 or bins < 2:
+            raise ValueError(f"--privacy.projection_dim must be >= 1 and --privacy.bins >= 2, got {projection_dim}, {bins}")
+        self.projection_dim, self.bins = projection_dim, bins
+        self.clip = validate_positive("--privacy.clip", clip)
+        self.sigma1 = validate_positive("--privacy.sigma1", sigma1)
+        self.sigma2 = validate_positive("--privacy.sigma2", sigma2)
+        if not 0 < threshold <= 1:
+            raise ValueError(f"--privacy.threshold is a fraction of the teachers in (0, 1], got {threshold}")
+        self.threshold = threshold
+        self.accountant = ConfidentGNMaxAccountant(accounting)  # validates the mode early
+        self.accounting = accounting
+        self._pending_log_q: np.ndarray | None = None
+
+    def default_teacher_batch_size(self, smallest_partition: int) -> int:
+        return min(smallest_partition, MAX_DEFAULT_BATCH)
+
+    @property
+    def queries_per_step(self) -> int:
+        return self.teacher_batch_size * self.projection_dim
+
+    def install_aggregator(self, trainer: L.Trainer, pl_module: Any) -> None:
+        pl_module.privacy = ProjectedGradientAggregator(
+            self.projection_dim, self.bins, self.clip, self.sigma1, self.sigma2,
+            self.threshold * self.num_teachers, check=self._check, charge=self._charge,
+        )
+
+    # -------------------------------------------------------------- accounting
+    def _check(self, votes: Tensor) -> None:
+        """Refuse the batch (nothing drawn) unless answering every query would fit the target."""
+        log_q = gnmax_log_q(votes.cpu().numpy(), self.sigma2)
+        if self.training_target is not None:
+            worst = self.accountant.epsilon_if_answered(self.training_delta, self.sigma1, self.sigma2, len(log_q), log_q)
+            if worst > self.training_target:
+                raise PrivacyBudgetExhausted(f"answering would spend epsilon up to {worst:.4g} > {self.training_target:g} left")
+        self._pending_log_q = log_q
+
+    def _charge(self, votes: Tensor, answered: Tensor) -> None:
+        """Charge every threshold check, and the GNMax step of the answered queries."""
+        log_q, self._pending_log_q = self._pending_log_q, None
+        if log_q is None or len(log_q) != votes.shape[0]:
+            raise RuntimeError("charge() without a matching check(): the aggregator must check before it answers")
+        self.accountant.step(self.sigma1, self.sigma2, len(log_q), log_q[answered.cpu().numpy()])
+
+    def next_step_params(self) -> dict[str, float]:
+        return {"sigma1": self.sigma1, "sigma2": self.sigma2}
+
+    def plan_key(self) -> tuple:
+        # What a step costs depends on the votes: re-plan after every step.
+        return (self.sigma1, self.sigma2, self.steps)
+
+    def training_epsilon_if(self, steps: int) -> float:
+        """The cheapest case: ``steps`` more steps whose queries all go unanswered (threshold
+        checks only). The hard stop at query time covers the rest (module docstring)."""
+        return self.accountant.epsilon_if_queries(
+            self.training_delta, steps * self.queries_per_step, self.sigma1, self.sigma2, answered_fraction=0.0
+        )
+
+    def report_parameters(self) -> dict[str, Any]:
+        queries = len(self.accountant)
+        return {
+            "accounting": self.accounting,
+            "epsilon_data_dependent": self.preprocessing["epsilon"] + self.accountant.epsilon_data_dependent(self.training_delta),
+            "epsilon_data_independent": self.preprocessing["epsilon"] + self.accountant.epsilon_data_independent(self.training_delta),
+            "note": "epsilon_data_dependent depends on the teachers' votes, hence on the private data; "
+                    "it is not itself differentially private. epsilon_data_independent is a bound that holds "
+                    "whatever the votes.",
+            "projection_dim": self.projection_dim,
+            "bins": self.bins,
+            "clip": self.clip,
+            "sigma1": self.sigma1,
+            "sigma2": self.sigma2,
+            "threshold_fraction": self.threshold,
+            "threshold_votes": self.threshold * self.num_teachers if self.num_teachers else None,
+            "queries": queries,
+            "answered": self.accountant.answered,
+            "answered_fraction": self.accountant.answered / queries if queries else None,
+            **self.partition_report(),
+        }
+

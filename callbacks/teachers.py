@@ -1,0 +1,132 @@
+"""``TeacherStrategy``: what every PATE-style strategy does with the private data.
+
+PATE-GAN's label voting (:mod:`lightning_dpgan.callbacks.pate`) and G-PATE's projected gradient
+voting (:mod:`lightning_dpgan.callbacks.gpate`) share their first half: split the *training*
+split into K disjoint partitions, give the module K teachers, and hand each teacher minibatches
+from its own partition only (:class:`~lightning_dpgan.data.partition.PartitionedSampler`, fixed
+for the whole run and saved in checkpoints). Only the teachers read real records; what the
+subclass's aggregator releases from them is the single place privacy is spent.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, IterableDataset
+
+from lightning_dpgan.callbacks.strategy import PrivacyStrategy
+from lightning_dpgan.data.partition import PartitionedSampler
+
+
+class TeacherBatches(IterableDataset):
+    """``steps`` draws per epoch; each is ``teacher_steps`` stacked draws ``[nT, K, b, ...]``."""
+
+    def __init__(self, sampler: PartitionedSampler, teacher_steps: int, steps: int) -> None:
+        self.sampler, self.teacher_steps, self.steps = sampler, teacher_steps, steps
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor | None]]:
+        for _ in range(self.steps):
+            draws = [self.sampler.draw() for _ in range(self.teacher_steps)]
+            records = torch.stack([records for records, _ in draws])
+            labels = None if draws[0][1] is None else torch.stack([labels for _, labels in draws])
+            yield records, labels
+
+    def __len__(self) -> int:
+        return self.steps
+
+
+class TeacherStrategy(PrivacyStrategy):
+    """Base of the PATE-style strategies: disjoint partitions, K teachers, per-teacher batches.
+
+    Subclasses set ``records_per_teacher`` (the default K is N / that) and implement
+    :meth:`install_aggregator`. ``teacher_batch_size=None`` lets the subclass choose
+    (:meth:`default_teacher_batch_size`).
+    """
+
+    #: default number of teachers: one per this many training records (at least 1)
+    records_per_teacher: int = 1000
+
+    def __init__(
+        self,
+        num_teachers: int | None = None,
+        teacher_batch_size: int | None = None,
+        partition_seed: int = 0,
+        target_epsilon: float | None = None,
+        delta: float | None = None,
+    ) -> None:
+        super().__init__(target_epsilon, delta)
+        if num_teachers is not None and num_teachers < 1:
+            raise ValueError(f"--privacy.num_teachers must be at least 1, got {num_teachers}")
+        if teacher_batch_size is not None and teacher_batch_size < 1:
+            raise ValueError(f"--privacy.teacher_batch_size must be at least 1, got {teacher_batch_size}")
+        self.num_teachers = num_teachers
+        self.teacher_batch_size = teacher_batch_size
+        self.partition_seed = partition_seed
+        self.sampler: PartitionedSampler | None = None
+        self.steps = 0
+
+    def install(self, trainer: L.Trainer, pl_module: Any) -> None:
+        if trainer.world_size > 1:
+            raise NotImplementedError(f"{self.name} under multi-process training (DDP) is not supported yet; use --devices 1")
+        datamodule = trainer.datamodule
+        k = self.num_teachers or max(1, self.train_records // self.records_per_teacher)
+        if k > self.train_records:
+            raise ValueError(f"--privacy.num_teachers {k} exceeds the {self.train_records} training records")
+        self.num_teachers = k
+        partitions = datamodule.partitions(k, self.partition_seed)
+        smallest = min(len(part) for part in partitions)
+        if self.teacher_batch_size is None:
+            self.teacher_batch_size = self.default_teacher_batch_size(smallest)
+        records, *rest = datamodule.train_dataset.tensors
+        labels = rest[0] if rest and getattr(pl_module, "num_classes", None) else None
+        self.sampler = PartitionedSampler(records, partitions, self.teacher_batch_size, labels=labels,
+                                          replacement=self.teacher_batch_size > smallest, seed=self.partition_seed)
+        pl_module.build_teachers(k)
+        teacher_steps = pl_module.hparams.teacher_steps
+        steps_per_epoch = max(1, math.ceil(smallest / (self.teacher_batch_size * teacher_steps)))
+        loader_data = TeacherBatches(self.sampler, teacher_steps, steps_per_epoch)
+        datamodule.train_dataloader = lambda: DataLoader(loader_data, batch_size=None)
+        self.install_aggregator(trainer, pl_module)
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+        """Keep the records where the teachers are (a GPU): a step then gathers K minibatches
+        there instead of copying them from host memory."""
+        self.sampler.data = self.sampler.data.to(pl_module.device)
+        if self.sampler.labels is not None:
+            self.sampler.labels = self.sampler.labels.to(pl_module.device)
+
+    def default_teacher_batch_size(self, smallest_partition: int) -> int:
+        """Records per teacher minibatch when none is given."""
+        return 64
+
+    def install_aggregator(self, trainer: L.Trainer, pl_module: Any) -> None:
+        """Put the noisy aggregator in the module's slot and create ``self.accountant``."""
+        raise NotImplementedError
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, *args: Any) -> None:
+        self.steps = pl_module.train_steps  # a step refused for the budget does not count
+
+    def steps_taken(self) -> int:
+        return self.steps
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "steps": self.steps,
+                "sampler": self.sampler.state_dict() if self.sampler else None}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self.steps = int(state_dict["steps"])
+        self.sampler.load_state_dict(state_dict["sampler"])  # same partitions, same draws
+
+    def partition_report(self) -> dict[str, Any]:
+        sizes = [len(part) for part in self.sampler.partitions] if self.sampler else []
+        return {
+            "num_teachers": self.num_teachers,
+            "partition_sizes": [min(sizes), max(sizes)] if sizes else None,
+            "teacher_batch_size": self.teacher_batch_size,
+            "steps_taken": self.steps,
+        }

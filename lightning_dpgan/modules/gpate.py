@@ -1,0 +1,139 @@
+"""``gpate``: G-PATE (Long et al., "G-PATE: Scalable Differentially Private Data Generator via
+Private Aggregation of Teacher Discriminators", NeurIPS 2021), Algorithm 1.
+
+Per training step:
+
+1. The student generator draws ``m`` records ``x = G(z)`` (``m`` = the teachers' minibatch size).
+2. Every teacher takes one update on its own minibatch of ``m`` real records (from its own
+   disjoint partition, drawn by the strategy's sampler) against the shared ``x``.
+3. Every teacher's adversarial perturbation of each record, ``dx_k = d L_D(x) / d x`` with
+   ``L_D(x) = -log(1 - D_k(x))`` (Eq. 1: the direction that raises the teacher's loss on the
+   fake, i.e. makes it look real), goes to the GradientAggregator slot (DPGradAgg: projection,
+   discretization, Confident-GNMax) -- the only path from the teachers to the generator.
+4. The generator moves towards ``x + dx`` by minimising the MSE (Eq. 2).
+
+The teachers are never released, so they train without noise; only the aggregated
+perturbations are private. Networks (appendix A.5): images get
+:class:`~lightning_dpgan.nets.gpate.GPATEGenerator` (FC 1024 + deconv 64 x 5x5 stride 2, label
+at every layer) and :class:`~lightning_dpgan.nets.ensemble.ConvTeacher` teachers (conv 32 x 5x5
+stride 2 + FC 256, label planes; no BatchNorm, which batched teachers cannot hold); tables get
+MLPs (generator widths d, d/2, d with a sigmoid output as PATE-GAN's; teachers one hidden layer
+of width d). Adam at 1e-3 for both, as the paper.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lightning_dpgan.modules.base import GANModule
+from lightning_dpgan.nets import build_networks
+from lightning_dpgan.nets.ensemble import TeacherEnsemble, build_teacher_ensemble
+from lightning_dpgan.nets.gpate import GPATEGenerator
+from lightning_dpgan.privacy.slots import GradientAggregator, PrivacyBudgetExhausted
+
+
+class GPATE(GANModule):
+    """G-PATE: a student generator guided by privately aggregated gradients of K teachers."""
+
+    privacy_slot: ClassVar[type | None] = GradientAggregator
+    default_privacy: ClassVar[str] = "gpate"
+
+    def __init__(
+        self,
+        data_shape: Sequence[int],
+        num_classes: int | None = None,
+        lr: float = 1e-3,
+        teacher_lr: float = 1e-3,
+        teacher_steps: int = 1,
+        teacher_kwargs: dict[str, Any] | None = None,
+        num_teachers: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        is_image = len(data_shape) == 3
+        width = math.prod(data_shape)
+        if not is_image:
+            kwargs.setdefault("arch", "mlp")
+            kwargs.setdefault("generator_kwargs", {"hidden": (width, max(width // 2, 1), width), "output_activation": "sigmoid"})
+        if teacher_steps < 1:
+            raise ValueError("teacher_steps must be at least 1")
+        super().__init__(data_shape, num_classes, **kwargs)
+        self.save_hyperparameters()
+        self.teacher_kwargs = dict(teacher_kwargs) if teacher_kwargs else ({} if is_image else {"hidden": (width,)})
+        #: the K teachers, built by the strategy (or from ``num_teachers`` when loading)
+        self.teachers: TeacherEnsemble | None = None
+        if num_teachers is not None:
+            self.build_teachers(num_teachers)
+
+    def make_networks(self) -> tuple[nn.Module, None]:
+        """The student generator, and no discriminator: the K teachers take that role."""
+        h = self.hparams
+        if len(self.data_shape) == 3:
+            return GPATEGenerator(h.latent_dim, self.data_shape, self.num_classes, **(h.generator_kwargs or {})), None
+        return build_networks("mlp", self.data_shape, h.latent_dim, self.num_classes, h.generator_kwargs)[0], None
+
+    def build_teachers(self, num_teachers: int) -> TeacherEnsemble:
+        """Create the K teachers (once; the count is saved with the hyper-parameters)."""
+        if self.teachers is not None:
+            if self.teachers.num_teachers != num_teachers:
+                raise ValueError(f"this model already has {self.teachers.num_teachers} teachers, not {num_teachers}")
+            return self.teachers
+        if num_teachers < 1:
+            raise ValueError(f"num_teachers must be at least 1, got {num_teachers}")
+        self.teachers = build_teacher_ensemble(num_teachers, self.data_shape, self.num_classes, **self.teacher_kwargs)
+        self.hparams["num_teachers"] = num_teachers
+        return self.teachers
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit" and (self.teachers is None or self.privacy is None):
+            raise ValueError("gpate trains through its teachers' private gradient votes: run it with --privacy gpate")
+
+    def private_networks(self) -> dict[str, Any]:
+        return {"teachers": self.teachers}
+
+    # ---------------------------------------------------------------- training
+    def training_step(self, batch: tuple[Tensor, Tensor | None], batch_idx: int) -> None:
+        """``batch``: each teacher's minibatch ``[1, K, m, ...]`` (+ labels ``[1, K, m]``)."""
+        teacher_records, teacher_labels = batch
+        real = teacher_records[0]
+        real_labels = None if teacher_labels is None else teacher_labels[0]
+        n = real.shape[1]
+        opt_g, opt_t = self.optimizers()
+        labels = self.sample_labels(n)
+        fake = self.generator(self.sample_latent(n), labels)
+        teacher_loss = self.teacher_step(opt_t, real, real_labels, fake.detach(), labels)
+        try:
+            perturbation = self.privacy.aggregate(self.adversarial_perturbations(fake.detach(), labels))
+        except PrivacyBudgetExhausted:
+            self.trainer.should_stop = True  # nothing was released: stop here
+            return
+        generator_loss = F.mse_loss(fake, (fake + perturbation).detach())
+        opt_g.zero_grad()
+        self.manual_backward(generator_loss)
+        opt_g.step()
+        self.train_steps += 1
+        self.log_dict({"loss/teachers": teacher_loss, "loss/generator": generator_loss}, prog_bar=True, batch_size=n)
+
+    def teacher_step(self, optimizer: Any, real: Tensor, real_labels: Tensor | None, fake: Tensor,
+                     fake_labels: Tensor | None) -> Tensor:
+        """All teachers at once, teacher k on its own real minibatch ``real[k]`` against ``fake``."""
+        loss = self.teachers.discriminator_loss(real, real_labels, fake, fake_labels)
+        optimizer.zero_grad()
+        self.manual_backward(loss)
+        optimizer.step()
+        return loss.detach() / self.teachers.num_teachers
+
+    def adversarial_perturbations(self, fake: Tensor, labels: Tensor | None) -> Tensor:
+        """Eq. 1 for every teacher k and record b: ``d softplus(logit_k(x_b)) / d x_b``, ``[K, B, ...]``
+        (``softplus(logit) = -log(1 - sigmoid(logit))``, the teacher's loss on a fake)."""
+        return self.teachers.input_gradients(fake, labels, transform=F.softplus)
+
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+        return [
+            torch.optim.Adam(self.generator.parameters(), lr=self.hparams.lr, betas=(0.5, 0.999)),
+            self.teachers.make_optimizer(self.hparams.teacher_lr, betas=(0.5, 0.999)),
+        ]

@@ -1,0 +1,311 @@
+"""G-PATE: Confident-GNMax, projected gradient voting (DPGradAgg), the ProjectedVoting strategy
+and the ``gpate`` model end to end."""
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+from run_helpers import read_json
+
+from lightning_dpgan.callbacks.gpate import ProjectedVoting
+from lightning_dpgan.cli import main
+from lightning_dpgan.nets.ensemble import ConvTeacher, MLPTeacher, MLPTeacherEnsemble, VmapTeacherEnsemble
+from lightning_dpgan.privacy.analysis.gnmax import gnmax_log_q
+from lightning_dpgan.privacy.gradient_voting import (
+    ProjectedGradientAggregator,
+    bin_midpoints,
+    discretize,
+    random_projections,
+    vote_histograms,
+)
+from lightning_dpgan.privacy.mechanisms import NO_ANSWER, confident_gnmax
+from lightning_dpgan.privacy.slots import PrivacyBudgetExhausted
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def normal_sf(x: float) -> float:
+    return 0.5 * math.erfc(x / math.sqrt(2))
+
+
+# ------------------------------------------------------------------ Confident-GNMax
+def test_no_answer_below_the_threshold_and_the_plurality_when_teachers_agree():
+    votes = torch.tensor([[3, 90, 7], [40, 30, 30]])
+    answers = confident_gnmax(votes, threshold=50, sigma1=1e-6, sigma2=1e-6)
+    assert answers.tolist() == [1, NO_ANSWER]
+
+
+def test_threshold_noise_has_scale_sigma1():
+    """With the max count one sigma1 below T, Pr[answered] = P(N(0,1) >= 1) = 0.159; a wrong
+    scale (sigma1^2, or sigma2) would give a very different rate."""
+    torch.manual_seed(0)
+    sigma1, threshold = 40.0, 500.0
+    votes = torch.tensor([[int(threshold - sigma1), 0]]).repeat(20000, 1)
+    rate = (confident_gnmax(votes, threshold, sigma1, sigma2=1.0) != NO_ANSWER).float().mean().item()
+    assert rate == pytest.approx(normal_sf(1.0), abs=0.01)
+
+
+def test_answer_noise_has_scale_sigma2():
+    """Two bins with gap g: the runner-up wins with probability P(N(0, 2 sigma2^2) > g)."""
+    torch.manual_seed(1)
+    sigma2 = 30.0
+    gap = sigma2 * math.sqrt(2)  # one standard deviation of the noise difference
+    votes = torch.tensor([[100.0 + gap, 100.0]]).repeat(20000, 1)
+    wrong = (confident_gnmax(votes, threshold=0, sigma1=1e-6, sigma2=sigma2) == 1).float().mean().item()
+    assert wrong == pytest.approx(normal_sf(1.0), abs=0.01)
+
+
+# ---------------------------------------------------------- discretization, projection
+def test_discretize_clips_and_bins_and_midpoints_invert_it():
+    clip, bins = 1.0, 4  # bins [-1,-.5), [-.5,0), [0,.5), [.5,1]
+    values = torch.tensor([-5.0, -0.75, -0.1, 0.2, 0.99, 1.0, 7.0])
+    index = discretize(values, clip, bins)
+    assert index.tolist() == [0, 0, 1, 2, 3, 3, 3]
+    assert bin_midpoints(index, clip, bins).tolist() == [-0.75, -0.75, -0.25, 0.25, 0.75, 0.75, 0.75]
+    assert bin_midpoints(torch.tensor([NO_ANSWER]), clip, bins).tolist() == [0.0]
+
+
+def test_vote_histograms_count_every_teacher_once_per_query():
+    bin_index = torch.tensor([[0, 2], [0, 1], [3, 1]])  # 3 teachers, 2 queries
+    counts = vote_histograms(bin_index, bins=4)
+    assert counts.tolist() == [[2, 0, 0, 1], [0, 2, 1, 0]]
+
+
+def test_random_projection_round_trip_is_unbiased_and_preserves_norms():
+    """Entries N(0, 1/k): E[R R^T] = I, so x R R^T is x on average, and |x R|^2 concentrates
+    around |x|^2 (Johnson-Lindenstrauss): the bound below is 4 standard deviations of chi2_k / k."""
+    torch.manual_seed(2)
+    d, k, draws = 50, 10, 4000
+    x = torch.randn(d)
+    projections = random_projections(draws, d, k, torch.device("cpu"))
+    round_trips = torch.einsum("d,ndj,nej->ne", x, projections, projections)
+    assert torch.linalg.norm(round_trips.mean(0) - x) / torch.linalg.norm(x) < 0.1
+    ratios = (torch.einsum("d,ndj->nj", x, projections) ** 2).sum(1) / (x**2).sum()
+    assert ratios.mean().item() == pytest.approx(1.0, abs=4 * math.sqrt(2 / k) / math.sqrt(draws))
+    assert ratios.std().item() == pytest.approx(math.sqrt(2 / k), rel=0.1)
+
+
+def make_aggregator(k=5, bins=10, clip=1.0, sigma1=1e-6, sigma2=1e-6, threshold=1.0, log=None):
+    log = [] if log is None else log
+    return ProjectedGradientAggregator(
+        k, bins, clip, sigma1, sigma2, threshold,
+        check=lambda votes: log.append(("check", votes.clone())),
+        charge=lambda votes, answered: log.append(("charge", answered.clone())),
+    ), log
+
+
+def test_when_all_teachers_agree_the_aggregate_is_the_discretized_common_gradient():
+    teachers, records, shape = 7, 3, (2, 4, 4)
+    common = torch.randn(records, *shape) * 0.3
+    aggregator, log = make_aggregator(k=6, bins=20, threshold=teachers - 0.5)  # all must agree
+    torch.manual_seed(3)
+    out = aggregator.aggregate(common.expand(teachers, *common.shape))
+    torch.manual_seed(3)  # the aggregator draws its projection first: redraw it
+    projection = random_projections(records, common[0].numel(), 6, torch.device("cpu"))
+    projected = torch.einsum("bd,bdj->bj", common.reshape(records, -1), projection)
+    expected = torch.einsum("bj,bdj->bd", bin_midpoints(discretize(projected, 1.0, 20), 1.0, 20), projection)
+    torch.testing.assert_close(out, expected.reshape(records, *shape))
+    assert [entry[0] for entry in log] == ["check", "charge"]
+    assert log[0][1].shape == (records * 6, 20) and (log[0][1].sum(1) == teachers).all()
+    assert log[1][1].all()  # unanimous and no noise: every query answered
+
+
+def test_unanswered_dimensions_contribute_nothing():
+    aggregator, log = make_aggregator(threshold=1e9)  # nobody reaches the threshold
+    out = aggregator.aggregate(torch.randn(4, 3, 8))
+    assert torch.count_nonzero(out) == 0
+    assert not log[1][1].any()
+
+
+def test_a_refused_check_releases_nothing():
+    def refuse(votes):
+        raise PrivacyBudgetExhausted("no budget left")
+
+    charged = []
+    aggregator = ProjectedGradientAggregator(3, 4, 1.0, 1.0, 1.0, 1.0, check=refuse,
+                                             charge=lambda *args: charged.append(args))
+    with pytest.raises(PrivacyBudgetExhausted):
+        aggregator.aggregate(torch.randn(5, 2, 6))
+    assert charged == []
+
+
+# ------------------------------------------------------- batched input-gradients
+@pytest.mark.parametrize("kind", ["mlp", "conv"])
+def test_batched_loss_gradients_equal_a_loop_over_teachers(kind):
+    torch.manual_seed(4)
+    if kind == "mlp":
+        teachers = [MLPTeacher(12, hidden=(6,), num_classes=3) for _ in range(4)]
+        ensemble, x = MLPTeacherEnsemble.from_teachers(teachers), torch.randn(5, 12)
+    else:
+        teachers = [ConvTeacher((1, 8, 8), num_classes=3, channels=2, hidden=5) for _ in range(4)]
+        ensemble, x = VmapTeacherEnsemble.from_teachers(teachers), torch.randn(5, 1, 8, 8)
+    labels = torch.tensor([0, 1, 2, 1, 0])
+    batched = ensemble.input_gradients(x, labels, transform=torch.nn.functional.softplus)
+    for k, teacher in enumerate(teachers):
+        inputs = x.clone().requires_grad_()
+        (expected,) = torch.autograd.grad(torch.nn.functional.softplus(teacher(inputs, labels)).sum(), inputs)
+        torch.testing.assert_close(batched[k], expected, rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------- strategy accounting
+def test_strategy_charges_every_check_and_only_answered_answers():
+    strategy = ProjectedVoting(num_teachers=10, sigma1=5.0, sigma2=3.0, target_epsilon=50.0, delta=1e-5)
+    strategy.num_teachers = 10
+    strategy.preprocessing = {"epsilon": 0.0, "delta": 0.0}
+    votes = torch.tensor([[10, 0, 0], [5, 5, 0], [4, 3, 3]])
+    strategy._check(votes)
+    strategy._charge(votes, torch.tensor([True, False, True]))
+    assert len(strategy.accountant) == 3 and strategy.accountant.answered == 2
+    log_q = gnmax_log_q(votes.numpy(), 3.0)
+    fresh = ProjectedVoting(sigma1=5.0, sigma2=3.0).accountant
+    fresh.step(5.0, 3.0, 3, log_q[[0, 2]])
+    assert strategy.accountant.epsilon_data_dependent(1e-5) == pytest.approx(fresh.epsilon_data_dependent(1e-5))
+    with pytest.raises(RuntimeError, match="check"):
+        strategy._charge(votes, torch.tensor([True, True, True]))  # no matching check
+
+
+def test_strategy_refuses_a_batch_that_could_pass_the_target():
+    strategy = ProjectedVoting(num_teachers=10, sigma1=1.0, sigma2=1.0, target_epsilon=0.5, delta=1e-5)
+    strategy.preprocessing = {"epsilon": 0.0, "delta": 0.0}
+    with pytest.raises(PrivacyBudgetExhausted):
+        strategy._check(torch.tensor([[5, 5]] * 50))
+    assert len(strategy.accountant) == 0
+
+
+# ------------------------------------------------------------------------ end to end
+def gpate_args(data_dir, output_dir, *extra):
+    return [
+        "--model", "gpate", "--dataset", "mnist", "--data-dir", str(data_dir), "--output-dir", str(output_dir),
+        "--accelerator", "cpu", "--data.verify_checksums", "false", "--max-steps", "6",
+        "--model.latent_dim", "8", "--model.generator_kwargs.hidden", "16", "--model.generator_kwargs.channels", "4",
+        "--model.teacher_kwargs.channels", "2", "--model.teacher_kwargs.hidden", "8",
+        "--privacy.num_teachers", "8", "--privacy.teacher_batch_size", "10",
+        "--privacy.sigma1", "20", "--privacy.sigma2", "20", "--privacy.clip", "1e-3", "--privacy.projection_dim", "4",
+        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false", "--sample_columns", "2",
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def gpate_run(tiny_image_data_dir, tmp_path_factory):
+    """``python train.py --model gpate --dataset mnist`` (the command users run first), tiny settings."""
+    output = tmp_path_factory.mktemp("gpate") / "run"
+    result = subprocess.run([sys.executable, str(REPO / "train.py"), *gpate_args(tiny_image_data_dir, output)],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return output
+
+
+def test_gpate_trains_from_train_py_and_writes_its_outputs(gpate_run):
+    for name in ("checkpoints/last.ckpt", "privacy.json", "metrics.json", "config.yaml", "samples.png"):
+        assert (gpate_run / name).is_file(), name
+    report = read_json(gpate_run / "privacy.json")
+    assert report["mechanism"].startswith("gpate")
+    assert report["steps"] == 6
+    assert report["queries"] == 6 * 10 * 4  # steps x generated records x projected dimensions
+    assert 0 < report["answered"] <= report["queries"]
+    assert report["epsilon_data_dependent"] <= report["epsilon_data_independent"]
+    assert report["epsilon"] == pytest.approx(report["epsilon_data_dependent"])
+    assert report["epsilon"] <= report["target_epsilon"] == 10.0  # the preset's
+    assert report["num_teachers"] == 8 and report["partition_sizes"] == [20, 20]
+
+
+class ZeroAggregator(L.Callback):
+    """Replaces the installed aggregator with one that releases nothing (all perturbations 0)
+    but records what it was given."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_fit_start(self, trainer, pl_module):
+        def aggregate(teacher_gradients):
+            self.seen.append(teacher_gradients.shape)
+            return torch.zeros_like(teacher_gradients[0])
+
+        pl_module.privacy.aggregate = aggregate
+
+
+def test_the_generator_learns_only_through_the_aggregator(tiny_image_data_dir):
+    """With an aggregator that releases nothing the generator's MSE target is its own output,
+    so its weights never move, while every teacher still trains on its own partition."""
+    from lightning_dpgan.callbacks.step_limit import StepLimit
+    from lightning_dpgan.datamodules.mnist import MNISTDataModule
+    from lightning_dpgan.modules.gpate import GPATE
+
+    torch.manual_seed(0)
+    datamodule = MNISTDataModule(data_dir=tiny_image_data_dir, verify_checksums=False)
+    module = GPATE((1, 28, 28), 10, latent_dim=8, generator_kwargs={"hidden": 16, "channels": 4},
+                   teacher_kwargs={"channels": 2, "hidden": 8})
+    strategy = ProjectedVoting(num_teachers=4, teacher_batch_size=10, sigma1=2.0, sigma2=2.0, delta=1e-3)
+    spy = ZeroAggregator()
+    generator_before = [p.detach().clone() for p in module.generator.parameters()]
+    trainer = L.Trainer(max_epochs=-1, callbacks=[StepLimit(3), strategy, spy], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    teachers_at_start = []
+    strategy.on_fit_start = lambda trainer, pl_module: teachers_at_start.extend(
+        p.detach().clone() for p in pl_module.teachers.parameters())
+    trainer.fit(module, datamodule=datamodule)
+    assert spy.seen == [torch.Size([4, 10, 1, 28, 28])] * 3  # K teachers' gradients on 10 generated records
+    assert all(torch.equal(a, b) for a, b in zip(generator_before, module.generator.parameters()))
+    assert not any(torch.equal(a, b) for a, b in zip(teachers_at_start, module.teachers.parameters()))
+    assert module.train_steps == 3
+
+
+def test_data_independent_accounting_stops_before_the_target(tiny_image_data_dir, tmp_path):
+    args = ["train", *gpate_args(tiny_image_data_dir, tmp_path / "run", "--max-steps", "500", "--epsilon", "3",
+                                 "--privacy.accounting", "data-independent", "--privacy.sigma1", "30",
+                                 "--privacy.sigma2", "30")]
+    assert main(args) == 0
+    report = read_json(tmp_path / "run/privacy.json")
+    assert 0 < report["steps"] < 500
+    assert report["epsilon"] == pytest.approx(report["epsilon_data_independent"])
+    assert report["epsilon"] <= 3.0
+    assert report["accounting"] == "data-independent"
+
+
+def test_epsilon_presets_pick_the_papers_settings():
+    from lightning_dpgan.config import resolve
+
+    ten = resolve({"model": "gpate", "dataset": "mnist"}, {})
+    one = resolve({"model": "gpate", "dataset": "mnist", "epsilon": 1.0}, {})
+    assert (ten["privacy"]["num_teachers"], ten["privacy"]["sigma1"], ten["privacy"]["sigma2"]) == (2000, 600.0, 100.0)
+    assert (one["privacy"]["num_teachers"], one["privacy"]["sigma1"], one["privacy"]["sigma2"]) == (4000, 3000.0, 1000.0)
+    assert one["model"]["latent_dim"] == 50 and ten["model"]["latent_dim"] == 100
+    assert one["presets"][-1] == "gpate_mnist_eps1.yaml"
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--privacy.threshold", "2"], "fraction of the teachers"),
+        (["--privacy.sigma2", "0"], "--privacy.sigma2"),
+        (["--privacy.accounting", "magic"], "accounting must be one of"),
+        (["--privacy", "none"], "no privacy guarantee"),
+    ],
+)
+def test_bad_gpate_settings_are_refused(tiny_image_data_dir, tmp_path, capsys, extra, message):
+    assert main(["train", *gpate_args(tiny_image_data_dir, tmp_path / "bad", *extra)]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "bad" / "privacy.json").exists()
+
+
+def test_a_model_without_the_gradient_aggregator_slot_lists_gpate(tiny_image_data_dir, tmp_path, capsys):
+    from run_helpers import tiny_run_args
+
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "x") + ["--privacy", "gpate", "--epsilon", "1"]) == 2
+    assert "Models that take --privacy gpate: gpate" in capsys.readouterr().err
+
+
+def test_resume_continues_the_spend(gpate_run, tmp_path, tiny_image_data_dir):
+    first = read_json(gpate_run / "privacy.json")
+    args = ["train", *gpate_args(tiny_image_data_dir, tmp_path / "resumed", "--max-steps", "9",
+                                 "--resume", str(gpate_run / "checkpoints/last.ckpt"))]
+    assert main(args) == 0
+    resumed = read_json(tmp_path / "resumed" / "privacy.json")
+    assert resumed["steps"] == 9 and resumed["queries"] == 9 * 10 * 4
+    assert resumed["epsilon_data_independent"] > first["epsilon_data_independent"]
+    assert np.isfinite(resumed["epsilon"])
