@@ -113,6 +113,18 @@ class CSVDataModule(TabularDataModule):
         )
         return schema
 
+    def restore_schema(self, schema: TableSchema, cost: dict[str, Any] | None) -> None:
+        """Use a schema released by an earlier run of the same training (a resume), and the
+        privacy its estimate cost (already spent once: reported, never spent again)."""
+        if self._schema is not None:
+            return  # a public schema file: nothing was estimated, nothing to restore
+        if schema.label != self.target:
+            raise ValueError(f"the checkpoint's schema has label '{schema.label}', this run --data.target '{self.target}'")
+        if not cost or "epsilon" not in cost:
+            raise ValueError("the checkpoint does not record what its schema estimate cost: resuming would "
+                             "under-report epsilon. Start a new run, or give a public --data.schema file.")
+        self._schema, self._bounds_cost = schema, dict(cost)
+
     def privacy_cost(self) -> dict[str, Any]:
         """Nothing with a schema file; else the (ε, δ) spent by the DP schema estimate."""
         _ = self.schema  # runs the estimate if it has not run yet

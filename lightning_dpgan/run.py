@@ -15,7 +15,9 @@ from lightning_dpgan.callbacks.samples import SampleGrid, sample_grid
 from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.config import ConfigError, init_arguments, section_arguments
 from lightning_dpgan.loggers import build_logger
+from lightning_dpgan.data.schema import TableSchema
 from lightning_dpgan.outputs import write_csv, write_json, write_png, write_yaml
+from lightning_dpgan.sampling import read_run_info
 
 MODEL_PROVIDED = ("data_shape", "num_classes")
 DEFAULT_MAX_STEPS = 1000
@@ -42,7 +44,17 @@ class Run:
     def _build_datamodule(self) -> L.LightningDataModule:
         section = self.config["data"]
         cls = registry.lookup("dataset", section["name"]).load()
-        return cls(**section_arguments(self.config, "data", cls))
+        datamodule = cls(**section_arguments(self.config, "data", cls))
+        if self.config["resume"] and hasattr(datamodule, "restore_schema"):
+            self._restore_released_schema(datamodule)
+        return datamodule
+
+    def _restore_released_schema(self, datamodule: Any) -> None:
+        """On resume, reuse the schema the first run released instead of estimating it again:
+        a fresh DP estimate would spend its budget a second time (and change the encoding)."""
+        info = read_run_info(self.config["resume"])
+        if "schema" in info:
+            datamodule.restore_schema(TableSchema.from_dict(info["schema"]), info.get("preprocessing_cost"))
 
     def _build_module(self) -> Any:
         section = self.config["model"]
@@ -53,6 +65,7 @@ class Run:
         if not self.is_image:
             # Public by construction (or paid for with the DP-bounds budget): `sample` needs it to decode.
             module.run_info["schema"] = self.datamodule.schema.to_dict()
+            module.run_info["preprocessing_cost"] = self.datamodule.privacy_cost()
         return module
 
     def _build_privacy(self) -> L.Callback | None:

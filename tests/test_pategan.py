@@ -207,3 +207,36 @@ def test_dp_bounds_of_a_csv_are_composed_into_the_reported_epsilon(tmp_path):
     assert list(synthetic.columns) == ["amount", "channel", "fraud"]
     # a budget the preprocessing alone exhausts is refused
     assert main(args[:args.index("--epsilon")] + ["--epsilon", "2.5"] + args[args.index("--epsilon") + 2:]) == 2
+
+
+def test_a_resumed_csv_run_reuses_its_released_schema_and_pays_for_it_once(tmp_path):
+    """The DP schema estimate is released with the first run; a resume must reuse it (same
+    encoding, no second estimate on the private rows), and report its cost once."""
+    from lightning_dpgan.sampling import read_run_info
+
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame({"amount": rng.gamma(2.0, 50.0, 200).round(2), "fraud": rng.choice(["no", "yes"], 200)})
+    frame.to_csv(tmp_path / "table.csv", index=False)
+
+    def args(output, steps, *extra):
+        return ["train", "--model", "pategan", "--dataset", "csv", "--data.csv", str(tmp_path / "table.csv"),
+                "--data.target", "fraud", "--data.categorical", "fraud", "--data.label_kind", "binary",
+                "--data.bounds_epsilon", "2", "--output-dir", str(tmp_path / output), "--max-steps", str(steps),
+                "--batch-size", "8", "--epsilon", "9", "--delta", "1e-3", "--privacy.num_teachers", "2",
+                "--privacy.teacher_batch_size", "8", "--privacy.lap_inverse_scale", "0.05",
+                "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false", *extra]
+
+    assert main(args("first", 3)) == 0
+    first_ckpt = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    assert main(args("resumed", 6, "--resume", str(first_ckpt), "--seed", "7")) == 0
+    first, resumed = read_run_info(first_ckpt), read_run_info(tmp_path / "resumed" / "checkpoints" / "last.ckpt")
+    assert resumed["schema"] == first["schema"]  # a second estimate (seed 7) would have other noisy bounds
+    report = read_json(tmp_path / "resumed" / "privacy.json")
+    assert report["preprocessing"]["epsilon"] == pytest.approx(2.0)
+    assert report["epsilon"] == pytest.approx(2.0 + report["epsilon_training"]) and report["epsilon"] <= 9.0
+
+    # a checkpoint that does not record the estimate's cost cannot be resumed honestly
+    checkpoint = torch.load(first_ckpt, map_location="cpu", weights_only=False)
+    del checkpoint["lightning_dpgan"]["run"]["preprocessing_cost"]
+    torch.save(checkpoint, tmp_path / "old.ckpt")
+    assert main(args("refused", 6, "--resume", str(tmp_path / "old.ckpt"))) == 2
