@@ -309,3 +309,21 @@ def test_resume_continues_the_spend(gpate_run, tmp_path, tiny_image_data_dir):
     assert resumed["steps"] == 9 and resumed["queries"] == 9 * 10 * 4
     assert resumed["epsilon_data_independent"] > first["epsilon_data_independent"]
     assert np.isfinite(resumed["epsilon"])
+
+
+def test_perturbations_point_where_each_teacher_finds_the_record_more_real():
+    """generator-loss: (1 - D) grad(logit) / B (the authors' code); discriminator-loss (Eq. 1):
+    D grad(logit). Checked against a hand computation on one linear teacher."""
+    from lightning_dpgan.modules.gpate import GPATE
+
+    torch.manual_seed(5)
+    module = GPATE((6,), None, num_teachers=3, teacher_kwargs={"hidden": ()})
+    x = torch.rand(4, 6)
+    teacher = module.teachers.teacher(1)
+    weight = teacher.linears[0].weight.detach()[0]  # d logit / d x of a linear teacher
+    d = torch.sigmoid(teacher(x)).detach()
+    torch.testing.assert_close(module.adversarial_perturbations(x, None)[1], (1 - d)[:, None] * weight / 4)
+    module.hparams.perturbation = "discriminator-loss"
+    torch.testing.assert_close(module.adversarial_perturbations(x, None)[1], d[:, None] * weight)
+    with pytest.raises(ValueError, match="perturbation"):
+        GPATE((6,), None, perturbation="sideways")

@@ -6,10 +6,11 @@ Per training step:
 1. The student generator draws ``m`` records ``x = G(z)`` (``m`` = the teachers' minibatch size).
 2. Every teacher takes one update on its own minibatch of ``m`` real records (from its own
    disjoint partition, drawn by the strategy's sampler) against the shared ``x``.
-3. Every teacher's adversarial perturbation of each record, ``dx_k = d L_D(x) / d x`` with
-   ``L_D(x) = -log(1 - D_k(x))`` (Eq. 1: the direction that raises the teacher's loss on the
-   fake, i.e. makes it look real), goes to the GradientAggregator slot (DPGradAgg: projection,
-   discretization, Confident-GNMax) -- the only path from the teachers to the generator.
+3. Every teacher's adversarial perturbation of each record -- the direction in which the
+   teacher finds it more real (:meth:`GPATE.adversarial_perturbations`: by default minus the
+   gradient of its generator loss, as the authors' code; Eq. 1's discriminator-loss form on
+   request) -- goes to the GradientAggregator slot (DPGradAgg: projection, discretization,
+   Confident-GNMax), the only path from the teachers to the generator.
 4. The generator moves towards ``x + dx`` by minimising the MSE (Eq. 2).
 
 The teachers are never released, so they train without noise; only the aggregated
@@ -37,6 +38,10 @@ from lightning_dpgan.nets.gpate import GPATEGenerator
 from lightning_dpgan.privacy.slots import GradientAggregator, PrivacyBudgetExhausted
 
 
+#: What the teachers' input-gradients are taken of (see ``GPATE.adversarial_perturbations``).
+PERTURBATIONS = ("generator-loss", "discriminator-loss")
+
+
 class GPATE(GANModule):
     """G-PATE: a student generator guided by privately aggregated gradients of K teachers."""
 
@@ -50,6 +55,7 @@ class GPATE(GANModule):
         lr: float = 1e-3,
         teacher_lr: float = 1e-3,
         teacher_steps: int = 1,
+        perturbation: str = "generator-loss",
         teacher_kwargs: dict[str, Any] | None = None,
         num_teachers: int | None = None,
         **kwargs: Any,
@@ -61,6 +67,8 @@ class GPATE(GANModule):
             kwargs.setdefault("generator_kwargs", {"hidden": (width, max(width // 2, 1), width), "output_activation": "sigmoid"})
         if teacher_steps < 1:
             raise ValueError("teacher_steps must be at least 1")
+        if perturbation not in PERTURBATIONS:
+            raise ValueError(f"perturbation must be one of {PERTURBATIONS}, got {perturbation!r}")
         super().__init__(data_shape, num_classes, **kwargs)
         self.save_hyperparameters()
         self.teacher_kwargs = dict(teacher_kwargs) if teacher_kwargs else ({} if is_image else {"hidden": (width,)})
@@ -128,9 +136,19 @@ class GPATE(GANModule):
         return loss.detach() / self.teachers.num_teachers
 
     def adversarial_perturbations(self, fake: Tensor, labels: Tensor | None) -> Tensor:
-        """Eq. 1 for every teacher k and record b: ``d softplus(logit_k(x_b)) / d x_b``, ``[K, B, ...]``
-        (``softplus(logit) = -log(1 - sigmoid(logit))``, the teacher's loss on a fake)."""
-        return self.teachers.input_gradients(fake, labels, transform=F.softplus)
+        """Every teacher k's perturbation of every record b, ``[K, B, ...]``.
+
+        ``generator-loss`` (default, as the authors' code): minus the gradient of the teacher's
+        batch-mean generator loss ``-log D_k(x)``, i.e. ``(1 - D_k(x_b)) d logit / d x_b / B``.
+        ``discriminator-loss`` (the paper's Eq. 1): the gradient of ``-log(1 - D_k(x))``, i.e.
+        ``D_k(x_b) d logit / d x_b``. Both point where the teacher finds the record more real;
+        Eq. 1's weight vanishes exactly where the teacher is sure a record is fake, which left
+        the votes near 0 and split in our measurements (benchmarks/RESULTS.md).
+        """
+        if self.hparams.perturbation == "discriminator-loss":
+            return self.teachers.input_gradients(fake, labels, transform=F.softplus)
+        n = fake.shape[0]
+        return self.teachers.input_gradients(fake, labels, transform=lambda logits: F.logsigmoid(logits) / n)
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         return [
