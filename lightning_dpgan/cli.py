@@ -63,6 +63,8 @@ def _train_parser() -> argparse.ArgumentParser:
     add("--strategy", help="Lightning distributed strategy, e.g. ddp (not the privacy strategy: see --privacy)")
     add("--logger", help="csv (default), tensorboard or wandb")
     add("--resume", help="checkpoint to continue training from")
+    add("--evaluate", action="store_true", default=None,
+        help="after training, evaluate the run (writes evaluation.json; see 'python -m lightning_dpgan evaluate')")
     return parser
 
 
@@ -118,6 +120,10 @@ def train(argv: list[str]) -> Path:
     config = build_config(argv)
     run = Run(config, _output_dir(config))
     run.fit()
+    if config["evaluate"] and run.trainer.is_global_zero:
+        from lightning_dpgan.evaluate import evaluate_run
+
+        evaluate_run(run.output_dir, seed=config["seed"])
     return run.output_dir
 
 
@@ -133,7 +139,25 @@ def sample(argv: list[str]) -> Path:
     return sample_to_file(args.checkpoint, args.n, args.out, seed=args.seed)
 
 
-COMMANDS = {"train": train, "sample": sample}
+def evaluate(argv: list[str]) -> Path:
+    from lightning_dpgan.evaluate import EVALUATION_FILE, evaluate_run
+
+    parser = argparse.ArgumentParser(
+        prog="python -m lightning_dpgan evaluate",
+        description="Utility, fidelity and membership-inference risk of a finished run (writes evaluation.json).",
+    )
+    parser.add_argument("--run", required=True, help="the output folder of a train run")
+    parser.add_argument("--data-dir", help="folder with the raw data (default: the run's)")
+    parser.add_argument("-n", type=int, help="synthetic images to draw (default: as many as training images)")
+    parser.add_argument("--cnn-epochs", type=int, default=10, help="epochs of the evaluation CNN (images)")
+    parser.add_argument("--device", default="cpu", help="device of the evaluation CNN")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    evaluate_run(args.run, args.data_dir, args.n, args.cnn_epochs, args.seed, args.device)
+    return Path(args.run) / EVALUATION_FILE
+
+
+COMMANDS = {"train": train, "sample": sample, "evaluate": evaluate}
 
 
 def main(argv: list[str] | None = None) -> int:

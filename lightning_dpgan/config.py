@@ -40,6 +40,7 @@ CODE_DEFAULTS: dict[str, Any] = {
     "checkpoint_every_n_steps": 500,
     "sample_columns": 10,
     "num_synthetic": None,  # rows in synthetic.csv (tables); None: as many as training records
+    "evaluate": False,  # evaluate the run after training (evaluation.json)
 }
 
 #: CLI flag -> dotted configuration key.
@@ -59,6 +60,7 @@ FLAG_KEYS = {
     "accelerator": "trainer.accelerator",
     "strategy": "trainer.strategy",
     "logger": "logger.name",
+    "evaluate": "evaluate",
     "resume": "resume",
 }
 

@@ -6,6 +6,7 @@ from lightning_dpgan.evaluation.fidelity import (
     wasserstein_per_column,
 )
 from lightning_dpgan.evaluation.images import SmallCNN, cnn_accuracy, load_synthetic_npz
+from lightning_dpgan.evaluation.membership import closest_record_distances, membership_inference
 from lightning_dpgan.evaluation.ranking import feature_importance_agreement, synthetic_ranking_agreement
 from lightning_dpgan.evaluation.utility import (
     CLASSIFIERS,
@@ -23,6 +24,7 @@ __all__ = [
     "REGRESSORS",
     "SmallCNN",
     "classification_utility",
+    "closest_record_distances",
     "cnn_accuracy",
     "correlation_difference",
     "feature_importance_agreement",
@@ -30,6 +32,7 @@ __all__ = [
     "features_and_label",
     "jensen_shannon_per_column",
     "load_synthetic_npz",
+    "membership_inference",
     "pmse",
     "regression_utility",
     "settings_abc",

@@ -1,0 +1,167 @@
+"""``evaluate``: the papers' measures on a finished run, written to ``evaluation.json``.
+
+``python -m lightning_dpgan evaluate --run DIR`` (or ``train.py ... --evaluate``) rebuilds the
+run's datamodule from ``DIR/config.yaml``, takes the synthetic data (``synthetic.csv`` for a
+table; for images, records drawn from ``checkpoints/last.ckpt``) and the real splits, and
+computes on a protocol fixed in advance (no setting is chosen by looking at the real test set):
+
+Images
+  ``utility/cnn_accuracy``: G-PATE's CNN trained on the synthetic images, tested once on the
+  real test split (``utility/cnn_epochs`` epochs).
+Tables with a class label
+  ``utility/{A,B,C}_auroc``, ``..._auprc``, ``..._accuracy``, ``..._f1``: PATE-GAN's settings
+  (A train real / test real, B train synthetic / test real, C train and test synthetic) averaged
+  over its 12 classifiers; ``utility/sra``: synthetic ranking agreement of A and C (Eq. 8).
+Tables with a continuous label
+  ``utility/real_{mae,r2,explained_variance}`` and ``utility/synthetic_...`` averaged over the
+  regressors, and ``utility/difference_...`` (real minus synthetic, as DP-SACTGAN's tables).
+Tables, fidelity
+  ``fidelity/wasserstein_mean`` (continuous columns, scaled by the public bounds),
+  ``fidelity/jsd_mean`` (categorical columns), ``fidelity/correlation_difference``,
+  ``fidelity/pmse``, ``fidelity/pmse_ratio``.
+Every run
+  ``privacy_risk/mia_auc``: a distance-to-closest-record membership-inference attack on training
+  records vs held-out test records (0.5 = chance), ``privacy_risk/median_dcr_{members,non_members}``;
+  and the run's formal ``epsilon`` and ``delta`` next to it.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+import yaml
+
+from lightning_dpgan import registry
+from lightning_dpgan.config import section_arguments
+from lightning_dpgan.outputs import write_json
+
+EVALUATION_FILE = "evaluation.json"
+
+
+def load_run_datamodule(run_dir: Path, data_dir: str | None = None) -> Any:
+    """The run's datamodule, from its ``config.yaml`` (``data_dir`` replaces the saved one)."""
+    config_path = run_dir / "config.yaml"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{run_dir} has no config.yaml: is it the output folder of a train run?")
+    config = yaml.safe_load(config_path.read_text())
+    if data_dir is not None:
+        config["data"]["data_dir"] = data_dir
+    cls = registry.lookup("dataset", config["data"]["name"]).load()
+    datamodule = cls(**section_arguments(config, "data", cls))
+    datamodule.prepare_data()
+    datamodule.setup()
+    return datamodule
+
+
+def evaluate_run(
+    run_dir: str | Path,
+    data_dir: str | None = None,
+    n_synthetic: int | None = None,
+    cnn_epochs: int = 10,
+    seed: int = 0,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """Evaluate the run in ``run_dir``, write ``evaluation.json`` there and return its content."""
+    run_dir = Path(run_dir)
+    datamodule = load_run_datamodule(run_dir, data_dir)
+    if getattr(datamodule, "kind", "image") == "image":
+        results = _evaluate_images(run_dir, datamodule, n_synthetic, cnn_epochs, seed, device)
+    else:
+        results = _evaluate_table(run_dir, datamodule, seed)
+    privacy_path = run_dir / "privacy.json"
+    if privacy_path.is_file():
+        import json
+
+        privacy = json.loads(privacy_path.read_text())
+        results = {"epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"), **results}
+    results = {key: _plain(value) for key, value in results.items()}
+    write_json(run_dir / EVALUATION_FILE, results)
+    return results
+
+
+def _evaluate_images(run_dir: Path, datamodule: Any, n: int | None, cnn_epochs: int, seed: int, device: str) -> dict[str, Any]:
+    from lightning_dpgan.evaluation.images import cnn_accuracy
+    from lightning_dpgan.evaluation.membership import membership_inference
+    from lightning_dpgan.sampling import load_module
+
+    module = load_module(run_dir / "checkpoints" / "last.ckpt")
+    train_images, _ = datamodule.train_dataset.tensors
+    test_images, test_labels = datamodule.test_dataset.tensors
+    n = n or len(train_images)
+    torch.manual_seed(seed)
+    labels = module.balanced_labels(n)
+    synthetic = module.sample(n, labels)
+    results: dict[str, Any] = {"synthetic_records": n}
+    if labels is not None:
+        cnn = cnn_accuracy(synthetic, labels, test_images, test_labels, epochs=cnn_epochs, seed=seed, device=device)
+        results.update({"utility/cnn_accuracy": cnn["accuracy"], "utility/cnn_epochs": cnn_epochs})
+    attack = membership_inference(synthetic, train_images, test_images, seed=seed)
+    return {**results, **_risk(attack)}
+
+
+def _evaluate_table(run_dir: Path, datamodule: Any, seed: int) -> dict[str, Any]:
+    from lightning_dpgan.evaluation.fidelity import correlation_difference, jensen_shannon_per_column, pmse, wasserstein_per_column
+    from lightning_dpgan.evaluation.membership import membership_inference
+    from lightning_dpgan.evaluation.ranking import synthetic_ranking_agreement
+    from lightning_dpgan.evaluation.utility import regression_utility, settings_abc, utility_differences
+
+    synthetic_path = run_dir / "synthetic.csv"
+    if not synthetic_path.is_file():
+        raise FileNotFoundError(f"{run_dir} has no synthetic.csv")
+    schema = datamodule.schema
+    synthetic = pd.read_csv(synthetic_path)
+    real_train, real_test = datamodule.train_frame, datamodule.test_frame
+    results: dict[str, Any] = {"synthetic_records": len(synthetic)}
+    if schema.label_kind == "continuous":
+        real = regression_utility(real_train, real_test, schema, seed=seed)
+        synth = regression_utility(synthetic, real_test, schema, seed=seed)
+        difference = utility_differences(real, synth)
+        for metric in real["average"]:
+            results[f"utility/real_{metric}"] = real["average"][metric]
+            results[f"utility/synthetic_{metric}"] = synth["average"][metric]
+            results[f"utility/difference_{metric}"] = difference["average"][metric]
+    else:
+        settings = settings_abc(real_train, synthetic, real_test, schema, seed=seed)
+        for name, result in settings.items():
+            for metric, value in result["average"].items():
+                results[f"utility/{name}_{metric}"] = value
+        auroc = {setting: {k: v["auroc"] for k, v in settings[setting]["per_classifier"].items()} for setting in "AC"}
+        results["utility/sra"] = synthetic_ranking_agreement(auroc["A"], auroc["C"])
+    wasserstein = wasserstein_per_column(real_train, synthetic, schema)
+    jsd = jensen_shannon_per_column(real_train, synthetic, schema)
+    propensity = pmse(real_train, synthetic, schema, seed=seed)
+    results.update({
+        "fidelity/wasserstein_mean": _mean(wasserstein.values()),
+        "fidelity/jsd_mean": _mean(jsd.values()),
+        "fidelity/correlation_difference": correlation_difference(real_train, synthetic, schema),
+        "fidelity/pmse": propensity.get("pmse"),
+        "fidelity/pmse_ratio": propensity.get("pmse_ratio"),
+    })
+    members, _ = schema.encode(real_train)
+    non_members, _ = schema.encode(real_test)
+    released, _ = schema.encode(synthetic)
+    return {**results, **_risk(membership_inference(released, members, non_members, seed=seed))}
+
+
+def _risk(attack: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "privacy_risk/mia_auc": attack["auc"],
+        "privacy_risk/mia_records_per_group": attack["records_per_group"],
+        "privacy_risk/median_dcr_members": attack["median_dcr_members"],
+        "privacy_risk/median_dcr_non_members": attack["median_dcr_non_members"],
+    }
+
+
+def _mean(values: Any) -> float | None:
+    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    return sum(finite) / len(finite) if finite else None
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe: floats stay floats, NaN becomes null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

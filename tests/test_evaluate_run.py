@@ -1,0 +1,71 @@
+"""The membership-inference attack, and ``evaluate`` / ``train --evaluate`` on finished runs."""
+from pathlib import Path
+
+import pytest
+import torch
+from run_helpers import read_json, tiny_run_args
+
+from lightning_dpgan.cli import main
+from lightning_dpgan.evaluation.membership import closest_record_distances, membership_inference
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_closest_record_distances_match_a_brute_force_search():
+    torch.manual_seed(0)
+    records, reference = torch.randn(7, 2, 3), torch.randn(11, 6)
+    expected = torch.tensor([min(torch.dist(r.flatten(), s).item() for s in reference) for r in records])
+    torch.testing.assert_close(closest_record_distances(records, reference), expected)
+    with pytest.raises(ValueError, match="features"):
+        closest_record_distances(torch.randn(2, 5), torch.randn(3, 4))
+
+
+def test_attack_is_at_chance_when_the_generator_saw_nobody():
+    torch.manual_seed(1)
+    members, non_members, synthetic = torch.randn(800, 5), torch.randn(800, 5), torch.randn(800, 5)
+    attack = membership_inference(synthetic, members, non_members)
+    assert attack["auc"] == pytest.approx(0.5, abs=0.05)  # ~3.5 standard errors of the AUC at n = 800
+    assert attack["records_per_group"] == 800
+
+
+def test_attack_wins_against_a_generator_that_copies_its_training_records():
+    torch.manual_seed(2)
+    members, non_members = torch.randn(300, 5), torch.randn(300, 5)
+    attack = membership_inference(members[:150] + 1e-3, members, non_members)
+    assert attack["auc"] > 0.7  # half the members are copied: they score far above every non-member
+    assert attack["median_dcr_members"] < attack["median_dcr_non_members"]
+    assert membership_inference(members.clone(), members, non_members)["auc"] == 1.0
+
+
+def test_train_with_evaluate_writes_image_utility_and_risk(tiny_image_data_dir, tmp_path):
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "run", steps=3) + ["--evaluate"]) == 0
+    evaluation = read_json(tmp_path / "run" / "evaluation.json")
+    assert 0.0 <= evaluation["utility/cnn_accuracy"] <= 1.0 and evaluation["utility/cnn_epochs"] == 10
+    assert 0.0 <= evaluation["privacy_risk/mia_auc"] <= 1.0
+    assert evaluation["synthetic_records"] == 160  # as many as training images
+    assert evaluation["epsilon"] is None  # a non-private baseline: no guarantee to show
+
+
+@pytest.mark.parametrize(
+    "dataset,fixture,keys",
+    [
+        ("adult", "adult_tiny", ["utility/A_auroc", "utility/B_auroc", "utility/C_auroc", "utility/sra", "fidelity/jsd_mean"]),
+        ("king", "king_tiny", ["utility/real_r2", "utility/synthetic_r2", "utility/difference_r2", "fidelity/wasserstein_mean"]),
+    ],
+)
+def test_evaluate_a_table_run(tmp_path, dataset, fixture, keys):
+    run = tmp_path / "run"
+    args = ["train", "--model", "gan", "--dataset", dataset, "--data-dir", str(FIXTURES / fixture), "--output-dir", str(run),
+            "--max-steps", "3", "--batch-size", "8", "--trainer.enable_progress_bar", "false",
+            "--trainer.enable_model_summary", "false"]
+    assert main(args) == 0
+    assert main(["evaluate", "--run", str(run)]) == 0
+    evaluation = read_json(run / "evaluation.json")
+    for key in [*keys, "fidelity/correlation_difference", "fidelity/pmse", "privacy_risk/mia_auc"]:
+        assert key in evaluation, key
+    assert 0.0 <= evaluation["privacy_risk/mia_auc"] <= 1.0
+
+
+def test_evaluate_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
+    assert main(["evaluate", "--run", str(tmp_path)]) == 2
+    assert "config.yaml" in capsys.readouterr().err
