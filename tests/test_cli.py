@@ -180,3 +180,26 @@ def test_wandb_logger_without_the_package_is_a_clear_error(tiny_image_data_dir, 
     monkeypatch.setattr(builtins, "__import__", no_wandb)
     assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "wb") + ["--logger", "wandb"]) == 2
     assert "pip install 'lightning-dpgan[wandb]'" in capsys.readouterr().err
+
+
+def test_a_diverged_run_stops_with_a_clear_error_and_writes_no_outputs(tiny_image_data_dir, tmp_path, capsys, monkeypatch):
+    """A NaN loss from step 3 on: the guard stops the run before anything is written from the
+    broken weights; the last checkpoint is the good one of step 2."""
+    from lightning_dpgan.modules.gan import GAN
+
+    original = GAN.discriminator_real_loss
+
+    def diverging(self, scores):
+        loss = original(self, scores)
+        return loss * float("nan") if self.train_steps >= 2 else loss
+
+    monkeypatch.setattr(GAN, "discriminator_real_loss", diverging)
+    out = tmp_path / "run"
+    args = tiny_run_args(tiny_image_data_dir, out, steps=6) + ["--checkpoint_every_n_steps", "1"]
+    assert main(args) == 2
+    assert "diverged" in capsys.readouterr().err
+    for name in ("samples.png", "metrics.json", "privacy.json"):
+        assert not (out / name).exists(), name
+    checkpoint = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert checkpoint["lightning_dpgan"]["train_steps"] == 2
+    assert all(torch.isfinite(value).all() for value in checkpoint["state_dict"].values() if value.is_floating_point())

@@ -1,5 +1,7 @@
 """DPSGD strategy and DPGAN through the CLI: accounting against Opacus, budget stopping,
 calibration, resume, composition, and refusals."""
+from pathlib import Path
+
 import pytest
 import torch
 from opacus.accountants import PRVAccountant, RDPAccountant
@@ -201,3 +203,41 @@ def test_training_batches_are_poisson_sampled_at_the_charged_rate(tiny_image_dat
     assert len(sizes) == 400  # 1/q batches per pass
     assert abs(sizes.mean().item() - expected_mean) < 4 * (expected_var / len(sizes)) ** 0.5
     assert 0.7 < sizes.var().item() / expected_var < 1.3
+
+
+def test_a_run_killed_mid_training_resumes_without_losing_spent_budget(tiny_image_data_dir, tmp_path):
+    """SIGKILL a training process once a few steps are checkpointed, then resume: the resumed
+    run's accountant starts from the checkpoint's steps and ends at exactly the epsilon Opacus
+    gives for all steps at the run's noise (the killed process released nothing after it)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    repo = Path(__file__).resolve().parents[1]
+    out = tmp_path / "killed"
+    command = [sys.executable, str(repo / "train.py"),
+               *tiny_run_args(tiny_image_data_dir, out, model="dpgan", steps=100000, batch_size=BATCH)[1:],
+               "--privacy.noise_multiplier", "1.1", "--delta", "1e-4", "--checkpoint_every_n_steps", "1"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=repo)
+    checkpoint_path = out / "checkpoints" / "last.ckpt"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if checkpoint_path.exists() and torch.load(checkpoint_path, map_location="cpu", weights_only=False)[
+                    "lightning_dpgan"]["train_steps"] >= 3:
+                break
+            time.sleep(0.2)
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.wait(timeout=30)
+    assert process.returncode == -signal.SIGKILL
+    assert not (out / "privacy.json").exists()  # killed: no report that looks complete
+    killed_at = torch.load(checkpoint_path, map_location="cpu", weights_only=False)["lightning_dpgan"]["train_steps"]
+    assert killed_at >= 3
+    total = killed_at + 4
+    assert dpgan(tiny_image_data_dir, tmp_path / "resumed", total, "--privacy.noise_multiplier", "1.1", "--delta", "1e-4",
+                 "--resume", str(checkpoint_path)) == 0
+    report = read_json(tmp_path / "resumed" / "privacy.json")
+    assert report["steps"] == total
+    assert report["epsilon"] == pytest.approx(opacus_epsilon(1.1, RATE, total, 1e-4), rel=1e-9)
