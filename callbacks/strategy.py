@@ -33,6 +33,9 @@ class PrivacyStrategy(L.Callback):
     slot: ClassVar[type]
     #: human-readable mechanism name for privacy.json
     mechanism_name: ClassVar[str] = ""
+    #: the neighbouring datasets the guarantee is for: ``add-remove`` one record, or
+    #: ``replace-one`` (same size; PATE's fixed partitions of the N records need it)
+    neighbours: ClassVar[str] = "add-remove"
 
     def __init__(self, target_epsilon: float | None = None, delta: float | None = None) -> None:
         self.target_epsilon = None if target_epsilon is None else validate_epsilon(target_epsilon)
@@ -71,8 +74,8 @@ class PrivacyStrategy(L.Callback):
     def _compose_preprocessing(self, datamodule: Any) -> None:
         """Basic composition with what preprocessing spent: training gets what is left of
         the target epsilon and of delta, and reports include both parts."""
-        cost = getattr(datamodule, "privacy_cost", lambda: {})()
-        self.preprocessing = {"epsilon": float(cost.get("epsilon", 0.0)), "delta": float(cost.get("delta", 0.0)), **cost}
+        cost = dict(getattr(datamodule, "privacy_cost", lambda: {})())
+        self.preprocessing = {**cost, **self._in_own_neighbours(cost)}
         if self.preprocessing["delta"] >= self.delta:
             raise ValueError(f"preprocessing already spent delta {self.preprocessing['delta']:g} of --delta {self.delta:g}")
         if self.target_epsilon is not None and self.preprocessing["epsilon"] >= self.target_epsilon:
@@ -80,6 +83,22 @@ class PrivacyStrategy(L.Callback):
                 f"preprocessing already spent epsilon {self.preprocessing['epsilon']:g} of --epsilon "
                 f"{self.target_epsilon:g} (e.g. DP bounds of a CSV): raise --epsilon or give a schema file"
             )
+
+    def _in_own_neighbours(self, cost: dict[str, Any]) -> dict[str, Any]:
+        """A preprocessing cost restated for this strategy's neighbouring relation.
+
+        An (ε, δ) guarantee for add/remove neighbours gives (2ε, (1 + e^ε) δ) for replace-one
+        neighbours (a replacement is a removal then an addition: group privacy for two records),
+        so costs compose with training's under one and the same relation.
+        """
+        epsilon, delta = float(cost.get("epsilon", 0.0)), float(cost.get("delta", 0.0))
+        relation = cost.get("neighbours", "add-remove")
+        if epsilon == 0.0 and delta == 0.0 or relation == self.neighbours:
+            return {"epsilon": epsilon, "delta": delta, "neighbours": self.neighbours}
+        if (relation, self.neighbours) != ("add-remove", "replace-one"):
+            raise ValueError(f"cannot restate a {relation} preprocessing cost for {self.neighbours} neighbours")
+        return {"epsilon": 2.0 * epsilon, "delta": (1.0 + math.exp(epsilon)) * delta, "neighbours": self.neighbours,
+                "as_spent": {"epsilon": epsilon, "delta": delta, "neighbours": relation}}
 
     @property
     def training_delta(self) -> float:
@@ -149,6 +168,7 @@ class PrivacyStrategy(L.Callback):
             "mechanism": self.mechanism_name,
             "epsilon": epsilon if math.isfinite(epsilon) else None,
             "delta": self.delta,
+            "neighbours": self.neighbours,
             "target_epsilon": self.target_epsilon,
             "epsilon_training": self.training_epsilon(),
             "delta_training": self.training_delta,

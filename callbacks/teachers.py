@@ -49,6 +49,9 @@ class TeacherStrategy(PrivacyStrategy):
 
     #: default number of teachers: one per this many training records (at least 1)
     records_per_teacher: int = 1000
+    #: The partitions are a seeded permutation of the N records: with N fixed, replacing one
+    #: record changes exactly one teacher's partition, which is what the vote sensitivity needs.
+    neighbours = "replace-one"
 
     def __init__(
         self,

@@ -1,6 +1,7 @@
 """PATE-GAN end to end, and regression tests for the privacy bugs an audit of public PATE-GAN
 code found (Ganev, Annamalai & De Cristofaro, 2024): shared or re-drawn teacher partitions,
 re-initialised teachers, uncharged unanimous queries, an ignored delta, epsilon past the target."""
+import math
 from pathlib import Path
 
 import lightning as L
@@ -198,15 +199,20 @@ def test_dp_bounds_of_a_csv_are_composed_into_the_reported_epsilon(tmp_path):
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
     assert main(args) == 0
     report = read_json(tmp_path / "run" / "privacy.json")
-    assert report["preprocessing"]["epsilon"] == pytest.approx(3.0)
-    assert report["preprocessing"]["delta"] == pytest.approx(1e-6)
-    assert report["epsilon"] == pytest.approx(3.0 + report["epsilon_training"])
-    assert report["delta_training"] == pytest.approx(1e-4 - 1e-6)
+    # the estimate is (3, 1e-6)-DP for add/remove neighbours; PATE's guarantee is for replacing
+    # one record, under which it is (6, (1 + e^3) 1e-6)-DP (group privacy of two records)
+    spent_delta = (1 + math.exp(3.0)) * 1e-6
+    assert report["neighbours"] == "replace-one"
+    assert report["preprocessing"]["as_spent"] == {"epsilon": 3.0, "delta": 1e-6, "neighbours": "add-remove"}
+    assert report["preprocessing"]["epsilon"] == pytest.approx(6.0)
+    assert report["preprocessing"]["delta"] == pytest.approx(spent_delta)
+    assert report["epsilon"] == pytest.approx(6.0 + report["epsilon_training"])
+    assert report["delta_training"] == pytest.approx(1e-4 - spent_delta)
     assert report["epsilon"] <= 9.0
     synthetic = pd.read_csv(tmp_path / "run" / "synthetic.csv")
     assert list(synthetic.columns) == ["amount", "channel", "fraud"]
     # a budget the preprocessing alone exhausts is refused
-    assert main(args[:args.index("--epsilon")] + ["--epsilon", "2.5"] + args[args.index("--epsilon") + 2:]) == 2
+    assert main(args[:args.index("--epsilon")] + ["--epsilon", "5.5"] + args[args.index("--epsilon") + 2:]) == 2
 
 
 def test_a_resumed_csv_run_reuses_its_released_schema_and_pays_for_it_once(tmp_path):
@@ -232,8 +238,8 @@ def test_a_resumed_csv_run_reuses_its_released_schema_and_pays_for_it_once(tmp_p
     first, resumed = read_run_info(first_ckpt), read_run_info(tmp_path / "resumed" / "checkpoints" / "last.ckpt")
     assert resumed["schema"] == first["schema"]  # a second estimate (seed 7) would have other noisy bounds
     report = read_json(tmp_path / "resumed" / "privacy.json")
-    assert report["preprocessing"]["epsilon"] == pytest.approx(2.0)
-    assert report["epsilon"] == pytest.approx(2.0 + report["epsilon_training"]) and report["epsilon"] <= 9.0
+    assert report["preprocessing"]["epsilon"] == pytest.approx(4.0)  # 2 for add/remove, 4 for replace-one
+    assert report["epsilon"] == pytest.approx(4.0 + report["epsilon_training"]) and report["epsilon"] <= 9.0
 
     # a checkpoint that does not record the estimate's cost cannot be resumed honestly
     checkpoint = torch.load(first_ckpt, map_location="cpu", weights_only=False)

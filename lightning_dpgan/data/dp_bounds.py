@@ -30,6 +30,9 @@ import pandas as pd
 
 from lightning_dpgan.data.schema import LABEL_KINDS, Column, SchemaError, TableSchema
 
+#: The neighbouring relation of every mechanism here (see the module docstring).
+NEIGHBOURS = "add-remove"
+
 #: Candidate magnitudes 2**k of the bounds grid: from about 0.001 to about 1.1e12.
 GRID_EXPONENTS = range(-10, 41)
 #: Default fraction of the (noisy) mass that the estimated bounds may leave out (to be clipped).
@@ -202,6 +205,7 @@ def infer_schema_dp(
         "epsilon": float(epsilon),
         "delta": float(delta) if n_categorical else 0.0,
         "mechanism": "DP schema estimation (basic composition over columns)",
+        "neighbours": NEIGHBOURS,
         "columns": costs,
     }
     return schema, cost
