@@ -137,12 +137,7 @@ class ProjectedVoting(TeacherStrategy):
     def report_parameters(self) -> dict[str, Any]:
         queries = len(self.accountant)
         return {
-            "accounting": self.accounting,
-            "epsilon_data_dependent": self.preprocessing["epsilon"] + self.accountant.epsilon_data_dependent(self.training_delta),
-            "epsilon_data_independent": self.preprocessing["epsilon"] + self.accountant.epsilon_data_independent(self.training_delta),
-            "note": "epsilon_data_dependent depends on the teachers' votes, hence on the private data; "
-                    "it is not itself differentially private. epsilon_data_independent is a bound that holds "
-                    "whatever the votes.",
+            **self.accounting_report(),
             "projection_dim": self.projection_dim,
             "bins": self.bins,
             "clip": self.clip,

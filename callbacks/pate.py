@@ -89,12 +89,7 @@ class PATEAggregation(TeacherStrategy):
 
     def report_parameters(self) -> dict[str, Any]:
         return {
-            "accounting": self.accounting,
-            "epsilon_data_dependent": self.preprocessing["epsilon"] + self.accountant.epsilon_data_dependent(self.training_delta),
-            "epsilon_data_independent": self.preprocessing["epsilon"] + self.accountant.epsilon_data_independent(self.training_delta),
-            "note": "epsilon_data_dependent depends on the teachers' votes, hence on the private data; "
-                    "it is not itself differentially private. epsilon_data_independent is a bound that holds "
-                    "whatever the votes.",
+            **self.accounting_report(),
             "lap_inverse_scale": self.lap_inverse_scale,
             "laplace_scale": 1.0 / self.lap_inverse_scale,
             "queries": len(self.accountant),

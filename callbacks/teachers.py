@@ -125,6 +125,17 @@ class TeacherStrategy(PrivacyStrategy):
         self.steps = int(state_dict["steps"])
         self.sampler.load_state_dict(state_dict["sampler"])  # same partitions, same draws
 
+    def accounting_report(self) -> dict[str, Any]:
+        """Both epsilons of a PATE-style accountant, labelled, and which one stops training."""
+        return {
+            "accounting": self.accountant.accounting,
+            "epsilon_data_dependent": self.preprocessing["epsilon"] + self.accountant.epsilon_data_dependent(self.training_delta),
+            "epsilon_data_independent": self.preprocessing["epsilon"] + self.accountant.epsilon_data_independent(self.training_delta),
+            "note": "epsilon_data_dependent depends on the teachers' votes, hence on the private data; "
+                    "it is not itself differentially private. epsilon_data_independent is a bound that holds "
+                    "whatever the votes.",
+        }
+
     def partition_report(self) -> dict[str, Any]:
         sizes = [len(part) for part in self.sampler.partitions] if self.sampler else []
         return {

@@ -31,9 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_dpgan.modules.base import GANModule
+from lightning_dpgan.modules.teachers import TeacherModel
 from lightning_dpgan.nets import build_networks
-from lightning_dpgan.nets.ensemble import TeacherEnsemble, build_teacher_ensemble
 from lightning_dpgan.nets.gpate import GPATEGenerator
 from lightning_dpgan.privacy.slots import GradientAggregator, PrivacyBudgetExhausted
 
@@ -42,7 +41,7 @@ from lightning_dpgan.privacy.slots import GradientAggregator, PrivacyBudgetExhau
 PERTURBATIONS = ("generator-loss", "discriminator-loss")
 
 
-class GPATE(GANModule):
+class GPATE(TeacherModel):
     """G-PATE: a student generator guided by privately aggregated gradients of K teachers."""
 
     privacy_slot: ClassVar[type | None] = GradientAggregator
@@ -72,8 +71,7 @@ class GPATE(GANModule):
         super().__init__(data_shape, num_classes, **kwargs)
         self.save_hyperparameters()
         self.teacher_kwargs = dict(teacher_kwargs) if teacher_kwargs else ({} if is_image else {"hidden": (width,)})
-        #: the K teachers, built by the strategy (or from ``num_teachers`` when loading)
-        self.teachers: TeacherEnsemble | None = None
+        self.teachers = None  # built by the strategy, or here from the saved count when loading
         if num_teachers is not None:
             self.build_teachers(num_teachers)
 
@@ -84,24 +82,8 @@ class GPATE(GANModule):
             return GPATEGenerator(h.latent_dim, self.data_shape, self.num_classes, **(h.generator_kwargs or {})), None
         return build_networks("mlp", self.data_shape, h.latent_dim, self.num_classes, h.generator_kwargs)[0], None
 
-    def build_teachers(self, num_teachers: int) -> TeacherEnsemble:
-        """Create the K teachers (once; the count is saved with the hyper-parameters)."""
-        if self.teachers is not None:
-            if self.teachers.num_teachers != num_teachers:
-                raise ValueError(f"this model already has {self.teachers.num_teachers} teachers, not {num_teachers}")
-            return self.teachers
-        if num_teachers < 1:
-            raise ValueError(f"num_teachers must be at least 1, got {num_teachers}")
-        self.teachers = build_teacher_ensemble(num_teachers, self.data_shape, self.num_classes, **self.teacher_kwargs)
-        self.hparams["num_teachers"] = num_teachers
-        return self.teachers
-
-    def setup(self, stage: str) -> None:
-        if stage == "fit" and (self.teachers is None or self.privacy is None):
-            raise ValueError("gpate trains through its teachers' private gradient votes: run it with --privacy gpate")
-
-    def private_networks(self) -> dict[str, Any]:
-        return {"teachers": self.teachers}
+    def teacher_ensemble_kwargs(self) -> dict[str, Any]:
+        return self.teacher_kwargs
 
     # ---------------------------------------------------------------- training
     def training_step(self, batch: tuple[Tensor, Tensor | None], batch_idx: int) -> None:

@@ -27,12 +27,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_dpgan.modules.base import GANModule
-from lightning_dpgan.nets.ensemble import TeacherEnsemble, build_teacher_ensemble
+from lightning_dpgan.modules.teachers import TeacherModel
 from lightning_dpgan.privacy.slots import LabelAggregator, PrivacyBudgetExhausted
 
 
-class PATEGAN(GANModule):
+class PATEGAN(TeacherModel):
     """PATE-GAN: K teachers on disjoint partitions label data for a student via noisy PATE votes."""
 
     privacy_slot: ClassVar[type | None] = LabelAggregator
@@ -61,8 +60,7 @@ class PATEGAN(GANModule):
         super().__init__(data_shape, num_classes, **kwargs)
         self.save_hyperparameters()
         self._xavier_init(self.generator)
-        #: the K teachers, built by the PATE strategy (or from ``num_teachers`` when loading)
-        self.teachers: TeacherEnsemble | None = None
+        self.teachers = None  # built by the strategy, or here from the saved count when loading
         if num_teachers is not None:
             self.build_teachers(num_teachers)
 
@@ -78,22 +76,8 @@ class PATEGAN(GANModule):
         """The student-discriminator (the base class's ``discriminator``)."""
         return self.discriminator
 
-    def build_teachers(self, num_teachers: int) -> TeacherEnsemble:
-        """Create the K teachers (once; the count is saved with the hyper-parameters)."""
-        if self.teachers is not None:
-            if self.teachers.num_teachers != num_teachers:
-                raise ValueError(f"this model already has {self.teachers.num_teachers} teachers, not {num_teachers}")
-            return self.teachers
-        if num_teachers < 1:
-            raise ValueError(f"num_teachers must be at least 1, got {num_teachers}")
-        self.teachers = build_teacher_ensemble(num_teachers, self.data_shape, self.num_classes, arch="mlp",
-                                               hidden=tuple(self.hparams.teacher_hidden))
-        self.hparams["num_teachers"] = num_teachers
-        return self.teachers
-
-    def setup(self, stage: str) -> None:
-        if stage == "fit" and (self.teachers is None or self.privacy is None):
-            raise ValueError("pategan trains through its PATE teachers: run it with --privacy pate")
+    def teacher_ensemble_kwargs(self) -> dict[str, Any]:
+        return {"arch": "mlp", "hidden": tuple(self.hparams.teacher_hidden)}
 
     # ---------------------------------------------------------------- training
     def training_step(self, batch: tuple[Tensor, Tensor | None], batch_idx: int) -> None:
