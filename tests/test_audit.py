@@ -1,0 +1,131 @@
+"""Empirical audits of each mechanism as implemented: a sound one never shows more epsilon
+than it claims; a deliberately broken variant (built only here) is caught."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from lightning_dpgan.privacy.accountants import ConfidentGNMaxAccountant, GaussianAccountant
+from lightning_dpgan.privacy.audit import audit, clopper_pearson, epsilon_lower_bound
+from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
+from lightning_dpgan.privacy.gradient_voting import ProjectedGradientAggregator
+from lightning_dpgan.privacy.mechanisms import NO_ANSWER, confident_gnmax, laplace_noisy_argmax
+
+DELTA = 1e-5
+
+
+def test_clopper_pearson_matches_its_closed_form_at_the_ends():
+    n, alpha = 50, 0.05
+    assert clopper_pearson(0, n, 0.95) == (0.0, pytest.approx(1 - (alpha / 2) ** (1 / n)))
+    assert clopper_pearson(n, n, 0.95) == (pytest.approx((alpha / 2) ** (1 / n)), 1.0)
+    low, high = clopper_pearson(20, n, 0.95)
+    assert low < 20 / n < high
+
+
+def test_a_perfect_test_bounds_epsilon_by_the_trial_count_only():
+    n, alpha = 1000, 0.05
+    tpr_low = (alpha / 2) ** (1 / n)
+    expected = math.log(tpr_low / (1 - tpr_low))
+    assert epsilon_lower_bound(n, 0, n) == pytest.approx(expected)
+    assert epsilon_lower_bound(500, 500, n) == 0.0  # a coin flip proves nothing
+
+
+# ---------------------------------------------------------------- PATE (Laplace)
+def laplace_audit(lap_inverse_scale_used: float, trials: int = 4000) -> float:
+    """Canary: one teacher moves its vote, (m+1, m-1) -> (m, m); guess "canary" on label 1."""
+    torch.manual_seed(0)
+    without = laplace_noisy_argmax(torch.tensor([[11, 9]]).repeat(trials, 1), lap_inverse_scale_used)
+    with_canary = laplace_noisy_argmax(torch.tensor([[10, 10]]).repeat(trials, 1), lap_inverse_scale_used)
+    return epsilon_lower_bound(int((with_canary == 1).sum()), int((without == 1).sum()), trials)
+
+
+def test_audit_of_the_laplace_noisy_argmax():
+    lam = 0.5  # claimed: each answer is (2 lambda, 0)-DP = (1, 0)
+    assert laplace_audit(lam) <= 2 * lam
+    # broken: the scale lambda used where 1/lambda belongs (a bug an audit found in public code)
+    assert laplace_audit(1 / lam) > 2 * lam
+
+
+# ------------------------------------------------------- Confident-GNMax threshold
+def threshold_audit(noise_scale: float, trials: int = 4000) -> float:
+    """Canary: the top count rises by one (50 -> 51, threshold 50.5); guess "canary" when answered."""
+    torch.manual_seed(1)
+    threshold = 50.0
+    answered = {}
+    for canary, top in ((False, 50), (True, 51)):
+        votes = torch.tensor([[top, 0]]).repeat(trials, 1)
+        answers = confident_gnmax(votes, threshold + 0.5, noise_scale, 1.0)
+        answered[canary] = int((answers != NO_ANSWER).sum())
+    return epsilon_lower_bound(answered[True], answered[False], trials, DELTA)
+
+
+def test_audit_of_the_confident_gnmax_threshold():
+    sigma1 = 1.0
+    accountant = ConfidentGNMaxAccountant("data-independent")
+    accountant.step(sigma1, 1e6, 1)  # one threshold check, no answer
+    claimed = accountant.epsilon_data_independent(DELTA)
+    assert threshold_audit(sigma1) <= claimed
+    assert threshold_audit(sigma1 / 20) > claimed  # broken: noise scale off by a factor
+
+
+# --------------------------------------------------- G-PATE gradient aggregation
+def aggregation_audit(canary_reaches_all_teachers: bool, trials: int = 600) -> tuple[float, float]:
+    """Canary: a record whose teacher's gradient points the other way. Sound: it changes one
+    teacher. Broken: it reaches every teacher (as if partitions overlapped completely)."""
+    teachers, dim, sigma = 20, 8, 8.0
+    gradient = torch.ones(dim) / math.sqrt(dim) * 1e-3
+
+    def run(canary: bool, rng: np.random.Generator) -> float:
+        grads = gradient.expand(teachers, 1, dim).clone()
+        if canary:
+            flipped = slice(None) if canary_reaches_all_teachers else slice(0, 1)
+            grads[flipped] = -grads[flipped]
+        aggregator = ProjectedGradientAggregator(4, 10, 1e-3, sigma, sigma, teachers / 2, check=lambda votes: None,
+                                                 charge=lambda votes, answered: None)
+        return -float(aggregator.aggregate(grads)[0] @ gradient)
+
+    torch.manual_seed(2)
+    accountant = ConfidentGNMaxAccountant("data-independent")
+    accountant.step(sigma, sigma, 4, np.zeros(4))  # 4 queries, all answered: the worst case
+    return audit(run, threshold=0.0, trials=trials).epsilon_lower, accountant.epsilon_data_independent(DELTA)
+
+
+def test_audit_of_projected_gradient_voting():
+    measured, claimed = aggregation_audit(canary_reaches_all_teachers=False)
+    assert measured <= claimed
+    measured, claimed = aggregation_audit(canary_reaches_all_teachers=True)
+    assert measured > claimed
+
+
+# ----------------------------------------------------------------------- DP-SGD
+def dpsgd_audit(noise_multiplier: float, trials: int = 1500) -> float:
+    """One full-batch DP-SGD step with and without a canary record (add/remove neighbours);
+    the score is the update along the canary's (clipped) gradient."""
+    canary = torch.tensor([[3.0, 4.0, 0.0, 0.0]])  # gradient norm 5, clipped to 1
+    direction = canary[0] / canary[0].norm()
+
+    def run(with_canary: bool, rng: np.random.Generator) -> float:
+        critic = nn.Linear(4, 1, bias=False)
+        nn.init.zeros_(critic.weight)
+        mechanism = DPSGDMechanism(noise_multiplier, 1.0, 1, generator=torch.Generator().manual_seed(int(rng.integers(1 << 62))),
+                                   mode="hooks")
+        mechanism.attach(critic)
+        optimizer = mechanism.wrap_optimizer(torch.optim.SGD(critic.parameters(), lr=1.0))
+        optimizer.zero_grad()
+        if with_canary:
+            mechanism.backward_real(critic(canary).squeeze(1))  # d/dW = canary
+        optimizer.step()
+        return float(-critic.weight.detach()[0] @ direction)  # SGD moved against the gradient
+
+    return audit(run, threshold=0.5, trials=trials).epsilon_lower
+
+
+def test_audit_of_a_dp_sgd_step():
+    sigma = 1.0
+    accountant = GaussianAccountant()
+    accountant.step(noise_multiplier=sigma)
+    claimed = accountant.get_epsilon(DELTA)
+    assert dpsgd_audit(sigma) <= claimed
+    assert dpsgd_audit(0.0) > claimed  # broken: no noise
