@@ -354,3 +354,13 @@ def test_gpate_on_a_table_writes_decoded_synthetic_rows(tmp_path):
     synthetic = pd.read_csv(tmp_path / "run/synthetic.csv")
     assert list(synthetic.columns)[:2] == ["Time", "V1"] and "Class" in synthetic.columns
     assert set(synthetic["Class"].unique()) <= {0, 1}
+
+
+def test_teachers_that_cannot_fit_in_memory_are_refused_up_front(tiny_image_data_dir, tmp_path, capsys, monkeypatch):
+    import lightning_dpgan.callbacks.teachers as teachers
+
+    monkeypatch.setattr(teachers, "available_memory", lambda device: 10_000)  # bytes
+    assert main(["train", *gpate_args(tiny_image_data_dir, tmp_path / "run")]) == 2
+    message = capsys.readouterr().err
+    assert "8 teachers" in message and "--privacy.num_teachers" in message
+    assert not (tmp_path / "run" / "privacy.json").exists()
