@@ -14,7 +14,6 @@ from typing import Any, ClassVar
 import lightning as L
 from opacus.data_loader import DPDataLoader
 
-from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.callbacks.strategy import PrivacyStrategy
 from lightning_dpgan.privacy.accountants import OpacusAccountant, calibrate_noise_multiplier
 from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
@@ -87,12 +86,7 @@ class DPSGD(PrivacyStrategy):
         datamodule.train_dataloader = lambda: DPDataLoader(dataset, sample_rate=rate, num_workers=workers)
 
     def planned_steps(self, trainer: L.Trainer) -> int:
-        limits = [c.max_steps for c in trainer.callbacks if isinstance(c, StepLimit)]
-        if trainer.max_epochs and trainer.max_epochs > 0:
-            limits.append(trainer.max_epochs * math.ceil(1 / self.sample_rate))
-        if not limits:
-            raise ValueError("to calibrate the noise from --epsilon, give --max-steps or --max-epochs")
-        return min(limits)
+        return self.planned_batches(trainer, math.ceil(1 / self.sample_rate))
 
     def _calibrate(self, trainer: L.Trainer) -> float:
         steps = self.planned_steps(trainer)

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import lightning as L
 
+from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.privacy.accountants import Accountant, AccountantStateError
 from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon
 
@@ -129,6 +130,17 @@ class PrivacyStrategy(L.Callback):
                 "strategy, or the file is damaged. The budget it already spent cannot be known, so resuming "
                 "from it is refused; start a new run instead."
             )
+
+    @staticmethod
+    def planned_batches(trainer: L.Trainer, batches_per_epoch: int) -> int:
+        """Training batches the run will take at most (``--max-steps``, ``--max-epochs``), for
+        calibrating noise to a target epsilon before training."""
+        limits = [c.max_steps for c in trainer.callbacks if isinstance(c, StepLimit)]
+        if trainer.max_epochs and trainer.max_epochs > 0:
+            limits.append(trainer.max_epochs * batches_per_epoch)
+        if not limits:
+            raise ValueError("to calibrate the noise from --epsilon, give --max-steps or --max-epochs")
+        return min(limits)
 
     # -------------------------------------------------------- accounting
     def next_step_params(self) -> dict[str, float]:

@@ -41,6 +41,7 @@ MODELS = _table(
     Entry("dpgan", "lightning_dpgan.modules.dpgan:DPGAN"),
     Entry("pategan", "lightning_dpgan.modules.pategan:PATEGAN"),
     Entry("gpate", "lightning_dpgan.modules.gpate:GPATE"),
+    Entry("gswgan", "lightning_dpgan.modules.gswgan:GSWGAN"),
 )
 
 DATASETS = _table(
@@ -57,6 +58,7 @@ PRIVACY = _table(
     Entry("dp-sgd", "lightning_dpgan.callbacks.dp_sgd:DPSGD"),
     Entry("pate", "lightning_dpgan.callbacks.pate:PATEAggregation"),
     Entry("gpate", "lightning_dpgan.callbacks.gpate:ProjectedVoting"),
+    Entry("sanitizer", "lightning_dpgan.callbacks.gradient_sanitizer:GradientSanitizer"),
 )
 
 LOGGERS = _table(

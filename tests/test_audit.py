@@ -129,3 +129,35 @@ def test_audit_of_a_dp_sgd_step():
     claimed = accountant.get_epsilon(DELTA)
     assert dpsgd_audit(sigma) <= claimed
     assert dpsgd_audit(0.0) > claimed  # broken: no noise
+
+
+# ---------------------------------------------------------------- gradient sanitizer
+def sanitizer_audit(noise_used: float, trials: int = 1500) -> float:
+    """Canary: a real record that turns the critic around, so every generated record's gradient
+    flips. The score is the released gradient along the no-canary direction, negated."""
+    from lightning_dpgan.privacy.gradient_sanitizer import GradientSanitizerMechanism
+
+    batch = 4
+    direction = torch.ones(batch, 6) / math.sqrt(6)
+    mechanism = GradientSanitizerMechanism(1.0, noise_used)
+
+    def run(canary: bool, rng: np.random.Generator) -> float:
+        x = torch.zeros(batch, 6, requires_grad=True)
+        sign = -1.0 if canary else 1.0
+        (sign * (mechanism.sanitize(x) * direction).sum()).backward()
+        return -float((x.grad * direction).sum())
+
+    torch.manual_seed(3)
+    # scores: -1 or +1 (one clipped unit along the direction) plus noise of sd sigma / 2
+    return audit(run, threshold=1.5, trials=trials).epsilon_lower
+
+
+def test_audit_of_the_gradient_sanitizer():
+    from lightning_dpgan.privacy.gradient_sanitizer import effective_noise_multiplier
+
+    sigma, batch = 6.4, 4
+    accountant = GaussianAccountant()
+    accountant.step(noise_multiplier=effective_noise_multiplier(sigma, batch))  # 2 B lambda / sigma^2
+    claimed = accountant.get_epsilon(DELTA)
+    assert sanitizer_audit(sigma) <= claimed
+    assert sanitizer_audit(sigma / batch) > claimed  # broken: the noise divided by B once too often

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_dpgan.nets import build_networks
-from lightning_dpgan.privacy.slots import GradientPrivatizer
+from lightning_dpgan.privacy.slots import GradientPrivatizer, GradientSanitizer
 
 LATENT_DISTRIBUTIONS = ("normal", "uniform")
 CHECKPOINT_KEY = "lightning_dpgan"
@@ -123,6 +123,12 @@ class GANModule(L.LightningModule):
         finally:
             self.generator.train(was_training)
 
+    @property
+    def gradient_privatizer(self) -> GradientPrivatizer | None:
+        """The privacy mechanism if it is DP-SGD on the discriminator (else the discriminator
+        trains without noise: a sanitizer privatizes the generator's side instead)."""
+        return self.privacy if isinstance(self.privacy, GradientPrivatizer) else None
+
     # ----------------------------------------------------------------- training
     def unpack_batch(self, batch: Any) -> tuple[Tensor, Tensor | None]:
         """A batch is ``records`` or ``(records, labels)``; labels are dropped when unconditional."""
@@ -148,7 +154,7 @@ class GANModule(L.LightningModule):
         A privacy mechanism keeps their gradients out of its per-sample clipping and
         noise: they depend only on generated data and on already-private parameters.
         """
-        return self.privacy.public_pass() if self.privacy is not None else nullcontext()
+        return self.gradient_privatizer.public_pass() if self.gradient_privatizer is not None else nullcontext()
 
     def discriminator_step(self, real: Tensor, labels: Tensor | None, n_generated: int) -> Tensor:
         """One discriminator update on a real batch against ``n_generated`` generated records.
@@ -178,8 +184,8 @@ class GANModule(L.LightningModule):
     def backward_real(self, per_record_losses: Tensor) -> None:
         """Back-propagate the mean of per-record losses on real data (privately when a
         mechanism fills the slot: it clips each record's contribution)."""
-        if self.privacy is not None:
-            self.privacy.backward_real(per_record_losses)
+        if self.gradient_privatizer is not None:
+            self.gradient_privatizer.backward_real(per_record_losses)
         else:
             self.manual_backward(per_record_losses.mean())
 
@@ -191,6 +197,8 @@ class GANModule(L.LightningModule):
         try:
             with self.public_pass():
                 fake = self.generator(self.sample_latent(n), labels)
+                if isinstance(self.privacy, GradientSanitizer):
+                    fake = self.privacy.sanitize(fake)  # the only path from the critic to the generator
                 loss = self.generator_loss(self.discriminator(fake, labels))
                 opt_g.zero_grad()
                 self.manual_backward(loss)
@@ -233,8 +241,8 @@ class GANModule(L.LightningModule):
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         """The subclass's optimizers, the discriminator's made private by the privacy slot."""
         opt_g, opt_d = self.build_optimizers()
-        if self.privacy is not None:
-            opt_d = self.privacy.wrap_optimizer(opt_d)
+        if self.gradient_privatizer is not None:
+            opt_d = self.gradient_privatizer.wrap_optimizer(opt_d)
         return [opt_g, opt_d]
 
     # -------------------------------------------------------------- checkpoints

@@ -1,0 +1,104 @@
+"""The gradient sanitizer (DP-HOOK / GS-WGAN hook): clipping bound, noise scale, accounting,
+and ``gswgan`` end to end."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from opacus.accountants.analysis.rdp import get_privacy_spent
+from run_helpers import read_json, tiny_run_args
+
+from lightning_dpgan.callbacks.gradient_sanitizer import GradientSanitizer
+from lightning_dpgan.cli import main
+from lightning_dpgan.privacy.analysis.rdp import DEFAULT_ORDERS
+from lightning_dpgan.privacy.gradient_sanitizer import GradientSanitizerMechanism
+
+
+def released_gradient(mechanism, x, loss_fn):
+    x = x.clone().requires_grad_()
+    loss_fn(mechanism.sanitize(x) if mechanism else x).backward()
+    return x.grad
+
+
+def test_no_noise_and_a_huge_bound_give_the_unsanitized_gradient():
+    torch.manual_seed(0)
+    x, weights = torch.randn(5, 3, 4), torch.randn(3, 4)
+    loss = lambda g: ((g * weights).sum(dim=(1, 2)) ** 2).mean()  # noqa: E731
+    torch.testing.assert_close(released_gradient(GradientSanitizerMechanism(1e9, 0.0), x, loss), released_gradient(None, x, loss))
+
+
+def test_each_generated_records_gradient_is_clipped_to_c_over_b():
+    torch.manual_seed(1)
+    batch, clip = 8, 0.5
+    x = torch.randn(batch, 10) * 100
+    grad = released_gradient(GradientSanitizerMechanism(clip, 0.0), x, lambda g: (g**2).mean())
+    norms = grad.norm(dim=1)
+    assert (norms <= clip / batch * (1 + 1e-5)).all()
+    assert norms.min() > 0.99 * clip / batch  # every row was far above the bound: all clipped to it
+
+
+def test_noise_standard_deviation_is_sigma_c_over_b():
+    torch.manual_seed(2)
+    batch, clip, sigma = 16, 2.0, 3.0
+    grad = released_gradient(GradientSanitizerMechanism(clip, sigma), torch.zeros(batch, 5000), lambda g: (0 * g).sum())
+    assert grad.std().item() == pytest.approx(sigma * clip / batch, rel=0.02)
+    assert abs(grad.mean().item()) < 0.02 * sigma * clip / batch
+
+
+def test_one_step_costs_two_b_lambda_over_sigma_squared():
+    """DP-SACTGAN's Theorem 1, converted with Opacus' own RDP-to-(epsilon, delta) function."""
+    strategy = GradientSanitizer(noise_multiplier=40.0, target_epsilon=None, delta=1e-5)
+    strategy.generated_batch_size = 32
+    strategy.preprocessing = {"epsilon": 0.0, "delta": 0.0}
+    strategy.train_records = 1000
+    for _ in range(3):
+        strategy._charge(32)
+    orders = np.array(DEFAULT_ORDERS)
+    expected, _ = get_privacy_spent(orders=orders, rdp=3 * 2 * 32 * orders / 40.0**2, delta=1e-5)
+    assert strategy.epsilon() == pytest.approx(expected, rel=1e-9)
+    with pytest.raises(RuntimeError, match="charges batches of 32"):
+        strategy._charge(31)
+
+
+def gswgan_args(data_dir, output_dir, steps=10, *extra):
+    return tiny_run_args(data_dir, output_dir, model="gswgan", steps=steps, batch_size=16) + [
+        "--epsilon", "8", "--delta", "1e-4", *extra]
+
+
+@pytest.fixture(scope="module")
+def gswgan_run(tiny_image_data_dir, tmp_path_factory):
+    output = tmp_path_factory.mktemp("gswgan") / "run"
+    assert main(gswgan_args(tiny_image_data_dir, output)) == 0
+    return output
+
+
+def test_gswgan_trains_with_calibrated_noise_and_spends_at_most_the_target(gswgan_run):
+    report = read_json(gswgan_run / "privacy.json")
+    assert report["generator_steps"] == 2 and report["calibrated_for_steps"] == 2  # 10 batches, 5 critic steps each
+    assert report["epsilon"] <= 8.0
+    assert report["effective_noise_multiplier"] == pytest.approx(report["noise_multiplier"] / (2 * math.sqrt(16)))
+    assert (gswgan_run / "samples.png").is_file()
+
+
+def test_the_critic_trains_without_dp_sgd_and_only_the_generator_side_is_sanitized():
+    from lightning_dpgan.modules.gswgan import GSWGAN
+
+    gswgan = GSWGAN((1, 28, 28), 10)
+    gswgan.privacy = GradientSanitizerMechanism(1.0, 1.0)
+    assert gswgan.gradient_privatizer is None  # the critic's updates are not clipped or noised
+
+
+def test_resume_keeps_the_calibrated_noise(gswgan_run, tiny_image_data_dir, tmp_path):
+    first = read_json(gswgan_run / "privacy.json")
+    # the noise was calibrated for 2 generator steps at epsilon 8: a larger target lets a third run
+    assert main(gswgan_args(tiny_image_data_dir, tmp_path / "resumed", 15, "--resume",
+                            str(gswgan_run / "checkpoints" / "last.ckpt"), "--epsilon", "20")) == 0
+    resumed = read_json(tmp_path / "resumed" / "privacy.json")
+    assert resumed["noise_multiplier"] == first["noise_multiplier"]
+    assert resumed["generator_steps"] == 3 and 8.0 < resumed["epsilon"] <= 20.0
+
+
+def test_a_zero_noise_multiplier_is_refused(tiny_image_data_dir, tmp_path, capsys):
+    args = tiny_run_args(tiny_image_data_dir, tmp_path / "bad", model="gswgan") + ["--privacy", "sanitizer"]
+    assert main(args + ["--privacy.noise_multiplier", "0"]) == 2
+    assert "--privacy.noise_multiplier" in capsys.readouterr().err
