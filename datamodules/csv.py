@@ -113,6 +113,11 @@ class CSVDataModule(TabularDataModule):
         )
         return schema
 
+    @property
+    def estimates_schema(self) -> bool:
+        """True until a schema exists: without a schema file, using it runs a DP estimate."""
+        return self._schema is None
+
     def restore_schema(self, schema: TableSchema, cost: dict[str, Any] | None) -> None:
         """Use a schema released by an earlier run of the same training (a resume), and the
         privacy its estimate cost (already spent once: reported, never spent again)."""

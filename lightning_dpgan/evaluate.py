@@ -37,6 +37,7 @@ import yaml
 from lightning_dpgan import registry
 from lightning_dpgan.config import section_arguments
 from lightning_dpgan.outputs import write_json
+from lightning_dpgan.run import restore_released_schema
 
 EVALUATION_FILE = "evaluation.json"
 
@@ -51,6 +52,7 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None) -> Any:
         config["data"]["data_dir"] = data_dir
     cls = registry.lookup("dataset", config["data"]["name"]).load()
     datamodule = cls(**section_arguments(config, "data", cls))
+    restore_released_schema(datamodule, run_dir / "checkpoints" / "last.ckpt")  # never a second DP estimate
     datamodule.prepare_data()
     datamodule.setup()
     return datamodule

@@ -27,6 +27,16 @@ DEFAULT_MAX_STEPS = 1000
 STRATEGY_ALIASES = {"ddp": "ddp_find_unused_parameters_true"}
 
 
+def restore_released_schema(datamodule: Any, checkpoint: str | Path) -> None:
+    """Give a datamodule that would estimate its schema from the private rows (a ``csv`` without
+    a schema file) the schema its run released instead: a fresh DP estimate would spend its
+    budget a second time, unaccounted, and could encode the data differently."""
+    if getattr(datamodule, "estimates_schema", False):
+        info = read_run_info(checkpoint)
+        if "schema" in info:
+            datamodule.restore_schema(TableSchema.from_dict(info["schema"]), info.get("preprocessing_cost"))
+
+
 class Run:
     """Everything ``train`` does, in the order it does it."""
 
@@ -46,16 +56,9 @@ class Run:
         section = self.config["data"]
         cls = registry.lookup("dataset", section["name"]).load()
         datamodule = cls(**section_arguments(self.config, "data", cls))
-        if self.config["resume"] and hasattr(datamodule, "restore_schema"):
-            self._restore_released_schema(datamodule)
+        if self.config["resume"]:
+            restore_released_schema(datamodule, self.config["resume"])
         return datamodule
-
-    def _restore_released_schema(self, datamodule: Any) -> None:
-        """On resume, reuse the schema the first run released instead of estimating it again:
-        a fresh DP estimate would spend its budget a second time (and change the encoding)."""
-        info = read_run_info(self.config["resume"])
-        if "schema" in info:
-            datamodule.restore_schema(TableSchema.from_dict(info["schema"]), info.get("preprocessing_cost"))
 
     def _build_module(self) -> Any:
         section = self.config["model"]

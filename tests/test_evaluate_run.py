@@ -69,3 +69,28 @@ def test_evaluate_a_table_run(tmp_path, dataset, fixture, keys):
 def test_evaluate_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
     assert main(["evaluate", "--run", str(tmp_path)]) == 2
     assert "config.yaml" in capsys.readouterr().err
+
+
+def test_evaluating_a_csv_run_reuses_its_released_schema(tmp_path, monkeypatch):
+    """A csv run without a schema file paid for one DP estimate of its schema; evaluate must use
+    the released one, never estimate again on the private rows."""
+    import numpy as np
+    import pandas as pd
+
+    import lightning_dpgan.datamodules.csv as csv_module
+
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"amount": rng.gamma(2.0, 50.0, 300).round(2), "kind": rng.choice(["a", "b"], 300),
+                  "label": rng.choice(["no", "yes"], 300)}).to_csv(tmp_path / "t.csv", index=False)
+    run = tmp_path / "run"
+    assert main(["train", "--model", "gan", "--dataset", "csv", "--data.csv", str(tmp_path / "t.csv"),
+                 "--data.target", "label", "--data.categorical", "kind,label", "--data.label_kind", "binary",
+                 "--data.bounds_epsilon", "3", "--data.bounds_delta", "1e-6", "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8",
+                 "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]) == 0
+
+    def no_second_estimate(*args, **kwargs):
+        raise AssertionError("the schema was estimated again from the private rows")
+
+    monkeypatch.setattr(csv_module, "infer_schema_dp", no_second_estimate)
+    assert main(["evaluate", "--run", str(run)]) == 0
+    assert "utility/B_auroc" in read_json(run / "evaluation.json")

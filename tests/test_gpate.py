@@ -364,3 +364,19 @@ def test_teachers_that_cannot_fit_in_memory_are_refused_up_front(tiny_image_data
     message = capsys.readouterr().err
     assert "8 teachers" in message and "--privacy.num_teachers" in message
     assert not (tmp_path / "run" / "privacy.json").exists()
+
+
+def test_several_teacher_updates_per_step_are_all_taken(tiny_image_data_dir, tmp_path, monkeypatch):
+    from lightning_dpgan.modules.gpate import GPATE
+
+    calls = []
+    original = GPATE.teacher_step
+
+    def counting(self, *args):
+        calls.append(args[1].shape)
+        return original(self, *args)
+
+    monkeypatch.setattr(GPATE, "teacher_step", counting)
+    assert main(["train", *gpate_args(tiny_image_data_dir, tmp_path / "run", "--max-steps", "2",
+                                      "--model.teacher_steps", "3")]) == 0
+    assert calls == [torch.Size([8, 10, 1, 28, 28])] * 6  # 3 updates x 2 steps, each on every teacher's own batch

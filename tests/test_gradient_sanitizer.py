@@ -102,3 +102,9 @@ def test_a_zero_noise_multiplier_is_refused(tiny_image_data_dir, tmp_path, capsy
     args = tiny_run_args(tiny_image_data_dir, tmp_path / "bad", model="gswgan") + ["--privacy", "sanitizer"]
     assert main(args + ["--privacy.noise_multiplier", "0"]) == 2
     assert "--privacy.noise_multiplier" in capsys.readouterr().err
+
+
+def test_a_generated_batch_other_than_the_real_one_trains(tiny_image_data_dir, tmp_path):
+    """The gradient penalty mixes real and generated records of different counts."""
+    assert main(gswgan_args(tiny_image_data_dir, tmp_path / "run", 5, "--privacy.generated_batch_size", "6")) == 0
+    assert read_json(tmp_path / "run" / "privacy.json")["generated_batch_size"] == 6

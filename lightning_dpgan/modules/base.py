@@ -127,7 +127,7 @@ class GANModule(L.LightningModule):
     def gradient_privatizer(self) -> GradientPrivatizer | None:
         """The privacy mechanism if it is DP-SGD on the discriminator (else the discriminator
         trains without noise: a sanitizer privatizes the generator's side instead)."""
-        return self.privacy if isinstance(self.privacy, GradientPrivatizer) else None
+        return self.privacy if self.privacy_slot is GradientPrivatizer else None
 
     # ----------------------------------------------------------------- training
     def unpack_batch(self, batch: Any) -> tuple[Tensor, Tensor | None]:
@@ -197,7 +197,7 @@ class GANModule(L.LightningModule):
         try:
             with self.public_pass():
                 fake = self.generator(self.sample_latent(n), labels)
-                if isinstance(self.privacy, GradientSanitizer):
+                if self.privacy is not None and self.privacy_slot is GradientSanitizer:
                     fake = self.privacy.sanitize(fake)  # the only path from the critic to the generator
                 loss = self.generator_loss(self.discriminator(fake, labels))
                 opt_g.zero_grad()

@@ -87,15 +87,16 @@ class GPATE(TeacherModel):
 
     # ---------------------------------------------------------------- training
     def training_step(self, batch: tuple[Tensor, Tensor | None], batch_idx: int) -> None:
-        """``batch``: each teacher's minibatch ``[1, K, m, ...]`` (+ labels ``[1, K, m]``)."""
+        """``batch``: each teacher's minibatches ``[nT, K, m, ...]`` (+ labels ``[nT, K, m]``), one
+        per teacher update of this step (``teacher_steps``; the paper's 1)."""
         teacher_records, teacher_labels = batch
-        real = teacher_records[0]
-        real_labels = None if teacher_labels is None else teacher_labels[0]
-        n = real.shape[1]
+        n = teacher_records.shape[2]
         opt_g, opt_t = self.optimizers()
         labels = self.sample_labels(n)
         fake = self.generator(self.sample_latent(n), labels)
-        teacher_loss = self.teacher_step(opt_t, real, real_labels, fake.detach(), labels)
+        for t in range(teacher_records.shape[0]):
+            real_labels = None if teacher_labels is None else teacher_labels[t]
+            teacher_loss = self.teacher_step(opt_t, teacher_records[t], real_labels, fake.detach(), labels)
         try:
             perturbation = self.privacy.aggregate(self.adversarial_perturbations(fake.detach(), labels))
         except PrivacyBudgetExhausted:

@@ -49,6 +49,8 @@ class WGAN(GANModule):
             return real.new_zeros(())
         # Interpolates mix real and generated records; with class labels we interpolate
         # only the records and keep the real labels (the usual conditional WGAN-GP choice).
+        if fake.shape[0] != real.shape[0]:  # a short last batch, or a fixed generated batch size
+            fake = fake[torch.arange(real.shape[0], device=fake.device) % fake.shape[0]]
         alpha = torch.rand(real.shape[0], *([1] * (real.dim() - 1)), device=real.device)
         mixed = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
         scores = self.discriminator(mixed, labels)
