@@ -14,14 +14,14 @@ from typing import Any, ClassVar
 import lightning as L
 from opacus.data_loader import DPDataLoader
 
-from lightning_dpgan.callbacks.strategy import PrivacyStrategy
+from lightning_dpgan.callbacks.strategy import CalibratedNoiseStrategy
 from lightning_dpgan.privacy.accountants import OpacusAccountant, calibrate_noise_multiplier
 from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
 from lightning_dpgan.privacy.slots import GradientPrivatizer
 from lightning_dpgan.privacy.validation import validate_positive
 
 
-class DPSGD(PrivacyStrategy):
+class DPSGD(CalibratedNoiseStrategy):
     """DP-SGD (Opacus): clip each real record's gradient, add Gaussian noise, Poisson-sample batches."""
 
     name: ClassVar[str] = "dp-sgd"
@@ -38,21 +38,14 @@ class DPSGD(PrivacyStrategy):
         poisson_sampling: bool = True,
         grad_sample_mode: str = "auto",
     ) -> None:
-        super().__init__(target_epsilon, delta)
-        if noise_multiplier is None and target_epsilon is None:
-            raise ValueError("dp-sgd needs --epsilon (to calibrate the noise) or --privacy.noise_multiplier")
-        if noise_multiplier is not None:
-            validate_positive("--privacy.noise_multiplier", noise_multiplier)
+        super().__init__(noise_multiplier, target_epsilon, delta)
         self.max_grad_norm = validate_positive("--privacy.max_grad_norm", max_grad_norm)
         if accountant not in ("rdp", "prv"):
             raise ValueError(f"--privacy.accountant must be 'rdp' or 'prv', got {accountant!r}")
-        self.noise_multiplier = noise_multiplier
-        self.noise_multiplier_given = noise_multiplier is not None
         self.accountant_kind = accountant
         self.poisson_sampling = poisson_sampling
         self.grad_sample_mode = grad_sample_mode
         self.sample_rate: float | None = None
-        self.calibrated_for_steps: int | None = None
 
     # ----------------------------------------------------------------- install
     def install(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -92,21 +85,6 @@ class DPSGD(PrivacyStrategy):
         steps = self.planned_steps(trainer)
         self.calibrated_for_steps = steps
         return calibrate_noise_multiplier(self.training_target, self.training_delta, self.sample_rate, steps, kind=self.accountant_kind)
-
-    # ------------------------------------------------------------- checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "noise_multiplier": self.noise_multiplier,
-                "calibrated_for_steps": self.calibrated_for_steps}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Resume with the checkpoint's noise multiplier, unless the user set one now.
-
-        Runs before the optimizers are built, so the restored value is the one used."""
-        super().load_state_dict(state_dict)
-        if not self.noise_multiplier_given:
-            self.noise_multiplier = validate_positive("noise_multiplier in the checkpoint", state_dict.get("noise_multiplier"))
-            self.calibrated_for_steps = state_dict.get("calibrated_for_steps")
-            self.mechanism.noise_multiplier = self.noise_multiplier
 
     # -------------------------------------------------------------- accounting
     def _charge(self) -> None:

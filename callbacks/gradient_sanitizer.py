@@ -20,14 +20,14 @@ from typing import Any, ClassVar
 
 import lightning as L
 
-from lightning_dpgan.callbacks.strategy import PrivacyStrategy
+from lightning_dpgan.callbacks.strategy import CalibratedNoiseStrategy
 from lightning_dpgan.privacy.accountants import GaussianAccountant, calibrate_noise_multiplier
 from lightning_dpgan.privacy.gradient_sanitizer import GradientSanitizerMechanism, effective_noise_multiplier
 from lightning_dpgan.privacy.slots import GradientSanitizer as GradientSanitizerSlot
 from lightning_dpgan.privacy.validation import validate_positive
 
 
-class GradientSanitizer(PrivacyStrategy):
+class GradientSanitizer(CalibratedNoiseStrategy):
     """Clip and noise the gradient the generator receives from the discriminator (DP-HOOK)."""
 
     name: ClassVar[str] = "sanitizer"
@@ -50,19 +50,11 @@ class GradientSanitizer(PrivacyStrategy):
             generated_batch_size: B, generated records per generator step (default: the
                 datamodule's batch size). It sets the privacy cost of a step.
         """
-        super().__init__(target_epsilon, delta)
-        if noise_multiplier is None and target_epsilon is None:
-            raise ValueError("the sanitizer needs --epsilon (to calibrate the noise) or --privacy.noise_multiplier")
-        if noise_multiplier is not None:
-            validate_positive("--privacy.noise_multiplier", noise_multiplier)
-        self.noise_multiplier = noise_multiplier
-        self.noise_multiplier_given = noise_multiplier is not None
+        super().__init__(noise_multiplier, target_epsilon, delta)
         self.max_norm = validate_positive("--privacy.max_norm", max_norm)
         if generated_batch_size is not None and generated_batch_size < 1:
             raise ValueError(f"--privacy.generated_batch_size must be at least 1, got {generated_batch_size}")
         self.generated_batch_size = generated_batch_size
-        self.calibrated_for_steps: int | None = None
-        self.mechanism: GradientSanitizerMechanism | None = None
         self.accountant = GaussianAccountant()
 
     def install(self, trainer: L.Trainer, pl_module: Any) -> None:
@@ -85,18 +77,6 @@ class GradientSanitizer(PrivacyStrategy):
         self.calibrated_for_steps = steps
         effective = calibrate_noise_multiplier(self.training_target, self.training_delta, 1.0, steps)
         return effective * 2.0 * math.sqrt(self.generated_batch_size)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "noise_multiplier": self.noise_multiplier,
-                "calibrated_for_steps": self.calibrated_for_steps}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Resume with the checkpoint's noise (runs before training), unless the user set one now."""
-        super().load_state_dict(state_dict)
-        if not self.noise_multiplier_given:
-            self.noise_multiplier = validate_positive("noise_multiplier in the checkpoint", state_dict.get("noise_multiplier"))
-            self.calibrated_for_steps = state_dict.get("calibrated_for_steps")
-            self.mechanism.noise_multiplier = self.noise_multiplier
 
     def _charge(self, batch: int) -> None:
         if batch != self.generated_batch_size:

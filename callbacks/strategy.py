@@ -16,7 +16,7 @@ import lightning as L
 
 from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.privacy.accountants import Accountant, AccountantStateError
-from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon
+from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon, validate_positive
 
 DEFAULT_DELTA = 1e-5
 
@@ -191,3 +191,37 @@ class PrivacyStrategy(L.Callback):
             **self.report_parameters(),
             "accountant_state": self.accountant.state_dict(),
         }
+
+
+class CalibratedNoiseStrategy(PrivacyStrategy):
+    """A strategy with a Gaussian noise multiplier that is either given or calibrated to the
+    target epsilon before training (``calibrated_for_steps``), and kept from the checkpoint on
+    resume unless given again: a resumed run must add the noise its budget was planned for.
+
+    Subclasses create ``self.mechanism`` (with a ``noise_multiplier`` attribute) in ``install``.
+    """
+
+    def __init__(self, noise_multiplier: float | None, target_epsilon: float | None, delta: float | None) -> None:
+        super().__init__(target_epsilon, delta)
+        if noise_multiplier is None and target_epsilon is None:
+            raise ValueError(f"{self.name} needs --epsilon (to calibrate the noise) or --privacy.noise_multiplier")
+        if noise_multiplier is not None:
+            validate_positive("--privacy.noise_multiplier", noise_multiplier)
+        self.noise_multiplier = noise_multiplier
+        self.noise_multiplier_given = noise_multiplier is not None
+        self.calibrated_for_steps: int | None = None
+        self.mechanism: Any = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "noise_multiplier": self.noise_multiplier,
+                "calibrated_for_steps": self.calibrated_for_steps}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume with the checkpoint's noise multiplier, unless the user set one now.
+
+        Runs before the optimizers are built, so the restored value is the one used."""
+        super().load_state_dict(state_dict)
+        if not self.noise_multiplier_given:
+            self.noise_multiplier = validate_positive("noise_multiplier in the checkpoint", state_dict.get("noise_multiplier"))
+            self.calibrated_for_steps = state_dict.get("calibrated_for_steps")
+            self.mechanism.noise_multiplier = self.noise_multiplier

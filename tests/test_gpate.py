@@ -370,13 +370,13 @@ def test_several_teacher_updates_per_step_are_all_taken(tiny_image_data_dir, tmp
     from lightning_dpgan.modules.gpate import GPATE
 
     calls = []
-    original = GPATE.teacher_step
+    original = GPATE.update_teachers
 
     def counting(self, *args):
         calls.append(args[1].shape)
         return original(self, *args)
 
-    monkeypatch.setattr(GPATE, "teacher_step", counting)
+    monkeypatch.setattr(GPATE, "update_teachers", counting)
     assert main(["train", *gpate_args(tiny_image_data_dir, tmp_path / "run", "--max-steps", "2",
                                       "--model.teacher_steps", "3")]) == 0
     assert calls == [torch.Size([8, 10, 1, 28, 28])] * 6  # 3 updates x 2 steps, each on every teacher's own batch

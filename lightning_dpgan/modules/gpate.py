@@ -96,7 +96,7 @@ class GPATE(TeacherModel):
         fake = self.generator(self.sample_latent(n), labels)
         for t in range(teacher_records.shape[0]):
             real_labels = None if teacher_labels is None else teacher_labels[t]
-            teacher_loss = self.teacher_step(opt_t, teacher_records[t], real_labels, fake.detach(), labels)
+            teacher_loss = self.update_teachers(opt_t, teacher_records[t], real_labels, fake.detach(), labels)
         try:
             perturbation = self.privacy.aggregate(self.adversarial_perturbations(fake.detach(), labels))
         except PrivacyBudgetExhausted:
@@ -108,15 +108,6 @@ class GPATE(TeacherModel):
         opt_g.step()
         self.train_steps += 1
         self.log_dict({"loss/teachers": teacher_loss, "loss/generator": generator_loss}, prog_bar=True, batch_size=n)
-
-    def teacher_step(self, optimizer: Any, real: Tensor, real_labels: Tensor | None, fake: Tensor,
-                     fake_labels: Tensor | None) -> Tensor:
-        """All teachers at once, teacher k on its own real minibatch ``real[k]`` against ``fake``."""
-        loss = self.teachers.discriminator_loss(real, real_labels, fake, fake_labels)
-        optimizer.zero_grad()
-        self.manual_backward(loss)
-        optimizer.step()
-        return loss.detach() / self.teachers.num_teachers
 
     def adversarial_perturbations(self, fake: Tensor, labels: Tensor | None) -> Tensor:
         """Every teacher k's perturbation of every record b, ``[K, B, ...]``.

@@ -106,11 +106,7 @@ class PATEGAN(TeacherModel):
         fake_labels = self.sample_labels(n)
         with torch.no_grad():
             fake = self.generator(self.sample_latent(n), fake_labels)
-        loss = self.teachers.discriminator_loss(real, labels, fake, fake_labels)
-        optimizer.zero_grad()
-        self.manual_backward(loss)
-        optimizer.step()
-        return loss.detach() / self.teachers.num_teachers
+        return self.update_teachers(optimizer, real, labels, fake, fake_labels)
 
     def student_step(self, optimizer: Any, n: int) -> Tensor:
         """The student learns the teachers' noisy labels of generated records."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch import Tensor
+
 from lightning_dpgan.modules.base import GANModule
 from lightning_dpgan.nets.ensemble import TeacherEnsemble, build_teacher_ensemble
 
@@ -36,6 +38,17 @@ class TeacherModel(GANModule):
                                                **self.teacher_ensemble_kwargs())
         self.hparams["num_teachers"] = num_teachers
         return self.teachers
+
+    def update_teachers(self, optimizer: Any, real: Tensor, real_labels: Tensor | None, fake: Tensor,
+                        fake_labels: Tensor | None) -> Tensor:
+        """One update of all teachers at once: teacher k on its own real minibatch ``real[k]``
+        against the shared generated ``fake``. Summing the per-teacher mean losses gives each
+        teacher exactly its own gradient. Returns the mean loss per teacher."""
+        loss = self.teachers.discriminator_loss(real, real_labels, fake, fake_labels)
+        optimizer.zero_grad()
+        self.manual_backward(loss)
+        optimizer.step()
+        return loss.detach() / self.teachers.num_teachers
 
     def setup(self, stage: str) -> None:
         if stage == "fit" and (self.teachers is None or self.privacy is None):
