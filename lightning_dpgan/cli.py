@@ -62,6 +62,9 @@ def _train_parser() -> argparse.ArgumentParser:
     add("--accelerator", choices=("cpu", "gpu", "auto"), help="hardware to train on (default auto)")
     add("--strategy", help="Lightning distributed strategy, e.g. ddp (not the privacy strategy: see --privacy)")
     add("--logger", help="csv (default), tensorboard or wandb")
+    add("--wandb-project", dest="wandb_project", help="W&B project (default lightning-dpgan)")
+    add("--wandb-entity", dest="wandb_entity", help="W&B entity (user or team)")
+    add("--wandb-name", dest="wandb_name", help="W&B run name (default: the output folder's name)")
     add("--resume", help="checkpoint to continue training from")
     add("--evaluate", action="store_true", default=None,
         help="after training, evaluate the run (writes evaluation.json; see 'python -m lightning_dpgan evaluate')")

@@ -60,6 +60,9 @@ FLAG_KEYS = {
     "accelerator": "trainer.accelerator",
     "strategy": "trainer.strategy",
     "logger": "logger.name",
+    "wandb_project": "logger.project",
+    "wandb_entity": "logger.entity",
+    "wandb_name": "logger.run_name",
     "evaluate": "evaluate",
     "resume": "resume",
 }

@@ -1,6 +1,18 @@
-"""The ``--logger`` choices, built on Lightning's own loggers."""
+"""The ``--logger`` choices, built on Lightning's own loggers.
+
+Weights & Biases (``--logger wandb``) gets the run's full configuration, the logged losses and
+``privacy/epsilon``, and at the end the sample grid as an image, the final metrics in the run
+summary and ``privacy.json`` as an artifact (:func:`publish_run`). Without an API key (neither
+``WANDB_API_KEY`` nor a ``~/.netrc`` entry) and without ``WANDB_MODE``, it logs offline with a
+warning instead of failing: ``wandb sync <dir>`` uploads the run later.
+"""
 from __future__ import annotations
 
+import math
+import netrc
+import os
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +29,54 @@ def build_logger(name: str, output_dir: Path, options: dict[str, Any], run_name:
     if name == "tensorboard":
         return TensorBoardLogger(save_dir=str(save_dir), name="", version="", **options)
     if name == "wandb":
-        try:
-            import wandb  # noqa: F401
-        except ImportError as error:
-            raise ConfigError("--logger wandb needs the wandb package: pip install 'lightning-dpgan[wandb]'") from error
-        from lightning.pytorch.loggers import WandbLogger
-
-        options = {"project": "lightning-dpgan", "name": run_name, **options}
-        save_dir.mkdir(parents=True, exist_ok=True)
-        return WandbLogger(save_dir=str(save_dir), **options)
+        return _wandb_logger(save_dir, options, run_name)
     raise ConfigError(f"unknown logger {name!r}")
+
+
+def _wandb_logger(save_dir: Path, options: dict[str, Any], run_name: str) -> Logger:
+    try:
+        import wandb  # noqa: F401
+    except ImportError as error:
+        raise ConfigError("--logger wandb needs the wandb package: pip install 'lightning-dpgan[wandb]'") from error
+    from lightning.pytorch.loggers import WandbLogger
+
+    options = dict(options)
+    options = {"project": "lightning-dpgan", "name": options.pop("run_name", None) or run_name, **options}
+    if not os.environ.get("WANDB_MODE") and not _has_wandb_credentials() and "offline" not in options:
+        warnings.warn("no W&B API key (WANDB_API_KEY or ~/.netrc) and no WANDB_MODE: logging offline; "
+                      "upload later with `wandb sync <run dir>`", stacklevel=2)
+        options["offline"] = True
+    save_dir.mkdir(parents=True, exist_ok=True)
+    return WandbLogger(save_dir=str(save_dir), **options)
+
+
+def _has_wandb_credentials() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def publish_run(logger: Logger | None, output_dir: Path, metrics: Mapping[str, Any]) -> None:
+    """End-of-run extras for W&B (nothing for other loggers): the sample grid, the final metrics
+    in the run summary, and ``privacy.json`` as an artifact; then the run is finished."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    if not isinstance(logger, WandbLogger):
+        return
+    import wandb
+
+    run = logger.experiment
+    samples = output_dir / "samples.png"
+    if samples.is_file():
+        logger.log_image("samples", [str(samples)])
+    run.summary.update({f"final/{key}": value for key, value in metrics.items()
+                        if isinstance(value, (int, float)) and math.isfinite(value)})
+    privacy = output_dir / "privacy.json"
+    if privacy.is_file():
+        artifact = wandb.Artifact(f"privacy-report-{run.id}", type="privacy-report")
+        artifact.add_file(str(privacy))
+        run.log_artifact(artifact)
+    run.finish()

@@ -15,7 +15,7 @@ from lightning_dpgan.callbacks.finite_loss import FiniteLossGuard
 from lightning_dpgan.callbacks.samples import SampleGrid, sample_grid
 from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.config import ConfigError, init_arguments, section_arguments
-from lightning_dpgan.loggers import build_logger
+from lightning_dpgan.loggers import build_logger, publish_run
 from lightning_dpgan.data.schema import TableSchema
 from lightning_dpgan.outputs import write_csv, write_json, write_png, write_yaml
 from lightning_dpgan.sampling import read_run_info
@@ -135,6 +135,8 @@ class Run:
     def fit(self) -> None:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         write_yaml(self.output_dir / "config.yaml", self.config)
+        if self.trainer.logger is not None:
+            self.trainer.logger.log_hyperparams({"run_config": self.config})
         started = time.perf_counter()
         self.trainer.fit(self.module, datamodule=self.datamodule, ckpt_path=self.config["resume"])
         wall_time = time.perf_counter() - started
@@ -142,13 +144,15 @@ class Run:
             self._write_outputs(wall_time)
 
     def _write_outputs(self, wall_time: float) -> None:
+        metrics = self.metrics(wall_time)
         write_json(self.output_dir / "privacy.json", self.privacy_report())
-        write_json(self.output_dir / "metrics.json", self.metrics(wall_time))
+        write_json(self.output_dir / "metrics.json", metrics)
         if self.is_image:
             write_png(self.output_dir / "samples.png", sample_grid(self.module, self.config["sample_columns"]))
         else:
             rows = self.config["num_synthetic"] or len(self.datamodule.train_dataset)
             write_csv(self.output_dir / "synthetic.csv", self.datamodule.decode(self.module.sample(rows)))
+        publish_run(self.trainer.logger, self.output_dir, metrics)
 
     def privacy_report(self) -> dict[str, Any]:
         if self.strategy is None:

@@ -203,3 +203,36 @@ def test_a_diverged_run_stops_with_a_clear_error_and_writes_no_outputs(tiny_imag
     checkpoint = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert checkpoint["lightning_dpgan"]["train_steps"] == 2
     assert all(torch.isfinite(value).all() for value in checkpoint["state_dict"].values() if value.is_floating_point())
+
+
+def _wandb_record_log(output_dir):
+    (path,) = (output_dir / "logs" / "wandb").glob("offline-run-*/run-*.wandb")
+    return path.read_bytes()
+
+
+def test_wandb_offline_run_records_config_losses_epsilon_samples_and_the_privacy_report(
+        tiny_image_data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    out = tmp_path / "run"
+    args = tiny_run_args(tiny_image_data_dir, out, model="dpgan", steps=3) + [
+        "--logger", "wandb", "--wandb-project", "audit-project", "--wandb-name", "tiny-dpgan", "--epsilon", "5",
+        "--trainer.log_every_n_steps", "1"]
+    assert main(args) == 0
+    record = _wandb_record_log(out)
+    for key in (b"run_config", b"loss/discriminator", b"privacy/epsilon", b"final/steps", b"privacy-report",
+                b"tiny-dpgan", b"audit-project"):
+        assert key in record, key
+    assert list((out / "logs" / "wandb").glob("offline-run-*/files/media/images/samples_*.png"))
+
+
+def test_wandb_without_a_key_or_mode_falls_back_to_offline_with_a_warning(tiny_image_data_dir, tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc
+    out = tmp_path / "run"
+    with pytest.warns(UserWarning, match="logging offline"):
+        assert main(tiny_run_args(tiny_image_data_dir, out, steps=2) + ["--logger", "wandb"]) == 0
+    assert b"loss/discriminator" in _wandb_record_log(out)
