@@ -49,8 +49,6 @@ class DPSGD(CalibratedNoiseStrategy):
 
     # ----------------------------------------------------------------- install
     def install(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.world_size > 1:
-            raise NotImplementedError("dp-sgd under multi-process training (DDP) is not supported yet; use --devices 1")
         if getattr(pl_module.hparams, "gradient_penalty", 0):
             raise ValueError("dp-sgd cannot clip per-record gradients of a gradient penalty: set --model.gradient_penalty 0")
         datamodule = trainer.datamodule

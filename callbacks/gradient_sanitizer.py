@@ -58,8 +58,6 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         self.accountant = GaussianAccountant()
 
     def install(self, trainer: L.Trainer, pl_module: Any) -> None:
-        if trainer.world_size > 1:
-            raise NotImplementedError("the gradient sanitizer under multi-process training (DDP) is not supported yet; use --devices 1")
         batch_size = trainer.datamodule.hparams.batch_size
         self.generated_batch_size = self.generated_batch_size or batch_size
         pl_module.generated_batch_size = self.generated_batch_size

@@ -65,6 +65,10 @@ class PrivacyStrategy(L.Callback):
         if stage != "fit":
             return
         self.check_compatible(pl_module)
+        if trainer.world_size > 1:
+            # Each rank would draw its own noise and charge its own accountant: not the
+            # single-process guarantee. Refused until the strategies shard their mechanisms.
+            raise NotImplementedError(f"--privacy {self.name} under multi-process training (DDP) is not supported yet; use --devices 1")
         self.train_records = len(trainer.datamodule.train_dataset)
         self.delta = validate_delta(DEFAULT_DELTA if self.delta is None else self.delta, self.train_records)
         self._compose_preprocessing(trainer.datamodule)

@@ -115,8 +115,6 @@ class TeacherStrategy(PrivacyStrategy):
         self.steps = 0
 
     def install(self, trainer: L.Trainer, pl_module: Any) -> None:
-        if trainer.world_size > 1:
-            raise NotImplementedError(f"{self.name} under multi-process training (DDP) is not supported yet; use --devices 1")
         datamodule = trainer.datamodule
         k = self.num_teachers or max(1, self.train_records // self.records_per_teacher)
         if k > self.train_records:

@@ -61,3 +61,19 @@ def test_invalid_positive_names_the_given_flag(value):
 
 def test_valid_positive_is_returned_as_float():
     assert validate_positive("--lr", 2) == 2.0
+
+
+@pytest.mark.parametrize("strategy", ["dp-sgd", "pate", "gpate", "sanitizer"])
+def test_every_privacy_strategy_refuses_multi_process_training(strategy):
+    """Under DDP each rank would draw its own noise and charge its own accountant."""
+    from types import SimpleNamespace
+
+    from lightning_dpgan import registry
+
+    cls = registry.lookup("privacy", strategy).load()
+    model = {"dp-sgd": "dpgan", "pate": "pategan", "gpate": "gpate", "sanitizer": "gswgan"}[strategy]
+    shape = (4,) if model == "pategan" else (1, 8, 8)
+    module = registry.lookup("model", model).load()(shape, None)
+    instance = cls(target_epsilon=1.0) if strategy in ("dp-sgd", "sanitizer") else cls()
+    with pytest.raises(NotImplementedError, match="DDP"):
+        instance.setup(SimpleNamespace(world_size=2), module, "fit")
