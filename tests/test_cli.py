@@ -205,9 +205,16 @@ def test_a_diverged_run_stops_with_a_clear_error_and_writes_no_outputs(tiny_imag
     assert all(torch.isfinite(value).all() for value in checkpoint["state_dict"].values() if value.is_floating_point())
 
 
-def _wandb_record_log(output_dir):
+def _wandb_record_log(output_dir, expected=b"loss/discriminator", timeout=60.0):
+    """The offline run's record log, once W&B's background writer has flushed it (it may lag
+    behind ``run.finish()`` on a busy machine)."""
+    import time
+
     (path,) = (output_dir / "logs" / "wandb").glob("offline-run-*/run-*.wandb")
-    return path.read_bytes()
+    deadline = time.monotonic() + timeout
+    while expected not in (record := path.read_bytes()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return record
 
 
 def test_wandb_offline_run_records_config_losses_epsilon_samples_and_the_privacy_report(
@@ -220,7 +227,7 @@ def test_wandb_offline_run_records_config_losses_epsilon_samples_and_the_privacy
         "--logger", "wandb", "--wandb-project", "audit-project", "--wandb-name", "tiny-dpgan", "--epsilon", "5",
         "--trainer.log_every_n_steps", "1"]
     assert main(args) == 0
-    record = _wandb_record_log(out)
+    record = _wandb_record_log(out, expected=b"privacy-report")
     for key in (b"run_config", b"loss/discriminator", b"privacy/epsilon", b"final/steps", b"privacy-report",
                 b"tiny-dpgan", b"audit-project"):
         assert key in record, key
