@@ -19,6 +19,9 @@ Tables, fidelity
   ``fidelity/wasserstein_mean`` (continuous columns, scaled by the public bounds),
   ``fidelity/jsd_mean`` (categorical columns), ``fidelity/correlation_difference``,
   ``fidelity/pmse``, ``fidelity/pmse_ratio``.
+Every run also gets ``report.md`` (with figures under ``report/``: epsilon over steps, samples,
+classifier AUROC bars, marginals, correlation matrices; :mod:`lightning_dpgan.evaluation.report`).
+
 Every run
   ``privacy_risk/mia_auc``: a distance-to-closest-record membership-inference attack on training
   records vs held-out test records (0.5 = chance), ``privacy_risk/median_dcr_{members,non_members}``;
@@ -26,6 +29,7 @@ Every run
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -67,21 +71,37 @@ def evaluate_run(
     device: str = "cpu",
 ) -> dict[str, Any]:
     """Evaluate the run in ``run_dir``, write ``evaluation.json`` there and return its content."""
+    from lightning_dpgan.evaluation.report import epsilon_figure, write_report
+
     run_dir = Path(run_dir)
     datamodule = load_run_datamodule(run_dir, data_dir)
+    figures: dict[str, str] = {}
     if getattr(datamodule, "kind", "image") == "image":
         results = _evaluate_images(run_dir, datamodule, n_synthetic, cnn_epochs, seed, device)
+        if (run_dir / "samples.png").is_file():
+            figures["Samples (one row per class)"] = "samples.png"
     else:
-        results = _evaluate_table(run_dir, datamodule, seed)
+        results = _evaluate_table(run_dir, datamodule, seed, figures)
+    privacy = None
     privacy_path = run_dir / "privacy.json"
     if privacy_path.is_file():
-        import json
-
         privacy = json.loads(privacy_path.read_text())
         results = {"epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"), **results}
+    epsilon_plot = epsilon_figure(run_dir / "logs" / "metrics.csv")
+    if epsilon_plot is not None:
+        figures = {"Privacy spent over training": _save(epsilon_plot, run_dir, "epsilon.png"), **figures}
     results = {key: _plain(value) for key, value in results.items()}
     write_json(run_dir / EVALUATION_FILE, results)
+    write_report(run_dir, results, privacy, figures)
     return results
+
+
+def _save(figure: Any, run_dir: Path, name: str) -> str:
+    """Save a report figure under ``report/``; return its path relative to the run folder."""
+    from lightning_dpgan.evaluation.report import FIGURES, save_figure
+
+    save_figure(figure, run_dir / FIGURES / name)
+    return f"{FIGURES}/{name}"
 
 
 def _evaluate_images(run_dir: Path, datamodule: Any, n: int | None, cnn_epochs: int, seed: int, device: str) -> dict[str, Any]:
@@ -104,10 +124,11 @@ def _evaluate_images(run_dir: Path, datamodule: Any, n: int | None, cnn_epochs: 
     return {**results, **_risk(attack)}
 
 
-def _evaluate_table(run_dir: Path, datamodule: Any, seed: int) -> dict[str, Any]:
+def _evaluate_table(run_dir: Path, datamodule: Any, seed: int, figures: dict[str, str]) -> dict[str, Any]:
     from lightning_dpgan.evaluation.fidelity import correlation_difference, jensen_shannon_per_column, pmse, wasserstein_per_column
     from lightning_dpgan.evaluation.membership import membership_inference
     from lightning_dpgan.evaluation.ranking import synthetic_ranking_agreement
+    from lightning_dpgan.evaluation.report import auroc_figure, correlation_figure, marginals_figure
     from lightning_dpgan.evaluation.utility import regression_utility, settings_abc, utility_differences
 
     synthetic_path = run_dir / "synthetic.csv"
@@ -132,6 +153,8 @@ def _evaluate_table(run_dir: Path, datamodule: Any, seed: int) -> dict[str, Any]
                 results[f"utility/{name}_{metric}"] = value
         auroc = {setting: {k: v["auroc"] for k, v in settings[setting]["per_classifier"].items()} for setting in "AC"}
         results["utility/sra"] = synthetic_ranking_agreement(auroc["A"], auroc["C"])
+        figures["Classifiers trained on real vs synthetic data"] = _save(
+            auroc_figure({name: result["per_classifier"] for name, result in settings.items()}), run_dir, "auroc.png")
     wasserstein = wasserstein_per_column(real_train, synthetic, schema)
     jsd = jensen_shannon_per_column(real_train, synthetic, schema)
     propensity = pmse(real_train, synthetic, schema, seed=seed)
@@ -145,6 +168,9 @@ def _evaluate_table(run_dir: Path, datamodule: Any, seed: int) -> dict[str, Any]
     members, _ = schema.encode(real_train)
     non_members, _ = schema.encode(real_test)
     released, _ = schema.encode(synthetic)
+    figures["Marginals, real vs synthetic"] = _save(marginals_figure(real_train, synthetic, schema), run_dir, "marginals.png")
+    figures["Correlations of the encoded features"] = _save(
+        correlation_figure(members.numpy(), released.numpy()), run_dir, "correlations.png")
     return {**results, **_risk(membership_inference(released, members, non_members, seed=seed))}
 
 

@@ -44,6 +44,7 @@ def test_train_with_evaluate_writes_image_utility_and_risk(tiny_image_data_dir, 
     assert 0.0 <= evaluation["privacy_risk/mia_auc"] <= 1.0
     assert evaluation["synthetic_records"] == 160  # as many as training images
     assert evaluation["epsilon"] is None  # a non-private baseline: no guarantee to show
+    assert "![Samples (one row per class)](samples.png)" in (tmp_path / "run" / "report.md").read_text()
 
 
 @pytest.mark.parametrize(
@@ -64,6 +65,12 @@ def test_evaluate_a_table_run(tmp_path, dataset, fixture, keys):
     for key in [*keys, "fidelity/correlation_difference", "fidelity/pmse", "privacy_risk/mia_auc"]:
         assert key in evaluation, key
     assert 0.0 <= evaluation["privacy_risk/mia_auc"] <= 1.0
+    report = (run / "report.md").read_text()
+    figures = ["report/marginals.png", "report/correlations.png"] + (["report/auroc.png"] if dataset == "adult" else [])
+    for figure in figures:
+        assert f"]({figure})" in report and (run / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", figure
+    assert "report/epsilon.png" not in report  # a non-private run has no privacy curve to draw
+    assert "| `utility/" in report and "epsilon: none (not private)" in report
 
 
 def test_evaluate_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
@@ -94,3 +101,15 @@ def test_evaluating_a_csv_run_reuses_its_released_schema(tmp_path, monkeypatch):
     monkeypatch.setattr(csv_module, "infer_schema_dp", no_second_estimate)
     assert main(["evaluate", "--run", str(run)]) == 0
     assert "utility/B_auroc" in read_json(run / "evaluation.json")
+
+
+def test_the_report_of_a_private_run_draws_epsilon_over_steps(tmp_path):
+    run = tmp_path / "run"
+    assert main(["train", "--model", "pategan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
+                 "--output-dir", str(run), "--max-steps", "4", "--epsilon", "8", "--delta", "1e-3",
+                 "--privacy.num_teachers", "3", "--privacy.teacher_batch_size", "8", "--privacy.lap_inverse_scale", "0.05",
+                 "--trainer.log_every_n_steps", "1", "--trainer.enable_progress_bar", "false", "--evaluate"]) == 0
+    report = (run / "report.md").read_text()
+    assert "](report/epsilon.png)" in report and (run / "report/epsilon.png").is_file()
+    privacy = read_json(run / "privacy.json")
+    assert f"epsilon: {privacy['epsilon']:.4g} (target 8)" in report

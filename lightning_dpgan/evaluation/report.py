@@ -1,0 +1,140 @@
+"""The Markdown report of an evaluated run, with the plots people look at first.
+
+``evaluate`` writes ``report.md`` beside ``evaluation.json`` and its figures under
+``report/``: epsilon over training steps (from the CSV log), the sample grid (images),
+per-classifier AUROC trained on real vs on synthetic data, real-vs-synthetic marginals and the
+two correlation matrices (tables). Every figure is drawn from the run's own files; nothing is
+made up when a piece is missing -- the section is left out.
+"""
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from lightning_dpgan.data.schema import TableSchema  # noqa: E402
+from lightning_dpgan.outputs import atomic_write  # noqa: E402
+
+REPORT_FILE = "report.md"
+FIGURES = "report"
+#: At most this many columns get a marginal plot (the first ones of the schema).
+MAX_MARGINALS = 6
+
+
+def save_figure(figure: plt.Figure, path: Path) -> Path:
+    """Write ``figure`` as a PNG atomically and close it."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    return atomic_write(path, lambda handle: handle.write(buffer.getvalue()))
+
+
+def epsilon_figure(metrics_csv: Path) -> plt.Figure | None:
+    """Epsilon against training steps from Lightning's CSV log (None without such a column)."""
+    if not metrics_csv.is_file():
+        return None
+    log = pd.read_csv(metrics_csv)
+    if "privacy/epsilon" not in log or log["privacy/epsilon"].dropna().empty:
+        return None
+    points = log[["step", "privacy/epsilon"]].dropna()
+    figure, axes = plt.subplots(figsize=(5, 3))
+    axes.plot(points["step"], points["privacy/epsilon"], marker=".")
+    axes.set(xlabel="log step", ylabel="epsilon spent", title="Privacy spent")
+    return figure
+
+
+def auroc_figure(per_classifier: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> plt.Figure:
+    """Bars of each classifier's AUROC in settings A (train real) and B (train synthetic)."""
+    names = list(per_classifier["A"])
+    x = np.arange(len(names))
+    figure, axes = plt.subplots(figsize=(max(6, len(names) * 0.6), 3))
+    for offset, setting, label in ((-0.2, "A", "train real"), (0.2, "B", "train synthetic")):
+        axes.bar(x + offset, [per_classifier[setting][n]["auroc"] for n in names], width=0.4, label=label)
+    axes.set_xticks(x, names, rotation=45, ha="right")
+    axes.set(ylim=(0, 1), ylabel="AUROC on the real test split", title="Classifiers")
+    axes.legend()
+    return figure
+
+
+def marginals_figure(real: pd.DataFrame, synthetic: pd.DataFrame, schema: TableSchema) -> plt.Figure:
+    """Real vs synthetic distribution of the first columns: histograms over the public bounds,
+    or category frequencies over the public category list."""
+    columns = [column for column in schema.columns if column.name in synthetic][:MAX_MARGINALS]
+    figure, axes = plt.subplots(1, len(columns), figsize=(3 * len(columns), 2.6), squeeze=False)
+    for axis, column in zip(axes[0], columns):
+        if column.kind == "categorical":
+            categories = [str(c) for c in column.categories]
+            for offset, frame, label in ((-0.2, real, "real"), (0.2, synthetic, "synthetic")):
+                share = frame[column.name].astype(str).value_counts(normalize=True).reindex(categories, fill_value=0)
+                axis.bar(np.arange(len(categories)) + offset, share.values, width=0.4, label=label)
+            axis.set_xticks(np.arange(len(categories)), categories, rotation=45, ha="right", fontsize=7)
+        else:
+            low, high = column.bounds
+            bins = np.linspace(low, high, 30)
+            for frame, label in ((real, "real"), (synthetic, "synthetic")):
+                axis.hist(pd.to_numeric(frame[column.name], errors="coerce").dropna(), bins=bins, density=True,
+                          alpha=0.5, label=label)
+        axis.set_title(column.name, fontsize=9)
+    axes[0][0].legend(fontsize=7)
+    return figure
+
+
+def correlation_figure(real_features: np.ndarray, synthetic_features: np.ndarray) -> plt.Figure:
+    """The Pearson correlation matrices of the encoded features, real and synthetic."""
+    figure, axes = plt.subplots(1, 2, figsize=(8, 3.8))
+    for axis, features, title in ((axes[0], real_features, "real"), (axes[1], synthetic_features, "synthetic")):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            matrix = np.nan_to_num(np.corrcoef(features, rowvar=False))
+        image = axis.imshow(matrix, vmin=-1, vmax=1, cmap="coolwarm")
+        axis.set_title(f"correlations, {title}")
+        axis.set_xticks([])
+        axis.set_yticks([])
+    figure.colorbar(image, ax=list(axes), shrink=0.8)
+    return figure
+
+
+def write_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping[str, Any] | None,
+                 figures: Mapping[str, str]) -> Path:
+    """``report.md``: what was run, the privacy guarantee, the measured figures and the plots."""
+    config_path = run_dir / "config.yaml"
+    lines = [f"# Run report: {run_dir.name}", ""]
+    if privacy:
+        epsilon = privacy.get("epsilon")
+        lines += [
+            "## Privacy", "",
+            f"- mechanism: {privacy.get('mechanism')}",
+            f"- epsilon: {'none (not private)' if epsilon is None else f'{epsilon:.4g}'}"
+            + (f" (target {privacy['target_epsilon']:g})" if privacy.get("target_epsilon") else ""),
+            f"- delta: {privacy.get('delta')}",
+            f"- steps: {privacy.get('steps')}",
+        ]
+        for key in ("epsilon_data_dependent", "epsilon_data_independent"):
+            if key in privacy:
+                lines.append(f"- {key.replace('_', ' ')}: {privacy[key]:.4g}")
+        lines.append("")
+    lines += ["## Measured", "", "| measure | value |", "|---|---|"]
+    for key, value in evaluation.items():
+        if key in ("epsilon", "delta"):
+            continue
+        shown = "n/a" if value is None else (f"{value:.4g}" if isinstance(value, float) and math.isfinite(value) else value)
+        lines.append(f"| `{key}` | {shown} |")
+    lines.append("")
+    for title, name in figures.items():
+        lines += [f"## {title}", "", f"![{title}]({name})", ""]
+    if config_path.is_file():
+        lines += ["The run's configuration is in `config.yaml`; the privacy report in `privacy.json`.", ""]
+    path = run_dir / REPORT_FILE
+    atomic_write(path, lambda handle: handle.write("\n".join(lines).encode()))
+    return path
+
+
+__all__ = ["auroc_figure", "correlation_figure", "epsilon_figure", "marginals_figure", "save_figure", "write_report"]
