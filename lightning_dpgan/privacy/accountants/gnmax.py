@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from lightning_dpgan.privacy.accountants.base import AccountantStateError
+from lightning_dpgan.privacy.accountants.pate import ACCOUNTING_MODES
 from lightning_dpgan.privacy.analysis.gnmax import (
     gnmax_data_dependent_rdp,
     gnmax_data_independent_rdp,
@@ -30,20 +31,15 @@ from lightning_dpgan.privacy.analysis.gnmax import (
     threshold_rdp,
 )
 from lightning_dpgan.privacy.analysis.rdp import DEFAULT_ORDERS, check_orders, rdp_to_epsilon
+from lightning_dpgan.privacy.validation import validate_positive
 
 STATE_FORMAT_VERSION = 1
-ACCOUNTING_MODES = ("data-dependent", "data-independent")
 
 NoisePair = tuple[float, float]
 
 
 def _noise_pair(sigma1: Any, sigma2: Any) -> NoisePair:
-    pair = []
-    for name, value in (("sigma1", sigma1), ("sigma2", sigma2)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        pair.append(float(value))
-    return pair[0], pair[1]
+    return validate_positive("sigma1", sigma1), validate_positive("sigma2", sigma2)
 
 
 def _count(value: Any, name: str) -> int:

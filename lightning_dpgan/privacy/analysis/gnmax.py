@@ -39,6 +39,7 @@ from scipy.special import logsumexp
 from scipy.stats import norm
 
 from lightning_dpgan.privacy.analysis.rdp import DEFAULT_ORDERS, check_orders
+from lightning_dpgan.privacy.validation import validate_positive
 
 #: Grid of the rounded ``log q~`` values (natural log). 0.01 loosens each query's ``q~`` by at
 #: most 1 %, and keeps the distinct values a run meets to a few thousand.
@@ -46,13 +47,6 @@ LOG_Q_RESOLUTION = 0.01
 #: Lowest rounded ``log q~``: ``q~ = e^{-1000}`` is already certainty for any sigma2 in use;
 #: larger is still a valid bound, and ``-inf`` (a certain answer) gets a finite key.
 LOG_Q_FLOOR = -1000.0
-
-
-def _check_sigma(sigma: float, name: str) -> float:
-    value = float(sigma)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {sigma}")
-    return value
 
 
 def _check_log_q(log_q: np.ndarray | float) -> np.ndarray:
@@ -76,13 +70,13 @@ def _log1mexp(x: np.ndarray) -> np.ndarray:
 def threshold_rdp(sigma1: float, orders: Sequence[float] = DEFAULT_ORDERS) -> np.ndarray:
     """``lambda / (2 sigma1^2)``: the threshold check is a Gaussian mechanism on ``max_i n_i``,
     sensitivity 1 (Mironov 2017, Proposition 7). Charged whether or not the query is answered."""
-    return check_orders(orders) / (2.0 * _check_sigma(sigma1, "sigma1") ** 2)
+    return check_orders(orders) / (2.0 * validate_positive("sigma1", sigma1) ** 2)
 
 
 def gnmax_data_independent_rdp(sigma2: float, orders: Sequence[float] = DEFAULT_ORDERS) -> np.ndarray:
     """``lambda / sigma2^2`` (Papernot et al. 2018, Proposition 8): GNMax with any votes. Twice the
     Gaussian's figure because one teacher moves two counts, the one it leaves and the one it joins."""
-    return check_orders(orders) / _check_sigma(sigma2, "sigma2") ** 2
+    return check_orders(orders) / validate_positive("sigma2", sigma2) ** 2
 
 
 def gnmax_log_q(counts: np.ndarray, sigma2: float) -> np.ndarray:
@@ -94,7 +88,7 @@ def gnmax_log_q(counts: np.ndarray, sigma2: float) -> np.ndarray:
     1 for near ties, so it is capped at ``1 - 1/C``: with ``C`` bins some bin has probability at
     least ``1/C``, and ``i*`` may be taken to be it (the reference implementation's cap too).
     """
-    sigma = _check_sigma(sigma2, "sigma2")
+    sigma = validate_positive("sigma2", sigma2)
     votes = np.asarray(counts, dtype=float)
     if votes.ndim == 1:
         votes = votes[None, :]
@@ -124,7 +118,7 @@ def gnmax_data_dependent_rdp(
     positive). ``log q~ = -inf`` (GNMax's answer is certain) costs 0. Computed in log space:
     ``q~`` is routinely ``e^{-50}`` and below, where ``1 - q~`` in floats is exactly 1.
     """
-    sigma = _check_sigma(sigma2, "sigma2")
+    sigma = validate_positive("sigma2", sigma2)
     grid = check_orders(orders)
     logq = _check_log_q(log_q)
     variance = sigma * sigma
