@@ -11,7 +11,7 @@ import lightning as L
 from lightning_dpgan import registry
 from lightning_dpgan.callbacks.budget import PrivacyBudgetStopping
 from lightning_dpgan.callbacks.checkpoint import LastCheckpoint
-from lightning_dpgan.callbacks.finite_loss import FiniteLossGuard
+from lightning_dpgan.callbacks.finite_generator import FiniteGeneratorGuard
 from lightning_dpgan.callbacks.samples import SampleGrid, sample_grid
 from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.config import ConfigError, init_arguments, section_arguments
@@ -93,7 +93,7 @@ class Run:
 
     def _callbacks(self) -> list[L.Callback]:
         callbacks: list[L.Callback] = [
-            FiniteLossGuard(),  # first: nothing below may run on diverged weights
+            FiniteGeneratorGuard(),  # first: nothing below may run on diverged weights
             LastCheckpoint(self.output_dir / "checkpoints", self.config["checkpoint_every_n_steps"] or 0)
         ]
         if self.config["max_steps"]:

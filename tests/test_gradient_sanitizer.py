@@ -107,4 +107,7 @@ def test_a_zero_noise_multiplier_is_refused(tiny_image_data_dir, tmp_path, capsy
 def test_a_generated_batch_other_than_the_real_one_trains(tiny_image_data_dir, tmp_path):
     """The gradient penalty mixes real and generated records of different counts."""
     assert main(gswgan_args(tiny_image_data_dir, tmp_path / "run", 5, "--privacy.generated_batch_size", "6")) == 0
-    assert read_json(tmp_path / "run" / "privacy.json")["generated_batch_size"] == 6
+    report = read_json(tmp_path / "run" / "privacy.json")
+    # the step was charged for 6 sanitized records (the charge refuses any other count), not the 16 real ones
+    assert report["generated_batch_size"] == 6 and report["generator_steps"] == 1
+    assert report["effective_noise_multiplier"] == pytest.approx(report["noise_multiplier"] / (2 * math.sqrt(6)))

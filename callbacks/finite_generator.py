@@ -1,4 +1,4 @@
-"""``FiniteLossGuard``: stop a run whose generator became NaN or infinite.
+"""``FiniteGeneratorGuard``: stop a run whose generator became NaN or infinite.
 
 A diverged GAN keeps "training" on NaN weights and would then write NaN samples, a
 synthetic.csv of garbage and a checkpoint that looks fine. The guard checks the generator's
@@ -23,7 +23,7 @@ class TrainingDivergedError(ValueError):
     """The generator's parameters became NaN or infinite."""
 
 
-class FiniteLossGuard(L.Callback):
+class FiniteGeneratorGuard(L.Callback):
     """Raise :class:`TrainingDivergedError` when a generator parameter is not finite."""
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
