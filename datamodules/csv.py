@@ -120,20 +120,26 @@ class CSVDataModule(TabularDataModule):
 
     def restore_schema(self, schema: TableSchema, cost: dict[str, Any] | None) -> None:
         """Use a schema released by an earlier run of the same training (a resume), and the
-        privacy its estimate cost (already spent once: reported, never spent again)."""
+        privacy its estimate cost (already spent once: reported, never spent again).
+
+        ``cost`` is the estimate's cost, or that run's composed :meth:`privacy_cost` (with a
+        mode-specific encoding), whose ``parts["schema"]`` is taken."""
         if self._schema is not None:
             return  # a public schema file: nothing was estimated, nothing to restore
         if schema.label != self.target:
             raise ValueError(f"the checkpoint's schema has label '{schema.label}', this run --data.target '{self.target}'")
+        if cost and "parts" in cost:
+            cost = cost["parts"].get("schema")
         if not cost or "epsilon" not in cost:
             raise ValueError("the checkpoint does not record what its schema estimate cost: resuming would "
                              "under-report epsilon. Start a new run, or give a public --data.schema file.")
         self._schema, self._bounds_cost = schema, dict(cost)
 
-    def privacy_cost(self) -> dict[str, Any]:
-        """Nothing with a schema file; else the (ε, δ) spent by the DP schema estimate."""
+    def _schema_cost(self) -> dict[str, Any]:
+        """Nothing with a schema file; else the (ε, δ) spent by the DP schema estimate (which
+        :meth:`privacy_cost` composes with a mode-specific encoding's cost)."""
         _ = self.schema  # runs the estimate if it has not run yet
-        return dict(self._bounds_cost) if self._bounds_cost is not None else super().privacy_cost()
+        return dict(self._bounds_cost) if self._bounds_cost is not None else super()._schema_cost()
 
     def prepare_data(self) -> None:
         """Check that the file exists (a user's CSV is never downloaded)."""

@@ -88,6 +88,14 @@ class KingDataModule(TabularDataModule):
 
     name = "king"
     subdirs = ("king",)
+    #: ``encoding="mode-specific"`` defaults. DP-SACTGAN (sec. 4.2) adopts CTAB-GAN+'s column
+    #: types (continuous, discrete, mixed, long-tail) but lists no per-column setting for King,
+    #: so these follow the columns' public definitions: ``sqft_basement`` 0 means "no
+    #: basement" and ``yr_renovated`` 0 "never renovated" (mixed, special value 0); lot areas
+    #: and the price, bounded by generous round limits far above typical values, are long-tail
+    #: (the continuous label price stays one min-max scalar, taken in log space).
+    default_mixed = {"sqft_basement": (0.0,), "yr_renovated": (0.0,)}
+    default_log_columns = ("price", "sqft_lot", "sqft_lot15")
 
     def _build_schema(self) -> TableSchema:
         return SCHEMA

@@ -1,9 +1,12 @@
-"""Base LightningDataModule for tables encoded by a public :class:`TableSchema`."""
+"""Base LightningDataModule for tables encoded by a public :class:`TableSchema` -- min-max /
+one-hot, or CTGAN's mode-specific encoding with modes fitted under DP."""
 
 from __future__ import annotations
 
 import logging
+import math
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -25,10 +28,16 @@ from lightning_dpgan.data.download import (
 )
 from lightning_dpgan.data.partition import teacher_partitions
 from lightning_dpgan.data.schema import EncodingReport, TableSchema
+from lightning_dpgan.data.table_transformer import MODES, TableTransformer, checked_roles
 
 log = logging.getLogger(__name__)
 
 PUBLIC_SCHEMA_COST: dict[str, Any] = {"epsilon": 0.0, "delta": 0.0, "mechanism": "public schema"}
+BOUNDS_MODES_COST: dict[str, Any] = {"epsilon": 0.0, "delta": 0.0, "mechanism": "modes from public bounds (no data read)"}
+ENCODINGS = ("minmax", "mode-specific")
+#: Seed of the mode each value is assigned to (CTGAN samples it from the posterior). Not
+#: privacy noise: a record's encoding stays a function of that record alone.
+ENCODE_SEED = 0
 
 
 class TabularDataModule(L.LightningDataModule):
@@ -46,6 +55,15 @@ class TabularDataModule(L.LightningDataModule):
     GANs here generate whole rows (the label is one of the encoded columns), hence
     ``num_classes = None``. ``data_shape`` comes from the schema, without reading records for a
     built-in dataset.
+
+    ``encoding="mode-specific"`` swaps the schema's min-max encoding for CTGAN / CTAB-GAN+'s
+    (:class:`~lightning_dpgan.data.table_transformer.TableTransformer`: modes per numeric
+    column, mixed and long-tail columns, a min-max scalar for a continuous label). Its modes and
+    category frequencies come from an ε-DP histogram of the *train split* (``modes="dp"``,
+    ``modes_epsilon`` reported by :meth:`privacy_cost`), or from the public bounds alone
+    (``modes="bounds"``, free, no row read). The fit runs once, on first use of
+    ``data_shape``, ``table_transformer`` or ``setup``; a resumed run restores the released
+    one with :meth:`restore_transformer` instead of paying again.
     """
 
     name: ClassVar[str] = ""
@@ -55,6 +73,10 @@ class TabularDataModule(L.LightningDataModule):
     subdirs: ClassVar[tuple[str, ...]] = ()
     #: Files downloaded by :meth:`prepare_data` when missing; empty for other sources.
     files: ClassVar[tuple[RemoteFile, ...]] = ()
+    #: Mixed columns (CTAB-GAN+) and their special values, used when ``mixed=None``.
+    default_mixed: ClassVar[Mapping[str, tuple[float, ...]]] = {}
+    #: Long-tail columns encoded in log space, used when ``log_columns=None``.
+    default_log_columns: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -65,6 +87,13 @@ class TabularDataModule(L.LightningDataModule):
         download: bool = True,
         test_fraction: float = 0.2,
         split_seed: int = 0,
+        encoding: str = "minmax",
+        modes: str = "dp",
+        modes_epsilon: float = 0.1,
+        max_modes: int = 10,
+        histogram_bins: int = 64,
+        mixed: Mapping[str, Sequence[float]] | None = None,
+        log_columns: Sequence[str] | str | None = None,
     ) -> None:
         """
         Args:
@@ -79,6 +108,18 @@ class TabularDataModule(L.LightningDataModule):
             test_fraction: share of rows held out for evaluation (datasets with an official
                 split ignore it).
             split_seed: seed of the train/test permutation (ignored with an official split).
+            encoding: ``"minmax"`` (the schema's min-max / one-hot encoding) or
+                ``"mode-specific"`` (CTGAN / CTAB-GAN+, :class:`TableTransformer`).
+            modes: with ``"mode-specific"``: ``"dp"`` fits modes and category frequencies on
+                an ε-DP histogram of the train split; ``"bounds"`` reads no row (one mode per
+                column over its public bounds, uniform frequencies) and costs nothing.
+            modes_epsilon: ε of the DP histogram (``modes="dp"``), added to the run's total.
+            max_modes: most mixture components per numeric column (CTGAN: 10).
+            histogram_bins: equal-width bins per numeric column of the DP histogram.
+            mixed: public declaration of mixed columns, ``{column: [special values]}``;
+                ``None`` takes the dataset's ``default_mixed``.
+            log_columns: public declaration of long-tail columns (a list or a comma-separated
+                string); ``None`` takes the dataset's ``default_log_columns``.
         """
         super().__init__()
         _check_int("batch_size", batch_size, minimum=1)
@@ -86,7 +127,10 @@ class TabularDataModule(L.LightningDataModule):
         _check_int("split_seed", split_seed, minimum=0)
         if not (isinstance(test_fraction, (int, float)) and 0 < test_fraction < 1):
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+        _check_encoding_args(encoding, modes, modes_epsilon, max_modes, histogram_bins, mixed, log_columns)
         self.save_hyperparameters()
+        self.mixed = _mixed(mixed) if mixed is not None else _mixed(self.default_mixed)
+        self.log_columns = _names(log_columns) if log_columns is not None else list(self.default_log_columns)
         self.data_dir = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
         self.train_frame: pd.DataFrame | None = None
@@ -94,6 +138,8 @@ class TabularDataModule(L.LightningDataModule):
         self.train_dataset: TensorDataset | None = None
         self._schema: TableSchema | None = None
         self._report: EncodingReport | None = None
+        self._transformer: TableTransformer | None = None
+        self._modes_cost: dict[str, Any] | None = None
 
     # --- what subclasses provide -------------------------------------------------------------
 
@@ -116,11 +162,102 @@ class TabularDataModule(L.LightningDataModule):
 
     @property
     def data_shape(self) -> tuple[int]:
+        """Width of an encoded record. With ``encoding="mode-specific"`` and ``modes="dp"`` it
+        depends on the number of modes found, so this fits the transformer (once)."""
+        if self.mode_specific:
+            return (self.table_transformer.encoded_dim,)
         return (self.schema.encoded_dim,)
 
     def privacy_cost(self) -> dict[str, Any]:
-        """Privacy spent on preprocessing, to add to training's: nothing for a public schema."""
+        """Privacy spent on preprocessing, to add to training's.
+
+        Min-max encoding: the schema's cost (nothing for a public schema). Mode-specific: the
+        basic composition -- ε and δ summed -- of the schema's cost and the modes' histogram,
+        both for add/remove neighbours; ``parts`` keeps each (a resume restores them apart).
+        """
+        schema_cost = self._schema_cost()
+        if not self.mode_specific:
+            return schema_cost
+        _ = self.table_transformer  # fits it (and so spends) if it has not run yet
+        return compose_costs({"schema": schema_cost, "modes": dict(self._modes_cost)})
+
+    def _schema_cost(self) -> dict[str, Any]:
+        """What obtaining the schema cost: nothing for a public one (subclasses estimating it
+        under DP override this)."""
         return dict(PUBLIC_SCHEMA_COST)
+
+    # --- mode-specific encoding --------------------------------------------------------------
+
+    @property
+    def mode_specific(self) -> bool:
+        return self.hparams.encoding == "mode-specific"
+
+    @property
+    def fits_encoding(self) -> bool:
+        """True while using the encoding would fit it on private rows (mode-specific with DP
+        modes, not fitted or restored yet): a resume should :meth:`restore_transformer`."""
+        return self.mode_specific and self.hparams.modes == "dp" and self._transformer is None
+
+    @property
+    def table_transformer(self) -> TableTransformer | None:
+        """The mode-specific transformer (fitted once, on first use); ``None`` with min-max."""
+        if not self.mode_specific:
+            return None
+        if self._transformer is None:
+            self._transformer, self._modes_cost = self._fit_transformer()
+        return self._transformer
+
+    @property
+    def table_layout(self) -> dict[str, Any] | None:
+        """:meth:`TableTransformer.layout` for CTGAN-style models; ``None`` with min-max."""
+        transformer = self.table_transformer
+        return None if transformer is None else transformer.layout()
+
+    def released_transformer(self) -> dict[str, Any] | None:
+        """The transformer as stored in a checkpoint (:meth:`TableTransformer.to_dict`), so a
+        run can decode later and a resume can reuse it; ``None`` with min-max."""
+        transformer = self.table_transformer
+        return None if transformer is None else transformer.to_dict()
+
+    def _fit_transformer(self) -> tuple[TableTransformer, dict[str, Any]]:
+        """Fit on the DP histogram of the train split (never the test split), or from bounds."""
+        h = self.hparams
+        schema = self.schema
+        if h.modes == "bounds":
+            transformer = TableTransformer.from_bounds(schema, mixed=self.mixed, log_columns=self.log_columns)
+            return transformer, dict(BOUNDS_MODES_COST)
+        checked_roles(schema, self.mixed, self.log_columns)  # before any row is read
+        self._load_frames()
+        transformer, cost = TableTransformer.fit_dp(
+            self.train_frame, schema, h.modes_epsilon, max_modes=h.max_modes, bins=h.histogram_bins,
+            mixed=self.mixed, log_columns=self.log_columns,
+        )
+        log.info("%s: mode-specific encoding fitted on a DP histogram (%s)", self.name, cost)
+        return transformer, cost
+
+    def restore_transformer(self, transformer: Mapping[str, Any] | TableTransformer, cost: Mapping[str, Any] | None) -> None:
+        """Use the transformer an earlier run of the same training released (a resume), and
+        what its histogram cost -- spent once, reported again, never spent a second time.
+
+        ``cost`` is the modes' cost or the composed :meth:`privacy_cost` of that run (its
+        ``parts["modes"]`` is taken). The schema must already be the run's (restore a DP
+        estimated schema first): a transformer for another schema would mis-encode the rows.
+        """
+        if not self.mode_specific:
+            raise ValueError("restore_transformer needs encoding='mode-specific'")
+        if getattr(self, "estimates_schema", False):
+            raise ValueError("restore the released schema (restore_schema) before the transformer built on it")
+        if self._transformer is not None:
+            raise RuntimeError("the transformer is already fitted or restored: restoring now would mix two encodings")
+        restored = transformer if isinstance(transformer, TableTransformer) else TableTransformer.from_dict(transformer)
+        if restored.schema.to_dict() != self.schema.to_dict():
+            raise ValueError("the checkpoint's transformer was built for another schema than this datamodule's")
+        modes_cost = _part(cost, "modes")
+        if restored.modes == "dp" and (not modes_cost or "epsilon" not in modes_cost):
+            raise ValueError("the checkpoint does not record what its DP modes cost: resuming would under-report "
+                             "epsilon. Start a new run, or use --data.modes bounds.")
+        self._transformer = restored
+        self._modes_cost = dict(modes_cost) if modes_cost else dict(BOUNDS_MODES_COST)
 
     # --- Lightning hooks ---------------------------------------------------------------------
 
@@ -134,7 +271,10 @@ class TabularDataModule(L.LightningDataModule):
         if self.train_dataset is not None:
             return
         self._load_frames()
-        records, self._report = self.schema.encode(self.train_frame)
+        if self.mode_specific:
+            records, self._report = self.table_transformer.encode(self.train_frame, seed=ENCODE_SEED)
+        else:
+            records, self._report = self.schema.encode(self.train_frame)
         self.train_dataset = TensorDataset(records)
         log.info("%s train split: %s", self.name, self._report.summary())
 
@@ -167,6 +307,8 @@ class TabularDataModule(L.LightningDataModule):
 
     def decode(self, records: torch.Tensor) -> pd.DataFrame:
         """Encoded (e.g. generated) records back to a DataFrame with the original columns."""
+        if self.mode_specific:
+            return self.table_transformer.decode(records)
         return self.schema.decode(records)
 
     def partitions(self, num_parts: int, seed: int = 0) -> list[torch.Tensor]:
@@ -241,3 +383,76 @@ class TabularDataModule(L.LightningDataModule):
 def _check_int(name: str, value: int, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+
+
+def _check_encoding_args(
+    encoding: str, modes: str, modes_epsilon: float, max_modes: int, histogram_bins: int,
+    mixed: Mapping[str, Sequence[float]] | None, log_columns: Sequence[str] | str | None,
+) -> None:
+    """Argument checks that need no schema (column names are checked against it at the fit)."""
+    if encoding not in ENCODINGS:
+        raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
+    if modes not in MODES:
+        raise ValueError(f"modes must be one of {MODES}, got {modes!r}")
+    if isinstance(modes_epsilon, bool) or not isinstance(modes_epsilon, (int, float)) or not (
+        math.isfinite(modes_epsilon) and modes_epsilon > 0
+    ):
+        raise ValueError(f"modes_epsilon must be a finite number > 0, got {modes_epsilon!r}")
+    _check_int("max_modes", max_modes, minimum=1)
+    _check_int("histogram_bins", histogram_bins, minimum=1)
+    if encoding != "mode-specific" and (mixed is not None or log_columns is not None):
+        raise ValueError("mixed and log_columns declare columns of the mode-specific encoding: "
+                         "pass encoding='mode-specific' with them")
+    if mixed is not None:
+        _mixed(mixed)
+
+
+def _mixed(mixed: Mapping[str, Sequence[float]]) -> dict[str, list[float]]:
+    """``{column: [special values]}`` as plain lists (a single number is a list of one)."""
+    if not isinstance(mixed, Mapping):
+        raise ValueError(f"mixed must map column names to lists of special values, got {mixed!r}")
+    out = {}
+    for name, values in mixed.items():
+        values = [values] if isinstance(values, (int, float)) and not isinstance(values, bool) else values
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+            raise ValueError(f"mixed['{name}'] must be a non-empty list of special values, got {values!r}")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            raise ValueError(f"mixed['{name}'] special values must be numbers, got {list(values)!r}")
+        out[str(name)] = [float(v) for v in values]
+    return out
+
+
+def _names(value: Sequence[str] | str) -> list[str]:
+    """Column names from a list or a comma-separated string (as typed on the command line)."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return [str(item).strip() for item in items if str(item).strip()]
+
+
+def _part(cost: Mapping[str, Any] | None, name: str) -> dict[str, Any] | None:
+    """One part of a composed cost (:func:`compose_costs`), or the cost itself if not composed."""
+    if not cost:
+        return None
+    parts = cost.get("parts")
+    if parts is None:
+        return dict(cost)
+    return dict(parts[name]) if name in parts else None
+
+
+def compose_costs(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Basic composition of preprocessing mechanisms run on the same rows: ε and δ add up.
+
+    All parts that spend anything must hold for the same neighbouring relation (add/remove
+    here); ``parts`` keeps each cost as given, so a resume can restore them one by one.
+    """
+    spending = {name: cost for name, cost in parts.items() if cost["epsilon"] or cost["delta"]}
+    relations = {cost.get("neighbours", "add-remove") for cost in spending.values()}
+    if len(relations) > 1:
+        raise ValueError(f"cannot compose preprocessing costs for different neighbouring relations: {sorted(relations)}")
+    mechanisms = "; ".join(f"{name}: {cost['mechanism']}" for name, cost in parts.items())
+    return {
+        "epsilon": float(sum(cost["epsilon"] for cost in parts.values())),
+        "delta": float(sum(cost["delta"] for cost in parts.values())),
+        "mechanism": f"basic composition of {mechanisms}",
+        "neighbours": relations.pop() if relations else "add-remove",
+        "parts": {name: dict(cost) for name, cost in parts.items()},
+    }

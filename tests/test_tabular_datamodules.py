@@ -313,3 +313,38 @@ def test_csv_data_errors_are_clear(tmp_path):
         missing_target.setup()
     with pytest.raises(FileNotFoundError):
         CSVDataModule(csv=tmp_path / "absent.csv", target="y", label_kind="binary").prepare_data()
+
+
+# --- mode-specific encoding (CTGAN / CTAB-GAN+; more in test_ctgan_encoding.py) ----------------
+
+
+@pytest.mark.parametrize(("cls", "folder"), BUILT_INS, ids=IDS)
+def test_built_ins_with_bounds_modes_encode_without_reading_for_the_shape(cls, folder, tmp_path):
+    unread = cls(data_dir=tmp_path / "nothing-here", download=False, encoding="mode-specific", modes="bounds")
+    width = unread.data_shape[0]
+    assert unread.train_frame is None
+    datamodule = loaded(cls, folder, encoding="mode-specific", modes="bounds")
+    (batch,) = next(iter(datamodule.train_dataloader()))
+    assert batch.shape == (8, width) == (8, sum(w for w, _ in datamodule.table_layout["spans"]))
+    assert batch.min() >= -1 and batch.max() <= 1
+    decoded = datamodule.decode(batch)
+    assert list(decoded.columns) == datamodule.schema.names
+    cost = datamodule.privacy_cost()
+    assert cost["epsilon"] == 0.0 and cost["delta"] == 0.0
+
+
+def test_dp_modes_read_the_train_split_only(monkeypatch):
+    from lightning_dpgan.data import table_transformer
+
+    seen = []
+    original = table_transformer.dp_column_histograms
+
+    def spy(frame, *args, **kwargs):
+        seen.append(frame)
+        return original(frame, *args, **kwargs)
+
+    monkeypatch.setattr(table_transformer, "dp_column_histograms", spy)
+    datamodule = loaded(KingDataModule, "king_tiny", encoding="mode-specific", modes_epsilon=2.0, max_modes=2)
+    assert len(seen) == 1 and seen[0] is datamodule.train_frame
+    assert datamodule.privacy_cost()["epsilon"] == 2.0
+    assert datamodule.train_dataset.tensors[0].shape[1] == datamodule.data_shape[0]

@@ -1,0 +1,424 @@
+"""CTGAN / CTAB-GAN+ encoding of a table, with every data-dependent part released under DP.
+
+A :class:`TableTransformer` encodes the rows of a :class:`TableSchema` the way CTGAN (Xu et al.
+2019) and CTAB-GAN+ (Zhao et al. 2022; the encoding DP-SACTGAN adopts) do:
+
+- **categorical** column -> one-hot in the schema's category order (a softmax span);
+- **continuous / integer** column -> ``[alpha, mode one-hot]``: mode-specific normalization
+  (:class:`~lightning_dpgan.data.modes.ModeSpecificNormalizer`), alpha a tanh span of width 1,
+  the mode a softmax span;
+- **mixed** column (CTAB-GAN+: declared special values, e.g. 0 of capital-gain, which are
+  categories inside a numeric column) -> ``[alpha, one-hot over special values + modes]``, with
+  alpha = 0 for a special value;
+- **long-tail** column (CTAB-GAN+'s log columns) -> ``log(x - low + 1)`` before the mode-specific
+  normalization, inverted on decoding and clipped to the bounds;
+- the **label of a continuous-label task** (``schema.label_kind == "continuous"``) -> a single
+  min-max scalar in [-1, 1] (a tanh span; in log space if it is a long-tail column), so an
+  auxiliary regressor has exactly one number to predict and one to read back.
+
+Privacy. CTGAN fits its modes and its conditional sampler's category frequencies to the private
+rows; both would leak outside the training accountant. Here the only read of the rows is
+:func:`~lightning_dpgan.data.dp_histogram.dp_column_histograms` -- one Laplace histogram per
+column, ε-DP as a whole -- and the modes and frequencies are post-processing of it
+(:meth:`TableTransformer.fit_dp` returns its cost). :meth:`TableTransformer.from_bounds` reads no
+row: one mode per column spanning the public bounds (a min-max encoding), uniform frequencies.
+Encoding a record is then a function of that record alone (plus mode-sampling randomness), so
+training on the encoded rows is as private as training on the rows themselves. Values outside a
+numeric column's bounds are clipped and rows with unknown categories follow the schema's rule
+(:func:`~lightning_dpgan.data.dp_histogram.rows_in_schema`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from lightning_dpgan.data.dp_histogram import (
+    NoisyHistogram,
+    check_column_roles,
+    dp_column_histograms,
+    log_inverse,
+    log_transform,
+    rows_in_schema,
+)
+from lightning_dpgan.data.modes import MAX_MODES, ModeSpecificNormalizer
+from lightning_dpgan.data.schema import Column, EncodingReport, SchemaError, TableSchema
+
+FORMAT = "lightning_dpgan.table_transformer/1"
+MODES = ("dp", "bounds")
+TANH, SOFTMAX = "tanh", "softmax"
+CATEGORICAL, MODE_SPECIFIC, LABEL_SCALAR = "categorical", "mode-specific", "label-scalar"
+
+
+@dataclass(frozen=True)
+class ColumnEncoder:
+    """How one column is encoded: its encoding kind and what was fitted for it.
+
+    ``normalizer``, ``special_values`` and ``log`` serve numeric columns; ``frequencies`` (the
+    DP category frequencies, or uniform) serve categorical ones.
+    """
+
+    column: Column
+    encoding: str
+    normalizer: ModeSpecificNormalizer | None = None
+    special_values: tuple[float, ...] = ()
+    log: bool = False
+    frequencies: tuple[float, ...] | None = None
+
+    @property
+    def spans(self) -> list[tuple[int, str]]:
+        """``(width, activation)`` of this column's slots, in order."""
+        if self.encoding == CATEGORICAL:
+            return [(self.column.width, SOFTMAX)]
+        if self.encoding == LABEL_SCALAR:
+            return [(1, TANH)]
+        return [(1, TANH), (len(self.special_values) + self.normalizer.n_modes, SOFTMAX)]
+
+    @property
+    def width(self) -> int:
+        return sum(width for width, _ in self.spans)
+
+    # --- numeric helpers ---------------------------------------------------------------------
+
+    def _to_space(self, values: np.ndarray) -> np.ndarray:
+        """Clipped values in the space the modes live in (log space for long-tail columns)."""
+        low, high = self.column.bounds
+        clipped = np.clip(values, low, high)
+        return log_transform(clipped, low) if self.log else clipped
+
+    def _from_space(self, values: np.ndarray) -> np.ndarray:
+        low, high = self.column.bounds
+        return np.clip(log_inverse(values, low) if self.log else values, low, high)
+
+    def _space_bounds(self) -> tuple[float, float]:
+        low, high = self.column.bounds
+        return (0.0, float(log_transform(np.array([high]), low)[0])) if self.log else (low, high)
+
+    # --- encode / decode ---------------------------------------------------------------------
+
+    def encode(self, series: pd.Series, rng: np.random.Generator) -> np.ndarray:
+        """This column's block, shape ``(rows, width)``; rows already cleaned by the schema."""
+        if self.encoding == CATEGORICAL:
+            codes = pd.Categorical(_plain(series), categories=list(self.column.categories)).codes
+            block = np.zeros((len(series), self.width))
+            block[np.arange(len(series)), codes] = 1.0
+            return block
+        values = series.to_numpy(dtype=np.float64)
+        if self.encoding == LABEL_SCALAR:
+            low, high = self._space_bounds()
+            return (2.0 * (self._to_space(values) - low) / (high - low) - 1.0).reshape(-1, 1)
+        return self._encode_mode_specific(np.clip(values, *self.column.bounds), rng)
+
+    def _encode_mode_specific(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        n_special = len(self.special_values)
+        block = np.zeros((len(values), self.width))
+        special = np.full(len(values), -1)
+        for index, value in enumerate(self.special_values):
+            special[values == value] = index
+        regular = special < 0
+        alpha, modes = self.normalizer.transform(self._to_space(values[regular]), rng)
+        block[regular, 0] = alpha
+        block[np.flatnonzero(regular), 1 + n_special + modes] = 1.0
+        block[np.flatnonzero(~regular), 1 + special[~regular]] = 1.0
+        return block
+
+    def decode(self, block: np.ndarray) -> np.ndarray | pd.Categorical:
+        """Values from this column's block (argmax for softmax spans), clipped to the bounds."""
+        if self.encoding == CATEGORICAL:
+            return pd.Categorical.from_codes(block.argmax(axis=1), categories=list(self.column.categories))
+        if self.encoding == LABEL_SCALAR:
+            low, high = self._space_bounds()
+            values = self._from_space((np.clip(block[:, 0], -1.0, 1.0) + 1.0) / 2.0 * (high - low) + low)
+        else:
+            values = self._decode_mode_specific(block)
+        return self._typed(values)
+
+    def _decode_mode_specific(self, block: np.ndarray) -> np.ndarray:
+        n_special = len(self.special_values)
+        choice = block[:, 1:].argmax(axis=1)
+        regular = choice >= n_special
+        values = np.empty(len(block))
+        values[regular] = self._from_space(self.normalizer.inverse(block[regular, 0], choice[regular] - n_special))
+        values[~regular] = np.asarray(self.special_values, dtype=np.float64)[choice[~regular]] if n_special else 0.0
+        return values
+
+    def _typed(self, values: np.ndarray) -> np.ndarray:
+        low, high = self.column.bounds
+        if self.column.kind == "integer":
+            return np.clip(np.round(values), math.ceil(low), math.floor(high)).astype(np.int64)
+        return np.clip(values, low, high)
+
+    # --- (de)serialisation -------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"name": self.column.name, "encoding": self.encoding}
+        if self.normalizer is not None:
+            entry["normalizer"] = self.normalizer.to_dict()
+        if self.special_values:
+            entry["special_values"] = list(self.special_values)
+        if self.log:
+            entry["log"] = True
+        if self.frequencies is not None:
+            entry["frequencies"] = list(self.frequencies)
+        return entry
+
+    @classmethod
+    def from_dict(cls, entry: Mapping[str, Any], column: Column) -> ColumnEncoder:
+        normalizer = entry.get("normalizer")
+        frequencies = entry.get("frequencies")
+        return cls(
+            column=column,
+            encoding=entry["encoding"],
+            normalizer=ModeSpecificNormalizer.from_dict(normalizer) if normalizer is not None else None,
+            special_values=tuple(float(v) for v in entry.get("special_values", ())),
+            log=bool(entry.get("log", False)),
+            frequencies=tuple(float(f) for f in frequencies) if frequencies is not None else None,
+        )
+
+
+class TableTransformer:
+    """A schema plus one fitted :class:`ColumnEncoder` per column: encode, decode and layout.
+
+    Build it with :meth:`fit_dp` (modes and frequencies from a DP histogram; returns the cost)
+    or :meth:`from_bounds` (no data read), or restore it with :meth:`from_dict`.
+    """
+
+    def __init__(self, schema: TableSchema, encoders: Sequence[ColumnEncoder], modes: str) -> None:
+        encoders = tuple(encoders)
+        if [e.column.name for e in encoders] != schema.names:
+            raise SchemaError(f"encoders {[e.column.name for e in encoders]} do not match the schema's columns {schema.names}")
+        if modes not in MODES:
+            raise ValueError(f"modes must be one of {MODES}, got {modes!r}")
+        self.schema, self.encoders, self.modes = schema, encoders, modes
+
+    # --- construction ------------------------------------------------------------------------
+
+    @classmethod
+    def fit_dp(
+        cls,
+        frame: pd.DataFrame,
+        schema: TableSchema,
+        epsilon: float,
+        *,
+        max_modes: int = MAX_MODES,
+        bins: int = 64,
+        mixed: Mapping[str, Sequence[float]] | None = None,
+        log_columns: Iterable[str] = (),
+        rng: np.random.Generator | None = None,
+        seed: int = 0,
+        unknown: str = "drop",
+    ) -> tuple[TableTransformer, dict[str, Any]]:
+        """Fit on an ε-DP histogram of ``frame`` (the train split only); return it and the cost.
+
+        Every column but a continuous label (min-max, needs no statistic) gets a histogram, all
+        under one ``epsilon`` (:func:`dp_column_histograms`: Laplace of scale d/ε). ``rng`` is
+        the privacy noise (``None``: fresh OS entropy); ``seed`` only drives the mixture fits,
+        which are post-processing.
+        """
+        mixed, log_columns = checked_roles(schema, mixed, log_columns)
+        names = [c.name for c in schema.columns if not _is_label_scalar(schema, c)]
+        histograms, cost = dp_column_histograms(
+            frame, schema, epsilon, bins, log_columns, mixed, rng=rng, columns=names, unknown=unknown
+        )
+        transformer = cls.from_histograms(schema, histograms, max_modes=max_modes, mixed=mixed,
+                                          log_columns=log_columns, seed=seed)
+        return transformer, cost
+
+    @classmethod
+    def from_histograms(
+        cls,
+        schema: TableSchema,
+        histograms: Mapping[str, NoisyHistogram],
+        *,
+        max_modes: int = MAX_MODES,
+        mixed: Mapping[str, Sequence[float]] | None = None,
+        log_columns: Iterable[str] = (),
+        seed: int = 0,
+    ) -> TableTransformer:
+        """Modes and frequencies computed from released histograms alone (post-processing)."""
+        mixed, log_columns = checked_roles(schema, mixed, log_columns)
+        encoders = []
+        for column in schema.columns:
+            if _is_label_scalar(schema, column):
+                encoders.append(ColumnEncoder(column, LABEL_SCALAR, log=column.name in log_columns))
+            elif not column.is_numeric:
+                encoders.append(ColumnEncoder(column, CATEGORICAL, frequencies=_frequencies(histograms[column.name].counts)))
+            else:
+                histogram = histograms[column.name]
+                normalizer = ModeSpecificNormalizer.fit_histogram(histogram.edges, histogram.counts, max_modes, seed)
+                encoders.append(ColumnEncoder(column, MODE_SPECIFIC, normalizer, tuple(mixed.get(column.name, ())),
+                                              column.name in log_columns))
+        return cls(schema, encoders, "dp")
+
+    @classmethod
+    def from_bounds(
+        cls,
+        schema: TableSchema,
+        *,
+        mixed: Mapping[str, Sequence[float]] | None = None,
+        log_columns: Iterable[str] = (),
+    ) -> TableTransformer:
+        """No row read: one mode per numeric column spanning its public bounds (log bounds for a
+        long-tail column), uniform category frequencies. Costs no privacy."""
+        mixed, log_columns = checked_roles(schema, mixed, log_columns)
+        encoders = []
+        for column in schema.columns:
+            log = column.name in log_columns
+            if _is_label_scalar(schema, column):
+                encoders.append(ColumnEncoder(column, LABEL_SCALAR, log=log))
+            elif not column.is_numeric:
+                encoders.append(ColumnEncoder(column, CATEGORICAL, frequencies=_frequencies(np.ones(column.width))))
+            else:
+                probe = ColumnEncoder(column, MODE_SPECIFIC, log=log)
+                normalizer = ModeSpecificNormalizer.from_bounds(*probe._space_bounds())
+                encoders.append(ColumnEncoder(column, MODE_SPECIFIC, normalizer, tuple(mixed.get(column.name, ())), log))
+        return cls(schema, encoders, "bounds")
+
+    # --- layout ------------------------------------------------------------------------------
+
+    @cached_property
+    def column_slices(self) -> dict[str, slice]:
+        """Column name -> its slice of the encoded vector."""
+        slices, start = {}, 0
+        for encoder in self.encoders:
+            slices[encoder.column.name] = slice(start, start + encoder.width)
+            start += encoder.width
+        return slices
+
+    @property
+    def encoded_dim(self) -> int:
+        return sum(e.width for e in self.encoders)
+
+    @property
+    def output_spans(self) -> list[tuple[int, str]]:
+        """``(width, activation)`` for every slot group in order: ``"tanh"`` or ``"softmax"``."""
+        return [span for encoder in self.encoders for span in encoder.spans]
+
+    @property
+    def condition_spans(self) -> list[tuple[int, int]]:
+        """``(start, width)`` of each categorical column's one-hot block (label included): the
+        columns CTGAN's conditional vector chooses from."""
+        return [(self.column_slices[e.column.name].start, e.width) for e in self.encoders if e.encoding == CATEGORICAL]
+
+    @property
+    def condition_frequencies(self) -> list[list[float]]:
+        """Per condition column, its category frequencies: from the DP histogram (clipped at 0,
+        renormalised; public as post-processing of a DP release), or uniform with modes="bounds"."""
+        return [list(e.frequencies) for e in self.encoders if e.encoding == CATEGORICAL]
+
+    @property
+    def label_span(self) -> tuple[int, int, str] | None:
+        """``(start, width, kind)`` of the label's block, kind the schema's ``label_kind``."""
+        if self.schema.label is None:
+            return None
+        block = self.column_slices[self.schema.label]
+        return block.start, block.stop - block.start, self.schema.label_kind
+
+    def layout(self) -> dict[str, Any]:
+        """What a model needs to shape its output and conditions, as plain JSON-able values
+        (for its hyper-parameters): spans, condition spans and frequencies, the label."""
+        label = self.label_span
+        return {
+            "spans": [[width, activation] for width, activation in self.output_spans],
+            "condition_spans": [[start, width] for start, width in self.condition_spans],
+            "condition_frequencies": self.condition_frequencies,
+            "label": None if label is None else {"start": label[0], "width": label[1], "kind": label[2]},
+        }
+
+    # --- encode / decode ---------------------------------------------------------------------
+
+    def encode(
+        self, frame: pd.DataFrame, seed: int | np.random.Generator = 0, unknown: str = "drop"
+    ) -> tuple[torch.Tensor, EncodingReport]:
+        """Encode ``frame`` into a float32 tensor ``(rows kept, encoded_dim)``, and the schema's
+        clip/reject report. ``seed`` (or a generator) draws each value's mode from its posterior,
+        as CTGAN does; it is not privacy noise, so a fixed seed is fine."""
+        kept, report = rows_in_schema(self.schema, frame, unknown)
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        blocks = [encoder.encode(kept[encoder.column.name], rng) for encoder in self.encoders]
+        encoded = np.concatenate(blocks, axis=1) if len(kept) else np.zeros((0, self.encoded_dim))
+        return torch.from_numpy(encoded.astype(np.float32)), report
+
+    def decode(self, data: torch.Tensor | np.ndarray) -> pd.DataFrame:
+        """Encoded (e.g. generated) records back to a frame with the schema's columns, in order.
+
+        Softmax spans are read by argmax, so raw logits, probabilities or one-hots all decode;
+        numeric values are clipped to their bounds, integers rounded, categorical columns come
+        back as a ``Categorical`` with the schema's categories (as :meth:`TableSchema.decode`).
+        """
+        if isinstance(data, torch.Tensor):
+            data = data.detach().cpu().double().numpy()
+        array = np.asarray(data, dtype=np.float64)
+        if array.ndim != 2 or array.shape[1] != self.encoded_dim:
+            raise ValueError(f"expected an array of shape (n, {self.encoded_dim}), got {tuple(array.shape)}")
+        if not np.isfinite(array).all():
+            raise ValueError("cannot decode non-finite values (NaN/inf); the generator may have diverged")
+        out = {e.column.name: e.decode(array[:, self.column_slices[e.column.name]]) for e in self.encoders}
+        return pd.DataFrame(out, columns=self.schema.names)
+
+    # --- (de)serialisation -------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything needed to encode and decode later (e.g. from a checkpoint), JSON-able."""
+        return {
+            "format": FORMAT,
+            "modes": self.modes,
+            "schema": self.schema.to_dict(),
+            "columns": [encoder.to_dict() for encoder in self.encoders],
+        }
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> TableTransformer:
+        if not isinstance(spec, Mapping) or spec.get("format") != FORMAT:
+            raise ValueError(f"not a table transformer description (format {FORMAT!r} expected)")
+        schema = TableSchema.from_dict(spec["schema"])
+        entries = {entry["name"]: entry for entry in spec["columns"]}
+        missing = [name for name in schema.names if name not in entries]
+        if missing or len(entries) != len(schema.names):
+            raise ValueError(f"the transformer's columns {list(entries)} do not match its schema {schema.names}")
+        encoders = [ColumnEncoder.from_dict(entries[c.name], c) for c in schema.columns]
+        return cls(schema, encoders, spec["modes"])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TableTransformer):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return f"TableTransformer(columns={len(self.encoders)}, encoded_dim={self.encoded_dim}, modes={self.modes!r})"
+
+
+def _is_label_scalar(schema: TableSchema, column: Column) -> bool:
+    return column.name == schema.label and schema.label_kind == "continuous"
+
+
+def checked_roles(
+    schema: TableSchema, mixed: Mapping[str, Sequence[float]] | None, log_columns: Iterable[str]
+) -> tuple[dict[str, tuple[float, ...]], set[str]]:
+    """Checked mixed/long-tail declarations: columns in the schema and numeric, special values
+    within bounds, and no special values on a continuous label (a single scalar)."""
+    mixed = {name: tuple(values) if isinstance(values, (list, tuple)) else values for name, values in (mixed or {}).items()}
+    log_columns = set(log_columns)
+    check_column_roles(schema, mixed, log_columns)
+    if schema.label_kind == "continuous" and schema.label in mixed:
+        raise SchemaError(f"the continuous label '{schema.label}' is encoded as one min-max scalar; it cannot be mixed")
+    return {name: tuple(float(v) for v in values) for name, values in mixed.items()}, log_columns
+
+
+def _frequencies(noisy_counts: np.ndarray) -> tuple[float, ...]:
+    """Noisy counts clipped at 0 and normalised; uniform if noise left nothing positive."""
+    counts = np.clip(np.asarray(noisy_counts, dtype=np.float64), 0.0, None)
+    if counts.sum() <= 0:
+        counts = np.ones_like(counts)
+    return tuple((counts / counts.sum()).tolist())
+
+
+def _plain(series: pd.Series) -> pd.Series:
+    return series.astype(object) if isinstance(series.dtype, pd.CategoricalDtype) else series

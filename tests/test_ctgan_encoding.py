@@ -1,0 +1,524 @@
+"""CTGAN / CTAB-GAN+ encoding under DP: histograms, modes, the table transformer, conditions,
+and the tabular datamodules' mode-specific encoding (tiny frames made here, no network)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy import stats
+
+from lightning_dpgan.data import dp_histogram
+from lightning_dpgan.data.conditional import ConditionalSampler
+from lightning_dpgan.data.dp_histogram import dp_column_histograms
+from lightning_dpgan.data.modes import ModeSpecificNormalizer
+from lightning_dpgan.data.schema import Column, SchemaError, TableSchema
+from lightning_dpgan.data.table_transformer import TableTransformer
+from lightning_dpgan.datamodules import tabular as tabular_module
+from lightning_dpgan.datamodules.adult import AdultDataModule
+from lightning_dpgan.datamodules.csv import CSVDataModule
+from lightning_dpgan.datamodules.king import KingDataModule
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+SCHEMA = TableSchema(
+    columns=(
+        Column("x", "continuous", bounds=(-10.0, 10.0)),
+        Column("gain", "integer", bounds=(0, 10_000)),
+        Column("lot", "continuous", bounds=(0.0, 2_000_000.0)),
+        Column("rooms", "integer", bounds=(0, 12)),
+        Column("colour", "categorical", categories=("red", "green", "blue")),
+        Column("y", "categorical", categories=("no", "yes")),
+    ),
+    label="y",
+    label_kind="binary",
+)
+MIXED = {"gain": [0.0]}
+LOG = ["lot"]
+
+
+def make_frame(n: int = 1500, seed: int = 0) -> pd.DataFrame:
+    """A bimodal x, a mixed gain (70 % zeros), a long-tail lot, small integers, categories."""
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "x": np.where(rng.random(n) < 0.5, rng.normal(-5.0, 1.0, n), rng.normal(5.0, 1.0, n)),
+            "gain": np.where(rng.random(n) < 0.7, 0, rng.integers(1000, 8000, n)),
+            "lot": np.exp(rng.normal(9.0, 0.7, n)),
+            "rooms": rng.integers(1, 9, n),
+            "colour": rng.choice(["red", "green", "blue"], n, p=[0.6, 0.3, 0.1]),
+            "y": rng.choice(["no", "yes"], n),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def frame() -> pd.DataFrame:
+    return make_frame()
+
+
+@pytest.fixture(scope="module")
+def fitted(frame) -> tuple[TableTransformer, dict]:
+    return TableTransformer.fit_dp(frame, SCHEMA, 50.0, mixed=MIXED, log_columns=LOG, rng=np.random.default_rng(0))
+
+
+# --- the DP histogram --------------------------------------------------------------------------
+
+
+def true_counts(frame: pd.DataFrame, schema: TableSchema, **kwargs) -> dict[str, np.ndarray]:
+    """Counts without (practically any) noise: epsilon so large the Laplace scale is ~1e-12."""
+    histograms, _ = dp_column_histograms(frame, schema, 1e13, rng=np.random.default_rng(0), **kwargs)
+    return {name: np.concatenate([h.counts, h.special_counts]) for name, h in histograms.items()}
+
+
+def test_histogram_noise_is_laplace_with_scale_d_over_epsilon(frame):
+    epsilon, bins = 2.0, 1500
+    histograms, cost = dp_column_histograms(frame, SCHEMA, epsilon, bins=bins, log_columns=LOG, special_values=MIXED,
+                                            rng=np.random.default_rng(7))
+    exact = true_counts(frame, SCHEMA, bins=bins, log_columns=LOG, special_values=MIXED)
+    noise = np.concatenate([np.concatenate([h.counts, h.special_counts]) - exact[name] for name, h in histograms.items()])
+    scale = len(SCHEMA.columns) / epsilon  # d = 6 columns share epsilon: Laplace(d / epsilon)
+    assert len(noise) == 4 * bins + 1 + 3 + 2
+    assert np.mean(np.abs(noise)) == pytest.approx(scale, rel=0.05)  # E|Laplace(b)| = b
+    assert np.std(noise) == pytest.approx(np.sqrt(2) * scale, rel=0.06)
+    assert stats.kstest(noise, stats.laplace(scale=scale).cdf).pvalue > 1e-3
+    assert stats.kstest(noise, stats.laplace(scale=scale / 2).cdf).pvalue < 1e-6  # a wrong scale is caught
+    assert cost == {"epsilon": 2.0, "delta": 0.0, "mechanism": "laplace column histograms (L1 sensitivity 6)",
+                    "neighbours": "add-remove"}
+
+
+def test_one_record_moves_one_bin_per_column(frame):
+    """The stated sensitivity: adding a record changes the concatenated counts by d in L1."""
+    kwargs = dict(bins=16, log_columns=LOG, special_values=MIXED)
+    without, with_one = true_counts(frame.iloc[1:], SCHEMA, **kwargs), true_counts(frame, SCHEMA, **kwargs)
+    changes = [np.abs(with_one[name] - without[name]).sum() for name in SCHEMA.names]
+    assert np.allclose(changes, 1.0, atol=1e-6)
+
+
+def test_histogram_bins_specials_and_log_space(frame):
+    histograms, _ = dp_column_histograms(frame, SCHEMA, 1e13, bins=8, log_columns=LOG, special_values=MIXED,
+                                         rng=np.random.default_rng(0))
+    gain, lot, colour = histograms["gain"], histograms["lot"], histograms["colour"]
+    assert gain.special_values == (0.0,)
+    assert gain.special_counts[0] == pytest.approx((frame["gain"] == 0).sum(), abs=1e-6)
+    assert gain.counts.sum() == pytest.approx((frame["gain"] != 0).sum(), abs=1e-6)
+    assert lot.log and lot.edges[0] == 0.0 and lot.edges[-1] == pytest.approx(np.log1p(2e6))
+    assert np.allclose(histograms["x"].edges, np.linspace(-10, 10, 9))
+    assert np.allclose(colour.counts, [(frame["colour"] == c).sum() for c in ("red", "green", "blue")], atol=1e-6)
+
+
+def test_histogram_refuses_bad_arguments(frame):
+    with pytest.raises(ValueError, match="epsilon"):
+        dp_column_histograms(frame, SCHEMA, 0.0)
+    with pytest.raises(SchemaError, match="not in the schema"):
+        dp_column_histograms(frame, SCHEMA, 1.0, log_columns=["nope"])
+    with pytest.raises(SchemaError, match="categorical"):
+        dp_column_histograms(frame, SCHEMA, 1.0, special_values={"colour": [0]})
+    with pytest.raises(SchemaError, match="within its bounds"):
+        dp_column_histograms(frame, SCHEMA, 1.0, special_values={"gain": [-1]})
+
+
+# --- modes -------------------------------------------------------------------------------------
+
+
+def test_dp_modes_find_the_two_modes_of_a_bimodal_column(fitted):
+    transformer, _ = fitted
+    normalizer = transformer.encoders[0].normalizer
+    assert normalizer.n_modes == 2
+    assert normalizer.means == pytest.approx([-5.0, 5.0], abs=0.3)
+    assert normalizer.stds == pytest.approx([1.0, 1.0], rel=0.2)
+    assert normalizer.weights == pytest.approx([0.5, 0.5], abs=0.05)
+
+
+def test_normalizer_maps_values_to_alpha_and_back():
+    normalizer = ModeSpecificNormalizer([-5.0, 5.0], [1.0, 2.0], [0.5, 0.5])
+    values = np.array([-6.0, -5.0, 4.0, 9.0])
+    alpha, modes = normalizer.transform(values, np.random.default_rng(0))
+    assert modes.tolist() == [0, 0, 1, 1]
+    assert alpha == pytest.approx([-0.25, 0.0, -0.125, 0.5])
+    assert normalizer.inverse(alpha, modes) == pytest.approx(values)
+    assert normalizer.inverse(alpha, np.eye(2)[modes]) == pytest.approx(values)  # one-hot works as well
+    assert normalizer.transform([100.0])[0] == pytest.approx([0.99])  # clipped to tanh's reach
+    assert ModeSpecificNormalizer.from_dict(json.loads(json.dumps(normalizer.to_dict()))) == normalizer
+
+
+def test_bounds_normalizer_is_min_max():
+    normalizer = ModeSpecificNormalizer.from_bounds(0.0, 80.0)
+    alpha, modes = normalizer.transform([0.4, 40.0, 79.6], np.random.default_rng(0))
+    assert modes.tolist() == [0, 0, 0] and alpha == pytest.approx([-0.99, 0.0, 0.99])
+    assert normalizer.inverse([-1.0, 1.0], [0, 0]) == pytest.approx([0.0, 80.0])
+
+
+def test_a_histogram_that_noise_left_empty_falls_back_to_the_bounds():
+    normalizer = ModeSpecificNormalizer.fit_histogram(np.linspace(0, 1, 5), [-3.0, -1.0, -0.5, -2.0])
+    assert normalizer == ModeSpecificNormalizer.from_bounds(0.0, 1.0)
+
+
+# --- the table transformer ---------------------------------------------------------------------
+
+
+def test_mode_specific_round_trip(fitted, frame):
+    transformer, _ = fitted
+    encoded, report = transformer.encode(frame)
+    assert encoded.dtype == torch.float32 and encoded.shape == (len(frame), transformer.encoded_dim)
+    assert report.rows_encoded == len(frame)
+    decoded = transformer.decode(encoded)
+    assert list(decoded.columns) == SCHEMA.names
+    assert np.quantile(np.abs(decoded["x"] - frame["x"]), 0.99) < 1e-4
+    assert np.abs(decoded["x"] - frame["x"]).max() < 1.0
+    assert (decoded["colour"].astype(str) == frame["colour"]).all()  # categorical: exact
+    assert (decoded["y"].astype(str) == frame["y"]).all()
+    assert decoded["rooms"].dtype == np.int64 and (decoded["rooms"] == frame["rooms"]).all()
+
+
+def test_mixed_special_value_round_trips_exactly(fitted, frame):
+    transformer, _ = fitted
+    block = transformer.column_slices["gain"]
+    encoded, _ = transformer.encode(frame)
+    zeros = (frame["gain"] == 0).to_numpy()
+    assert transformer.output_spans[2:4] == [(1, "tanh"), (block.stop - block.start - 1, "softmax")]
+    assert (encoded[zeros, block.start] == 0).all()  # alpha = 0 for a special value
+    assert (encoded[zeros, block.start + 1] == 1).all()  # its own one-hot slot, first
+    assert (encoded[~zeros, block.start + 1] == 0).all()
+    decoded = transformer.decode(encoded)["gain"]
+    assert (decoded[zeros] == 0).all() and (decoded[~zeros] != 0).all()
+    assert np.abs(decoded[~zeros] - frame["gain"][~zeros]).max() <= 1
+
+
+def test_long_tail_column_round_trips_and_stays_in_bounds(fitted, frame):
+    transformer, _ = fitted
+    decoded = transformer.decode(transformer.encode(frame)[0])["lot"]
+    assert np.quantile(np.abs(decoded / frame["lot"] - 1), 0.99) < 1e-4
+    extreme = torch.zeros(4, transformer.encoded_dim)
+    block = transformer.column_slices["lot"]
+    extreme[:, block.start] = torch.tensor([-1.0, 1.0, -1.0, 1.0])
+    extreme[[0, 1], block.start + 1] = 1.0  # lowest mode
+    extreme[[2, 3], block.stop - 1] = 1.0  # highest mode
+    assert transformer.decode(extreme)["lot"].between(0.0, 2e6).all()
+    outside = frame.head(2).assign(lot=[-5.0, 9e9])
+    encoded, report = transformer.encode(outside)
+    assert report.clipped["lot"] == {"below": 1, "above": 1}
+    # clipped to the bounds, then as far as the DP modes reach (CTGAN's alpha stops at 4 sigma)
+    low, high = transformer.decode(encoded)["lot"]
+    assert 0.0 <= low < frame["lot"].min() and frame["lot"].max() < high <= 2e6
+
+
+def test_integers_are_rounded_and_clipped_on_decode(fitted):
+    transformer, _ = fitted
+    noise = torch.randn(200, transformer.encoded_dim, generator=torch.Generator().manual_seed(0))
+    decoded = transformer.decode(torch.tanh(noise))
+    for name in ("gain", "rooms"):
+        assert decoded[name].dtype == np.int64
+        low, high = SCHEMA.column(name).bounds
+        assert decoded[name].between(low, high).all()
+
+
+def test_unknown_categories_follow_the_schema_rule(fitted, frame):
+    transformer, _ = fitted
+    dirty = frame.head(5).copy()
+    dirty.loc[dirty.index[0], "colour"] = "purple"
+    encoded, report = transformer.encode(dirty)
+    assert encoded.shape[0] == 4 and report.rejected["colour"] == 1
+    with pytest.raises(SchemaError, match="outside the schema"):
+        transformer.encode(dirty, unknown="error")
+
+
+def test_layout_spans_conditions_and_label(fitted):
+    transformer, _ = fitted
+    spans = transformer.output_spans
+    assert sum(width for width, _ in spans) == transformer.encoded_dim
+    assert {activation for _, activation in spans} == {"tanh", "softmax"}
+    colour, label = transformer.column_slices["colour"], transformer.column_slices["y"]
+    assert transformer.condition_spans == [(colour.start, 3), (label.start, 2)]
+    assert transformer.label_span == (label.start, 2, "binary")
+    red, green, blue = transformer.condition_frequencies[0]
+    assert red > green > blue and red + green + blue == pytest.approx(1.0)
+    layout = transformer.layout()
+    assert json.loads(json.dumps(layout)) == layout
+    assert set(layout) == {"spans", "condition_spans", "condition_frequencies", "label"}
+    assert layout["label"] == {"start": label.start, "width": 2, "kind": "binary"}
+
+
+def test_to_dict_from_dict_round_trip(fitted, frame):
+    transformer, _ = fitted
+    restored = TableTransformer.from_dict(json.loads(json.dumps(transformer.to_dict())))
+    assert restored == transformer and restored.layout() == transformer.layout()
+    encoded, _ = transformer.encode(frame.head(50))
+    pd.testing.assert_frame_equal(restored.decode(encoded), transformer.decode(encoded))
+    with pytest.raises(ValueError, match="format"):
+        TableTransformer.from_dict({"columns": []})
+
+
+def test_continuous_label_is_one_min_max_scalar():
+    schema = TableSchema(
+        (Column("area", "continuous", bounds=(0.0, 100.0)), Column("price", "continuous", bounds=(0.0, 1e6))),
+        label="price",
+        label_kind="continuous",
+    )
+    frame = pd.DataFrame({"area": [10.0, 50.0, 90.0], "price": [0.0, 5e5, 1e6]})
+    for log_columns, expected in (((), [-1.0, 0.0, 1.0]), (("price",), None)):
+        transformer = TableTransformer.from_bounds(schema, log_columns=log_columns)
+        start, width, kind = transformer.label_span
+        assert (width, kind) == (1, "continuous") and transformer.output_spans[-1] == (1, "tanh")
+        encoded, _ = transformer.encode(frame)
+        scalar = encoded[:, start].numpy()
+        assert scalar.min() >= -1 and scalar.max() <= 1
+        if expected is not None:
+            assert scalar == pytest.approx(expected)
+        assert transformer.decode(encoded)["price"].to_numpy() == pytest.approx(frame["price"], rel=1e-5, abs=1e-2)
+    with pytest.raises(SchemaError, match="cannot be mixed"):
+        TableTransformer.from_bounds(schema, mixed={"price": [0.0]})
+
+
+def test_bounds_modes_read_no_rows():
+    """``from_bounds`` takes no frame; fitted by a datamodule on different data it is the same."""
+    transformer = TableTransformer.from_bounds(SCHEMA, mixed=MIXED, log_columns=LOG)
+    assert all(e.normalizer.n_modes == 1 for e in transformer.encoders if e.normalizer is not None)
+    assert transformer.condition_frequencies == [[1 / 3] * 3, [0.5, 0.5]]
+    encoded, _ = transformer.encode(make_frame(200))
+    assert transformer.decode(encoded)["x"].to_numpy() == pytest.approx(make_frame(200)["x"], abs=0.2)
+
+
+# --- conditions --------------------------------------------------------------------------------
+
+SPANS = [(2, 3), (6, 2)]
+FREQUENCIES = [[0.7, 0.25, 0.05], [0.9, 0.1]]
+
+
+@pytest.mark.parametrize("log_frequency", [True, False])
+def test_sampled_conditions_follow_the_frequency_law(log_frequency):
+    sampler = ConditionalSampler(SPANS, FREQUENCIES)
+    cond, column = sampler.sample(40_000, log_frequency=log_frequency, generator=torch.Generator().manual_seed(0))
+    assert cond.shape == (40_000, 5) and sampler.cond_dim == 5
+    assert (cond.sum(dim=1) == 1).all()
+    assert stats.chisquare(torch.bincount(column, minlength=2).numpy()).pvalue > 1e-3  # columns uniform
+    for j, (offset, frequencies) in enumerate(zip([0, 3], FREQUENCIES)):
+        rows = column == j
+        observed = cond[rows, offset : offset + len(frequencies)].sum(dim=0).numpy()
+        law = np.log1p(np.array(frequencies) * 1000.0) if log_frequency else np.array(frequencies)
+        expected = law / law.sum() * rows.sum().item()
+        assert stats.chisquare(observed, expected).pvalue > 1e-3
+
+
+def test_conditions_of_real_records_are_their_own():
+    rng = np.random.default_rng(0)
+    records = torch.zeros(500, 8)
+    first, second = rng.integers(0, 3, 500), rng.integers(0, 2, 500)
+    records[:, 0] = torch.from_numpy(rng.random(500))
+    records[np.arange(500), 2 + first] = 1.0
+    records[np.arange(500), 6 + second] = 1.0
+    sampler = ConditionalSampler(SPANS, FREQUENCIES)
+    cond, column = sampler.from_records(records, generator=torch.Generator().manual_seed(1))
+    assert set(column.tolist()) == {0, 1}
+    assert (cond.sum(dim=1) == 1).all()
+    own = torch.where(column == 0, torch.from_numpy(first), 3 + torch.from_numpy(second))
+    assert (cond.argmax(dim=1) == own).all()
+    # a record's condition does not change with the rest of the batch
+    alone, column_alone = sampler.from_records(records[:1], generator=torch.Generator().manual_seed(1))
+    assert column_alone[0] == column[0] and torch.equal(alone[0], cond[0])
+
+
+def test_condition_loss_is_small_when_the_generator_complies():
+    sampler = ConditionalSampler(SPANS, FREQUENCIES)
+    cond, column = sampler.sample(64, generator=torch.Generator().manual_seed(2))
+    complying = torch.zeros(64, 8)
+    for i in range(64):
+        start, width = SPANS[column[i]]
+        offset = [0, 3][column[i]]
+        complying[i, start + int(cond[i, offset : offset + width].argmax())] = 20.0
+    assert sampler.condition_loss(complying, cond, column) < 1e-6
+    defying = torch.zeros(64, 8)
+    for i in range(64):
+        start, width = SPANS[column[i]]
+        offset = [0, 3][column[i]]
+        wrong = (int(cond[i, offset : offset + width].argmax()) + 1) % width
+        defying[i, start + wrong] = 20.0
+    assert sampler.condition_loss(defying, cond, column) > 15.0
+    assert sampler.condition_mask(column).shape == (64, 2)
+
+
+def test_a_table_without_categorical_columns_has_empty_conditions():
+    sampler = ConditionalSampler([], [])
+    cond, column = sampler.sample(4)
+    assert sampler.cond_dim == 0 and cond.shape == (4, 0) and column.tolist() == [-1] * 4
+    cond, column = sampler.from_records(torch.rand(3, 5))
+    assert cond.shape == (3, 0) and sampler.condition_loss(torch.rand(3, 5), cond, column) == 0
+
+
+def test_sampler_from_a_transformer_layout(fitted, frame):
+    transformer, _ = fitted
+    sampler = ConditionalSampler.from_layout(json.loads(json.dumps(transformer.layout())))
+    assert sampler.cond_dim == 5
+    encoded, _ = transformer.encode(frame.head(10))
+    cond, column = sampler.from_records(encoded)
+    colour = frame.head(10)["colour"].map({"red": 0, "green": 1, "blue": 2}).to_numpy()
+    label = frame.head(10)["y"].map({"no": 3, "yes": 4}).to_numpy()
+    assert cond.argmax(dim=1).tolist() == np.where(column.numpy() == 0, colour, label).tolist()
+
+
+# --- datamodules -------------------------------------------------------------------------------
+
+
+def write_csv(path: Path, frame: pd.DataFrame) -> Path:
+    frame.to_csv(path, index=False)
+    return path
+
+
+def csv_module(path: Path, **kwargs) -> CSVDataModule:
+    args = dict(csv=path, target="y", categorical="colour", label_kind="binary", integer=["gain", "rooms"],
+                bounds_epsilon=20.0, batch_size=16, encoding="mode-specific", modes_epsilon=5.0, max_modes=3,
+                mixed=MIXED, log_columns=LOG)
+    args.update(kwargs)
+    return CSVDataModule(**args)
+
+
+def test_csv_mode_specific_reports_the_composed_cost_and_decodes(tmp_path, monkeypatch):
+    seen = []
+    original = tabular_module.TableTransformer.fit_dp
+
+    def spy(frame, *args, **kwargs):
+        seen.append(frame)
+        return original(frame, *args, **kwargs)
+
+    monkeypatch.setattr(tabular_module.TableTransformer, "fit_dp", spy)
+    datamodule = csv_module(write_csv(tmp_path / "data.csv", make_frame(400)))
+    assert datamodule.data_shape == (datamodule.table_transformer.encoded_dim,)
+    assert len(seen) == 1 and seen[0] is datamodule.train_frame and len(seen[0]) == 320  # train split only
+    cost = datamodule.privacy_cost()
+    assert cost["epsilon"] == pytest.approx(25.0) and cost["delta"] == 1e-6
+    assert cost["neighbours"] == "add-remove"
+    assert cost["parts"]["schema"]["epsilon"] == 20.0 and cost["parts"]["modes"]["epsilon"] == 5.0
+    assert "laplace column histograms" in cost["mechanism"]
+    datamodule.setup()
+    (batch,) = next(iter(datamodule.train_dataloader()))
+    assert batch.shape == (16, datamodule.data_shape[0])
+    assert datamodule.table_layout == datamodule.table_transformer.layout()
+    generated = torch.tanh(torch.randn(32, datamodule.data_shape[0]))
+    decoded = datamodule.decode(generated)
+    assert list(decoded.columns) == datamodule.schema.names and len(decoded) == 32
+    assert len(seen) == 1  # the fit ran once
+
+
+def test_restore_transformer_avoids_a_second_fit(tmp_path, monkeypatch):
+    path = write_csv(tmp_path / "data.csv", make_frame(400))
+    first = csv_module(path)
+    first.setup()
+    released, cost, schema = first.released_transformer(), first.privacy_cost(), first.schema
+    assert first.fits_encoding is False
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a resumed run must not fit (and pay for) the modes again")
+
+    monkeypatch.setattr(tabular_module.TableTransformer, "fit_dp", refuse)
+    resumed = csv_module(path)
+    assert resumed.fits_encoding is True
+    with pytest.raises(ValueError, match="restore the released schema"):
+        resumed.restore_transformer(json.loads(json.dumps(released)), cost)
+    resumed.restore_schema(schema, cost)
+    resumed.restore_transformer(json.loads(json.dumps(released)), cost)
+    assert resumed.fits_encoding is False
+    resumed.setup()
+    assert resumed.privacy_cost() == cost
+    assert resumed.table_transformer == first.table_transformer
+    with pytest.raises(RuntimeError, match="already"):
+        resumed.restore_transformer(released, cost)
+    missing_cost = csv_module(path)
+    missing_cost.restore_schema(schema, cost)
+    with pytest.raises(ValueError, match="under-report"):
+        missing_cost.restore_transformer(released, {"parts": {"schema": cost["parts"]["schema"]}})
+
+
+def test_bounds_modes_cost_nothing_and_read_no_rows(tmp_path):
+    datamodule = KingDataModule(data_dir=tmp_path / "nothing-here", download=False, encoding="mode-specific",
+                                modes="bounds")
+    assert datamodule.data_shape == (datamodule.table_transformer.encoded_dim,)
+    assert datamodule.train_frame is None
+    cost = datamodule.privacy_cost()
+    assert cost["epsilon"] == 0.0 and cost["delta"] == 0.0 and datamodule.fits_encoding is False
+
+
+def test_bounds_transformer_does_not_depend_on_the_rows(tmp_path):
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(SCHEMA.to_dict()))
+    transformers = []
+    for seed in (0, 1):
+        path = write_csv(tmp_path / f"data{seed}.csv", make_frame(300, seed=seed))
+        module = CSVDataModule(csv=path, schema=schema_file, encoding="mode-specific", modes="bounds",
+                               mixed=MIXED, log_columns=LOG)
+        transformers.append(module.released_transformer())
+        assert module.train_frame is None
+    assert transformers[0] == transformers[1]
+
+
+def test_dataset_defaults_for_mixed_and_long_tail_columns():
+    adult = AdultDataModule(encoding="mode-specific")
+    assert adult.mixed == {"capital-gain": [0.0], "capital-loss": [0.0]} and adult.log_columns == []
+    king = KingDataModule(encoding="mode-specific")
+    assert king.mixed == {"sqft_basement": [0.0], "yr_renovated": [0.0]}
+    assert king.log_columns == ["price", "sqft_lot", "sqft_lot15"]
+    assert AdultDataModule(encoding="mode-specific", mixed={}).mixed == {}
+    for module in (adult, king):
+        TableTransformer.from_bounds(module.schema, mixed=module.mixed, log_columns=module.log_columns)
+
+
+def test_adult_mode_specific_keeps_capital_gain_zeros():
+    datamodule = AdultDataModule(data_dir=FIXTURES / "adult_tiny", download=False, batch_size=8,
+                                 encoding="mode-specific", modes_epsilon=1.0, max_modes=3)
+    datamodule.setup()
+    decoded = datamodule.decode(datamodule.train_dataset.tensors[0])
+    train = datamodule.train_frame.reset_index(drop=True)
+    for name in ("capital-gain", "capital-loss"):
+        assert ((decoded[name] == 0) == (train[name] == 0)).all()
+    assert (decoded["income"].astype(str) == train["income"]).all()
+    assert datamodule.privacy_cost()["epsilon"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (dict(encoding="ctgan"), ValueError, "encoding must be one of"),
+        (dict(encoding="mode-specific", modes="data"), ValueError, "modes must be one of"),
+        (dict(encoding="mode-specific", modes_epsilon=0.0), ValueError, "modes_epsilon"),
+        (dict(encoding="mode-specific", modes_epsilon=-1), ValueError, "modes_epsilon"),
+        (dict(encoding="mode-specific", max_modes=0), ValueError, "max_modes"),
+        (dict(mixed={"price": [0]}), ValueError, "encoding='mode-specific'"),
+        (dict(encoding="mode-specific", mixed={"price": "zero"}), ValueError, "special values"),
+    ],
+)
+def test_bad_encoding_arguments_are_refused(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        KingDataModule(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(mixed={"zipcode": [98001]}), "categorical"),
+        (dict(log_columns=["basement"]), "not in the schema"),
+        (dict(mixed={"yr_renovated": [3000]}), "within its bounds"),
+    ],
+)
+def test_encoding_columns_are_checked_against_the_schema_before_reading(kwargs, message, tmp_path):
+    datamodule = KingDataModule(data_dir=tmp_path, download=False, encoding="mode-specific", **kwargs)
+    with pytest.raises(SchemaError, match=message):
+        _ = datamodule.data_shape
+    assert datamodule.train_frame is None
+
+
+def test_minmax_encoding_is_unchanged(tmp_path):
+    datamodule = KingDataModule(data_dir=FIXTURES / "king_tiny", download=False)
+    assert datamodule.table_transformer is None and datamodule.table_layout is None
+    assert datamodule.released_transformer() is None and datamodule.fits_encoding is False
+    assert datamodule.privacy_cost() == {"epsilon": 0.0, "delta": 0.0, "mechanism": "public schema"}
+    assert datamodule.data_shape == (datamodule.schema.encoded_dim,)
+
+
+def test_rows_in_schema_keeps_what_the_schema_encodes(frame):
+    dirty = frame.head(6).copy()
+    dirty.loc[dirty.index[[1, 4]], "colour"] = "purple"
+    kept, report = dp_histogram.rows_in_schema(SCHEMA, dirty)
+    assert list(kept.index) == [dirty.index[i] for i in (0, 2, 3, 5)] and report.rows_encoded == 4
