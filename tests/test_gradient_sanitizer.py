@@ -10,6 +10,7 @@ from run_helpers import read_json, tiny_run_args
 
 from lightning_dpgan.callbacks.gradient_sanitizer import GradientSanitizer
 from lightning_dpgan.cli import main
+from lightning_dpgan.privacy.accountants import GaussianAccountant
 from lightning_dpgan.privacy.analysis.rdp import DEFAULT_ORDERS
 from lightning_dpgan.privacy.gradient_sanitizer import GradientSanitizerMechanism
 
@@ -61,8 +62,9 @@ def test_one_step_costs_two_b_lambda_over_sigma_squared():
 
 
 def gswgan_args(data_dir, output_dir, steps=10, *extra):
+    """One critic: the MNIST preset's 1000 critics (GS-WGAN's amplified mode) are tested in test_gswgan_critics."""
     return tiny_run_args(data_dir, output_dir, model="gswgan", steps=steps, batch_size=16) + [
-        "--epsilon", "8", "--delta", "1e-4", *extra]
+        "--epsilon", "8", "--delta", "1e-4", "--privacy.num_critics", "1", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +80,16 @@ def test_gswgan_trains_with_calibrated_noise_and_spends_at_most_the_target(gswga
     assert report["epsilon"] <= 8.0
     assert report["effective_noise_multiplier"] == pytest.approx(report["noise_multiplier"] / (2 * math.sqrt(16)))
     assert (gswgan_run / "samples.png").is_file()
+    # one critic (the default): no amplification, the plain Gaussian accountant, add/remove neighbours
+    assert report["num_critics"] == 1 and report["sampling_rate"] == 1.0 and "no amplification" in report["mode"]
+    assert report["accountant_state"]["mechanism"] == "gaussian" and report["neighbours"] == "add-remove"
+
+
+def test_one_critic_keeps_the_unamplified_accounting():
+    strategy = GradientSanitizer(noise_multiplier=3.0, num_critics=1)
+    strategy.generated_batch_size = 8
+    assert type(strategy.accountant) is GaussianAccountant and strategy.neighbours == "add-remove"
+    assert strategy.next_step_params() == {"noise_multiplier": 3.0 / (2 * math.sqrt(8))}
 
 
 def test_the_critic_trains_without_dp_sgd_and_only_the_generator_side_is_sanitized():

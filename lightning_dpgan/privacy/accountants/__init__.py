@@ -8,6 +8,10 @@ from lightning_dpgan.privacy.accountants.opacus_adapter import (
 from lightning_dpgan.privacy.accountants.gnmax import ConfidentGNMaxAccountant
 from lightning_dpgan.privacy.accountants.pate import PATEMomentsAccountant
 from lightning_dpgan.privacy.accountants.rdp_curve import GaussianAccountant, RDPCurveAccountant
+from lightning_dpgan.privacy.accountants.subsampled_without_replacement import (
+    SelectedCriticGaussianAccountant,
+    calibrate_selected_critic_noise,
+)
 
 __all__ = [
     "Accountant",
@@ -17,5 +21,7 @@ __all__ = [
     "OpacusAccountant",
     "PATEMomentsAccountant",
     "RDPCurveAccountant",
+    "SelectedCriticGaussianAccountant",
     "calibrate_noise_multiplier",
+    "calibrate_selected_critic_noise",
 ]
