@@ -42,6 +42,10 @@ MODELS = _table(
     Entry("pategan", "lightning_dpgan.modules.pategan:PATEGAN"),
     Entry("gpate", "lightning_dpgan.modules.gpate:GPATE"),
     Entry("gswgan", "lightning_dpgan.modules.gswgan:GSWGAN"),
+    Entry("ctgan", "lightning_dpgan.modules.ctgan:CTGAN"),
+    Entry("dpctgan", "lightning_dpgan.modules.dpctgan:DPCTGAN"),
+    Entry("patectgan", "lightning_dpgan.modules.patectgan:PATECTGAN"),
+    Entry("dpsactgan", "lightning_dpgan.modules.dpsactgan:DPSACTGAN"),
 )
 
 DATASETS = _table(

@@ -20,7 +20,7 @@ from lightning_dpgan.data.schema import TableSchema
 from lightning_dpgan.outputs import write_csv, write_json, write_png, write_yaml
 from lightning_dpgan.sampling import read_run_info
 
-MODEL_PROVIDED = ("data_shape", "num_classes")
+MODEL_PROVIDED = ("data_shape", "num_classes", "table_layout")
 DEFAULT_MAX_STEPS = 1000
 #: Lightning's ``ddp`` fails on a GAN (the generator step leaves the discriminator's
 #: parameters unused); this variant of it works and is what ``--strategy ddp`` means here.
@@ -28,13 +28,37 @@ STRATEGY_ALIASES = {"ddp": "ddp_find_unused_parameters_true"}
 
 
 def restore_released_schema(datamodule: Any, checkpoint: str | Path) -> None:
-    """Give a datamodule that would estimate its schema from the private rows (a ``csv`` without
-    a schema file) the schema its run released instead: a fresh DP estimate would spend its
-    budget a second time, unaccounted, and could encode the data differently."""
-    if getattr(datamodule, "estimates_schema", False):
-        info = read_run_info(checkpoint)
-        if "schema" in info:
-            datamodule.restore_schema(TableSchema.from_dict(info["schema"]), info.get("preprocessing_cost"))
+    """Give a datamodule the preprocessing its run released, instead of estimating it again
+    from the private rows: a ``csv`` schema estimated without a schema file, and a mode-specific
+    encoding's DP modes. A fresh DP estimate would spend its budget a second time, unaccounted,
+    and could encode the data differently."""
+    needs_schema = getattr(datamodule, "estimates_schema", False)
+    needs_encoding = getattr(datamodule, "fits_encoding", False)
+    if not (needs_schema or needs_encoding):
+        return
+    info = read_run_info(checkpoint)
+    if needs_schema and "schema" in info:
+        datamodule.restore_schema(TableSchema.from_dict(info["schema"]), info.get("preprocessing_cost"))
+    if needs_encoding and "table_transformer" in info:
+        datamodule.restore_transformer(info["table_transformer"], info.get("preprocessing_cost"))
+
+
+def check_model_fits_dataset(model_cls: type, dataset_cls: type, dataset: str) -> None:
+    """Refuse a table-only model (one that needs a table encoding) on an image dataset."""
+    if getattr(model_cls, "table_encoding", None) and getattr(dataset_cls, "kind", "image") != "table":
+        raise ConfigError(f"this model generates tables; dataset '{dataset}' is images. Choose a table dataset "
+                          "(adult, king, kaggle-credit, csv)")
+
+
+def select_table_encoding(model_cls: type, data_args: dict[str, Any]) -> None:
+    """Give a model that needs a particular table encoding (CTGAN's mode-specific one) that
+    encoding, or refuse a ``--data.encoding`` it cannot train on."""
+    needed = getattr(model_cls, "table_encoding", None)
+    if needed is None:
+        return
+    chosen = data_args.setdefault("encoding", needed)
+    if chosen != needed:
+        raise ConfigError(f"this model needs --data.encoding {needed}, got {chosen}")
 
 
 class Run:
@@ -55,7 +79,13 @@ class Run:
     def _build_datamodule(self) -> L.LightningDataModule:
         section = self.config["data"]
         cls = registry.lookup("dataset", section["name"]).load()
-        datamodule = cls(**section_arguments(self.config, "data", cls))
+        model_cls = registry.lookup("model", self.config["model"]["name"]).load()
+        check_model_fits_dataset(model_cls, cls, section["name"])
+        args = section_arguments(self.config, "data", cls)
+        select_table_encoding(model_cls, args)
+        if "encoding" in args:
+            section["encoding"] = args["encoding"]  # config.yaml then rebuilds the same datamodule
+        datamodule = cls(**args)
         if self.config["resume"]:
             restore_released_schema(datamodule, self.config["resume"])
         return datamodule
@@ -64,12 +94,17 @@ class Run:
         section = self.config["model"]
         cls = registry.lookup("model", section["name"]).load()
         args = section_arguments(self.config, "model", cls, provided=MODEL_PROVIDED)
+        if "table_layout" in init_arguments(cls):
+            args["table_layout"] = self.datamodule.table_layout
         module = cls(data_shape=self.datamodule.data_shape, num_classes=self.datamodule.num_classes, **args)
         module.run_info = {"model": section["name"], "dataset": self.config["data"]["name"]}
         if not self.is_image:
             # Public by construction (or paid for with the DP-bounds budget): `sample` needs it to decode.
             module.run_info["schema"] = self.datamodule.schema.to_dict()
             module.run_info["preprocessing_cost"] = self.datamodule.privacy_cost()
+            if getattr(self.datamodule, "table_transformer", None) is not None:
+                # DP modes and frequencies (their cost is in preprocessing_cost): needed to decode.
+                module.run_info["table_transformer"] = self.datamodule.table_transformer.to_dict()
         return module
 
     def _build_privacy(self) -> L.Callback | None:

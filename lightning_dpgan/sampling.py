@@ -12,6 +12,7 @@ import torch
 from lightning_dpgan import registry
 from lightning_dpgan.modules.base import CHECKPOINT_KEY
 from lightning_dpgan.data.schema import TableSchema
+from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.outputs import atomic_write, image_grid, images_to_uint8, write_csv, write_png
 
 
@@ -32,6 +33,14 @@ def read_run_info(path: str | Path) -> dict[str, Any]:
     if not isinstance(info, dict) or "model" not in info.get("run", {}):
         raise CheckpointError(f"{path} was not written by lightning-dpgan's train (no run information in it)")
     return info["run"]
+
+
+def table_decoder(info: dict[str, Any]) -> Any:
+    """What turns a table run's generated records into rows: its mode-specific transformer when
+    it trained on one, else its schema's min-max / one-hot encoding."""
+    if "table_transformer" in info:
+        return TableTransformer.from_dict(info["table_transformer"])
+    return TableSchema.from_dict(info["schema"])
 
 
 def load_module(path: str | Path) -> Any:
@@ -55,7 +64,7 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
     module = load_module(checkpoint)
     torch.manual_seed(seed)
     if schema:
-        return write_csv(out, TableSchema.from_dict(schema).decode(module.sample(n)))
+        return write_csv(out, table_decoder(read_run_info(checkpoint)).decode(module.sample(n)))
     labels = module.balanced_labels(n)
     images = images_to_uint8(module.sample(n, labels))
     if out.suffix == ".png":

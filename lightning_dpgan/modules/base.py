@@ -163,7 +163,7 @@ class GANModule(L.LightningModule):
         (which clips each record's gradient); the generated part second, inside
         :meth:`public_pass`, so that it reaches the update whole and unpaired with any record.
         """
-        _, opt_d = self.optimizers()
+        opt_d = self.optimizers()[1]
         fake_labels = self.sample_labels(n_generated)
         with torch.no_grad():
             fake = self.generator(self.sample_latent(n_generated), fake_labels)
@@ -191,14 +191,12 @@ class GANModule(L.LightningModule):
 
     def generator_step(self, n: int) -> Tensor:
         """One generator update; the discriminator is frozen so none of its gradients form."""
-        opt_g, _ = self.optimizers()
+        opt_g = self.optimizers()[0]
         labels = self.sample_labels(n)
         self.discriminator.requires_grad_(False)
         try:
             with self.public_pass():
-                fake = self.generator(self.sample_latent(n), labels)
-                if self.privacy is not None and self.privacy_slot is GradientSanitizer:
-                    fake = self.privacy.sanitize(fake)  # the only path from the critic to the generator
+                fake = self.sanitize_generated(self.generator(self.sample_latent(n), labels))
                 loss = self.generator_loss(self.discriminator(fake, labels))
                 opt_g.zero_grad()
                 self.manual_backward(loss)
@@ -206,6 +204,15 @@ class GANModule(L.LightningModule):
         finally:
             self.discriminator.requires_grad_(True)
         return loss.detach()
+
+    def sanitize_generated(self, fake: Tensor) -> Tensor:
+        """``fake`` with the sanitizer's hook attached when a GradientSanitizer fills the slot.
+
+        Call it on the generated records right before they meet any network trained on real
+        data: their gradient is then the only path from those networks to the generator."""
+        if self.privacy is not None and self.privacy_slot is GradientSanitizer:
+            return self.privacy.sanitize(fake)
+        return fake
 
     def private_networks(self) -> dict[str, nn.Module]:
         """The networks whose parameters are trained on real records."""

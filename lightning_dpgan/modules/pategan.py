@@ -106,14 +106,18 @@ class PATEGAN(TeacherModel):
         fake_labels = self.sample_labels(n)
         with torch.no_grad():
             fake = self.generator(self.sample_latent(n), fake_labels)
-        return self.update_teachers(optimizer, real, labels, fake, fake_labels)
+        return self.update_teachers(optimizer, real, self.teacher_labels(labels), fake, self.teacher_labels(fake_labels))
+
+    def teacher_labels(self, labels: Tensor | None) -> Tensor | None:
+        """What the teachers are told about a record besides the record: its class label."""
+        return labels
 
     def student_step(self, optimizer: Any, n: int) -> Tensor:
         """The student learns the teachers' noisy labels of generated records."""
         fake_labels = self.sample_labels(n)
         with torch.no_grad():
             fake = self.generator(self.sample_latent(n), fake_labels)
-            real_votes = self.teachers.votes(fake, fake_labels)
+            real_votes = self.teachers.votes(fake, self.teacher_labels(fake_labels))
         votes = torch.stack([self.teachers.num_teachers - real_votes, real_votes], dim=1)
         targets = self.privacy.aggregate(votes).to(fake.dtype)
         loss = F.binary_cross_entropy_with_logits(self.student(fake, fake_labels), targets)
@@ -122,12 +126,18 @@ class PATEGAN(TeacherModel):
         optimizer.step()
         return loss.detach()
 
-    def generator_step_pate(self, optimizer: Any, n: int) -> Tensor:
+    def generated_for_generator_step(self, n: int) -> tuple[Tensor, Tensor | None, Tensor]:
+        """``(generated records, their labels, extra generator loss)`` for the generator step."""
         labels = self.sample_labels(n)
+        fake = self.generator(self.sample_latent(n), labels)
+        return fake, labels, fake.new_zeros(())
+
+    def generator_step_pate(self, optimizer: Any, n: int) -> Tensor:
         self.student.requires_grad_(False)
         try:
-            scores = self.student(self.generator(self.sample_latent(n), labels), labels)
-            loss = F.binary_cross_entropy_with_logits(scores, torch.ones_like(scores))
+            fake, labels, extra_loss = self.generated_for_generator_step(n)
+            scores = self.student(fake, labels)
+            loss = F.binary_cross_entropy_with_logits(scores, torch.ones_like(scores)) + extra_loss
             optimizer.zero_grad()
             self.manual_backward(loss)
             optimizer.step()

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from lightning_dpgan.modules.base import GANModule
 
@@ -44,18 +44,7 @@ class WGAN(GANModule):
         return -fake_scores.mean()
 
     def discriminator_penalty(self, real: Tensor, labels: Tensor | None, fake: Tensor, fake_labels: Tensor | None) -> Tensor:
-        weight = self.hparams.gradient_penalty
-        if weight == 0:
-            return real.new_zeros(())
-        # Interpolates mix real and generated records; with class labels we interpolate
-        # only the records and keep the real labels (the usual conditional WGAN-GP choice).
-        if fake.shape[0] != real.shape[0]:  # a short last batch, or a fixed generated batch size
-            fake = fake[torch.arange(real.shape[0], device=fake.device) % fake.shape[0]]
-        alpha = torch.rand(real.shape[0], *([1] * (real.dim() - 1)), device=real.device)
-        mixed = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
-        scores = self.discriminator(mixed, labels)
-        (grad,) = torch.autograd.grad(scores.sum(), mixed, create_graph=True)
-        return weight * (grad.flatten(1).norm(dim=1) - 1) ** 2
+        return gradient_penalty(self.discriminator, real, labels, fake, self.hparams.gradient_penalty)
 
     def after_discriminator_step(self) -> None:
         clip = self.hparams.weight_clip
@@ -75,3 +64,23 @@ class WGAN(GANModule):
             torch.optim.RMSprop(self.generator.parameters(), lr=self.hparams.lr_generator),
             torch.optim.RMSprop(self.discriminator.parameters(), lr=self.hparams.lr_discriminator),
         )
+
+
+def gradient_penalty(discriminator: nn.Module, real: Tensor, labels: Tensor | None, fake: Tensor, weight: float,
+                     pack: int = 1) -> Tensor:
+    """WGAN-GP's penalty (Gulrajani et al. 2017): ``weight * (||grad D(x_mix)|| - 1)^2`` per score.
+
+    ``x_mix`` interpolates each real record with a generated one; with class labels or condition
+    vectors only the records are interpolated and the real ones' conditions kept (the usual
+    conditional WGAN-GP choice). ``pack`` records share one score (CTGAN's pac), so the norm is
+    taken over each pack's gradient and the result has one entry per score.
+    """
+    if weight == 0:
+        return real.new_zeros(())
+    if fake.shape[0] != real.shape[0]:  # a short last batch, or a fixed generated batch size
+        fake = fake[torch.arange(real.shape[0], device=fake.device) % fake.shape[0]]
+    alpha = torch.rand(real.shape[0], *([1] * (real.dim() - 1)), device=real.device)
+    mixed = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+    scores = discriminator(mixed, labels)
+    (grad,) = torch.autograd.grad(scores.sum(), mixed, create_graph=True)
+    return weight * (grad.reshape(scores.shape[0], -1).norm(dim=1) - 1) ** 2

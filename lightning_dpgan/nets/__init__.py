@@ -13,3 +13,22 @@ __all__ = [
     "build_networks",
     "one_hot_labels",
 ]
+
+from lightning_dpgan.nets.ctgan import (  # noqa: E402 - appended: tabular (CTGAN-family) networks
+    AuxiliaryMLP,
+    CTGANDiscriminator,
+    CTGANGenerator,
+    apply_span_activations,
+    span_logits,
+)
+from lightning_dpgan.nets.sactgan import SACTGANDiscriminator, SACTGANGenerator  # noqa: E402
+
+__all__ += [
+    "AuxiliaryMLP",
+    "CTGANDiscriminator",
+    "CTGANGenerator",
+    "SACTGANDiscriminator",
+    "SACTGANGenerator",
+    "apply_span_activations",
+    "span_logits",
+]

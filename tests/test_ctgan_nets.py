@@ -1,0 +1,251 @@
+"""CTGAN / DP-SACTGAN networks: span activations, shapes, packing, and Opacus per-sample gradients."""
+import copy
+
+import pytest
+import torch
+from opacus import GradSampleModule
+from opacus.validators import ModuleValidator
+from torch import nn
+
+from lightning_dpgan.nets import (
+    AuxiliaryMLP,
+    CTGANDiscriminator,
+    CTGANGenerator,
+    SACTGANDiscriminator,
+    SACTGANGenerator,
+    apply_span_activations,
+    span_logits,
+)
+from lightning_dpgan.nets import sactgan
+from lightning_dpgan.nets.sactgan import LinearSelfAttention
+
+SPANS = [(1, "tanh"), (3, "softmax"), (1, "tanh"), (2, "softmax"), (4, "softmax")]
+DATA_DIM = 11
+SOFTMAX_SLICES = [slice(1, 4), slice(5, 7), slice(7, 11)]
+TANH_COLUMNS = [0, 4]
+GENERATORS = [CTGANGenerator, SACTGANGenerator]
+DISCRIMINATORS = [CTGANDiscriminator, SACTGANDiscriminator]
+
+
+def small_generator(cls, latent_dim=6, cond_dim=3, spans=SPANS):
+    if cls is CTGANGenerator:
+        return cls(latent_dim, cond_dim, spans, hidden=(16, 8))
+    return cls(latent_dim, cond_dim, spans, tokens=4, token_dim=8, heads=2, depth=2, ff_dim=16)
+
+
+def small_discriminator(cls, data_dim=DATA_DIM, cond_dim=3, pac=1):
+    if cls is CTGANDiscriminator:
+        return cls(data_dim, cond_dim, hidden=(16, 8), pac=pac)
+    return cls(data_dim, cond_dim, tokens=4, token_dim=8, heads=2, depth=2, ff_dim=16, pac=pac)
+
+
+def assert_valid_record(x, one_hot):
+    tanh = x[:, TANH_COLUMNS]
+    assert (tanh > -1).all() and (tanh < 1).all()
+    for block in SOFTMAX_SLICES:
+        values = x[:, block]
+        assert torch.allclose(values.sum(dim=1), torch.ones(len(x)), atol=1e-5)
+        assert (values >= 0).all()
+        if one_hot:
+            assert ((values == 0) | (values == 1)).all()
+
+
+def test_span_logits_splits_by_width_and_checks_it():
+    parts = span_logits(torch.randn(5, DATA_DIM), SPANS)
+    assert [p.shape for p in parts] == [(5, 1), (5, 3), (5, 1), (5, 2), (5, 4)]
+    with pytest.raises(ValueError, match="shape"):
+        span_logits(torch.randn(5, DATA_DIM + 1), SPANS)
+    with pytest.raises(ValueError, match="activation"):
+        span_logits(torch.randn(5, 1), [(1, "sigmoid")])
+
+
+@pytest.mark.parametrize("hard", [False, True])
+def test_apply_span_activations_per_span(hard):
+    torch.manual_seed(0)
+    logits = 2 * torch.randn(64, DATA_DIM)  # float32 tanh rounds to +-1 beyond |logit| ~ 9
+    x = apply_span_activations(logits, SPANS, tau=0.2, hard=hard)
+    assert x.shape == (64, DATA_DIM)
+    assert torch.equal(x[:, TANH_COLUMNS], torch.tanh(logits[:, TANH_COLUMNS]))
+    assert_valid_record(x, one_hot=hard)
+
+
+def test_soft_gumbel_softmax_is_not_one_hot_and_keeps_gradients():
+    torch.manual_seed(0)
+    logits = torch.zeros(64, DATA_DIM, requires_grad=True)
+    x = apply_span_activations(logits, SPANS, tau=1.0)
+    assert not ((x[:, 1:4] == 0) | (x[:, 1:4] == 1)).all()
+    (x[:, 1:4] * torch.arange(3.0)).sum().backward()
+    assert logits.grad[:, 1:4].abs().sum() > 0
+
+
+@pytest.mark.parametrize("cls", GENERATORS)
+def test_generator_shapes_and_activations(cls):
+    torch.manual_seed(0)
+    generator = small_generator(cls)
+    z, cond = torch.randn(8, 6), torch.eye(3)[torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])]
+    assert generator.logits(z, cond).shape == (8, DATA_DIM)
+    train_out = generator(z, cond)
+    assert train_out.shape == (8, DATA_DIM)
+    assert_valid_record(train_out, one_hot=False)
+    generator.eval()
+    assert_valid_record(generator(z, cond), one_hot=True)
+    torch.manual_seed(1)
+    via_logits = generator.activate(generator.logits(z, cond))  # the split that CTGAN's condition loss needs
+    torch.manual_seed(1)
+    assert torch.equal(via_logits, generator(z, cond))
+
+
+@pytest.mark.parametrize("cls", GENERATORS)
+def test_generator_cond_none_when_unconditional(cls):
+    generator = small_generator(cls, cond_dim=0)
+    assert generator(torch.randn(4, 6), None).shape == (4, DATA_DIM)
+    assert generator(torch.randn(4, 6)).shape == (4, DATA_DIM)
+
+
+@pytest.mark.parametrize("cls", GENERATORS)
+def test_conditional_generator_rejects_missing_or_misshaped_cond(cls):
+    generator = small_generator(cls, cond_dim=3)
+    with pytest.raises(ValueError, match="conditional"):
+        generator(torch.randn(4, 6))
+    with pytest.raises(ValueError, match="conditional vector of shape"):
+        generator(torch.randn(4, 6), torch.zeros(4, 2))
+
+
+@pytest.mark.parametrize("cls", GENERATORS)
+def test_eval_sampling_follows_the_category_probabilities(cls):
+    """Eval draws one-hot samples from softmax(logits), not the argmax: a 70/30 column stays 70/30."""
+    torch.manual_seed(0)
+    generator = small_generator(cls, cond_dim=0, spans=[(1, "tanh"), (2, "softmax")]).eval()
+    nn.init.zeros_(generator.head.weight)
+    with torch.no_grad():
+        generator.head.bias.copy_(torch.tensor([0.0, 0.7, 0.3]).log().nan_to_num(neginf=0.0))  # tanh logit 0
+        x = generator(torch.randn(4000, 6))
+    assert ((x[:, 1:] == 0) | (x[:, 1:] == 1)).all()
+    assert x[:, 2].mean().item() == pytest.approx(0.3, abs=0.03)
+
+
+def test_ctgan_generator_residual_width_grows():
+    """CTGAN's Residual concatenates its input: the last Linear reads latent + cond + sum(hidden) features."""
+    generator = CTGANGenerator(latent_dim=10, cond_dim=4, spans=SPANS, hidden=(32, 16))
+    assert generator.head.in_features == 10 + 4 + 32 + 16
+    seen = []
+    generator.head.register_forward_hook(lambda module, inputs, output: seen.append(inputs[0].shape))
+    generator(torch.randn(5, 10), torch.zeros(5, 4))
+    assert seen == [(5, 10 + 4 + 32 + 16)]
+    assert sum(isinstance(m, nn.BatchNorm1d) for m in generator.modules()) == 2
+
+
+@pytest.mark.parametrize("cls", DISCRIMINATORS)
+def test_discriminator_scores_per_record(cls):
+    discriminator = small_discriminator(cls)
+    assert discriminator.pac == 1
+    assert discriminator(torch.randn(6, DATA_DIM), torch.zeros(6, 3)).shape == (6,)
+    unconditional = small_discriminator(cls, cond_dim=0)
+    assert unconditional(torch.randn(6, DATA_DIM), None).shape == (6,)
+
+
+@pytest.mark.parametrize("cls", [*DISCRIMINATORS, AuxiliaryMLP])
+def test_no_batchnorm_in_private_networks(cls):
+    net = AuxiliaryMLP(DATA_DIM, 3) if cls is AuxiliaryMLP else small_discriminator(cls, pac=2)
+    assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in net.modules())
+    assert ModuleValidator.validate(net, strict=False) == []
+
+
+@pytest.mark.parametrize("pac", [1, 3])
+@pytest.mark.parametrize("cls", DISCRIMINATORS)
+def test_pac_packs_consecutive_records(cls, pac):
+    """A pack's score depends on each of its records and on no record of another pack."""
+    torch.manual_seed(0)
+    discriminator = small_discriminator(cls, pac=pac).eval()
+    x, cond = torch.randn(3 * pac, DATA_DIM), torch.randn(3 * pac, 3)
+    before = discriminator(x, cond)
+    assert before.shape == (3,)
+    for record in range(3 * pac):
+        changed = x.clone()
+        changed[record] = torch.randn(DATA_DIM)
+        after = discriminator(changed, cond)
+        pack = record // pac
+        others = [p for p in range(3) if p != pack]
+        assert not torch.allclose(after[pack], before[pack])
+        assert torch.equal(after[others], before[others])
+
+
+@pytest.mark.parametrize("cls", DISCRIMINATORS)
+def test_indivisible_batch_raises(cls):
+    discriminator = small_discriminator(cls, pac=4)
+    with pytest.raises(ValueError, match="not divisible by pac=4"):
+        discriminator(torch.randn(6, DATA_DIM), torch.zeros(6, 3))
+
+
+def test_sactgan_rejects_heads_not_dividing_token_dim():
+    with pytest.raises(ValueError, match="divisible by heads"):
+        SACTGANDiscriminator(DATA_DIM, 0, token_dim=10, heads=4)
+
+
+def test_auxiliary_mlp_shapes_and_default_depth():
+    assert sactgan.AuxiliaryMLP is AuxiliaryMLP  # DP-SACTGAN's module imports it from nets.sactgan
+    classifier = AuxiliaryMLP(DATA_DIM, 5)
+    assert classifier(torch.randn(7, DATA_DIM)).shape == (7, 5)
+    assert AuxiliaryMLP(DATA_DIM, 1, hidden=(8,))(torch.randn(7, DATA_DIM)).shape == (7, 1)
+    # DP-SACTGAN: "four intermediate layers and one output prediction classification layer"
+    assert sum(isinstance(m, nn.Linear) for m in classifier.modules()) == 5
+
+
+def test_linear_self_attention_matches_torch_multihead_attention():
+    """The Opacus-friendly attention computes exactly nn.MultiheadAttention (heads split and merged in order)."""
+    torch.manual_seed(0)
+    ours = LinearSelfAttention(dim=8, heads=2)
+    reference = nn.MultiheadAttention(8, 2, batch_first=True)
+    with torch.no_grad():
+        reference.in_proj_weight.copy_(torch.cat([ours.query.weight, ours.key.weight, ours.value.weight]))
+        reference.in_proj_bias.copy_(torch.cat([ours.query.bias, ours.key.bias, ours.value.bias]))
+        reference.out_proj.weight.copy_(ours.out.weight)
+        reference.out_proj.bias.copy_(ours.out.bias)
+    x = torch.randn(3, 5, 8)
+    assert torch.allclose(ours(x), reference(x, x, x, need_weights=False)[0], atol=1e-6)
+
+
+def test_sactgan_discriminator_supports_gradient_penalty():
+    """Double backward through attention (WGAN-GP, CTGAN's penalty) must work."""
+    discriminator = small_discriminator(SACTGANDiscriminator)
+    x = torch.randn(4, DATA_DIM, requires_grad=True)
+    (grad,) = torch.autograd.grad(discriminator(x, torch.zeros(4, 3)).sum(), x, create_graph=True)
+    ((grad.norm(dim=1) - 1) ** 2).mean().backward()
+    # biases feeding straight into a linear map do not change dD/dx; every other parameter must get a gradient
+    constant_shift = {"encoder.norm.bias", "head.bias"}
+    for name, param in discriminator.named_parameters():
+        assert (param.grad is None) == (name in constant_shift), name
+    assert discriminator.encoder.blocks[0].attention.query.weight.grad.abs().sum() > 0
+
+
+def private_nets():
+    return {
+        "ctgan": (small_discriminator(CTGANDiscriminator), lambda net, x, c: net(x, c)),
+        "sactgan": (small_discriminator(SACTGANDiscriminator), lambda net, x, c: net(x, c)),
+        "auxiliary": (AuxiliaryMLP(DATA_DIM, 4, hidden=(16, 8, 8, 8)), lambda net, x, c: net(x).logsumexp(dim=1)),
+    }
+
+
+@pytest.mark.filterwarnings("ignore:Full backward hook is firing")  # inputs need no grad; Opacus hooks still fire
+@pytest.mark.parametrize("name", ["ctgan", "sactgan", "auxiliary"])
+def test_opacus_per_sample_gradients_are_each_samples_own(name):
+    """GradSampleModule gives every parameter a per-sample gradient, equal to that sample's loss gradient alone."""
+    torch.manual_seed(0)
+    net, score = private_nets()[name]
+    for module in net.modules():  # Opacus records activations only in training mode,
+        if isinstance(module, nn.Dropout):  # so switch off dropout alone to make a sample's loss deterministic
+            module.p = 0.0
+    reference = copy.deepcopy(net)
+    x, cond = torch.randn(5, DATA_DIM), torch.randn(5, 3)
+    wrapped = GradSampleModule(net, loss_reduction="sum")
+    score(wrapped, x, cond).pow(2).sum().backward()
+    params = dict(net.named_parameters())
+    for param_name, param in params.items():
+        assert param.grad_sample is not None, param_name
+        assert param.grad_sample.shape == (5, *param.shape), param_name
+    for sample in (0, 3):
+        loss = score(reference, x[sample : sample + 1], cond[sample : sample + 1]).pow(2).sum()
+        grads = torch.autograd.grad(loss, list(reference.parameters()))
+        for (param_name, param), grad in zip(params.items(), grads):
+            assert torch.allclose(param.grad_sample[sample], grad, atol=1e-6, rtol=1e-4), param_name
+    wrapped.remove_hooks()
