@@ -56,7 +56,8 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
     """Draw ``n`` records and write them: ``.csv`` table (decoded with the run's schema),
     ``.png`` image grid or ``.npz`` image arrays."""
     out = Path(out)
-    schema = read_run_info(checkpoint).get("schema")
+    info = read_run_info(checkpoint)
+    schema = info.get("schema")
     allowed = (".csv",) if schema else (".png", ".npz")
     if out.suffix not in allowed:
         kind = "a table model" if schema else "an image model"
@@ -64,7 +65,7 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
     module = load_module(checkpoint)
     torch.manual_seed(seed)
     if schema:
-        return write_csv(out, table_decoder(read_run_info(checkpoint)).decode(module.sample(n)))
+        return write_csv(out, table_decoder(info).decode(module.sample(n)))
     labels = module.balanced_labels(n)
     images = images_to_uint8(module.sample(n, labels))
     if out.suffix == ".png":

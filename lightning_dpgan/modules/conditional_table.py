@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from lightning_dpgan.data.conditional import ConditionalSampler
@@ -86,7 +85,9 @@ class ConditionalTableMixin:
         return self._on_device(cond)
 
     def balanced_labels(self, n: int) -> Tensor | None:
-        """Conditions for published samples: the (DP) category frequencies, as CTGAN samples."""
+        """Conditions for published samples (the base ``sample`` draws them): the (DP) category
+        frequencies, as CTGAN samples. The modules are unconditional to callers: ``sample``
+        refuses labels."""
         return self.sample_labels(n)
 
     def generator_conditions(self, n: int) -> tuple[Tensor | None, Tensor | None]:
@@ -110,17 +111,3 @@ class ConditionalTableMixin:
         if cond is None:
             return logits.new_zeros(())
         return self.conditions.condition_loss(logits, cond, column)
-
-    def sample(self, n: int, labels: Tensor | None = None) -> Tensor:
-        """Draw ``n`` encoded records; conditions follow the category frequencies."""
-        if labels is not None:
-            raise ValueError("CTGAN-style models draw their own conditions: sample(n) takes no labels")
-        if n < 1:
-            raise ValueError(f"n must be at least 1, got {n}")
-        with torch.no_grad():
-            was_training = self.generator.training
-            self.generator.eval()
-            try:
-                return self.generator(self.sample_latent(n), self.balanced_labels(n))
-            finally:
-                self.generator.train(was_training)

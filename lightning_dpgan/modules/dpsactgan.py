@@ -35,10 +35,7 @@ def label_span(layout: dict[str, Any]) -> tuple[int, int, str] | None:
     label = layout.get("label")
     if not label:
         return None
-    if isinstance(label, dict):
-        return int(label["start"]), int(label["width"]), str(label["kind"])
-    start, width, kind = label
-    return int(start), int(width), str(kind)
+    return int(label["start"]), int(label["width"]), str(label["kind"])
 
 
 class DPSACTGAN(CTGAN):

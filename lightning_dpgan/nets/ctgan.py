@@ -88,6 +88,12 @@ def concat_cond_vector(features: Tensor, cond: Tensor | None, cond_dim: int) -> 
     return torch.cat([features, cond.to(features.dtype)], dim=1)
 
 
+def check_pac(pac: int) -> None:
+    """Refuse a pack size below one (at construction, before any batch is seen)."""
+    if pac < 1:
+        raise ValueError(f"pac must be at least 1, got {pac}")
+
+
 def pack_records(rows: Tensor, pac: int) -> Tensor:
     """Concatenate each run of ``pac`` consecutive rows into one row (PacGAN, used by CTGAN).
 
@@ -95,8 +101,7 @@ def pack_records(rows: Tensor, pac: int) -> Tensor:
     collapse). Under DP-SGD a pack is then one "sample" for per-sample clipping, which is why
     DP-CTGAN uses ``pac=1``.
     """
-    if pac < 1:
-        raise ValueError(f"pac must be at least 1, got {pac}")
+    check_pac(pac)
     if rows.shape[0] % pac:
         raise ValueError(f"batch size {rows.shape[0]} is not divisible by pac={pac}")
     return rows.reshape(rows.shape[0] // pac, pac * rows.shape[1])
@@ -195,8 +200,7 @@ class CTGANDiscriminator(nn.Module):
         dropout: float = 0.5,
     ) -> None:
         super().__init__()
-        if pac < 1:
-            raise ValueError(f"pac must be at least 1, got {pac}")
+        check_pac(pac)
         self.data_dim, self.cond_dim, self.pac = data_dim, cond_dim, pac
         layers: list[nn.Module] = []
         width = pac * (data_dim + cond_dim)

@@ -43,6 +43,7 @@ from lightning_dpgan.nets.ctgan import (
     AuxiliaryMLP,
     Span,
     SpanGenerator,
+    check_pac,
     concat_cond_vector,
     pack_records,
     spans_width,
@@ -157,8 +158,7 @@ class SACTGANDiscriminator(nn.Module):
         dropout: float = 0.5,
     ) -> None:
         super().__init__()
-        if pac < 1:
-            raise ValueError(f"pac must be at least 1, got {pac}")
+        check_pac(pac)
         self.data_dim, self.cond_dim, self.pac = data_dim, cond_dim, pac
         leaky = lambda: nn.LeakyReLU(0.2)  # noqa: E731 - a factory, like the nn classes
         self.encoder = TokenEncoder(pac * (data_dim + cond_dim), tokens, token_dim, heads, depth, ff_dim, leaky)
