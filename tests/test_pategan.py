@@ -110,10 +110,10 @@ class TeacherSpy(L.Callback):
         module.teacher_step = spy
 
 
-def fit_directly(steps=2):
+def fit_directly(steps=2, **module_kwargs):
     torch.manual_seed(0)
     datamodule = AdultDataModule(data_dir=ADULT, batch_size=8)
-    module = PATEGAN(datamodule.data_shape)
+    module = PATEGAN(datamodule.data_shape, **module_kwargs)
     strategy = PATEAggregation(num_teachers=TEACHERS, lap_inverse_scale=LAMBDA, teacher_batch_size=TEACHER_BATCH, delta=1e-3)
     spy = TeacherSpy()
     spy.wrap(module)
@@ -144,6 +144,15 @@ def test_teachers_continue_training_and_are_never_reinitialised():
     for (_, _, after), (_, before_next, _) in zip(spy.calls, spy.calls[1:]):
         assert all(torch.equal(a, b) for a, b in zip(after, before_next))
     assert not all(torch.equal(a, b) for a, b in zip(spy.calls[0][1], spy.calls[-1][2]))
+
+
+def test_teachers_learn_at_their_own_rate_and_nothing_else_does():
+    _, module, _, _ = fit_directly(teacher_lr=0.05)
+    generator_opt, student_opt, teacher_opt = module.optimizers()
+    assert {group["lr"] for group in teacher_opt.param_groups} == {0.05}
+    assert generator_opt.param_groups[0]["lr"] == student_opt.param_groups[0]["lr"] == module.hparams.lr != 0.05
+    with pytest.raises(ValueError, match="teacher_lr"):
+        PATEGAN((10,), teacher_lr=0.0)
 
 
 def test_resume_keeps_partitions_and_spend(pategan_run, tmp_path):

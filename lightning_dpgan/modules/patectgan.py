@@ -81,5 +81,5 @@ class PATECTGAN(ConditionalTableMixin, PATEGAN):
         return [
             torch.optim.Adam(self.generator.parameters(), lr=h.lr, betas=betas, weight_decay=h.weight_decay),
             torch.optim.Adam(self.student.parameters(), lr=h.lr, betas=betas, weight_decay=h.weight_decay),
-            self.teachers.make_optimizer(h.lr, betas=(0.9, 0.999)),
+            self.teachers.make_optimizer(self.teacher_lr, betas=(0.9, 0.999)),
         ]

@@ -46,6 +46,7 @@ class PATEGAN(TeacherModel):
         student_steps: int = 5,
         teacher_hidden: Sequence[int] = (),
         num_teachers: int | None = None,
+        teacher_lr: float | None = None,
         **kwargs: Any,
     ) -> None:
         width = math.prod(data_shape)
@@ -57,6 +58,8 @@ class PATEGAN(TeacherModel):
         kwargs.setdefault("discriminator_kwargs", {"hidden": paper_widths})
         if teacher_steps < 1 or student_steps < 1:
             raise ValueError("teacher_steps and student_steps must be at least 1")
+        if teacher_lr is not None and teacher_lr <= 0:
+            raise ValueError(f"teacher_lr must be positive, got {teacher_lr}")
         super().__init__(data_shape, num_classes, **kwargs)
         self.save_hyperparameters()
         self._xavier_init(self.generator)
@@ -145,10 +148,16 @@ class PATEGAN(TeacherModel):
             self.student.requires_grad_(True)
         return loss.detach()
 
+    @property
+    def teacher_lr(self) -> float:
+        """The teachers' learning rate (``lr`` unless set): teacher updates release nothing, so
+        teachers that learn faster vote more confidently for the same privacy cost."""
+        return self.hparams.lr if self.hparams.teacher_lr is None else self.hparams.teacher_lr
+
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         lr = self.hparams.lr
         return [
             torch.optim.Adam(self.generator.parameters(), lr=lr),
             torch.optim.Adam(self.student.parameters(), lr=lr),
-            self.teachers.make_optimizer(lr, betas=(0.9, 0.999)),
+            self.teachers.make_optimizer(self.teacher_lr, betas=(0.9, 0.999)),
         ]
