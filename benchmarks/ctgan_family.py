@@ -9,7 +9,11 @@ Wasserstein distance (numeric columns in [0, 1]) and Jensen-Shannon divergence (
 and the correlation-matrix difference, synthetic vs the real train split.
 
     python benchmarks/ctgan_family.py --data-dir DIR --models dpctgan patectgan dpsactgan \
-        --datasets adult king --epsilon 1 [--max-steps N] --out-dir runs/ctgan_family
+        --datasets adult king --epsilon 1 [--max-steps N] --out-dir runs/ctgan_family \
+        [--label NAME] [-- --model.loss cross_entropy ...]
+
+Arguments after ``--`` go to ``train.py`` unchanged (a variant of the presets); ``--label``
+names the variant in the output directory and the table.
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from lightning_dpgan.evaluation.utility import CLASSIFIERS, REGRESSORS, regressi
 
 
 def train(model: str, dataset: str, args: argparse.Namespace) -> tuple[Path, float]:
-    out = args.out_dir / f"{model}_{dataset}"
+    out = args.out_dir / "_".join(filter(None, (model, dataset, args.label)))
     command = [sys.executable, "train.py", "--model", model, "--dataset", dataset, "--epsilon", str(args.epsilon),
                "--output-dir", str(out), "--trainer.enable_progress_bar", "false", "--seed", str(args.seed)]
     if args.data_dir:
@@ -38,6 +42,7 @@ def train(model: str, dataset: str, args: argparse.Namespace) -> tuple[Path, flo
         command += ["--max-steps", str(args.max_steps)]
     if args.accelerator:
         command += ["--accelerator", args.accelerator]
+    command += args.train_args
     started = time.perf_counter()
     subprocess.run(command, check=True)
     return out, time.perf_counter() - started
@@ -76,7 +81,11 @@ def main() -> None:
     parser.add_argument("--accelerator")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out-dir", type=Path, default=Path("runs/ctgan_family"))
-    args = parser.parse_args()
+    parser.add_argument("--label", default="", help="names a variant given by train arguments after --")
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    args.train_args = argv[split + 1:]
     rows = []
     for dataset in args.datasets:
         datamodule = registry.lookup("dataset", dataset).load()(data_dir=args.data_dir)
@@ -85,7 +94,7 @@ def main() -> None:
             run, seconds = train(model, dataset, args)
             privacy = json.loads((run / "privacy.json").read_text())
             synthetic = pd.read_csv(run / "synthetic.csv")
-            row = {"model": model, "dataset": dataset, "epsilon": privacy["epsilon"], "steps": privacy["steps"],
+            row = {"model": " ".join(filter(None, (model, args.label))), "dataset": dataset, "epsilon": privacy["epsilon"], "steps": privacy["steps"],
                    "minutes": seconds / 60, **utility_gap(datamodule, synthetic, args.seed), **fidelity(datamodule, synthetic)}
             rows.append(row)
             print(json.dumps(row), flush=True)
