@@ -1,9 +1,13 @@
 """Configuration precedence and validation."""
+from importlib import resources
+
 import pytest
 import yaml
 
+from lightning_dpgan import registry
 from lightning_dpgan.cli import build_config, parse_overrides
-from lightning_dpgan.config import ConfigError, load_preset, parse_value
+from lightning_dpgan.config import ConfigError, load_preset, parse_value, resolve, section_arguments
+from lightning_dpgan.run import MODEL_PROVIDED
 from lightning_dpgan.registry import UnknownNameError, lookup
 
 
@@ -88,3 +92,28 @@ def test_a_presets_strategy_settings_stay_with_its_strategy():
     assert pate["privacy"]["name"] == "pate" and "lap_inverse_scale" in pate["privacy"]
     other = build_config(["--model", "pategan", "--dataset", "adult", "--privacy", "dp-sgd"])
     assert other["privacy"] == {"name": "dp-sgd"}
+
+
+def preset_combinations():
+    """(model, dataset, epsilon) for every shipped preset file, named as the lookup rule reads them."""
+    names = sorted(p.name for p in resources.files("lightning_dpgan.configs").iterdir() if p.name.endswith(".yaml"))
+    combos = []
+    for name in names:
+        model, _, rest = name.removesuffix(".yaml").partition("_")
+        dataset, _, tag = rest.partition("_eps")
+        combos.append(pytest.param(model, dataset or None, tag or None, id=name))
+    return combos
+
+
+@pytest.mark.parametrize("model,dataset,epsilon", preset_combinations())
+def test_every_shipped_preset_only_sets_keys_its_classes_take(model, dataset, epsilon):
+    """A misspelt or stale key in a preset would otherwise surface only when a user runs it."""
+    flags = {"model": model, "dataset": dataset or "adult", "epsilon": float(epsilon) if epsilon else None}
+    config = resolve(flags, {})
+    assert any(name.startswith(model) for name in config["presets"])
+    section_arguments(config, "model", registry.lookup("model", model).load(), provided=MODEL_PROVIDED)
+    section_arguments(config, "data", registry.lookup("dataset", config["data"]["name"]).load())
+    strategy = registry.lookup("privacy", config["privacy"]["name"] or
+                               getattr(registry.lookup("model", model).load(), "default_privacy", "none")).load()
+    if strategy is not None:
+        section_arguments(config, "privacy", strategy, provided=("target_epsilon", "delta"))
