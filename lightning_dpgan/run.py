@@ -27,6 +27,11 @@ DEFAULT_MAX_STEPS = 1000
 STRATEGY_ALIASES = {"ddp": "ddp_find_unused_parameters_true"}
 
 
+def privacy_name(config: dict[str, Any], model_cls: type) -> str:
+    """The strategy a run uses: ``--privacy`` if given, else the model's own default."""
+    return config["privacy"]["name"] or getattr(model_cls, "default_privacy", "none")
+
+
 def restore_released_schema(datamodule: Any, checkpoint: str | Path) -> None:
     """Give a datamodule the preprocessing its run released, instead of estimating it again
     from the private rows: a ``csv`` schema estimated without a schema file, and a mode-specific
@@ -109,7 +114,7 @@ class Run:
 
     def _build_privacy(self) -> L.Callback | None:
         section = self.config["privacy"]
-        name = section["name"] or getattr(self.module, "default_privacy", "none")
+        name = privacy_name(self.config, type(self.module))
         section["name"] = name
         self.module.run_info["privacy"] = name
         cls = registry.lookup("privacy", name).load()

@@ -7,7 +7,7 @@ import yaml
 from lightning_dpgan import registry
 from lightning_dpgan.cli import build_config, parse_overrides
 from lightning_dpgan.config import ConfigError, load_preset, parse_value, resolve, section_arguments
-from lightning_dpgan.run import MODEL_PROVIDED
+from lightning_dpgan.run import MODEL_PROVIDED, privacy_name
 from lightning_dpgan.registry import UnknownNameError, lookup
 
 
@@ -111,9 +111,9 @@ def test_every_shipped_preset_only_sets_keys_its_classes_take(model, dataset, ep
     flags = {"model": model, "dataset": dataset or "adult", "epsilon": float(epsilon) if epsilon else None}
     config = resolve(flags, {})
     assert any(name.startswith(model) for name in config["presets"])
-    section_arguments(config, "model", registry.lookup("model", model).load(), provided=MODEL_PROVIDED)
+    model_cls = registry.lookup("model", model).load()
+    section_arguments(config, "model", model_cls, provided=MODEL_PROVIDED)
     section_arguments(config, "data", registry.lookup("dataset", config["data"]["name"]).load())
-    strategy = registry.lookup("privacy", config["privacy"]["name"] or
-                               getattr(registry.lookup("model", model).load(), "default_privacy", "none")).load()
+    strategy = registry.lookup("privacy", privacy_name(config, model_cls)).load()
     if strategy is not None:
         section_arguments(config, "privacy", strategy, provided=("target_epsilon", "delta"))
