@@ -173,6 +173,16 @@ def test_linear_svm_scores_a_class_with_a_single_training_row() -> None:
     assert not scores["degenerate"] and 0.0 <= scores["auroc"] <= 1.0
 
 
+def test_mlp_scores_a_class_with_a_single_training_row() -> None:
+    """Its early stopping holds out a stratified tenth of the rows, impossible for a class of
+    one row: it trains the full schedule instead of failing the whole evaluation."""
+    train = make_table(200, 13)
+    train = pd.concat([train[train["y"] == "no"], train[train["y"] == "yes"].head(1)])
+    result = classification_utility(train, make_table(200, 14), SCHEMA, {"mlp": CLASSIFIERS["mlp"]})
+    scores = result["per_classifier"]["mlp"]
+    assert not scores["degenerate"] and 0.0 <= scores["auroc"] <= 1.0
+
+
 def test_single_class_training_frame_is_degenerate() -> None:
     train = make_table(100, 11).assign(y="no")
     test = make_table(200, 12)

@@ -173,7 +173,12 @@ def _fit_predict_proba(
     if len(present) < 2:
         proba[:, present[0]] = 1.0
         return proba, True
-    model = factory(seed).fit(x_train, y_index)
+    model = factory(seed)
+    if np.bincount(y_index).min() < 2 and model.get_params().get("early_stopping"):
+        # Early stopping holds out a stratified share of the training rows, which a class with
+        # a single row (rare in poor synthetic data) cannot be split into: train the full schedule.
+        model.set_params(early_stopping=False)
+    model.fit(x_train, y_index)
     proba[:, present] = model.predict_proba(x_test)
     return proba, False
 
