@@ -18,9 +18,14 @@ def save_checkpoint_atomically(trainer: L.Trainer, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    trainer.save_checkpoint(tmp)
-    if trainer.is_global_zero:
-        os.replace(tmp, path)
+    try:
+        trainer.save_checkpoint(tmp)
+        if trainer.is_global_zero:
+            os.replace(tmp, path)
+    except BaseException:
+        if trainer.is_global_zero:  # e.g. a full disk: the previous checkpoint stays, no half file is left
+            tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

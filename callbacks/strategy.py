@@ -16,6 +16,7 @@ import lightning as L
 
 from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.privacy.accountants import Accountant, AccountantStateError
+from lightning_dpgan.privacy.composition import compose_costs
 from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon, validate_positive
 
 DEFAULT_DELTA = 1e-5
@@ -45,6 +46,9 @@ class PrivacyStrategy(L.Callback):
         self.train_records: int | None = None
         #: privacy spent before training (e.g. DP estimates of a table's bounds); composed in
         self.preprocessing: dict[str, Any] = {"epsilon": 0.0, "delta": 0.0}
+        #: DP releases from the training rows made before training by others than the
+        #: datamodule (QUAIL's label model), by name; composed with the datamodule's cost
+        self.prior_releases: dict[str, dict[str, Any]] = {}
 
     # -------------------------------------------------------------- checks
     def check_compatible(self, module: Any) -> None:
@@ -80,6 +84,9 @@ class PrivacyStrategy(L.Callback):
         """Basic composition with what preprocessing spent: training gets what is left of
         the target epsilon and of delta, and reports include both parts."""
         cost = dict(getattr(datamodule, "privacy_cost", lambda: {})())
+        if self.prior_releases:
+            data_cost = cost or {"epsilon": 0.0, "delta": 0.0, "mechanism": "none"}
+            cost = compose_costs({"data": data_cost, **self.prior_releases})
         self.preprocessing = {**cost, **self._in_own_neighbours(cost)}
         if self.preprocessing["delta"] >= self.delta:
             raise ValueError(f"preprocessing already spent delta {self.preprocessing['delta']:g} of --delta {self.delta:g}")

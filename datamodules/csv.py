@@ -144,15 +144,33 @@ class CSVDataModule(TabularDataModule):
     def prepare_data(self) -> None:
         """Check that the file exists (a user's CSV is never downloaded)."""
         if not self.csv_path.is_file():
-            raise FileNotFoundError(f"CSV file not found: {self.csv_path}")
+            raise FileNotFoundError(f"CSV file not found: {self.csv_path}; pass the path of an existing file "
+                                    "with --data.csv")
 
     def _read_split(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         self.prepare_data()
-        frame = pd.read_csv(self.csv_path)
+        frame = _read_csv(self.csv_path)
         missing = [name for name in self.drop if name not in frame.columns]
         if missing:
             raise SchemaError(f"columns to drop {missing} are not in {self.csv_path} (columns: {list(frame.columns)})")
         return self._seeded_split(frame.drop(columns=self.drop))
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    """The file's rows, refusing an empty, header-only, unparseable or binary file by name."""
+    try:
+        frame = pd.read_csv(path)
+    except pd.errors.EmptyDataError as err:
+        raise SchemaError(f"CSV file {path} is empty: it needs a header row of column names, then one record "
+                          "per line") from err
+    except (pd.errors.ParserError, UnicodeDecodeError) as err:
+        reason = " ".join(str(err).split())  # pandas' message ends in a newline
+        raise SchemaError(f"CSV file {path} cannot be read as a CSV table ({reason}); check that it is the right "
+                          "file, with the same number of fields on every line") from err
+    if frame.empty:
+        raise SchemaError(f"CSV file {path} has a header ({', '.join(map(str, frame.columns))}) but no records: "
+                          "add one record per line after it")
+    return frame
 
 
 def _names(value: Sequence[str] | str | None) -> list[str]:

@@ -163,7 +163,7 @@ class IDXImageDataModule(L.LightningDataModule):
             except DataIntegrityError as err:
                 raise DataIntegrityError(
                     f"{err} To fix: delete the file to re-download it, pass `--data-dir DIR` "
-                    f"pointing at the official {self.name} files, or pass verify_checksums=False "
+                    f"pointing at the official {self.name} files, or pass `--data.verify_checksums false` "
                     "if you deliberately use custom files."
                 ) from err
         return path

@@ -27,6 +27,7 @@ from lightning_dpgan.data.download import (
     verify_file,
 )
 from lightning_dpgan.data.partition import teacher_partitions
+from lightning_dpgan.privacy.composition import compose_costs
 from lightning_dpgan.data.schema import EncodingReport, TableSchema
 from lightning_dpgan.data.table_transformer import MODES, TableTransformer, checked_roles
 
@@ -94,6 +95,7 @@ class TabularDataModule(L.LightningDataModule):
         histogram_bins: int = 64,
         mixed: Mapping[str, Sequence[float]] | None = None,
         log_columns: Sequence[str] | str | None = None,
+        exclude_label: bool = False,
     ) -> None:
         """
         Args:
@@ -120,6 +122,10 @@ class TabularDataModule(L.LightningDataModule):
                 ``None`` takes the dataset's ``default_mixed``.
             log_columns: public declaration of long-tail columns (a list or a comma-separated
                 string); ``None`` takes the dataset's ``default_log_columns``.
+            exclude_label: encode the features alone (:attr:`encoded_schema`): the records a
+                synthesizer trains on and generates hold no label. QUAIL sets it; its DP label
+                model reads the label (:meth:`labelled_records`). ``schema`` and the raw frames
+                keep the label, for evaluation.
         """
         super().__init__()
         _check_int("batch_size", batch_size, minimum=1)
@@ -128,6 +134,8 @@ class TabularDataModule(L.LightningDataModule):
         if not (isinstance(test_fraction, (int, float)) and 0 < test_fraction < 1):
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
         _check_encoding_args(encoding, modes, modes_epsilon, max_modes, histogram_bins, mixed, log_columns)
+        if not isinstance(exclude_label, bool):
+            raise ValueError(f"exclude_label must be true or false, got {exclude_label!r}")
         self.save_hyperparameters()
         self.mixed = _mixed(mixed) if mixed is not None else _mixed(self.default_mixed)
         self.log_columns = _names(log_columns) if log_columns is not None else list(self.default_log_columns)
@@ -161,12 +169,18 @@ class TabularDataModule(L.LightningDataModule):
         return self._schema
 
     @property
+    def encoded_schema(self) -> TableSchema:
+        """The schema of the encoded records: :attr:`schema`, or its features alone with
+        ``exclude_label``."""
+        return self.schema.without_label() if self.hparams.exclude_label else self.schema
+
+    @property
     def data_shape(self) -> tuple[int]:
         """Width of an encoded record. With ``encoding="mode-specific"`` and ``modes="dp"`` it
         depends on the number of modes found, so this fits the transformer (once)."""
         if self.mode_specific:
             return (self.table_transformer.encoded_dim,)
-        return (self.schema.encoded_dim,)
+        return (self.encoded_schema.encoded_dim,)
 
     def privacy_cost(self) -> dict[str, Any]:
         """Privacy spent on preprocessing, to add to training's.
@@ -222,18 +236,27 @@ class TabularDataModule(L.LightningDataModule):
     def _fit_transformer(self) -> tuple[TableTransformer, dict[str, Any]]:
         """Fit on the DP histogram of the train split (never the test split), or from bounds."""
         h = self.hparams
-        schema = self.schema
+        schema = self.encoded_schema
+        mixed, log_columns = self._encoded_roles()
         if h.modes == "bounds":
-            transformer = TableTransformer.from_bounds(schema, mixed=self.mixed, log_columns=self.log_columns)
+            transformer = TableTransformer.from_bounds(schema, mixed=mixed, log_columns=log_columns)
             return transformer, dict(BOUNDS_MODES_COST)
-        checked_roles(schema, self.mixed, self.log_columns)  # before any row is read
+        checked_roles(schema, mixed, log_columns)  # before any row is read
         self._load_frames()
         transformer, cost = TableTransformer.fit_dp(
             self.train_frame, schema, h.modes_epsilon, max_modes=h.max_modes, bins=h.histogram_bins,
-            mixed=self.mixed, log_columns=self.log_columns,
+            mixed=mixed, log_columns=log_columns,
         )
         log.info("%s: mode-specific encoding fitted on a DP histogram (%s)", self.name, cost)
         return transformer, cost
+
+    def _encoded_roles(self) -> tuple[dict[str, list[float]], list[str]]:
+        """Mixed and long-tail declarations for the encoded columns: a dataset's defaults may
+        name its label (King's log price), which ``exclude_label`` leaves out of the records."""
+        if not self.hparams.exclude_label:
+            return self.mixed, self.log_columns
+        label = self.schema.label
+        return {k: v for k, v in self.mixed.items() if k != label}, [c for c in self.log_columns if c != label]
 
     def restore_transformer(self, transformer: Mapping[str, Any] | TableTransformer, cost: Mapping[str, Any] | None) -> None:
         """Use the transformer an earlier run of the same training released (a resume), and
@@ -250,7 +273,7 @@ class TabularDataModule(L.LightningDataModule):
         if self._transformer is not None:
             raise RuntimeError("the transformer is already fitted or restored: restoring now would mix two encodings")
         restored = transformer if isinstance(transformer, TableTransformer) else TableTransformer.from_dict(transformer)
-        if restored.schema.to_dict() != self.schema.to_dict():
+        if restored.schema.to_dict() != self.encoded_schema.to_dict():
             raise ValueError("the checkpoint's transformer was built for another schema than this datamodule's")
         modes_cost = _part(cost, "modes")
         if restored.modes == "dp" and (not modes_cost or "epsilon" not in modes_cost):
@@ -274,9 +297,12 @@ class TabularDataModule(L.LightningDataModule):
         if self.mode_specific:
             records, self._report = self.table_transformer.encode(self.train_frame, seed=ENCODE_SEED)
         else:
-            records, self._report = self.schema.encode(self.train_frame)
+            records, self._report = self.encoded_schema.encode(self.train_frame)
         self.train_dataset = TensorDataset(records)
         log.info("%s train split: %s", self.name, self._report.summary())
+        if self._report.rows_rejected:  # the data holder should know (a private count: not for publication)
+            log.warning("%s: %d training rows hold categories outside the schema and were left out (%s)",
+                        self.name, self._report.rows_rejected, self._report.summary())
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled batches of encoded train records; full batches only when there are enough."""
@@ -309,7 +335,22 @@ class TabularDataModule(L.LightningDataModule):
         """Encoded (e.g. generated) records back to a DataFrame with the original columns."""
         if self.mode_specific:
             return self.table_transformer.decode(records)
-        return self.schema.decode(records)
+        return self.encoded_schema.decode(records)
+
+    def labelled_records(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The train split as ``(features, label)`` in the schema's min-max / one-hot encoding
+        (public), for a DP label model: features are :attr:`schema` without the label's
+        block, the label is that block (one-hot, or one scalar in [0, 1]).
+
+        Private rows: only a DP mechanism may read these (QUAIL's label model, trained by DP-SGD).
+        """
+        if self.schema.label is None:
+            raise ValueError(f"{self.name}: the table has no label column")
+        self._load_frames()
+        records, _ = self.schema.encode(self.train_frame)
+        block = self.schema.label_slice
+        features = torch.cat([records[:, : block.start], records[:, block.stop :]], dim=1)
+        return features, records[:, block]
 
     def partitions(self, num_parts: int, seed: int = 0) -> list[torch.Tensor]:
         """Disjoint index sets of the train records that together cover them (PATE teachers).
@@ -436,23 +477,3 @@ def _part(cost: Mapping[str, Any] | None, name: str) -> dict[str, Any] | None:
     if parts is None:
         return dict(cost)
     return dict(parts[name]) if name in parts else None
-
-
-def compose_costs(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Basic composition of preprocessing mechanisms run on the same rows: ε and δ add up.
-
-    All parts that spend anything must hold for the same neighbouring relation (add/remove
-    here); ``parts`` keeps each cost as given, so a resume can restore them one by one.
-    """
-    spending = {name: cost for name, cost in parts.items() if cost["epsilon"] or cost["delta"]}
-    relations = {cost.get("neighbours", "add-remove") for cost in spending.values()}
-    if len(relations) > 1:
-        raise ValueError(f"cannot compose preprocessing costs for different neighbouring relations: {sorted(relations)}")
-    mechanisms = "; ".join(f"{name}: {cost['mechanism']}" for name, cost in parts.items())
-    return {
-        "epsilon": float(sum(cost["epsilon"] for cost in parts.values())),
-        "delta": float(sum(cost["delta"] for cost in parts.values())),
-        "mechanism": f"basic composition of {mechanisms}",
-        "neighbours": relations.pop() if relations else "add-remove",
-        "parts": {name: dict(cost) for name, cost in parts.items()},
-    }

@@ -21,6 +21,7 @@ from typing import Any
 
 from lightning_dpgan import registry
 from lightning_dpgan.config import CODE_DEFAULTS, ConfigError, parse_value, resolve
+from lightning_dpgan.data.download import DataIntegrityError
 
 
 
@@ -65,6 +66,10 @@ def _train_parser() -> argparse.ArgumentParser:
     add("--wandb-project", dest="wandb_project", help="W&B project (default lightning-dpgan)")
     add("--wandb-entity", dest="wandb_entity", help="W&B entity (user or team)")
     add("--wandb-name", dest="wandb_name", help="W&B run name (default: the output folder's name)")
+    add("--quail-synthesizer", dest="quail_synthesizer",
+        help="with --model quail: the private table model that generates the features (default dpctgan)")
+    add("--quail-split", dest="quail_split", type=float,
+        help="with --model quail: the label model's share of epsilon and delta, in (0, 1) (default 0.5)")
     add("--resume", help="checkpoint to continue training from")
     add("--evaluate", action="store_true", default=None,
         help="after training, evaluate the run (writes evaluation.json; see 'python -m lightning_dpgan evaluate')")
@@ -171,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     try:
         path = COMMANDS[command](rest)
-    except (ConfigError, registry.UnknownNameError, FileNotFoundError, ValueError) as error:
+    # OSError: missing files, a full disk (outputs.OutputWriteError names the file), permissions.
+    except (ConfigError, registry.UnknownNameError, ValueError, DataIntegrityError, OSError) as error:
         if os.environ.get("LIGHTNING_DPGAN_DEBUG"):
             raise
         print(f"error: {error}", file=sys.stderr)

@@ -22,6 +22,10 @@ from typing import Any
 import yaml
 
 SECTIONS = ("model", "data", "privacy", "logger", "trainer")
+#: ``--model quail`` composes a label model with this synthesizer unless ``--quail-synthesizer``
+#: names another; its ``model`` section then holds the synthesizer's arguments.
+QUAIL = "quail"
+DEFAULT_QUAIL_SYNTHESIZER = "dpctgan"
 
 CODE_DEFAULTS: dict[str, Any] = {
     "model": {"name": None},
@@ -65,6 +69,8 @@ FLAG_KEYS = {
     "wandb_name": "logger.run_name",
     "evaluate": "evaluate",
     "resume": "resume",
+    "quail_synthesizer": "quail.synthesizer",
+    "quail_split": "quail.split",
 }
 
 
@@ -186,6 +192,11 @@ def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str |
     config = copy.deepcopy(CODE_DEFAULTS)
     epsilon = get_dotted(cli, "epsilon") if get_dotted(cli, "epsilon") is not None else get_dotted(user, "epsilon")
     presets = preset_files(model, dataset, epsilon)
+    if model == QUAIL:
+        # The synthesizer's presets first (its model, data and privacy settings), then QUAIL's.
+        synthesizer = get_dotted(cli, "quail.synthesizer") or get_dotted(user, "quail.synthesizer") or DEFAULT_QUAIL_SYNTHESIZER
+        set_dotted(cli, "quail.synthesizer", synthesizer)
+        presets = preset_files(synthesizer, dataset, epsilon) + presets
     for name in presets:
         config = merge(config, _preset_for(load_preset(name), privacy))
     config = merge(merge(config, user), cli)
@@ -195,13 +206,18 @@ def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str |
 
 
 def check_top_level(config: dict[str, Any]) -> None:
-    known = set(CODE_DEFAULTS) | {"presets"}
+    known = set(CODE_DEFAULTS) | {"presets", QUAIL}
     unknown = sorted(set(config) - known)
     if unknown:
         raise ConfigError(f"unknown configuration key(s): {', '.join(unknown)}. Valid top-level keys: {', '.join(sorted(known))}.")
     for section in SECTIONS:
         if not isinstance(config.get(section), dict):
             raise ConfigError(f"configuration section '{section}' must be a mapping")
+    if QUAIL in config and config["model"].get("name") != QUAIL:
+        raise ConfigError(f"QUAIL settings (quail.*, --quail-synthesizer, --quail-split) need --model quail, "
+                          f"not --model {config['model'].get('name')}")
+    if not isinstance(config.get(QUAIL, {}), dict):
+        raise ConfigError("configuration section 'quail' must be a mapping")
 
 
 def init_arguments(cls: type) -> dict[str, inspect.Parameter]:

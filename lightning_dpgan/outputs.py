@@ -2,6 +2,7 @@
 crash never leaves a half-written privacy report or sample file that looks complete."""
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -17,19 +18,46 @@ import yaml
 from PIL import Image
 
 
+class OutputWriteError(OSError):
+    """An output file could not be written (disk full, no permission, ...). Nothing was
+    half-written: the file is absent, or still holds its previous content. ``errno`` is the
+    cause's (``errno.ENOSPC`` for a full disk)."""
+
+    def __init__(self, path: Path, cause: OSError) -> None:
+        reason = cause.strerror or str(cause)
+        state = "still holds its previous content" if path.exists() else "was not created"
+        full = cause.errno in (errno.ENOSPC, errno.EDQUOT)
+        advice = "Free some disk space" if full else "Check that the folder is writable"
+        super().__init__(
+            f"could not write {path}: {reason}. Nothing was half-written: {path.name} {state}. "
+            f"{advice} (or write to another folder) and run again."
+        )
+        self.errno, self.filename = cause.errno, str(path)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
-    """Call ``write(file)`` on a temporary file beside ``path``, then rename it into place."""
+    """Call ``write(file)`` on a temporary file beside ``path``, then rename it into place.
+
+    If anything fails (a full disk, say), the temporary file is removed and ``path`` is left
+    as it was; an ``OSError`` is raised again as :class:`OutputWriteError`, naming ``path``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp_name = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
+    except BaseException as error:
+        if tmp_name is not None:
+            Path(tmp_name).unlink(missing_ok=True)
+        if isinstance(error, OSError) and not isinstance(error, OutputWriteError):
+            raise OutputWriteError(path, error) from error
         raise
     return path
 

@@ -46,6 +46,7 @@ MODELS = _table(
     Entry("dpctgan", "lightning_dpgan.modules.dpctgan:DPCTGAN"),
     Entry("patectgan", "lightning_dpgan.modules.patectgan:PATECTGAN"),
     Entry("dpsactgan", "lightning_dpgan.modules.dpsactgan:DPSACTGAN"),
+    Entry("quail", "lightning_dpgan.quail:QUAIL"),
 )
 
 DATASETS = _table(

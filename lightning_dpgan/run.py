@@ -14,17 +14,29 @@ from lightning_dpgan.callbacks.checkpoint import LastCheckpoint
 from lightning_dpgan.callbacks.finite_generator import FiniteGeneratorGuard
 from lightning_dpgan.callbacks.samples import SampleGrid, sample_grid
 from lightning_dpgan.callbacks.step_limit import StepLimit
-from lightning_dpgan.config import ConfigError, init_arguments, section_arguments
+from lightning_dpgan.callbacks.strategy import DEFAULT_DELTA
+from lightning_dpgan.config import QUAIL, ConfigError, init_arguments, section_arguments
 from lightning_dpgan.loggers import build_logger, publish_run
 from lightning_dpgan.data.schema import TableSchema
 from lightning_dpgan.outputs import write_csv, write_json, write_png, write_yaml
-from lightning_dpgan.sampling import read_run_info
+from lightning_dpgan.privacy.validation import validate_delta
+from lightning_dpgan.sampling import check_resume_checkpoint, read_run_info, synthetic_rows
 
 MODEL_PROVIDED = ("data_shape", "num_classes", "table_layout")
 DEFAULT_MAX_STEPS = 1000
 #: Lightning's ``ddp`` fails on a GAN (the generator step leaves the discriminator's
 #: parameters unused); this variant of it works and is what ``--strategy ddp`` means here.
 STRATEGY_ALIASES = {"ddp": "ddp_find_unused_parameters_true"}
+
+
+def model_name(config: dict[str, Any]) -> str:
+    """The registered model the run trains: the one named, or QUAIL's synthesizer."""
+    name = config["model"]["name"]
+    return config[QUAIL]["synthesizer"] if name == QUAIL else name
+
+
+def model_class(config: dict[str, Any]) -> type:
+    return registry.lookup("model", model_name(config)).load()
 
 
 def privacy_name(config: dict[str, Any], model_cls: type) -> str:
@@ -73,36 +85,55 @@ class Run:
         self.config = config
         self.output_dir = output_dir
         L.seed_everything(config["seed"], workers=True, verbose=False)
+        if config["resume"]:  # a damaged or foreign checkpoint is refused before anything is built
+            check_resume_checkpoint(config["resume"], model_name(config), config["data"]["name"])
+        self.quail = self._build_quail()
         self.datamodule = self._build_datamodule()
         self.module = self._build_module()
         self.strategy = self._build_privacy()
+        self.labeler = self._build_labeler()
         if not config["max_steps"] and not config["max_epochs"]:
             config["max_steps"] = DEFAULT_MAX_STEPS
         self.trainer = self._build_trainer()
 
     # ------------------------------------------------------------------ parts
+    def _build_quail(self) -> Any:
+        """QUAIL's settings with ``--model quail``, checked before anything is read; else None."""
+        if self.config["model"]["name"] != QUAIL:
+            return None
+        from lightning_dpgan.quail import QUAIL as QuailSettings
+
+        self.config.setdefault(QUAIL, {})
+        if self.config[QUAIL].get("synthesizer") == QUAIL:
+            raise ConfigError("--quail-synthesizer names the model that generates the features; it cannot be quail")
+        return QuailSettings(**section_arguments(self.config, QUAIL, QuailSettings))
+
     def _build_datamodule(self) -> L.LightningDataModule:
         section = self.config["data"]
         cls = registry.lookup("dataset", section["name"]).load()
-        model_cls = registry.lookup("model", self.config["model"]["name"]).load()
+        model_cls = model_class(self.config)
         check_model_fits_dataset(model_cls, cls, section["name"])
+        if self.quail is not None and getattr(cls, "kind", "image") != "table":
+            raise ConfigError(f"QUAIL labels table rows; dataset '{section['name']}' is images")
         args = section_arguments(self.config, "data", cls)
         select_table_encoding(model_cls, args)
         if "encoding" in args:
             section["encoding"] = args["encoding"]  # config.yaml then rebuilds the same datamodule
+        if self.quail is not None:
+            args["exclude_label"] = section["exclude_label"] = True  # the synthesizer never sees the label
         datamodule = cls(**args)
         if self.config["resume"]:
             restore_released_schema(datamodule, self.config["resume"])
         return datamodule
 
     def _build_module(self) -> Any:
-        section = self.config["model"]
-        cls = registry.lookup("model", section["name"]).load()
+        cls = model_class(self.config)
         args = section_arguments(self.config, "model", cls, provided=MODEL_PROVIDED)
         if "table_layout" in init_arguments(cls):
             args["table_layout"] = self.datamodule.table_layout
         module = cls(data_shape=self.datamodule.data_shape, num_classes=self.datamodule.num_classes, **args)
-        module.run_info = {"model": section["name"], "dataset": self.config["data"]["name"]}
+        # The checkpoint's module is the synthesizer's: `sample` rebuilds it by this name.
+        module.run_info = {"model": model_name(self.config), "dataset": self.config["data"]["name"]}
         if not self.is_image:
             # Public by construction (or paid for with the DP-bounds budget): `sample` needs it to decode.
             module.run_info["schema"] = self.datamodule.schema.to_dict()
@@ -130,6 +161,33 @@ class Run:
         strategy = cls(target_epsilon=self.config["epsilon"], delta=self.config["delta"], **args)
         strategy.check_compatible(self.module)
         return strategy
+
+    def _build_labeler(self) -> Any:
+        """QUAIL's DP label model, trained now -- before the synthesizer, whose strategy then
+        composes its measured cost -- or, on resume, restored from the checkpoint (it was
+        paid for once and is not trained again)."""
+        if self.quail is None:
+            return None
+        from lightning_dpgan.quail import QuailLabeler
+
+        if self.strategy is None or self.strategy.target_epsilon is None:
+            raise ConfigError("QUAIL splits --epsilon between its label model and a private synthesizer: "
+                              "give --epsilon, and a synthesizer with a privacy strategy")
+        if self.config["resume"]:
+            info = read_run_info(self.config["resume"])
+            if "quail" not in info:
+                raise ConfigError(f"{self.config['resume']} holds no QUAIL label model: it is not a quail run's checkpoint")
+            labeler = QuailLabeler.from_dict(info["quail"])
+        else:
+            self.datamodule.prepare_data()
+            self.datamodule.setup("fit")
+            delta = validate_delta(self.strategy.delta or DEFAULT_DELTA, self.datamodule.train_size)
+            labeler = self.quail.fit_labeler(
+                self.datamodule, self.strategy.target_epsilon, delta, self.strategy.neighbours, seed=self.config["seed"])
+        self.strategy.prior_releases["quail_label_model"] = {
+            key: labeler.cost[key] for key in ("epsilon", "delta", "neighbours", "mechanism")}
+        self.module.run_info["quail"] = labeler.to_dict()
+        return labeler
 
     def _callbacks(self) -> list[L.Callback]:
         callbacks: list[L.Callback] = [
@@ -184,14 +242,16 @@ class Run:
             self._write_outputs(wall_time)
 
     def _write_outputs(self, wall_time: float) -> None:
+        """The released data first, ``privacy.json`` last: a run folder holding a fresh
+        ``privacy.json`` is complete, even after a failed write (e.g. a full disk)."""
         metrics = self.metrics(wall_time)
-        write_json(self.output_dir / "privacy.json", self.privacy_report())
-        write_json(self.output_dir / "metrics.json", metrics)
         if self.is_image:
             write_png(self.output_dir / "samples.png", sample_grid(self.module, self.config["sample_columns"]))
         else:
             rows = self.config["num_synthetic"] or len(self.datamodule.train_dataset)
-            write_csv(self.output_dir / "synthetic.csv", self.datamodule.decode(self.module.sample(rows)))
+            write_csv(self.output_dir / "synthetic.csv", synthetic_rows(self.module, self.datamodule, self.labeler, rows))
+        write_json(self.output_dir / "metrics.json", metrics)
+        write_json(self.output_dir / "privacy.json", self.privacy_report())
         publish_run(self.trainer.logger, self.output_dir, metrics)
 
     def privacy_report(self) -> dict[str, Any]:
@@ -205,7 +265,16 @@ class Run:
                 "accountant": None,
                 "note": "trained without privacy: no (epsilon, delta) guarantee",
             }
-        return self.strategy.privacy_report()
+        report = self.strategy.privacy_report()
+        if self.labeler is not None:
+            report["quail"] = {
+                "synthesizer": self.quail.synthesizer,
+                "split": self.quail.split,
+                "label_model": {"architecture": self.labeler.architecture, "hidden": self.labeler.hidden, **self.labeler.cost},
+                "composition": "basic: epsilon = preprocessing (its parts: the data's and quail_label_model) "
+                               "+ the synthesizer's training epsilon",
+            }
+        return report
 
     def metrics(self, wall_time: float) -> dict[str, Any]:
         metrics = {key: float(value) for key, value in self.trainer.callback_metrics.items()}

@@ -1,8 +1,6 @@
 """Drawing synthetic records from a checkpoint: what a data holder publishes."""
 from __future__ import annotations
 
-import pickle
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +25,56 @@ def read_run_info(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError) as error:
-        raise CheckpointError(f"{path} is not a readable checkpoint (corrupt or truncated?): {error}") from error
+    except Exception as error:  # torch.load of a foreign file: RuntimeError, UnpicklingError, KeyError, ...
+        raise CheckpointError(f"{path} is not a readable checkpoint (corrupt or truncated?): {type(error).__name__}: {error}. "
+                              f"{_CHECKPOINT_HINT}") from error
     info = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
-    if not isinstance(info, dict) or "model" not in info.get("run", {}):
-        raise CheckpointError(f"{path} was not written by lightning-dpgan's train (no run information in it)")
+    if not isinstance(info, dict) or not isinstance(info.get("run"), dict) or "model" not in info["run"]:
+        raise CheckpointError(f"{path} was not written by lightning-dpgan's train (no run information in it). "
+                              f"{_CHECKPOINT_HINT}")
     return info["run"]
+
+
+_CHECKPOINT_HINT = "Pass the checkpoints/last.ckpt that train wrote in its --output-dir."
+
+
+def check_resume_checkpoint(path: str | Path, model: str, dataset: str) -> dict[str, Any]:
+    """Refuse a ``--resume`` checkpoint that is missing, corrupt, foreign, or from a run of another
+    model or dataset -- before anything is built, trained or written; return its run information."""
+    info = read_run_info(path)
+    theirs = (info.get("model"), info.get("dataset"))
+    if theirs != (model, dataset):
+        raise CheckpointError(
+            f"--resume {path} is a checkpoint of --model {theirs[0]} --dataset {theirs[1]}, but this run is "
+            f"--model {model} --dataset {dataset}. Resume with the model and dataset it was trained with, "
+            "or drop --resume to start a new run."
+        )
+    return info
 
 
 def table_decoder(info: dict[str, Any]) -> Any:
     """What turns a table run's generated records into rows: its mode-specific transformer when
-    it trained on one, else its schema's min-max / one-hot encoding."""
+    it trained on one, else its schema's min-max / one-hot encoding (of the features alone for
+    QUAIL, whose synthesizer generates no label)."""
     if "table_transformer" in info:
         return TableTransformer.from_dict(info["table_transformer"])
-    return TableSchema.from_dict(info["schema"])
+    schema = TableSchema.from_dict(info["schema"])
+    return schema.without_label() if "quail" in info else schema
+
+
+def table_labeler(info: dict[str, Any]) -> Any:
+    """QUAIL's label model from a run's information; ``None`` for other runs."""
+    if "quail" not in info:
+        return None
+    from lightning_dpgan.quail import QuailLabeler
+
+    return QuailLabeler.from_dict(info["quail"])
+
+
+def synthetic_rows(module: Any, decoder: Any, labeler: Any, n: int) -> Any:
+    """``n`` generated table rows, decoded; labelled by QUAIL's label model when there is one."""
+    rows = decoder.decode(module.sample(n))
+    return rows if labeler is None else labeler.label(rows)
 
 
 def load_module(path: str | Path) -> Any:
@@ -65,7 +99,7 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
     module = load_module(checkpoint)
     torch.manual_seed(seed)
     if schema:
-        return write_csv(out, table_decoder(info).decode(module.sample(n)))
+        return write_csv(out, synthetic_rows(module, table_decoder(info), table_labeler(info), n))
     labels = module.balanced_labels(n)
     images = images_to_uint8(module.sample(n, labels))
     if out.suffix == ".png":

@@ -107,8 +107,8 @@ def test_resume_keeps_the_calibrated_noise(tiny_image_data_dir, tmp_path):
 
 def test_resume_without_accountant_state_is_refused(tiny_image_data_dir, tmp_path, capsys):
     assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "plain", steps=2, batch_size=BATCH)) == 0
-    code = dpgan(tiny_image_data_dir, tmp_path / "dp", 4, "--privacy.noise_multiplier", "1.0",
-                 "--resume", str(tmp_path / "plain" / "checkpoints" / "last.ckpt"))
+    code = dpgan(tiny_image_data_dir, tmp_path / "dp", 4, "--privacy", "dp-sgd", "--privacy.noise_multiplier", "1.0",
+                 "--resume", str(tmp_path / "plain" / "checkpoints" / "last.ckpt"), model="gan")
     assert code == 2
     assert "holds no dp-sgd accountant state" in capsys.readouterr().err
 

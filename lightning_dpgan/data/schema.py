@@ -262,6 +262,17 @@ class TableSchema:
     def label_slice(self) -> slice | None:
         return self.column_slices[self.label] if self.label is not None else None
 
+    def without_label(self) -> TableSchema:
+        """The features alone: the label leaves the columns and joins ``drop``, so frames that
+        still hold it validate. QUAIL's synthesizer encodes records with it (the label is left
+        to a separate DP label model)."""
+        if self.label is None:
+            raise SchemaError("the schema has no label column to leave out")
+        features = tuple(c for c in self.columns if c.name != self.label)
+        if not features:
+            raise SchemaError(f"the label '{self.label}' is the schema's only column: no features are left")
+        return TableSchema(columns=features, drop=self.drop + (self.label,))
+
     def column(self, name: str) -> Column:
         for column in self.columns:
             if column.name == name:
@@ -393,7 +404,8 @@ class TableSchema:
         if outside:
             raise SchemaError(
                 f"the label '{self.label}' must be binary with classes {list(self.label_column.categories)}, "
-                f"but {outside} rows hold other values"
+                f"but {outside} rows hold other values: fix or drop those rows, or declare the label "
+                "categorical with all its classes in the schema"
             )
 
     def decode(self, data: torch.Tensor | np.ndarray) -> pd.DataFrame:
@@ -424,14 +436,16 @@ def _check_dtype(column: Column, series: pd.Series) -> None:
     if column.is_numeric:
         if not numeric:
             raise SchemaError(
-                f"column '{column.name}' is {column.kind} but holds non-numeric values (dtype {series.dtype})"
+                f"column '{column.name}' is {column.kind} but holds non-numeric values (dtype {series.dtype}): "
+                "fix those values in the data, or declare the column categorical in the schema"
             )
         if column.kind == "integer":
             values = series.to_numpy(dtype=np.float64)
             finite = np.isfinite(values)
             fractional = int((values[finite] != np.round(values[finite])).sum())
             if fractional:
-                raise SchemaError(f"column '{column.name}' is integer but {fractional} rows hold fractional values")
+                raise SchemaError(f"column '{column.name}' is integer but {fractional} rows hold fractional values: "
+                                  "round them in the data, or declare the column continuous in the schema")
         return
     if all(isinstance(c, str) for c in column.categories) and numeric:
         raise SchemaError(f"column '{column.name}' has string categories but holds numbers (dtype {series.dtype})")

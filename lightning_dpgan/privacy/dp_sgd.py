@@ -169,6 +169,12 @@ class DPSGDMechanism:
             self._hooks.forbid_grad_accumulation()  # a second real pass per step would be mis-clipped
         self._params = [p for p in network.parameters() if p.requires_grad]
 
+    def detach(self) -> None:
+        """Remove Opacus' hooks when training is over, so later passes (e.g. predictions of a
+        trained model) record nothing."""
+        if self._hooks is not None:
+            self._hooks.remove_hooks()
+
     def wrap_optimizer(self, optimizer: Optimizer) -> Optimizer:
         if self._hooks is None:
             raise RuntimeError("attach the DP-SGD mechanism to a network before wrapping its optimizer")

@@ -1,0 +1,27 @@
+"""Basic composition of privacy costs: (ε1, δ1) then (ε2, δ2) on the same rows is
+(ε1 + ε2, δ1 + δ2)-DP (Dwork & Roth 2014, Theorem 3.16). Preprocessing releases (DP bounds,
+DP modes) and QUAIL's label model are composed this way before training's own accounting."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def compose_costs(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Basic composition of preprocessing mechanisms run on the same rows: ε and δ add up.
+
+    All parts that spend anything must hold for the same neighbouring relation (add/remove
+    here); ``parts`` keeps each cost as given, so a resume can restore them one by one.
+    """
+    spending = {name: cost for name, cost in parts.items() if cost["epsilon"] or cost["delta"]}
+    relations = {cost.get("neighbours", "add-remove") for cost in spending.values()}
+    if len(relations) > 1:
+        raise ValueError(f"cannot compose preprocessing costs for different neighbouring relations: {sorted(relations)}")
+    mechanisms = "; ".join(f"{name}: {cost['mechanism']}" for name, cost in parts.items())
+    return {
+        "epsilon": float(sum(cost["epsilon"] for cost in parts.values())),
+        "delta": float(sum(cost["delta"] for cost in parts.values())),
+        "mechanism": f"basic composition of {mechanisms}",
+        "neighbours": relations.pop() if relations else "add-remove",
+        "parts": {name: dict(cost) for name, cost in parts.items()},
+    }

@@ -1,0 +1,487 @@
+"""The bad-input matrix (docs/architecture.md, "Bad input"): each case fails at the user's entry
+point -- ``main([...])`` returns 2 and prints ``error: <what is wrong and what to do>`` -- or is
+handled as documented, and nothing is lost or half-written: files of an earlier run in the output
+folder keep their bytes, and no temporary file is left behind. Cases already covered elsewhere are
+named in the docs and not repeated here."""
+from __future__ import annotations
+
+import errno
+import gzip
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from lightning_dpgan import outputs
+from lightning_dpgan.cli import main
+from lightning_dpgan.datamodules.csv import CSVDataModule
+from lightning_dpgan.outputs import OutputWriteError, atomic_write, write_csv, write_json, write_png, write_yaml
+from lightning_dpgan.sampling import CheckpointError, check_resume_checkpoint, read_run_info
+from run_helpers import tiny_run_args
+
+#: What an earlier run left in the output folder: a failed run must not touch it.
+EARLIER_RUN = {
+    "privacy.json": b'{"mechanism": "dp-sgd", "epsilon": 1.0, "note": "the earlier run"}\n',
+    "metrics.json": b'{"steps": 1000}\n',
+    "samples.png": b"earlier samples",
+    "synthetic.csv": b"amount,visits,kind,label\n1.0,2,a,no\n",
+}
+
+
+def plant_earlier_run(output_dir: Path) -> None:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in EARLIER_RUN.items():
+        (output_dir / name).write_bytes(data)
+
+
+def assert_nothing_lost(output_dir: Path, rewritten: tuple[str, ...] = ()) -> None:
+    """The earlier run's files have their bytes (but ``rewritten``), no temporary file is left."""
+    for name, data in EARLIER_RUN.items():
+        if name not in rewritten:
+            assert (output_dir / name).read_bytes() == data, f"{name} was overwritten"
+    leftovers = [p.name for p in output_dir.rglob("*") if p.name.endswith(".tmp")]
+    assert not leftovers, f"temporary files left behind: {leftovers}"
+
+
+def error_line(capsys) -> str:
+    """The one ``error: ...`` line main printed (an escaped exception fails the test by itself)."""
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def assert_refused(argv: list[str], capsys, *keywords: str) -> str:
+    assert main(argv) == 2
+    line = error_line(capsys)
+    for keyword in keywords:
+        assert keyword in line, f"{keyword!r} not in {line!r}"
+    return line
+
+
+# --- data files --------------------------------------------------------------------------------
+
+
+def image_args(data_dir: Path, output_dir: Path, *extra: str, verify: bool = False, **kwargs) -> list[str]:
+    args = tiny_run_args(data_dir, output_dir, steps=2, **kwargs) + list(extra)
+    if verify:  # the default of a real run; the fixtures are not the canonical files
+        index = args.index("--data.verify_checksums")
+        del args[index : index + 2]
+    return args
+
+
+@pytest.fixture
+def damaged_image_dir(tiny_image_data_dir: Path, tmp_path: Path) -> Path:
+    """A copy of the tiny image data whose files the test may damage."""
+    return Path(shutil.copytree(tiny_image_data_dir / "mnist", tmp_path / "data" / "mnist")).parent
+
+
+def test_a_file_with_the_wrong_checksum_is_a_clear_error(tiny_image_data_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    assert_refused(image_args(tiny_image_data_dir, out, verify=True), capsys,
+                   "train-images-idx3-ubyte.gz does not match", "expected decompressed md5", "To fix", "--data-dir")
+    assert_nothing_lost(out)
+    assert not (out / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("verify", [True, False], ids=["checksums-on", "checksums-off"])
+def test_a_truncated_image_file_is_a_clear_error(damaged_image_dir, tmp_path, capsys, verify):
+    path = damaged_image_dir / "mnist" / "train-images-idx3-ubyte.gz"
+    if verify:  # a download cut off half-way: the gzip stream ends early
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        keywords = ["is not a readable gzip file", "To fix: delete the file to re-download it"]
+    else:  # an intact gzip of a cut-off IDX file
+        raw = gzip.decompress(path.read_bytes())
+        path.write_bytes(gzip.compress(raw[: len(raw) // 2], mtime=0))
+        keywords = ["header announces shape", "truncated or corrupt, re-download it"]
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    assert_refused(image_args(damaged_image_dir, out, verify=verify), capsys, str(path), *keywords)
+    assert_nothing_lost(out)
+    assert not (out / "checkpoints").exists()
+
+
+# --- CSV files (with a schema file, and with the schema estimated under DP) --------------------
+
+
+CSV_SCHEMA = {"label": "label", "label_kind": "binary", "columns": [
+    {"name": "amount", "kind": "continuous", "bounds": [0, 500]},
+    {"name": "visits", "kind": "integer", "bounds": [0, 30]},
+    {"name": "kind", "kind": "categorical", "categories": ["a", "b"]},
+    {"name": "label", "kind": "categorical", "categories": ["no", "yes"]}]}
+TINY_MLP = ["--model.latent_dim", "4", "--model.generator_kwargs.hidden", "[8]",
+            "--model.discriminator_kwargs.hidden", "[8]"]
+
+
+def table(n: int = 80, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"amount": rng.gamma(2.0, 50.0, n).round(2), "visits": rng.integers(0, 30, n),
+                         "kind": rng.choice(["a", "b"], n), "label": rng.choice(["no", "yes"], n)})
+
+
+def csv_args(csv: Path, out: Path, schema: Path | None, *extra: str) -> list[str]:
+    args = ["train", "--model", "gan", "--dataset", "csv", "--data.csv", str(csv), "--output-dir", str(out),
+            "--max-steps", "2", "--batch-size", "8", "--trainer.enable_progress_bar", "false",
+            "--trainer.enable_model_summary", "false", *TINY_MLP]
+    if schema is not None:
+        return args + ["--data.schema", str(schema), *extra]
+    return args + ["--data.target", "label", "--data.categorical", "kind,label", "--data.label_kind", "binary",
+                   "--data.bounds_epsilon", "5", *extra]
+
+
+def with_nans(frame: pd.DataFrame) -> pd.DataFrame:
+    frame.loc[range(0, 80, 8), "amount"] = np.nan  # in both splits
+    return frame
+
+
+def with_text_amount(frame: pd.DataFrame) -> pd.DataFrame:
+    frame["amount"] = frame["amount"].astype(object)
+    frame.loc[range(0, 80, 8), "amount"] = "lots"
+    return frame
+
+
+def with_third_class(frame: pd.DataFrame) -> pd.DataFrame:
+    frame.loc[range(0, 80, 8), "label"] = "maybe"
+    return frame
+
+
+def truncated(text: str) -> str:
+    return text[: len(text) // 2 + 3]  # cut mid-line, as by a failed copy
+
+
+#: case -> (file content: frame edit or text, keywords with a schema file, keywords with a DP schema)
+CSV_CASES = {
+    "empty-file": ("", ["is empty", "header row"], ["is empty", "header row"]),
+    "header-only": ("amount,visits,kind,label\n", ["has a header", "no records"], ["has a header", "no records"]),
+    "nans": (with_nans, ["missing values (NaN)", "amount", "drop or impute"],
+             ["missing values (NaN)", "amount", "drop or impute"]),
+    "truncated": (truncated, ["missing values (NaN)", "drop or impute"], ["missing values (NaN)", "drop or impute"]),
+    "ragged-rows": ("amount,visits,kind,label\n1.0,2,a,no\n3.0,4,b,yes,extra\n",
+                    ["cannot be read as a CSV table", "same number of fields"],
+                    ["cannot be read as a CSV table", "same number of fields"]),
+    "binary-file": (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", ["cannot be read as a CSV table"],
+                    ["cannot be read as a CSV table"]),
+    "wrong-dtype": (with_text_amount, ["'amount' is continuous but holds non-numeric", "fix those values"],
+                    ["'amount' is not numeric", "list it as categorical"]),
+    "unknown-label-class": (with_third_class, ["label 'label' must be binary", "fix or drop those rows"],
+                            ["label 'label' must be binary", "fix or drop those rows"]),
+    "missing-file": (None, ["CSV file not found", "--data.csv"], ["CSV file not found", "--data.csv"]),
+}
+
+
+def write_case(path: Path, content) -> Path:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif isinstance(content, str):
+        path.write_text(content)
+    elif content is truncated:
+        path.write_text(truncated(table().to_csv(index=False)))
+    elif content is not None:
+        content(table()).to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture
+def schema_file(tmp_path: Path) -> Path:
+    path = tmp_path / "schema.yaml"
+    path.write_text(yaml.safe_dump(CSV_SCHEMA))
+    return path
+
+
+@pytest.mark.parametrize("with_schema", [True, False], ids=["schema-file", "dp-schema"])
+@pytest.mark.parametrize("case", list(CSV_CASES))
+def test_a_bad_csv_is_a_clear_error_and_loses_nothing(tmp_path, capsys, schema_file, case, with_schema):
+    content, schema_keywords, dp_keywords = CSV_CASES[case]
+    csv = write_case(tmp_path / "data.csv", content)
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    keywords = schema_keywords if with_schema else dp_keywords
+    assert_refused(csv_args(csv, out, schema_file if with_schema else None), capsys, *keywords)
+    assert_nothing_lost(out)
+    assert not (out / "checkpoints").exists()
+
+
+def test_unknown_categories_drop_their_rows_and_are_counted(tmp_path, schema_file):
+    """Documented handling, not an error: a row whose category is outside the schema's list is
+    left out of training, and the encoding report counts it per column."""
+    frame = table()
+    frame.loc[range(0, 80, 5), "kind"] = "zzz"
+    datamodule = CSVDataModule(csv=write_case(tmp_path / "data.csv", lambda _: frame), schema=schema_file)
+    datamodule.setup("fit")
+    unknown = int((datamodule.train_frame["kind"] == "zzz").sum())
+    assert unknown > 0
+    report = datamodule.encoding_report
+    assert report["rejected"] == {"kind": unknown, "label": 0}
+    assert report["rows_in"] == len(datamodule.train_frame)
+    assert datamodule.train_size == report["rows_encoded"] == len(datamodule.train_frame) - unknown
+
+
+def test_a_constant_column_trains_and_keeps_its_single_value(tmp_path, capsys):
+    """Documented handling, not an error: a constant categorical column keeps its one category,
+    a constant numeric column gets (DP) bounds around its value."""
+    frame = table().assign(amount=70.0, kind="a")
+    csv = write_case(tmp_path / "data.csv", lambda _: frame)
+    out = tmp_path / "out"
+    assert main(csv_args(csv, out, None)) == 0
+    schema = {c["name"]: c for c in read_run_info(out / "checkpoints" / "last.ckpt")["schema"]["columns"]}
+    assert schema["kind"]["categories"] == ["a"]
+    low, high = schema["amount"]["bounds"]
+    assert low <= 70.0 <= high
+    synthetic = pd.read_csv(out / "synthetic.csv")
+    assert set(synthetic["kind"]) == {"a"} and synthetic["amount"].between(low, high).all()
+
+
+# --- privacy parameters, model x strategy, configuration keys ----------------------------------
+
+
+EPSILON_FIX = ["--epsilon must be a finite number > 0", "--epsilon 1.0"]
+DELTA_FIX = ["--delta must be strictly between 0 and 1", "--delta 1e-05"]
+
+
+@pytest.mark.parametrize(
+    "extra,keywords",
+    [
+        (["--epsilon", "0"], EPSILON_FIX),
+        (["--epsilon", "-1"], EPSILON_FIX),
+        (["--epsilon", "nan"], EPSILON_FIX),
+        (["--delta", "0"], DELTA_FIX),
+        (["--delta=-1e-5"], DELTA_FIX),
+        (["--delta", "1"], DELTA_FIX),
+        (["--delta", "0.01"], ["--delta 0.01 is not below 1/n = 0.00625", "n = 160", "Pass --delta < 1/n"]),
+    ],
+    ids=["epsilon-zero", "epsilon-negative", "epsilon-nan", "delta-zero", "delta-negative", "delta-one",
+         "delta-not-below-1/n"],
+)
+def test_a_meaningless_privacy_budget_is_refused_before_training(tiny_image_data_dir, tmp_path, capsys, extra, keywords):
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    args = image_args(tiny_image_data_dir, out, "--privacy.noise_multiplier", "1.0", *extra, model="dpgan")
+    assert_refused(args, capsys, *keywords)
+    assert_nothing_lost(out)
+    assert not (out / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("privacy,compatible", [("pate", "pategan"), ("gpate", "gpate"), ("sanitizer", "gswgan")])
+def test_a_model_without_the_strategys_slot_is_refused(tiny_image_data_dir, tmp_path, capsys, privacy, compatible):
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    args = image_args(tiny_image_data_dir, out, "--privacy", privacy, "--epsilon", "1")  # gan: no slot for any of them
+    line = assert_refused(args, capsys,
+                          f"--privacy {privacy} needs a model with a", f"Models that take --privacy {privacy}:")
+    assert compatible in line.split("Models that take")[1]
+    assert_nothing_lost(out)
+
+
+@pytest.mark.parametrize(
+    "config,keywords",
+    [
+        ({"epsilonn": 1.0}, ["unknown configuration key(s): epsilonn", "Valid top-level keys", "epsilon"]),
+        ({"model": {"latent_dimm": 8}}, ["unknown key(s) model.latent_dimm for model 'gan'", "Valid keys",
+                                         "model.latent_dim"]),
+        ({"trainer": {"max_stepz": 3}}, ["unknown Lightning Trainer argument(s): trainer.max_stepz"]),
+    ],
+    ids=["top-level", "model-section", "trainer-section"],
+)
+def test_a_config_file_key_that_does_not_exist_is_refused(tiny_image_data_dir, tmp_path, capsys, config, keywords):
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    assert_refused(image_args(tiny_image_data_dir, out, "--config", str(path)), capsys, *keywords)
+    assert_nothing_lost(out)
+
+
+# --- checkpoints -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def image_run(tiny_image_data_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bad_input") / "gan"
+    assert main(image_args(tiny_image_data_dir, out)) == 0
+    return out
+
+
+def damaged_checkpoints(image_run: Path, folder: Path) -> dict[str, tuple[Path, str]]:
+    """kind -> (checkpoint file, what the refusal says)."""
+    good = image_run / "checkpoints" / "last.ckpt"
+    (folder / "truncated.ckpt").write_bytes(good.read_bytes()[:2000])
+    (folder / "text.ckpt").write_text("not a checkpoint\n")
+    torch.save({"state_dict": {}, "epoch": 3}, folder / "foreign.ckpt")
+    return {
+        "truncated": (folder / "truncated.ckpt", "is not a readable checkpoint (corrupt or truncated?)"),
+        "text": (folder / "text.ckpt", "is not a readable checkpoint (corrupt or truncated?)"),
+        "foreign": (folder / "foreign.ckpt", "was not written by lightning-dpgan's train"),
+        "missing": (folder / "absent.ckpt", "checkpoint not found"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["truncated", "text", "foreign", "missing"])
+def test_resume_checkpoint_check_refuses_damaged_and_foreign_files(image_run, tmp_path, kind):
+    path, message = damaged_checkpoints(image_run, tmp_path)[kind]
+    with pytest.raises(CheckpointError, match=r"\(corrupt|not written|not found") as excinfo:
+        check_resume_checkpoint(path, "gan", "mnist")
+    assert message in str(excinfo.value) and str(path) in str(excinfo.value)
+    if kind != "missing":
+        assert "checkpoints/last.ckpt" in str(excinfo.value)  # what to pass instead
+
+
+def test_resume_checkpoint_check_refuses_another_model_or_dataset(image_run):
+    path = image_run / "checkpoints" / "last.ckpt"
+    assert check_resume_checkpoint(path, "gan", "mnist")["model"] == "gan"
+    for model, dataset in [("wgan", "mnist"), ("gan", "fashion-mnist")]:
+        with pytest.raises(CheckpointError, match="is a checkpoint of --model gan --dataset mnist") as excinfo:
+            check_resume_checkpoint(path, model, dataset)
+        assert f"this run is --model {model} --dataset {dataset}" in str(excinfo.value)
+        assert "drop --resume" in str(excinfo.value)
+
+
+@pytest.mark.parametrize("kind", ["truncated", "text", "foreign", "other-model"])
+def test_train_resume_from_a_damaged_or_foreign_checkpoint_is_a_clear_error(
+        image_run, tiny_image_data_dir, tmp_path, capsys, kind):
+    if kind == "other-model":
+        path, message, model = image_run / "checkpoints" / "last.ckpt", "is a checkpoint of --model gan", "wgan"
+    else:
+        (path, message), model = damaged_checkpoints(image_run, tmp_path)[kind], "gan"
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    assert_refused(image_args(tiny_image_data_dir, out, "--resume", str(path), model=model), capsys, message)
+    assert_nothing_lost(out)
+    assert not (out / "checkpoints").exists() and not (out / "config.yaml").exists()
+
+
+@pytest.mark.parametrize("kind", ["truncated", "text", "foreign"])
+def test_evaluate_refuses_a_damaged_checkpoint(image_run, tmp_path, capsys, kind):
+    run = Path(shutil.copytree(image_run, tmp_path / "run"))
+    damaged, message = damaged_checkpoints(image_run, tmp_path)[kind]
+    shutil.copyfile(damaged, run / "checkpoints" / "last.ckpt")
+    assert_refused(["evaluate", "--run", str(run)], capsys, message)
+    assert not (run / "evaluation.json").exists()
+
+
+# --- out of disk -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def disk_full_for(monkeypatch):
+    """``disk_full_for("privacy.json", ...)``: from now on, writing those files through
+    ``atomic_write`` fails with the kernel's own ENOSPC -- the temporary file is created for
+    real, but its descriptor is ``/dev/full``. Returns the temporary files it handed out."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    handed_out: list[Path] = []
+
+    def arm(*names: str) -> list[Path]:
+        def mkstemp(prefix="", suffix="", dir=None):
+            fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=dir)
+            if any(prefix == f".{target}." for target in names):
+                os.close(fd)
+                fd = os.open("/dev/full", os.O_WRONLY)
+                handed_out.append(Path(name))
+            return fd, name
+
+        monkeypatch.setattr(outputs, "tempfile", SimpleNamespace(mkstemp=mkstemp))
+        return handed_out
+
+    return arm
+
+
+def png(size: int = 64) -> np.ndarray:
+    return np.random.default_rng(0).integers(0, 256, (size, size), dtype=np.uint8)
+
+
+WRITERS = {
+    "privacy.json": lambda path: write_json(path, {"epsilon": 1.0, "steps": list(range(5000))}),
+    "config.yaml": lambda path: write_yaml(path, {"model": {"name": "gan"}}),
+    "synthetic.csv": lambda path: write_csv(path, pd.DataFrame({"x": np.arange(20000)})),
+    "samples.png": lambda path: write_png(path, png()),
+}
+
+
+@pytest.mark.parametrize("earlier", [True, False], ids=["over-an-earlier-file", "new-file"])
+@pytest.mark.parametrize("name", list(WRITERS))
+def test_a_full_disk_leaves_no_partial_file(tmp_path, disk_full_for, name, earlier):
+    path = tmp_path / name
+    if earlier:
+        path.write_bytes(b"the earlier, complete file")
+    handed_out = disk_full_for(name)
+    with pytest.raises(OutputWriteError) as excinfo:
+        WRITERS[name](path)
+    assert handed_out and not handed_out[0].exists()  # the write went through a temporary file, now gone
+    assert excinfo.value.errno == errno.ENOSPC and isinstance(excinfo.value, OSError)
+    message = str(excinfo.value)
+    assert f"could not write {path}: No space left on device" in message and "Free some disk space" in message
+    if earlier:
+        assert path.read_bytes() == b"the earlier, complete file"
+        assert "still holds its previous content" in message
+    else:
+        assert "was not created" in message
+    assert [p.name for p in tmp_path.iterdir()] == ([name] if earlier else [])
+
+
+def test_a_write_that_fails_half_way_removes_what_it_wrote(tmp_path):
+    path = tmp_path / "privacy.json"
+    path.write_text('{"epsilon": 1.0}\n')
+
+    def half_then_full(handle):
+        handle.write(b'{"epsilon": 2.')
+        handle.flush()
+        assert len(list(tmp_path.glob(".privacy.json.*.tmp"))) == 1  # the half-written temporary file
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(OutputWriteError, match="No space left on device"):
+        atomic_write(path, half_then_full)
+    assert [p.name for p in tmp_path.iterdir()] == ["privacy.json"]
+    assert path.read_text() == '{"epsilon": 1.0}\n'
+
+
+def test_other_failures_while_writing_also_remove_the_temporary_file(tmp_path):
+    def interrupted(handle):
+        handle.write(b"half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # not turned into an OSError
+        atomic_write(tmp_path / "synthetic.csv", interrupted)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sample_on_a_full_disk_is_a_clear_error_or_a_traceback_with_debug(image_run, tmp_path, capsys,
+                                                                          disk_full_for, monkeypatch):
+    out = tmp_path / "grid.png"
+    out.write_bytes(b"an earlier grid")
+    disk_full_for("grid.png")
+    argv = ["sample", "--checkpoint", str(image_run / "checkpoints" / "last.ckpt"), "-n", "10", "--out", str(out)]
+    assert_refused(argv, capsys, f"could not write {out}: No space left on device", "still holds its previous content")
+    assert out.read_bytes() == b"an earlier grid" and [p.name for p in tmp_path.iterdir()] == ["grid.png"]
+    monkeypatch.setenv("LIGHTNING_DPGAN_DEBUG", "1")
+    with pytest.raises(OutputWriteError):
+        main(argv)
+
+
+def test_a_run_whose_privacy_report_hits_a_full_disk_fails_clearly_and_loses_nothing(
+        tiny_image_data_dir, tmp_path, capsys, disk_full_for):
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    disk_full_for("privacy.json")
+    assert_refused(image_args(tiny_image_data_dir, out), capsys,
+                   f"could not write {out / 'privacy.json'}: No space left on device")
+    # privacy.json is written last: the earlier report stays whole, so no fresh privacy.json claims
+    # a run whose files were not all written
+    assert_nothing_lost(out, rewritten=("samples.png", "metrics.json"))
+    assert (out / "checkpoints" / "last.ckpt").is_file()  # training itself finished
+
+
+def test_a_run_whose_synthetic_table_hits_a_full_disk_keeps_the_earlier_table(tmp_path, capsys, disk_full_for):
+    csv = write_case(tmp_path / "data.csv", lambda _: table())
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    disk_full_for("synthetic.csv")
+    assert_refused(csv_args(csv, out, None), capsys, f"could not write {out / 'synthetic.csv'}: No space left",
+                   "synthetic.csv still holds its previous content")
+    assert_nothing_lost(out)  # the table is written first: no report of this run claims it

@@ -1,0 +1,236 @@
+"""QUAIL (--model quail): the budget split, the DP-SGD label model and its accounting, the
+synthesizer trained without the label, labelled synthetic rows, resume and bad settings."""
+import math
+import shutil
+from pathlib import Path
+
+import dp_accounting
+import pandas as pd
+import pytest
+import torch
+from dp_accounting.rdp import rdp_privacy_accountant
+
+from lightning_dpgan.cli import main
+from lightning_dpgan.config import resolve
+from lightning_dpgan.data.schema import Column, TableSchema
+from lightning_dpgan.datamodules.adult import SCHEMA as ADULT_SCHEMA, AdultDataModule
+from lightning_dpgan.datamodules.king import SCHEMA as KING_SCHEMA
+from lightning_dpgan.privacy.dp_label_model import DPSGDSettings, label_network, train_dp_label_model
+from lightning_dpgan.quail import QuailLabeler, label_model_budget
+from lightning_dpgan.sampling import load_module, read_run_info, sample_to_file, table_decoder
+from run_helpers import read_json
+
+FIXTURES = Path(__file__).parent / "fixtures"
+DATA = {"adult": (FIXTURES / "adult_tiny", ADULT_SCHEMA), "king": (FIXTURES / "king_tiny", KING_SCHEMA)}
+TINY = {
+    "dpctgan": ["--model.generator_hidden", "[16,16]", "--model.discriminator_hidden", "[16,16]", "--data.max_modes", "3"],
+    "pategan": ["--privacy.num_teachers", "3", "--privacy.teacher_batch_size", "8", "--privacy.lap_inverse_scale", "0.05"],
+    "dpgan": [],
+}
+
+
+def quail_args(output, synthesizer="dpctgan", dataset="adult", steps=4, epsilon=8.0, *extra):
+    data_dir, _ = DATA[dataset]
+    return ["train", "--model", "quail", "--quail-synthesizer", synthesizer, "--quail-split", "0.5",
+            "--dataset", dataset, "--data-dir", str(data_dir), "--output-dir", str(output), "--max-steps", str(steps),
+            "--batch-size", "8", "--model.latent_dim", "8", "--epsilon", str(epsilon), "--delta", "1e-3",
+            "--quail.batch_size", "8", "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+            *TINY[synthesizer], *extra]
+
+
+# --- the split -------------------------------------------------------------------------------
+
+
+def test_the_label_model_gets_its_share_of_epsilon_and_delta_for_add_remove_neighbours():
+    assert label_model_budget(0.3, 2.0, 1e-5, "add-remove") == pytest.approx((0.6, 3e-6))
+
+
+def test_for_replace_one_neighbours_the_share_holds_after_restating_the_label_models_guarantee():
+    epsilon, delta = label_model_budget(0.4, 2.0, 1e-5, "replace-one")
+    # group privacy for two records: (2 eps, (1 + e^eps) delta) must be 0.4 of the total
+    assert 2 * epsilon == pytest.approx(0.8)
+    assert (1 + math.exp(epsilon)) * delta == pytest.approx(4e-6)
+
+
+# --- the DP-SGD label model ------------------------------------------------------------------
+
+
+def separable(n, seed, width=5):
+    generator = torch.Generator().manual_seed(seed)
+    features = torch.rand(n, width, generator=generator)
+    labels = (features[:, 0] - features[:, 1] > 0).long()
+    return features, torch.nn.functional.one_hot(labels, 2).float(), labels
+
+
+def dp_accounting_epsilon(sigma, rate, steps, delta):
+    """The subsampled Gaussian's epsilon by dp_accounting's RDP accountant (independent of Opacus)."""
+    accountant = rdp_privacy_accountant.RdpAccountant()
+    event = dp_accounting.PoissonSampledDpEvent(rate, dp_accounting.GaussianDpEvent(sigma))
+    accountant.compose(dp_accounting.SelfComposedDpEvent(event, steps))
+    return accountant.get_epsilon(delta)
+
+
+def test_the_label_models_epsilon_is_within_its_share_and_matches_an_independent_accountant():
+    features, targets, _ = separable(2000, 0)
+    network = label_network("logistic", 5, 2, [])
+    cost = train_dp_label_model(network, features, targets, 0.8, 1e-5, DPSGDSettings(epochs=3, batch_size=100))
+    assert cost["epsilon"] <= 0.8
+    assert cost["epsilon"] > 0.75  # the noise is calibrated to the share, not far below it
+    assert cost["steps"] == 3 * 20
+    independent = dp_accounting_epsilon(cost["noise_multiplier"], cost["sample_rate"], cost["steps"], 1e-5)
+    assert cost["epsilon"] == pytest.approx(independent, rel=0.03)
+
+
+def test_the_label_model_learns_a_separable_label_and_a_linear_target():
+    features, targets, labels = separable(3000, 1)
+    network = label_network("logistic", 5, 2, [])
+    train_dp_label_model(network, features, targets, 4.0, 1e-5, DPSGDSettings(epochs=5, batch_size=100, lr=0.05))
+    test_features, _, test_labels = separable(1000, 2)
+    with torch.no_grad():
+        accuracy = (network(test_features).argmax(1) == test_labels).float().mean().item()
+    assert accuracy > 0.9  # the classes are balanced: chance is 0.5
+
+    target = (0.2 + 0.6 * features[:, :1]).clamp(0, 1)
+    regressor = label_network("mlp", 5, 1, [8])
+    train_dp_label_model(regressor, features, target, 4.0, 1e-5, DPSGDSettings(epochs=5, batch_size=100, lr=0.02))
+    with torch.no_grad():
+        predicted = regressor(features)
+    r2 = 1 - ((predicted - target) ** 2).sum() / ((target - target.mean()) ** 2).sum()
+    assert r2 > 0.8
+
+
+def test_a_share_too_small_for_a_single_epoch_is_refused_with_the_numbers():
+    features, targets, _ = separable(50, 3)
+    with pytest.raises(ValueError, match="batch_size 100 exceeds the 50"):
+        train_dp_label_model(label_network("logistic", 5, 2, []), features, targets, 1.0, 1e-3, DPSGDSettings(batch_size=100))
+    with pytest.raises(ValueError, match="delta"):
+        train_dp_label_model(label_network("logistic", 5, 2, []), features, targets, 1.0, 0.1, DPSGDSettings(batch_size=10))
+
+
+# --- labelling synthetic rows ----------------------------------------------------------------
+
+
+SCHEMA = TableSchema(
+    columns=(Column("x", "continuous", bounds=(0.0, 10.0)), Column("y", "categorical", categories=("no", "yes")),
+             Column("c", "categorical", categories=("a", "b"))),
+    label="y", label_kind="binary",
+)
+
+
+def test_the_labeler_puts_the_predicted_class_in_the_labels_place_and_survives_a_checkpoint():
+    network = label_network("logistic", 3, 2, [])
+    with torch.no_grad():  # "yes" exactly when x > 5
+        network[0].weight.copy_(torch.tensor([[-10.0, 0, 0], [10.0, 0, 0]]))
+        network[0].bias.copy_(torch.tensor([5.0, -5.0]))
+    labeler = QuailLabeler(network, "logistic", [], SCHEMA, {"epsilon": 0.5})
+    features = pd.DataFrame({"x": [1.0, 9.0, 4.0, 7.5], "c": ["a", "b", "b", "a"]})
+    labelled = labeler.label(features)
+    assert list(labelled.columns) == ["x", "y", "c"]
+    assert list(labelled["y"].astype(str)) == ["no", "yes", "no", "yes"]
+    restored = QuailLabeler.from_dict(labeler.to_dict())
+    pd.testing.assert_frame_equal(restored.label(features), labelled)
+
+
+def test_a_continuous_label_is_the_regression_output_clipped_into_its_bounds():
+    schema = TableSchema(columns=(Column("x", "continuous", bounds=(0.0, 1.0)), Column("price", "continuous", bounds=(100.0, 200.0))),
+                         label="price", label_kind="continuous")
+    network = label_network("logistic", 1, 1, [])
+    with torch.no_grad():  # encoded price = 2 x - 0.5
+        network[0].weight.fill_(2.0)
+        network[0].bias.fill_(-0.5)
+    labelled = QuailLabeler(network, "logistic", [], schema, {}).label(pd.DataFrame({"x": [0.0, 0.5, 1.0]}))
+    assert list(labelled["price"]) == pytest.approx([100.0, 150.0, 200.0])
+
+
+# --- the synthesizer never sees the label ----------------------------------------------------
+
+
+def test_with_exclude_label_the_encoded_records_do_not_depend_on_the_label(tmp_path):
+    flipped = tmp_path / "flipped"
+    shutil.copytree(FIXTURES / "adult_tiny", flipped)
+    path = flipped / "adult.data"
+    text = path.read_text()
+    path.write_text(text.replace("<=50K", "@@").replace(">50K", "<=50K").replace("@@", ">50K"))
+    encoded = []
+    for folder in (FIXTURES / "adult_tiny", flipped):
+        datamodule = AdultDataModule(data_dir=folder, batch_size=8, download=False, exclude_label=True)
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+        encoded.append(datamodule.train_dataset.tensors[0])
+        assert datamodule.data_shape == (ADULT_SCHEMA.without_label().encoded_dim,)
+        _, labels = datamodule.labelled_records()
+        assert labels.shape == (len(encoded[-1]), 2)
+    assert torch.equal(encoded[0], encoded[1])
+
+
+# --- end to end ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("synthesizer,dataset,neighbours", [("dpctgan", "adult", "add-remove"),
+                                                            ("pategan", "adult", "replace-one"),
+                                                            ("dpgan", "king", "add-remove")])
+def test_quail_writes_a_labelled_table_and_composes_the_two_costs(synthesizer, dataset, neighbours, tmp_path):
+    output = tmp_path / "run"
+    assert main(quail_args(output, synthesizer, dataset)) == 0
+    _, schema = DATA[dataset]
+    synthetic = pd.read_csv(output / "synthetic.csv")
+    assert list(synthetic.columns) == schema.names and synthetic[schema.label].notna().all()
+    if schema.label_kind == "binary":
+        assert set(synthetic[schema.label].astype(str)) <= set(schema.label_column.categories)
+    report = read_json(output / "privacy.json")
+    label_model = report["quail"]["label_model"]
+    assert report["neighbours"] == neighbours and report["quail"]["synthesizer"] == synthesizer
+    # the label model's measured cost is one part of what preprocessing spent, and the total stays within target
+    assert report["preprocessing"]["parts"]["quail_label_model"]["epsilon"] == label_model["epsilon"]
+    share = 0.5 * 8.0 if neighbours == "add-remove" else 0.5 * 8.0 / 2
+    assert 0.9 * share < label_model["epsilon"] <= share
+    assert report["epsilon"] == pytest.approx(report["preprocessing"]["epsilon"] + report["epsilon_training"])
+    assert report["epsilon"] <= 8.0
+    # the checkpoint's synthesizer generates features only; `sample` labels them with the released model
+    decoder = table_decoder(read_run_info(output / "checkpoints" / "last.ckpt"))
+    decoded_columns = getattr(decoder, "schema", decoder).names
+    assert schema.label not in decoded_columns and len(decoded_columns) == len(schema.names) - 1
+    assert load_module(output / "checkpoints" / "last.ckpt").hparams.data_shape == (decoder.encoded_dim,)
+    published = pd.read_csv(sample_to_file(output / "checkpoints" / "last.ckpt", 20, tmp_path / "published.csv"))
+    assert list(published.columns) == schema.names and len(published) == 20
+
+
+def test_a_resumed_quail_run_reuses_its_label_model_and_pays_for_it_once(tmp_path):
+    first = tmp_path / "first"
+    assert main(quail_args(first)) == 0
+    resumed = tmp_path / "resumed"
+    assert main(quail_args(resumed, "dpctgan", "adult", 8, 8.0, "--resume", str(first / "checkpoints" / "last.ckpt"))) == 0
+    before, after = read_json(first / "privacy.json"), read_json(resumed / "privacy.json")
+    assert after["steps"] == 8 and before["steps"] == 4
+    assert after["preprocessing"] == before["preprocessing"]
+    assert read_run_info(resumed / "checkpoints" / "last.ckpt")["quail"]["state"] == read_run_info(first / "checkpoints" / "last.ckpt")["quail"]["state"]
+
+
+def test_quail_takes_its_synthesizers_presets_then_its_own():
+    config = resolve({"model": "quail", "dataset": "adult", "quail_synthesizer": "dpctgan"}, {})
+    assert config["presets"][:2] == ["dpctgan.yaml", "dpctgan_adult.yaml"]
+    assert config["quail"]["synthesizer"] == "dpctgan"
+    assert config["privacy"]["name"] == "dp-sgd"
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--quail-split", "1.5"], "--quail-split must be in (0, 1)"),
+    (["--quail-split", "0"], "--quail-split must be in (0, 1)"),
+    (["--quail-synthesizer", "ctgan"], "give --epsilon, and a synthesizer with a privacy strategy"),
+    (["--quail.label_model", "forest"], "quail.label_model must be one of"),
+    (["--quail.depth", "3"], "unknown key(s) quail.depth"),
+])
+def test_bad_quail_settings_are_refused_before_anything_is_trained(extra, message, tmp_path, capsys):
+    args = [arg for arg in quail_args(tmp_path / "run") if arg not in ("--epsilon", "8.0", "--delta", "1e-3")]
+    if "ctgan" not in extra:
+        args += ["--epsilon", "8.0", "--delta", "1e-3"]
+    assert main(args + extra) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run" / "privacy.json").exists()
+
+
+def test_quail_settings_without_model_quail_and_quail_on_images_are_refused(tmp_path, capsys):
+    assert main(["train", "--model", "dpgan", "--dataset", "adult", "--quail-split", "0.3"]) == 2
+    assert "need --model quail" in capsys.readouterr().err
+    assert main(["train", "--model", "quail", "--quail-synthesizer", "dpgan", "--dataset", "mnist", "--epsilon", "1"]) == 2
+    assert "QUAIL labels table rows" in capsys.readouterr().err
