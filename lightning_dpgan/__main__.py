@@ -1,4 +1,4 @@
-"""``python -m lightning_dpgan {train,sample} ...``"""
+"""``python -m lightning_dpgan {train,sample,evaluate,audit} ...``"""
 import sys
 
 from lightning_dpgan.cli import main

@@ -9,6 +9,9 @@ and writes the run's files into ``--output-dir``:
 - ``privacy.json`` mechanism, epsilon, delta, target, steps, accountant and its parameters
 - ``metrics.json`` final losses, steps, wall time
 - ``samples.png``  one row per class (images)
+
+``audit`` takes the same flags and re-trains the model many times, half of them with a canary
+record, to bound its real epsilon from below (``audit.json``; see :mod:`lightning_dpgan.canary_audit`).
 """
 from __future__ import annotations
 
@@ -165,7 +168,14 @@ def evaluate(argv: list[str]) -> Path:
     return Path(args.run) / EVALUATION_FILE
 
 
-COMMANDS = {"train": train, "sample": sample, "evaluate": evaluate}
+def audit(argv: list[str]) -> Path:
+    """Empirical privacy audit by re-training with a canary (:mod:`lightning_dpgan.canary_audit`)."""
+    from lightning_dpgan.canary_audit import audit_command
+
+    return audit_command(argv)
+
+
+COMMANDS = {"train": train, "sample": sample, "evaluate": evaluate, "audit": audit}
 
 
 def main(argv: list[str] | None = None) -> int:

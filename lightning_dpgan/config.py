@@ -3,7 +3,9 @@
 Precedence, lowest first: code defaults, ``configs/<model>.yaml``, ``configs/<model>_<dataset>.yaml``
 (the papers' hyper-parameters), ``configs/<model>_<dataset>_eps<epsilon>.yaml`` (settings a paper
 tunes per privacy level, applied for that ``--epsilon``), the user's ``--config FILE``, the CLI flags, and finally dotted
-overrides such as ``--model.lr_generator 1e-4`` or ``--data.batch_size=32``.
+overrides such as ``--model.lr_generator 1e-4`` or ``--data.batch_size=32``. With ``--model quail`` the
+presets of its synthesizer (``--quail-synthesizer``) come first, then QUAIL's own; the ``model``
+section then holds the synthesizer's arguments and a ``quail`` section QUAIL's.
 
 The resolved configuration has four sections, each a ``name`` plus the keyword arguments of
 the class that name selects -- ``model``, ``data``, ``privacy`` and ``logger`` -- a ``trainer``

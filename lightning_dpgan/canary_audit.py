@@ -1,0 +1,515 @@
+"""End-to-end privacy audit: re-train a model many times, with and without a canary record,
+and bound from below the ε its released generator really has.
+
+:mod:`lightning_dpgan.privacy.audit` audits each mechanism in isolation; this audits the whole
+training pipeline as ``train`` runs it (datamodule, module, privacy strategy, budget stopping),
+the way Jagielski, Ullman & Oprea (2020, "Auditing Differentially Private Machine Learning:
+How Private is Private SGD?") and Nasr, Song, Thakurta, Papernot & Carlini (2021, "Adversary
+Instantiation: Lower Bounds for Differentially Private Machine Learning") audit DP-SGD:
+
+1. A worst-case **canary** record is built, far from the data so that a model that saw it has
+   something to show for it (:func:`table_canary`, :func:`image_canary`).
+2. Each **trial** is a full small training run through :class:`~lightning_dpgan.run.Run`. In
+   half of the trials (a seeded, balanced random assignment) the canary is in the training
+   split: appended for strategies whose guarantee is for add/remove neighbours, written over
+   the last record for replace-one strategies (PATE, G-PATE, GS-WGAN's N critics), so that
+   every trial pair is a pair of neighbouring datasets *for the guarantee being audited*.
+3. A black-box **membership test** on the released generator only: draw ``samples`` records,
+   score = distance from the canary to its nearest generated record; guess "canary" when the
+   score is at most a threshold.
+4. The guesses' true and false positives give, with Clopper-Pearson intervals, an ε that any
+   (ε, δ)-DP training must have (:func:`~lightning_dpgan.privacy.audit.epsilon_lower_bound`).
+
+The threshold is fixed before the counted trials are looked at: either given, or chosen on
+separate **calibration trials** (their own seeds and canary assignment) that are not counted.
+Choosing it on the counted trials would bias the bound upwards.
+
+What it shows: ``epsilon_lower > claimed ε`` proves (at the stated confidence) that the
+implementation does not give its claimed guarantee. ``epsilon_lower <= claimed ε`` proves
+nothing: it is a lower bound from one canary, one test and few trials (with n trials per side,
+even a perfect test cannot show more than about ln n).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils.data import TensorDataset
+
+from lightning_dpgan import registry
+from lightning_dpgan.config import ConfigError
+from lightning_dpgan.outputs import write_json
+from lightning_dpgan.privacy.audit import epsilon_lower_bound
+
+AUDIT_FILE = "audit.json"
+DEFAULT_TRIALS = 20
+DEFAULT_SAMPLES = 2000
+#: How a trial's score becomes a guess (written into audit.json).
+DECISION = "canary guessed when score <= threshold (score: distance from the canary to its nearest generated record)"
+
+
+# ------------------------------------------------------------------------------------ canaries
+@dataclass(frozen=True)
+class Canary:
+    """A record to insert into a training split, and what the membership test compares with.
+
+    ``row``: one entry per tensor of the datamodule's ``TensorDataset`` (the encoded record for
+    tables; the image and its label for images), each with a leading dimension of 1.
+    ``reference``: the canary in the space the score is measured in (flat vector).
+    ``label``: the class a conditional generator is asked for (images), else ``None``.
+    """
+
+    kind: str
+    row: tuple[torch.Tensor, ...]
+    reference: torch.Tensor
+    description: dict[str, Any]
+    label: int | None = None
+
+
+def table_canary(datamodule: Any) -> Canary:
+    """An outlier row built from the schema: every numeric column at the end of its public
+    bounds farther from the train split's mean, every categorical column (the label included)
+    at its least frequent category in the train split (ties: the last in schema order).
+
+    So the canary sits in a corner of the encoded space where the data has (almost) no mass.
+    Reading the private rows to place it is the auditor's choice, not a release: the canary's
+    description in ``audit.json`` is for the data holder, like the rest of the audit. The row
+    is encoded by the datamodule's own encoder (min-max or mode-specific), so training sees it
+    as any other record; it is scored in the schema's min-max space, where every model's
+    decoded samples can be compared.
+    """
+    schema, frame = datamodule.schema, datamodule.train_frame
+    values: dict[str, Any] = {}
+    for column in schema.columns:
+        if column.is_numeric:
+            low, high = column.bounds
+            if column.kind == "integer":
+                low, high = math.ceil(low), math.floor(high)
+            mean = float(pd.to_numeric(frame[column.name]).mean())
+            values[column.name] = high if abs(high - mean) >= abs(mean - low) else low
+        else:
+            counts = frame[column.name].astype(object).value_counts()
+            counted = [int(counts.get(category, 0)) for category in column.categories]
+            rarest = min(counted)
+            values[column.name] = [c for c, n in zip(column.categories, counted) if n == rarest][-1]
+    row = pd.DataFrame({name: [value] for name, value in values.items()})
+    for column in schema.columns:
+        if column.kind == "integer":
+            row[column.name] = row[column.name].astype(np.int64)
+        elif column.kind == "continuous":
+            row[column.name] = row[column.name].astype(np.float64)
+    encoded = _encode_rows(datamodule, row)
+    reference, _ = schema.encode(row, unknown="error")
+    description = {
+        "kind": "table",
+        "rule": "numeric columns at the public bound farther from the train mean; categorical columns at "
+                "their least frequent category in the train split",
+        "record": {name: _plain(value) for name, value in values.items()},
+    }
+    return Canary("table", (encoded,), reference[0], description)
+
+
+def image_canary(datamodule: Any) -> Canary:
+    """A one-pixel checkerboard at full contrast (pixels -1 and +1 alternating, in the
+    datamodules' [-1, 1] scale), labelled with the last class (any fixed class would do): a
+    high-frequency pattern no digit or garment has, far (in L2) from every training image."""
+    images, labels = datamodule.train_dataset.tensors
+    shape = tuple(images.shape[1:])
+    grid = torch.arange(shape[-2]).view(-1, 1) + torch.arange(shape[-1]).view(1, -1)
+    board = torch.where(grid % 2 == 0, 1.0, -1.0).to(images.dtype).expand(*shape).clone()
+    num_classes = datamodule.num_classes or int(labels.max()) + 1
+    label = num_classes - 1
+    description = {"kind": "image", "rule": "one-pixel checkerboard, pixels -1/+1 (full contrast)",
+                   "shape": list(shape), "label": label}
+    row = (board.unsqueeze(0), torch.tensor([label], dtype=labels.dtype))
+    return Canary("image", row, board.flatten(), description, label=label)
+
+
+def build_canary(datamodule: Any) -> Canary:
+    """The canary for a set-up datamodule: :func:`table_canary` or :func:`image_canary`."""
+    if getattr(datamodule, "kind", "image") == "table":
+        return table_canary(datamodule)
+    return image_canary(datamodule)
+
+
+def _encode_rows(datamodule: Any, rows: pd.DataFrame) -> torch.Tensor:
+    """Rows in the datamodule's training encoding (as its ``setup`` encodes the train split)."""
+    from lightning_dpgan.datamodules.tabular import ENCODE_SEED
+
+    transformer = getattr(datamodule, "table_transformer", None)
+    if transformer is not None:
+        encoded, _ = transformer.encode(rows, seed=ENCODE_SEED, unknown="error")
+    else:
+        encoded, _ = datamodule.schema.encode(rows, unknown="error")
+    return encoded
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def insert_canary(datamodule: Any, canary: Canary, neighbours: str) -> int:
+    """Put the canary into a set-up datamodule's training split (see :func:`set_up`) and
+    return its index.
+
+    The split is replaced by a ``TensorDataset`` of the same tensors with the canary in, before
+    training, so every private path reads it: DP-SGD's Poisson-sampled loader and the
+    partitions of PATE teachers and GS-WGAN critics are all built from ``train_dataset`` when
+    the strategy is set up, and the datamodules' ``setup`` does not load the split again.
+    ``add-remove`` appends the canary (N + 1 records); ``replace-one`` writes it over the last
+    record (N records), so the partitions are the same permutation of the same N indices and
+    the canary lands in exactly one of them.
+    """
+    tensors = datamodule.train_dataset.tensors
+    if len(tensors) != len(canary.row):
+        raise ValueError(f"the canary has {len(canary.row)} tensors, the training split {len(tensors)}")
+    if neighbours == "add-remove":
+        index = len(tensors[0])
+        new = tuple(torch.cat([t, c.to(t.dtype)]) for t, c in zip(tensors, canary.row))
+    elif neighbours == "replace-one":
+        index = len(tensors[0]) - 1
+        new = tuple(torch.cat([t[:index], c.to(t.dtype)]) for t, c in zip(tensors, canary.row))
+    else:
+        raise ValueError(f"unknown neighbouring relation {neighbours!r}")
+    datamodule.train_dataset = TensorDataset(*new)
+    return index
+
+
+def set_up(datamodule: Any) -> None:
+    """What Lightning does before fitting: files available, train split loaded and encoded."""
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+
+
+# ------------------------------------------------------------------------ membership score
+@torch.no_grad()
+def canary_distances(module: Any, datamodule: Any, canary: Canary, samples: int, seed: int) -> torch.Tensor:
+    """Distance from the canary to each of ``samples`` records drawn from the generator.
+
+    Tables: generated records are decoded (the released rows) and re-encoded with the schema's
+    min-max encoding, then compared with the canary in that space (Euclidean). Images: RMS
+    pixel distance, among records of the canary's class for a conditional generator.
+    """
+    torch.manual_seed(seed)
+    module.eval()
+    if canary.kind == "table":
+        rows = datamodule.decode(module.sample(samples).cpu())
+        generated, _ = datamodule.schema.encode(rows)
+        return torch.linalg.vector_norm(generated - canary.reference, dim=1)
+    labels = None
+    if getattr(module, "num_classes", None):
+        labels = torch.full((samples,), int(canary.label), dtype=torch.long, device=module.device)
+    images = module.sample(samples, labels).cpu().flatten(1).to(canary.reference.dtype)
+    return torch.linalg.vector_norm(images - canary.reference, dim=1) / math.sqrt(images.shape[1])
+
+
+def canary_score(module: Any, datamodule: Any, canary: Canary, samples: int, seed: int) -> float:
+    """Distance from the canary to its nearest generated record (:func:`canary_distances`)."""
+    return float(canary_distances(module, datamodule, canary, samples, seed).min())
+
+
+def choose_threshold(with_canary: Sequence[float], without_canary: Sequence[float]) -> float:
+    """The threshold (guess canary when score <= it) that best separates calibration scores:
+    largest TPR - FPR, the middle of the best run of candidates on ties, candidates midway
+    between consecutive distinct scores."""
+    if not with_canary or not without_canary:
+        raise ValueError("calibration needs trials with and without the canary")
+    values = sorted(set(with_canary) | set(without_canary))
+    candidates = [values[0] - 1.0] + [(a + b) / 2 for a, b in zip(values, values[1:])] + [values[-1] + 1.0]
+    with_array, without_array = np.asarray(with_canary), np.asarray(without_canary)
+
+    def advantage(threshold: float) -> float:
+        return float((with_array <= threshold).mean() - (without_array <= threshold).mean())
+
+    gains = [advantage(t) for t in candidates]
+    best = [t for t, g in zip(candidates, gains) if g == max(gains)]
+    return best[len(best) // 2]
+
+
+# ----------------------------------------------------------------------------- the audit
+@dataclass
+class Trial:
+    index: int
+    canary: bool
+    seed: int
+    score: float
+    epsilon: float | None
+    delta: float | None
+    output_dir: str
+    guess: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class CanaryAudit:
+    """Everything :func:`run_audit` measured; :meth:`to_dict` is ``audit.json``."""
+
+    config: dict[str, Any]
+    canary: dict[str, Any]
+    neighbours: str
+    confidence: float
+    threshold: float
+    threshold_rule: str
+    samples: int
+    trials: list[Trial] = field(default_factory=list)
+    calibration: list[Trial] = field(default_factory=list)
+
+    @property
+    def claimed_epsilon(self) -> float | None:
+        values = [t.epsilon for t in self.trials]
+        return None if any(v is None for v in values) else max(values)
+
+    @property
+    def delta(self) -> float:
+        return max(t.delta or 0.0 for t in self.trials)
+
+    @property
+    def trials_per_side(self) -> int:
+        return len(self.trials) // 2
+
+    @property
+    def true_positives(self) -> int:
+        return sum(t.guess and t.canary for t in self.trials)
+
+    @property
+    def false_positives(self) -> int:
+        return sum(t.guess and not t.canary for t in self.trials)
+
+    @property
+    def epsilon_lower(self) -> float:
+        return epsilon_lower_bound(self.true_positives, self.false_positives, self.trials_per_side, self.delta, self.confidence)
+
+    @property
+    def consistent(self) -> bool:
+        claimed = self.claimed_epsilon
+        return claimed is None or self.epsilon_lower <= claimed
+
+    def summary(self) -> str:
+        claimed = "unbounded" if self.claimed_epsilon is None else f"{self.claimed_epsilon:.4g}"
+        verdict = "consistent" if self.consistent else "VIOLATION: the claimed epsilon is too small"
+        return (f"audit: epsilon_lower {self.epsilon_lower:.3f} vs claimed {claimed} (delta {self.delta:g}, "
+                f"{self.confidence:.0%} confidence; TP {self.true_positives}/{self.trials_per_side}, "
+                f"FP {self.false_positives}/{self.trials_per_side}): {verdict}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.config["model"]["name"],
+            "dataset": self.config["data"]["name"],
+            "privacy": self.config["privacy"]["name"],
+            "neighbours": self.neighbours,
+            "claimed_epsilon": self.claimed_epsilon,
+            "delta": self.delta,
+            "epsilon_lower": self.epsilon_lower,
+            "confidence": self.confidence,
+            "consistent": self.consistent,
+            "true_positives": self.true_positives,
+            "false_positives": self.false_positives,
+            "trials": len(self.trials),
+            "trials_per_side": self.trials_per_side,
+            "threshold": self.threshold,
+            "threshold_rule": self.threshold_rule,
+            "decision": DECISION,
+            "samples": self.samples,
+            "canary": self.canary,
+            "scores": {"with_canary": [t.score for t in self.trials if t.canary],
+                       "without_canary": [t.score for t in self.trials if not t.canary]},
+            "per_trial": [t.to_dict() for t in self.trials],
+            "calibration": [t.to_dict() for t in self.calibration],
+            "note": "epsilon_lower is a statistical lower bound from one canary and one membership test: "
+                    "above the claimed epsilon it proves a violation; at or below it proves nothing.",
+        }
+
+
+def balanced_assignment(count: int, rng: np.random.Generator) -> list[bool]:
+    """Which trials get the canary: exactly half of them, in a random order."""
+    if count < 2 or count % 2:
+        raise ValueError(f"the number of trials must be even and at least 2, got {count}")
+    return [bool(x) for x in rng.permutation([True] * (count // 2) + [False] * (count // 2))]
+
+
+def check_private(config: dict[str, Any]) -> str:
+    """The run's privacy strategy name; refuses a model that trains without privacy."""
+    from lightning_dpgan.config import QUAIL
+    from lightning_dpgan.run import model_class, privacy_name
+
+    if config["model"]["name"] == QUAIL:
+        raise ConfigError("the audit does not cover QUAIL's label model yet: audit its synthesizer "
+                          f"(--model {config[QUAIL]['synthesizer']}) and see docs/privacy.md for the label model")
+    name = privacy_name(config, model_class(config))
+    if registry.lookup("privacy", name).load() is None:
+        raise ConfigError(
+            f"model '{config['model']['name']}' trains with --privacy none: there is no guarantee to audit. "
+            "Audit a private model, or give --privacy (see train.py --help)."
+        )
+    if config["resume"]:
+        raise ConfigError("--resume makes no sense in an audit: every trial trains from scratch")
+    return name
+
+
+@dataclass(frozen=True)
+class TrialRun:
+    """What one trial left: its membership score, privacy report, canary and neighbours."""
+
+    score: float
+    privacy: dict[str, Any]
+    canary: Canary
+    neighbours: str
+
+
+def run_trial(
+    config: dict[str, Any],
+    output_dir: Path,
+    with_canary: bool,
+    seed: int,
+    samples: int,
+    prepare_run: Callable[[Any], None] | None = None,
+) -> TrialRun:
+    """One training run (canary in or out) through :class:`~lightning_dpgan.run.Run`, then the
+    membership score of its generator.
+
+    ``prepare_run(run)`` is called after the canary is inserted and before training. It is a
+    hook for tests (e.g. to break the mechanism on purpose and check that the audit notices),
+    not a user option.
+    """
+    from lightning_dpgan.run import Run
+
+    trial_config = copy.deepcopy(config)
+    trial_config["seed"] = seed
+    trial_config["output_dir"] = str(output_dir)
+    trial_config["evaluate"] = False
+    run = Run(trial_config, output_dir)
+    if run.strategy is None:
+        raise ConfigError("this run has no privacy strategy: nothing to audit")
+    set_up(run.datamodule)
+    canary = build_canary(run.datamodule)
+    neighbours = run.strategy.neighbours
+    if with_canary:
+        insert_canary(run.datamodule, canary, neighbours)
+    if prepare_run is not None:
+        prepare_run(run)
+    run.fit()
+    score = canary_score(run.module, run.datamodule, canary, samples, seed)
+    return TrialRun(score, run.privacy_report(), canary, neighbours)
+
+
+def run_audit(
+    config: dict[str, Any],
+    output_dir: str | Path,
+    trials: int = DEFAULT_TRIALS,
+    confidence: float = 0.95,
+    threshold: float | None = None,
+    calibration_trials: int | None = None,
+    samples: int = DEFAULT_SAMPLES,
+    prepare_run: Callable[[Any], None] | None = None,
+) -> CanaryAudit:
+    """Audit the training that ``config`` (as resolved by ``cli.build_config``) describes.
+
+    ``trials`` counted trials, half of them with the canary. The threshold is ``threshold`` if
+    given, else chosen by :func:`choose_threshold` on ``calibration_trials`` separate trials
+    (default: half as many as ``trials``, at least 2) with seeds and a canary assignment of
+    their own, which are not counted. Writes ``audit.json`` into ``output_dir``, each counted
+    trial's run into ``output_dir/trials/NNN`` and each calibration run into
+    ``output_dir/calibration/NNN``. ``prepare_run`` is for tests only (see :func:`run_trial`).
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, got {samples}")
+    config = copy.deepcopy(config)
+    config["privacy"]["name"] = check_private(config)
+    output_dir = Path(output_dir)
+    rng = np.random.default_rng(int(config["seed"]))
+    assignment = balanced_assignment(trials, rng)
+    if threshold is None:
+        count = calibration_trials if calibration_trials is not None else max(2, 2 * (trials // 4))
+        calibration_assignment = balanced_assignment(count, rng)
+    else:
+        calibration_assignment = []
+    # distinct seeds for every run, calibration and counted alike: each trial is a fresh draw
+    seeds = iter(int(s) for s in rng.choice(2**31 - 1, size=trials + len(calibration_assignment), replace=False))
+    runs: list[TrialRun] = []
+
+    def trial(index: int, canary: bool, folder: str) -> Trial:
+        seed = next(seeds)
+        where = output_dir / folder / f"{index:03d}"
+        result = run_trial(config, where, canary, seed, samples, prepare_run)
+        runs.append(result)
+        return Trial(index, canary, seed, result.score, result.privacy.get("epsilon"), result.privacy.get("delta"), str(where))
+
+    calibration = [trial(i, c, "calibration") for i, c in enumerate(calibration_assignment)]
+    if threshold is None:
+        threshold = choose_threshold([t.score for t in calibration if t.canary], [t.score for t in calibration if not t.canary])
+        rule = f"chosen on {len(calibration)} separate calibration trials, not counted (largest TPR - FPR, midpoint)"
+    else:
+        rule = "given in advance"
+    counted = [trial(i, c, "trials") for i, c in enumerate(assignment)]  # threshold fixed before these run
+    for t in calibration + counted:
+        t.guess = bool(t.score <= threshold)
+    audit = CanaryAudit(config, runs[0].canary.description, runs[0].neighbours, confidence, float(threshold), rule,
+                        samples, counted, calibration)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    write_json(output_dir / AUDIT_FILE, audit.to_dict())
+    return audit
+
+
+# ----------------------------------------------------------------------------- command line
+def audit_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m lightning_dpgan audit",
+        description="Empirical privacy audit: re-train the model TRIALS times, half of them with a canary "
+                    "record, test the released generator for the canary and bound epsilon from below "
+                    "(writes audit.json). Every other argument is a train.py flag or dotted override.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help=f"counted trials, even (default {DEFAULT_TRIALS})")
+    parser.add_argument("--confidence", type=float, default=0.95, help="confidence of the Clopper-Pearson bound")
+    parser.add_argument("--calibration-trials", dest="calibration_trials", type=int,
+                        help="extra trials that choose the threshold and are not counted (default trials/2)")
+    parser.add_argument("--threshold", type=float,
+                        help="fix the decision threshold in advance (distance); skips calibration")
+    parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="records drawn per trial for the test")
+    return parser
+
+
+def audit_command(argv: list[str]) -> Path:
+    """``python -m lightning_dpgan audit``: returns the path of ``audit.json``."""
+    from lightning_dpgan.cli import build_config
+
+    args, rest = audit_parser().parse_known_args(argv)
+    config = build_config(rest)
+    if not config["output_dir"]:
+        from lightning_dpgan.cli import _output_dir
+
+        config["output_dir"] = str(_output_dir(config)) + "-audit"
+    audit = run_audit(config, config["output_dir"], args.trials, args.confidence, args.threshold,
+                      args.calibration_trials, args.samples)
+    print(audit.summary())
+    return Path(config["output_dir"]) / AUDIT_FILE
+
+
+__all__ = [
+    "AUDIT_FILE",
+    "Canary",
+    "CanaryAudit",
+    "audit_command",
+    "balanced_assignment",
+    "build_canary",
+    "canary_distances",
+    "canary_score",
+    "choose_threshold",
+    "image_canary",
+    "insert_canary",
+    "run_audit",
+    "run_trial",
+    "table_canary",
+]

@@ -1,0 +1,215 @@
+"""The end-to-end audit (``python -m lightning_dpgan audit``): whole training runs with and
+without a canary record, a membership test on the released generator, and a Clopper-Pearson
+lower bound on epsilon. A sound DP-SGD GAN stays within its claim; the same GAN with its noise
+switched off (only here, through the test hook) is caught."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from lightning_dpgan.canary_audit import (
+    AUDIT_FILE,
+    balanced_assignment,
+    build_canary,
+    canary_score,
+    choose_threshold,
+    insert_canary,
+    run_audit,
+    set_up,
+)
+from lightning_dpgan.cli import build_config, main
+from lightning_dpgan.privacy.audit import epsilon_lower_bound
+from lightning_dpgan.run import Run
+from run_helpers import read_json, tiny_run_args
+
+CLAIMED = 0.25
+TRIALS = 24  # 12 per side: a perfect test would show epsilon >= 1.02 at 95%, four times the claim
+CALIBRATION = 8
+TRAIN_RECORDS = 6  # the csv datamodule holds 2 of the 8 rows out as its test split
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny nets gain nothing from intra-op threads, and on a busy machine the thread pool's
+    waiting costs seconds per run."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny_table(tmp_path_factory):
+    """Eight records of two numeric columns, all in [0, 0.2] of their public bounds [0, 1] (the
+    second is a continuous label): the canary, (1, 1), is far from every record."""
+    root = tmp_path_factory.mktemp("tiny_table")
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"x": rng.uniform(0, 0.2, 8).round(3), "y": rng.uniform(0, 0.2, 8).round(3)}).to_csv(root / "t.csv", index=False)
+    schema = {"label": "y", "label_kind": "continuous", "columns": [
+        {"name": "x", "kind": "continuous", "bounds": [0, 1]}, {"name": "y", "kind": "continuous", "bounds": [0, 1]}]}
+    (root / "schema.yaml").write_text(yaml.safe_dump(schema))
+    return root
+
+
+def table_args(root, *extra, model="gan", privacy="dp-sgd"):
+    """A DP-SGD GAN with tiny nets that learns the six training records in 40 batches (batch =
+    all records). The clipping norm is large so that, without noise, nothing stops the critic
+    from learning the canary; the noise scales with it, so the sound version is as private."""
+    return [
+        "--model", model, "--privacy", privacy, "--dataset", "csv", "--data.csv", str(root / "t.csv"),
+        "--data.schema", str(root / "schema.yaml"), "--epsilon", str(CLAIMED), "--max-steps", "40",
+        "--batch-size", str(TRAIN_RECORDS), "--accelerator", "cpu", "--model.latent_dim", "8",
+        "--model.generator_kwargs.hidden", "[32,32]", "--trainer.enable_progress_bar", "false",
+        "--trainer.enable_model_summary", "false", *extra,
+    ]
+
+
+def dp_sgd_args(root, *extra):
+    return table_args(root, "--privacy.max_grad_norm", "100", "--model.discriminator_kwargs.hidden", "[32,32]",
+                      "--model.lr_generator", "5e-3", "--model.lr_discriminator", "5e-3", *extra)
+
+
+def without_noise(run):
+    """Test-only break: DP-SGD adds no noise, while the accountant still charges for the
+    calibrated noise (so privacy.json claims the same epsilon)."""
+    install = run.strategy.install
+
+    def broken_install(trainer, module):
+        install(trainer, module)
+        run.strategy.mechanism.noise_multiplier = 0.0
+
+    run.strategy.install = broken_install
+
+
+# ------------------------------------------------------------------ the audit's verdicts
+def test_a_sound_dp_sgd_gan_stays_within_its_claim(tiny_table, tmp_path):
+    audit = run_audit(build_config(dp_sgd_args(tiny_table)), tmp_path, TRIALS, calibration_trials=CALIBRATION, samples=1000)
+    assert 0.2 < audit.claimed_epsilon <= CLAIMED
+    assert epsilon_lower_bound(TRIALS // 2, 0, TRIALS // 2, audit.delta) > 4 * CLAIMED  # so this audit could fail
+    assert audit.consistent and audit.epsilon_lower <= audit.claimed_epsilon
+    report = read_json(tmp_path / AUDIT_FILE)
+    assert report["consistent"] is True and report["epsilon_lower"] == audit.epsilon_lower
+
+
+def test_dp_sgd_without_noise_is_caught(tiny_table, tmp_path):
+    audit = run_audit(build_config(dp_sgd_args(tiny_table)), tmp_path, TRIALS, calibration_trials=CALIBRATION, samples=1000,
+                      prepare_run=without_noise)
+    scores = audit.to_dict()["scores"]
+    # without noise the canary is learnt: generated records move towards it in runs that saw it
+    assert np.median(scores["with_canary"]) < min(scores["without_canary"])
+    assert audit.claimed_epsilon <= CLAIMED  # the accountant did not notice
+    assert audit.epsilon_lower > audit.claimed_epsilon and not audit.consistent
+    assert read_json(tmp_path / AUDIT_FILE)["consistent"] is False
+
+
+# ------------------------------------------------------------------------ command line
+def test_audit_command_writes_audit_json(tiny_table, tmp_path, capsys):
+    out = tmp_path / "audit"
+    assert main(["audit", *dp_sgd_args(tiny_table), "--trials", "4", "--calibration-trials", "2", "--samples", "200",
+                 "--output-dir", str(out), "--seed", "3"]) == 0
+    assert "audit: epsilon_lower" in capsys.readouterr().out
+    report = read_json(out / AUDIT_FILE)
+    for key in ("claimed_epsilon", "delta", "epsilon_lower", "confidence", "true_positives", "false_positives",
+                "trials", "trials_per_side", "threshold", "canary", "scores", "per_trial", "calibration", "consistent"):
+        assert key in report, key
+    assert report["model"] == "gan" and report["privacy"] == "dp-sgd" and report["neighbours"] == "add-remove"
+    assert report["canary"]["record"] == {"x": 1.0, "y": 1.0}
+    assert report["trials"] == 4 and [t["canary"] for t in report["per_trial"]].count(True) == 2
+    assert report["consistent"] == (report["epsilon_lower"] <= report["claimed_epsilon"])
+    # the threshold comes from the calibration runs alone, which are separate runs
+    calibration = report["calibration"]
+    assert report["threshold"] == choose_threshold([t["score"] for t in calibration if t["canary"]],
+                                                   [t["score"] for t in calibration if not t["canary"]])
+    seeds = [t["seed"] for t in calibration + report["per_trial"]]
+    assert len(set(seeds)) == len(seeds) == 6
+    for trial in report["per_trial"]:
+        privacy = read_json(f"{trial['output_dir']}/privacy.json")
+        assert privacy["epsilon"] == trial["epsilon"]
+        assert privacy["train_records"] == TRAIN_RECORDS + trial["canary"]
+        assert trial["guess"] == (trial["score"] <= report["threshold"])
+
+
+def test_audit_refuses_a_model_without_privacy(tiny_table, tmp_path, capsys):
+    args = table_args(tiny_table, privacy="none")
+    args.remove("--epsilon")
+    args.remove(str(CLAIMED))
+    assert main(["audit", *args, "--output-dir", str(tmp_path)]) == 2
+    assert "--privacy none" in capsys.readouterr().err
+    assert not (tmp_path / AUDIT_FILE).exists()
+
+
+def test_audit_refuses_quail_whose_label_model_it_does_not_cover(tmp_path, capsys):
+    args = ["audit", "--model", "quail", "--quail-synthesizer", "dpgan", "--dataset", "adult", "--epsilon", "1",
+            "--output-dir", str(tmp_path)]
+    assert main(args) == 2
+    assert "audit its synthesizer (--model dpgan)" in capsys.readouterr().err
+    assert not (tmp_path / AUDIT_FILE).exists()
+
+
+# ---------------------------------------------------------------- canaries and their paths
+def test_dp_sgd_samples_batches_from_the_split_with_the_canary(tiny_table, tmp_path):
+    run = Run(build_config(dp_sgd_args(tiny_table, "--max-steps", "1")), tmp_path)
+    set_up(run.datamodule)
+    canary = build_canary(run.datamodule)
+    assert insert_canary(run.datamodule, canary, run.strategy.neighbours) == TRAIN_RECORDS
+    run.fit()
+    assert run.strategy.train_records == TRAIN_RECORDS + 1
+    assert run.strategy.sample_rate == pytest.approx(TRAIN_RECORDS / (TRAIN_RECORDS + 1))
+    (records,) = run.datamodule.train_dataloader().dataset.tensors  # the Poisson-sampled loader
+    assert torch.equal(records[-1], canary.row[0][0]) and len(records) == TRAIN_RECORDS + 1
+
+
+def test_pate_teachers_get_the_canary_in_exactly_one_partition(tiny_table, tmp_path):
+    """PATE's guarantee is for replacing a record: the canary replaces the last one, the
+    partitions stay a permutation of the same N indices, and one teacher trains on it."""
+    args = table_args(tiny_table, "--max-steps", "1", "--epsilon", "8", "--delta", "1e-3", "--privacy.num_teachers", "3",
+                      "--privacy.teacher_batch_size", "2", "--privacy.lap_inverse_scale", "0.05", model="pategan", privacy="pate")
+    run = Run(build_config(args), tmp_path)
+    set_up(run.datamodule)
+    canary = build_canary(run.datamodule)
+    assert run.strategy.neighbours == "replace-one"
+    index = insert_canary(run.datamodule, canary, run.strategy.neighbours)
+    assert index == TRAIN_RECORDS - 1 and len(run.datamodule.train_dataset) == TRAIN_RECORDS
+    run.fit()
+    sampler = run.strategy.sampler
+    assert torch.equal(sampler.data[index], canary.row[0][0])
+    assert sum(int((part == index).sum()) for part in sampler.partitions) == 1
+
+
+def test_image_canary_is_a_full_contrast_checkerboard(tiny_image_data_dir, tmp_path):
+    args = tiny_run_args(tiny_image_data_dir, tmp_path, model="dpgan")[1:]
+    run = Run(build_config(args + ["--epsilon", "5"]), tmp_path)
+    set_up(run.datamodule)
+    canary = build_canary(run.datamodule)
+    image, label = canary.row
+    assert image.shape == (1, 1, 28, 28) and set(image.unique().tolist()) == {-1.0, 1.0}
+    assert torch.equal(image[0, 0, 0, :2], torch.tensor([1.0, -1.0])) and label.tolist() == [9]
+    size = len(run.datamodule.train_dataset)
+    insert_canary(run.datamodule, canary, "add-remove")
+    images, labels = run.datamodule.train_dataset.tensors
+    assert len(images) == size + 1 and torch.equal(images[-1], image[0]) and labels[-1] == 9
+    # the score: RMS pixel distance to the nearest generated image of the canary's class
+    asked = []
+    run.module.sample = lambda n, labels=None: asked.append(labels) or torch.zeros(n, 1, 28, 28)
+    assert canary_score(run.module, run.datamodule, canary, 5, seed=0) == pytest.approx(1.0)
+    assert asked[0].tolist() == [9] * 5
+    run.module.sample = lambda n, labels=None: torch.cat([torch.zeros(n - 1, 1, 28, 28), image])
+    assert canary_score(run.module, run.datamodule, canary, 5, seed=0) == 0.0
+
+
+# ---------------------------------------------------------------------------- the rules
+def test_the_assignment_is_balanced_and_seeded():
+    first = balanced_assignment(20, np.random.default_rng(1))
+    assert first.count(True) == 10 and first == balanced_assignment(20, np.random.default_rng(1))
+    assert first != balanced_assignment(20, np.random.default_rng(2))
+    with pytest.raises(ValueError, match="even"):
+        balanced_assignment(5, np.random.default_rng(0))
+
+
+def test_threshold_separates_calibration_scores():
+    assert choose_threshold([0.1, 0.2, 0.3], [0.9, 1.0, 1.1]) == pytest.approx(0.6)
+    # one outlier on each side: the threshold still maximises TPR - FPR
+    threshold = choose_threshold([0.1, 0.2, 0.3, 1.5], [0.25, 0.9, 1.0, 1.1])
+    assert 0.3 <= threshold < 0.9
