@@ -74,8 +74,11 @@ class OpacusAccountant(Accountant):
             raise ValueError(f"sample_rate must be in (0, 1], got {params['sample_rate']}")
 
     def _compute_epsilon(self, delta: float) -> float:
+        # Floored at 0, as ``rdp_to_epsilon`` does for the other accountants: Opacus' conversions
+        # go negative for a large delta (a negative bound only says (0, delta)-DP holds), and a
+        # negative epsilon would lower the total when costs are summed (``compose_costs``).
         if self.name != "rdp":
-            return self.to_opacus().get_epsilon(delta=delta)
+            return max(float(self.to_opacus().get_epsilon(delta=delta)), 0.0)
         # What RDPAccountant.get_privacy_spent computes, with each (sigma, q)'s one-step RDP
         # cached: RDP composes additively, so k steps cost k times one step. Budget stopping
         # asks for epsilon after every batch, and Opacus would recompute the curve each time.
@@ -85,7 +88,7 @@ class OpacusAccountant(Accountant):
             for params, num_steps in self._history
         )
         epsilon, _ = get_privacy_spent(orders=orders, rdp=rdp, delta=delta)
-        return float(epsilon)
+        return max(float(epsilon), 0.0)
 
 
 @lru_cache(maxsize=64)
