@@ -85,9 +85,12 @@ class PrivacyStrategy(L.Callback):
         the target epsilon and of delta, and reports include both parts."""
         cost = dict(getattr(datamodule, "privacy_cost", lambda: {})())
         if self.prior_releases:
-            data_cost = cost or {"epsilon": 0.0, "delta": 0.0, "mechanism": "none"}
-            cost = compose_costs({"data": data_cost, **self.prior_releases})
-        self.preprocessing = {**cost, **self._in_own_neighbours(cost)}
+            # each part restated for this strategy's neighbours on its own, then added up (basic
+            # composition holds under one relation; restating the sum would over-charge)
+            parts = {"data": cost or {"epsilon": 0.0, "delta": 0.0, "mechanism": "none"}, **self.prior_releases}
+            self.preprocessing = compose_costs({name: {**part, **self._in_own_neighbours(part)} for name, part in parts.items()})
+        else:
+            self.preprocessing = {**cost, **self._in_own_neighbours(cost)}
         if self.preprocessing["delta"] >= self.delta:
             raise ValueError(f"preprocessing already spent delta {self.preprocessing['delta']:g} of --delta {self.delta:g}")
         if self.target_epsilon is not None and self.preprocessing["epsilon"] >= self.target_epsilon:

@@ -86,16 +86,20 @@ class QUAIL:
     def fit_labeler(
         self, datamodule: Any, epsilon: float, delta: float, neighbours: str, seed: int = 0
     ) -> QuailLabeler:
-        """Train the label model on the datamodule's train split at ``split`` of (ε, δ)."""
+        """Train the label model on the datamodule's train split at ``split`` of (ε, δ).
+
+        ``seed`` sets the initial weights only (public); the DP noise and sampling draw from OS
+        entropy (:func:`train_dp_label_model`)."""
         schema = datamodule.schema
         if schema.label is None:
             raise ValueError(f"QUAIL labels synthetic rows: dataset '{datamodule.name}' has no label column")
         features, targets = datamodule.labelled_records()
         label_epsilon, label_delta = label_model_budget(self.split, epsilon, delta, neighbours)
-        torch.manual_seed(seed)
         hidden = self.hidden if self.label_model == "mlp" else []
-        network = label_network(self.label_model, features.shape[1], targets.shape[1], hidden)
-        cost = train_dp_label_model(network, features, targets, label_epsilon, label_delta, self.settings, seed=seed)
+        with torch.random.fork_rng():  # the initial weights from the seed, without touching the run's RNG
+            torch.manual_seed(seed)
+            network = label_network(self.label_model, features.shape[1], targets.shape[1], hidden)
+        cost = train_dp_label_model(network, features, targets, label_epsilon, label_delta, self.settings)
         return QuailLabeler(network, self.label_model, hidden, schema, {**cost, "split": self.split})
 
 

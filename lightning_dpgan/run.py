@@ -15,7 +15,7 @@ from lightning_dpgan.callbacks.finite_generator import FiniteGeneratorGuard
 from lightning_dpgan.callbacks.samples import SampleGrid, sample_grid
 from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.callbacks.strategy import DEFAULT_DELTA
-from lightning_dpgan.config import QUAIL, ConfigError, init_arguments, section_arguments
+from lightning_dpgan.config import DEFAULT_QUAIL_SYNTHESIZER, QUAIL, ConfigError, init_arguments, section_arguments
 from lightning_dpgan.loggers import build_logger, publish_run
 from lightning_dpgan.data.schema import TableSchema
 from lightning_dpgan.outputs import write_csv, write_json, write_png, write_yaml
@@ -32,7 +32,9 @@ STRATEGY_ALIASES = {"ddp": "ddp_find_unused_parameters_true"}
 def model_name(config: dict[str, Any]) -> str:
     """The registered model the run trains: the one named, or QUAIL's synthesizer."""
     name = config["model"]["name"]
-    return config[QUAIL]["synthesizer"] if name == QUAIL else name
+    if name != QUAIL:
+        return name
+    return config.get(QUAIL, {}).get("synthesizer") or DEFAULT_QUAIL_SYNTHESIZER
 
 
 def model_class(config: dict[str, Any]) -> type:
@@ -86,15 +88,16 @@ class Run:
         self.output_dir = output_dir
         L.seed_everything(config["seed"], workers=True, verbose=False)
         if config["resume"]:  # a damaged or foreign checkpoint is refused before anything is built
-            check_resume_checkpoint(config["resume"], model_name(config), config["data"]["name"])
+            check_resume_checkpoint(config["resume"], model_name(config), config["data"]["name"],
+                                    quail=config["model"]["name"] == QUAIL)
         self.quail = self._build_quail()
         self.datamodule = self._build_datamodule()
         self.module = self._build_module()
         self.strategy = self._build_privacy()
-        self.labeler = self._build_labeler()
         if not config["max_steps"] and not config["max_epochs"]:
             config["max_steps"] = DEFAULT_MAX_STEPS
-        self.trainer = self._build_trainer()
+        self.trainer = self._build_trainer()  # its options are checked before the label model reads a row
+        self.labeler = self._build_labeler()
 
     # ------------------------------------------------------------------ parts
     def _build_quail(self) -> Any:
@@ -121,6 +124,8 @@ class Run:
             section["encoding"] = args["encoding"]  # config.yaml then rebuilds the same datamodule
         if self.quail is not None:
             args["exclude_label"] = section["exclude_label"] = True  # the synthesizer never sees the label
+        elif args.get("exclude_label"):
+            raise ConfigError("--data.exclude_label leaves the label to QUAIL's label model: use it with --model quail")
         datamodule = cls(**args)
         if self.config["resume"]:
             restore_released_schema(datamodule, self.config["resume"])
@@ -182,8 +187,12 @@ class Run:
             self.datamodule.prepare_data()
             self.datamodule.setup("fit")
             delta = validate_delta(self.strategy.delta or DEFAULT_DELTA, self.datamodule.train_size)
+            self._check_quail_budget(delta)
             labeler = self.quail.fit_labeler(
                 self.datamodule, self.strategy.target_epsilon, delta, self.strategy.neighbours, seed=self.config["seed"])
+        if self.quail.split != labeler.cost["split"]:
+            raise ConfigError(f"the checkpoint's label model was trained with --quail-split {labeler.cost['split']}, "
+                              f"not {self.quail.split}: resume with the same split")
         self.strategy.prior_releases["quail_label_model"] = {
             key: labeler.cost[key] for key in ("epsilon", "delta", "neighbours", "mechanism")}
         self.module.run_info["quail"] = labeler.to_dict()
@@ -241,6 +250,21 @@ class Run:
         if self.trainer.is_global_zero:
             self._write_outputs(wall_time)
 
+    def _check_quail_budget(self, delta: float) -> None:
+        """Refuse, before the label model reads a row, a split that leaves the synthesizer nothing
+        once the data's preprocessing is paid (both restated for the strategy's neighbours)."""
+        from lightning_dpgan.quail import label_model_budget
+
+        target = self.strategy.target_epsilon
+        label_epsilon, label_delta = label_model_budget(self.quail.split, target, delta, self.strategy.neighbours)
+        parts = [self.datamodule.privacy_cost(), {"epsilon": label_epsilon, "delta": label_delta}]
+        spent = [self.strategy._in_own_neighbours(part) for part in parts]
+        if sum(p["epsilon"] for p in spent) >= target or sum(p["delta"] for p in spent) >= delta:
+            raise ConfigError(
+                f"--quail-split {self.quail.split} and the data's preprocessing ({parts[0]['epsilon']:g}, "
+                f"{parts[0]['delta']:g}) leave the synthesizer no budget of --epsilon {target:g}, --delta {delta:g}: "
+                "lower the split or raise the budget")
+
     def _write_outputs(self, wall_time: float) -> None:
         """The released data first, ``privacy.json`` last: a run folder holding a fresh
         ``privacy.json`` is complete, even after a failed write (e.g. a full disk)."""
@@ -269,7 +293,7 @@ class Run:
         if self.labeler is not None:
             report["quail"] = {
                 "synthesizer": self.quail.synthesizer,
-                "split": self.quail.split,
+                "split": self.labeler.cost["split"],
                 "label_model": {"architecture": self.labeler.architecture, "hidden": self.labeler.hidden, **self.labeler.cost},
                 "composition": "basic: epsilon = preprocessing (its parts: the data's and quail_label_model) "
                                "+ the synthesizer's training epsilon",

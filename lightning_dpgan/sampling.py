@@ -38,10 +38,16 @@ def read_run_info(path: str | Path) -> dict[str, Any]:
 _CHECKPOINT_HINT = "Pass the checkpoints/last.ckpt that train wrote in its --output-dir."
 
 
-def check_resume_checkpoint(path: str | Path, model: str, dataset: str) -> dict[str, Any]:
+def check_resume_checkpoint(path: str | Path, model: str, dataset: str, quail: bool = False) -> dict[str, Any]:
     """Refuse a ``--resume`` checkpoint that is missing, corrupt, foreign, or from a run of another
-    model or dataset -- before anything is built, trained or written; return its run information."""
+    model or dataset -- before anything is built, trained or written; return its run information.
+    A QUAIL run and a run of its synthesizer alone are different runs: resuming one from the
+    other would drop (or invent) the label model's cost."""
     info = read_run_info(path)
+    if ("quail" in info) != quail:
+        theirs, ours = ("a QUAIL", "not") if "quail" in info else ("not a QUAIL", "a QUAIL")
+        raise CheckpointError(f"--resume {path} is {theirs} run's checkpoint, and this run is {ours} one: resume "
+                              "with the model it was trained with (--model quail for a QUAIL run), or drop --resume.")
     theirs = (info.get("model"), info.get("dataset"))
     if theirs != (model, dataset):
         raise CheckpointError(

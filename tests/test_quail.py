@@ -73,7 +73,7 @@ def dp_accounting_epsilon(sigma, rate, steps, delta):
 def test_the_label_models_epsilon_is_within_its_share_and_matches_an_independent_accountant():
     features, targets, _ = separable(2000, 0)
     network = label_network("logistic", 5, 2, [])
-    cost = train_dp_label_model(network, features, targets, 0.8, 1e-5, DPSGDSettings(epochs=3, batch_size=100))
+    cost = train_dp_label_model(network, features, targets, 0.8, 1e-5, DPSGDSettings(epochs=3, batch_size=100), noise_seed=0)
     assert cost["epsilon"] <= 0.8
     assert cost["epsilon"] > 0.75  # the noise is calibrated to the share, not far below it
     assert cost["steps"] == 3 * 20
@@ -84,7 +84,7 @@ def test_the_label_models_epsilon_is_within_its_share_and_matches_an_independent
 def test_the_label_model_learns_a_separable_label_and_a_linear_target():
     features, targets, labels = separable(3000, 1)
     network = label_network("logistic", 5, 2, [])
-    train_dp_label_model(network, features, targets, 4.0, 1e-5, DPSGDSettings(epochs=5, batch_size=100, lr=0.05))
+    train_dp_label_model(network, features, targets, 4.0, 1e-5, DPSGDSettings(epochs=5, batch_size=100, lr=0.05), noise_seed=0)
     test_features, _, test_labels = separable(1000, 2)
     with torch.no_grad():
         accuracy = (network(test_features).argmax(1) == test_labels).float().mean().item()
@@ -92,7 +92,7 @@ def test_the_label_model_learns_a_separable_label_and_a_linear_target():
 
     target = (0.2 + 0.6 * features[:, :1]).clamp(0, 1)
     regressor = label_network("mlp", 5, 1, [8])
-    train_dp_label_model(regressor, features, target, 4.0, 1e-5, DPSGDSettings(epochs=5, batch_size=100, lr=0.02))
+    train_dp_label_model(regressor, features, target, 4.0, 1e-5, DPSGDSettings(epochs=5, batch_size=100, lr=0.02), noise_seed=0)
     with torch.no_grad():
         predicted = regressor(features)
     r2 = 1 - ((predicted - target) ** 2).sum() / ((target - target.mean()) ** 2).sum()
@@ -151,7 +151,7 @@ def test_with_exclude_label_the_encoded_records_do_not_depend_on_the_label(tmp_p
     path = flipped / "adult.data"
     text = path.read_text()
     path.write_text(text.replace("<=50K", "@@").replace(">50K", "<=50K").replace("@@", ">50K"))
-    encoded = []
+    encoded, labels_seen = [], []
     for folder in (FIXTURES / "adult_tiny", flipped):
         datamodule = AdultDataModule(data_dir=folder, batch_size=8, download=False, exclude_label=True)
         datamodule.prepare_data()
@@ -160,7 +160,9 @@ def test_with_exclude_label_the_encoded_records_do_not_depend_on_the_label(tmp_p
         assert datamodule.data_shape == (ADULT_SCHEMA.without_label().encoded_dim,)
         _, labels = datamodule.labelled_records()
         assert labels.shape == (len(encoded[-1]), 2)
-    assert torch.equal(encoded[0], encoded[1])
+        labels_seen.append(labels)
+    assert torch.equal(labels_seen[0], 1 - labels_seen[1])  # every label differs...
+    assert torch.equal(encoded[0], encoded[1])  # ...and the records the synthesizer trains on do not
 
 
 # --- end to end ------------------------------------------------------------------------------
@@ -181,11 +183,16 @@ def test_quail_writes_a_labelled_table_and_composes_the_two_costs(synthesizer, d
     label_model = report["quail"]["label_model"]
     assert report["neighbours"] == neighbours and report["quail"]["synthesizer"] == synthesizer
     # the label model's measured cost is one part of what preprocessing spent, and the total stays within target
-    assert report["preprocessing"]["parts"]["quail_label_model"]["epsilon"] == label_model["epsilon"]
+    part = report["preprocessing"]["parts"]["quail_label_model"]
+    assert part.get("as_spent", part)["epsilon"] == label_model["epsilon"]  # restated for replace-one: 2 eps
     share = 0.5 * 8.0 if neighbours == "add-remove" else 0.5 * 8.0 / 2
     assert 0.9 * share < label_model["epsilon"] <= share
     assert report["epsilon"] == pytest.approx(report["preprocessing"]["epsilon"] + report["epsilon_training"])
     assert report["epsilon"] <= 8.0
+    # delta: the label model's add/remove share, restated for the strategy, is half the target's
+    assert label_model["delta"] == pytest.approx(label_model_budget(0.5, 8.0, 1e-3, neighbours)[1])
+    assert part["delta"] == pytest.approx(0.5e-3, rel=0.01) and part["delta"] <= 0.5e-3
+    assert report["preprocessing"]["delta"] + report["delta_training"] == pytest.approx(1e-3)
     # the checkpoint's synthesizer generates features only; `sample` labels them with the released model
     decoder = table_decoder(read_run_info(output / "checkpoints" / "last.ckpt"))
     decoded_columns = getattr(decoder, "schema", decoder).names
@@ -195,9 +202,21 @@ def test_quail_writes_a_labelled_table_and_composes_the_two_costs(synthesizer, d
     assert list(published.columns) == schema.names and len(published) == 20
 
 
-def test_a_resumed_quail_run_reuses_its_label_model_and_pays_for_it_once(tmp_path):
+def test_a_resumed_quail_run_reuses_its_label_model_and_pays_for_it_once(tmp_path, monkeypatch, capsys):
     first = tmp_path / "first"
     assert main(quail_args(first)) == 0
+    checkpoint = str(first / "checkpoints" / "last.ckpt")
+    # its synthesizer alone may not continue it: that would drop the label model's cost
+    alone = ["train", "--model", "dpctgan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
+             "--output-dir", str(tmp_path / "alone"), "--epsilon", "8", "--delta", "1e-3", "--data.max_modes", "3",
+             "--resume", checkpoint]
+    assert main(alone) == 2
+    assert "is a QUAIL run's checkpoint" in capsys.readouterr().err
+
+    def retrain(*args, **kwargs):
+        raise AssertionError("the label model was trained again on resume")
+
+    monkeypatch.setattr("lightning_dpgan.quail.train_dp_label_model", retrain)
     resumed = tmp_path / "resumed"
     assert main(quail_args(resumed, "dpctgan", "adult", 8, 8.0, "--resume", str(first / "checkpoints" / "last.ckpt"))) == 0
     before, after = read_json(first / "privacy.json"), read_json(resumed / "privacy.json")
@@ -219,6 +238,7 @@ def test_quail_takes_its_synthesizers_presets_then_its_own():
     (["--quail-synthesizer", "ctgan"], "give --epsilon, and a synthesizer with a privacy strategy"),
     (["--quail.label_model", "forest"], "quail.label_model must be one of"),
     (["--quail.depth", "3"], "unknown key(s) quail.depth"),
+    (["--quail-split", "0.99"], "leave the synthesizer no budget"),  # modes' 0.1 + 0.99 x 8 > 8
 ])
 def test_bad_quail_settings_are_refused_before_anything_is_trained(extra, message, tmp_path, capsys):
     args = [arg for arg in quail_args(tmp_path / "run") if arg not in ("--epsilon", "8.0", "--delta", "1e-3")]
@@ -232,5 +252,8 @@ def test_bad_quail_settings_are_refused_before_anything_is_trained(extra, messag
 def test_quail_settings_without_model_quail_and_quail_on_images_are_refused(tmp_path, capsys):
     assert main(["train", "--model", "dpgan", "--dataset", "adult", "--quail-split", "0.3"]) == 2
     assert "need --model quail" in capsys.readouterr().err
+    assert main(["train", "--model", "dpgan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
+                 "--epsilon", "1", "--delta", "1e-3", "--data.exclude_label", "true", "--output-dir", str(tmp_path)]) == 2
+    assert "use it with --model quail" in capsys.readouterr().err
     assert main(["train", "--model", "quail", "--quail-synthesizer", "dpgan", "--dataset", "mnist", "--epsilon", "1"]) == 2
     assert "QUAIL labels table rows" in capsys.readouterr().err

@@ -78,10 +78,14 @@ def train_dp_label_model(
     epsilon: float,
     delta: float,
     settings: DPSGDSettings,
-    seed: int = 0,
+    noise_seed: int | None = None,
 ) -> dict[str, Any]:
     """Train ``network`` (features -> label block) in place by DP-SGD at (``epsilon``, ``delta``)
-    for add/remove neighbours; return its cost, with what is needed to recompute it."""
+    for add/remove neighbours; return its cost, with what is needed to recompute it.
+
+    The Poisson sampling and the noise come from a generator seeded from OS entropy: noise drawn
+    from a published seed (the run's ``--seed`` is in its config.yaml) could be replayed and
+    subtracted. ``noise_seed`` fixes it, for reproducible tests only."""
     validate_positive("label model epsilon", epsilon)
     n = len(features)
     if settings.batch_size > n:
@@ -89,7 +93,11 @@ def train_dp_label_model(
     if not 0.0 < delta < 1.0 / n:
         raise ValueError(f"label model delta must be in (0, 1/n = {1.0 / n:.3g}), got {delta}")
     sample_rate = settings.batch_size / n
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator()
+    if noise_seed is None:
+        generator.seed()  # OS entropy
+    else:
+        generator.manual_seed(noise_seed)
     loader = DPDataLoader(TensorDataset(features, targets), sample_rate=sample_rate, generator=generator)
     sigma = calibrate_noise_multiplier(epsilon, delta, sample_rate, settings.epochs * len(loader))
     accountant = OpacusAccountant("rdp")
