@@ -106,7 +106,7 @@ def test_checksum_mismatch_names_file_md5s_and_fix(tiny_image_data_dir: Path, tm
         dm.setup("fit")
 
     message = str(excinfo.value)
-    for part in (expected.name, expected.md5, actual_md5, "--data-dir", "verify_checksums=False"):
+    for part in (expected.name, expected.md5, actual_md5, "--data-dir", "--data.verify_checksums false"):
         assert part in message
 
 
