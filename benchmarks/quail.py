@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
 
 from lightning_dpgan import registry
@@ -71,9 +70,7 @@ def label_model_scores(run: Path, datamodule) -> dict[str, float]:
     labeler = table_labeler(read_run_info(run / "checkpoints" / "last.ckpt"))
     schema = labeler.schema
     test = datamodule.test_frame
-    features, _ = schema.without_label().encode(test.drop(columns=[schema.label]), unknown="error")
-    with torch.no_grad():
-        scores = labeler.network(features).softmax(dim=1)[:, 1].numpy()
+    scores = labeler.predict(test).softmax(dim=1)[:, 1].numpy()
     truth = (test[schema.label].astype(str) == str(schema.label_column.categories[1])).to_numpy()
     predicted = scores > 0.5
     return {"label_model_auroc": float(roc_auc_score(truth, scores)),

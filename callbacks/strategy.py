@@ -83,14 +83,7 @@ class PrivacyStrategy(L.Callback):
     def _compose_preprocessing(self, datamodule: Any) -> None:
         """Basic composition with what preprocessing spent: training gets what is left of
         the target epsilon and of delta, and reports include both parts."""
-        cost = dict(getattr(datamodule, "privacy_cost", lambda: {})())
-        if self.prior_releases:
-            # each part restated for this strategy's neighbours on its own, then added up (basic
-            # composition holds under one relation; restating the sum would over-charge)
-            parts = {"data": cost or {"epsilon": 0.0, "delta": 0.0, "mechanism": "none"}, **self.prior_releases}
-            self.preprocessing = compose_costs({name: {**part, **self._in_own_neighbours(part)} for name, part in parts.items()})
-        else:
-            self.preprocessing = {**cost, **self._in_own_neighbours(cost)}
+        self.preprocessing = self.composed_preprocessing(dict(getattr(datamodule, "privacy_cost", lambda: {})()))
         if self.preprocessing["delta"] >= self.delta:
             raise ValueError(f"preprocessing already spent delta {self.preprocessing['delta']:g} of --delta {self.delta:g}")
         if self.target_epsilon is not None and self.preprocessing["epsilon"] >= self.target_epsilon:
@@ -98,6 +91,17 @@ class PrivacyStrategy(L.Callback):
                 f"preprocessing already spent epsilon {self.preprocessing['epsilon']:g} of --epsilon "
                 f"{self.target_epsilon:g} (e.g. DP bounds of a CSV): raise --epsilon or give a schema file"
             )
+
+    def composed_preprocessing(self, data_cost: dict[str, Any], releases: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The data's preprocessing cost and the releases made before training (default:
+        ``prior_releases``) in this strategy's neighbouring relation: each part restated on its
+        own, then added up (basic composition holds under one relation; restating the sum would
+        over-charge)."""
+        releases = self.prior_releases if releases is None else releases
+        if not releases:
+            return {**data_cost, **self._in_own_neighbours(data_cost)}
+        parts = {"data": data_cost or {"epsilon": 0.0, "delta": 0.0, "mechanism": "none"}, **releases}
+        return compose_costs({name: {**part, **self._in_own_neighbours(part)} for name, part in parts.items()})
 
     def _in_own_neighbours(self, cost: dict[str, Any]) -> dict[str, Any]:
         """A preprocessing cost restated for this strategy's neighbouring relation.

@@ -294,15 +294,19 @@ class TabularDataModule(L.LightningDataModule):
         if self.train_dataset is not None:
             return
         self._load_frames()
-        if self.mode_specific:
-            records, self._report = self.table_transformer.encode(self.train_frame, seed=ENCODE_SEED)
-        else:
-            records, self._report = self.encoded_schema.encode(self.train_frame)
+        records, self._report = self.encode(self.train_frame)
         self.train_dataset = TensorDataset(records)
         log.info("%s train split: %s", self.name, self._report.summary())
         if self._report.rows_rejected:  # the data holder should know (a private count: not for publication)
             log.warning("%s: %d training rows hold categories outside the schema and were left out (%s)",
                         self.name, self._report.rows_rejected, self._report.summary())
+
+    def encode(self, frame: pd.DataFrame, unknown: str = "drop") -> tuple[torch.Tensor, EncodingReport]:
+        """Rows in the training encoding (mode-specific or min-max, of :attr:`encoded_schema`),
+        as ``setup`` encodes the train split; ``unknown`` as in :meth:`TableSchema.encode`."""
+        if self.mode_specific:
+            return self.table_transformer.encode(frame, seed=ENCODE_SEED, unknown=unknown)
+        return self.encoded_schema.encode(frame, unknown=unknown)
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled batches of encoded train records; full batches only when there are enough."""

@@ -106,7 +106,7 @@ def table_canary(datamodule: Any) -> Canary:
             row[column.name] = row[column.name].astype(np.int64)
         elif column.kind == "continuous":
             row[column.name] = row[column.name].astype(np.float64)
-    encoded = _encode_rows(datamodule, row)
+    encoded, _ = datamodule.encode(row, unknown="error")
     reference, _ = schema.encode(row, unknown="error")
     description = {
         "kind": "table",
@@ -138,18 +138,6 @@ def build_canary(datamodule: Any) -> Canary:
     if getattr(datamodule, "kind", "image") == "table":
         return table_canary(datamodule)
     return image_canary(datamodule)
-
-
-def _encode_rows(datamodule: Any, rows: pd.DataFrame) -> torch.Tensor:
-    """Rows in the datamodule's training encoding (as its ``setup`` encodes the train split)."""
-    from lightning_dpgan.datamodules.tabular import ENCODE_SEED
-
-    transformer = getattr(datamodule, "table_transformer", None)
-    if transformer is not None:
-        encoded, _ = transformer.encode(rows, seed=ENCODE_SEED, unknown="error")
-    else:
-        encoded, _ = datamodule.schema.encode(rows, unknown="error")
-    return encoded
 
 
 def _plain(value: Any) -> Any:

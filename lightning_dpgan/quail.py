@@ -114,14 +114,19 @@ class QuailLabeler:
         self.schema = schema
         self.cost = dict(cost)
 
+    def predict(self, rows: pd.DataFrame) -> torch.Tensor:
+        """The model's raw output for each row (class scores, or the encoded regression value);
+        a label column in ``rows`` is ignored."""
+        encoded, _ = self.schema.without_label().encode(rows, unknown="error")
+        if len(encoded) != len(rows):
+            raise ValueError("some rows could not be encoded for labelling")
+        with torch.no_grad():
+            return self.network(encoded)
+
     def label(self, features: pd.DataFrame) -> pd.DataFrame:
         """``features`` (rows without the label) with the predicted label inserted in its column's
         place: the class of highest score, or the regression output clipped to the bounds."""
-        encoded, _ = self.schema.without_label().encode(features, unknown="error")
-        if len(encoded) != len(features):
-            raise ValueError("some synthetic rows could not be encoded for labelling")
-        with torch.no_grad():
-            outputs = self.network(encoded)
+        outputs = self.predict(features)
         label_only = TableSchema(columns=(self.schema.label_column,))
         labelled = features.reset_index(drop=True).copy()
         labelled.insert(self.schema.names.index(self.schema.label), self.schema.label, label_only.decode(outputs)[self.schema.label])

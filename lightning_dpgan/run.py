@@ -20,7 +20,7 @@ from lightning_dpgan.loggers import build_logger, publish_run
 from lightning_dpgan.data.schema import TableSchema
 from lightning_dpgan.outputs import write_csv, write_json, write_png, write_yaml
 from lightning_dpgan.privacy.validation import validate_delta
-from lightning_dpgan.sampling import check_resume_checkpoint, read_run_info, synthetic_rows
+from lightning_dpgan.sampling import check_resume_checkpoint, read_run_info, synthetic_rows, table_labeler
 
 MODEL_PROVIDED = ("data_shape", "num_classes", "table_layout")
 DEFAULT_MAX_STEPS = 1000
@@ -46,16 +46,17 @@ def privacy_name(config: dict[str, Any], model_cls: type) -> str:
     return config["privacy"]["name"] or getattr(model_cls, "default_privacy", "none")
 
 
-def restore_released_schema(datamodule: Any, checkpoint: str | Path) -> None:
+def restore_released_schema(datamodule: Any, checkpoint: str | Path, info: dict[str, Any] | None = None) -> None:
     """Give a datamodule the preprocessing its run released, instead of estimating it again
     from the private rows: a ``csv`` schema estimated without a schema file, and a mode-specific
     encoding's DP modes. A fresh DP estimate would spend its budget a second time, unaccounted,
-    and could encode the data differently."""
+    and could encode the data differently. ``info``: the checkpoint's run information when
+    already read (it is loaded only when needed otherwise)."""
     needs_schema = getattr(datamodule, "estimates_schema", False)
     needs_encoding = getattr(datamodule, "fits_encoding", False)
     if not (needs_schema or needs_encoding):
         return
-    info = read_run_info(checkpoint)
+    info = info if info is not None else read_run_info(checkpoint)
     if needs_schema and "schema" in info:
         datamodule.restore_schema(TableSchema.from_dict(info["schema"]), info.get("preprocessing_cost"))
     if needs_encoding and "table_transformer" in info:
@@ -87,9 +88,10 @@ class Run:
         self.config = config
         self.output_dir = output_dir
         L.seed_everything(config["seed"], workers=True, verbose=False)
-        if config["resume"]:  # a damaged or foreign checkpoint is refused before anything is built
-            check_resume_checkpoint(config["resume"], model_name(config), config["data"]["name"],
-                                    quail=config["model"]["name"] == QUAIL)
+        #: the resume checkpoint's run information, read once; a damaged or foreign checkpoint is
+        #: refused before anything is built
+        self.resume_info = None if not config["resume"] else check_resume_checkpoint(
+            config["resume"], model_name(config), config["data"]["name"], quail=config["model"]["name"] == QUAIL)
         self.quail = self._build_quail()
         self.datamodule = self._build_datamodule()
         self.module = self._build_module()
@@ -128,7 +130,7 @@ class Run:
             raise ConfigError("--data.exclude_label leaves the label to QUAIL's label model: use it with --model quail")
         datamodule = cls(**args)
         if self.config["resume"]:
-            restore_released_schema(datamodule, self.config["resume"])
+            restore_released_schema(datamodule, self.config["resume"], self.resume_info)
         return datamodule
 
     def _build_module(self) -> Any:
@@ -173,16 +175,11 @@ class Run:
         paid for once and is not trained again)."""
         if self.quail is None:
             return None
-        from lightning_dpgan.quail import QuailLabeler
-
         if self.strategy is None or self.strategy.target_epsilon is None:
             raise ConfigError("QUAIL splits --epsilon between its label model and a private synthesizer: "
                               "give --epsilon, and a synthesizer with a privacy strategy")
-        if self.config["resume"]:
-            info = read_run_info(self.config["resume"])
-            if "quail" not in info:
-                raise ConfigError(f"{self.config['resume']} holds no QUAIL label model: it is not a quail run's checkpoint")
-            labeler = QuailLabeler.from_dict(info["quail"])
+        if self.resume_info is not None:  # a QUAIL run's checkpoint: check_resume_checkpoint made sure
+            labeler = table_labeler(self.resume_info)
         else:
             self.datamodule.prepare_data()
             self.datamodule.setup("fit")
@@ -257,12 +254,13 @@ class Run:
 
         target = self.strategy.target_epsilon
         label_epsilon, label_delta = label_model_budget(self.quail.split, target, delta, self.strategy.neighbours)
-        parts = [self.datamodule.privacy_cost(), {"epsilon": label_epsilon, "delta": label_delta}]
-        spent = [self.strategy._in_own_neighbours(part) for part in parts]
-        if sum(p["epsilon"] for p in spent) >= target or sum(p["delta"] for p in spent) >= delta:
+        data = self.datamodule.privacy_cost()
+        planned = {"epsilon": label_epsilon, "delta": label_delta, "mechanism": "planned label model"}
+        spent = self.strategy.composed_preprocessing(data, {"quail_label_model": planned})
+        if spent["epsilon"] >= target or spent["delta"] >= delta:
             raise ConfigError(
-                f"--quail-split {self.quail.split} and the data's preprocessing ({parts[0]['epsilon']:g}, "
-                f"{parts[0]['delta']:g}) leave the synthesizer no budget of --epsilon {target:g}, --delta {delta:g}: "
+                f"--quail-split {self.quail.split} and the data's preprocessing ({data['epsilon']:g}, "
+                f"{data['delta']:g}) leave the synthesizer no budget of --epsilon {target:g}, --delta {delta:g}: "
                 "lower the split or raise the budget")
 
     def _write_outputs(self, wall_time: float) -> None:
