@@ -19,6 +19,7 @@ from typing import Any
 import lightning as L
 
 from lightning_dpgan.callbacks.strategy import PrivacyStrategy
+from lightning_dpgan.distributed import decided_by_rank_zero
 from lightning_dpgan.privacy.validation import validate_epsilon
 
 #: Planning horizon: more steps than any run takes; a budget lasting longer is "unlimited".
@@ -73,7 +74,7 @@ class PrivacyBudgetStopping(L.Callback):
         return low
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.next_step_fits():
+        if decided_by_rank_zero(self.next_step_fits()):
             return
         if self.strategy.steps_taken() == 0:
             raise BudgetTooSmallError(
@@ -84,7 +85,8 @@ class PrivacyBudgetStopping(L.Callback):
         self._stop(trainer)  # resumed with the budget already spent
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
-        stop = not self.next_step_fits()
+        # rank 0's accountant is the source of truth: under DDP every rank stops at its word
+        stop = decided_by_rank_zero(not self.next_step_fits())
         if stop or pl_module.train_steps % max(trainer.log_every_n_steps, 1) == 0:
             pl_module.log("privacy/epsilon", self.strategy.epsilon(), prog_bar=True)
         if stop:

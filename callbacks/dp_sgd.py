@@ -12,13 +12,29 @@ import math
 from typing import Any, ClassVar
 
 import lightning as L
+import torch
 from opacus.data_loader import DPDataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_dpgan.callbacks.strategy import CalibratedNoiseStrategy
+from lightning_dpgan.distributed import is_distributed, world_size
 from lightning_dpgan.privacy.accountants import OpacusAccountant, calibrate_noise_multiplier
 from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
 from lightning_dpgan.privacy.slots import GradientPrivatizer
 from lightning_dpgan.privacy.validation import validate_positive
+
+
+class LoaderBatches(IterableDataset):
+    """The batches of a data loader that samples for itself (Opacus' distributed Poisson one)."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Any:
+        return iter(self.loader)
+
+    def __len__(self) -> int:
+        return len(self.loader)
 
 
 class DPSGD(CalibratedNoiseStrategy):
@@ -67,14 +83,26 @@ class DPSGD(CalibratedNoiseStrategy):
         )
         self.mechanism.attach(next(iter(networks.values())))
         pl_module.privacy = self.mechanism
-        pl_module.generated_batch_size = batch_size
+        # generated records are public: each rank makes its share of the global batch
+        pl_module.generated_batch_size = math.ceil(batch_size / world_size())
         if self.poisson_sampling:
             self._use_poisson_sampling(datamodule)
 
     def _use_poisson_sampling(self, datamodule: L.LightningDataModule) -> None:
-        """Each record joins each batch independently with probability q (Opacus' DPDataLoader)."""
+        """Each record joins each batch independently with probability q (Opacus' DPDataLoader).
+
+        Under DDP each rank samples its own shard of the records at the same rate (together one
+        Poisson sample of all N), from a generator seeded by OS entropy: the ranks' draws must be
+        independent (a seed shared by the ranks would tie their records' inclusions together)."""
         dataset, workers, rate = datamodule.train_dataset, datamodule.hparams.num_workers, self.sample_rate
-        datamodule.train_dataloader = lambda: DPDataLoader(dataset, sample_rate=rate, num_workers=workers)
+        if not is_distributed():
+            datamodule.train_dataloader = lambda: DPDataLoader(dataset, sample_rate=rate, num_workers=workers)
+            return
+        generator = torch.Generator()
+        generator.seed()
+        loader = DPDataLoader(dataset, sample_rate=rate, num_workers=workers, distributed=True, generator=generator)
+        # an iterable dataset, so Lightning does not put its own DistributedSampler in
+        datamodule.train_dataloader = lambda: DataLoader(LoaderBatches(loader), batch_size=None)
 
     def planned_steps(self, trainer: L.Trainer) -> int:
         return self.planned_batches(trainer, math.ceil(1 / self.sample_rate))

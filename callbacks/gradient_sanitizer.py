@@ -86,6 +86,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from lightning_dpgan.callbacks.strategy import CalibratedNoiseStrategy
 from lightning_dpgan.callbacks.teachers import available_memory
 from lightning_dpgan.data.partition import PartitionedSampler
+from lightning_dpgan.distributed import world_size
 from lightning_dpgan.privacy.accountants import (
     GaussianAccountant,
     SelectedCriticGaussianAccountant,
@@ -218,7 +219,7 @@ class GradientSanitizer(CalibratedNoiseStrategy):
     def install(self, trainer: L.Trainer, pl_module: Any) -> None:
         batch_size = trainer.datamodule.hparams.batch_size
         self.generated_batch_size = self.generated_batch_size or batch_size
-        pl_module.generated_batch_size = self.generated_batch_size
+        pl_module.generated_batch_size = self._records_per_rank()
         if self.amplified:
             self._install_critics(trainer, pl_module, batch_size)
         elif getattr(pl_module, "num_critics", 1) > 1:
@@ -282,10 +283,24 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         self.calibrated_for_steps = steps
         return effective * 2.0 * math.sqrt(self.generated_batch_size)
 
+    def _records_per_rank(self) -> int:
+        """Generated records each process sanitizes per generator step: B / W under DDP.
+
+        Each rank's hook clips its rows to C / (B / W) and noises each entry by sigma C / (B / W)
+        -- W times the single-process rows, each row noised once -- and the generator's gradients
+        are averaged over the W ranks, which divides by W again: the single-process release of
+        B rows (see :mod:`lightning_dpgan.privacy.gradient_sanitizer`)."""
+        ranks = world_size()
+        if self.generated_batch_size % ranks:
+            raise ValueError(f"--privacy.generated_batch_size {self.generated_batch_size} must be a multiple of the "
+                             f"{ranks} processes, so that every rank sanitizes an equal share")
+        return self.generated_batch_size // ranks
+
     # ----------------------------------------------------------- accounting
     def _charge(self, batch: int) -> None:
-        if batch != self.generated_batch_size:
-            raise RuntimeError(f"a sanitized batch of {batch} records, but the strategy charges batches of {self.generated_batch_size}")
+        if batch * world_size() != self.generated_batch_size:
+            raise RuntimeError(f"a sanitized batch of {batch} records per process, but the strategy charges batches of "
+                               f"{self.generated_batch_size} over {world_size()} process(es)")
         self.accountant.step(**self.next_step_params())
 
     def next_step_params(self) -> dict[str, float]:

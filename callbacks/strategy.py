@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import lightning as L
 
 from lightning_dpgan.callbacks.step_limit import StepLimit
+from lightning_dpgan.ddp import PrivateDDPStrategy
 from lightning_dpgan.privacy.accountants import Accountant, AccountantStateError
 from lightning_dpgan.privacy.composition import compose_costs
 from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon, validate_positive
@@ -69,10 +70,11 @@ class PrivacyStrategy(L.Callback):
         if stage != "fit":
             return
         self.check_compatible(pl_module)
-        if trainer.world_size > 1:
-            # Each rank would draw its own noise and charge its own accountant: not the
-            # single-process guarantee. Refused until the strategies shard their mechanisms.
-            raise NotImplementedError(f"--privacy {self.name} under multi-process training (DDP) is not supported yet; use --devices 1")
+        if trainer.world_size > 1 and not isinstance(trainer.strategy, PrivateDDPStrategy):
+            # Lightning's own DDP averages gradients in backward, before a mechanism could clip
+            # and noise them once for the global batch: not the single-process guarantee.
+            raise ValueError(f"--privacy {self.name} trains in several processes only with --strategy ddp "
+                             f"(got {type(trainer.strategy).__name__})")
         self.train_records = len(trainer.datamodule.train_dataset)
         self.delta = validate_delta(DEFAULT_DELTA if self.delta is None else self.delta, self.train_records)
         self._compose_preprocessing(trainer.datamodule)

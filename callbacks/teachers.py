@@ -6,6 +6,12 @@ split into K disjoint partitions, give the module K teachers, and hand each teac
 from its own partition only (:class:`~lightning_dpgan.data.partition.PartitionedSampler`, fixed
 for the whole run and saved in checkpoints). Only the teachers read real records; what the
 subclass's aggregator releases from them is the single place privacy is spent.
+
+Under DDP (``--strategy ddp``) the teachers are sharded: rank r keeps its contiguous slice of the
+K teachers (:func:`~lightning_dpgan.distributed.shard`) and trains them on their partitions; the
+sampler draws the indices of all K and keeps the slice's, so every teacher sees the minibatches a
+single process would give it. The aggregator adds up the ranks' vote histograms and draws the
+noise on rank 0 (:mod:`lightning_dpgan.privacy.pate`, :mod:`lightning_dpgan.privacy.gradient_voting`).
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_dpgan.callbacks.strategy import PrivacyStrategy
 from lightning_dpgan.data.partition import PartitionedSampler
+from lightning_dpgan.distributed import shard, world_size
 
 
 #: Peak memory of training K batched teachers, in multiples of their parameters' bytes: the
@@ -128,7 +135,10 @@ class TeacherStrategy(PrivacyStrategy):
         labels = rest[0] if rest and getattr(pl_module, "num_classes", None) else None
         self.sampler = PartitionedSampler(records, partitions, self.teacher_batch_size, labels=labels,
                                           replacement=self.teacher_batch_size > smallest, seed=self.partition_seed)
-        check_teacher_memory(pl_module.build_teachers(k), trainer.strategy.root_device)
+        teachers = pl_module.build_teachers(k)
+        if world_size() > 1:  # DDP: this rank trains and asks its own slice of the K teachers
+            self.sampler.shard = pl_module.shard_teachers(shard(k))
+        check_teacher_memory(teachers, trainer.strategy.root_device)
         teacher_steps = pl_module.hparams.teacher_steps
         steps_per_epoch = max(1, math.ceil(smallest / (self.teacher_batch_size * teacher_steps)))
         loader_data = TeacherBatches(self.sampler, teacher_steps, steps_per_epoch)

@@ -117,11 +117,21 @@ def build_config(argv: list[str]) -> dict[str, Any]:
     return config
 
 
+#: the default run folder rank 0 chose, inherited by the processes Lightning's DDP launcher starts
+RUN_DIR_ENV = "LIGHTNING_DPGAN_RUN_DIR"
+
+
 def _output_dir(config: dict[str, Any]) -> Path:
     if config["output_dir"]:
         return Path(config["output_dir"])
+    from lightning_dpgan.distributed import launched_as_follower
+
+    if launched_as_follower() and os.environ.get(RUN_DIR_ENV):
+        return Path(os.environ[RUN_DIR_ENV])  # rank 0's timestamp, not this process's
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("outputs") / f"{config['model']['name']}-{config['data']['name']}-{stamp}"
+    path = Path("outputs") / f"{config['model']['name']}-{config['data']['name']}-{stamp}"
+    os.environ[RUN_DIR_ENV] = str(path)
+    return path
 
 
 def train(argv: list[str]) -> Path:
@@ -192,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"{command}: wrote {path}")
+    from lightning_dpgan.distributed import launched_as_follower
+
+    if not launched_as_follower():  # a DDP run's files are rank 0's
+        print(f"{command}: wrote {path}")
     return 0
 

@@ -85,6 +85,11 @@ def write_yaml(path: str | Path, data: dict[str, Any]) -> Path:
     return atomic_write(path, lambda f: f.write(text.encode()))
 
 
+def write_torch(path: str | Path, data: Any) -> Path:
+    """An object as ``torch.save`` writes it (tensors and arrays inside kept as they are)."""
+    return atomic_write(path, lambda f: torch.save(data, f))
+
+
 def write_csv(path: str | Path, frame: pd.DataFrame) -> Path:
     """A DataFrame as CSV with its original column names (no index column)."""
     text = frame.to_csv(index=False)

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
+from lightning.pytorch.callbacks import LambdaCallback
 
 from lightning_dpgan import registry
 from lightning_dpgan.callbacks.budget import PrivacyBudgetStopping
@@ -16,17 +18,20 @@ from lightning_dpgan.callbacks.samples import SampleGrid, sample_grid
 from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.callbacks.strategy import DEFAULT_DELTA
 from lightning_dpgan.config import DEFAULT_QUAIL_SYNTHESIZER, QUAIL, ConfigError, init_arguments, section_arguments
+from lightning_dpgan.ddp import resolve_strategy
+from lightning_dpgan.distributed import launched_as_follower
 from lightning_dpgan.loggers import build_logger, publish_run
 from lightning_dpgan.data.schema import TableSchema
-from lightning_dpgan.outputs import write_csv, write_json, write_png, write_yaml
+from lightning_dpgan.outputs import write_csv, write_json, write_png, write_torch, write_yaml
 from lightning_dpgan.privacy.validation import validate_delta
 from lightning_dpgan.sampling import check_resume_checkpoint, read_run_info, synthetic_rows, table_labeler
 
 MODEL_PROVIDED = ("data_shape", "num_classes", "table_layout")
+#: rank 0's released preprocessing, for the other processes of a DDP run (in the run folder)
+RANK_ZERO_RELEASE = ".released_preprocessing.pt"
+#: how long a DDP process waits for it (other nodes start on their own)
+FOLLOWER_WAIT_S = 600
 DEFAULT_MAX_STEPS = 1000
-#: Lightning's ``ddp`` fails on a GAN (the generator step leaves the discriminator's
-#: parameters unused); this variant of it works and is what ``--strategy ddp`` means here.
-STRATEGY_ALIASES = {"ddp": "ddp_find_unused_parameters_true"}
 
 
 def model_name(config: dict[str, Any]) -> str:
@@ -92,6 +97,9 @@ class Run:
         #: refused before anything is built
         self.resume_info = None if not config["resume"] else check_resume_checkpoint(
             config["resume"], model_name(config), config["data"]["name"], quail=config["model"]["name"] == QUAIL)
+        #: the preprocessing already released for this run (DP bounds, DP modes, QUAIL's label
+        #: model): the checkpoint's on resume, rank 0's in the other processes of a DDP run
+        self.released_info = self.resume_info if self.resume_info is not None else self._rank_zero_release()
         self.quail = self._build_quail()
         self.datamodule = self._build_datamodule()
         self.module = self._build_module()
@@ -102,6 +110,21 @@ class Run:
         self.labeler = self._build_labeler()
 
     # ------------------------------------------------------------------ parts
+    def _rank_zero_release(self) -> dict[str, Any] | None:
+        """In a DDP process other than rank 0: what rank 0 released before training (read from
+        the run folder). Preprocessing that spends budget must happen once -- a second draw
+        would be a second, unaccounted release -- and every rank must encode the data alike."""
+        if not launched_as_follower():
+            return None
+        path = self.output_dir / RANK_ZERO_RELEASE
+        deadline = time.monotonic() + FOLLOWER_WAIT_S
+        while not path.exists():  # on one node rank 0 wrote it before starting this process
+            if time.monotonic() > deadline:
+                raise ConfigError(f"rank 0 did not write {path} within {FOLLOWER_WAIT_S} s: with several nodes, "
+                                  "--output-dir must be on a file system all of them share")
+            time.sleep(1.0)
+        return torch.load(path, weights_only=False)
+
     def _build_quail(self) -> Any:
         """QUAIL's settings with ``--model quail``, checked before anything is read; else None."""
         if self.config["model"]["name"] != QUAIL:
@@ -129,8 +152,8 @@ class Run:
         elif args.get("exclude_label"):
             raise ConfigError("--data.exclude_label leaves the label to QUAIL's label model: use it with --model quail")
         datamodule = cls(**args)
-        if self.config["resume"]:
-            restore_released_schema(datamodule, self.config["resume"], self.resume_info)
+        if self.released_info is not None:
+            restore_released_schema(datamodule, self.config["resume"], self.released_info)
         return datamodule
 
     def _build_module(self) -> Any:
@@ -178,8 +201,8 @@ class Run:
         if self.strategy is None or self.strategy.target_epsilon is None:
             raise ConfigError("QUAIL splits --epsilon between its label model and a private synthesizer: "
                               "give --epsilon, and a synthesizer with a privacy strategy")
-        if self.resume_info is not None:  # a QUAIL run's checkpoint: check_resume_checkpoint made sure
-            labeler = table_labeler(self.resume_info)
+        if self.released_info is not None:  # a QUAIL run's (check_resume_checkpoint made sure on resume)
+            labeler = table_labeler(self.released_info)
         else:
             self.datamodule.prepare_data()
             self.datamodule.setup("fit")
@@ -204,6 +227,7 @@ class Run:
             callbacks.append(StepLimit(self.config["max_steps"]))
         if self.config["sample_every_n_steps"] and self.is_image:
             callbacks.append(SampleGrid(self.output_dir, self.config["sample_every_n_steps"], self.config["sample_columns"]))
+        callbacks.append(LambdaCallback(on_train_end=self._count_steps_per_rank))
         if self.strategy is not None:
             callbacks.append(self.strategy)
             if self.strategy.target_epsilon is not None:
@@ -218,7 +242,8 @@ class Run:
         for reserved in ("max_steps", "max_epochs", "callbacks", "logger", "default_root_dir", "enable_checkpointing"):
             if reserved in options:
                 raise ConfigError(f"set trainer.{reserved} through the run's own settings, not the trainer section")
-        options["strategy"] = STRATEGY_ALIASES.get(options.get("strategy"), options.get("strategy"))
+        if "strategy" in options:  # --strategy ddp: combines gradients the way privacy needs (see ddp.py)
+            options["strategy"] = resolve_strategy(options["strategy"])
         logger_options = {k: v for k, v in self.config["logger"].items() if k != "name"}
         logger = build_logger(self.config["logger"]["name"], self.output_dir, logger_options, self.output_dir.name)
         return L.Trainer(
@@ -238,7 +263,18 @@ class Run:
     # -------------------------------------------------------------- running
     def fit(self) -> None:
         self.output_dir.mkdir(parents=True, exist_ok=True)
+        if launched_as_follower():
+            return self._fit_and_write()
         write_yaml(self.output_dir / "config.yaml", self.config)
+        if self.trainer.world_size <= 1:
+            return self._fit_and_write()
+        release = write_torch(self.output_dir / RANK_ZERO_RELEASE, self.module.run_info)  # read by the other ranks
+        try:
+            return self._fit_and_write()
+        finally:
+            release.unlink(missing_ok=True)
+
+    def _fit_and_write(self) -> None:
         if self.trainer.logger is not None:
             self.trainer.logger.log_hyperparams({"run_config": self.config})
         started = time.perf_counter()
@@ -246,6 +282,11 @@ class Run:
         wall_time = time.perf_counter() - started
         if self.trainer.is_global_zero:
             self._write_outputs(wall_time)
+
+    def _count_steps_per_rank(self, trainer: L.Trainer, module: Any) -> None:
+        """Every process's training steps (under DDP they must all stop at the same one)."""
+        steps = torch.tensor([module.train_steps], device=module.device)
+        self.steps_per_rank = [int(s) for s in trainer.strategy.all_gather(steps).reshape(-1)]
 
     def _check_quail_budget(self, delta: float) -> None:
         """Refuse, before the label model reads a row, a split that leaves the synthesizer nothing
@@ -303,6 +344,7 @@ class Run:
         metrics.update(
             {
                 "steps": self.module.train_steps,
+                "steps_per_rank": getattr(self, "steps_per_rank", [self.module.train_steps]),
                 "train_records": len(self.datamodule.train_dataset),
                 "wall_time_s": round(wall_time, 3),
             }

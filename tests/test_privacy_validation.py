@@ -64,8 +64,9 @@ def test_valid_positive_is_returned_as_float():
 
 
 @pytest.mark.parametrize("strategy", ["dp-sgd", "pate", "gpate", "sanitizer"])
-def test_every_privacy_strategy_refuses_multi_process_training(strategy):
-    """Under DDP each rank would draw its own noise and charge its own accountant."""
+def test_every_privacy_strategy_refuses_lightnings_own_multi_process_strategies(strategy):
+    """Lightning's DistributedDataParallel averages gradients in backward and each rank would
+    draw its own noise: only ``--strategy ddp`` (PrivateDDPStrategy) is accepted."""
     from types import SimpleNamespace
 
     from lightning_dpgan import registry
@@ -75,5 +76,5 @@ def test_every_privacy_strategy_refuses_multi_process_training(strategy):
     shape = (4,) if model == "pategan" else (1, 8, 8)
     module = registry.lookup("model", model).load()(shape, None)
     instance = cls(target_epsilon=1.0) if strategy in ("dp-sgd", "sanitizer") else cls()
-    with pytest.raises(NotImplementedError, match="DDP"):
-        instance.setup(SimpleNamespace(world_size=2), module, "fit")
+    with pytest.raises(ValueError, match="only with --strategy ddp"):
+        instance.setup(SimpleNamespace(world_size=2, strategy=object()), module, "fit")

@@ -66,6 +66,9 @@ class PartitionedSampler:
         self.data, self.labels = data, labels
         self.batch_size, self.replacement = batch_size, replacement
         self.generator = torch.Generator().manual_seed(seed)
+        #: the teachers whose minibatches :meth:`draw` returns (a DDP rank's shard); the indices
+        #: of all K are drawn either way, so every shard sees the draws a single process would
+        self.shard = slice(None)
         self._set_partitions(partitions)
 
     @property
@@ -88,8 +91,9 @@ class PartitionedSampler:
         return torch.gather(self.index, 1, slots)
 
     def draw(self) -> tuple[Tensor, Tensor | None]:
-        """The next step's records ``[K, b, ...]`` and, if given, their labels ``[K, b]``."""
-        indices = self.draw_indices().to(self.data.device)
+        """The next step's records ``[K, b, ...]`` and, if given, their labels ``[K, b]`` (only
+        the rows of :attr:`shard`)."""
+        indices = self.draw_indices()[self.shard].to(self.data.device)
         labels = None if self.labels is None else self.labels[indices.to(self.labels.device)]
         return self.data[indices], labels
 

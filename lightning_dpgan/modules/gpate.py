@@ -92,8 +92,8 @@ class GPATE(TeacherModel):
         teacher_records, teacher_labels = batch
         n = teacher_records.shape[2]
         opt_g, opt_t = self.optimizers()
-        labels = self.sample_labels(n)
-        fake = self.generator(self.sample_latent(n), labels)
+        latent, labels = self.query_inputs(n)
+        fake = self.generator(latent, labels)
         for t in range(teacher_records.shape[0]):
             real_labels = None if teacher_labels is None else teacher_labels[t]
             teacher_loss = self.update_teachers(opt_t, teacher_records[t], real_labels, fake.detach(), labels)

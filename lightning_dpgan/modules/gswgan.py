@@ -25,8 +25,10 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+import torch
 from torch import Tensor, nn
 
+from lightning_dpgan.distributed import from_rank_zero
 from lightning_dpgan.modules.wgan import WGAN
 from lightning_dpgan.privacy.slots import GradientSanitizer
 
@@ -166,7 +168,9 @@ class GSWGAN(WGAN):
             if self.num_critics > 1:
                 raise RuntimeError("with several critics every batch must name its critic (the sanitizer strategy's loader)")
             return super().training_step(batch, batch_idx)
-        trained, answer = int(batch["critic"]), int(batch["answer"])
+        trained = int(batch["critic"])
+        # under DDP every rank's loader drew its own secret answer: rank 0's answers on all ranks
+        answer = int(from_rank_zero(torch.tensor([int(batch["answer"])], device=self.device))[0])
         if trained != self.train_steps % self.num_critics:
             raise RuntimeError(f"training step {self.train_steps} belongs to critic {self.train_steps % self.num_critics} "
                                f"(round-robin over {self.num_critics}), and the batch trains critic {trained}")

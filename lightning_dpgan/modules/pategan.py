@@ -106,9 +106,9 @@ class PATEGAN(TeacherModel):
         """All teachers at once: teacher k on its own real minibatch ``real[k]`` vs shared fakes.
 
         Summing the per-teacher mean losses gives each teacher exactly its own gradient."""
-        fake_labels = self.sample_labels(n)
+        latent, fake_labels = self.query_inputs(n)
         with torch.no_grad():
-            fake = self.generator(self.sample_latent(n), fake_labels)
+            fake = self.generator(latent, fake_labels)
         return self.update_teachers(optimizer, real, self.teacher_labels(labels), fake, self.teacher_labels(fake_labels))
 
     def teacher_labels(self, labels: Tensor | None) -> Tensor | None:
@@ -117,9 +117,9 @@ class PATEGAN(TeacherModel):
 
     def student_step(self, optimizer: Any, n: int) -> Tensor:
         """The student learns the teachers' noisy labels of generated records."""
-        fake_labels = self.sample_labels(n)
+        latent, fake_labels = self.query_inputs(n)
         with torch.no_grad():
-            fake = self.generator(self.sample_latent(n), fake_labels)
+            fake = self.generator(latent, fake_labels)
             real_votes = self.teachers.votes(fake, self.teacher_labels(fake_labels))
         votes = torch.stack([self.teachers.num_teachers - real_votes, real_votes], dim=1)
         targets = self.privacy.aggregate(votes).to(fake.dtype)

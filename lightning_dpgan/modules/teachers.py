@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import Tensor
 
+from lightning_dpgan.distributed import from_rank_zero, gather_shards
 from lightning_dpgan.modules.base import GANModule
 from lightning_dpgan.nets.ensemble import TeacherEnsemble, build_teacher_ensemble
+
+TEACHERS_PREFIX = "teachers."
 
 
 class TeacherModel(GANModule):
@@ -39,6 +43,26 @@ class TeacherModel(GANModule):
         self.hparams["num_teachers"] = num_teachers
         return self.teachers
 
+    #: this process's slice of the K teachers under DDP (None: it holds all K)
+    teacher_shard: slice | None = None
+
+    def shard_teachers(self, teachers: slice) -> slice:
+        """Keep only ``teachers`` of the K in this process (a DDP rank's shard); returns it."""
+        self.teachers.keep_teachers(teachers)
+        self.teacher_shard = teachers
+        return teachers
+
+    def process_local_parameters(self) -> list[torch.nn.Parameter]:
+        """The teachers of this rank's shard: never averaged nor broadcast across ranks."""
+        return list(self.teachers.parameters()) if self.teacher_shard is not None else []
+
+    def query_inputs(self, n: int) -> tuple[Tensor, Tensor | None]:
+        """Latent codes and labels of ``n`` records to ask the teachers about: rank 0's on every
+        rank, because the ranks' teacher shards must vote on the same records."""
+        labels = self.sample_labels(n)
+        latent = from_rank_zero(self.sample_latent(n))
+        return latent, None if labels is None else from_rank_zero(labels)
+
     def update_teachers(self, optimizer: Any, real: Tensor, real_labels: Tensor | None, fake: Tensor,
                         fake_labels: Tensor | None) -> Tensor:
         """One update of all teachers at once: teacher k on its own real minibatch ``real[k]``
@@ -57,3 +81,42 @@ class TeacherModel(GANModule):
 
     def private_networks(self) -> dict[str, Any]:
         return {"teachers": self.teachers}
+
+    # -------------------------------------------------------------- checkpoints
+    #: where the teachers' optimizer is in ``configure_optimizers``' list (the last one)
+    teacher_optimizer_index = -1
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Under DDP, the checkpoint (written by rank 0) holds all K teachers and their Adam
+        state, gathered from the ranks' shards: it resumes under any number of processes."""
+        super().on_save_checkpoint(checkpoint)
+        if self.teacher_shard is None:
+            return
+        total = self.hparams.num_teachers
+        for name, value in self._teacher_tensors(checkpoint):
+            value[name] = gather_shards(value[name], total)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep this rank's shard of the checkpoint's K teachers (and of their Adam state)."""
+        super().on_load_checkpoint(checkpoint)
+        if self.teacher_shard is None:
+            return
+        total = self.hparams.num_teachers
+        for name, value in self._teacher_tensors(checkpoint):
+            if value[name].shape[0] == total:
+                value[name] = value[name][self.teacher_shard].clone()
+
+    def _teacher_tensors(self, checkpoint: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """``(key, holder)`` of every tensor stacked along the teacher dimension: the teachers'
+        parameters and their optimizer's per-parameter state."""
+        weights = checkpoint.get("state_dict", {})
+        found = [(name, weights) for name in weights if name.startswith(TEACHERS_PREFIX)]
+        optimizers = checkpoint.get("optimizer_states") or []
+        if optimizers:
+            states = optimizers[self.teacher_optimizer_index].get("state", {})
+            for index, live in list(states.items()):
+                # optimizer.state_dict() shares each parameter's state dict with the live optimizer:
+                # edit a copy, or the running optimizer would get the gathered tensors
+                state = states[index] = dict(live)
+                found += [(key, state) for key, value in state.items() if torch.is_tensor(value) and value.dim() > 0]
+        return found

@@ -157,6 +157,17 @@ class TeacherEnsemble(nn.Module, ABC):
         fake_loss = bce(fake_logits, torch.zeros_like(fake_logits), reduction="none").mean(1)
         return (real_loss + fake_loss).sum()
 
+    @torch.no_grad()
+    def keep_teachers(self, teachers: slice) -> None:
+        """Keep only ``teachers`` of the K (this process's shard under DDP). Every parameter is
+        stacked along the teacher dimension, so a shard is a slice of each."""
+        for parameter in self.parameters():
+            parameter.data = parameter.data[teachers].clone()
+        self.num_teachers = next(self.parameters()).shape[0]
+        for layer in self.modules():
+            if isinstance(layer, BatchedLinear):
+                layer.num_models = self.num_teachers
+
     def make_optimizer(self, lr: float, betas: tuple[float, float] = (0.5, 0.999)) -> torch.optim.Adam:
         """One Adam over all teachers' stacked parameters.
 

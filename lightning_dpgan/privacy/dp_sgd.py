@@ -13,6 +13,12 @@ Mechanism (Abadi et al. 2016), applied to every update of a network that reads r
   parameters already released privately, so they cost no budget. They must not be paired
   with a real record's gradient inside one clipped row, or the sensitivity bound fails.
 
+**Several processes (DDP, ``--strategy ddp``).** Each rank Poisson-samples its own shard of
+the records at the same rate ``q`` (together: one Poisson sample of the N records), clips its
+records' gradients and sums them; rank 0 alone adds the noise; the ranks' results are added up
+and divided by ``q * N``: the single-process release, noise drawn once (Opacus'
+``DistributedDPOptimizer``; the public gradients are averaged over the ranks).
+
 Per-sample clipping and noise are Opacus', in one of two modes:
 
 - ``hooks``: ``GradSampleModule`` materialises each record's gradient, ``DPOptimizer`` clips.
@@ -35,10 +41,17 @@ from contextlib import contextmanager
 import torch
 from opacus import GradSampleModule
 from opacus.grad_sample import GradSampleModuleFastGradientClipping
-from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping
+from opacus.optimizers import (
+    DistributedDPOptimizer,
+    DistributedDPOptimizerFastGradientClipping,
+    DPOptimizer,
+    DPOptimizerFastGradientClipping,
+)
 from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
 from torch import Tensor, nn
 from torch.optim import Optimizer
+
+from lightning_dpgan.distributed import is_distributed, world_size
 
 MODES = ("auto", "hooks", "ghost")
 
@@ -56,6 +69,9 @@ class _PublicGradientMixin:
     then the public gradient added whole, then the wrapped optimizer's step."""
 
     _mechanism: DPSGDMechanism
+    #: True for the distributed variants: they combine the ranks' gradients themselves (read
+    #: by ``PrivateDDPStrategy``, which then leaves them alone)
+    reduces_gradients: bool = False
 
     def _fill_empty_batch(self) -> None:
         raise NotImplementedError
@@ -70,6 +86,8 @@ class _PublicGradientMixin:
         for p, public in zip(self.params, self._mechanism.pop_public_gradients()):
             if public is not None:
                 p.grad.add_(public)
+        if self.reduces_gradients:
+            self.reduce_gradients()  # Opacus' distributed optimizers: sum over ranks, / world size
         return self.original_optimizer.step()
 
     def zero_grad(self, set_to_none: bool = False) -> None:
@@ -110,6 +128,18 @@ class _GhostDPOptimizer(_PublicGradientMixin, DPOptimizerFastGradientClipping):
         _refuse_partial(missing, len(self.params))
         for p in missing:
             p.grad = torch.zeros_like(p)
+
+
+class _DistributedHooksDPOptimizer(_HooksDPOptimizer, DistributedDPOptimizer):
+    """Under DDP: noise on rank 0 only, then the ranks' noisy sums added up (Opacus)."""
+
+    reduces_gradients = True
+
+
+class _DistributedGhostDPOptimizer(_GhostDPOptimizer, DistributedDPOptimizerFastGradientClipping):
+    """Under DDP, ghost clipping: noise on rank 0 only, then the ranks' sums added up (Opacus)."""
+
+    reduces_gradients = True
 
 
 class DPSGDMechanism:
@@ -178,13 +208,17 @@ class DPSGDMechanism:
     def wrap_optimizer(self, optimizer: Optimizer) -> Optimizer:
         if self._hooks is None:
             raise RuntimeError("attach the DP-SGD mechanism to a network before wrapping its optimizer")
-        cls = _GhostDPOptimizer if self.mode == "ghost" else _HooksDPOptimizer
+        if is_distributed():
+            cls = _DistributedGhostDPOptimizer if self.mode == "ghost" else _DistributedHooksDPOptimizer
+        else:
+            cls = _GhostDPOptimizer if self.mode == "ghost" else _HooksDPOptimizer
         self._optimizer = cls(
             optimizer,
             mechanism=self,
             noise_multiplier=self.noise_multiplier,
             max_grad_norm=self.max_grad_norm,
-            expected_batch_size=self.expected_batch_size,
+            # per rank: the ranks' (sum / (qN / W)) are added up and divided by W (Opacus)
+            expected_batch_size=self.expected_batch_size / world_size(),
             loss_reduction="mean",
             generator=self.generator,
         )

@@ -16,6 +16,9 @@ Each (record, dimension) pair is one query. Before anything noisy is drawn the v
 histograms go to ``check`` (which may refuse with ``PrivacyBudgetExhausted``); after the
 threshold step the answered queries go to ``charge``. Both are the strategy's
 (:mod:`lightning_dpgan.callbacks.gpate`), which owns the accountant.
+
+Under DDP each rank holds a shard of the teachers: the projections are drawn on rank 0 and shared,
+the ranks' vote histograms are added up, and the Confident-GNMax noise is drawn once, on rank 0.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from lightning_dpgan.distributed import from_rank_zero, is_rank_zero, sum_across_ranks
 from lightning_dpgan.privacy.mechanisms import NO_ANSWER, confident_gnmax
 
 
@@ -79,12 +83,24 @@ class ProjectedGradientAggregator:
         """``teacher_gradients [K, B, ...]`` (teacher k's gradient on record b) -> ``[B, ...]``."""
         teachers, records = teacher_gradients.shape[:2]
         flat = teacher_gradients.reshape(teachers, records, -1).float()
-        projection = random_projections(records, flat.shape[-1], self.projection_dim, flat.device)
+        projection = self._on_rank_zero(
+            lambda: random_projections(records, flat.shape[-1], self.projection_dim, flat.device),
+            (records, flat.shape[-1], self.projection_dim), torch.float32, flat.device)
         projected = torch.einsum("kbd,bdj->kbj", flat, projection)  # [K, B, k]
         votes = vote_histograms(discretize(projected, self.clip, self.bins).reshape(teachers, -1), self.bins)
+        votes = sum_across_ranks(votes)  # DDP: each rank counted its shard of the teachers
         self.check(votes)  # may refuse: then nothing below is drawn
-        answers = confident_gnmax(votes, self.threshold, self.sigma1, self.sigma2)
+        answers = self._on_rank_zero(lambda: confident_gnmax(votes, self.threshold, self.sigma1, self.sigma2),
+                                     (votes.shape[0],), torch.long, votes.device)
         self.charge(votes, answers != NO_ANSWER)
         aggregated = bin_midpoints(answers, self.clip, self.bins).reshape(records, self.projection_dim)
         back = torch.einsum("bj,bdj->bd", aggregated, projection)
         return back.reshape(records, *teacher_gradients.shape[2:]).to(teacher_gradients.dtype)
+
+    @staticmethod
+    def _on_rank_zero(draw: Callable[[], Tensor], shape: tuple[int, ...], dtype: torch.dtype,
+                      device: torch.device) -> Tensor:
+        """``draw()`` on rank 0, its result on every rank (a single process just draws): the
+        projections and the noise are drawn once under DDP."""
+        value = draw() if is_rank_zero() else torch.empty(shape, dtype=dtype, device=device)
+        return from_rank_zero(value)

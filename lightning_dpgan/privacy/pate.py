@@ -5,14 +5,19 @@ of :func:`lightning_dpgan.privacy.mechanisms.laplace_noisy_argmax`, and charges 
 query -- unanimous ones included -- to the accountant through ``on_answer`` *before* the noisy
 answer is drawn; ``on_answer`` may refuse (raise ``PrivacyBudgetExhausted``), and then nothing
 is released.
+
+Under DDP each rank's teachers are a shard of the K: the ranks' vote counts are added up first,
+so the charge and the answer are those of the single-process mechanism, drawn once on rank 0.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import numpy as np
+import torch
 from torch import Tensor
 
+from lightning_dpgan.distributed import from_rank_zero, is_rank_zero, sum_across_ranks
 from lightning_dpgan.privacy.mechanisms import laplace_noisy_argmax
 
 
@@ -29,6 +34,11 @@ class PATELabelAggregator:
         """``votes``: ``(queries, 2)`` counts ``(n_0, n_1)``; returns ``(queries,)`` noisy labels."""
         if votes.dim() != 2 or votes.shape[1] != 2:
             raise ValueError(f"PATE-GAN votes are (queries, 2) counts, got shape {tuple(votes.shape)}")
+        votes = sum_across_ranks(votes.clone())  # DDP: each rank counted its shard of the teachers
         gaps = (votes[:, 0] - votes[:, 1]).abs().round().long().cpu().numpy()
         self.on_answer(self.lap_inverse_scale, gaps)
-        return laplace_noisy_argmax(votes, self.lap_inverse_scale)
+        if is_rank_zero():  # the noise is drawn once; every rank gets rank 0's answers
+            answers = laplace_noisy_argmax(votes, self.lap_inverse_scale)
+        else:
+            answers = torch.empty(votes.shape[0], dtype=torch.long, device=votes.device)
+        return from_rank_zero(answers)

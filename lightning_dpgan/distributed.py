@@ -1,0 +1,113 @@
+"""The few collective operations private training needs across processes (DDP).
+
+A mechanism that runs in several processes must release what the single-process mechanism
+releases: the private quantities of every rank are added up (vote histograms, sums of clipped
+gradients), the noise is drawn once, on rank 0, and every rank then holds rank 0's answer.
+These helpers say that in one word each, and do nothing in a single process, so the same code
+path serves both.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+
+def is_distributed() -> bool:
+    """True inside a process group of more than one process."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def rank() -> int:
+    return dist.get_rank() if is_distributed() else 0
+
+
+def is_rank_zero() -> bool:
+    return rank() == 0
+
+
+def launched_as_follower() -> bool:
+    """True in a process Lightning's DDP launcher started for a rank other than 0 (``LOCAL_RANK``
+    set for the processes it spawns on a node, ``NODE_RANK`` on the other nodes), known before
+    any process group exists."""
+    return any(int(os.environ.get(name, "0") or 0) > 0 for name in ("LOCAL_RANK", "NODE_RANK"))
+
+
+def shard(total: int, index: int | None = None, count: int | None = None) -> slice:
+    """This rank's contiguous share of ``total`` items (teachers), as ``torch.tensor_split``
+    cuts them: the first ``total % count`` ranks hold one more. Every rank holds at least one."""
+    index = rank() if index is None else index
+    count = world_size() if count is None else count
+    if total < count:
+        raise ValueError(f"{total} teachers cannot be shared among {count} processes: each needs at least one")
+    base, extra = divmod(total, count)
+    start = index * base + min(index, extra)
+    return slice(start, start + base + (1 if index < extra else 0))
+
+
+def sum_across_ranks(tensor: Tensor) -> Tensor:
+    """``tensor`` summed over all ranks (in place; returned for chaining)."""
+    if is_distributed():
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def from_rank_zero(tensor: Tensor) -> Tensor:
+    """Rank 0's ``tensor`` on every rank (in place; returned). Other ranks pass a tensor of the
+    same shape and dtype, whose content is ignored."""
+    if is_distributed():
+        dist.broadcast(tensor, src=0)
+    return tensor
+
+
+def decided_by_rank_zero(flag: bool) -> bool:
+    """Rank 0's ``flag`` on every rank: decisions that must be taken together (stop training)."""
+    if not is_distributed():
+        return flag
+    decision = [bool(flag)]
+    dist.broadcast_object_list(decision, src=0)
+    return decision[0]
+
+
+def average_gradients(params: list[torch.nn.Parameter]) -> None:
+    """Replace each gradient by its mean over ranks, in one collective. Parameters without a
+    gradient are left alone; every rank must have gradients for the same parameters (the
+    modules take the same code path on every rank)."""
+    if not is_distributed():
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat /= dist.get_world_size()
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset: offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def gather_shards(tensor: Tensor, total: int) -> Tensor:
+    """Every rank's shard (its :func:`shard` of ``total`` rows along dim 0) put back together,
+    on every rank. Shards may differ in size by one row: they are padded for the collective."""
+    if not is_distributed():
+        return tensor
+    count = dist.get_world_size()
+    sizes = [shard(total, index, count).stop - shard(total, index, count).start for index in range(count)]
+    padded = tensor.new_zeros((max(sizes), *tensor.shape[1:]))
+    padded[: tensor.shape[0]] = tensor
+    pieces = [torch.empty_like(padded) for _ in range(count)]
+    dist.all_gather(pieces, padded.contiguous())
+    return torch.cat([piece[:size] for piece, size in zip(pieces, sizes, strict=True)])
+
+
+__all__ = [
+    "average_gradients", "decided_by_rank_zero", "from_rank_zero", "gather_shards", "is_distributed",
+    "is_rank_zero", "launched_as_follower", "rank", "shard", "sum_across_ranks", "world_size",
+]

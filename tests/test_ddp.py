@@ -1,0 +1,174 @@
+"""Private training in several processes (``--strategy ddp``) releases what one process would.
+
+Mechanism tests run in two gloo processes (tests/ddp_workers.py) and compare with the
+single-process mechanism computed here; end-to-end tests run ``train.py --devices 2 --strategy
+ddp`` on the CPU and compare its privacy report with a single-process run's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import ddp_workers as workers
+from lightning_dpgan.ddp import PrivateDDPStrategy, resolve_strategy
+from lightning_dpgan.distributed import shard
+
+REPO = Path(__file__).resolve().parents[1]
+ADULT = REPO / "tests" / "fixtures" / "adult_tiny"
+
+
+# ------------------------------------------------------------------ in one process
+def test_shards_cover_the_teachers_once_in_order():
+    for total, count in [(7, 2), (9, 4), (4, 4), (1000, 3)]:
+        parts = [shard(total, index, count) for index in range(count)]
+        assert [index for part in parts for index in range(part.start, part.stop)] == list(range(total))
+        assert max(p.stop - p.start for p in parts) - min(p.stop - p.start for p in parts) <= 1
+    with pytest.raises(ValueError, match="at least one"):
+        shard(1, 0, 2)
+
+
+def test_ddp_means_the_private_strategy_and_other_names_pass_through():
+    assert isinstance(resolve_strategy("ddp"), PrivateDDPStrategy)
+    assert resolve_strategy("auto") == "auto"
+    assert resolve_strategy("ddp_spawn") == "ddp_spawn"
+
+
+# --------------------------------------------------------------- in two processes
+@pytest.mark.parametrize("mode", ["hooks", "ghost"])
+def test_dp_sgd_over_two_ranks_is_the_single_process_update(mode):
+    """Without noise, two ranks' clipped sums, added up and divided by the global expected batch,
+    move the parameters exactly as one process training on both halves."""
+    results = workers.run_on_ranks(workers.dp_sgd_worker, 0.0, 2, mode, False)
+    reference = workers.dp_sgd_steps(workers.dp_sgd_records(), 0.0, 2, mode, expected_batch=8)
+    for changes, final in results:
+        torch.testing.assert_close(final, reference[1])
+        torch.testing.assert_close(torch.stack(changes), torch.stack(reference[0]))
+
+
+def test_dp_sgd_over_two_ranks_draws_the_noise_once():
+    """With no gradient signal, each step moves the parameters by the noise alone: its variance
+    is that of ONE draw, (sigma C / B)^2, not two; and the ranks stay in step."""
+    sigma, clip, batch, steps = 2.0, 0.5, 8, 150
+    (changes0, final0), (changes1, final1) = workers.run_on_ranks(workers.dp_sgd_worker, sigma, steps, "hooks", True)
+    torch.testing.assert_close(final0, final1)
+    observed = torch.stack(changes0).var().item()
+    one_draw = (sigma * clip / batch) ** 2
+    assert 0.85 < observed / one_draw < 1.15, observed / one_draw  # two draws would give 2
+
+
+def test_pate_answers_over_two_ranks_match_one_process():
+    """Each rank counts its shard of the 7 teachers; the summed votes are charged and answered
+    with rank 0's noise, which is what one process with the same seed answers."""
+    (answers0, charged0), (answers1, charged1) = workers.run_on_ranks(workers.pate_worker, 11)
+    expected, expected_charged = workers.pate_answers(workers.pate_votes(), 11)
+    assert torch.equal(answers0, expected) and torch.equal(answers1, expected)
+    assert charged0 == charged1 == expected_charged
+    other_seed, _ = workers.pate_answers(workers.pate_votes(), 12)
+    assert not torch.equal(other_seed, expected)  # the noise decides some answers: the match is not vacuous
+
+
+def test_gpate_answers_over_two_ranks_match_one_process():
+    """Projections and Confident-GNMax noise from rank 0, vote histograms summed over the shards."""
+    (back0, (checked0, charged0)), (back1, (checked1, _)) = workers.run_on_ranks(workers.gpate_worker, 21)
+    expected, (checked, charged) = workers.gpate_answers(workers.teacher_gradients(), 21)
+    assert torch.equal(checked0[0], checked[0]) and torch.equal(checked1[0], checked[0])
+    assert int(checked[0].sum(1).unique()) == 9  # every teacher voted once per query
+    assert torch.equal(charged0[0], charged[0])
+    torch.testing.assert_close(back0, expected)
+    torch.testing.assert_close(back1, expected)
+
+
+def test_gathered_shards_are_the_whole_tensor():
+    for result in workers.run_on_ranks(workers.gather_worker, 5):
+        assert torch.equal(result, torch.arange(15, dtype=torch.float32).reshape(5, 3))
+
+
+def test_sanitizer_over_two_ranks_is_the_single_process_release():
+    """Each rank sanitizes its half of the B generated records; averaging the generator's
+    gradients gives the single-process gradient without noise, and with noise the variance of
+    one draw per released entry."""
+    no_noise = workers.run_on_ranks(workers.sanitizer_worker, 0.0, 1.0, 1)
+    expected = workers.sanitized_gradient(workers.sanitizer_latents(), 0.0, 1.0)
+    assert expected.abs().max() > 0
+    for (gradient,) in no_noise:
+        torch.testing.assert_close(gradient, expected)
+
+    sigma, draws = 3.0, 300
+    noisy, _ = workers.run_on_ranks(workers.sanitizer_worker, sigma, 0.0, draws)
+    latents, bound = workers.sanitizer_latents(), 0.05 / 8
+    # gradient of W[j, i] is sum_b z[b, i] * noise[b, j]: variance (sigma C / B)^2 sum_b z[b, i]^2
+    per_entry = (sigma * bound) ** 2 * (latents ** 2).sum(0).repeat(4)
+    ratio = (torch.stack(noisy).var(0) / per_entry).mean().item()
+    assert 0.85 < ratio < 1.15, ratio
+
+
+# ------------------------------------------------------------------- end to end
+def train(output: Path, *args: str, devices: int = 1, timeout: int = 240) -> dict:
+    command = [
+        sys.executable, str(REPO / "train.py"), "--dataset", "adult", "--data-dir", str(ADULT),
+        "--output-dir", str(output), "--accelerator", "cpu", "--devices", str(devices),
+        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false", *args,
+    ]
+    if devices > 1:
+        command += ["--strategy", "ddp"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    env.pop("LOCAL_RANK", None)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("train: wrote") == 1  # rank 0 alone reports (and writes)
+    return {name: json.loads((output / f"{name}.json").read_text()) for name in ("privacy", "metrics")}
+
+
+def test_dp_sgd_run_on_two_processes_spends_what_one_process_does(tmp_path):
+    """Same batch size, noise and steps: the same epsilon (q from the global batch), every rank
+    stops at the same step, and the budget stop lands on the single-process step."""
+    common = ["--model", "dpgan", "--batch-size", "8", "--privacy.noise_multiplier", "1.2", "--max-steps", "5"]
+    one = train(tmp_path / "one", *common)
+    two = train(tmp_path / "two", *common, devices=2)
+    assert two["privacy"]["sample_rate"] == one["privacy"]["sample_rate"] == 8 / one["privacy"]["train_records"]
+    assert two["privacy"]["epsilon"] == pytest.approx(one["privacy"]["epsilon"], rel=1e-9)
+    assert two["metrics"]["steps_per_rank"] == [5, 5]
+
+    budget = ["--model", "dpgan", "--batch-size", "8", "--privacy.noise_multiplier", "1.2", "--epsilon", "3",
+              "--max-steps", "500"]
+    one = train(tmp_path / "one_budget", *budget)
+    two = train(tmp_path / "two_budget", *budget, devices=2)
+    assert one["privacy"]["steps"] < 500  # the budget stopped it
+    assert two["metrics"]["steps_per_rank"] == [one["privacy"]["steps"]] * 2
+    assert two["privacy"]["epsilon"] == pytest.approx(one["privacy"]["epsilon"]) and two["privacy"]["epsilon"] <= 3
+
+
+def test_pategan_run_on_two_processes_keeps_all_teachers_and_resumes_in_one(tmp_path):
+    """Sharded teachers: the checkpoint rank 0 writes holds all K (gathered), and a single
+    process resumes from it with the accountant's spend carried over."""
+    args = ["--model", "pategan", "--privacy.num_teachers", "5", "--batch-size", "4", "--epsilon", "5000",
+            "--max-steps", "2"]
+    two = train(tmp_path / "two", *args, devices=2)
+    assert two["metrics"]["steps_per_rank"] == [2, 2]
+    checkpoint = torch.load(tmp_path / "two" / "checkpoints" / "last.ckpt", weights_only=False)
+    weights = checkpoint["state_dict"]["teachers.layers.0.weight"]
+    assert weights.shape[0] == 5 and not torch.equal(weights[0], weights[4])
+    teacher_state = checkpoint["optimizer_states"][-1]["state"]
+    assert all(state["exp_avg"].shape[0] == 5 for state in teacher_state.values())
+    resumed = train(tmp_path / "resumed", *args[:-1], "4", "--resume", str(tmp_path / "two" / "checkpoints" / "last.ckpt"))
+    assert resumed["privacy"]["steps"] == 4
+    assert resumed["privacy"]["epsilon"] > two["privacy"]["epsilon"]
+
+
+@pytest.mark.parametrize("model", [
+    ["--model", "gpate", "--privacy.num_teachers", "3", "--epsilon", "5"],
+    ["--model", "gswgan", "--privacy.num_critics", "2", "--epsilon", "10"],
+    ["--model", "dpctgan", "--epsilon", "5"],
+], ids=["gpate", "gswgan-2-critics", "dpctgan"])
+def test_every_family_trains_on_two_processes_within_its_budget(tmp_path, model):
+    result = train(tmp_path / "run", *model, "--batch-size", "8", "--max-steps", "3", devices=2)
+    assert result["metrics"]["steps_per_rank"] == [result["privacy"]["steps"]] * 2
+    assert 0 < result["privacy"]["epsilon"] <= float(model[-1])
+    assert (tmp_path / "run" / "synthetic.csv").exists()
+    assert not (tmp_path / "run" / ".released_preprocessing.pt").exists()
