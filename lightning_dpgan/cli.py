@@ -64,7 +64,10 @@ def _train_parser() -> argparse.ArgumentParser:
     add("--seed", type=int, help="random seed (default 0)")
     add("--devices", type=_devices, help="number of devices (or 'auto')")
     add("--accelerator", choices=("cpu", "gpu", "auto"), help="hardware to train on (default auto)")
-    add("--strategy", help="Lightning distributed strategy, e.g. ddp (not the privacy strategy: see --privacy)")
+    add("--strategy", help="Lightning distributed strategy: ddp trains in several processes with the "
+                           "single-process privacy guarantee (not the privacy strategy: see --privacy)")
+    add("--num-nodes", dest="num_nodes", type=int, help="machines of a --strategy ddp run (each runs the command "
+                                                        "with its NODE_RANK)")
     add("--logger", help="csv (default), tensorboard or wandb")
     add("--wandb-project", dest="wandb_project", help="W&B project (default lightning-dpgan)")
     add("--wandb-entity", dest="wandb_entity", help="W&B entity (user or team)")

@@ -65,6 +65,7 @@ FLAG_KEYS = {
     "devices": "trainer.devices",
     "accelerator": "trainer.accelerator",
     "strategy": "trainer.strategy",
+    "num_nodes": "trainer.num_nodes",
     "logger": "logger.name",
     "wandb_project": "logger.project",
     "wandb_entity": "logger.entity",

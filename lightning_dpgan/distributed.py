@@ -33,10 +33,10 @@ def is_rank_zero() -> bool:
 
 
 def launched_as_follower() -> bool:
-    """True in a process Lightning's DDP launcher started for a rank other than 0 (``LOCAL_RANK``
-    set for the processes it spawns on a node, ``NODE_RANK`` on the other nodes), known before
-    any process group exists."""
-    return any(int(os.environ.get(name, "0") or 0) > 0 for name in ("LOCAL_RANK", "NODE_RANK"))
+    """True in a DDP process other than global rank 0 (``LOCAL_RANK`` set by Lightning's launcher
+    for the processes it starts on a node, ``NODE_RANK`` on the other nodes, ``RANK`` by
+    torchrun), known before any process group exists."""
+    return any(int(os.environ.get(name, "0") or 0) > 0 for name in ("LOCAL_RANK", "NODE_RANK", "RANK"))
 
 
 def shard(total: int, index: int | None = None, count: int | None = None) -> slice:

@@ -172,3 +172,12 @@ def test_every_family_trains_on_two_processes_within_its_budget(tmp_path, model)
     assert 0 < result["privacy"]["epsilon"] <= float(model[-1])
     assert (tmp_path / "run" / "synthetic.csv").exists()
     assert not (tmp_path / "run" / ".released_preprocessing.pt").exists()
+
+
+def test_scaling_flags_reach_the_trainer():
+    from lightning_dpgan.cli import build_config
+
+    config = build_config(["--model", "gan", "--dataset", "mnist", "--devices", "4", "--num-nodes", "2",
+                           "--strategy", "ddp"])
+    assert config["trainer"]["num_nodes"] == 2 and config["trainer"]["devices"] == 4
+    assert config["trainer"]["strategy"] == "ddp"
