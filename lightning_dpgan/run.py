@@ -100,6 +100,8 @@ class Run:
         #: the preprocessing already released for this run (DP bounds, DP modes, QUAIL's label
         #: model): the checkpoint's on resume, rank 0's in the other processes of a DDP run
         self.released_info = self.resume_info if self.resume_info is not None else self._rank_zero_release()
+        #: each process's training steps at the end (filled by ``_count_steps_per_rank``)
+        self.steps_per_rank: list[int] | None = None
         self.quail = self._build_quail()
         self.datamodule = self._build_datamodule()
         self.module = self._build_module()
@@ -344,7 +346,7 @@ class Run:
         metrics.update(
             {
                 "steps": self.module.train_steps,
-                "steps_per_rank": getattr(self, "steps_per_rank", [self.module.train_steps]),
+                "steps_per_rank": self.steps_per_rank or [self.module.train_steps],
                 "train_records": len(self.datamodule.train_dataset),
                 "wall_time_s": round(wall_time, 3),
             }
