@@ -157,3 +157,18 @@ def sanitizer_worker(rank: int, noise_multiplier: float, critic_scale: float, dr
     torch.manual_seed(200 + rank)
     latents = sanitizer_latents().chunk(2)[rank]
     return [sanitized_gradient(latents, noise_multiplier, critic_scale) for _ in range(draws)]
+
+
+def poisson_worker(rank: int, records: int, batch_size: int, epochs: int) -> list[list[int]]:
+    """The record indices of every batch DP-SGD's distributed Poisson loader gives this rank."""
+    from types import SimpleNamespace
+
+    from torch.utils.data import TensorDataset
+
+    from lightning_dpgan.callbacks.dp_sgd import DPSGD
+
+    strategy = DPSGD(noise_multiplier=1.0)
+    strategy.sample_rate = batch_size / records
+    datamodule = SimpleNamespace(train_dataset=TensorDataset(torch.arange(records)), hparams=SimpleNamespace(num_workers=0))
+    strategy._use_poisson_sampling(datamodule)
+    return [batch[0].tolist() for _ in range(epochs) for batch in datamodule.train_dataloader()]

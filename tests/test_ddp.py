@@ -181,3 +181,15 @@ def test_scaling_flags_reach_the_trainer():
                            "--strategy", "ddp"])
     assert config["trainer"]["num_nodes"] == 2 and config["trainer"]["devices"] == 4
     assert config["trainer"]["strategy"] == "ddp"
+
+
+def test_dp_sgd_poisson_sampling_over_two_ranks_is_one_poisson_sample_at_the_global_rate():
+    """Each rank samples its own records (disjoint shards) and each record joins a batch with
+    probability q = batch / N: the rate the accountant charges, not q per rank twice over."""
+    records, batch, epochs = 200, 20, 30
+    rank0, rank1 = workers.run_on_ranks(workers.poisson_worker, records, batch, epochs)
+    assert len(rank0) == len(rank1) == epochs * records // batch  # the ranks step together
+    assert not set(sum(rank0, [])) & set(sum(rank1, []))
+    joined = sum(len(b0) + len(b1) for b0, b1 in zip(rank0, rank1))
+    rate = joined / (len(rank0) * records)
+    assert abs(rate - batch / records) < 0.01, rate  # 300 steps x 200 records: std ~ 0.0012
