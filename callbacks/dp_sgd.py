@@ -14,10 +14,10 @@ from typing import Any, ClassVar
 import lightning as L
 import torch
 from opacus.data_loader import DPDataLoader
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset, Subset
 
 from lightning_dpgan.callbacks.strategy import CalibratedNoiseStrategy
-from lightning_dpgan.distributed import is_distributed, world_size
+from lightning_dpgan.distributed import is_distributed, rank, world_size
 from lightning_dpgan.privacy.accountants import OpacusAccountant, calibrate_noise_multiplier
 from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
 from lightning_dpgan.privacy.slots import GradientPrivatizer
@@ -25,7 +25,7 @@ from lightning_dpgan.privacy.validation import validate_positive
 
 
 class LoaderBatches(IterableDataset):
-    """The batches of a data loader that samples for itself (Opacus' distributed Poisson one)."""
+    """The batches of a data loader that samples for itself (a rank's Poisson loader)."""
 
     def __init__(self, loader: DataLoader) -> None:
         self.loader = loader
@@ -91,16 +91,21 @@ class DPSGD(CalibratedNoiseStrategy):
     def _use_poisson_sampling(self, datamodule: L.LightningDataModule) -> None:
         """Each record joins each batch independently with probability q (Opacus' DPDataLoader).
 
-        Under DDP each rank samples its own shard of the records at the same rate (together one
-        Poisson sample of all N), from a generator seeded by OS entropy: the ranks' draws must be
-        independent (a seed shared by the ranks would tie their records' inclusions together)."""
+        Under DDP each rank Poisson-samples its own shard of the records (every ``world``-th one)
+        at the same rate q: together one Poisson sample of all N. Every rank yields the same
+        number of batches, empty ones included, so the ranks step together (Opacus' distributed
+        sampler drops empty batches, which leaves a rank one step behind the others and hangs
+        the next collective). The draws come from a generator seeded by OS entropy: the ranks'
+        draws must be independent (a seed shared by the ranks would tie their records' inclusions
+        together)."""
         dataset, workers, rate = datamodule.train_dataset, datamodule.hparams.num_workers, self.sample_rate
         if not is_distributed():
             datamodule.train_dataloader = lambda: DPDataLoader(dataset, sample_rate=rate, num_workers=workers)
             return
         generator = torch.Generator()
         generator.seed()
-        loader = DPDataLoader(dataset, sample_rate=rate, num_workers=workers, distributed=True, generator=generator)
+        records = Subset(dataset, range(rank(), len(dataset), world_size()))
+        loader = DPDataLoader(records, sample_rate=rate, num_workers=workers, generator=generator)
         # an iterable dataset, so Lightning does not put its own DistributedSampler in
         datamodule.train_dataloader = lambda: DataLoader(LoaderBatches(loader), batch_size=None)
 

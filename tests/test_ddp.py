@@ -193,3 +193,14 @@ def test_dp_sgd_poisson_sampling_over_two_ranks_is_one_poisson_sample_at_the_glo
     joined = sum(len(b0) + len(b1) for b0, b1 in zip(rank0, rank1))
     rate = joined / (len(rank0) * records)
     assert abs(rate - batch / records) < 0.01, rate  # 300 steps x 200 records: std ~ 0.0012
+
+
+def test_dp_sgd_ranks_keep_stepping_together_through_empty_poisson_batches():
+    """At 10 records per rank and q = 0.1 about a third of each rank's draws are empty. An
+    empty draw is still a step (the noise is drawn for it): dropping it, as Opacus' distributed
+    sampler does, would leave that rank a step behind and hang the next collective."""
+    records, batch, epochs = 20, 2, 20
+    rank0, rank1 = workers.run_on_ranks(workers.poisson_worker, records, batch, epochs)
+    assert len(rank0) == len(rank1) == epochs * records // batch
+    empty = sum(not b for b in rank0 + rank1)
+    assert 0.2 < empty / (2 * len(rank0)) < 0.5, empty  # (1 - 0.1)^10 = 0.35 over 400 draws
