@@ -13,8 +13,10 @@ all of them alike; the ratio is the median of per-round ratios.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -71,6 +73,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", help="also write the rows to this JSON file (the benchmark harness reads it)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     configs = {(arch, mode): make_step(arch, mode, args.device)
@@ -83,10 +86,15 @@ def main() -> None:
                 times[key].append(elapsed)
     print(f"DP-SGD overhead, batch {BATCH}, device {args.device}, {args.threads} threads, median of {args.steps} steps")
     print(f"{'critic':7} {'requested':10} {'ran':12} {'ms/step':>8} {'ratio':>6}")
+    rows = []
     for (arch, mode), (_, ran) in configs.items():
         baseline = times[(arch, None)]
         ratio = statistics.median(t / b for t, b in zip(times[(arch, mode)], baseline))
-        print(f"{arch:7} {str(mode or '-'):10} {ran:12} {1000 * statistics.median(times[(arch, mode)]):8.1f} {ratio:6.2f}")
+        milliseconds = 1000 * statistics.median(times[(arch, mode)])
+        print(f"{arch:7} {str(mode or '-'):10} {ran:12} {milliseconds:8.1f} {ratio:6.2f}")
+        rows.append({"critic": arch, "requested": mode, "ran": ran, "ms_per_step": milliseconds, "ratio": ratio})
+    if args.json:
+        Path(args.json).write_text(json.dumps({"batch": BATCH, "device": args.device, "steps": args.steps, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

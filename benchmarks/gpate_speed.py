@@ -14,8 +14,10 @@ The budget is set far above what the iterations spend, so no run stops early.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -115,17 +117,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sigma1", type=float, default=600.0)
     parser.add_argument("--sigma2", type=float, default=100.0)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--json", help="also write the rows to this JSON file (the benchmark harness reads it)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"device {args.device}, torch {torch.__version__}, teachers conv {args.teacher_channels} x 5x5/2 + FC "
           f"{args.teacher_hidden}, batch {args.batch}; median of {args.steps} iterations after {args.warmup}", flush=True)
     loop = seconds_per_iteration(LoopGPATE, args.loop_k, args)
     print(f"loop      K={args.loop_k:5d}: {loop * 1000:9.1f} ms/iteration ({1 / loop:7.2f} it/s)", flush=True)
+    rows = []
     for k in args.ks:
         batched = seconds_per_iteration(GPATE, k, args)
         scaled = loop * k / args.loop_k
         print(f"batched   K={k:5d}: {batched * 1000:9.1f} ms/iteration ({1 / batched:7.2f} it/s); "
               f"loop scaled to K: {scaled * 1000:9.1f} ms -> {scaled / batched:6.1f}x", flush=True)
+        rows.append({"k": k, "batched_ms": batched * 1000, "iterations_per_s": 1 / batched,
+                     "loop_scaled_ms": scaled * 1000, "speedup": scaled / batched})
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": args.device, "loop_k": args.loop_k, "loop_ms": loop * 1000,
+                                               "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -18,11 +18,13 @@ parameters, which flatters it: public PATE code steps K separate optimizers. Whe
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -153,13 +155,18 @@ def measure(
     return form, {name: (batched[name], loop[name] * scale, k_loop < k) for name in PARTS}
 
 
-def print_rows(arch: Arch, k: int, form: str, results: dict[str, tuple[float, float, bool]]) -> None:
+def print_rows(arch: Arch, k: int, form: str, results: dict[str, tuple[float, float, bool]]) -> list[dict]:
+    """Print one line per part and the whole step; return them as records."""
     total_batched = sum(r[0] for r in results.values())
     total_loop = sum(r[1] for r in results.values())
     rows = [*((name, *results[name]) for name in PARTS), ("step", total_batched, total_loop, any(r[2] for r in results.values()))]
+    records = []
     for name, batched_ms, loop_ms, extrapolated in rows:
         loop_text = f"{loop_ms:10.1f}{'*' if extrapolated else ' '}"
         print(f"{arch.name:5} {form:20} {k:6d} {name:16} {batched_ms:10.1f} {loop_text} {loop_ms / batched_ms:8.1f}x", flush=True)
+        records.append({"arch": arch.name, "form": form, "k": k, "part": name, "batched_ms": batched_ms,
+                        "loop_ms": loop_ms, "speedup": loop_ms / batched_ms, "loop_extrapolated": extrapolated})
+    return records
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -174,6 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--conv-channels", type=int, default=8, help="conv teacher: channels of its one conv layer")
     parser.add_argument("--conv-hidden", type=int, default=32, help="conv teacher: width of its FC layer")
     parser.add_argument("--quick", action="store_true", help="3 reps per part")
+    parser.add_argument("--json", help="also write the rows to this JSON file (the benchmark harness reads it)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -184,11 +192,14 @@ def main(argv: list[str] | None = None) -> None:
     mlp_widths = " -> ".join(map(str, [30, *args.mlp_hidden, 1]))
     print(f"conv teacher: 1x28x28, conv {args.conv_channels}x5x5 stride 2, FC {args.conv_hidden}; mlp teacher: {mlp_widths}")
     print(f"{'arch':5} {'batched form':20} {'K':>6} {'part':16} {'batched':>10} {'loop':>11} {'speedup':>9}")
+    rows = []
     for name in args.archs:
         arch = archs[name]
         for k in args.ks:
-            print_rows(arch, k, *measure(arch, k, args.loop_max, reps, device))
+            rows += print_rows(arch, k, *measure(arch, k, args.loop_max, reps, device))
     print(f"* loop timed over {args.loop_max} teachers and scaled linearly to K")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": str(device), "reps": reps, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""``python -m lightning_dpgan {train,sample,evaluate,audit} ...``"""
+"""``python -m lightning_dpgan {train,sample,evaluate,audit,benchmark} ...``"""
 import sys
 
 from lightning_dpgan.cli import main

@@ -188,7 +188,14 @@ def audit(argv: list[str]) -> Path:
     return audit_command(argv)
 
 
-COMMANDS = {"train": train, "sample": sample, "evaluate": evaluate, "audit": audit}
+def benchmark(argv: list[str]) -> Path:
+    """The benchmark harness (:mod:`lightning_dpgan.benchmark`)."""
+    from lightning_dpgan.benchmark.cli import benchmark as run_benchmark
+
+    return run_benchmark(argv)
+
+
+COMMANDS = {"train": train, "sample": sample, "evaluate": evaluate, "audit": audit, "benchmark": benchmark}
 
 
 def main(argv: list[str] | None = None) -> int:

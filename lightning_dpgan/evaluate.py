@@ -11,7 +11,8 @@ Images
 Tables with a class label
   ``utility/{A,B,C}_auroc``, ``..._auprc``, ``..._accuracy``, ``..._f1``: PATE-GAN's settings
   (A train real / test real, B train synthetic / test real, C train and test synthetic) averaged
-  over its 12 classifiers; ``utility/sra``: synthetic ranking agreement of A and C (Eq. 8).
+  over its 12 classifiers (``utility/B_auroc/<classifier>``: each classifier's setting-B AUROC);
+  ``utility/sra``: synthetic ranking agreement of A and C (Eq. 8).
 Tables with a continuous label
   ``utility/real_{mae,r2,explained_variance}`` and ``utility/synthetic_...`` averaged over the
   regressors, and ``utility/difference_...`` (real minus synthetic, as DP-SACTGAN's tables).
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -125,17 +127,28 @@ def _evaluate_images(run_dir: Path, datamodule: Any, n: int | None, cnn_epochs: 
 
 
 def _evaluate_table(run_dir: Path, datamodule: Any, seed: int, figures: dict[str, str]) -> dict[str, Any]:
+    synthetic_path = run_dir / "synthetic.csv"
+    if not synthetic_path.is_file():
+        raise FileNotFoundError(f"{run_dir} has no synthetic.csv")
+
+    def save(figure: Any, title: str, name: str) -> None:
+        figures[title] = _save(figure, run_dir, name)
+
+    return evaluate_table(datamodule, pd.read_csv(synthetic_path), seed, save)
+
+
+def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
+                   save: Callable[[Any, str, str], None] | None = None) -> dict[str, Any]:
+    """The table measures of :func:`evaluate_run` for ``synthetic`` against the datamodule's
+    real splits (also used for tables made elsewhere: the benchmark's peers). ``save(figure,
+    title, file_name)`` keeps the report figures; without it none are drawn."""
     from lightning_dpgan.evaluation.fidelity import correlation_difference, jensen_shannon_per_column, pmse, wasserstein_per_column
     from lightning_dpgan.evaluation.membership import membership_inference
     from lightning_dpgan.evaluation.ranking import synthetic_ranking_agreement
     from lightning_dpgan.evaluation.report import auroc_figure, correlation_figure, marginals_figure
     from lightning_dpgan.evaluation.utility import regression_utility, settings_abc, utility_differences
 
-    synthetic_path = run_dir / "synthetic.csv"
-    if not synthetic_path.is_file():
-        raise FileNotFoundError(f"{run_dir} has no synthetic.csv")
     schema = datamodule.schema
-    synthetic = pd.read_csv(synthetic_path)
     real_train, real_test = datamodule.train_frame, datamodule.test_frame
     results: dict[str, Any] = {"synthetic_records": len(synthetic)}
     if schema.label_kind == "continuous":
@@ -151,10 +164,13 @@ def _evaluate_table(run_dir: Path, datamodule: Any, seed: int, figures: dict[str
         for name, result in settings.items():
             for metric, value in result["average"].items():
                 results[f"utility/{name}_{metric}"] = value
+        for classifier, scores in settings["B"]["per_classifier"].items():  # for subsets (Adult's four)
+            results[f"utility/B_auroc/{classifier}"] = scores["auroc"]
         auroc = {setting: {k: v["auroc"] for k, v in settings[setting]["per_classifier"].items()} for setting in "AC"}
         results["utility/sra"] = synthetic_ranking_agreement(auroc["A"], auroc["C"])
-        figures["Classifiers trained on real vs synthetic data"] = _save(
-            auroc_figure({name: result["per_classifier"] for name, result in settings.items()}), run_dir, "auroc.png")
+        if save is not None:
+            save(auroc_figure({name: result["per_classifier"] for name, result in settings.items()}),
+                 "Classifiers trained on real vs synthetic data", "auroc.png")
     wasserstein = wasserstein_per_column(real_train, synthetic, schema)
     jsd = jensen_shannon_per_column(real_train, synthetic, schema)
     propensity = pmse(real_train, synthetic, schema, seed=seed)
@@ -168,9 +184,9 @@ def _evaluate_table(run_dir: Path, datamodule: Any, seed: int, figures: dict[str
     members, _ = schema.encode(real_train)
     non_members, _ = schema.encode(real_test)
     released, _ = schema.encode(synthetic)
-    figures["Marginals, real vs synthetic"] = _save(marginals_figure(real_train, synthetic, schema), run_dir, "marginals.png")
-    figures["Correlations of the encoded features"] = _save(
-        correlation_figure(members.numpy(), released.numpy()), run_dir, "correlations.png")
+    if save is not None:
+        save(marginals_figure(real_train, synthetic, schema), "Marginals, real vs synthetic", "marginals.png")
+        save(correlation_figure(members.numpy(), released.numpy()), "Correlations of the encoded features", "correlations.png")
     return {**results, **_risk(membership_inference(released, members, non_members, seed=seed))}
 
 

@@ -1,0 +1,129 @@
+"""``python -m lightning_dpgan benchmark --suite {tables,images,speed,peers} [--quick]``.
+
+Runs a suite's grid (:mod:`lightning_dpgan.benchmark.suites`), writes
+``benchmarks/results/<suite>-<date>.json`` and regenerates the generated section of
+``benchmarks/RESULTS.md`` with its plots. Run it from the repository root (the defaults of the
+paths are relative to it). A cell that fails is recorded with its error and the suite goes on;
+the command then exits with status 1. A dataset whose files are neither local nor downloadable
+(Kaggle Credit without network, say) is skipped and named in the results.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from lightning_dpgan.benchmark.results import aggregate, commit, machine, write_results
+from lightning_dpgan.benchmark.runner import Settings, portable, run_cell
+from lightning_dpgan.benchmark.suites import SUITES, Size, suite_size
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m lightning_dpgan benchmark", description=__doc__.split("\n\n")[0])
+    add = parser.add_argument
+    add("--suite", required=True, choices=list(SUITES))
+    add("--quick", action="store_true", help="the small size: a smoke test that finishes in minutes on 2 CPU cores")
+    add("--models", nargs="+", help="replace the suite's models (peers: smartnoise synthesizers)")
+    add("--datasets", nargs="+", help="replace the suite's datasets")
+    add("--epsilons", nargs="+", type=float, help="replace the suite's target epsilons")
+    add("--seeds", nargs="+", type=int, help="replace the suite's seeds")
+    add("--max-steps", type=int, help="training batches per run (default: the size's)")
+    add("--n-synthetic", type=int, help="images: synthetic records for the CNN")
+    add("--cnn-epochs", type=int, help="images: epochs of the evaluation CNN")
+    add("--data-dir", help="folder with the raw data (default: LIGHTNING_DPGAN_DATA_DIR, else download)")
+    add("--accelerator", help="passed to train (cpu, gpu, auto)")
+    add("--out-dir", type=Path, help="where the runs go (default runs/benchmark/<suite>-<time>)")
+    add("--results-dir", type=Path, default=Path("benchmarks/results"))
+    add("--results-md", type=Path, default=Path("benchmarks/RESULTS.md"))
+    add("--reference", type=Path, default=Path("benchmarks/reference.yaml"))
+    add("--peers-venv", type=Path, help="peers: the smartnoise-synth virtualenv (made when missing; "
+                                        "default ~/.cache/lightning-dpgan/peers-venv)")
+    add("--report-only", action="store_true", help="only regenerate RESULTS.md from the newest results files")
+    add("train_args", nargs="*", help="after --: options added to every train command")
+    return parser.parse_args(argv)
+
+
+def chosen_size(args: argparse.Namespace) -> Size:
+    size = suite_size(args.suite, args.quick).with_overrides(
+        models=args.models, datasets=args.datasets, epsilons=args.epsilons, seeds=args.seeds,
+        max_steps=args.max_steps, n_synthetic=args.n_synthetic, cnn_epochs=args.cnn_epochs)
+    return size.with_overrides(train_args=[*size.train_args, *args.train_args])
+
+
+def unavailable_datasets(datasets: tuple[str, ...], data_dir: str | None) -> dict[str, str]:
+    """Datasets whose raw files can be neither found nor downloaded, with the reason."""
+    from lightning_dpgan import registry
+
+    skipped = {}
+    for name in datasets:
+        cls = registry.lookup("dataset", name).load()
+        try:
+            cls(data_dir=data_dir).prepare_data()
+        except Exception as error:  # noqa: BLE001 - any failure to get the data skips the dataset, with its reason
+            skipped[name] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    return skipped
+
+
+def run_grid(size: Size, settings: Settings, skipped: dict[str, str]) -> list[dict[str, Any]]:
+    runs = []
+    cells = [cell for cell in size.cells() if cell.dataset not in skipped]
+    for index, cell in enumerate(cells, 1):
+        print(f"benchmark: [{index}/{len(cells)}] {cell.name}", flush=True)
+        try:
+            runs.append({"status": "ok", **run_cell(cell, size, settings)})
+        except (RuntimeError, OSError) as error:
+            runs.append({"status": "failed", "model": cell.model, "dataset": cell.dataset,
+                         "target_epsilon": cell.epsilon, "seed": cell.seed, "error": str(error)})
+            print(f"benchmark: {cell.name} failed:\n{error}", file=sys.stderr, flush=True)
+    return runs
+
+
+def regenerate(args: argparse.Namespace) -> None:
+    from lightning_dpgan.benchmark.report import generated_section, load_reference, update_results_markdown
+
+    section = generated_section(args.results_dir, load_reference(args.reference), list(SUITES),
+                                relative_to=args.results_md.parent)
+    update_results_markdown(args.results_md, section)
+    print(f"benchmark: updated {args.results_md}")
+
+
+def benchmark(argv: list[str]) -> Path:
+    args = parse_args(argv)
+    if args.report_only:
+        regenerate(args)
+        return args.results_md
+    size = chosen_size(args)
+    started = datetime.now()
+    out_dir = args.out_dir or Path("runs") / "benchmark" / f"{args.suite}-{started:%Y%m%d-%H%M%S}"
+    settings = Settings(out_dir=out_dir, data_dir=args.data_dir, accelerator=args.accelerator,
+                        evaluate=args.suite != "speed")
+    skipped = unavailable_datasets(size.datasets, args.data_dir) if args.suite != "peers" else {}
+    extras: dict[str, Any] = {}
+    if args.suite == "peers":
+        from lightning_dpgan.benchmark.peers import run_peers
+
+        runs, skipped = run_peers(size, settings, args.peers_venv)
+    else:
+        runs = run_grid(size, settings, skipped)
+    if args.suite == "speed":
+        from lightning_dpgan.benchmark.speed import micro_benchmarks
+
+        extras = micro_benchmarks(args.quick, args.data_dir, args.accelerator, out_dir)
+    content = {
+        "suite": args.suite, "size": "quick" if args.quick else "full", "started": started.isoformat(timespec="seconds"),
+        "command": portable(["python", "-m", "lightning_dpgan", "benchmark", *argv], args.data_dir,
+                            str(args.peers_venv) if args.peers_venv else None),
+        "machine": machine(), "commit": commit(), "seeds": list(size.seeds), "skipped": skipped,
+        "runs": runs, "summary": aggregate(runs), "extras": extras,
+    }
+    path = write_results(args.results_dir, args.suite, content)
+    regenerate(args)
+    if any(run.get("status") == "failed" for run in runs):
+        print(f"benchmark: wrote {path}; some runs failed (listed in it and in RESULTS.md)", file=sys.stderr)
+        raise SystemExit(1)
+    return path
+
+
+__all__ = ["benchmark", "chosen_size", "parse_args", "run_grid", "unavailable_datasets"]

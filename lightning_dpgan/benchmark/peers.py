@@ -1,0 +1,132 @@
+"""The peers suite: smartnoise-synth's synthesizers run on the tables protocol.
+
+smartnoise-synth pins ``opacus<0.15``, which cannot live beside this package's Opacus, so it gets
+its own virtualenv (made on first use) and runs ``benchmarks/peers/smartnoise_synth.py`` there.
+The protocol is ours, unchanged:
+
+- the same train split, written from our datamodule (the test split never leaves this process);
+- the same preprocessing budget rule: the public bounds and category sets our schema declares are
+  handed over as declared, so the peer spends nothing estimating them (``preprocessor_epsilon``
+  0) and gets the whole epsilon for training, as our models do;
+- its synthetic table is evaluated here with :func:`lightning_dpgan.evaluate.evaluate_table`, the
+  function that evaluates our runs.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from lightning_dpgan.benchmark.runner import Settings, portable, read_json, run_logged, with_derived_measures
+from lightning_dpgan.benchmark.suites import Cell, Size
+
+SMARTNOISE = "smartnoise-synth==1.0.8"
+SCRIPT = Path("benchmarks") / "peers" / "smartnoise_synth.py"
+DEFAULT_VENV = Path.home() / ".cache" / "lightning-dpgan" / "peers-venv"
+
+
+def ensure_venv(venv: Path, log: Path) -> Path:
+    """The peers' Python, after making their virtualenv if it is missing: this CPU torch first
+    (a bare ``torch`` from the index pulls GBs of CUDA), then smartnoise-synth held to it."""
+    python = venv / "bin" / "python"
+    if python.is_file() and subprocess.run([str(python), "-c", "import snsynth"], capture_output=True).returncode == 0:
+        return python
+    torch_pin = f"torch=={torch.__version__.split('+')[0]}"
+    venv.mkdir(parents=True, exist_ok=True)
+    constraints = venv / "constraints.txt"
+    constraints.write_text(torch_pin + "\n")
+    run_logged([sys.executable, "-m", "venv", str(venv)], log)
+    run_logged([str(python), "-m", "pip", "install", "-q", torch_pin], log)
+    # packaging: imported by smartnoise-synth 1.0.8's GAN synthesizers but not declared by it
+    run_logged([str(python), "-m", "pip", "install", "-q", SMARTNOISE, "packaging", "-c", str(constraints)], log)
+    return python
+
+
+def table_spec(schema: Any) -> dict[str, Any]:
+    """The public facts of ``schema`` a peer may use: bounds, category sets, integer columns."""
+    spec: dict[str, Any] = {"categorical": {}, "continuous": {}, "integer": [], "label": schema.label,
+                            "preprocessor_epsilon": 0.0}
+    for column in schema.columns:
+        if column.is_numeric:
+            spec["continuous"][column.name] = [float(b) for b in column.bounds]
+            if column.kind == "integer":
+                spec["integer"].append(column.name)
+        else:
+            spec["categorical"][column.name] = [c.item() if hasattr(c, "item") else c for c in column.categories]
+    return spec
+
+
+def load_datamodule(dataset: str, data_dir: str | None) -> Any:
+    from lightning_dpgan import registry
+
+    datamodule = registry.lookup("dataset", dataset).load()(data_dir=data_dir)
+    datamodule.prepare_data()
+    datamodule.setup()
+    if getattr(datamodule, "kind", "image") == "image":
+        raise ValueError(f"the peers run on tables; {dataset} holds images")
+    return datamodule
+
+
+def export_split(datamodule: Any, folder: Path) -> tuple[Path, Path]:
+    """The train split and the spec, as the peer script reads them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    schema = datamodule.schema
+    train, spec = folder / "train.csv", folder / "spec.json"
+    datamodule.train_frame[schema.names].to_csv(train, index=False)
+    spec.write_text(json.dumps(table_spec(schema), indent=1))
+    return train, spec
+
+
+def peer_command(python: Path, cell: Cell, train: Path, spec: Path, n: int, size: Size, folder: Path) -> list[str]:
+    command = [str(python), str(SCRIPT), "--synthesizer", cell.model, "--train", str(train), "--spec", str(spec),
+               "--epsilon", f"{cell.epsilon:g}", "--n", str(n), "--seed", str(cell.seed),
+               "--out", str(folder / "synthetic.csv"), "--report", str(folder / "peer.json")]
+    if size.max_steps:  # the peers count epochs, not steps: the quick size's few
+        command += ["--epochs", str(size.max_steps)]
+    return command
+
+
+def run_peers(size: Size, settings: Settings, venv: Path | None) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Every peer cell: fit in the peers' venv, evaluate here. Returns the runs and skipped datasets."""
+    from lightning_dpgan.evaluate import evaluate_table
+
+    python = ensure_venv(venv or DEFAULT_VENV, settings.out_dir / "peers-venv.log")
+    runs, skipped = [], {}
+    for dataset in size.datasets:
+        try:
+            datamodule = load_datamodule(dataset, settings.data_dir)
+        except Exception as error:  # noqa: BLE001 - a dataset that cannot be loaded is skipped, with why
+            skipped[dataset] = f"{type(error).__name__}: {error}"
+            continue
+        train, spec = export_split(datamodule, settings.out_dir / f"{dataset}-split")
+        for cell in (c for c in size.cells() if c.dataset == dataset):
+            folder = settings.out_dir / f"smartnoise-{cell.name}"
+            command = peer_command(python, cell, train, spec, len(datamodule.train_frame), size, folder)
+            print(f"benchmark: smartnoise {cell.name}", flush=True)
+            try:
+                seconds = run_logged(command, folder / "peer.log")
+                synthetic = pd.read_csv(folder / "synthetic.csv")
+                measures = with_derived_measures(evaluate_table(datamodule, synthetic, seed=cell.seed))
+            except (RuntimeError, OSError, ValueError) as error:
+                runs.append({"status": "failed", "model": cell.model, "dataset": dataset, "target_epsilon": cell.epsilon,
+                             "seed": cell.seed, "error": str(error)})
+                continue
+            report = read_json(folder / "peer.json")
+            runs.append({
+                "status": "ok", "model": cell.model, "dataset": dataset, "target_epsilon": cell.epsilon, "seed": cell.seed,
+                "epsilon": report.get("epsilon"), "delta": report.get("delta"), "steps": None,
+                "train_seconds": seconds, "fit_seconds": report.get("fit_seconds"),
+                "measures": {key: value for key, value in measures.items() if not isinstance(value, dict)},
+                "commands": [portable([word.replace(str(python), "PEERS_VENV/bin/python") for word in command],
+                                      settings.data_dir)],
+                "run_dir": str(folder), "peer": report,
+            })
+    return runs, skipped
+
+
+__all__ = ["DEFAULT_VENV", "ensure_venv", "export_split", "peer_command", "run_peers", "table_spec"]

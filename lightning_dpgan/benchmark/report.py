@@ -1,0 +1,231 @@
+"""``benchmarks/RESULTS.md``'s generated section and its plots, from the newest results file of
+each suite.
+
+Only the part between ``<!-- benchmark:begin -->`` and ``<!-- benchmark:end -->`` is rewritten;
+the hand-written analysis around it stays. Every figure printed comes from a results file, and
+the papers' figures come from ``benchmarks/reference.yaml`` (never copied here): drawn on a plot
+only where they were measured the same way (same dataset, measure and epsilon).
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lightning_dpgan.benchmark.results import latest_results
+
+BEGIN, END = "<!-- benchmark:begin -->", "<!-- benchmark:end -->"
+
+#: the measures a suite's table shows, in order (a column is left out when no row has it)
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "tables": ("utility/B_auroc", "utility/B_auroc_four", "utility/B_auprc", "utility/sra", "utility/difference_r2",
+               "utility/synthetic_r2", "fidelity/wasserstein_mean", "fidelity/jsd_mean",
+               "fidelity/correlation_difference", "fidelity/pmse", "privacy_risk/mia_auc"),
+    "images": ("utility/cnn_accuracy", "privacy_risk/mia_auc"),
+    "speed": (),
+    "peers": ("utility/B_auroc", "utility/B_auroc_four", "fidelity/pmse", "fidelity/jsd_mean"),
+}
+
+#: the measure plotted against epsilon for a dataset: the first of these that the results hold
+HEADLINE = ("utility/cnn_accuracy", "utility/B_auroc", "utility/difference_r2")
+
+
+def load_reference(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text()) if path.is_file() else {}
+
+
+def fmt(summary: dict[str, Any] | None, digits: int = 3) -> str:
+    """``mean ± std (n)``; a single seed shows its value and ``(1)``: no spread was measured."""
+    if not summary or summary.get("mean") is None:
+        return "–"
+    text = f"{summary['mean']:.{digits}f}"
+    if summary.get("std") is not None:
+        text += f" ± {summary['std']:.{digits}f}"
+    return f"{text} ({summary['n']})"
+
+
+def _epsilon(value: float | None) -> str:
+    return "∞" if value is None else f"{value:g}"
+
+
+def _header(result: dict[str, Any]) -> list[str]:
+    machine, sha = result["machine"], result["commit"]
+    where = machine.get("gpu") or f"{machine['cpu_count']} CPU cores ({machine['processor']})"
+    dirty = " with uncommitted changes" if sha.get("dirty") else ""
+    lines = [f"`{result['file']}`: size **{result['size']}**, {result['started']}, {where}, torch {machine['torch']}, "
+             f"commit `{(sha.get('sha') or 'unknown')[:10]}`{dirty}.",
+             f"Command: `{result['command']}`."]
+    if result["size"] == "quick":
+        lines.append("Quick size: a smoke test of the harness (few steps, one seed); its figures say nothing of the models.")
+    if result.get("skipped"):
+        lines += [f"Skipped: {name}: {why}" for name, why in result["skipped"].items()]
+    failed = [run for run in result["runs"] if run.get("status") == "failed"]
+    lines += [f"Failed: {run['model']} / {run['dataset']} / ε={_epsilon(run['target_epsilon'])} / seed {run['seed']}: "
+              f"`{_last_line(run['error'])}`" for run in failed]
+    return lines
+
+
+def _last_line(text: str) -> str:
+    """The line that says why: a failed command's log ends with its error."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def measure_table(result: dict[str, Any]) -> list[str]:
+    rows = result["summary"]
+    columns = [c for c in COLUMNS.get(result["suite"], ()) if any(c in row["measures"] for row in rows)]
+    head = ["model", "dataset", "target ε", "spent ε", "steps", "train s", "fit s", *columns]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in sorted(rows, key=lambda r: (r["dataset"], r["model"], r["target_epsilon"] or math.inf)):
+        cells = [row["model"], row["dataset"], _epsilon(row["target_epsilon"]), fmt(row["epsilon"]),
+                 fmt(row["steps"], 0), fmt(row["train_seconds"], 0), fmt(row["fit_seconds"], 0),
+                 *(fmt(row["measures"].get(c)) for c in columns)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def goal_lines(results: list[dict[str, Any]], reference: dict[str, Any]) -> list[str]:
+    """Where each goal of ``reference.yaml`` stands: the best model's mean in the newest results."""
+    lines = ["| goal | best measured | model | seeds | met |", "|---|---|---|---|---|"]
+    for goal in reference.get("goals", []):
+        target = goal.get("at_least", goal.get("at_most"))
+        better = max if "at_least" in goal else min
+        found = [(row["measures"][goal["measure"]], row["model"])
+                 for result in results for row in result["summary"]
+                 if row["dataset"] == goal["dataset"] and row["target_epsilon"] == goal["epsilon"]
+                 and row["measures"].get(goal["measure"], {}).get("mean") is not None
+                 and result["size"] == "full"]
+        sign = "≥" if "at_least" in goal else "≤"
+        name = f"{goal['dataset']} ε={goal['epsilon']:g} {goal['measure']} {sign} {target}"
+        if not found:
+            lines.append(f"| {name} | not measured at full size | | | |")
+            continue
+        summary, model = better(found, key=lambda item: item[0]["mean"])
+        met = summary["mean"] >= target if "at_least" in goal else summary["mean"] <= target
+        lines.append(f"| {name} | {fmt(summary)} | {model} | {summary['n']} | {'yes' if met else 'no'} |")
+    return lines
+
+
+def peer_comparison(peers: dict[str, Any], tables: dict[str, Any] | None) -> list[str]:
+    """Each peer next to our model of the same name (same dataset and epsilon, newest tables
+    results): utility as ours / peer, wall time as peer / ours (above 1: ours is faster)."""
+    if tables is None:
+        return ["No tables results to compare the peers with.", ""]
+    ours = {(r["model"], r["dataset"], r["target_epsilon"]): r for r in tables["summary"]}
+    measure = "utility/B_auroc"
+    lines = [f"Against ours (`{tables['file']}`, size {tables['size']}):", "",
+             "| synthesizer | dataset | ε | peer AUROC | our AUROC | ours / peer | peer s | our s | peer / ours (time) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in peers["summary"]:
+        mine = ours.get((row["model"], row["dataset"], row["target_epsilon"]))
+        if mine is None:
+            continue
+        peer_value, our_value = row["measures"].get(measure, {}).get("mean"), mine["measures"].get(measure, {}).get("mean")
+        peer_time, our_time = row["train_seconds"]["mean"], mine["train_seconds"]["mean"]
+        utility = f"{our_value / peer_value:.2f}" if peer_value and our_value else "–"
+        speed = f"{peer_time / our_time:.2f}" if peer_time and our_time else "–"
+        lines.append(f"| {row['model']} | {row['dataset']} | {_epsilon(row['target_epsilon'])} | "
+                     f"{fmt(row['measures'].get(measure))} | {fmt(mine['measures'].get(measure))} | {utility} | "
+                     f"{fmt(row['train_seconds'], 0)} | {fmt(mine['train_seconds'], 0)} | {speed} |")
+    return [*lines, ""]
+
+
+def markers_for(reference: dict[str, Any], dataset: str, measure: str) -> list[dict[str, Any]]:
+    """The papers' figures measured like ours on ``dataset`` (drawn as stars on its plot)."""
+    return [m for m in reference.get("markers", []) if m["dataset"] == dataset and m["measure"] == measure]
+
+
+def plot_suite(result: dict[str, Any], reference: dict[str, Any], plots_dir: Path) -> list[Path]:
+    """Utility vs epsilon per dataset (papers' figures as markers); for speed, training time bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    stem = Path(result["file"]).stem
+    paths = []
+    if result["suite"] == "speed":
+        rows = [row for row in result["summary"] if row["fit_seconds"]["mean"] is not None]
+        if rows:
+            figure, axes = plt.subplots(figsize=(6, 3))
+            axes.barh([f"{r['model']} ({r['dataset']})" for r in rows], [r["fit_seconds"]["mean"] for r in rows])
+            axes.set_xlabel("training wall time (s)")
+            paths.append(_save(figure, plots_dir / f"{stem}.png"))
+        return paths
+    by_dataset: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in result["summary"]:
+        if row["target_epsilon"] is not None:
+            by_dataset[row["dataset"]].append(row)
+    for dataset, rows in sorted(by_dataset.items()):
+        measure = next((m for m in HEADLINE if any(m in row["measures"] for row in rows)), None)
+        if measure is None:
+            continue
+        figure, axes = plt.subplots(figsize=(5, 3.5))
+        for model in sorted({row["model"] for row in rows}):
+            points = sorted((row["target_epsilon"], row["measures"].get(measure, {})) for row in rows if row["model"] == model)
+            points = [(eps, s) for eps, s in points if s.get("mean") is not None]
+            axes.errorbar([eps for eps, _ in points], [s["mean"] for _, s in points],
+                          yerr=[s["std"] or 0 for _, s in points], marker="o", capsize=3, label=model)
+        for marker in markers_for(reference, dataset, measure):
+            axes.scatter([marker["epsilon"]], [marker["value"]], marker="*", s=90, label=marker["label"], zorder=3)
+        axes.set_xscale("log")
+        axes.set_xlabel("target ε (δ = 1e-5)")
+        axes.set_ylabel(measure)
+        axes.set_title(f"{result['suite']}: {dataset}")
+        axes.legend(fontsize=7)
+        paths.append(_save(figure, plots_dir / f"{stem}-{dataset}.png"))
+    return paths
+
+
+def _save(figure: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def generated_section(results_dir: Path, reference: dict[str, Any], suites: list[str], relative_to: Path) -> str:
+    """The Markdown of the generated section (plots written under ``results_dir/plots``)."""
+    lines = [BEGIN, "## Benchmark harness results", "",
+             "Generated by `python -m lightning_dpgan benchmark` from the newest file of each suite in "
+             "`benchmarks/results/`; mean ± sample std over seeds, the number of seeds in brackets. "
+             "Paper figures come from `benchmarks/reference.yaml`.", ""]
+    found = []
+    for suite in suites:
+        result = latest_results(results_dir, suite)
+        if result is None:
+            continue
+        found.append(result)
+        lines += [f"### {suite}", "", *_header(result), "", *measure_table(result), ""]
+        lines += [line for extra in result.get("extras", {}).values() for line in extra.get("markdown", [])]
+        if suite == "peers":
+            lines += peer_comparison(result, latest_results(results_dir, "tables"))
+        for path in plot_suite(result, reference, results_dir / "plots"):
+            lines += [f"![{path.stem}]({path.relative_to(relative_to).as_posix()})", ""]
+    if not found:
+        lines += ["No results yet.", ""]
+    lines += ["### Goals", "", *goal_lines(found, reference), "", END]
+    return "\n".join(lines)
+
+
+def update_results_markdown(markdown: Path, section: str) -> None:
+    """Replace the generated section of ``markdown`` (or add it after the title)."""
+    text = markdown.read_text() if markdown.is_file() else "# Results\n"
+    if BEGIN in text and END in text:
+        before, rest = text.split(BEGIN, 1)
+        after = rest.split(END, 1)[1]
+        text = before + section + after
+    else:
+        title, _, body = text.partition("\n")
+        text = f"{title}\n\n{section}\n{body}"
+    markdown.write_text(text)
+
+
+__all__ = ["BEGIN", "END", "generated_section", "goal_lines", "load_reference", "markers_for", "measure_table", "peer_comparison", "plot_suite",
+           "update_results_markdown"]

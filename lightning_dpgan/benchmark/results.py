@@ -1,0 +1,111 @@
+"""The results file of a suite: ``<results-dir>/<suite>-<date>.json``.
+
+It holds everything needed to trust and rerun a figure: the machine, the commit (and whether the
+tree had uncommitted changes), the exact commands, the seeds, every run's measures, and their
+summary over seeds (mean, sample standard deviation, number of seeds). A second run on the same
+day gets ``-2``, ``-3``, ... rather than replacing the first.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+from collections import defaultdict
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lightning_dpgan.outputs import write_json
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
+        "cpu_count": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def commit(repo: Path | None = None) -> dict[str, Any]:
+    """The checked-out commit and whether tracked files differ from it (None outside a git tree)."""
+    def git(*args: str) -> str | None:
+        try:
+            return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return None
+
+    head = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"sha": head, "dirty": bool(status) if status is not None else None}
+
+
+def summarize(values: list[float | None]) -> dict[str, Any]:
+    """Mean and sample standard deviation over the seeds that produced a number."""
+    finite = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(float(v))]
+    return {
+        "mean": statistics.fmean(finite) if finite else None,
+        "std": statistics.stdev(finite) if len(finite) > 1 else None,
+        "n": len(finite),
+    }
+
+
+SUMMARIZED = ("epsilon", "steps", "train_seconds", "fit_seconds")
+
+
+def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (model, dataset, target epsilon): every measure summarized over its seeds."""
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for run in runs:
+        if run.get("status", "ok") == "ok":
+            groups[(run["model"], run["dataset"], run["target_epsilon"])].append(run)
+    rows = []
+    for (model, dataset, target), members in groups.items():
+        keys = sorted({key for run in members for key, value in run["measures"].items() if _is_number(value)})
+        row = {"model": model, "dataset": dataset, "target_epsilon": target, "seeds": [run["seed"] for run in members]}
+        row.update({key: summarize([run.get(key) for run in members]) for key in SUMMARIZED})
+        row["measures"] = {key: summarize([run["measures"].get(key) for run in members]) for key in keys}
+        rows.append(row)
+    return rows
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def results_path(results_dir: Path, suite: str, day: date | None = None) -> Path:
+    """``<suite>-<date>.json``, or the first free ``-N`` variant: an earlier file is never replaced."""
+    stem = f"{suite}-{(day or date.today()).isoformat()}"
+    path, number = results_dir / f"{stem}.json", 2
+    while path.exists():
+        path, number = results_dir / f"{stem}-{number}.json", number + 1
+    return path
+
+
+def write_results(results_dir: Path, suite: str, content: dict[str, Any]) -> Path:
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_path(results_dir, suite)
+    write_json(path, content)
+    return path
+
+
+def latest_results(results_dir: Path, suite: str) -> dict[str, Any] | None:
+    """The newest results file of ``suite`` (by the date in its name, then its ``-N``)."""
+    def order(path: Path) -> tuple[str, int]:
+        parts = path.stem[len(suite) + 1:].split("-")
+        return "-".join(parts[:3]), int(parts[3]) if len(parts) > 3 else 1
+
+    files = [p for p in results_dir.glob(f"{suite}-*.json") if p.stem[len(suite) + 1:][:4].isdigit()]
+    if not files:
+        return None
+    newest = max(files, key=order)
+    return {**json.loads(newest.read_text()), "file": newest.name}
+
+
+__all__ = ["aggregate", "commit", "latest_results", "machine", "results_path", "summarize", "write_results"]

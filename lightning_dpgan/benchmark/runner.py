@@ -1,0 +1,119 @@
+"""Run one cell of a suite: ``train`` then ``evaluate``, each in its own process, and read back
+what they wrote (``privacy.json``, ``metrics.json``, ``evaluation.json``).
+
+Separate processes keep every run's random state, threads and memory its own, and the commands
+recorded with the results are exactly the ones a reader can paste to rerun a figure.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lightning_dpgan.benchmark.suites import DELTA, Cell, Size
+
+
+@dataclass
+class Settings:
+    """Where and how the cells run (the same for every cell of one invocation)."""
+
+    out_dir: Path
+    data_dir: str | None = None
+    accelerator: str | None = None
+    evaluate: bool = True
+    log_dir: Path | None = None  # each process's output goes to <log_dir>/<cell>.log (default: out_dir)
+
+
+def train_command(cell: Cell, size: Size, settings: Settings) -> list[str]:
+    command = [sys.executable, "-m", "lightning_dpgan", "train", "--model", cell.model, "--dataset", cell.dataset,
+               "--seed", str(cell.seed), "--output-dir", str(settings.out_dir / cell.name),
+               "--trainer.enable_progress_bar", "false"]
+    if cell.epsilon is not None:
+        command += ["--epsilon", f"{cell.epsilon:g}", "--delta", f"{DELTA:g}"]
+    if settings.data_dir:
+        command += ["--data-dir", settings.data_dir]
+    if size.max_steps:
+        command += ["--max-steps", str(size.max_steps)]
+    if settings.accelerator:
+        command += ["--accelerator", settings.accelerator]
+    return command + list(size.train_args)
+
+
+def evaluate_command(cell: Cell, size: Size, settings: Settings) -> list[str]:
+    command = [sys.executable, "-m", "lightning_dpgan", "evaluate", "--run", str(settings.out_dir / cell.name),
+               "--seed", str(cell.seed), "--cnn-epochs", str(size.cnn_epochs)]
+    if size.n_synthetic:
+        command += ["-n", str(size.n_synthetic)]
+    if settings.accelerator in ("gpu", "cuda"):
+        command += ["--device", "cuda"]
+    return command
+
+
+def portable(command: list[str], data_dir: str | None = None, peers_venv: str | None = None) -> str:
+    """``command`` as recorded in results: ``python`` for this interpreter, ``DATA_DIR`` for the
+    data folder and ``PEERS_VENV`` for the peers' virtualenv, so a results file names no path of
+    the machine it ran on."""
+    names = {sys.executable: "python", data_dir: "DATA_DIR", peers_venv: "PEERS_VENV"}
+    return shlex.join([names.get(word, word) if word else word for word in command])
+
+
+def run_logged(command: list[str], log: Path) -> float:
+    """Run ``command`` with its output in ``log``; return its wall time. A failure raises with
+    the end of the log, so the reason is on screen and the whole of it is kept."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with log.open("a") as handle:
+        handle.write(f"$ {shlex.join(command)}\n")
+        handle.flush()
+        result = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT)
+    seconds = time.perf_counter() - started
+    if result.returncode != 0:
+        tail = "\n".join(log.read_text().splitlines()[-15:])
+        raise RuntimeError(f"{shlex.join(command)} failed (exit {result.returncode}); end of {log}:\n{tail}")
+    return seconds
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+#: the four classifiers of the Adult goal (average AUROC trained on synthetic, tested on real)
+FOUR_CLASSIFIERS = ("logistic_regression", "random_forest", "gradient_boosting", "mlp")
+
+
+def with_derived_measures(measures: dict[str, Any]) -> dict[str, Any]:
+    """``utility/B_auroc_four``: the setting-B AUROC averaged over :data:`FOUR_CLASSIFIERS`."""
+    four = [measures.get(f"utility/B_auroc/{name}") for name in FOUR_CLASSIFIERS]
+    if all(isinstance(value, (int, float)) for value in four):
+        return {**measures, "utility/B_auroc_four": sum(four) / len(four)}
+    return measures
+
+
+def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
+    """Train and evaluate ``cell``; return its record for the results file."""
+    run_dir = settings.out_dir / cell.name
+    log = (settings.log_dir or settings.out_dir) / f"{cell.name}.log"
+    commands = [train_command(cell, size, settings)]
+    train_seconds = run_logged(commands[0], log)
+    if settings.evaluate:
+        commands.append(evaluate_command(cell, size, settings))
+        run_logged(commands[1], log)
+    privacy, metrics = read_json(run_dir / "privacy.json"), read_json(run_dir / "metrics.json")
+    return {
+        "model": cell.model, "dataset": cell.dataset, "target_epsilon": cell.epsilon, "seed": cell.seed,
+        "epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"),
+        "steps": metrics.get("steps", privacy.get("steps")),
+        "train_seconds": train_seconds, "fit_seconds": metrics.get("wall_time_s"),
+        "measures": with_derived_measures(read_json(run_dir / "evaluation.json")) if settings.evaluate else {},
+        "commands": [portable(command, settings.data_dir) for command in commands],
+        "run_dir": str(run_dir),
+    }
+
+
+__all__ = ["FOUR_CLASSIFIERS", "Settings", "evaluate_command", "portable", "read_json", "run_cell", "run_logged", "train_command",
+           "with_derived_measures"]

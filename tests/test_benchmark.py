@@ -1,0 +1,231 @@
+"""The benchmark harness: grids, results files, the generated RESULTS.md section, peers' inputs."""
+from __future__ import annotations
+
+import json
+import statistics
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from lightning_dpgan.benchmark import report, results
+from lightning_dpgan.benchmark.cli import benchmark, chosen_size, parse_args, unavailable_datasets
+from lightning_dpgan.benchmark.peers import export_split, load_datamodule, peer_command, table_spec
+from lightning_dpgan.benchmark.runner import Settings, train_command, with_derived_measures
+from lightning_dpgan.benchmark.suites import SUITES, Cell, suite_size
+
+REPO = Path(__file__).resolve().parents[1]
+ADULT = REPO / "tests" / "fixtures" / "adult_tiny"
+REFERENCE = REPO / "benchmarks" / "reference.yaml"
+
+
+# ------------------------------------------------------------------------ grids
+def test_every_suite_has_a_quick_size_smaller_than_its_full_one():
+    for suite, sizes in SUITES.items():
+        quick, full = sizes["quick"], sizes["full"]
+        assert len(quick.cells()) < len(full.cells()), suite
+        assert len(full.seeds) >= 3, suite  # quoted figures are means over at least three seeds
+
+
+def test_command_line_overrides_replace_the_grid_and_reach_train():
+    args = parse_args(["--suite", "tables", "--quick", "--models", "dpctgan", "--seeds", "3", "4",
+                       "--epsilons", "0.5", "--", "--batch-size", "8"])
+    size = chosen_size(args)
+    assert [c.name for c in size.cells()] == ["dpctgan_adult_eps0.5_seed3", "dpctgan_adult_eps0.5_seed4"]
+    command = train_command(size.cells()[1], size, Settings(out_dir=Path("out"), data_dir="DATA"))
+    joined = " ".join(command)
+    assert "--seed 4" in joined and "--epsilon 0.5 --delta 1e-05" in joined and "--data-dir DATA" in joined
+    assert f"--max-steps {suite_size('tables', True).max_steps}" in joined
+    assert command[-2:] == ["--batch-size", "8"]
+
+
+def test_a_non_private_cell_gets_no_budget():
+    size = suite_size("tables", quick=True)
+    command = train_command(Cell("gan", "adult", None, 0), size, Settings(out_dir=Path("out")))
+    assert "--epsilon" not in command and Cell("gan", "adult", None, 0).name == "gan_adult_epsinf_seed0"
+
+
+def test_the_four_classifier_average_of_the_adult_goal():
+    measures = {f"utility/B_auroc/{name}": value for name, value in
+                [("logistic_regression", 0.9), ("random_forest", 0.8), ("gradient_boosting", 0.7), ("mlp", 0.6),
+                 ("gaussian_nb", 0.0)]}
+    assert with_derived_measures(measures)["utility/B_auroc_four"] == pytest.approx(0.75)
+    assert "utility/B_auroc_four" not in with_derived_measures({"utility/B_auroc/mlp": 0.6})
+
+
+# ---------------------------------------------------------------------- results
+def run(model: str, seed: int, auroc: float | None, epsilon: float = 1.0, status: str = "ok") -> dict:
+    return {"status": status, "model": model, "dataset": "adult", "target_epsilon": epsilon, "seed": seed,
+            "epsilon": 0.9, "steps": 10, "train_seconds": 5.0 + seed, "fit_seconds": 4.0,
+            "measures": {"utility/B_auroc": auroc, "note": "text"}}
+
+
+def test_summaries_are_mean_and_sample_std_over_the_seeds_that_produced_a_number():
+    summary = results.summarize([0.6, 0.7, 0.9, None, float("nan")])
+    assert summary["mean"] == pytest.approx(statistics.fmean([0.6, 0.7, 0.9]))
+    assert summary["std"] == pytest.approx(statistics.stdev([0.6, 0.7, 0.9]))
+    assert summary["n"] == 3
+    assert results.summarize([0.5]) == {"mean": 0.5, "std": None, "n": 1}
+
+
+def test_aggregate_groups_repeats_and_leaves_failed_runs_out():
+    runs = [run("a", 0, 0.6), run("a", 1, 0.8), run("a", 2, 0.1, status="failed"), run("b", 0, 0.5, epsilon=10.0)]
+    rows = {(r["model"], r["target_epsilon"]): r for r in results.aggregate(runs)}
+    assert rows[("a", 1.0)]["seeds"] == [0, 1]
+    assert rows[("a", 1.0)]["measures"]["utility/B_auroc"]["mean"] == pytest.approx(0.7)
+    assert rows[("a", 1.0)]["train_seconds"]["mean"] == pytest.approx(5.5)
+    assert "note" not in rows[("a", 1.0)]["measures"]
+    assert rows[("b", 10.0)]["measures"]["utility/B_auroc"] == {"mean": 0.5, "std": None, "n": 1}
+
+
+def test_a_second_run_on_the_same_day_never_replaces_the_first(tmp_path):
+    first = results.write_results(tmp_path, "tables", {"n": 1})
+    second = results.write_results(tmp_path, "tables", {"n": 2})
+    assert first != second and json.loads(first.read_text()) == {"n": 1}
+    assert results.latest_results(tmp_path, "tables")["n"] == 2
+    older = results.results_path(tmp_path, "tables", date(2020, 1, 1))
+    older.write_text(json.dumps({"n": 0}))
+    assert results.latest_results(tmp_path, "tables")["n"] == 2  # the date orders, not the file's age
+    assert results.latest_results(tmp_path, "images") is None
+
+
+# ----------------------------------------------------------------------- report
+def result_file(suite: str, size: str, runs: list[dict]) -> dict:
+    return {"suite": suite, "size": size, "file": f"{suite}-2026-01-01.json", "started": "2026-01-01T00:00:00",
+            "command": "python -m lightning_dpgan benchmark", "machine": results.machine(),
+            "commit": {"sha": "abc", "dirty": False}, "runs": runs, "summary": results.aggregate(runs), "skipped": {}}
+
+
+def test_the_generated_section_replaces_only_itself(tmp_path):
+    markdown = tmp_path / "RESULTS.md"
+    markdown.write_text(f"# Results\n\nHand-written analysis.\n\n{report.BEGIN}\nold figures\n{report.END}\n\nMore prose.\n")
+    report.update_results_markdown(markdown, f"{report.BEGIN}\nnew figures\n{report.END}")
+    text = markdown.read_text()
+    assert "Hand-written analysis." in text and "More prose." in text
+    assert "new figures" in text and "old figures" not in text
+    fresh = tmp_path / "NEW.md"
+    fresh.write_text("# Title\nbody\n")
+    report.update_results_markdown(fresh, f"{report.BEGIN}\nx\n{report.END}")
+    assert fresh.read_text().startswith("# Title\n") and "body" in fresh.read_text()
+
+
+def test_goals_count_only_full_size_results_and_say_whether_they_are_met():
+    reference = {"goals": [{"dataset": "adult", "measure": "utility/B_auroc", "epsilon": 1.0, "at_least": 0.75},
+                           {"dataset": "adult", "measure": "utility/B_auroc", "epsilon": 1.0, "at_least": 0.9}]}
+    runs = [run("a", s, v) for s, v in enumerate([0.7, 0.8, 0.9])] + [run("b", 0, 0.5)]
+    lines = report.goal_lines([result_file("tables", "full", runs)], reference)
+    assert "| 0.800 ± 0.100 (3) | a | 3 | yes |" in lines[2]
+    assert lines[3].endswith("| no |")
+    quick = report.goal_lines([result_file("tables", "quick", runs)], reference)
+    assert "not measured at full size" in quick[2]
+
+
+def test_plots_carry_the_papers_figures_measured_the_same_way(tmp_path):
+    reference = report.load_reference(REFERENCE)
+    stars = report.markers_for(reference, "mnist", "utility/cnn_accuracy")
+    assert {(m["epsilon"], m["value"]) for m in stars} >= {(10, 0.8092), (1, 0.5631)}  # G-PATE Table 2
+    assert report.markers_for(reference, "adult", "utility/B_auroc") == []  # no paper measured Adult this way
+    runs = [{**run("gpate", s, None), "dataset": "mnist", "measures": {"utility/cnn_accuracy": 0.5 + s / 10}}
+            for s in range(2)]
+    (path,) = report.plot_suite(result_file("images", "full", runs), reference, tmp_path)
+    assert path.name == "images-2026-01-01-mnist.png" and path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_peers_are_compared_with_our_model_of_the_same_name():
+    ours = result_file("tables", "full", [run("pategan", 0, 0.8)])
+    peers = result_file("peers", "full", [{**run("pategan", 0, 0.4), "train_seconds": 20.0}, run("mst", 0, 0.7)])
+    lines = report.peer_comparison(peers, ours)
+    (row,) = [line for line in lines if line.startswith("| pategan")]
+    assert "| 2.00 |" in row  # utility: ours 0.8 / peer 0.4
+    assert row.endswith("| 4.00 |")  # time: peer 20 s / ours 5 s
+    assert not any(line.startswith("| mst") for line in lines)  # no model of ours by that name
+
+
+# ------------------------------------------------------------------------ peers
+def test_peers_get_the_public_schema_and_the_train_split_alone(tmp_path):
+    datamodule = load_datamodule("adult", str(ADULT))
+    train, spec_path = export_split(datamodule, tmp_path)
+    spec = json.loads(spec_path.read_text())
+    schema = datamodule.schema
+    assert spec["preprocessor_epsilon"] == 0.0
+    assert spec["label"] == schema.label
+    for column in schema.columns:
+        if column.is_numeric:
+            assert spec["continuous"][column.name] == list(column.bounds)
+        else:
+            assert spec["categorical"][column.name] == list(column.categories)
+    exported = train.read_text().splitlines()
+    assert exported[0].split(",") == schema.names
+    assert len(exported) - 1 == len(datamodule.train_frame) < len(datamodule.train_frame) + len(datamodule.test_frame)
+    cell = Cell("mst", "adult", 1.0, 2)
+    command = peer_command(Path("python"), cell, train, spec_path, 36, suite_size("peers", True), tmp_path)
+    assert command[command.index("--seed") + 1] == "2" and command[command.index("--epochs") + 1] == "2"
+
+
+def test_a_dataset_that_cannot_be_fetched_is_named_with_its_reason(tmp_path, monkeypatch):
+    from lightning_dpgan.datamodules import kaggle_credit
+
+    def offline(*args, **kwargs):
+        raise OSError("no network")
+
+    monkeypatch.setattr(kaggle_credit.KaggleCreditDataModule, "prepare_data", offline)
+    skipped = unavailable_datasets(("adult", "kaggle-credit"), str(ADULT))
+    assert list(skipped) == ["kaggle-credit"] and "no network" in skipped["kaggle-credit"]
+
+
+# ------------------------------------------------------------------ end to end
+def test_a_suite_records_every_run_keeps_going_past_a_failure_and_regenerates_results(tmp_path, capsys):
+    """Two seeds of a model that trains on the tiny table, and a model that fails: the failure
+    is recorded with its reason, the rest is summarized, RESULTS.md gets the table and the
+    plot, and the command exits with status 1."""
+    markdown = tmp_path / "RESULTS.md"
+    markdown.write_text("# Results\n\nKept.\n")
+    argv = ["--suite", "tables", "--quick", "--models", "dpctgan", "nosuchmodel", "--seeds", "0", "1",
+            "--max-steps", "2", "--data-dir", str(ADULT), "--out-dir", str(tmp_path / "runs"),
+            "--results-dir", str(tmp_path / "results"), "--results-md", str(markdown), "--", "--batch-size", "8"]
+    with pytest.raises(SystemExit) as exit_info:
+        benchmark(argv)
+    assert exit_info.value.code == 1
+    (path,) = (tmp_path / "results").glob("tables-*.json")
+    content = json.loads(path.read_text())
+    ok = [r for r in content["runs"] if r["status"] == "ok"]
+    failed = [r for r in content["runs"] if r["status"] == "failed"]
+    assert [r["seed"] for r in ok] == [0, 1] and {r["model"] for r in ok} == {"dpctgan"}
+    assert len(failed) == 2 and all("unknown model 'nosuchmodel'" in r["error"] for r in failed)
+    assert all(0 < r["epsilon"] <= 1 and r["steps"] == 2 for r in ok)
+    assert "--seed 1" in ok[1]["commands"][0] and "evaluate" in ok[1]["commands"][1]
+    # commands name no path of this machine: the interpreter is `python`, the data folder DATA_DIR
+    assert ok[1]["commands"][0].startswith("python -m lightning_dpgan train") and "--data-dir DATA_DIR" in ok[1]["commands"][0]
+    assert str(ADULT) not in json.dumps(content["command"]) and "--data-dir DATA_DIR" in content["command"]
+    (row,) = content["summary"]
+    assert row["measures"]["utility/B_auroc"]["n"] == 2
+    assert row["measures"]["utility/B_auroc"]["mean"] == pytest.approx(
+        statistics.fmean(r["measures"]["utility/B_auroc"] for r in ok))
+    assert content["commit"]["sha"] and content["seeds"] == [0, 1] and content["machine"]["cpu_count"]
+    text = markdown.read_text()
+    assert "Kept." in text and "| dpctgan | adult | 1 |" in text and "unknown model" in text
+    assert (tmp_path / "results" / "plots" / f"{path.stem}-adult.png").is_file()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda frame: frame.assign(workclass="Never-declared"), "Never-declared"),
+    (lambda frame: frame.assign(age=float("nan")), "NaN"),
+    (lambda frame: frame.drop(columns=["age"]), "age"),
+], ids=["undeclared-category", "nan", "missing-column"])
+def test_the_peer_script_refuses_bad_input_before_fitting(tmp_path, change, message):
+    """Checked before smartnoise is imported (this environment has none): the train split must
+    match the declared schema, with no value outside it."""
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    datamodule = load_datamodule("adult", str(ADULT))
+    train, spec = export_split(datamodule, tmp_path)
+    change(pd.read_csv(train)).to_csv(train, index=False)
+    command = [sys.executable, str(REPO / "benchmarks" / "peers" / "smartnoise_synth.py"), "--synthesizer", "mst",
+               "--train", str(train), "--spec", str(spec), "--epsilon", "1", "--n", "5", "--seed", "0",
+               "--out", str(tmp_path / "out.csv")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert not (tmp_path / "out.csv").exists()
