@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 from datetime import date
 from pathlib import Path
 
@@ -131,14 +132,54 @@ def test_plots_carry_the_papers_figures_measured_the_same_way(tmp_path):
     assert path.name == "images-2026-01-01-mnist.png" and path.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_peers_are_compared_with_our_model_of_the_same_name():
-    ours = result_file("tables", "full", [run("pategan", 0, 0.8)])
-    peers = result_file("peers", "full", [{**run("pategan", 0, 0.4), "train_seconds": 20.0}, run("mst", 0, 0.7)])
+def test_peers_are_compared_with_our_model_of_the_same_name_else_our_best():
+    ours = result_file("tables", "full", [run("pategan", 0, 0.8), run("dpctgan", 0, 0.85)])
+    peers = result_file("peers", "full", [{**run("pategan", 0, 0.4), "train_seconds": 20.0}, run("mst", 0, 0.7),
+                                          {**run("mwem", 0, 0.6), "target_epsilon": 10.0}])
     lines = report.peer_comparison(peers, ours)
-    (row,) = [line for line in lines if line.startswith("| pategan")]
-    assert "| 2.00 |" in row  # utility: ours 0.8 / peer 0.4
-    assert row.endswith("| 4.00 |")  # time: peer 20 s / ours 5 s
-    assert not any(line.startswith("| mst") for line in lines)  # no model of ours by that name
+    (pategan,) = [line for line in lines if line.startswith("| pategan")]
+    assert "| pategan | 0.800 (1) | 2.00 |" in pategan  # utility: ours 0.8 / peer 0.4
+    assert pategan.endswith("| 4.00 |")  # time: peer 20 s / ours 5 s
+    (mst,) = [line for line in lines if line.startswith("| mst")]
+    assert "| dpctgan (best) | 0.850 (1) | 1.21 |" in mst  # no mst of ours: against our best at that epsilon
+    (mwem,) = [line for line in lines if line.startswith("| mwem")]
+    assert "none measured" in mwem
+    assert "No tables results" in report.peer_comparison(peers, None)[0]
+
+
+def test_goals_are_ours_alone():
+    reference = {"goals": [{"dataset": "adult", "measure": "utility/B_auroc", "epsilon": 1.0, "at_least": 0.75}]}
+    peers = result_file("peers", "full", [run("mst", 0, 0.9)])
+    assert "not measured" in report.goal_lines([peers], reference)[2]
+
+
+def test_the_newest_full_results_stand_for_a_suite_until_a_newer_full_run(tmp_path):
+    results.results_path(tmp_path, "tables", date(2026, 1, 1)).write_text(json.dumps({"size": "full", "n": 1}))
+    results.results_path(tmp_path, "tables", date(2026, 2, 1)).write_text(json.dumps({"size": "quick", "n": 2}))
+    (tmp_path / "tables-notes.json").write_text("{}")  # not a results file: ignored
+    assert results.latest_results(tmp_path, "tables", size="full")["n"] == 1
+    assert results.latest_results(tmp_path, "tables")["n"] == 2
+
+
+def test_a_changed_grid_is_not_the_full_protocol():
+    from lightning_dpgan.benchmark.cli import size_label
+
+    assert size_label(parse_args(["--suite", "tables"])) == "full"
+    assert size_label(parse_args(["--suite", "tables", "--quick"])) == "quick"
+    assert size_label(parse_args(["--suite", "tables", "--seeds", "0"])) == "custom"
+    assert size_label(parse_args(["--suite", "tables", "--", "--batch-size", "8"])) == "custom"
+
+
+def test_every_full_tables_cell_leaves_budget_to_train():
+    """The modes' DP histogram must cost less than the epsilon it shares with training (and,
+    for QUAIL, less than the synthesizer's half): epsilon 0.1 has its own presets."""
+    from lightning_dpgan.cli import build_config
+
+    for cell in suite_size("tables", quick=False).cells():
+        config = build_config(["--model", cell.model, "--dataset", cell.dataset, "--epsilon", f"{cell.epsilon:g}"])
+        modes = config["data"].get("modes_epsilon")
+        if modes is not None and config["data"].get("modes") != "bounds":
+            assert modes < 0.5 * cell.epsilon, (cell.name, modes)
 
 
 # ------------------------------------------------------------------------ peers
@@ -204,6 +245,8 @@ def test_a_suite_records_every_run_keeps_going_past_a_failure_and_regenerates_re
     assert content["commit"]["sha"] and content["seeds"] == [0, 1] and content["machine"]["cpu_count"]
     text = markdown.read_text()
     assert "Kept." in text and "| dpctgan | adult | 1 |" in text and "unknown model" in text
+    for written in (path.read_text(), text):  # no path of this machine in what is committed
+        assert str(tmp_path) not in written and str(ADULT) not in written and sys.executable not in written
     assert (tmp_path / "results" / "plots" / f"{path.stem}-adult.png").is_file()
 
 
@@ -216,7 +259,7 @@ def test_the_peer_script_refuses_bad_input_before_fitting(tmp_path, change, mess
     """Checked before smartnoise is imported (this environment has none): the train split must
     match the declared schema, with no value outside it."""
     import subprocess
-    import sys
+
 
     import pandas as pd
 

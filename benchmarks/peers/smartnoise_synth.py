@@ -65,9 +65,10 @@ The synthesizer gets ``--epsilon`` minus the spec's ``preprocessor_epsilon``. Wi
 declared the preprocessor spends nothing. If some bounds are undeclared, the synthesizer is created
 with the full ``--epsilon`` and smartnoise itself subtracts what its preprocessor spent (it does
 ``self.epsilon -= eps_spent``), which leaves the same ``--epsilon - preprocessor_epsilon`` for training.
-delta: smartnoise's own defaults, reported in REPORT.json: MST ``delta=1e-9`` (its constructor
-default); DP-CTGAN, PATE-CTGAN, DP-GAN and PATE-GAN ``delta=None``, which they turn into
-``1 / (n_train * sqrt(n_train))``; MWEM is pure epsilon-DP (delta reported as null).
+delta: ``--delta`` when given (the harness passes the delta our models run at), else smartnoise's
+own defaults: MST ``delta=1e-9`` (its constructor default); DP-CTGAN, PATE-CTGAN, DP-GAN and
+PATE-GAN ``delta=None``, which they turn into ``1 / (n_train * sqrt(n_train))``. MWEM is pure
+epsilon-DP (delta reported as null). The delta used is in REPORT.json.
 
 Other options: smartnoise defaults, except ``--epochs``, which overrides ``epochs`` of ``dpctgan``
 and ``dpgan``. PATE-CTGAN accepts an ``epochs`` argument but never reads it, and PATE-GAN has none:
@@ -338,6 +339,8 @@ def parse_args(argv=None):
     p.add_argument("--out", required=True, help="synthetic CSV to write")
     p.add_argument("--report", help="JSON report to write")
     p.add_argument("--epochs", type=int, help="override epochs of dpctgan/dpgan (ignored by patectgan/pategan)")
+    p.add_argument("--delta", type=float, help="delta of the approximate-DP synthesizers (default: smartnoise's own; "
+                                               "MWEM is pure DP and ignores it)")
     return p.parse_args(argv)
 
 
@@ -405,9 +408,10 @@ def main(argv=None):
                       file=sys.stderr)
 
     init_eps = args.epsilon if undeclared else synth_eps
+    delta_kw = {} if args.delta is None else {"delta": args.delta}
     if name == "mst":
         from snsynth.mst import MSTSynthesizer
-        synth = MSTSynthesizer(epsilon=init_eps)
+        synth = MSTSynthesizer(epsilon=init_eps, **delta_kw)
         options["bins"] = N_BINS
     elif name == "mwem":
         cards = transformer.cardinality
@@ -419,11 +423,11 @@ def main(argv=None):
     elif name == "dpctgan":
         from snsynth.pytorch.nn import dpctgan as mod
         kw = {} if args.epochs is None else {"epochs": args.epochs}
-        synth = mod.DPCTGAN(epsilon=init_eps, **kw)
+        synth = mod.DPCTGAN(epsilon=init_eps, **kw, **delta_kw)
         options["epochs"] = synth._epochs
     elif name == "patectgan":
         from snsynth.pytorch.nn import patectgan as mod
-        synth = mod.PATECTGAN(epsilon=init_eps)
+        synth = mod.PATECTGAN(epsilon=init_eps, **delta_kw)
         options["epochs"] = None
         if args.epochs is not None:
             options["epochs_ignored"] = args.epochs
@@ -431,11 +435,11 @@ def main(argv=None):
     elif name == "dpgan":
         from snsynth.pytorch.nn import dpgan as mod
         kw = {} if args.epochs is None else {"epochs": args.epochs}
-        synth = mod.DPGAN(epsilon=init_eps, **kw)
+        synth = mod.DPGAN(epsilon=init_eps, **kw, **delta_kw)
         options["epochs"] = synth.epochs
     elif name == "pategan":
         from snsynth.pytorch.nn import pategan as mod
-        synth = mod.PATEGAN(epsilon=init_eps)
+        synth = mod.PATEGAN(epsilon=init_eps, **delta_kw)
         options["epochs"] = None
         options["num_teachers"] = int(len(df) / 1000)
         if args.epochs is not None:
@@ -517,6 +521,8 @@ def main(argv=None):
         delta = float(synth.delta) if synth.delta is not None else None
     options["delta_rule"] = {"mst": "MSTSynthesizer default 1e-9",
                              "mwem": "none (pure DP)"}.get(name, "smartnoise default: 1/(n_train*sqrt(n_train))")
+    if args.delta is not None and name != "mwem":
+        options["delta_rule"] = "--delta"
     if engines:
         eng = engines[-1]
         eps_spent, alpha = eng.get_privacy_spent(delta)

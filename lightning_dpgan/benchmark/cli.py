@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_dpgan.benchmark.results import aggregate, commit, machine, write_results
-from lightning_dpgan.benchmark.runner import Settings, portable, run_cell
+from lightning_dpgan.benchmark.runner import Settings, failed_run, portable, run_cell
 from lightning_dpgan.benchmark.suites import SUITES, Size, suite_size
 
 
@@ -52,6 +52,18 @@ def chosen_size(args: argparse.Namespace) -> Size:
     return size.with_overrides(train_args=[*size.train_args, *args.train_args])
 
 
+#: options that change a suite's grid or run lengths: a run given any is "custom", not the full protocol
+GRID_OPTIONS = ("models", "datasets", "epsilons", "seeds", "max_steps", "n_synthetic", "cnn_epochs", "train_args")
+
+
+def size_label(args: argparse.Namespace) -> str:
+    """``quick``, ``full``, or ``custom`` when the grid was changed: only an unchanged full run
+    stands for the protocol (the goals read full runs alone)."""
+    if any(getattr(args, option) for option in GRID_OPTIONS):
+        return "custom"
+    return "quick" if args.quick else "full"
+
+
 def unavailable_datasets(datasets: tuple[str, ...], data_dir: str | None) -> dict[str, str]:
     """Datasets whose raw files can be neither found nor downloaded, with the reason."""
     from lightning_dpgan import registry
@@ -73,9 +85,8 @@ def run_grid(size: Size, settings: Settings, skipped: dict[str, str]) -> list[di
         print(f"benchmark: [{index}/{len(cells)}] {cell.name}", flush=True)
         try:
             runs.append({"status": "ok", **run_cell(cell, size, settings)})
-        except (RuntimeError, OSError) as error:
-            runs.append({"status": "failed", "model": cell.model, "dataset": cell.dataset,
-                         "target_epsilon": cell.epsilon, "seed": cell.seed, "error": str(error)})
+        except Exception as error:  # noqa: BLE001 - a failed cell is recorded and the suite goes on
+            runs.append(failed_run(cell, error, settings))
             print(f"benchmark: {cell.name} failed:\n{error}", file=sys.stderr, flush=True)
     return runs
 
@@ -112,9 +123,11 @@ def benchmark(argv: list[str]) -> Path:
 
         extras = micro_benchmarks(args.quick, args.data_dir, args.accelerator, out_dir)
     content = {
-        "suite": args.suite, "size": "quick" if args.quick else "full", "started": started.isoformat(timespec="seconds"),
+        "suite": args.suite, "size": size_label(args), "started": started.isoformat(timespec="seconds"),
         "command": portable(["python", "-m", "lightning_dpgan", "benchmark", *argv], args.data_dir,
-                            str(args.peers_venv) if args.peers_venv else None),
+                            str(args.peers_venv) if args.peers_venv else None, args.out_dir,
+                            {str(path): name for path, name in [(args.results_dir, "RESULTS_DIR"),
+                             (args.results_md, "RESULTS_MD"), (args.reference, "REFERENCE")] if path.is_absolute()}),
         "machine": machine(), "commit": commit(), "seeds": list(size.seeds), "skipped": skipped,
         "runs": runs, "summary": aggregate(runs), "extras": extras,
     }

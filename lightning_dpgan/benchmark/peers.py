@@ -7,7 +7,10 @@ The protocol is ours, unchanged:
 - the same train split, written from our datamodule (the test split never leaves this process);
 - the same preprocessing budget rule: the public bounds and category sets our schema declares are
   handed over as declared, so the peer spends nothing estimating them (``preprocessor_epsilon``
-  0) and gets the whole epsilon for training, as our models do;
+  0), as ours spend nothing on them. A peer then trains on all of epsilon, at our delta
+  (``--delta``); our mode-specific models (the CTGAN family) spend a part of the same total on
+  their DP mode histogram. A dataset whose schema would be estimated from the data under DP
+  (``csv`` without a schema file) is refused: the peer would get that estimate for free;
 - its synthetic table is evaluated here with :func:`lightning_dpgan.evaluate.evaluate_table`, the
   function that evaluates our runs.
 """
@@ -22,8 +25,9 @@ from typing import Any
 import pandas as pd
 import torch
 
-from lightning_dpgan.benchmark.runner import Settings, portable, read_json, run_logged, with_derived_measures
-from lightning_dpgan.benchmark.suites import Cell, Size
+from lightning_dpgan.benchmark.runner import (Settings, failed_run, portable, portable_text, read_json, run_logged,
+                                              with_derived_measures)
+from lightning_dpgan.benchmark.suites import DELTA, Cell, Size
 
 SMARTNOISE = "smartnoise-synth==1.0.8"
 SCRIPT = Path("benchmarks") / "peers" / "smartnoise_synth.py"
@@ -65,10 +69,12 @@ def load_datamodule(dataset: str, data_dir: str | None) -> Any:
     from lightning_dpgan import registry
 
     datamodule = registry.lookup("dataset", dataset).load()(data_dir=data_dir)
-    datamodule.prepare_data()
-    datamodule.setup()
     if getattr(datamodule, "kind", "image") == "image":
         raise ValueError(f"the peers run on tables; {dataset} holds images")
+    if getattr(datamodule, "estimates_schema", False):
+        raise ValueError(f"{dataset} has no declared schema (it would be estimated under DP): give the peers a schema file")
+    datamodule.prepare_data()
+    datamodule.setup()
     return datamodule
 
 
@@ -85,7 +91,7 @@ def export_split(datamodule: Any, folder: Path) -> tuple[Path, Path]:
 def peer_command(python: Path, cell: Cell, train: Path, spec: Path, n: int, size: Size, folder: Path) -> list[str]:
     command = [str(python), str(SCRIPT), "--synthesizer", cell.model, "--train", str(train), "--spec", str(spec),
                "--epsilon", f"{cell.epsilon:g}", "--n", str(n), "--seed", str(cell.seed),
-               "--out", str(folder / "synthetic.csv"), "--report", str(folder / "peer.json")]
+               "--out", str(folder / "synthetic.csv"), "--report", str(folder / "peer.json"), "--delta", f"{DELTA:g}"]
     if size.max_steps:  # the peers count epochs, not steps: the quick size's few
         command += ["--epochs", str(size.max_steps)]
     return command
@@ -101,7 +107,8 @@ def run_peers(size: Size, settings: Settings, venv: Path | None) -> tuple[list[d
         try:
             datamodule = load_datamodule(dataset, settings.data_dir)
         except Exception as error:  # noqa: BLE001 - a dataset that cannot be loaded is skipped, with why
-            skipped[dataset] = f"{type(error).__name__}: {error}"
+            skipped[dataset] = portable_text(f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}",
+                                             settings.data_dir, out_dir=settings.out_dir)
             continue
         train, spec = export_split(datamodule, settings.out_dir / f"{dataset}-split")
         for cell in (c for c in size.cells() if c.dataset == dataset):
@@ -112,19 +119,20 @@ def run_peers(size: Size, settings: Settings, venv: Path | None) -> tuple[list[d
                 seconds = run_logged(command, folder / "peer.log")
                 synthetic = pd.read_csv(folder / "synthetic.csv")
                 measures = with_derived_measures(evaluate_table(datamodule, synthetic, seed=cell.seed))
-            except (RuntimeError, OSError, ValueError) as error:
-                runs.append({"status": "failed", "model": cell.model, "dataset": dataset, "target_epsilon": cell.epsilon,
-                             "seed": cell.seed, "error": str(error)})
+            except Exception as error:  # noqa: BLE001 - a failed cell is recorded and the suite goes on
+                runs.append(failed_run(cell, error, settings))
                 continue
             report = read_json(folder / "peer.json")
             runs.append({
                 "status": "ok", "model": cell.model, "dataset": dataset, "target_epsilon": cell.epsilon, "seed": cell.seed,
-                "epsilon": report.get("epsilon"), "delta": report.get("delta"), "steps": None,
+                # spent: Opacus' own accounting where smartnoise has one (its GANs); else only the target is known
+                "epsilon": report.get("options", {}).get("epsilon_spent_opacus_rdp"), "delta": report.get("delta"),
+                "steps": None,
                 "train_seconds": seconds, "fit_seconds": report.get("fit_seconds"),
                 "measures": {key: value for key, value in measures.items() if not isinstance(value, dict)},
                 "commands": [portable([word.replace(str(python), "PEERS_VENV/bin/python") for word in command],
-                                      settings.data_dir)],
-                "run_dir": str(folder), "peer": report,
+                                      settings.data_dir, out_dir=settings.out_dir)],
+                "run_dir": portable_text(str(folder), out_dir=settings.out_dir), "peer": report,
             })
     return runs, skipped
 

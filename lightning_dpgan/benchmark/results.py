@@ -95,17 +95,21 @@ def write_results(results_dir: Path, suite: str, content: dict[str, Any]) -> Pat
     return path
 
 
-def latest_results(results_dir: Path, suite: str) -> dict[str, Any] | None:
-    """The newest results file of ``suite`` (by the date in its name, then its ``-N``)."""
-    def order(path: Path) -> tuple[str, int]:
+def latest_results(results_dir: Path, suite: str, size: str | None = None) -> dict[str, Any] | None:
+    """The newest results file of ``suite`` (by the date in its name, then its ``-N``), of the
+    given ``size`` when one is named. Files not named ``<suite>-<date>[-N].json`` are ignored."""
+    def order(path: Path) -> tuple[str, int] | None:
         parts = path.stem[len(suite) + 1:].split("-")
-        return "-".join(parts[:3]), int(parts[3]) if len(parts) > 3 else 1
+        if len(parts) not in (3, 4) or not all(part.isdigit() for part in parts):
+            return None
+        return "-".join(parts[:3]), int(parts[3]) if len(parts) == 4 else 1
 
-    files = [p for p in results_dir.glob(f"{suite}-*.json") if p.stem[len(suite) + 1:][:4].isdigit()]
-    if not files:
-        return None
-    newest = max(files, key=order)
-    return {**json.loads(newest.read_text()), "file": newest.name}
+    dated = sorted((key, path) for path in results_dir.glob(f"{suite}-*.json") if (key := order(path)) is not None)
+    for _, path in reversed(dated):
+        content = json.loads(path.read_text())
+        if size is None or content.get("size") == size:
+            return {**content, "file": path.name}
+    return None
 
 
 __all__ = ["aggregate", "commit", "latest_results", "machine", "results_path", "summarize", "write_results"]

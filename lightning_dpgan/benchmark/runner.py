@@ -7,6 +7,7 @@ recorded with the results are exactly the ones a reader can paste to rerun a fig
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_dpgan.benchmark.suites import DELTA, Cell, Size
+from lightning_dpgan.data.download import DATA_DIR_ENV
 
 
 @dataclass
@@ -54,12 +56,25 @@ def evaluate_command(cell: Cell, size: Size, settings: Settings) -> list[str]:
     return command
 
 
-def portable(command: list[str], data_dir: str | None = None, peers_venv: str | None = None) -> str:
+def portable(command: list[str], data_dir: str | None = None, peers_venv: str | None = None,
+             out_dir: str | Path | None = None, others: dict[str, str] | None = None) -> str:
     """``command`` as recorded in results: ``python`` for this interpreter, ``DATA_DIR`` for the
-    data folder and ``PEERS_VENV`` for the peers' virtualenv, so a results file names no path of
-    the machine it ran on."""
-    names = {sys.executable: "python", data_dir: "DATA_DIR", peers_venv: "PEERS_VENV"}
-    return shlex.join([names.get(word, word) if word else word for word in command])
+    data folder (given or from ``LIGHTNING_DPGAN_DATA_DIR``), ``PEERS_VENV`` for the peers'
+    virtualenv and ``OUT_DIR`` for an absolute output folder (``others``: more path -> name), so
+    that a results file names no path of the machine it ran on."""
+    return shlex.join(portable_text(word, data_dir, peers_venv, out_dir, others) for word in command)
+
+
+def portable_text(text: str, data_dir: str | None = None, peers_venv: str | None = None,
+                  out_dir: str | Path | None = None, others: dict[str, str] | None = None) -> str:
+    """``text`` with this machine's paths replaced by the names :func:`portable` uses."""
+    names = {sys.executable: "python", data_dir: "DATA_DIR", os.environ.get(DATA_DIR_ENV): "DATA_DIR",
+             peers_venv: "PEERS_VENV", **(others or {})}
+    if out_dir is not None and Path(out_dir).is_absolute():
+        names[str(out_dir)] = "OUT_DIR"
+    for path, name in sorted(((str(p), n) for p, n in names.items() if p), key=lambda item: -len(item[0])):
+        text = text.replace(path, name)
+    return text
 
 
 def run_logged(command: list[str], log: Path) -> float:
@@ -94,6 +109,16 @@ def with_derived_measures(measures: dict[str, Any]) -> dict[str, Any]:
     return measures
 
 
+def failed_run(cell: Cell, error: BaseException, settings: Settings) -> dict[str, Any]:
+    """The record of a cell that failed: its reason (the last lines of the error, which end with
+    the command's own message), without this machine's paths; the whole log stays in the output
+    folder."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    reason = "\n".join(lines[-3:]) if lines else type(error).__name__
+    return {"status": "failed", "model": cell.model, "dataset": cell.dataset, "target_epsilon": cell.epsilon,
+            "seed": cell.seed, "error": portable_text(reason, settings.data_dir, out_dir=settings.out_dir)}
+
+
 def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
     """Train and evaluate ``cell``; return its record for the results file."""
     run_dir = settings.out_dir / cell.name
@@ -110,10 +135,10 @@ def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
         "steps": metrics.get("steps", privacy.get("steps")),
         "train_seconds": train_seconds, "fit_seconds": metrics.get("wall_time_s"),
         "measures": with_derived_measures(read_json(run_dir / "evaluation.json")) if settings.evaluate else {},
-        "commands": [portable(command, settings.data_dir) for command in commands],
-        "run_dir": str(run_dir),
+        "commands": [portable(command, settings.data_dir, out_dir=settings.out_dir) for command in commands],
+        "run_dir": portable_text(str(run_dir), out_dir=settings.out_dir),
     }
 
 
-__all__ = ["FOUR_CLASSIFIERS", "Settings", "evaluate_command", "portable", "read_json", "run_cell", "run_logged", "train_command",
+__all__ = ["FOUR_CLASSIFIERS", "Settings", "evaluate_command", "failed_run", "portable", "portable_text", "read_json", "run_cell", "run_logged", "train_command",
            "with_derived_measures"]

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lightning_dpgan.benchmark.runner import portable, run_logged
+from lightning_dpgan.benchmark.runner import portable, portable_text, run_logged
 
 SCRIPTS = Path("benchmarks")
 
@@ -33,13 +33,19 @@ def _arguments(quick: bool, data_dir: str | None, device: str) -> dict[str, list
     }
 
 
+def _cell(value: Any) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.2f}" if isinstance(value, float) else str(value).replace("|", "/")
+
+
 def _markdown(name: str, rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
     keys = list(rows[0])
     lines = [f"`{name}`:", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     for row in rows:
-        lines.append("| " + " | ".join(f"{v:.2f}" if isinstance(v, float) else str(v) for v in row.values()) + " |")
+        lines.append("| " + " | ".join(_cell(value) for value in row.values()) + " |")
     return [*lines, ""]
 
 
@@ -55,11 +61,12 @@ def micro_benchmarks(quick: bool, data_dir: str | None, accelerator: str | None,
         command = [sys.executable, str(SCRIPTS / f"{name}.py"), *arguments, "--json", str(output)]
         try:
             seconds = run_logged(command, out_dir / f"{name}.log")
-        except RuntimeError as error:
-            extras[name] = {"failed": str(error), "markdown": [f"`{name}`: failed ({str(error).splitlines()[0]}).", ""]}
+            result = json.loads(output.read_text())
+        except (RuntimeError, OSError, ValueError) as error:  # the other scripts still run
+            reason = portable_text(str(error).strip().splitlines()[-1], data_dir, out_dir=out_dir)
+            extras[name] = {"failed": reason, "markdown": [f"`{name}`: failed (`{reason}`).", ""]}
             continue
-        result = json.loads(output.read_text())
-        extras[name] = {**result, "command": portable(command, data_dir), "seconds": seconds,
+        extras[name] = {**result, "command": portable(command, data_dir, out_dir=out_dir), "seconds": seconds,
                         "markdown": _markdown(name, result["rows"])}
     return extras
 

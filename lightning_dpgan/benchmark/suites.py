@@ -1,7 +1,8 @@
 """What each benchmark suite runs, at its full size and at its ``--quick`` size.
 
 A suite is a grid: models x datasets x target epsilons x seeds. Every cell trains with the
-model's preset for the dataset (``configs/<model>_<dataset>.yaml``, the papers' settings) and is
+shipped presets that apply (``configs/<model>.yaml``, ``<model>_<dataset>.yaml`` where a paper
+gives settings for that dataset, ``<model>_<dataset>_eps<epsilon>.yaml``) and is
 evaluated on the protocol fixed in :mod:`lightning_dpgan.evaluate`; nothing here is tuned on a
 test split. The quick size is a smoke test that finishes in minutes on 2 CPU cores: its figures
 show the harness works, not what the models can do.
