@@ -272,3 +272,22 @@ def test_the_peer_script_refuses_bad_input_before_fitting(tmp_path, change, mess
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_the_harness_own_markdown_does_not_make_the_tree_dirty(tmp_path):
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "RESULTS.md").write_text("a\n")
+    (tmp_path / "code.py").write_text("a\n")
+    git("add", ".")
+    git("commit", "-qm", "x")
+    (tmp_path / "RESULTS.md").write_text("b\n")  # what a suite rewrites
+    assert results.commit(tmp_path, own_output=tmp_path / "RESULTS.md")["dirty"] is False
+    assert results.commit(tmp_path)["dirty"] is True
+    (tmp_path / "code.py").write_text("b\n")
+    assert results.commit(tmp_path, own_output=tmp_path / "RESULTS.md")["dirty"] is True

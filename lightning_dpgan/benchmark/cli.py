@@ -128,7 +128,7 @@ def benchmark(argv: list[str]) -> Path:
                             str(args.peers_venv) if args.peers_venv else None, args.out_dir,
                             {str(path): name for path, name in [(args.results_dir, "RESULTS_DIR"),
                              (args.results_md, "RESULTS_MD"), (args.reference, "REFERENCE")] if path.is_absolute()}),
-        "machine": machine(), "commit": commit(), "seeds": list(size.seeds), "skipped": skipped,
+        "machine": machine(), "commit": commit(own_output=args.results_md), "seeds": list(size.seeds), "skipped": skipped,
         "runs": runs, "summary": aggregate(runs), "extras": extras,
     }
     path = write_results(args.results_dir, args.suite, content)

@@ -33,8 +33,9 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def commit(repo: Path | None = None) -> dict[str, Any]:
-    """The checked-out commit and whether tracked files differ from it (None outside a git tree)."""
+def commit(repo: Path | None = None, own_output: Path | None = None) -> dict[str, Any]:
+    """The checked-out commit and whether tracked files differ from it (None outside a git tree).
+    ``own_output`` (the RESULTS.md the harness rewrites) does not count as a change."""
     def git(*args: str) -> str | None:
         try:
             return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
@@ -42,7 +43,8 @@ def commit(repo: Path | None = None) -> dict[str, Any]:
             return None
 
     head = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
+    excluded = [f":(exclude){own_output.resolve()}"] if own_output is not None else []
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", *excluded)
     return {"sha": head, "dirty": bool(status) if status is not None else None}
 
 
