@@ -146,8 +146,20 @@ def peer_comparison(peers: dict[str, Any], tables: dict[str, Any] | None) -> lis
 
 
 def markers_for(reference: dict[str, Any], dataset: str, measure: str) -> list[dict[str, Any]]:
-    """The papers' figures measured like ours on ``dataset`` (drawn as stars on its plot)."""
-    return [m for m in reference.get("markers", []) if m["dataset"] == dataset and m["measure"] == measure]
+    """The papers' figures measured like ours on ``dataset`` (drawn as stars on its plot), each
+    with its ``value`` looked up where ``reference.yaml`` keeps it (``at``)."""
+    return [{**m, "value": figure_at(reference, m["at"])} for m in reference.get("markers", [])
+            if m["dataset"] == dataset and m["measure"] == measure]
+
+
+def figure_at(reference: dict[str, Any], path: list[str]) -> float:
+    """The number at ``path`` in the reference entries (a wrong path raises, naming it)."""
+    value: Any = reference
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            raise KeyError(f"reference.yaml has no figure at {'.'.join(path)}")
+        value = value[key]
+    return float(value)
 
 
 def plot_suite(result: dict[str, Any], reference: dict[str, Any], plots_dir: Path) -> list[Path]:
@@ -240,5 +252,5 @@ def update_results_markdown(markdown: Path, section: str) -> None:
     markdown.write_text(text)
 
 
-__all__ = ["BEGIN", "END", "generated_section", "goal_lines", "load_reference", "markers_for", "measure_table", "peer_comparison", "plot_suite",
+__all__ = ["BEGIN", "END", "figure_at", "generated_section", "goal_lines", "load_reference", "markers_for", "measure_table", "peer_comparison", "plot_suite",
            "update_results_markdown"]
