@@ -242,7 +242,8 @@ def test_a_suite_records_every_run_keeps_going_past_a_failure_and_regenerates_re
     assert row["measures"]["utility/B_auroc"]["n"] == 2
     assert row["measures"]["utility/B_auroc"]["mean"] == pytest.approx(
         statistics.fmean(r["measures"]["utility/B_auroc"] for r in ok))
-    assert content["commit"]["sha"] and content["seeds"] == [0, 1] and content["machine"]["cpu_count"]
+    assert content["commit"]["sha"] == results.commit()["sha"]  # None only outside a git checkout
+    assert content["seeds"] == [0, 1] and content["machine"]["cpu_count"]
     text = markdown.read_text()
     assert "Kept." in text and "| dpctgan | adult | 1 |" in text and "unknown model" in text
     for written in (path.read_text(), text):  # no path of this machine in what is committed
