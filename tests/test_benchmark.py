@@ -118,7 +118,9 @@ def test_goals_count_only_full_size_results_and_say_whether_they_are_met():
     assert "| 0.800 ± 0.100 (3) | a | 3 | yes |" in lines[2]
     assert lines[3].endswith("| no |")
     quick = report.goal_lines([result_file("tables", "quick", runs)], reference)
-    assert "not measured at full size" in quick[2]
+    assert "not measured on the full protocol" in quick[2]
+    subset = report.goal_lines([result_file("tables", "full-subset", runs)], reference)
+    assert subset[2] == lines[2]  # part of the full grid, each cell on the full protocol, counts
 
 
 def test_plots_carry_the_papers_figures_measured_the_same_way(tmp_path):
@@ -166,8 +168,11 @@ def test_a_changed_grid_is_not_the_full_protocol():
 
     assert size_label(parse_args(["--suite", "tables"])) == "full"
     assert size_label(parse_args(["--suite", "tables", "--quick"])) == "quick"
-    assert size_label(parse_args(["--suite", "tables", "--seeds", "0"])) == "custom"
+    assert size_label(parse_args(["--suite", "tables", "--seeds", "0"])) == "custom"  # fewer than 3 seeds
     assert size_label(parse_args(["--suite", "tables", "--", "--batch-size", "8"])) == "custom"
+    assert size_label(parse_args(["--suite", "tables", "--max-steps", "5", "--models", "quail"])) == "custom"
+    assert size_label(parse_args(["--suite", "tables", "--quick", "--models", "quail"])) == "custom"
+    assert size_label(parse_args(["--suite", "tables", "--models", "quail", "--datasets", "adult"])) == "full-subset"
 
 
 def test_every_full_tables_cell_leaves_budget_to_train():

@@ -52,16 +52,23 @@ def chosen_size(args: argparse.Namespace) -> Size:
     return size.with_overrides(train_args=[*size.train_args, *args.train_args])
 
 
-#: options that change a suite's grid or run lengths: a run given any is "custom", not the full protocol
-GRID_OPTIONS = ("models", "datasets", "epsilons", "seeds", "max_steps", "n_synthetic", "cnn_epochs", "train_args")
+#: options that change how a cell runs: a run given any is "custom", not the protocol
+RUN_OPTIONS = ("max_steps", "n_synthetic", "cnn_epochs", "train_args")
+#: options that only pick cells of the grid
+GRID_OPTIONS = ("models", "datasets", "epsilons", "seeds")
 
 
 def size_label(args: argparse.Namespace) -> str:
-    """``quick``, ``full``, or ``custom`` when the grid was changed: only an unchanged full run
-    stands for the protocol (the goals read full runs alone)."""
-    if any(getattr(args, option) for option in GRID_OPTIONS):
+    """``quick``; ``full``; ``full-subset`` when cells were picked from the full grid but each
+    still runs the full protocol (presets unchanged, three seeds or more); else ``custom``.
+    Only full and full-subset runs count toward the goals."""
+    if any(getattr(args, option) for option in RUN_OPTIONS) or (args.quick and any(getattr(args, o) for o in GRID_OPTIONS)):
         return "custom"
-    return "quick" if args.quick else "full"
+    if args.quick:
+        return "quick"
+    if any(getattr(args, option) for option in GRID_OPTIONS):
+        return "full-subset" if len(args.seeds or suite_size(args.suite, False).seeds) >= 3 else "custom"
+    return "full"
 
 
 def unavailable_datasets(datasets: tuple[str, ...], data_dir: str | None) -> dict[str, str]:
