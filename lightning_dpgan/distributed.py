@@ -8,6 +8,8 @@ path serves both.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import os
 
 import torch
@@ -66,6 +68,15 @@ def from_rank_zero(tensor: Tensor) -> Tensor:
     return tensor
 
 
+def drawn_by_rank_zero(draw: Callable[[], Tensor], shape: tuple[int, ...], dtype: torch.dtype,
+                       device: torch.device) -> Tensor:
+    """``draw()`` on rank 0 and its result on every rank (other ranks draw nothing): noise and
+    projections drawn once under DDP. ``shape``/``dtype``/``device`` are the result's. A single
+    process just draws."""
+    value = draw() if is_rank_zero() else torch.empty(shape, dtype=dtype, device=device)
+    return from_rank_zero(value)
+
+
 def decided_by_rank_zero(flag: bool) -> bool:
     """Rank 0's ``flag`` on every rank: decisions that must be taken together (stop training)."""
     if not is_distributed():
@@ -108,6 +119,6 @@ def gather_shards(tensor: Tensor, total: int) -> Tensor:
 
 
 __all__ = [
-    "average_gradients", "decided_by_rank_zero", "from_rank_zero", "gather_shards", "is_distributed",
+    "average_gradients", "decided_by_rank_zero", "drawn_by_rank_zero", "from_rank_zero", "gather_shards", "is_distributed",
     "is_rank_zero", "launched_as_follower", "rank", "shard", "sum_across_ranks", "world_size",
 ]

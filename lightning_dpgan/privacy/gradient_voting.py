@@ -28,7 +28,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from lightning_dpgan.distributed import from_rank_zero, is_rank_zero, sum_across_ranks
+from lightning_dpgan.distributed import drawn_by_rank_zero, sum_across_ranks
 from lightning_dpgan.privacy.mechanisms import NO_ANSWER, confident_gnmax
 
 
@@ -83,24 +83,16 @@ class ProjectedGradientAggregator:
         """``teacher_gradients [K, B, ...]`` (teacher k's gradient on record b) -> ``[B, ...]``."""
         teachers, records = teacher_gradients.shape[:2]
         flat = teacher_gradients.reshape(teachers, records, -1).float()
-        projection = self._on_rank_zero(
+        projection = drawn_by_rank_zero(
             lambda: random_projections(records, flat.shape[-1], self.projection_dim, flat.device),
             (records, flat.shape[-1], self.projection_dim), torch.float32, flat.device)
         projected = torch.einsum("kbd,bdj->kbj", flat, projection)  # [K, B, k]
         votes = vote_histograms(discretize(projected, self.clip, self.bins).reshape(teachers, -1), self.bins)
         votes = sum_across_ranks(votes)  # DDP: each rank counted its shard of the teachers
         self.check(votes)  # may refuse: then nothing below is drawn
-        answers = self._on_rank_zero(lambda: confident_gnmax(votes, self.threshold, self.sigma1, self.sigma2),
+        answers = drawn_by_rank_zero(lambda: confident_gnmax(votes, self.threshold, self.sigma1, self.sigma2),
                                      (votes.shape[0],), torch.long, votes.device)
         self.charge(votes, answers != NO_ANSWER)
         aggregated = bin_midpoints(answers, self.clip, self.bins).reshape(records, self.projection_dim)
         back = torch.einsum("bj,bdj->bd", aggregated, projection)
         return back.reshape(records, *teacher_gradients.shape[2:]).to(teacher_gradients.dtype)
-
-    @staticmethod
-    def _on_rank_zero(draw: Callable[[], Tensor], shape: tuple[int, ...], dtype: torch.dtype,
-                      device: torch.device) -> Tensor:
-        """``draw()`` on rank 0, its result on every rank (a single process just draws): the
-        projections and the noise are drawn once under DDP."""
-        value = draw() if is_rank_zero() else torch.empty(shape, dtype=dtype, device=device)
-        return from_rank_zero(value)

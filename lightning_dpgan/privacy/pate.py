@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_dpgan.distributed import from_rank_zero, is_rank_zero, sum_across_ranks
+from lightning_dpgan.distributed import drawn_by_rank_zero, sum_across_ranks
 from lightning_dpgan.privacy.mechanisms import laplace_noisy_argmax
 
 
@@ -37,8 +37,6 @@ class PATELabelAggregator:
         votes = sum_across_ranks(votes.clone())  # DDP: each rank counted its shard of the teachers
         gaps = (votes[:, 0] - votes[:, 1]).abs().round().long().cpu().numpy()
         self.on_answer(self.lap_inverse_scale, gaps)
-        if is_rank_zero():  # the noise is drawn once; every rank gets rank 0's answers
-            answers = laplace_noisy_argmax(votes, self.lap_inverse_scale)
-        else:
-            answers = torch.empty(votes.shape[0], dtype=torch.long, device=votes.device)
-        return from_rank_zero(answers)
+        # the noise is drawn once; every rank gets rank 0's answers
+        return drawn_by_rank_zero(lambda: laplace_noisy_argmax(votes, self.lap_inverse_scale),
+                                  (votes.shape[0],), torch.long, votes.device)
