@@ -124,7 +124,7 @@ def run_peers(size: Size, settings: Settings, venv: Path | None) -> tuple[list[d
                 continue
             report = read_json(folder / "peer.json")
             runs.append({
-                "status": "ok", "model": cell.model, "dataset": dataset, "target_epsilon": cell.epsilon, "seed": cell.seed,
+                "status": "ok", **cell.record,
                 # spent: Opacus' own accounting where smartnoise has one (its GANs); else only the target is known
                 "epsilon": report.get("options", {}).get("epsilon_spent_opacus_rdp"), "delta": report.get("delta"),
                 "steps": None,

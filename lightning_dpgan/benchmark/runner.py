@@ -28,7 +28,6 @@ class Settings:
     data_dir: str | None = None
     accelerator: str | None = None
     evaluate: bool = True
-    log_dir: Path | None = None  # each process's output goes to <log_dir>/<cell>.log (default: out_dir)
 
 
 def train_command(cell: Cell, size: Size, settings: Settings) -> list[str]:
@@ -115,14 +114,14 @@ def failed_run(cell: Cell, error: BaseException, settings: Settings) -> dict[str
     folder."""
     lines = [line for line in str(error).splitlines() if line.strip()]
     reason = "\n".join(lines[-3:]) if lines else type(error).__name__
-    return {"status": "failed", "model": cell.model, "dataset": cell.dataset, "target_epsilon": cell.epsilon,
-            "seed": cell.seed, "error": portable_text(reason, settings.data_dir, out_dir=settings.out_dir)}
+    return {"status": "failed", **cell.record,
+            "error": portable_text(reason, settings.data_dir, out_dir=settings.out_dir)}
 
 
 def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
     """Train and evaluate ``cell``; return its record for the results file."""
     run_dir = settings.out_dir / cell.name
-    log = (settings.log_dir or settings.out_dir) / f"{cell.name}.log"
+    log = settings.out_dir / f"{cell.name}.log"
     commands = [train_command(cell, size, settings)]
     train_seconds = run_logged(commands[0], log)
     if settings.evaluate:
@@ -130,7 +129,7 @@ def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
         run_logged(commands[1], log)
     privacy, metrics = read_json(run_dir / "privacy.json"), read_json(run_dir / "metrics.json")
     return {
-        "model": cell.model, "dataset": cell.dataset, "target_epsilon": cell.epsilon, "seed": cell.seed,
+        **cell.record,
         "epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"),
         "steps": metrics.get("steps", privacy.get("steps")),
         "train_seconds": train_seconds, "fit_seconds": metrics.get("wall_time_s"),

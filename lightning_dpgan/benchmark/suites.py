@@ -31,6 +31,11 @@ class Cell:
         return f"{self.model}_{self.dataset}_eps{epsilon}_seed{self.seed}"
 
     @property
+    def record(self) -> dict[str, Any]:
+        """What names this cell in a results file's runs."""
+        return {"model": self.model, "dataset": self.dataset, "target_epsilon": self.epsilon, "seed": self.seed}
+
+    @property
     def group(self) -> tuple[str, str, float | None]:
         """The cells that differ only in their seed are repeats of one measurement."""
         return (self.model, self.dataset, self.epsilon)
@@ -84,14 +89,10 @@ SUITES: dict[str, dict[str, Size]] = {
     },
 }
 
-#: what ``--quick`` and the default mean
-SIZES = ("quick", "full")
-
-
 def suite_size(suite: str, quick: bool) -> Size:
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}: choose one of {', '.join(SUITES)}")
     return SUITES[suite]["quick" if quick else "full"]
 
 
-__all__ = ["Cell", "DELTA", "PEERS", "SIZES", "SUITES", "Size", "suite_size"]
+__all__ = ["Cell", "DELTA", "PEERS", "SUITES", "Size", "suite_size"]
