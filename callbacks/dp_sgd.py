@@ -53,8 +53,12 @@ class DPSGD(CalibratedNoiseStrategy):
         accountant: str = "rdp",
         poisson_sampling: bool = True,
         grad_sample_mode: str = "auto",
+        noise_seed: int | None = None,
     ) -> None:
-        super().__init__(noise_multiplier, target_epsilon, delta)
+        """``noise_seed`` fixes the generator of the Gaussian noise and of the Poisson batches:
+        for tests only (the default draws from OS entropy; see
+        :mod:`lightning_dpgan.privacy.noise_source`)."""
+        super().__init__(noise_multiplier, target_epsilon, delta, noise_seed)
         self.max_grad_norm = validate_positive("--privacy.max_grad_norm", max_grad_norm)
         if accountant not in ("rdp", "prv"):
             raise ValueError(f"--privacy.accountant must be 'rdp' or 'prv', got {accountant!r}")
@@ -79,7 +83,8 @@ class DPSGD(CalibratedNoiseStrategy):
         if len(networks) != 1:
             raise NotImplementedError("dp-sgd supports modules with exactly one private network")
         self.mechanism = DPSGDMechanism(
-            self.noise_multiplier, self.max_grad_norm, batch_size, on_noisy_step=self._charge, mode=self.grad_sample_mode
+            self.noise_multiplier, self.max_grad_norm, batch_size, on_noisy_step=self._charge, noise=self.noise,
+            mode=self.grad_sample_mode,
         )
         self.mechanism.attach(next(iter(networks.values())))
         pl_module.privacy = self.mechanism
@@ -95,15 +100,15 @@ class DPSGD(CalibratedNoiseStrategy):
         at the same rate q: together one Poisson sample of all N. Every rank yields the same
         number of batches, empty ones included, so the ranks step together (Opacus' distributed
         sampler drops empty batches, which leaves a rank one step behind the others and hangs
-        the next collective). The draws come from a generator seeded by OS entropy: the ranks'
-        draws must be independent (a seed shared by the ranks would tie their records' inclusions
-        together)."""
+        the next collective). The draws come from the strategy's :class:`NoiseSource`, never from
+        the run's ``--seed``: the amplification by subsampling assumes nobody knows which records
+        a batch holds, and the ranks' draws must be independent (a seeded source adds the rank)."""
         dataset, workers, rate = datamodule.train_dataset, datamodule.hparams.num_workers, self.sample_rate
+        generator = self.noise.generator("cpu")
         if not is_distributed():
-            datamodule.train_dataloader = lambda: DPDataLoader(dataset, sample_rate=rate, num_workers=workers)
+            datamodule.train_dataloader = lambda: DPDataLoader(dataset, sample_rate=rate, num_workers=workers,
+                                                               generator=generator)
             return
-        generator = torch.Generator()
-        generator.seed()
         records = Subset(dataset, range(rank(), len(dataset), world_size()))
         loader = DPDataLoader(records, sample_rate=rate, num_workers=workers, generator=generator)
         # an iterable dataset, so Lightning does not put its own DistributedSampler in

@@ -64,6 +64,7 @@ class ProjectedVoting(TeacherStrategy):
         partition_seed: int = 0,
         target_epsilon: float | None = None,
         delta: float | None = None,
+        noise_seed: int | None = None,
     ) -> None:
         """
         Args:
@@ -75,8 +76,9 @@ class ProjectedVoting(TeacherStrategy):
             teacher_batch_size: real records per teacher and step, also the number of generated
                 records per step (default: a teacher's whole partition, at most 64).
             accounting: ``data-dependent`` or ``data-independent``: which epsilon stops training.
+            noise_seed: fixes Confident-GNMax's generator, for tests only (default: OS entropy).
         """
-        super().__init__(num_teachers, teacher_batch_size, partition_seed, target_epsilon, delta)
+        super().__init__(num_teachers, teacher_batch_size, partition_seed, target_epsilon, delta, noise_seed)
         if projection_dim < 1 or bins < 2:
             raise ValueError(f"--privacy.projection_dim must be >= 1 and --privacy.bins >= 2, got {projection_dim}, {bins}")
         self.projection_dim, self.bins = projection_dim, bins
@@ -100,7 +102,7 @@ class ProjectedVoting(TeacherStrategy):
     def install_aggregator(self, trainer: L.Trainer, pl_module: Any) -> None:
         pl_module.privacy = ProjectedGradientAggregator(
             self.projection_dim, self.bins, self.clip, self.sigma1, self.sigma2,
-            self.threshold * self.num_teachers, check=self._check, charge=self._charge,
+            self.threshold * self.num_teachers, check=self._check, charge=self._charge, noise=self.noise,
         )
 
     # -------------------------------------------------------------- accounting

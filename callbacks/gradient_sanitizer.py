@@ -172,6 +172,7 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         selection_seed: int | None = None,
         target_epsilon: float | None = None,
         delta: float | None = None,
+        noise_seed: int | None = None,
     ) -> None:
         """
         Args:
@@ -186,8 +187,9 @@ class GradientSanitizer(CalibratedNoiseStrategy):
             partition_seed: seeds the partition of the records into N (public, like PATE's).
             selection_seed: seeds which critic answers each step. Leave it unset for a private
                 run (OS entropy): the amplification assumes the selection is secret.
+            noise_seed: fixes the sanitizer noise's generator, for tests only (default: OS entropy).
         """
-        super().__init__(noise_multiplier, target_epsilon, delta)
+        super().__init__(noise_multiplier, target_epsilon, delta, noise_seed)
         self.max_norm = validate_positive("--privacy.max_norm", max_norm)
         if generated_batch_size is not None and generated_batch_size < 1:
             raise ValueError(f"--privacy.generated_batch_size must be at least 1, got {generated_batch_size}")
@@ -227,7 +229,8 @@ class GradientSanitizer(CalibratedNoiseStrategy):
                              f"--privacy.num_critics {pl_module.num_critics}")
         if self.noise_multiplier is None:
             self.noise_multiplier = self._calibrate(trainer, pl_module, batch_size)
-        self.mechanism = GradientSanitizerMechanism(self.max_norm, self.noise_multiplier, on_release=self._charge)
+        self.mechanism = GradientSanitizerMechanism(self.max_norm, self.noise_multiplier, on_release=self._charge,
+                                                    noise=self.noise)
         pl_module.privacy = self.mechanism
 
     def _install_critics(self, trainer: L.Trainer, pl_module: Any, batch_size: int) -> None:

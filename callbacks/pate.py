@@ -52,15 +52,18 @@ class PATEAggregation(TeacherStrategy):
         partition_seed: int = 0,
         target_epsilon: float | None = None,
         delta: float | None = None,
+        noise_seed: int | None = None,
     ) -> None:
-        super().__init__(num_teachers, teacher_batch_size, partition_seed, target_epsilon, delta)
+        """``noise_seed`` fixes the Laplace noise's generator: for tests only (the default draws
+        from OS entropy; see :mod:`lightning_dpgan.privacy.noise_source`)."""
+        super().__init__(num_teachers, teacher_batch_size, partition_seed, target_epsilon, delta, noise_seed)
         self.lap_inverse_scale = validate_positive("--privacy.lap_inverse_scale", lap_inverse_scale)
         self.accountant = PATEMomentsAccountant(accounting)  # validates the mode early
         self.accounting = accounting
         self.queries_per_step: int | None = None
 
     def install_aggregator(self, trainer: L.Trainer, pl_module: Any) -> None:
-        pl_module.privacy = PATELabelAggregator(self.lap_inverse_scale, self._charge)
+        pl_module.privacy = PATELabelAggregator(self.lap_inverse_scale, self._charge, self.noise)
         self.queries_per_step = pl_module.hparams.student_steps * self.teacher_batch_size
 
     # -------------------------------------------------------------- accounting

@@ -18,6 +18,7 @@ from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.ddp import PrivateDDPStrategy
 from lightning_dpgan.privacy.accountants import Accountant, AccountantStateError
 from lightning_dpgan.privacy.composition import compose_costs
+from lightning_dpgan.privacy.noise_source import NoiseSource
 from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon, validate_positive
 
 DEFAULT_DELTA = 1e-5
@@ -40,7 +41,8 @@ class PrivacyStrategy(L.Callback):
     #: ``replace-one`` (same size; PATE's fixed partitions of the N records need it)
     neighbours: ClassVar[str] = "add-remove"
 
-    def __init__(self, target_epsilon: float | None = None, delta: float | None = None) -> None:
+    def __init__(self, target_epsilon: float | None = None, delta: float | None = None,
+                 noise_seed: int | None = None) -> None:
         self.target_epsilon = None if target_epsilon is None else validate_epsilon(target_epsilon)
         self.delta = None if delta is None else validate_delta(delta)
         self.accountant: Accountant | None = None
@@ -50,6 +52,8 @@ class PrivacyStrategy(L.Callback):
         #: DP releases from the training rows made before training by others than the
         #: datamodule (QUAIL's label model), by name; composed with the datamodule's cost
         self.prior_releases: dict[str, dict[str, Any]] = {}
+        #: the mechanism's random draws: its own generators, OS entropy unless ``noise_seed``
+        self.noise = NoiseSource(noise_seed)
 
     # -------------------------------------------------------------- checks
     def check_compatible(self, module: Any) -> None:
@@ -207,6 +211,7 @@ class PrivacyStrategy(L.Callback):
             "preprocessing": self.preprocessing,
             "steps": self.steps_taken(),
             "accountant": self.accountant.name,
+            "noise_source": self.noise.describe(),
             "train_records": self.train_records,
             **self.report_parameters(),
             "accountant_state": self.accountant.state_dict(),
@@ -221,8 +226,9 @@ class CalibratedNoiseStrategy(PrivacyStrategy):
     Subclasses create ``self.mechanism`` (with a ``noise_multiplier`` attribute) in ``install``.
     """
 
-    def __init__(self, noise_multiplier: float | None, target_epsilon: float | None, delta: float | None) -> None:
-        super().__init__(target_epsilon, delta)
+    def __init__(self, noise_multiplier: float | None, target_epsilon: float | None, delta: float | None,
+                 noise_seed: int | None = None) -> None:
+        super().__init__(target_epsilon, delta, noise_seed)
         if noise_multiplier is None and target_epsilon is None:
             raise ValueError(f"{self.name} needs --epsilon (to calibrate the noise) or --privacy.noise_multiplier")
         if noise_multiplier is not None:

@@ -109,8 +109,9 @@ class TeacherStrategy(PrivacyStrategy):
         partition_seed: int = 0,
         target_epsilon: float | None = None,
         delta: float | None = None,
+        noise_seed: int | None = None,
     ) -> None:
-        super().__init__(target_epsilon, delta)
+        super().__init__(target_epsilon, delta, noise_seed)
         if num_teachers is not None and num_teachers < 1:
             raise ValueError(f"--privacy.num_teachers must be at least 1, got {num_teachers}")
         if teacher_batch_size is not None and teacher_batch_size < 1:

@@ -18,6 +18,10 @@ def _entry(rank: int, world: int, directory: str, worker, args: tuple) -> None:
     dist.init_process_group("gloo", init_method=f"file://{directory}/group", rank=rank, world_size=world)
     try:
         torch.save(worker(rank, *args), f"{directory}/rank{rank}.pt")
+        # every rank is done with its collectives before any tears the group down: a rank that
+        # destroys gloo's pairs while a peer still talks to them aborts ("terminate called
+        # without an active exception", SIGABRT), a flaky failure seen once in ~5 suite runs
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
@@ -84,13 +88,14 @@ def pate_votes() -> torch.Tensor:
 
 def pate_answers(predictions: torch.Tensor, seed: int) -> tuple[torch.Tensor, list]:
     """The PATE aggregator's answers to ``predictions`` (a shard of the teachers), and what it charged."""
+    from lightning_dpgan.privacy.noise_source import NoiseSource
     from lightning_dpgan.privacy.pate import PATELabelAggregator
 
     charged = []
-    aggregator = PATELabelAggregator(0.3, on_answer=lambda lam, gaps: charged.append(gaps.tolist()))
+    aggregator = PATELabelAggregator(0.3, on_answer=lambda lam, gaps: charged.append(gaps.tolist()),
+                                     noise=NoiseSource(seed))
     ones = predictions.sum(0)
     votes = torch.stack([predictions.shape[0] - ones, ones], dim=1)
-    torch.manual_seed(seed)
     return aggregator.aggregate(votes), charged
 
 
@@ -107,12 +112,14 @@ def teacher_gradients() -> torch.Tensor:
 
 def gpate_answers(gradients: torch.Tensor, seed: int, total_teachers: int = 9) -> tuple[torch.Tensor, list]:
     from lightning_dpgan.privacy.gradient_voting import ProjectedGradientAggregator
+    from lightning_dpgan.privacy.noise_source import NoiseSource
 
     checked, charged = [], []
     aggregator = ProjectedGradientAggregator(
         projection_dim=4, bins=5, clip=2e-3, sigma1=1.0, sigma2=0.5, threshold=0.4 * total_teachers,
-        check=lambda votes: checked.append(votes.clone()), charge=lambda votes, answered: charged.append(answered.clone()))
-    torch.manual_seed(seed)
+        check=lambda votes: checked.append(votes.clone()), charge=lambda votes, answered: charged.append(answered.clone()),
+        noise=NoiseSource(seed))
+    torch.manual_seed(seed)  # the projections (public) come from the global stream
     return aggregator.aggregate(gradients), [checked, charged]
 
 

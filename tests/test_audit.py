@@ -10,6 +10,7 @@ from torch import nn
 from lightning_dpgan.privacy.accountants import ConfidentGNMaxAccountant, GaussianAccountant
 from lightning_dpgan.privacy.audit import audit, clopper_pearson, epsilon_lower_bound
 from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
+from lightning_dpgan.privacy.noise_source import NoiseSource
 from lightning_dpgan.privacy.gradient_voting import ProjectedGradientAggregator
 from lightning_dpgan.privacy.mechanisms import NO_ANSWER, confident_gnmax, laplace_noisy_argmax
 
@@ -109,7 +110,7 @@ def dpsgd_audit(noise_multiplier: float, trials: int = 1500) -> float:
     def run(with_canary: bool, rng: np.random.Generator) -> float:
         critic = nn.Linear(4, 1, bias=False)
         nn.init.zeros_(critic.weight)
-        mechanism = DPSGDMechanism(noise_multiplier, 1.0, 1, generator=torch.Generator().manual_seed(int(rng.integers(1 << 62))),
+        mechanism = DPSGDMechanism(noise_multiplier, 1.0, 1, noise=NoiseSource(int(rng.integers(1 << 62))),
                                    mode="hooks")
         mechanism.attach(critic)
         optimizer = mechanism.wrap_optimizer(torch.optim.SGD(critic.parameters(), lr=1.0))

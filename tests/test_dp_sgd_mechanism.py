@@ -7,6 +7,7 @@ import torch
 
 from lightning_dpgan.nets import build_networks
 from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
+from lightning_dpgan.privacy.noise_source import NoiseSource
 
 
 MODES = {"hooks": "dcgan", "ghost": "mlp"}  # ghost clipping needs Linear layers only
@@ -32,7 +33,7 @@ def _batch(n, seed):
 def _private_update(critic, real, fake, sigma, clip, expected_batch, seed=0, calls=None, mode="auto"):
     """One discriminator update the way GANModule does it; returns the gradient applied."""
     mechanism = DPSGDMechanism(sigma, clip, expected_batch, on_noisy_step=(lambda: calls.append(1)) if calls is not None else None,
-                               generator=torch.Generator().manual_seed(seed), mode=mode)
+                               noise=NoiseSource(seed), mode=mode)
     mechanism.attach(critic)
     optimizer = mechanism.wrap_optimizer(torch.optim.SGD(critic.parameters(), lr=1.0))
     before = [p.detach().clone() for p in critic.parameters()]

@@ -34,7 +34,8 @@ def dpgan(data_dir, output_dir, steps, *extra, model="dpgan"):
 @pytest.fixture(scope="module")
 def fixed_noise_run(tiny_image_data_dir, tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("dp") / "fixed"
-    assert dpgan(tiny_image_data_dir, output_dir, 7, "--privacy.noise_multiplier", "1.3", "--delta", "1e-4") == 0
+    assert dpgan(tiny_image_data_dir, output_dir, 7, "--privacy.noise_multiplier", "1.3", "--delta", "1e-4",
+                 "--privacy.noise_seed", "0") == 0
     return output_dir
 
 
@@ -127,13 +128,30 @@ def test_resume_with_corrupt_accountant_state_is_refused(fixed_noise_run, tiny_i
 def test_wgan_with_dp_sgd_is_dpgan(fixed_noise_run, tiny_image_data_dir, tmp_path):
     """--model wgan --privacy dp-sgd composes the same thing as --model dpgan."""
     assert dpgan(tiny_image_data_dir, tmp_path / "wgan", 7, "--privacy", "dp-sgd",
-                 "--privacy.noise_multiplier", "1.3", "--delta", "1e-4", model="wgan") == 0
+                 "--privacy.noise_multiplier", "1.3", "--delta", "1e-4", "--privacy.noise_seed", "0", model="wgan") == 0
     composed = read_json(tmp_path / "wgan" / "privacy.json")
     assert composed["epsilon"] == read_json(fixed_noise_run / "privacy.json")["epsilon"]
     load = lambda run: torch.load(run / "checkpoints/last.ckpt", map_location="cpu", weights_only=False)["state_dict"]  # noqa: E731
     dp, wgan = load(fixed_noise_run), load(tmp_path / "wgan")
     assert dp.keys() == wgan.keys()
     assert all(torch.equal(dp[k], wgan[k]) for k in dp)
+
+
+def test_the_run_seed_does_not_fix_the_dp_noise(fixed_noise_run, tiny_image_data_dir, tmp_path):
+    """The same --seed (same initial weights, recorded in config.yaml) twice: different noise and
+    batches, so different critics. Only --privacy.noise_seed (tests) reproduces a private run, and
+    the privacy report says so."""
+    for name in ("a", "b"):
+        assert dpgan(tiny_image_data_dir, tmp_path / name, 3, "--privacy.noise_multiplier", "1.3", "--delta", "1e-4") == 0
+    load = lambda run: torch.load(run / "checkpoints/last.ckpt", map_location="cpu", weights_only=False)["state_dict"]  # noqa: E731
+    first, second = load(tmp_path / "a"), load(tmp_path / "b")
+    # tensors of many entries: RMSProp's first steps move each entry by about lr * sign(gradient),
+    # so a single bias entry ends equal in two runs whenever its three noisy signs agree
+    critic = [k for k in first if k.startswith("discriminator.") and first[k].numel() >= 8]
+    unchanged = [k for k in critic if torch.equal(first[k], second[k])]
+    assert critic and not unchanged, unchanged
+    assert "OS entropy" in read_json(tmp_path / "a" / "privacy.json")["noise_source"]
+    assert "FIXED SEED 0" in read_json(fixed_noise_run / "privacy.json")["noise_source"]
 
 
 def test_dp_sgd_composes_with_the_plain_gan(tiny_image_data_dir, tmp_path):
@@ -193,10 +211,9 @@ def test_training_batches_are_poisson_sampled_at_the_charged_rate(tiny_image_dat
 
     datamodule = MNISTDataModule(data_dir=tiny_image_data_dir, batch_size=BATCH, verify_checksums=False)
     datamodule.setup("fit")
-    strategy = DPSGD(noise_multiplier=1.0)
+    strategy = DPSGD(noise_multiplier=1.0, noise_seed=0)  # reproducible draws
     strategy.sample_rate = BATCH / TRAIN_RECORDS
     strategy._use_poisson_sampling(datamodule)
-    torch.manual_seed(0)
     sizes = torch.tensor([len(batch[0]) for _ in range(40) for batch in datamodule.train_dataloader()], dtype=torch.float64)
     expected_mean = TRAIN_RECORDS * RATE
     expected_var = TRAIN_RECORDS * RATE * (1 - RATE)

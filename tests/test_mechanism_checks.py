@@ -51,6 +51,7 @@ from lightning_dpgan.privacy.accountants import (
 )
 from lightning_dpgan.privacy.analysis.gnmax import gnmax_log_q
 from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
+from lightning_dpgan.privacy.noise_source import NoiseSource
 from lightning_dpgan.privacy.gradient_sanitizer import GradientSanitizerMechanism, effective_noise_multiplier
 from lightning_dpgan.privacy.gradient_voting import ProjectedGradientAggregator
 from lightning_dpgan.privacy.mechanisms import NO_ANSWER, confident_gnmax
@@ -137,7 +138,7 @@ def dpsgd_update(mode, real, fake=None, sigma=0.0, clip=1.0, expected_batch=4, s
     """One discriminator step as GANModule takes it (SGD, lr 1): returns the applied update
     times the expected batch size, i.e. the noisy clipped sum plus the public part."""
     critic = dpsgd_critic(mode)
-    mechanism = DPSGDMechanism(sigma, clip, expected_batch, generator=torch.Generator().manual_seed(seed), mode=mode)
+    mechanism = DPSGDMechanism(sigma, clip, expected_batch, noise=NoiseSource(seed), mode=mode)
     mechanism.attach(critic)
     optimizer = mechanism.wrap_optimizer(torch.optim.SGD(critic.parameters(), lr=1.0))
     before = [p.detach().clone() for p in critic.parameters()]
@@ -225,10 +226,14 @@ def test_pate_noisy_argmax_noise_is_laplace_with_scale_one_over_lambda():
     difference recovered from PATELabelAggregator's answers is the difference of two
     independent Laplace(1/lambda) draws."""
     lam, rows = 0.25, 4000
-    aggregator = PATELabelAggregator(lam, on_answer=lambda *args: None)
     zeros = torch.zeros(rows, dtype=torch.float64)
+
+    def answers_zero(gap):  # a fresh aggregator with the same noise seed: the same draws at every probe
+        aggregator = PATELabelAggregator(lam, on_answer=lambda *args: None, noise=NoiseSource(11))
+        return aggregator.aggregate(torch.stack([zeros, gap], 1)) == 0
+
     # answer 0 iff 0 + L0 > gap + L1, i.e. while the gap is below L0 - L1
-    noise = flip_points(lambda gap: aggregator.aggregate(torch.stack([zeros, gap], 1)) == 0, rows, 200 / lam, seed=11)
+    noise = flip_points(answers_zero, rows, 200 / lam, seed=11)
     assert_law(noise, laplace_difference_cdf(1 / lam), laplace_difference_cdf(0.5 / lam))
     assert stats.kstest(noise, laplace_difference_cdf(lam)).pvalue < 1e-6  # scale lambda instead of 1/lambda
     assert stats.kstest(noise, normal_cdf(math.sqrt(2) * 2 / lam)).pvalue < 1e-6  # Gaussian of the same variance
@@ -320,17 +325,19 @@ def test_gpate_aggregator_draws_gnmax_noise_with_its_own_parameters_on_the_check
     exactly the vote histograms that were checked (and charged), the threshold and both sigmas."""
     calls = []
 
-    def spy(votes, threshold, sigma1, sigma2):
-        calls.append((votes, threshold, sigma1, sigma2))
-        return confident_gnmax(votes, threshold, sigma1, sigma2)
+    def spy(votes, threshold, sigma1, sigma2, generator):
+        calls.append((votes, threshold, sigma1, sigma2, generator))
+        return confident_gnmax(votes, threshold, sigma1, sigma2, generator)
 
     monkeypatch.setattr(gradient_voting, "confident_gnmax", spy)
     checked, charged = [], []
+    noise = NoiseSource()
     aggregator = ProjectedGradientAggregator(4, 6, 1.0, 11.0, 5.0, 7.5, check=checked.append,
-                                             charge=lambda votes, answered: charged.append(votes))
+                                             charge=lambda votes, answered: charged.append(votes), noise=noise)
     aggregator.aggregate(torch.randn(9, 5, 12))
-    ((votes, threshold, sigma1, sigma2),) = calls
+    ((votes, threshold, sigma1, sigma2, generator),) = calls
     assert votes is checked[0] is charged[0] and (threshold, sigma1, sigma2) == (7.5, 11.0, 5.0)
+    assert generator is noise.generator("cpu")  # the aggregator's own noise, not torch's global stream
     assert votes.shape == (5 * 4, 6) and (votes.sum(1) == 9).all()  # one vote per teacher and query
 
 
@@ -387,7 +394,7 @@ def test_sanitizer_noise_is_gaussian_with_std_sigma_c_over_b():
     loss = lambda g: (g * weights).sum()  # noqa: E731
     generated = torch.randn(batch, 3, 10)
     clean = sanitized(GradientSanitizerMechanism(clip, 0.0), generated, loss)
-    noisy = torch.cat([sanitized(GradientSanitizerMechanism(clip, sigma, generator=torch.Generator().manual_seed(s)),
+    noisy = torch.cat([sanitized(GradientSanitizerMechanism(clip, sigma, noise=NoiseSource(s)),
                                  generated, loss) - clean for s in range(10)])
     assert_law(noisy.flatten().numpy(), normal_cdf(sigma * clip / batch), normal_cdf(sigma * clip / batch / 2))
 

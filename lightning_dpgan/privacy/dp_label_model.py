@@ -28,6 +28,7 @@ from torch.utils.data import TensorDataset
 
 from lightning_dpgan.privacy.accountants.opacus_adapter import OpacusAccountant, calibrate_noise_multiplier
 from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
+from lightning_dpgan.privacy.noise_source import NoiseSource
 from lightning_dpgan.privacy.validation import validate_positive
 
 ARCHITECTURES = ("logistic", "mlp")
@@ -83,9 +84,9 @@ def train_dp_label_model(
     """Train ``network`` (features -> label block) in place by DP-SGD at (``epsilon``, ``delta``)
     for add/remove neighbours; return its cost, with what is needed to recompute it.
 
-    The Poisson sampling and the noise come from a generator seeded from OS entropy: noise drawn
-    from a published seed (the run's ``--seed`` is in its config.yaml) could be replayed and
-    subtracted. ``noise_seed`` fixes it, for reproducible tests only."""
+    The Poisson sampling and the noise come from a :class:`NoiseSource` seeded from OS entropy:
+    noise drawn from a published seed (the run's ``--seed`` is in its config.yaml) could be
+    replayed and subtracted. ``noise_seed`` fixes it, for reproducible tests only."""
     validate_positive("label model epsilon", epsilon)
     n = len(features)
     if settings.batch_size > n:
@@ -93,16 +94,12 @@ def train_dp_label_model(
     if not 0.0 < delta < 1.0 / n:
         raise ValueError(f"label model delta must be in (0, 1/n = {1.0 / n:.3g}), got {delta}")
     sample_rate = settings.batch_size / n
-    generator = torch.Generator()
-    if noise_seed is None:
-        generator.seed()  # OS entropy
-    else:
-        generator.manual_seed(noise_seed)
-    loader = DPDataLoader(TensorDataset(features, targets), sample_rate=sample_rate, generator=generator)
+    noise = NoiseSource(noise_seed)
+    loader = DPDataLoader(TensorDataset(features, targets), sample_rate=sample_rate, generator=noise.generator("cpu"))
     sigma = calibrate_noise_multiplier(epsilon, delta, sample_rate, settings.epochs * len(loader))
     accountant = OpacusAccountant("rdp")
     mechanism = DPSGDMechanism(
-        sigma, settings.max_grad_norm, settings.batch_size, generator=generator, mode="hooks",
+        sigma, settings.max_grad_norm, settings.batch_size, noise=noise, mode="hooks",
         on_noisy_step=lambda: accountant.step(noise_multiplier=sigma, sample_rate=sample_rate),
     )
     mechanism.attach(network)

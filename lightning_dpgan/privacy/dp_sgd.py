@@ -6,6 +6,8 @@ Mechanism (Abadi et al. 2016), applied to every update of a network that reads r
   Under add/remove-one-record neighbours, the sum of clipped gradients changes by at most C.
 - **Noise.** ``N(0, sigma^2 C^2 I)`` is added to that sum once per step, *always* -- also
   when Poisson sampling drew an empty batch (Opacus' optimizer would skip the noise then).
+  It is drawn from the mechanism's own generator, seeded from OS entropy, never from the
+  run's ``--seed`` (:mod:`lightning_dpgan.privacy.noise_source`).
 - **Averaging.** The noisy sum is divided by the *expected* batch size ``q * N``, a public
   constant, never by the number of records actually sampled.
 - **Public part.** Gradients of passes that involve no real record (the discriminator's loss
@@ -52,6 +54,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from lightning_dpgan.distributed import is_distributed, world_size
+from lightning_dpgan.privacy.noise_source import NoiseSource
 
 MODES = ("auto", "hooks", "ghost")
 
@@ -150,6 +153,8 @@ class DPSGDMechanism:
         max_grad_norm: C, the bound on each real record's gradient norm.
         expected_batch_size: ``q * N``, the divisor of the noisy sum.
         on_noisy_step: called once each time noise is released (the accountant's step).
+        noise: where the Gaussian noise is drawn from (default: its own generator seeded from OS
+            entropy; see :mod:`lightning_dpgan.privacy.noise_source`).
         mode: ``auto``, ``hooks`` or ``ghost`` (see the module docstring).
     """
 
@@ -159,7 +164,7 @@ class DPSGDMechanism:
         max_grad_norm: float,
         expected_batch_size: int,
         on_noisy_step: Callable[[], None] | None = None,
-        generator: torch.Generator | None = None,
+        noise: NoiseSource | None = None,
         mode: str = "auto",
     ) -> None:
         if noise_multiplier < 0 or max_grad_norm <= 0 or expected_batch_size < 1:
@@ -170,7 +175,7 @@ class DPSGDMechanism:
         self.max_grad_norm = float(max_grad_norm)
         self.expected_batch_size = int(expected_batch_size)
         self.on_noisy_step = on_noisy_step
-        self.generator = generator
+        self.noise = noise or NoiseSource()
         self.requested_mode = mode
         self.mode: str | None = None  # the mode that runs, fixed by attach()
         self._hooks: GradSampleModule | GradSampleModuleFastGradientClipping | None = None
@@ -220,7 +225,7 @@ class DPSGDMechanism:
             # per rank: the ranks' (sum / (qN / W)) are added up and divided by W (Opacus)
             expected_batch_size=self.expected_batch_size / world_size(),
             loss_reduction="mean",
-            generator=self.generator,
+            generator=self.noise.generator(self._params[0].device),  # on the parameters' device, as Opacus draws
         )
         if self.on_noisy_step is not None:
             callback = self.on_noisy_step

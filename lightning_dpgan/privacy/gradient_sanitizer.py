@@ -28,6 +28,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from lightning_dpgan.privacy.noise_source import NoiseSource
+
 
 def effective_noise_multiplier(noise_multiplier: float, batch_size: int) -> float:
     """The Gaussian noise multiplier, in units of the L2 sensitivity, of one sanitized batch."""
@@ -42,13 +44,13 @@ class GradientSanitizerMechanism:
         max_norm: float,
         noise_multiplier: float,
         on_release: Callable[[int], None] | None = None,
-        generator: torch.Generator | None = None,
+        noise: NoiseSource | None = None,
     ) -> None:
         if not max_norm > 0 or noise_multiplier < 0:
             raise ValueError(f"need max_norm > 0 and noise_multiplier >= 0, got {max_norm}, {noise_multiplier}")
         self.max_norm, self.noise_multiplier = float(max_norm), float(noise_multiplier)
         self.on_release = on_release
-        self.generator = generator
+        self.noise = noise or NoiseSource()
 
     def sanitize(self, generated: Tensor) -> Tensor:
         """Return ``generated`` with the hook attached: its gradient is clipped and noised."""
@@ -61,8 +63,8 @@ class GradientSanitizerMechanism:
         bound = self.max_norm / batch
         rows = gradient.reshape(batch, -1)
         scale = (bound / (rows.norm(dim=1, keepdim=True) + 1e-10)).clamp(max=1.0)
-        noise = torch.randn(rows.shape, generator=self.generator, device=rows.device, dtype=rows.dtype)
-        released = rows * scale + self.noise_multiplier * bound * noise
+        draws = torch.randn(rows.shape, generator=self.noise.generator(rows.device), device=rows.device, dtype=rows.dtype)
+        released = rows * scale + self.noise_multiplier * bound * draws
         if self.on_release is not None:
             self.on_release(batch)
         return released.reshape(gradient.shape)

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from lightning_dpgan.distributed import drawn_by_rank_zero, sum_across_ranks
 from lightning_dpgan.privacy.mechanisms import NO_ANSWER, confident_gnmax
+from lightning_dpgan.privacy.noise_source import NoiseSource
 
 
 def discretize(values: Tensor, clip: float, bins: int) -> Tensor:
@@ -70,6 +71,7 @@ class ProjectedGradientAggregator:
         threshold: float,
         check: Callable[[Tensor], None],
         charge: Callable[[Tensor, Tensor], None],
+        noise: NoiseSource | None = None,
     ) -> None:
         if projection_dim < 1 or bins < 2:
             raise ValueError(f"projection_dim must be >= 1 and bins >= 2, got {projection_dim}, {bins}")
@@ -78,6 +80,7 @@ class ProjectedGradientAggregator:
         self.projection_dim, self.bins, self.clip = projection_dim, bins, float(clip)
         self.sigma1, self.sigma2, self.threshold = float(sigma1), float(sigma2), float(threshold)
         self.check, self.charge = check, charge
+        self.noise = noise or NoiseSource()  # Confident-GNMax's draws; the projections are public
 
     def aggregate(self, teacher_gradients: Tensor) -> Tensor:
         """``teacher_gradients [K, B, ...]`` (teacher k's gradient on record b) -> ``[B, ...]``."""
@@ -90,8 +93,9 @@ class ProjectedGradientAggregator:
         votes = vote_histograms(discretize(projected, self.clip, self.bins).reshape(teachers, -1), self.bins)
         votes = sum_across_ranks(votes)  # DDP: each rank counted its shard of the teachers
         self.check(votes)  # may refuse: then nothing below is drawn
-        answers = drawn_by_rank_zero(lambda: confident_gnmax(votes, self.threshold, self.sigma1, self.sigma2),
-                                     (votes.shape[0],), torch.long, votes.device)
+        answers = drawn_by_rank_zero(
+            lambda: confident_gnmax(votes, self.threshold, self.sigma1, self.sigma2, self.noise.generator(votes.device)),
+            (votes.shape[0],), torch.long, votes.device)
         self.charge(votes, answers != NO_ANSWER)
         aggregated = bin_midpoints(answers, self.clip, self.bins).reshape(records, self.projection_dim)
         back = torch.einsum("bj,bdj->bd", aggregated, projection)

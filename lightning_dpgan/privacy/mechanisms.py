@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 
-def laplace_noisy_argmax(votes: Tensor, lap_inverse_scale: float) -> Tensor:
+def laplace_noisy_argmax(votes: Tensor, lap_inverse_scale: float, generator: torch.Generator | None = None) -> Tensor:
     """PATE's aggregation: ``argmax_j (votes[:, j] + Lap(1 / lambda))`` for each query (row).
 
     Sensitivity: one record lives in one teacher's partition, so changing it changes one
@@ -21,6 +21,8 @@ def laplace_noisy_argmax(votes: Tensor, lap_inverse_scale: float) -> Tensor:
     Args:
         votes: ``(queries, classes)`` counts of teachers per class.
         lap_inverse_scale: lambda > 0.
+        generator: the mechanism's own (:class:`~lightning_dpgan.privacy.noise_source.NoiseSource`),
+            on ``votes``' device; None draws from torch's global generator.
     Returns:
         ``(queries,)`` int64 class indices.
     """
@@ -29,15 +31,18 @@ def laplace_noisy_argmax(votes: Tensor, lap_inverse_scale: float) -> Tensor:
     if votes.dim() != 2:
         raise ValueError(f"votes must be (queries, classes), got shape {tuple(votes.shape)}")
     counts = votes.to(torch.float64)
-    laplace = torch.distributions.Laplace(torch.zeros((), dtype=torch.float64, device=votes.device), 1.0 / lap_inverse_scale)
-    return torch.argmax(counts + laplace.sample(counts.shape), dim=1)
+    # Lap(b) is b times the difference of two independent Exp(1) draws
+    exponentials = torch.empty((2, *counts.shape), dtype=torch.float64, device=votes.device).exponential_(generator=generator)
+    laplace = (exponentials[0] - exponentials[1]) / lap_inverse_scale
+    return torch.argmax(counts + laplace, dim=1)
 
 
 #: Marks a Confident-GNMax query that was not answered (the noisy maximum missed the threshold).
 NO_ANSWER = -1
 
 
-def confident_gnmax(votes: Tensor, threshold: float, sigma1: float, sigma2: float) -> Tensor:
+def confident_gnmax(votes: Tensor, threshold: float, sigma1: float, sigma2: float,
+                    generator: torch.Generator | None = None) -> Tensor:
     """Confident-GNMax (Papernot et al. 2018, Algorithm 1; G-PATE's Algorithm 3), per query (row).
 
     Step 1: if ``max_j votes[j] + N(0, sigma1^2) >= threshold`` go on, else answer ``NO_ANSWER`` (⊥).
@@ -53,6 +58,7 @@ def confident_gnmax(votes: Tensor, threshold: float, sigma1: float, sigma2: floa
         votes: ``(queries, bins)`` counts of teachers per bin.
         threshold: T, in teacher counts.
         sigma1, sigma2: standard deviations of the threshold and the answer noise (> 0).
+        generator: the mechanism's own, on ``votes``' device; None draws from torch's global one.
     Returns:
         ``(queries,)`` int64 bin indices, ``NO_ANSWER`` where unanswered.
     """
@@ -61,6 +67,8 @@ def confident_gnmax(votes: Tensor, threshold: float, sigma1: float, sigma2: floa
     if votes.dim() != 2:
         raise ValueError(f"votes must be (queries, bins), got shape {tuple(votes.shape)}")
     counts = votes.to(torch.float64)
-    noisy_max = counts.max(dim=1).values + sigma1 * torch.randn(counts.shape[0], dtype=torch.float64, device=votes.device)
-    answers = torch.argmax(counts + sigma2 * torch.randn_like(counts), dim=1)
+    threshold_noise = torch.randn(counts.shape[0], dtype=torch.float64, device=votes.device, generator=generator)
+    answer_noise = torch.randn(counts.shape, dtype=torch.float64, device=votes.device, generator=generator)
+    noisy_max = counts.max(dim=1).values + sigma1 * threshold_noise
+    answers = torch.argmax(counts + sigma2 * answer_noise, dim=1)
     return torch.where(noisy_max >= threshold, answers, torch.full_like(answers, NO_ANSWER))

@@ -19,16 +19,19 @@ from torch import Tensor
 
 from lightning_dpgan.distributed import drawn_by_rank_zero, sum_across_ranks
 from lightning_dpgan.privacy.mechanisms import laplace_noisy_argmax
+from lightning_dpgan.privacy.noise_source import NoiseSource
 
 
 class PATELabelAggregator:
     """Noisy-argmax labels from binary teacher votes, each answer charged before it is returned."""
 
-    def __init__(self, lap_inverse_scale: float, on_answer: Callable[[float, np.ndarray], None]) -> None:
+    def __init__(self, lap_inverse_scale: float, on_answer: Callable[[float, np.ndarray], None],
+                 noise: NoiseSource | None = None) -> None:
         if not lap_inverse_scale > 0:
             raise ValueError(f"lap_inverse_scale (lambda) must be > 0, got {lap_inverse_scale}")
         self.lap_inverse_scale = float(lap_inverse_scale)
         self.on_answer = on_answer
+        self.noise = noise or NoiseSource()
 
     def aggregate(self, votes: Tensor) -> Tensor:
         """``votes``: ``(queries, 2)`` counts ``(n_0, n_1)``; returns ``(queries,)`` noisy labels."""
@@ -38,5 +41,6 @@ class PATELabelAggregator:
         gaps = (votes[:, 0] - votes[:, 1]).abs().round().long().cpu().numpy()
         self.on_answer(self.lap_inverse_scale, gaps)
         # the noise is drawn once; every rank gets rank 0's answers
-        return drawn_by_rank_zero(lambda: laplace_noisy_argmax(votes, self.lap_inverse_scale),
+        generator = self.noise.generator(votes.device)
+        return drawn_by_rank_zero(lambda: laplace_noisy_argmax(votes, self.lap_inverse_scale, generator),
                                   (votes.shape[0],), torch.long, votes.device)

@@ -1,0 +1,60 @@
+"""``NoiseSource``: where a private mechanism's random draws come from.
+
+DP noise protects only against someone who cannot replay it. If the noise came from torch's
+global generator, which ``--seed`` seeds for reproducible initial weights and which
+``config.yaml`` records, anyone holding the seed could redraw the noise and subtract it from
+what was released; the same holds for DP-SGD's Poisson batch draws, whose secrecy the
+subsampling amplification assumes. So every mechanism draws from a ``torch.Generator`` of its
+own, seeded with 64 bits from the operating system's entropy pool (``secrets``), one generator
+per device the draws are made on.
+
+A fixed ``seed`` makes the draws reproducible: for tests and audits only. The privacy report
+says which kind a run used. Under DDP a seeded source adds the rank to the seed, so ranks that
+draw (DP-SGD's Poisson batches of each rank's shard) never share a stream.
+
+This is not a cryptographically secure generator (Opacus' ``secure_mode`` needs torchcsprng,
+which does not build against current torch): the draws are Philox / Mersenne Twister outputs
+from a secret seed, the common practice of DP libraries outside their secure modes.
+"""
+from __future__ import annotations
+
+import secrets
+
+import torch
+
+from lightning_dpgan.distributed import rank
+
+
+class NoiseSource:
+    """Per-device ``torch.Generator`` s for one mechanism, seeded from OS entropy unless ``seed``
+    is given (reproducible draws, tests only: not private)."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise ValueError(f"--privacy.noise_seed must be a non-negative integer, got {seed!r}")
+        self.seed = seed
+        self._generators: dict[torch.device, torch.Generator] = {}
+
+    @property
+    def seeded(self) -> bool:
+        return self.seed is not None
+
+    def generator(self, device: torch.device | str = "cpu") -> torch.Generator:
+        """The generator for draws on ``device``, made on first use."""
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if device not in self._generators:
+            generator = torch.Generator(device=device)
+            generator.manual_seed(secrets.randbits(63) if self.seed is None else self.seed + rank())
+            self._generators[device] = generator
+        return self._generators[device]
+
+    def describe(self) -> str:
+        """For the privacy report."""
+        if self.seed is None:
+            return "own generator seeded from OS entropy (not the run's --seed)"
+        return f"FIXED SEED {self.seed} (--privacy.noise_seed, for tests only: anyone with the seed can replay the noise)"
+
+
+__all__ = ["NoiseSource"]

@@ -1,0 +1,114 @@
+"""Every mechanism draws its noise from its own generator (``NoiseSource``), seeded from OS
+entropy: the run's ``--seed`` (recorded in config.yaml) must not let anyone replay the noise."""
+import pytest
+import torch
+from torch import nn
+
+from lightning_dpgan.callbacks.dp_sgd import DPSGD
+from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
+from lightning_dpgan.privacy.gradient_sanitizer import GradientSanitizerMechanism
+from lightning_dpgan.privacy.gradient_voting import ProjectedGradientAggregator
+from lightning_dpgan.privacy.noise_source import NoiseSource
+from lightning_dpgan.privacy.pate import PATELabelAggregator
+
+
+def pate_release(noise: NoiseSource) -> torch.Tensor:
+    """Answers to 200 tied votes: each is decided by the Laplace noise alone."""
+    aggregator = PATELabelAggregator(1.0, on_answer=lambda *args: None, noise=noise)
+    return aggregator.aggregate(torch.full((200, 2), 5.0))
+
+
+def gpate_release(noise: NoiseSource) -> torch.Tensor:
+    gradients = torch.randn(9, 6, 20, generator=torch.Generator().manual_seed(4)) * 1e-3
+    aggregator = ProjectedGradientAggregator(4, 5, 2e-3, 1.0, 1.0, 3.0, check=lambda votes: None,
+                                             charge=lambda *args: None, noise=noise)
+    return aggregator.aggregate(gradients)
+
+
+def dp_sgd_release(noise: NoiseSource) -> torch.Tensor:
+    """One DP-SGD step whose real gradient is zero: the applied gradient is the noise."""
+    network = nn.Linear(3, 1)
+    mechanism = DPSGDMechanism(1.0, 1.0, 4, noise=noise, mode="hooks")
+    mechanism.attach(network)
+    optimizer = mechanism.wrap_optimizer(torch.optim.SGD(network.parameters(), lr=1.0))
+    optimizer.zero_grad()
+    mechanism.backward_real((network(torch.ones(4, 3)) * 0.0).sum(1))
+    optimizer.step()
+    return network.weight.grad.detach().clone()  # the noisy gradient the step applied
+
+
+def sanitizer_release(noise: NoiseSource) -> torch.Tensor:
+    generated = torch.zeros(8, 5, requires_grad=True)
+    mechanism = GradientSanitizerMechanism(1.0, 1.0, noise=noise)
+    (mechanism.sanitize(generated) * 0.0).sum().backward()
+    return generated.grad
+
+
+RELEASES = [pate_release, gpate_release, dp_sgd_release, sanitizer_release]
+
+
+@pytest.mark.parametrize("release", RELEASES, ids=lambda f: f.__name__)
+def test_the_global_seed_does_not_fix_a_mechanisms_noise(release):
+    torch.manual_seed(0)
+    first = release(NoiseSource())
+    torch.manual_seed(0)
+    second = release(NoiseSource())
+    assert not torch.equal(first, second)
+
+
+@pytest.mark.parametrize("release", RELEASES, ids=lambda f: f.__name__)
+def test_a_noise_seed_makes_the_draws_reproducible(release):
+    torch.manual_seed(0)
+    first = release(NoiseSource(7))
+    torch.manual_seed(1)  # a different global stream: only public draws (G-PATE's projections) may follow it
+    second = release(NoiseSource(7))
+    torch.manual_seed(0)
+    third = release(NoiseSource(8))
+    if release is not gpate_release:
+        assert torch.equal(first, second)
+    assert not torch.equal(first, third)
+
+
+def test_generators_are_made_once_per_device_and_seeded_apart():
+    source = NoiseSource()
+    assert source.generator("cpu") is source.generator(torch.device("cpu"))
+    assert NoiseSource().generator().initial_seed() != source.generator().initial_seed()
+    assert not source.seeded and "OS entropy" in source.describe()
+    assert "FIXED SEED 3" in NoiseSource(3).describe()
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "7"])
+def test_a_bad_noise_seed_is_refused(seed):
+    with pytest.raises(ValueError, match="noise_seed"):
+        NoiseSource(seed)
+
+
+def poisson_batches(strategy: DPSGD) -> list[list[int]]:
+    from types import SimpleNamespace
+
+    from torch.utils.data import TensorDataset
+
+    strategy.sample_rate = 0.25
+    datamodule = SimpleNamespace(train_dataset=TensorDataset(torch.arange(40)), hparams=SimpleNamespace(num_workers=0))
+    strategy._use_poisson_sampling(datamodule)
+    return [batch[0].tolist() for batch in datamodule.train_dataloader()]
+
+
+def test_dp_sgd_poisson_batches_do_not_follow_the_run_seed():
+    """Amplification by subsampling assumes nobody knows which records a batch holds."""
+    torch.manual_seed(0)
+    first = poisson_batches(DPSGD(noise_multiplier=1.0))
+    torch.manual_seed(0)
+    second = poisson_batches(DPSGD(noise_multiplier=1.0))
+    assert first != second
+    assert poisson_batches(DPSGD(noise_multiplier=1.0, noise_seed=3)) == poisson_batches(DPSGD(noise_multiplier=1.0, noise_seed=3))
+
+
+@pytest.mark.parametrize("strategy", ["pate", "gpate", "sanitizer", "dp-sgd"])
+def test_every_strategy_takes_a_noise_seed(strategy):
+    from lightning_dpgan import registry
+
+    cls = registry.lookup("privacy", strategy).load()
+    kwargs = {"noise_multiplier": 1.0} if strategy in ("sanitizer", "dp-sgd") else {}
+    assert cls(noise_seed=5, **kwargs).noise.seed == 5
+    assert cls(**kwargs).noise.seed is None
