@@ -12,7 +12,6 @@ import math
 from typing import Any, ClassVar
 
 import lightning as L
-import torch
 from opacus.data_loader import DPDataLoader
 from torch.utils.data import DataLoader, IterableDataset, Subset
 
