@@ -11,7 +11,7 @@ import pytest
 
 from lightning_dpgan.benchmark import report, results
 from lightning_dpgan.benchmark.cli import benchmark, chosen_size, parse_args, unavailable_datasets
-from lightning_dpgan.benchmark.peers import export_split, load_datamodule, peer_command, table_spec
+from lightning_dpgan.benchmark.peers import export_split, load_datamodule, peer_command
 from lightning_dpgan.benchmark.runner import Settings, train_command, with_derived_measures
 from lightning_dpgan.benchmark.suites import SUITES, Cell, suite_size
 
@@ -161,6 +161,32 @@ def test_the_newest_full_results_stand_for_a_suite_until_a_newer_full_run(tmp_pa
     (tmp_path / "tables-notes.json").write_text("{}")  # not a results file: ignored
     assert results.latest_results(tmp_path, "tables", size="full")["n"] == 1
     assert results.latest_results(tmp_path, "tables")["n"] == 2
+
+
+def test_runs_of_parts_of_the_grid_are_merged_cell_by_cell_newest_first(tmp_path):
+    """Two full-subset runs (QUAIL and DP-CTGAN, then DP-CTGAN again with PATE-GAN): the table
+    holds all three models, DP-CTGAN from the newer file, and names both files."""
+    def write(day, runs, command):
+        content = {**result_file("tables", "full-subset", runs), "command": command}
+        content.pop("file")
+        results.results_path(tmp_path, "tables", day).write_text(json.dumps(content))
+
+    write(date(2026, 1, 1), [run("quail", s, 0.85) for s in range(3)] + [run("dpctgan", s, 0.80) for s in range(3)]
+          + [run("dpctgan", 3, None, status="failed") | {"error": "old failure"}], "first")
+    write(date(2026, 1, 2), [run("dpctgan", s, 0.70) for s in range(3)] + [run("pategan", s, 0.60) for s in range(3)], "second")
+    results.results_path(tmp_path, "tables", date(2026, 1, 3)).write_text(json.dumps({"size": "quick", "summary": []}))
+    merged = results.protocol_results(tmp_path, "tables")
+    means = {row["model"]: row["measures"]["utility/B_auroc"]["mean"] for row in merged["summary"]}
+    assert means == pytest.approx({"quail": 0.85, "dpctgan": 0.70, "pategan": 0.60})
+    assert [part["command"] for part in merged["parts"]] == ["second", "first"]
+    assert {(r["model"], r["seed"]) for r in merged["runs"]} == {(m, s) for m in ("quail", "dpctgan", "pategan") for s in range(3)}
+    section = report.generated_section(tmp_path, {}, ["tables"], tmp_path)
+    assert "`tables-2026-01-02.json`" in section and "`tables-2026-01-01.json`" in section
+    assert "Cells from this file: quail / adult / ε=1." in section
+    assert "old failure" not in section  # that cell's newer measurement stands
+    assert "| quail | adult | 1 |" in section and "| dpctgan | adult | 1 |" in section
+    results.results_path(tmp_path, "tables", date(2026, 1, 4)).write_text(json.dumps(result_file("tables", "full", [run("gan", 0, 0.5)])))
+    assert results.protocol_results(tmp_path, "tables")["size"] == "full"  # a full run stands alone
 
 
 def test_a_changed_grid_is_not_the_full_protocol():

@@ -97,9 +97,9 @@ def write_results(results_dir: Path, suite: str, content: dict[str, Any]) -> Pat
     return path
 
 
-def latest_results(results_dir: Path, suite: str, size: str | None = None) -> dict[str, Any] | None:
-    """The newest results file of ``suite`` (by the date in its name, then its ``-N``), of the
-    given ``size`` when one is named. Files not named ``<suite>-<date>[-N].json`` are ignored."""
+def _newest_first(results_dir: Path, suite: str) -> list[Path]:
+    """The results files of ``suite``, newest first (by the date in the name, then its ``-N``).
+    Files not named ``<suite>-<date>[-N].json`` are ignored."""
     def order(path: Path) -> tuple[str, int] | None:
         parts = path.stem[len(suite) + 1:].split("-")
         if len(parts) not in (3, 4) or not all(part.isdigit() for part in parts):
@@ -107,11 +107,53 @@ def latest_results(results_dir: Path, suite: str, size: str | None = None) -> di
         return "-".join(parts[:3]), int(parts[3]) if len(parts) == 4 else 1
 
     dated = sorted((key, path) for path in results_dir.glob(f"{suite}-*.json") if (key := order(path)) is not None)
-    for _, path in reversed(dated):
-        content = json.loads(path.read_text())
+    return [path for _, path in reversed(dated)]
+
+
+def _load(path: Path) -> dict[str, Any]:
+    return {**json.loads(path.read_text()), "file": path.name}
+
+
+def latest_results(results_dir: Path, suite: str, size: str | None = None) -> dict[str, Any] | None:
+    """The newest results file of ``suite``, of the given ``size`` when one is named."""
+    for path in _newest_first(results_dir, suite):
+        content = _load(path)
         if size is None or content.get("size") == size:
-            return {**content, "file": path.name}
+            return content
     return None
 
 
-__all__ = ["aggregate", "commit", "latest_results", "machine", "results_path", "summarize", "write_results"]
+def _cell(row: dict[str, Any]) -> tuple[str, str, float | None]:
+    return row["model"], row["dataset"], row["target_epsilon"]
+
+
+def merge_subsets(newest_first: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs of parts of a suite's grid as one result: each cell (model, dataset, epsilon)
+    from the newest file that measured it. ``parts`` lists the files that contributed a cell, so
+    every figure still names the file, command and commit it came from."""
+    taken: dict[tuple, dict[str, Any]] = {}
+    parts = []
+    for content in newest_first:
+        new = {_cell(row) for row in content["summary"]} - set(taken)
+        if not new:
+            continue
+        parts.append(content)
+        taken.update({_cell(row): row for row in content["summary"] if _cell(row) in new})
+        content["cells"] = sorted(new, key=str)
+    runs = [run for part in parts for run in part["runs"] if _cell(run) in set(map(tuple, part["cells"]))]
+    return {**parts[0], "parts": parts, "summary": list(taken.values()), "runs": runs}
+
+
+def protocol_results(results_dir: Path, suite: str) -> dict[str, Any] | None:
+    """What stands for ``suite`` on the full protocol: its newest full run; without one, all its
+    full-subset runs merged (:func:`merge_subsets`); None when there are neither."""
+    full = latest_results(results_dir, suite, size="full")
+    if full is not None:
+        return full
+    subsets = [content for path in _newest_first(results_dir, suite)
+               if (content := _load(path)).get("size") == "full-subset"]
+    return merge_subsets(subsets) if subsets else None
+
+
+__all__ = ["aggregate", "commit", "latest_results", "machine", "merge_subsets", "protocol_results", "results_path",
+           "summarize", "write_results"]
