@@ -189,6 +189,23 @@ def test_runs_of_parts_of_the_grid_are_merged_cell_by_cell_newest_first(tmp_path
     assert results.protocol_results(tmp_path, "tables")["size"] == "full"  # a full run stands alone
 
 
+def test_the_recorded_commit_is_the_one_the_runs_started_from(tmp_path, monkeypatch):
+    """A suite runs for hours: a commit made meanwhile must not be recorded as the code that ran."""
+    from lightning_dpgan.benchmark import cli
+
+    state = {"ran": False}
+
+    def runs(size, settings, skipped):
+        state["ran"] = True  # someone commits while the suite runs
+        return [run("gan", 0, 0.5)]
+
+    monkeypatch.setattr(cli, "commit", lambda **kwargs: {"sha": "after" if state["ran"] else "before", "dirty": False})
+    monkeypatch.setattr(cli, "run_grid", runs)
+    path = cli.benchmark(["--suite", "tables", "--quick", "--results-dir", str(tmp_path), "--results-md",
+                          str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
+    assert json.loads(path.read_text())["commit"] == {"sha": "before", "dirty": False}
+
+
 def test_a_changed_grid_is_not_the_full_protocol():
     from lightning_dpgan.benchmark.cli import size_label
 

@@ -114,6 +114,7 @@ def benchmark(argv: list[str]) -> Path:
         return args.results_md
     size = chosen_size(args)
     started = datetime.now()
+    code = commit(own_output=args.results_md)  # the code that runs: taken now, not after hours of runs
     out_dir = args.out_dir or Path("runs") / "benchmark" / f"{args.suite}-{started:%Y%m%d-%H%M%S}"
     settings = Settings(out_dir=out_dir, data_dir=args.data_dir, accelerator=args.accelerator,
                         evaluate=args.suite != "speed")
@@ -135,7 +136,7 @@ def benchmark(argv: list[str]) -> Path:
                             str(args.peers_venv) if args.peers_venv else None, args.out_dir,
                             {str(path): name for path, name in [(args.results_dir, "RESULTS_DIR"),
                              (args.results_md, "RESULTS_MD"), (args.reference, "REFERENCE")] if path.is_absolute()}),
-        "machine": machine(), "commit": commit(own_output=args.results_md), "seeds": list(size.seeds), "skipped": skipped,
+        "machine": machine(), "commit": code, "seeds": list(size.seeds), "skipped": skipped,
         "runs": runs, "summary": aggregate(runs), "extras": extras,
     }
     path = write_results(args.results_dir, args.suite, content)
