@@ -234,7 +234,14 @@ class Run:
             callbacks.append(self.strategy)
             if self.strategy.target_epsilon is not None:
                 callbacks.append(PrivacyBudgetStopping(self.strategy.target_epsilon))
+        # last: after every check that may refuse the run (the data, delta < 1/n, a budget too small
+        # for one step), so a refused run leaves the folder's earlier config.yaml as it was
+        callbacks.append(LambdaCallback(on_train_start=self._write_config))
         return callbacks
+
+    def _write_config(self, trainer: L.Trainer, module: Any) -> None:
+        if trainer.is_global_zero:
+            write_yaml(self.output_dir / "config.yaml", self.config)
 
     def _build_trainer(self) -> L.Trainer:
         options = dict(self.config["trainer"])
@@ -267,7 +274,6 @@ class Run:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         if launched_as_follower():
             return self._fit_and_write()
-        write_yaml(self.output_dir / "config.yaml", self.config)
         if self.trainer.world_size <= 1:
             return self._fit_and_write()
         release = write_torch(self.output_dir / RANK_ZERO_RELEASE, self.module.run_info)  # read by the other ranks

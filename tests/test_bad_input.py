@@ -28,6 +28,7 @@ from run_helpers import tiny_run_args
 
 #: What an earlier run left in the output folder: a failed run must not touch it.
 EARLIER_RUN = {
+    "config.yaml": b"model: the earlier run's\n",
     "privacy.json": b'{"mechanism": "dp-sgd", "epsilon": 1.0, "note": "the earlier run"}\n',
     "metrics.json": b'{"steps": 1000}\n',
     "samples.png": b"earlier samples",
@@ -255,9 +256,10 @@ DELTA_FIX = ["--delta must be strictly between 0 and 1", "--delta 1e-05"]
         (["--delta=-1e-5"], DELTA_FIX),
         (["--delta", "1"], DELTA_FIX),
         (["--delta", "0.01"], ["--delta 0.01 is not below 1/n = 0.00625", "n = 160", "Pass --delta < 1/n"]),
+        (["--epsilon", "0.001", "--delta", "1e-4"], ["a single training step would spend epsilon", "--epsilon 0.001"]),
     ],
     ids=["epsilon-zero", "epsilon-negative", "epsilon-nan", "delta-zero", "delta-negative", "delta-one",
-         "delta-not-below-1/n"],
+         "delta-not-below-1/n", "budget-below-one-step"],
 )
 def test_a_meaningless_privacy_budget_is_refused_before_training(tiny_image_data_dir, tmp_path, capsys, extra, keywords):
     out = tmp_path / "out"
@@ -352,8 +354,8 @@ def test_train_resume_from_a_damaged_or_foreign_checkpoint_is_a_clear_error(
     out = tmp_path / "out"
     plant_earlier_run(out)
     assert_refused(image_args(tiny_image_data_dir, out, "--resume", str(path), model=model), capsys, message)
-    assert_nothing_lost(out)
-    assert not (out / "checkpoints").exists() and not (out / "config.yaml").exists()
+    assert_nothing_lost(out)  # config.yaml included: it is written once training starts
+    assert not (out / "checkpoints").exists()
 
 
 @pytest.mark.parametrize("kind", ["truncated", "text", "foreign"])
@@ -473,7 +475,7 @@ def test_a_run_whose_privacy_report_hits_a_full_disk_fails_clearly_and_loses_not
                    f"could not write {out / 'privacy.json'}: No space left on device")
     # privacy.json is written last: the earlier report stays whole, so no fresh privacy.json claims
     # a run whose files were not all written
-    assert_nothing_lost(out, rewritten=("samples.png", "metrics.json"))
+    assert_nothing_lost(out, rewritten=("config.yaml", "samples.png", "metrics.json"))
     assert (out / "checkpoints" / "last.ckpt").is_file()  # training itself finished
 
 
@@ -484,4 +486,4 @@ def test_a_run_whose_synthetic_table_hits_a_full_disk_keeps_the_earlier_table(tm
     disk_full_for("synthetic.csv")
     assert_refused(csv_args(csv, out, None), capsys, f"could not write {out / 'synthetic.csv'}: No space left",
                    "synthetic.csv still holds its previous content")
-    assert_nothing_lost(out)  # the table is written first: no report of this run claims it
+    assert_nothing_lost(out, rewritten=("config.yaml",))  # the table is written first: no report of this run claims it
