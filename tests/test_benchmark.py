@@ -189,6 +189,21 @@ def test_runs_of_parts_of_the_grid_are_merged_cell_by_cell_newest_first(tmp_path
     assert results.protocol_results(tmp_path, "tables")["size"] == "full"  # a full run stands alone
 
 
+def test_peers_on_the_full_protocol_meet_all_our_full_subset_runs(tmp_path):
+    def write(suite, size, day, runs):
+        content = result_file(suite, size, runs)
+        results.results_path(tmp_path, suite, day).write_text(json.dumps(content))
+
+    write("tables", "full-subset", date(2026, 1, 1), [run("pategan", s, 0.6) for s in range(3)])
+    write("tables", "full-subset", date(2026, 1, 2), [run("dpctgan", s, 0.8) for s in range(3)])
+    write("tables", "quick", date(2026, 1, 3), [run("pategan", 0, 0.1)])
+    write("peers", "full-subset", date(2026, 1, 3), [run("pategan", s, 0.5) for s in range(3)])
+    section = report.generated_section(tmp_path, {}, ["tables", "peers"], tmp_path)
+    (line,) = [line for line in section.splitlines() if line.startswith("| pategan | adult | 1 | 0.500")]
+    assert "| pategan | 0.600 ± 0.000 (3) | 1.20 |" in line  # our full-subset pategan, not the quick run
+    assert "`tables-2026-01-02.json`, `tables-2026-01-01.json`, same protocol" in section
+
+
 def test_the_recorded_commit_is_the_one_the_runs_started_from(tmp_path, monkeypatch):
     """A suite runs for hours: a commit made meanwhile must not be recorded as the code that ran."""
     from lightning_dpgan.benchmark import cli

@@ -123,16 +123,17 @@ def goal_lines(results: list[dict[str, Any]], reference: dict[str, Any]) -> list
 
 def peer_comparison(peers: dict[str, Any], tables: dict[str, Any] | None) -> list[str]:
     """Each peer next to our model of the same name, else our best model, at the same dataset
-    and epsilon in a tables run of the same size: utility as ours / peer, wall time as
+    and epsilon in our tables results on the same protocol: utility as ours / peer, wall time as
     peer / ours (above 1: ours is faster)."""
     if tables is None:
-        return [f"No tables results of size {peers['size']} to compare the peers with.", ""]
+        return [f"No tables results on the {peers['size']} protocol to compare the peers with.", ""]
     measure = "utility/B_auroc"
     ours: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for row in tables["summary"]:
         if row["measures"].get(measure, {}).get("mean") is not None:
             ours[(row["dataset"], row["target_epsilon"])].append(row)
-    lines = [f"Against ours (`{tables['file']}`, same size): the peers train on all of ε at δ = 1e-5; our CTGAN-family "
+    files = ", ".join(f"`{part['file']}`" for part in tables.get("parts", [tables]))
+    lines = [f"Against ours ({files}, same protocol): the peers train on all of ε at δ = 1e-5; our CTGAN-family "
              "models spend part of the same ε on their DP mode histogram.", "",
              "| synthesizer | dataset | target ε | peer AUROC | our model | our AUROC | ours / peer | peer s | our s | "
              "peer / ours (time) |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -242,8 +243,10 @@ def generated_section(results_dir: Path, reference: dict[str, Any], suites: list
         header = [line for part in result.get("parts", [result]) for line in _header(part)]
         lines += [f"### {suite}", "", *header, "", *measure_table(result), ""]
         lines += [line for extra in result.get("extras", {}).values() for line in extra.get("markdown", [])]
-        if suite == "peers":
-            lines += peer_comparison(result, latest_results(results_dir, "tables", size=result["size"]))
+        if suite == "peers":  # against ours on the same protocol (full or full-subset), else of the same size
+            same_protocol = result["size"] in PROTOCOL_SIZES
+            tables = protocol_results(results_dir, "tables") if same_protocol else latest_results(results_dir, "tables", size=result["size"])
+            lines += peer_comparison(result, tables)
         for path in plot_suite(result, reference, results_dir / "plots"):
             lines += [f"![{path.stem}]({Path(os.path.relpath(path, relative_to)).as_posix()})", ""]
     if not found:
