@@ -8,9 +8,8 @@ path serves both.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import os
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist

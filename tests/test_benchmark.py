@@ -12,7 +12,7 @@ import pytest
 from lightning_dpgan.benchmark import report, results
 from lightning_dpgan.benchmark.cli import benchmark, chosen_size, parse_args, unavailable_datasets
 from lightning_dpgan.benchmark.peers import export_split, load_datamodule, peer_command
-from lightning_dpgan.benchmark.runner import Settings, train_command, with_derived_measures
+from lightning_dpgan.benchmark.runner import Settings, portable, train_command, with_derived_measures
 from lightning_dpgan.benchmark.suites import SUITES, Cell, suite_size
 
 REPO = Path(__file__).resolve().parents[1]
@@ -202,6 +202,15 @@ def test_peers_on_the_full_protocol_meet_all_our_full_subset_runs(tmp_path):
     (line,) = [line for line in section.splitlines() if line.startswith("| pategan | adult | 1 | 0.500")]
     assert "| pategan | 0.600 ± 0.000 (3) | 1.20 |" in line  # our full-subset pategan, not the quick run
     assert "`tables-2026-01-02.json`, `tables-2026-01-01.json`, same protocol" in section
+
+
+def test_a_recorded_peer_command_names_the_venv_and_folders_not_their_paths(tmp_path):
+    venv = tmp_path / "peers-venv"
+    command = peer_command(venv / "bin" / "python", Cell("mst", "adult", 1.0, 0), tmp_path / "split" / "train.csv",
+                           tmp_path / "split" / "spec.json", 10, suite_size("peers", quick=True), tmp_path / "mst")
+    recorded = portable(command, None, str(venv), out_dir=tmp_path)
+    assert recorded.startswith("PEERS_VENV/bin/python ") and "OUT_DIR/split/train.csv" in recorded
+    assert str(tmp_path) not in recorded
 
 
 def test_the_recorded_commit_is_the_one_the_runs_started_from(tmp_path, monkeypatch):

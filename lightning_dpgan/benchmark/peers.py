@@ -101,7 +101,8 @@ def run_peers(size: Size, settings: Settings, venv: Path | None) -> tuple[list[d
     """Every peer cell: fit in the peers' venv, evaluate here. Returns the runs and skipped datasets."""
     from lightning_dpgan.evaluate import evaluate_table
 
-    python = ensure_venv(venv or DEFAULT_VENV, settings.out_dir / "peers-venv.log")
+    venv = venv or DEFAULT_VENV
+    python = ensure_venv(venv, settings.out_dir / "peers-venv.log")
     runs, skipped = [], {}
     for dataset in size.datasets:
         try:
@@ -130,8 +131,7 @@ def run_peers(size: Size, settings: Settings, venv: Path | None) -> tuple[list[d
                 "steps": None,
                 "train_seconds": seconds, "fit_seconds": report.get("fit_seconds"),
                 "measures": {key: value for key, value in measures.items() if not isinstance(value, dict)},
-                "commands": [portable([word.replace(str(python), "PEERS_VENV/bin/python") for word in command],
-                                      settings.data_dir, out_dir=settings.out_dir)],
+                "commands": [portable(command, settings.data_dir, str(venv), out_dir=settings.out_dir)],
                 "run_dir": portable_text(str(folder), out_dir=settings.out_dir), "peer": report,
             })
     return runs, skipped

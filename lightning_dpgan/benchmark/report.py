@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from lightning_dpgan.benchmark.results import latest_results, protocol_results
+from lightning_dpgan.benchmark.results import cell_key, latest_results, protocol_results
 
 BEGIN, END = "<!-- benchmark:begin -->", "<!-- benchmark:end -->"
 #: sizes whose runs follow the full protocol (the goals read only these)
@@ -67,14 +67,13 @@ def _header(result: dict[str, Any]) -> list[str]:
     elif result["size"] != "full":
         lines.append(f"- Size {result['size']}: not the full protocol (a quick size is a smoke test of the harness: "
                      "few steps, one seed); its figures say nothing of the models.")
-    cells = {tuple(cell) for cell in result.get("cells", [])}  # set when merged with other files
+    cells = set(result.get("cells", []))  # set when merged with other files
     if cells:
         lines.append("- Cells from this file: " + ", ".join(
             f"{model} / {dataset} / ε={_epsilon(epsilon)}" for model, dataset, epsilon in sorted(cells, key=str)) + ".")
     if result.get("skipped"):
         lines += [f"- Skipped: {name}: {why}" for name, why in result["skipped"].items()]
-    failed = [run for run in result["runs"] if run.get("status") == "failed"
-              and (not cells or (run["model"], run["dataset"], run["target_epsilon"]) in cells)]
+    failed = [run for run in result["runs"] if run.get("status") == "failed" and (not cells or cell_key(run) in cells)]
     lines += [f"- Failed: {run['model']} / {run['dataset']} / ε={_epsilon(run['target_epsilon'])} / seed {run['seed']}: "
               f"`{_last_line(run['error'])}`" for run in failed]
     return lines

@@ -61,12 +61,18 @@ def summarize(values: list[float | None]) -> dict[str, Any]:
 SUMMARIZED = ("epsilon", "steps", "train_seconds", "fit_seconds")
 
 
+def cell_key(record: dict[str, Any]) -> tuple[str, str, float | None]:
+    """The cell (model, dataset, target epsilon) a run or summary row belongs to: runs that share
+    it are seeds of one measurement (:attr:`~lightning_dpgan.benchmark.suites.Cell.group`)."""
+    return record["model"], record["dataset"], record["target_epsilon"]
+
+
 def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (model, dataset, target epsilon): every measure summarized over its seeds."""
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
         if run.get("status", "ok") == "ok":
-            groups[(run["model"], run["dataset"], run["target_epsilon"])].append(run)
+            groups[cell_key(run)].append(run)
     rows = []
     for (model, dataset, target), members in groups.items():
         keys = sorted({key for run in members for key, value in run["measures"].items() if _is_number(value)})
@@ -123,37 +129,32 @@ def latest_results(results_dir: Path, suite: str, size: str | None = None) -> di
     return None
 
 
-def _cell(row: dict[str, Any]) -> tuple[str, str, float | None]:
-    return row["model"], row["dataset"], row["target_epsilon"]
-
-
 def merge_subsets(newest_first: list[dict[str, Any]]) -> dict[str, Any]:
     """Several runs of parts of a suite's grid as one result: each cell (model, dataset, epsilon)
-    from the newest file that measured it. ``parts`` lists the files that contributed a cell, so
-    every figure still names the file, command and commit it came from."""
+    from the newest file that measured it. ``parts`` lists the files that contributed a cell, each
+    with the ``cells`` it gave, so every figure still names the file, command and commit it came from."""
     taken: dict[tuple, dict[str, Any]] = {}
-    parts = []
+    parts, runs = [], []
     for content in newest_first:
-        new = {_cell(row) for row in content["summary"]} - set(taken)
+        new = {cell_key(row) for row in content["summary"]} - taken.keys()
         if not new:
             continue
-        parts.append(content)
-        taken.update({_cell(row): row for row in content["summary"] if _cell(row) in new})
-        content["cells"] = sorted(new, key=str)
-    runs = [run for part in parts for run in part["runs"] if _cell(run) in set(map(tuple, part["cells"]))]
+        taken.update({cell_key(row): row for row in content["summary"] if cell_key(row) in new})
+        runs += [run for run in content["runs"] if cell_key(run) in new]
+        parts.append({**content, "cells": sorted(new, key=str)})
     return {**parts[0], "parts": parts, "summary": list(taken.values()), "runs": runs}
 
 
 def protocol_results(results_dir: Path, suite: str) -> dict[str, Any] | None:
     """What stands for ``suite`` on the full protocol: its newest full run; without one, all its
     full-subset runs merged (:func:`merge_subsets`); None when there are neither."""
-    full = latest_results(results_dir, suite, size="full")
+    contents = [_load(path) for path in _newest_first(results_dir, suite)]
+    full = next((content for content in contents if content.get("size") == "full"), None)
     if full is not None:
         return full
-    subsets = [content for path in _newest_first(results_dir, suite)
-               if (content := _load(path)).get("size") == "full-subset"]
+    subsets = [content for content in contents if content.get("size") == "full-subset"]
     return merge_subsets(subsets) if subsets else None
 
 
-__all__ = ["aggregate", "commit", "latest_results", "machine", "merge_subsets", "protocol_results", "results_path",
+__all__ = ["aggregate", "cell_key", "commit", "latest_results", "machine", "merge_subsets", "protocol_results", "results_path",
            "summarize", "write_results"]

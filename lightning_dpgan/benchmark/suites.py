@@ -89,6 +89,7 @@ SUITES: dict[str, dict[str, Size]] = {
     },
 }
 
+
 def suite_size(suite: str, quick: bool) -> Size:
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}: choose one of {', '.join(SUITES)}")
