@@ -80,9 +80,11 @@ def test_aggregate_groups_repeats_and_leaves_failed_runs_out():
 
 
 def test_a_second_run_on_the_same_day_never_replaces_the_first(tmp_path):
-    first = results.write_results(tmp_path, "tables", {"n": 1})
-    second = results.write_results(tmp_path, "tables", {"n": 2})
-    assert first != second and json.loads(first.read_text()) == {"n": 1}
+    first_file, second_file = (results.ResultsFile(tmp_path, "tables", {"n": n}) for n in (1, 2))
+    first = first_file.save([run("gan", 0, 0.5)])
+    second = second_file.save([], complete=True)
+    assert first_file.save([run("gan", 0, 0.5), run("gan", 1, 0.6)], complete=True) == first  # its own file, rewritten
+    assert first != second and json.loads(first.read_text())["n"] == 1 and len(json.loads(first.read_text())["runs"]) == 2
     assert results.latest_results(tmp_path, "tables")["n"] == 2
     older = results.results_path(tmp_path, "tables", date(2020, 1, 1))
     older.write_text(json.dumps({"n": 0}))
@@ -189,6 +191,46 @@ def test_runs_of_parts_of_the_grid_are_merged_cell_by_cell_newest_first(tmp_path
     assert results.protocol_results(tmp_path, "tables")["size"] == "full"  # a full run stands alone
 
 
+def test_a_stopped_suite_keeps_the_cells_it_finished_and_only_those(tmp_path, monkeypatch):
+    """The file is rewritten after every run: a suite killed midway keeps its finished runs,
+    marked incomplete. Its cells with every seed count toward the protocol; a cell cut short does
+    not (its mean would be over fewer seeds); a stopped full run does not hide the earlier
+    full-subset files as a complete one would."""
+    from lightning_dpgan.benchmark import cli
+
+    def write(day, size, runs):
+        content = result_file("tables", size, runs)
+        content.pop("file")
+        results.results_path(tmp_path, "tables", day).write_text(json.dumps(content))
+
+    write(date(2026, 1, 1), "full-subset", [run("dpctgan", s, 0.80) for s in range(3)])
+    grid = [run("quail", s, 0.85) for s in range(3)] + [run("pategan", s, 0.60) for s in range(3)]
+
+    def killed_midway(size, settings, skipped, on_run):
+        for done in range(1, 5):  # three quail seeds, one pategan seed, then the machine is gone
+            on_run(grid[:done])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "commit", lambda **kwargs: {"sha": "abc", "dirty": False})
+    monkeypatch.setattr(cli, "run_grid", killed_midway)
+    monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, data_dir: {})
+    with pytest.raises(KeyboardInterrupt):
+        cli.benchmark(["--suite", "tables", "--seeds", "0", "1", "2", "--results-dir", str(tmp_path),
+                       "--results-md", str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
+    (stopped,) = [p for p in tmp_path.glob("tables-*.json") if p.name != "tables-2026-01-01.json"]
+    content = json.loads(stopped.read_text())
+    assert content["complete"] is False and content["size"] == "full-subset" and len(content["runs"]) == 4
+    assert {row["model"] for row in results.finished_summary(content)} == {"quail"}
+    merged = results.protocol_results(tmp_path, "tables")
+    assert {row["model"] for row in merged["summary"]} == {"quail", "dpctgan"}
+    assert not any(r["model"] == "pategan" for r in merged["runs"])
+    section = report.generated_section(tmp_path, {}, ["tables"], tmp_path)
+    assert "| pategan |" not in section and "stopped before it finished" in section
+    content.update(size="full")  # a stopped full run stands for the grid's finished cells alone, merged as a part
+    stopped.write_text(json.dumps(content))
+    assert {row["model"] for row in results.protocol_results(tmp_path, "tables")["summary"]} == {"quail", "dpctgan"}
+
+
 def test_peers_on_the_full_protocol_meet_all_our_full_subset_runs(tmp_path):
     def write(suite, size, day, runs):
         content = result_file(suite, size, runs)
@@ -219,7 +261,7 @@ def test_the_recorded_commit_is_the_one_the_runs_started_from(tmp_path, monkeypa
 
     state = {"ran": False}
 
-    def runs(size, settings, skipped):
+    def runs(size, settings, skipped, on_run):
         state["ran"] = True  # someone commits while the suite runs
         return [run("gan", 0, 0.5)]
 

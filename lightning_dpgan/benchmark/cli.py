@@ -3,7 +3,8 @@
 Runs a suite's grid (:mod:`lightning_dpgan.benchmark.suites`), writes
 ``benchmarks/results/<suite>-<date>.json`` and regenerates the generated section of
 ``benchmarks/RESULTS.md`` with its plots. Run it from the repository root (the defaults of the
-paths are relative to it). A cell that fails is recorded with its error and the suite goes on;
+paths are relative to it). The results file is rewritten after every run, so a suite stopped
+midway keeps what it measured (``complete: false``). A cell that fails is recorded with its error and the suite goes on;
 the command then exits with status 1. A dataset whose files are neither local nor downloadable
 (Kaggle Credit without network, say) is skipped and named in the results.
 """
@@ -13,9 +14,9 @@ import argparse
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from lightning_dpgan.benchmark.results import aggregate, commit, machine, write_results
+from lightning_dpgan.benchmark.results import ResultsFile, commit, machine
 from lightning_dpgan.benchmark.runner import Settings, failed_run, portable, run_cell
 from lightning_dpgan.benchmark.suites import SUITES, Size, suite_size
 
@@ -85,8 +86,10 @@ def unavailable_datasets(datasets: tuple[str, ...], data_dir: str | None) -> dic
     return skipped
 
 
-def run_grid(size: Size, settings: Settings, skipped: dict[str, str]) -> list[dict[str, Any]]:
-    runs = []
+def run_grid(size: Size, settings: Settings, skipped: dict[str, str],
+             on_run: Callable[[list[dict[str, Any]]], Any] = lambda runs: None) -> list[dict[str, Any]]:
+    """Every cell of ``size`` not on a skipped dataset; ``on_run`` gets the runs so far after each."""
+    runs: list[dict[str, Any]] = []
     cells = [cell for cell in size.cells() if cell.dataset not in skipped]
     for index, cell in enumerate(cells, 1):
         print(f"benchmark: [{index}/{len(cells)}] {cell.name}", flush=True)
@@ -95,6 +98,7 @@ def run_grid(size: Size, settings: Settings, skipped: dict[str, str]) -> list[di
         except Exception as error:  # noqa: BLE001 - a failed cell is recorded and the suite goes on
             runs.append(failed_run(cell, error, settings))
             print(f"benchmark: {cell.name} failed:\n{error}", file=sys.stderr, flush=True)
+        on_run(runs)
     return runs
 
 
@@ -119,27 +123,30 @@ def benchmark(argv: list[str]) -> Path:
     settings = Settings(out_dir=out_dir, data_dir=args.data_dir, accelerator=args.accelerator,
                         evaluate=args.suite != "speed")
     skipped = unavailable_datasets(size.datasets, args.data_dir) if args.suite != "peers" else {}
-    extras: dict[str, Any] = {}
-    if args.suite == "peers":
-        from lightning_dpgan.benchmark.peers import run_peers
-
-        runs, skipped = run_peers(size, settings, args.peers_venv)
-    else:
-        runs = run_grid(size, settings, skipped)
-    if args.suite == "speed":
-        from lightning_dpgan.benchmark.speed import micro_benchmarks
-
-        extras = micro_benchmarks(args.quick, args.data_dir, args.accelerator, out_dir)
-    content = {
+    results_file = ResultsFile(args.results_dir, args.suite, {
         "suite": args.suite, "size": size_label(args), "started": started.isoformat(timespec="seconds"),
         "command": portable(["python", "-m", "lightning_dpgan", "benchmark", *argv], args.data_dir,
                             str(args.peers_venv) if args.peers_venv else None, args.out_dir,
                             {str(path): name for path, name in [(args.results_dir, "RESULTS_DIR"),
                              (args.results_md, "RESULTS_MD"), (args.reference, "REFERENCE")] if path.is_absolute()}),
-        "machine": machine(), "commit": code, "seeds": list(size.seeds), "skipped": skipped,
-        "runs": runs, "summary": aggregate(runs), "extras": extras,
-    }
-    path = write_results(args.results_dir, args.suite, content)
+        "machine": machine(), "commit": code, "seeds": list(size.seeds),
+    })
+
+    def save_partial(runs: list[dict[str, Any]]) -> None:
+        results_file.save(runs, skipped=skipped)
+
+    extras: dict[str, Any] = {}
+    if args.suite == "peers":
+        from lightning_dpgan.benchmark.peers import run_peers
+
+        runs, skipped = run_peers(size, settings, args.peers_venv, on_run=save_partial)
+    else:
+        runs = run_grid(size, settings, skipped, on_run=save_partial)
+    if args.suite == "speed":
+        from lightning_dpgan.benchmark.speed import micro_benchmarks
+
+        extras = micro_benchmarks(args.quick, args.data_dir, args.accelerator, out_dir)
+    path = results_file.save(runs, complete=True, skipped=skipped, extras=extras)
     regenerate(args)
     if any(run.get("status") == "failed" for run in runs):
         print(f"benchmark: wrote {path}; some runs failed (listed in it and in RESULTS.md)", file=sys.stderr)

@@ -20,7 +20,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 import torch
@@ -97,8 +97,10 @@ def peer_command(python: Path, cell: Cell, train: Path, spec: Path, n: int, size
     return command
 
 
-def run_peers(size: Size, settings: Settings, venv: Path | None) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """Every peer cell: fit in the peers' venv, evaluate here. Returns the runs and skipped datasets."""
+def run_peers(size: Size, settings: Settings, venv: Path | None,
+              on_run: Callable[[list[dict[str, Any]]], Any] = lambda runs: None) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Every peer cell: fit in the peers' venv, evaluate here; ``on_run`` gets the runs so far
+    after each. Returns the runs and skipped datasets."""
     from lightning_dpgan.evaluate import evaluate_table
 
     venv = venv or DEFAULT_VENV
@@ -122,6 +124,7 @@ def run_peers(size: Size, settings: Settings, venv: Path | None) -> tuple[list[d
                 measures = with_derived_measures(evaluate_table(datamodule, synthetic, seed=cell.seed))
             except Exception as error:  # noqa: BLE001 - a failed cell is recorded and the suite goes on
                 runs.append(failed_run(cell, error, settings))
+                on_run(runs)
                 continue
             report = read_json(folder / "peer.json")
             runs.append({
@@ -134,6 +137,7 @@ def run_peers(size: Size, settings: Settings, venv: Path | None) -> tuple[list[d
                 "commands": [portable(command, settings.data_dir, str(venv), out_dir=settings.out_dir)],
                 "run_dir": portable_text(str(folder), out_dir=settings.out_dir), "peer": report,
             })
+            on_run(runs)
     return runs, skipped
 
 

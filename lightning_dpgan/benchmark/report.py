@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from lightning_dpgan.benchmark.results import cell_key, latest_results, protocol_results
+from lightning_dpgan.benchmark.results import cell_key, finished_summary, latest_results, protocol_results
 
 BEGIN, END = "<!-- benchmark:begin -->", "<!-- benchmark:end -->"
 #: sizes whose runs follow the full protocol (the goals read only these)
@@ -67,6 +67,9 @@ def _header(result: dict[str, Any]) -> list[str]:
     elif result["size"] != "full":
         lines.append(f"- Size {result['size']}: not the full protocol (a quick size is a smoke test of the harness: "
                      "few steps, one seed); its figures say nothing of the models.")
+    if not result.get("complete", True):
+        lines.append("- This suite stopped before it finished: the file holds the runs done by then, and only "
+                     "the cells that ran every seed are shown from it.")
     cells = set(result.get("cells", []))  # set when merged with other files
     if cells:
         lines.append("- Cells from this file: " + ", ".join(
@@ -238,6 +241,8 @@ def generated_section(results_dir: Path, reference: dict[str, Any], suites: list
         result = protocol_results(results_dir, suite) or latest_results(results_dir, suite)
         if result is None:
             continue
+        if "parts" not in result:  # a single file: of a stopped one, only the cells it finished
+            result = {**result, "summary": finished_summary(result)}
         found.append(result)
         header = [line for part in result.get("parts", [result]) for line in _header(part)]
         lines += [f"### {suite}", "", *header, "", *measure_table(result), ""]

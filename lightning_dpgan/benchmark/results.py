@@ -3,7 +3,8 @@
 It holds everything needed to trust and rerun a figure: the machine, the commit (and whether the
 tree had uncommitted changes), the exact commands, the seeds, every run's measures, and their
 summary over seeds (mean, sample standard deviation, number of seeds). A second run on the same
-day gets ``-2``, ``-3``, ... rather than replacing the first.
+day gets ``-2``, ``-3``, ... rather than replacing the first. The file is rewritten after every run
+(:class:`ResultsFile`), so a suite stopped midway keeps what it measured, marked ``complete: false``.
 """
 from __future__ import annotations
 
@@ -96,11 +97,34 @@ def results_path(results_dir: Path, suite: str, day: date | None = None) -> Path
     return path
 
 
-def write_results(results_dir: Path, suite: str, content: dict[str, Any]) -> Path:
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_path(results_dir, suite)
-    write_json(path, content)
-    return path
+class ResultsFile:
+    """A suite's results file, rewritten after every run. Hours of runs are not lost to a suite
+    that is stopped (killed, out of time, the machine taken back): the file holds the runs finished
+    so far with ``complete: false`` until the last save. The path is chosen at the first save."""
+
+    def __init__(self, results_dir: Path, suite: str, header: dict[str, Any]):
+        self.results_dir, self.suite, self.header = results_dir, suite, header
+        self.path: Path | None = None
+
+    def save(self, runs: list[dict[str, Any]], complete: bool = False, **fields: Any) -> Path:
+        if self.path is None:
+            self.results_dir.mkdir(parents=True, exist_ok=True)
+            self.path = results_path(self.results_dir, self.suite)
+        write_json(self.path, {**self.header, **fields, "complete": complete, "runs": runs, "summary": aggregate(runs)})
+        return self.path
+
+
+def finished_summary(content: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary rows of the cells ``content`` finished: all of a complete file's; of a file
+    whose suite stopped midway, only the cells that ran every planned seed (a cell cut short
+    would show a mean over fewer seeds than the protocol asks for)."""
+    if content.get("complete", True):  # files written before this flag existed were written whole
+        return content["summary"]
+    planned = set(content.get("seeds", []))
+    attempted: dict[tuple, set] = defaultdict(set)
+    for run in content["runs"]:
+        attempted[cell_key(run)].add(run["seed"])
+    return [row for row in content["summary"] if attempted[cell_key(row)] >= planned]
 
 
 def _newest_first(results_dir: Path, suite: str) -> list[Path]:
@@ -129,32 +153,36 @@ def latest_results(results_dir: Path, suite: str, size: str | None = None) -> di
     return None
 
 
-def merge_subsets(newest_first: list[dict[str, Any]]) -> dict[str, Any]:
+def merge_subsets(newest_first: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Several runs of parts of a suite's grid as one result: each cell (model, dataset, epsilon)
     from the newest file that measured it. ``parts`` lists the files that contributed a cell, each
-    with the ``cells`` it gave, so every figure still names the file, command and commit it came from."""
+    with the ``cells`` it gave, so every figure still names the file, command and commit it came from.
+    None when no file finished a cell."""
     taken: dict[tuple, dict[str, Any]] = {}
     parts, runs = [], []
     for content in newest_first:
-        new = {cell_key(row) for row in content["summary"]} - taken.keys()
+        rows = finished_summary(content)
+        new = {cell_key(row) for row in rows} - taken.keys()
         if not new:
             continue
-        taken.update({cell_key(row): row for row in content["summary"] if cell_key(row) in new})
+        taken.update({cell_key(row): row for row in rows if cell_key(row) in new})
         runs += [run for run in content["runs"] if cell_key(run) in new]
         parts.append({**content, "cells": sorted(new, key=str)})
+    if not parts:
+        return None
     return {**parts[0], "parts": parts, "summary": list(taken.values()), "runs": runs}
 
 
 def protocol_results(results_dir: Path, suite: str) -> dict[str, Any] | None:
-    """What stands for ``suite`` on the full protocol: its newest full run; without one, all its
-    full-subset runs merged (:func:`merge_subsets`); None when there are neither."""
+    """What stands for ``suite`` on the full protocol: its newest complete full run; without one,
+    its full-subset runs and stopped full runs merged (:func:`merge_subsets`, finished cells
+    only); None when there are neither."""
     contents = [_load(path) for path in _newest_first(results_dir, suite)]
-    full = next((content for content in contents if content.get("size") == "full"), None)
+    full = next((c for c in contents if c.get("size") == "full" and c.get("complete", True)), None)
     if full is not None:
         return full
-    subsets = [content for content in contents if content.get("size") == "full-subset"]
-    return merge_subsets(subsets) if subsets else None
+    return merge_subsets([c for c in contents if c.get("size") in ("full", "full-subset")])
 
 
-__all__ = ["aggregate", "cell_key", "commit", "latest_results", "machine", "merge_subsets", "protocol_results", "results_path",
-           "summarize", "write_results"]
+__all__ = ["ResultsFile", "aggregate", "cell_key", "commit", "finished_summary", "latest_results", "machine", "merge_subsets", "protocol_results", "results_path",
+           "summarize"]
