@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 PUBLIC_SCHEMA_COST: dict[str, Any] = {"epsilon": 0.0, "delta": 0.0, "mechanism": "public schema"}
 BOUNDS_MODES_COST: dict[str, Any] = {"epsilon": 0.0, "delta": 0.0, "mechanism": "modes from public bounds (no data read)"}
 ENCODINGS = ("minmax", "mode-specific")
+#: How the mode-specific encoding holds a continuous label (see ``label_encoding``).
+LABEL_ENCODINGS = ("scalar", "mode-specific")
 #: Seed of the mode each value is assigned to (CTGAN samples it from the posterior). Not
 #: privacy noise: a record's encoding stays a function of that record alone.
 ENCODE_SEED = 0
@@ -96,6 +98,7 @@ class TabularDataModule(L.LightningDataModule):
         mixed: Mapping[str, Sequence[float]] | None = None,
         log_columns: Sequence[str] | str | None = None,
         exclude_label: bool = False,
+        label_encoding: str = "scalar",
     ) -> None:
         """
         Args:
@@ -126,6 +129,9 @@ class TabularDataModule(L.LightningDataModule):
                 synthesizer trains on and generates hold no label. QUAIL sets it; its DP label
                 model reads the label (:meth:`labelled_records`). ``schema`` and the raw frames
                 keep the label, for evaluation.
+            label_encoding: with ``"mode-specific"`` and a continuous label: ``"scalar"`` (one
+                min-max tanh slot, what DP-SACTGAN's auxiliary regressor predicts) or
+                ``"mode-specific"`` (modes from the same DP histogram, like any numeric column).
         """
         super().__init__()
         _check_int("batch_size", batch_size, minimum=1)
@@ -136,6 +142,11 @@ class TabularDataModule(L.LightningDataModule):
         _check_encoding_args(encoding, modes, modes_epsilon, max_modes, histogram_bins, mixed, log_columns)
         if not isinstance(exclude_label, bool):
             raise ValueError(f"exclude_label must be true or false, got {exclude_label!r}")
+        if label_encoding not in LABEL_ENCODINGS:
+            raise ValueError(f"label_encoding must be one of {LABEL_ENCODINGS}, got {label_encoding!r}")
+        if label_encoding != "scalar" and encoding != "mode-specific":
+            raise ValueError("label_encoding chooses how the mode-specific encoding holds a continuous label: "
+                             "pass encoding='mode-specific' with it")
         self.save_hyperparameters()
         self.mixed = _mixed(mixed) if mixed is not None else _mixed(self.default_mixed)
         self.log_columns = _names(log_columns) if log_columns is not None else list(self.default_log_columns)
@@ -239,16 +250,22 @@ class TabularDataModule(L.LightningDataModule):
         schema = self.encoded_schema
         mixed, log_columns = self._encoded_roles()
         if h.modes == "bounds":
-            transformer = TableTransformer.from_bounds(schema, mixed=mixed, log_columns=log_columns)
+            transformer = TableTransformer.from_bounds(schema, mixed=mixed, log_columns=log_columns,
+                                                       label_scalar=self.label_scalar)
             return transformer, dict(BOUNDS_MODES_COST)
-        checked_roles(schema, mixed, log_columns)  # before any row is read
+        checked_roles(schema, mixed, log_columns, self.label_scalar)  # before any row is read
         self._load_frames()
         transformer, cost = TableTransformer.fit_dp(
             self.train_frame, schema, h.modes_epsilon, max_modes=h.max_modes, bins=h.histogram_bins,
-            mixed=mixed, log_columns=log_columns,
+            mixed=mixed, log_columns=log_columns, label_scalar=self.label_scalar,
         )
         log.info("%s: mode-specific encoding fitted on a DP histogram (%s)", self.name, cost)
         return transformer, cost
+
+    @property
+    def label_scalar(self) -> bool:
+        """Whether the mode-specific encoding holds a continuous label as one min-max scalar."""
+        return self.hparams.get("label_encoding", "scalar") == "scalar"
 
     def _encoded_roles(self) -> tuple[dict[str, list[float]], list[str]]:
         """Mixed and long-tail declarations for the encoded columns: a dataset's defaults may

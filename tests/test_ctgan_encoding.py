@@ -274,6 +274,45 @@ def test_continuous_label_is_one_min_max_scalar():
         TableTransformer.from_bounds(schema, mixed={"price": [0.0]})
 
 
+def test_a_continuous_label_can_be_mode_specific_with_its_modes_from_the_dp_histogram():
+    """``label_scalar=False``: the label gets an alpha and a mode softmax like any numeric column,
+    its modes fitted on the same DP release (one more histogram column, so the Laplace scale is
+    d/ε with the label counted), it may be mixed, and it decodes back."""
+    schema = TableSchema(
+        (Column("area", "continuous", bounds=(0.0, 100.0)), Column("price", "continuous", bounds=(0.0, 1e6))),
+        label="price",
+        label_kind="continuous",
+    )
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"area": rng.uniform(10, 90, 3000),
+                          "price": np.where(rng.random(3000) < 0.5, rng.normal(2e5, 1e4, 3000), rng.normal(7e5, 1e4, 3000))})
+    transformer, cost = TableTransformer.fit_dp(frame, schema, 50.0, max_modes=4, label_scalar=False,
+                                                rng=np.random.default_rng(1))
+    assert "sensitivity 2" in cost["mechanism"]  # area and price; the scalar label would make it 1
+    start, width, kind = transformer.label_span
+    label_encoder = transformer.encoders[-1]
+    assert kind == "continuous" and width == 1 + label_encoder.normalizer.n_modes and width > 2
+    assert transformer.output_spans[-2:] == [(1, "tanh"), (width - 1, "softmax")]
+    means = label_encoder.normalizer.means[label_encoder.normalizer.weights > 0.2]
+    assert sorted(means) == pytest.approx([2e5, 7e5], rel=0.05)  # the two price clusters are modes
+    encoded, _ = transformer.encode(frame.head(200))
+    assert transformer.decode(encoded)["price"].to_numpy() == pytest.approx(frame["price"].head(200), rel=1e-3)
+    scalar, _ = TableTransformer.fit_dp(frame, schema, 50.0, max_modes=4, rng=np.random.default_rng(1))
+    assert scalar.label_span[1] == 1  # the default stays the single scalar
+    mixed = TableTransformer.from_bounds(schema, mixed={"price": [0.0]}, label_scalar=False)
+    assert mixed.label_span[1] == 1 + 1 + 1  # alpha, the special value 0, one mode over the bounds
+    with pytest.raises(ValueError, match="label_scalar"):
+        TableTransformer.from_bounds(schema, label_scalar="no")
+
+
+def test_the_king_datamodule_encodes_its_label_as_asked(tmp_path):
+    kwargs = dict(data_dir=FIXTURES / "king_tiny", download=False, encoding="mode-specific", modes="bounds")
+    scalar, modes = KingDataModule(**kwargs), KingDataModule(**kwargs, label_encoding="mode-specific")
+    assert scalar.table_layout["label"]["width"] == 1
+    assert modes.table_layout["label"]["width"] == 2  # alpha and the single bounds mode
+    assert modes.data_shape[0] == scalar.data_shape[0] + 1
+
+
 def test_bounds_modes_read_no_rows():
     """``from_bounds`` takes no frame; fitted by a datamodule on different data it is the same."""
     transformer = TableTransformer.from_bounds(SCHEMA, mixed=MIXED, log_columns=LOG)
@@ -487,6 +526,8 @@ def test_adult_mode_specific_keeps_capital_gain_zeros():
         (dict(encoding="mode-specific", max_modes=0), ValueError, "max_modes"),
         (dict(mixed={"price": [0]}), ValueError, "encoding='mode-specific'"),
         (dict(encoding="mode-specific", mixed={"price": "zero"}), ValueError, "special values"),
+        (dict(encoding="mode-specific", label_encoding="modes"), ValueError, "label_encoding must be one of"),
+        (dict(label_encoding="mode-specific"), ValueError, "encoding='mode-specific'"),
     ],
 )
 def test_bad_encoding_arguments_are_refused(kwargs, error, message):

@@ -76,6 +76,20 @@ def test_each_model_trains_through_the_cli_and_writes_a_decodable_table(model, d
     check_decoded(pd.read_csv(published), schema)
 
 
+def test_dpctgan_trains_on_a_mode_specific_continuous_label_and_dpsactgan_refuses_it(tmp_path, capsys):
+    """The generator's label slots are alpha plus a mode softmax; prices decode inside their bounds.
+    DP-SACTGAN's auxiliary regressor needs the single scalar, and says so before training."""
+    output = tmp_path / "run"
+    assert main(run_args("dpctgan", "king", output, 4, "--data.label_encoding", "mode-specific")) == 0
+    check_decoded(pd.read_csv(output / "synthetic.csv"), KING_SCHEMA)
+    layout = torch.load(output / "checkpoints" / "last.ckpt", weights_only=False)["hyper_parameters"]["table_layout"]
+    assert layout["label"]["width"] > 1 and layout["spans"][-1][1] == "softmax"  # price's modes come last
+    assert "--data.label_encoding" not in capsys.readouterr().err
+    assert main(run_args("dpsactgan", "king", tmp_path / "b", 4, "--data.label_encoding", "mode-specific")) != 0
+    assert "use --data.label_encoding scalar" in capsys.readouterr().err
+    assert not (tmp_path / "b" / "privacy.json").exists()
+
+
 def test_models_that_need_the_mode_specific_encoding_refuse_images_and_other_encodings(tmp_path, capsys):
     assert main(run_args("dpctgan", "adult", tmp_path / "a", 4, "--data.encoding", "minmax")) != 0
     assert "needs --data.encoding mode-specific" in capsys.readouterr().err

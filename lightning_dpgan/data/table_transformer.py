@@ -12,9 +12,13 @@ A :class:`TableTransformer` encodes the rows of a :class:`TableSchema` the way C
   alpha = 0 for a special value;
 - **long-tail** column (CTAB-GAN+'s log columns) -> ``log(x - low + 1)`` before the mode-specific
   normalization, inverted on decoding and clipped to the bounds;
-- the **label of a continuous-label task** (``schema.label_kind == "continuous"``) -> a single
-  min-max scalar in [-1, 1] (a tanh span; in log space if it is a long-tail column), so an
-  auxiliary regressor has exactly one number to predict and one to read back.
+- the **label of a continuous-label task** (``schema.label_kind == "continuous"``) -> by default
+  a single min-max scalar in [-1, 1] (a tanh span; in log space if it is a long-tail column), so
+  an auxiliary regressor (DP-SACTGAN) has exactly one number to predict and one to read back;
+  with ``label_scalar=False`` it is encoded like any numeric column (mode-specific). A generator
+  then places the label by a softmax over its modes, not by one precise tanh value: a scalar
+  over King's log-price bounds must sit near 0.6 of a range that holds no data below 0.4, and
+  under DP noise the generators measured here did not get it there.
 
 Privacy. CTGAN fits its modes and its conditional sampler's category frequencies to the private
 rows; both would leak outside the training accountant. Here the only read of the rows is
@@ -214,21 +218,23 @@ class TableTransformer:
         rng: np.random.Generator | None = None,
         seed: int = 0,
         unknown: str = "drop",
+        label_scalar: bool = True,
     ) -> tuple[TableTransformer, dict[str, Any]]:
         """Fit on an ε-DP histogram of ``frame`` (the train split only); return it and the cost.
 
-        Every column but a continuous label (min-max, needs no statistic) gets a histogram, all
-        under one ``epsilon`` (:func:`dp_column_histograms`: Laplace of scale d/ε). ``rng`` is
-        the privacy noise (``None``: fresh OS entropy); ``seed`` only drives the mixture fits,
-        which are post-processing.
+        Every column but a scalar continuous label (min-max, needs no statistic) gets a
+        histogram, all under one ``epsilon`` (:func:`dp_column_histograms`: Laplace of scale
+        d/ε). ``rng`` is the privacy noise (``None``: fresh OS entropy); ``seed`` only drives
+        the mixture fits, which are post-processing. ``label_scalar=False`` encodes a continuous
+        label mode-specific, so it gets a histogram too (one more column in ``d``).
         """
-        mixed, log_columns = checked_roles(schema, mixed, log_columns)
-        names = [c.name for c in schema.columns if not _is_label_scalar(schema, c)]
+        mixed, log_columns = checked_roles(schema, mixed, log_columns, label_scalar)
+        names = [c.name for c in schema.columns if not _is_label_scalar(schema, c, label_scalar)]
         histograms, cost = dp_column_histograms(
             frame, schema, epsilon, bins, log_columns, mixed, rng=rng, columns=names, unknown=unknown
         )
         transformer = cls.from_histograms(schema, histograms, max_modes=max_modes, mixed=mixed,
-                                          log_columns=log_columns, seed=seed)
+                                          log_columns=log_columns, seed=seed, label_scalar=label_scalar)
         return transformer, cost
 
     @classmethod
@@ -241,12 +247,13 @@ class TableTransformer:
         mixed: Mapping[str, Sequence[float]] | None = None,
         log_columns: Iterable[str] = (),
         seed: int = 0,
+        label_scalar: bool = True,
     ) -> TableTransformer:
         """Modes and frequencies computed from released histograms alone (post-processing)."""
-        mixed, log_columns = checked_roles(schema, mixed, log_columns)
+        mixed, log_columns = checked_roles(schema, mixed, log_columns, label_scalar)
         encoders = []
         for column in schema.columns:
-            if _is_label_scalar(schema, column):
+            if _is_label_scalar(schema, column, label_scalar):
                 encoders.append(ColumnEncoder(column, LABEL_SCALAR, log=column.name in log_columns))
             elif not column.is_numeric:
                 encoders.append(ColumnEncoder(column, CATEGORICAL, frequencies=_frequencies(histograms[column.name].counts)))
@@ -264,14 +271,15 @@ class TableTransformer:
         *,
         mixed: Mapping[str, Sequence[float]] | None = None,
         log_columns: Iterable[str] = (),
+        label_scalar: bool = True,
     ) -> TableTransformer:
         """No row read: one mode per numeric column spanning its public bounds (log bounds for a
         long-tail column), uniform category frequencies. Costs no privacy."""
-        mixed, log_columns = checked_roles(schema, mixed, log_columns)
+        mixed, log_columns = checked_roles(schema, mixed, log_columns, label_scalar)
         encoders = []
         for column in schema.columns:
             log = column.name in log_columns
-            if _is_label_scalar(schema, column):
+            if _is_label_scalar(schema, column, label_scalar):
                 encoders.append(ColumnEncoder(column, LABEL_SCALAR, log=log))
             elif not column.is_numeric:
                 encoders.append(ColumnEncoder(column, CATEGORICAL, frequencies=_frequencies(np.ones(column.width))))
@@ -395,19 +403,22 @@ class TableTransformer:
         return f"TableTransformer(columns={len(self.encoders)}, encoded_dim={self.encoded_dim}, modes={self.modes!r})"
 
 
-def _is_label_scalar(schema: TableSchema, column: Column) -> bool:
-    return column.name == schema.label and schema.label_kind == "continuous"
+def _is_label_scalar(schema: TableSchema, column: Column, label_scalar: bool = True) -> bool:
+    return label_scalar and column.name == schema.label and schema.label_kind == "continuous"
 
 
 def checked_roles(
-    schema: TableSchema, mixed: Mapping[str, Sequence[float]] | None, log_columns: Iterable[str]
+    schema: TableSchema, mixed: Mapping[str, Sequence[float]] | None, log_columns: Iterable[str],
+    label_scalar: bool = True,
 ) -> tuple[dict[str, tuple[float, ...]], set[str]]:
     """Checked mixed/long-tail declarations: columns in the schema and numeric, special values
-    within bounds, and no special values on a continuous label (a single scalar)."""
+    within bounds, and no special values on a continuous label encoded as a single scalar."""
+    if not isinstance(label_scalar, bool):
+        raise ValueError(f"label_scalar must be true or false, got {label_scalar!r}")
     mixed = {name: tuple(values) if isinstance(values, (list, tuple)) else values for name, values in (mixed or {}).items()}
     log_columns = set(log_columns)
     check_column_roles(schema, mixed, log_columns)
-    if schema.label_kind == "continuous" and schema.label in mixed:
+    if label_scalar and schema.label_kind == "continuous" and schema.label in mixed:
         raise SchemaError(f"the continuous label '{schema.label}' is encoded as one min-max scalar; it cannot be mixed")
     return {name: tuple(float(v) for v in values) for name, values in mixed.items()}, log_columns
 

@@ -66,6 +66,9 @@ class DPSACTGAN(CTGAN):
         self.classifier = None
         if self.label is not None:
             start, width, kind = self.label
+            if kind == "continuous" and width != 1:
+                raise ValueError("dpsactgan's auxiliary regressor predicts a continuous label as one scalar, but the "
+                                 f"encoding gives it {width} slots: use --data.label_encoding scalar")
             outputs = 1 if kind == "continuous" else width
             self.classifier = AuxiliaryMLP(self.data_shape[0] - width, outputs, hidden=tuple(classifier_hidden))
 
