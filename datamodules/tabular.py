@@ -99,6 +99,7 @@ class TabularDataModule(L.LightningDataModule):
         log_columns: Sequence[str] | str | None = None,
         exclude_label: bool = False,
         label_encoding: str = "scalar",
+        histogram_threshold: float = 0.0,
     ) -> None:
         """
         Args:
@@ -132,6 +133,11 @@ class TabularDataModule(L.LightningDataModule):
             label_encoding: with ``"mode-specific"`` and a continuous label: ``"scalar"`` (one
                 min-max tanh slot, what DP-SACTGAN's auxiliary regressor predicts) or
                 ``"mode-specific"`` (modes from the same DP histogram, like any numeric column).
+            histogram_threshold: with ``modes="dp"``: numeric columns' noisy counts below this
+                many Laplace scales are set to 0 before their modes are fitted (free
+                post-processing that removes the mass noise invents in empty bins, and drops
+                real bins smaller than the cut); category frequencies keep every count; 0 keeps
+                every count.
         """
         super().__init__()
         _check_int("batch_size", batch_size, minimum=1)
@@ -144,6 +150,10 @@ class TabularDataModule(L.LightningDataModule):
             raise ValueError(f"exclude_label must be true or false, got {exclude_label!r}")
         if label_encoding not in LABEL_ENCODINGS:
             raise ValueError(f"label_encoding must be one of {LABEL_ENCODINGS}, got {label_encoding!r}")
+        if isinstance(histogram_threshold, bool) or not isinstance(histogram_threshold, (int, float)) or not (
+            math.isfinite(histogram_threshold) and histogram_threshold >= 0
+        ):
+            raise ValueError(f"histogram_threshold must be a finite number >= 0, got {histogram_threshold!r}")
         if label_encoding != "scalar" and encoding != "mode-specific":
             raise ValueError("label_encoding chooses how the mode-specific encoding holds a continuous label: "
                              "pass encoding='mode-specific' with it")
@@ -258,6 +268,7 @@ class TabularDataModule(L.LightningDataModule):
         transformer, cost = TableTransformer.fit_dp(
             self.train_frame, schema, h.modes_epsilon, max_modes=h.max_modes, bins=h.histogram_bins,
             mixed=mixed, log_columns=log_columns, label_scalar=self.label_scalar,
+            threshold=h.get("histogram_threshold", 0.0),
         )
         log.info("%s: mode-specific encoding fitted on a DP histogram (%s)", self.name, cost)
         return transformer, cost

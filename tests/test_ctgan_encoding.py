@@ -122,6 +122,55 @@ def test_histogram_refuses_bad_arguments(frame):
         dp_column_histograms(frame, SCHEMA, 1.0, special_values={"gain": [-1]})
 
 
+def test_thresholding_zeroes_counts_below_k_scales_and_keeps_the_rest(frame):
+    histograms, _ = dp_column_histograms(frame, SCHEMA, 3.0, bins=32, special_values=MIXED, rng=np.random.default_rng(3))
+    gain = histograms["gain"]
+    assert gain.scale == pytest.approx(len(SCHEMA.columns) / 3.0)  # the scale it was released with
+    cut = gain.thresholded(2.0)
+    low = gain.counts < 2.0 * gain.scale
+    assert low.any() and (~low).any()
+    assert (cut.counts[low] == 0).all() and (cut.counts[~low] == gain.counts[~low]).all()
+    assert cut.special_counts == pytest.approx(gain.special_counts)  # ~1000 zeros: far above the cut
+    assert gain.thresholded(0) is gain
+    for bad in (-1.0, float("nan"), True):
+        with pytest.raises(ValueError, match="threshold"):
+            gain.thresholded(bad)
+
+
+def test_thresholding_removes_the_modes_noise_invents_in_empty_bins():
+    """A column whose records all sit in [40, 60] of bounds [0, 1000], at a noise scale of a
+    tenth of the records: clipped at 0, the noise of the ~60 empty bins holds a large share of
+    the mass and the mixture puts modes out there; cut at 5 scales (an empty bin survives with
+    probability exp(-5)/2), every kept mode is real. Category frequencies are not cut."""
+    schema = TableSchema((Column("v", "continuous", bounds=(0.0, 1000.0)), Column("y", "categorical", categories=("a", "b"))),
+                         label="y", label_kind="binary")
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"v": rng.uniform(40, 60, 1000), "y": rng.choice(["a", "b"], 1000)})
+    epsilon = 2 / 100  # d = 2 columns: Laplace scale 100, a tenth of the 1000 records
+    plain, _ = TableTransformer.fit_dp(frame, schema, epsilon, rng=np.random.default_rng(1))
+    cut, cost = TableTransformer.fit_dp(frame, schema, epsilon, threshold=5.0, rng=np.random.default_rng(1))
+    invented = lambda t: t.encoders[0].normalizer.weights[np.abs(t.encoders[0].normalizer.means - 50) > 50].sum()  # noqa: E731
+    assert invented(plain) > 0.2
+    assert invented(cut) == 0.0 and ((cut.encoders[0].normalizer.means > 30) & (cut.encoders[0].normalizer.means < 70)).all()
+    assert cost["epsilon"] == epsilon  # post-processing: the release costs what it cost
+    assert cut.condition_frequencies == plain.condition_frequencies
+
+
+def test_the_datamodule_passes_its_threshold_to_the_fit(monkeypatch):
+    seen = {}
+    original = TableTransformer.fit_dp.__func__
+
+    def spy(cls, *args, **kwargs):
+        seen["threshold"] = kwargs.get("threshold")
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(TableTransformer, "fit_dp", classmethod(spy))
+    datamodule = KingDataModule(data_dir=FIXTURES / "king_tiny", download=False, encoding="mode-specific",
+                                histogram_threshold=3.0, max_modes=3)
+    _ = datamodule.data_shape
+    assert seen["threshold"] == 3.0
+
+
 # --- modes -------------------------------------------------------------------------------------
 
 
@@ -528,6 +577,7 @@ def test_adult_mode_specific_keeps_capital_gain_zeros():
         (dict(encoding="mode-specific", mixed={"price": "zero"}), ValueError, "special values"),
         (dict(encoding="mode-specific", label_encoding="modes"), ValueError, "label_encoding must be one of"),
         (dict(label_encoding="mode-specific"), ValueError, "encoding='mode-specific'"),
+        (dict(encoding="mode-specific", histogram_threshold=-1.0), ValueError, "histogram_threshold"),
     ],
 )
 def test_bad_encoding_arguments_are_refused(kwargs, error, message):

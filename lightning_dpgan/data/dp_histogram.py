@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -54,10 +54,32 @@ class NoisyHistogram:
     special_values: tuple[float, ...] = ()
     special_counts: np.ndarray = field(default_factory=lambda: np.zeros(0))
     log: bool = False
+    scale: float = 0.0  # the Laplace scale of the noise on every count (0: not known)
 
     @property
     def is_numeric(self) -> bool:
         return self.edges is not None
+
+    def thresholded(self, scales: float) -> NoisyHistogram:
+        """This histogram with every count below ``scales`` Laplace scales set to 0.
+
+        Why: an empty bin's noise is positive half the time, with mean ``scale``, so clipping at
+        0 alone leaves about ``scale / 2`` of invented mass in every empty bin. With 200 records
+        of noise scale (King: 20 columns at ε = 0.1) and most of 64 bins empty, that is a
+        quarter of a column's mass, and mixtures fit modes to it (house prices of $5). A count
+        survives ``k`` scales by noise alone with probability ``exp(-k) / 2`` (k = 3: 2.5 %), at
+        the price of dropping real bins with fewer records than ``k * scale``. Post-processing
+        of the release: it costs nothing. ``scales=0`` returns the histogram unchanged.
+        """
+        if isinstance(scales, bool) or not isinstance(scales, (int, float)) or not (math.isfinite(scales) and scales >= 0):
+            raise ValueError(f"the threshold must be a finite number of scales >= 0, got {scales!r}")
+        if scales == 0:
+            return self
+        if not self.scale > 0:
+            raise ValueError(f"histogram '{self.name}' does not record its noise scale: it cannot be thresholded")
+        cut = scales * self.scale
+        return replace(self, counts=np.where(self.counts < cut, 0.0, self.counts),
+                       special_counts=np.where(self.special_counts < cut, 0.0, self.special_counts))
 
 
 def rows_in_schema(
@@ -204,6 +226,7 @@ def _numeric_histogram(
         special_values=tuple(float(s) for s in specials),
         special_counts=special_counts + rng.laplace(0.0, scale, size=len(specials)),
         log=log,
+        scale=scale,
     )
 
 
@@ -214,6 +237,7 @@ def _categorical_histogram(column: Column, series: pd.Series, scale: float, rng:
         name=column.name,
         counts=counts + rng.laplace(0.0, scale, size=column.width),
         categories=column.categories,
+        scale=scale,
     )
 
 

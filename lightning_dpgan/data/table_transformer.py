@@ -219,6 +219,7 @@ class TableTransformer:
         seed: int = 0,
         unknown: str = "drop",
         label_scalar: bool = True,
+        threshold: float = 0.0,
     ) -> tuple[TableTransformer, dict[str, Any]]:
         """Fit on an ε-DP histogram of ``frame`` (the train split only); return it and the cost.
 
@@ -227,12 +228,19 @@ class TableTransformer:
         d/ε). ``rng`` is the privacy noise (``None``: fresh OS entropy); ``seed`` only drives
         the mixture fits, which are post-processing. ``label_scalar=False`` encodes a continuous
         label mode-specific, so it gets a histogram too (one more column in ``d``).
+        ``threshold`` zeroes the numeric columns' noisy counts below that many Laplace scales
+        before their modes are fitted (:meth:`NoisyHistogram.thresholded`; free post-processing).
+        Category frequencies keep every count: a category below the cut is common (King's ZIP
+        codes hold ~250 training records each, against a cut of 800 at 4 scales of 200), and a
+        category whose frequency is 0 would never be asked of the generator.
         """
         mixed, log_columns = checked_roles(schema, mixed, log_columns, label_scalar)
         names = [c.name for c in schema.columns if not _is_label_scalar(schema, c, label_scalar)]
         histograms, cost = dp_column_histograms(
             frame, schema, epsilon, bins, log_columns, mixed, rng=rng, columns=names, unknown=unknown
         )
+        histograms = {name: histogram.thresholded(threshold) if histogram.is_numeric else histogram
+                      for name, histogram in histograms.items()}
         transformer = cls.from_histograms(schema, histograms, max_modes=max_modes, mixed=mixed,
                                           log_columns=log_columns, seed=seed, label_scalar=label_scalar)
         return transformer, cost
