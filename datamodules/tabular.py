@@ -145,18 +145,10 @@ class TabularDataModule(L.LightningDataModule):
         _check_int("split_seed", split_seed, minimum=0)
         if not (isinstance(test_fraction, (int, float)) and 0 < test_fraction < 1):
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
-        _check_encoding_args(encoding, modes, modes_epsilon, max_modes, histogram_bins, mixed, log_columns)
+        _check_encoding_args(encoding, modes, modes_epsilon, max_modes, histogram_bins, mixed, log_columns,
+                             label_encoding, histogram_threshold)
         if not isinstance(exclude_label, bool):
             raise ValueError(f"exclude_label must be true or false, got {exclude_label!r}")
-        if label_encoding not in LABEL_ENCODINGS:
-            raise ValueError(f"label_encoding must be one of {LABEL_ENCODINGS}, got {label_encoding!r}")
-        if isinstance(histogram_threshold, bool) or not isinstance(histogram_threshold, (int, float)) or not (
-            math.isfinite(histogram_threshold) and histogram_threshold >= 0
-        ):
-            raise ValueError(f"histogram_threshold must be a finite number >= 0, got {histogram_threshold!r}")
-        if label_encoding != "scalar" and encoding != "mode-specific":
-            raise ValueError("label_encoding chooses how the mode-specific encoding holds a continuous label: "
-                             "pass encoding='mode-specific' with it")
         self.save_hyperparameters()
         self.mixed = _mixed(mixed) if mixed is not None else _mixed(self.default_mixed)
         self.log_columns = _names(log_columns) if log_columns is not None else list(self.default_log_columns)
@@ -268,7 +260,7 @@ class TabularDataModule(L.LightningDataModule):
         transformer, cost = TableTransformer.fit_dp(
             self.train_frame, schema, h.modes_epsilon, max_modes=h.max_modes, bins=h.histogram_bins,
             mixed=mixed, log_columns=log_columns, label_scalar=self.label_scalar,
-            threshold=h.get("histogram_threshold", 0.0),
+            threshold=h.histogram_threshold,
         )
         log.info("%s: mode-specific encoding fitted on a DP histogram (%s)", self.name, cost)
         return transformer, cost
@@ -276,7 +268,7 @@ class TabularDataModule(L.LightningDataModule):
     @property
     def label_scalar(self) -> bool:
         """Whether the mode-specific encoding holds a continuous label as one min-max scalar."""
-        return self.hparams.get("label_encoding", "scalar") == "scalar"
+        return self.hparams.label_encoding == "scalar"
 
     def _encoded_roles(self) -> tuple[dict[str, list[float]], list[str]]:
         """Mixed and long-tail declarations for the encoded columns: a dataset's defaults may
@@ -461,6 +453,7 @@ def _check_int(name: str, value: int, minimum: int) -> None:
 def _check_encoding_args(
     encoding: str, modes: str, modes_epsilon: float, max_modes: int, histogram_bins: int,
     mixed: Mapping[str, Sequence[float]] | None, log_columns: Sequence[str] | str | None,
+    label_encoding: str, histogram_threshold: float,
 ) -> None:
     """Argument checks that need no schema (column names are checked against it at the fit)."""
     if encoding not in ENCODINGS:
@@ -476,6 +469,15 @@ def _check_encoding_args(
     if encoding != "mode-specific" and (mixed is not None or log_columns is not None):
         raise ValueError("mixed and log_columns declare columns of the mode-specific encoding: "
                          "pass encoding='mode-specific' with them")
+    if label_encoding not in LABEL_ENCODINGS:
+        raise ValueError(f"label_encoding must be one of {LABEL_ENCODINGS}, got {label_encoding!r}")
+    if label_encoding != "scalar" and encoding != "mode-specific":
+        raise ValueError("label_encoding chooses how the mode-specific encoding holds a continuous label: "
+                         "pass encoding='mode-specific' with it")
+    if isinstance(histogram_threshold, bool) or not isinstance(histogram_threshold, (int, float)) or not (
+        math.isfinite(histogram_threshold) and histogram_threshold >= 0
+    ):
+        raise ValueError(f"histogram_threshold must be a finite number >= 0, got {histogram_threshold!r}")
     if mixed is not None:
         _mixed(mixed)
 
