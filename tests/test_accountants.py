@@ -39,6 +39,7 @@ pytestmark = pytest.mark.filterwarnings(
 
 DELTA = 1e-5
 OPACUS_ORDERS = np.asarray(RDPAccountant.DEFAULT_ALPHAS, dtype=float)
+GRID = np.asarray(DEFAULT_ORDERS, dtype=float)  # Opacus' orders extended up to 1024
 # (noise_multiplier, sample_rate, steps) phases, deliberately heterogeneous.
 PHASES = [(1.1, 0.01, 40), (0.8, 0.02, 15), (1.1, 0.01, 5)]
 
@@ -78,10 +79,10 @@ def run_gaussian(accountant: GaussianAccountant, sigmas=(2.0, 2.0, 3.0, 2.0)):
 # --------------------------------------------------------------------------- Opacus adapter
 def test_rdp_matches_subsampled_gaussian_rdp_computed_directly():
     rdp = sum(
-        compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=OPACUS_ORDERS)
+        compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=GRID)
         for sigma, q, steps in PHASES
     )
-    expected, _ = get_privacy_spent(orders=OPACUS_ORDERS, rdp=rdp, delta=DELTA)
+    expected, _ = get_privacy_spent(orders=GRID, rdp=rdp, delta=DELTA)
 
     accountant = run(OpacusAccountant("rdp"))
 
@@ -91,11 +92,30 @@ def test_rdp_matches_subsampled_gaussian_rdp_computed_directly():
 
 @pytest.mark.parametrize(("sigma", "steps"), [(1.0, 1), (2.0, 10), (5.0, 100)])
 def test_rdp_full_batch_equals_closed_form(sigma, steps):
-    expected = balle_conversion(OPACUS_ORDERS, steps * OPACUS_ORDERS / (2 * sigma**2), DELTA)
+    expected = balle_conversion(GRID, steps * GRID / (2 * sigma**2), DELTA)
 
     accountant = run(OpacusAccountant("rdp"), [(sigma, 1.0, steps)])
 
     assert accountant.get_epsilon(DELTA) == pytest.approx(expected, rel=1e-12)
+
+
+def test_rdp_reaches_small_targets_below_the_floor_of_opacus_own_orders():
+    """QUAIL's classifier at total ε = 0.1 gets ε = 0.05, δ = 5e-6: Opacus' orders (up to 63)
+    cannot certify less than 0.114 there, whatever the noise, and calibration used to refuse."""
+    delta, sample_rate, steps = 5e-6, 0.0085, 1170
+    assert balle_conversion(OPACUS_ORDERS, np.zeros_like(OPACUS_ORDERS), delta) > 0.11
+
+    sigma = calibrate_noise_multiplier(0.05, delta, sample_rate, steps)
+    epsilon = run(OpacusAccountant("rdp"), [(sigma, sample_rate, steps)]).get_epsilon(delta)
+
+    rdp = compute_rdp(q=sample_rate, noise_multiplier=sigma, steps=steps, orders=GRID)
+    assert epsilon == pytest.approx(balle_conversion(GRID, rdp, delta), rel=1e-9)
+    assert 0.04 <= epsilon <= 0.05
+    # PRV composes the same history numerically, independently of the order grid; it reports
+    # an upper bound within 2 * eps_error (0.01) of its lower one. A valid upper bound such as
+    # RDP's cannot sit below that lower bound.
+    prv = run(OpacusAccountant("prv"), [(sigma, sample_rate, steps)]).get_epsilon(delta)
+    assert prv - 0.02 <= epsilon
 
 
 def test_prv_matches_opacus_prv_and_is_tighter_than_rdp():

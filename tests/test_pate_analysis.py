@@ -8,6 +8,7 @@ import torch
 
 from lightning_dpgan.privacy.accountants import AccountantStateError, PATEMomentsAccountant
 from lightning_dpgan.privacy.analysis.pate import (
+    DEFAULT_MOMENT_ORDERS,
     data_dependent_moments,
     data_independent_moments,
     moments_to_epsilon,
@@ -29,10 +30,26 @@ def hand_moment(lam, gap, l):
 
 @pytest.mark.parametrize("lam", [0.01, 0.05, 0.1, 0.5])
 @pytest.mark.parametrize("gap", [0, 3, 40, 300])
-@pytest.mark.parametrize("l", [1, 2, 7, 30])
+@pytest.mark.parametrize("l", [1, 2, 7, 30, 128, 512])
 def test_per_query_moment_equals_the_hand_computed_bound(lam, gap, l):
-    got = data_dependent_moments(lam, np.array([gap]), ORDERS)[0, l - 1]
+    column = list(DEFAULT_MOMENT_ORDERS).index(l)
+    got = data_dependent_moments(lam, np.array([gap]), DEFAULT_MOMENT_ORDERS)[0, column]
     assert got == pytest.approx(hand_moment(lam, gap, l), rel=1e-9)
+
+
+def test_high_orders_let_confident_queries_fit_in_epsilon_a_tenth():
+    """With orders up to 100 the tail bound alone is log(1/delta)/100 = 0.115 at delta = 1e-5, so
+    not one query fits in epsilon = 0.1; the default grid goes on to order 1024."""
+    lam, delta, gaps = 0.05, 1e-5, np.array([1000] * 5)
+    assert moments_to_epsilon(np.zeros_like(ORDERS), delta, ORDERS) > 0.1
+
+    accountant = PATEMomentsAccountant()
+    accountant.step(lam, gaps)
+
+    moments = {l: sum(hand_moment(lam, g, l) for g in gaps) for l in DEFAULT_MOMENT_ORDERS}
+    by_hand = min((moments[l] + math.log(1 / delta)) / l for l in DEFAULT_MOMENT_ORDERS)
+    assert accountant.get_epsilon(delta) == pytest.approx(by_hand, rel=1e-9)
+    assert accountant.get_epsilon(delta) < 0.1
 
 
 def test_a_big_vote_gap_costs_much_less_than_a_tie():
@@ -57,10 +74,11 @@ def test_accountant_sums_queries_and_reports_both_figures():
     accountant.step(lam, gaps[:2])
     accountant.step(lam, gaps[2:])
     assert len(accountant) == 5
-    dependent = sum(np.array([hand_moment(lam, g, l) for l in range(1, 101)]) for g in gaps)
-    by_hand = min((dependent[l - 1] + math.log(1 / delta)) / l for l in range(1, 101))
+    orders = DEFAULT_MOMENT_ORDERS
+    dependent = sum(np.array([hand_moment(lam, g, l) for l in orders]) for g in gaps)
+    by_hand = min((moment + math.log(1 / delta)) / l for moment, l in zip(dependent, orders))
     assert accountant.epsilon_data_dependent(delta) == pytest.approx(by_hand, rel=1e-9)
-    independent = min((5 * 2 * lam**2 * l * (l + 1) + math.log(1 / delta)) / l for l in range(1, 101))
+    independent = min((5 * 2 * lam**2 * l * (l + 1) + math.log(1 / delta)) / l for l in orders)
     assert accountant.epsilon_data_independent(delta) == pytest.approx(independent, rel=1e-9)
     assert accountant.epsilon_data_dependent(delta) <= accountant.epsilon_data_independent(delta)
 

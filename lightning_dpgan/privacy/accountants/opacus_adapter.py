@@ -18,6 +18,7 @@ from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 from opacus.accountants.utils import get_noise_multiplier
 
 from lightning_dpgan.privacy.accountants.base import Accountant, Params
+from lightning_dpgan.privacy.analysis.rdp import DEFAULT_ORDERS
 
 AccountantKind = Literal["rdp", "prv"]
 
@@ -38,7 +39,10 @@ class OpacusAccountant(Accountant):
     """Accounts the Poisson-subsampled Gaussian mechanism with an Opacus accountant.
 
     ``kind="rdp"``: Rényi-DP composition of the sampled Gaussian mechanism (Mironov,
-    Talwar & Zhang 2019) converted as in Balle et al. 2020 — Opacus' default.
+    Talwar & Zhang 2019) converted as in Balle et al. 2020 — Opacus' analysis, on the
+    project's order grid (``DEFAULT_ORDERS``, Opacus' up to 63 plus orders up to 1024).
+    Opacus' own grid cannot report ε below about log(1/δ)/62 however
+    much noise is added (0.103 at δ = 1e-5), so DP-SGD at ε = 0.1 would be refused.
     ``kind="prv"``: numerical composition of privacy-loss random variables (Gopi, Lee &
     Wutschitz 2021); tighter, and reports Opacus' upper bound on ε.
     """
@@ -82,19 +86,18 @@ class OpacusAccountant(Accountant):
         # What RDPAccountant.get_privacy_spent computes, with each (sigma, q)'s one-step RDP
         # cached: RDP composes additively, so k steps cost k times one step. Budget stopping
         # asks for epsilon after every batch, and Opacus would recompute the curve each time.
-        orders = RDPAccountant.DEFAULT_ALPHAS
         rdp = sum(
             _one_step_rdp(params["noise_multiplier"], params["sample_rate"]) * num_steps
             for params, num_steps in self._history
         )
-        epsilon, _ = get_privacy_spent(orders=orders, rdp=rdp, delta=delta)
+        epsilon, _ = get_privacy_spent(orders=list(DEFAULT_ORDERS), rdp=rdp, delta=delta)
         return max(float(epsilon), 0.0)
 
 
 @lru_cache(maxsize=64)
 def _one_step_rdp(noise_multiplier: float, sample_rate: float) -> np.ndarray:
-    """Opacus' RDP curve of one subsampled-Gaussian step, on Opacus' default orders."""
-    rdp = compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=RDPAccountant.DEFAULT_ALPHAS)
+    """Opacus' RDP curve of one subsampled-Gaussian step, on ``DEFAULT_ORDERS``."""
+    rdp = compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(DEFAULT_ORDERS))
     rdp.setflags(write=False)
     return rdp
 
@@ -111,7 +114,7 @@ def calibrate_noise_multiplier(
 
     Delegates to ``opacus.accountants.utils.get_noise_multiplier`` (a doubling then
     bisection search on σ), so the σ it returns reaches ``target_epsilon`` under the same
-    accountant that will later report ε. Raises ``ValueError`` with the inputs when no σ
+    accountant, on the same orders, that will later report ε. Raises ``ValueError`` with the inputs when no σ
     up to Opacus' cap of 1e6 reaches the target.
     """
     _check_kind(kind)
@@ -123,6 +126,7 @@ def calibrate_noise_multiplier(
         raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    orders = {"alphas": list(DEFAULT_ORDERS)} if kind == "rdp" else {}
     try:
         return float(
             get_noise_multiplier(
@@ -132,6 +136,7 @@ def calibrate_noise_multiplier(
                 steps=steps,
                 accountant=kind,
                 epsilon_tolerance=epsilon_tolerance,
+                **orders,
             )
         )
     except ValueError as error:
