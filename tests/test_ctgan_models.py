@@ -8,11 +8,13 @@ import pytest
 import torch
 
 from lightning_dpgan.cli import main
+from lightning_dpgan.config import resolve
 from lightning_dpgan.datamodules.adult import SCHEMA as ADULT_SCHEMA
 from lightning_dpgan.datamodules.king import SCHEMA as KING_SCHEMA
 from lightning_dpgan.data.conditional import ConditionalSampler
 from lightning_dpgan.modules.ctgan import CTGAN
 from lightning_dpgan.modules.dpsactgan import DPSACTGAN
+from lightning_dpgan.privacy.accountants import OpacusAccountant, calibrate_noise_multiplier
 from lightning_dpgan.privacy.gradient_sanitizer import GradientSanitizerMechanism
 from lightning_dpgan.sampling import sample_to_file
 
@@ -233,3 +235,25 @@ def test_resume_and_evaluate_reuse_the_released_transformer_and_pay_for_it_once(
     assert report["epsilon"] > released["epsilon"]
     results = evaluate_run(first, data_dir=str(DATA["adult"][0]))
     assert "fidelity/wasserstein_mean" in results
+
+
+ADULT_TRAINING_ROWS = 30_162  # adult.data rows without missing values
+
+
+@pytest.mark.parametrize(("epsilon", "sigma"), [(0.1, 45.0), (10.0, 0.88)])
+def test_dpctgan_adult_presets_keep_the_epsilon_one_schedule_and_calibrate_sigma(epsilon, sigma):
+    """At epsilon 0.1 and 10 the presets train as long as sigma 5 lasts at epsilon 1 and calibrate
+    sigma to the budget, so the grid's three cells differ in their noise only."""
+    config = resolve({"model": "dpctgan", "dataset": "adult", "epsilon": epsilon}, {})
+    assert config["privacy"]["noise_multiplier"] is None
+    steps, modes = config["max_steps"], config["data"]["modes_epsilon"]
+    sample_rate = config["data"]["batch_size"] / ADULT_TRAINING_ROWS
+
+    at_one = resolve({"model": "dpctgan", "dataset": "adult", "epsilon": 1.0}, {})
+    fixed = OpacusAccountant()
+    fixed.step(noise_multiplier=at_one["privacy"]["noise_multiplier"], sample_rate=sample_rate)
+    training_budget = 1.0 - at_one["data"]["modes_epsilon"]
+    assert fixed.epsilon_if(1e-5, steps - 1) <= training_budget < fixed.epsilon_if(1e-5, steps + 100)
+
+    calibrated = calibrate_noise_multiplier(epsilon - modes, 1e-5, sample_rate, steps)
+    assert calibrated == pytest.approx(sigma, rel=0.05)
