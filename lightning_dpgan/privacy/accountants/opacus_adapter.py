@@ -41,8 +41,8 @@ class OpacusAccountant(Accountant):
     ``kind="rdp"``: Rényi-DP composition of the sampled Gaussian mechanism (Mironov,
     Talwar & Zhang 2019) converted as in Balle et al. 2020 — Opacus' analysis, on the
     project's order grid (``DEFAULT_ORDERS``, Opacus' up to 63 plus orders up to 1024).
-    Opacus' own grid cannot report ε below about log(1/δ)/62 however
-    much noise is added (0.103 at δ = 1e-5), so DP-SGD at ε = 0.1 would be refused.
+    Opacus' own grid cannot report ε below about log(1/δ)/62 however much noise is added
+    (0.103 at δ = 1e-5), so DP-SGD at ε = 0.1 would be refused.
     ``kind="prv"``: numerical composition of privacy-loss random variables (Gopi, Lee &
     Wutschitz 2021); tighter, and reports Opacus' upper bound on ε.
     """
@@ -114,8 +114,8 @@ def calibrate_noise_multiplier(
 
     Delegates to ``opacus.accountants.utils.get_noise_multiplier`` (a doubling then
     bisection search on σ), so the σ it returns reaches ``target_epsilon`` under the same
-    accountant, on the same orders, that will later report ε. Raises ``ValueError`` with the inputs when no σ
-    up to Opacus' cap of 1e6 reaches the target.
+    accountant, on the same orders, that will later report ε. Raises ``ValueError`` with the
+    inputs when no σ up to Opacus' cap of 1e6 reaches the target.
     """
     _check_kind(kind)
     if not target_epsilon > 0:
