@@ -22,6 +22,8 @@ from lightning_dpgan.privacy.analysis.rdp import DEFAULT_ORDERS
 
 AccountantKind = Literal["rdp", "prv"]
 
+_ORDERS = list(DEFAULT_ORDERS)  # Opacus' functions take a list
+
 _OPACUS_ACCOUNTANTS: dict[str, type[IAccountant]] = {
     "rdp": RDPAccountant,
     "prv": PRVAccountant,
@@ -90,14 +92,14 @@ class OpacusAccountant(Accountant):
             _one_step_rdp(params["noise_multiplier"], params["sample_rate"]) * num_steps
             for params, num_steps in self._history
         )
-        epsilon, _ = get_privacy_spent(orders=list(DEFAULT_ORDERS), rdp=rdp, delta=delta)
+        epsilon, _ = get_privacy_spent(orders=_ORDERS, rdp=rdp, delta=delta)
         return max(float(epsilon), 0.0)
 
 
 @lru_cache(maxsize=64)
 def _one_step_rdp(noise_multiplier: float, sample_rate: float) -> np.ndarray:
     """Opacus' RDP curve of one subsampled-Gaussian step, on ``DEFAULT_ORDERS``."""
-    rdp = compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(DEFAULT_ORDERS))
+    rdp = compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=_ORDERS)
     rdp.setflags(write=False)
     return rdp
 
@@ -126,7 +128,7 @@ def calibrate_noise_multiplier(
         raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
-    orders = {"alphas": list(DEFAULT_ORDERS)} if kind == "rdp" else {}
+    orders = {"alphas": _ORDERS} if kind == "rdp" else {}
     try:
         return float(
             get_noise_multiplier(

@@ -51,8 +51,9 @@ def data_dependent_moments(lap_inverse_scale: float, vote_gap: np.ndarray, order
     valid = q < np.expm1(2 * lam) / np.expm1(4 * lam)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         # The bound in log space (high orders overflow e^{2 lambda l}): log of a sum of two terms.
-        log_ratio = np.log1p(-q) - np.log1p(-np.exp(2 * lam) * q)
-        dependent = np.logaddexp(np.log1p(-q) + orders * log_ratio, np.log(q) + 2 * lam * orders)
+        log_keep = np.log1p(-q)
+        log_ratio = log_keep - np.log1p(-np.exp(2 * lam) * q)
+        dependent = np.logaddexp(log_keep + orders * log_ratio, np.log(q) + 2 * lam * orders)
     dependent = np.where(valid & np.isfinite(dependent), dependent, np.inf)
     return np.minimum(independent, dependent)
 
