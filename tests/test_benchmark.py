@@ -12,7 +12,7 @@ import pytest
 from lightning_dpgan.benchmark import report, results
 from lightning_dpgan.benchmark.cli import benchmark, chosen_size, parse_args, unavailable_datasets
 from lightning_dpgan.benchmark.peers import export_split, load_datamodule, peer_command
-from lightning_dpgan.benchmark.runner import Settings, portable, train_command, with_derived_measures
+from lightning_dpgan.benchmark.runner import Settings, failed_run, portable, train_command, with_derived_measures
 from lightning_dpgan.benchmark.suites import SUITES, Cell, suite_size
 
 REPO = Path(__file__).resolve().parents[1]
@@ -329,6 +329,19 @@ def test_a_dataset_that_cannot_be_fetched_is_named_with_its_reason(tmp_path, mon
 
 
 # ------------------------------------------------------------------ end to end
+def test_a_failed_cell_keeps_the_reason_without_this_machine_paths(tmp_path):
+    """A refused run's log ends with library warnings naming files under the interpreter's
+    site-packages, then the command's own message: the record keeps the message, not the paths."""
+    site_packages = Path(sys.prefix) / "lib" / "site-packages" / "lightning" / "fit_loop.py"
+    error = RuntimeError(f"{sys.executable} -m lightning_dpgan train failed (exit 1); end of {tmp_path}/x.log:\n"
+                         f"{site_packages}:321: The number of training batches (1) is smaller\n"
+                         "error: a single training step would spend epsilon = 0.1391, more than --epsilon 0.1")
+    record = failed_run(Cell("patectgan", "adult", 0.1, 0), error, Settings(out_dir=tmp_path))
+    assert record["error"].endswith("more than --epsilon 0.1") and "PYTHON_PREFIX" in record["error"]
+    assert sys.prefix not in record["error"] and str(tmp_path) not in record["error"]
+    assert record["status"] == "failed" and record["target_epsilon"] == 0.1
+
+
 def test_a_suite_records_every_run_keeps_going_past_a_failure_and_regenerates_results(tmp_path, capsys):
     """Two seeds of a model that trains on the tiny table, and a model that fails: the failure
     is recorded with its reason, the rest is summarized, RESULTS.md gets the table and the

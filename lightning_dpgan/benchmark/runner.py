@@ -66,9 +66,10 @@ def portable(command: list[str], data_dir: str | None = None, peers_venv: str | 
 
 def portable_text(text: str, data_dir: str | None = None, peers_venv: str | None = None,
                   out_dir: str | Path | None = None, others: dict[str, str] | None = None) -> str:
-    """``text`` with this machine's paths replaced by the names :func:`portable` uses."""
-    names = {sys.executable: "python", data_dir: "DATA_DIR", os.environ.get(DATA_DIR_ENV): "DATA_DIR",
-             peers_venv: "PEERS_VENV", **(others or {})}
+    """``text`` with this machine's paths replaced by the names :func:`portable` uses; the
+    interpreter's prefix (warnings name files under its site-packages) becomes ``PYTHON_PREFIX``."""
+    names = {sys.executable: "python", sys.prefix: "PYTHON_PREFIX", data_dir: "DATA_DIR",
+             os.environ.get(DATA_DIR_ENV): "DATA_DIR", peers_venv: "PEERS_VENV", **(others or {})}
     if out_dir is not None and Path(out_dir).is_absolute():
         names[str(out_dir)] = "OUT_DIR"
     for path, name in sorted(((str(p), n) for p, n in names.items() if p), key=lambda item: -len(item[0])):
