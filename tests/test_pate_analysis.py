@@ -1,11 +1,13 @@
 """PATE-GAN's moments accountant against values worked out by hand in the test, and the noisy
 argmax's Laplace noise scale (1/lambda, not lambda: a bug found in public PATE-GAN code)."""
 import math
+import warnings
 
 import numpy as np
 import pytest
 import torch
 
+from lightning_dpgan.config import resolve
 from lightning_dpgan.privacy.accountants import AccountantStateError, PATEMomentsAccountant
 from lightning_dpgan.privacy.analysis.pate import (
     DEFAULT_MOMENT_ORDERS,
@@ -144,3 +146,46 @@ def test_noisy_argmax_is_exact_without_noise_in_the_limit():
     assert laplace_noisy_argmax(votes, 1e6).tolist() == [1, 0]
     with pytest.raises(ValueError):
         laplace_noisy_argmax(votes, 0.0)
+
+
+def test_wide_vote_gaps_at_a_large_lambda_compute_without_overflow():
+    """lambda * gap in the thousands (lambda = 2, 1000 teachers) once overflowed e^{lambda gap}:
+    q now underflows to 0 and the bound is its q -> 0 limit, log q + 2 lambda l at high orders."""
+    lam, gap = 2.0, 1000.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        moments = data_dependent_moments(lam, np.array([gap]))[0]
+    log_q = math.log((2 + lam * gap) / 4) - lam * gap
+    high = list(DEFAULT_MOMENT_ORDERS).index(1024)
+    assert moments[high] == pytest.approx(log_q + 2 * lam * 1024, rel=1e-9)
+    assert np.isfinite(moments).all() and moments[0] < 1e-300
+
+
+def step_cost_and_budget(model: str, dataset: str, epsilon: float) -> tuple[float, float]:
+    """What one training step of unanimous votes costs with a preset's teachers, and the budget
+    its training has (epsilon less the modes' histogram)."""
+    config = resolve({"model": model, "dataset": dataset, "epsilon": epsilon}, {})
+    privacy = config["privacy"]
+    queries = config["model"]["student_steps"] * privacy["teacher_batch_size"]
+    cost = PATEMomentsAccountant().epsilon_if_queries(
+        1e-5, queries, privacy["lap_inverse_scale"], vote_gap=privacy["num_teachers"])
+    return cost, epsilon - config["data"].get("modes_epsilon", 0.0)
+
+
+@pytest.mark.parametrize(("model", "dataset"), [("pategan", "adult"), ("patectgan", "adult"), ("patectgan", "king")])
+def test_pate_presets_at_epsilon_a_tenth_have_teachers_enough_for_a_step(model, dataset):
+    """A unanimous query of K teachers costs about 2 log(1/delta) / K: the epsilon-1 presets'
+    teachers cannot pay for one step out of 0.1, the epsilon-0.1 presets' 500 can, twice over."""
+    at_one = resolve({"model": model, "dataset": dataset, "epsilon": 1.0}, {})["privacy"]
+    cost, budget = step_cost_and_budget(model, dataset, 0.1)
+    assert cost < budget / 1.5
+    floor = 2 * math.log(1e5) / 500
+    assert 0.8 * floor < cost < 1.2 * floor
+
+    config = resolve({"model": model, "dataset": dataset, "epsilon": 0.1}, {})
+    config["privacy"]["num_teachers"] = at_one["num_teachers"]
+    privacy = config["privacy"]
+    queries = config["model"]["student_steps"] * privacy["teacher_batch_size"]
+    too_few = PATEMomentsAccountant().epsilon_if_queries(
+        1e-5, queries, privacy["lap_inverse_scale"], vote_gap=at_one["num_teachers"])
+    assert too_few > budget

@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import numpy as np
 
-#: Moment orders l = 1..100 (PATE-GAN's Algorithm 1 keeps alpha(l) for l = 1, ..., L), then a few
-#: high orders: the tail bound cannot go below log(1/delta) / max(l) (0.115 at delta = 1e-5 for
-#: L = 100), so without them no query at all fits in epsilon = 0.1. Both bounds hold at every l.
-DEFAULT_MOMENT_ORDERS = np.concatenate([np.arange(1, 101, dtype=float), [128.0, 256.0, 512.0, 1024.0]])
+#: Moment orders l = 1..256 (PATE-GAN's Algorithm 1 keeps alpha(l) for l = 1, ..., L), then every
+#: 64th or 128th up to 1024. The tail bound cannot go below log(1/delta) / l (0.115 at delta = 1e-5
+#: for l = 100, so with L = 100 no query at all fits in epsilon = 0.1), and a query whose K teachers
+#: agree is cheap only up to l ~ K / 2, where its q e^{2 lambda l} term takes over: a unanimous
+#: vote therefore costs about 2 log(1/delta) / K, provided the grid has an order near K / 2. Every
+#: order is valid for both bounds; more orders only tighten the minimum.
+DEFAULT_MOMENT_ORDERS = np.concatenate([np.arange(1, 257, dtype=float), [320.0, 384.0, 448.0, 512.0, 640.0, 768.0, 896.0, 1024.0]])
 
 
 def data_independent_moments(lap_inverse_scale: float, orders: np.ndarray = DEFAULT_MOMENT_ORDERS) -> np.ndarray:
@@ -34,11 +37,13 @@ def data_independent_moments(lap_inverse_scale: float, orders: np.ndarray = DEFA
     return 2.0 * lam**2 * orders * (orders + 1.0)
 
 
-def answer_probability_bound(lap_inverse_scale: float, vote_gap: np.ndarray) -> np.ndarray:
-    """PATE-GAN's ``q = (2 + lambda*gap) / (4 exp(lambda*gap))``: a bound on the probability
-    that the noisy argmax differs from the true plurality."""
+def log_answer_probability_bound(lap_inverse_scale: float, vote_gap: np.ndarray) -> np.ndarray:
+    """``log q`` for PATE-GAN's ``q = (2 + lambda*gap) / (4 exp(lambda*gap))``, a bound on the
+    probability that the noisy argmax differs from the true plurality. In logs because ``q``
+    itself underflows to 0 once ``lambda*gap`` passes ~745, and a zero ``q`` would make a query
+    free at every order, when at orders above ~gap/2 its term ``q e^{2 lambda l}`` dominates."""
     scaled = float(lap_inverse_scale) * np.asarray(vote_gap, dtype=float)
-    return (2.0 + scaled) / (4.0 * np.exp(scaled))
+    return np.log1p(scaled / 2.0) - np.log(2.0) - scaled
 
 
 def data_dependent_moments(lap_inverse_scale: float, vote_gap: np.ndarray, orders: np.ndarray = DEFAULT_MOMENT_ORDERS) -> np.ndarray:
@@ -47,13 +52,14 @@ def data_dependent_moments(lap_inverse_scale: float, vote_gap: np.ndarray, order
     lam = float(lap_inverse_scale)
     gaps = np.atleast_1d(np.asarray(vote_gap, dtype=float))
     independent = np.broadcast_to(data_independent_moments(lam, orders), (gaps.size, orders.size))
-    q = answer_probability_bound(lam, gaps)[:, None]
-    valid = q < np.expm1(2 * lam) / np.expm1(4 * lam)
+    log_q = log_answer_probability_bound(lam, gaps)[:, None]
+    # valid while q < (e^{2 lambda} - 1) / (e^{4 lambda} - 1) = 1 / (e^{2 lambda} + 1)
+    valid = log_q < -np.logaddexp(0.0, 2 * lam)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         # The bound in log space (high orders overflow e^{2 lambda l}): log of a sum of two terms.
-        log_keep = np.log1p(-q)
-        log_ratio = log_keep - np.log1p(-np.exp(2 * lam) * q)
-        dependent = np.logaddexp(log_keep + orders * log_ratio, np.log(q) + 2 * lam * orders)
+        log_keep = np.log1p(-np.exp(log_q))
+        log_ratio = log_keep - np.log1p(-np.exp(2 * lam + log_q))
+        dependent = np.logaddexp(log_keep + orders * log_ratio, log_q + 2 * lam * orders)
     dependent = np.where(valid & np.isfinite(dependent), dependent, np.inf)
     return np.minimum(independent, dependent)
 
