@@ -28,7 +28,8 @@ import numpy as np
 #: agree is cheap only up to l ~ K / 2, where its q e^{2 lambda l} term takes over: a unanimous
 #: vote therefore costs about 2 log(1/delta) / K, provided the grid has an order near K / 2. Every
 #: order is valid for both bounds; more orders only tighten the minimum.
-DEFAULT_MOMENT_ORDERS = np.concatenate([np.arange(1, 257, dtype=float), [320.0, 384.0, 448.0, 512.0, 640.0, 768.0, 896.0, 1024.0]])
+DEFAULT_MOMENT_ORDERS = np.concatenate([np.arange(1, 257, dtype=float),
+                                        [320.0, 384.0, 448.0, 512.0, 640.0, 768.0, 896.0, 1024.0]])
 
 
 def data_independent_moments(lap_inverse_scale: float, orders: np.ndarray = DEFAULT_MOMENT_ORDERS) -> np.ndarray:
