@@ -149,8 +149,9 @@ def test_noisy_argmax_is_exact_without_noise_in_the_limit():
 
 
 def test_wide_vote_gaps_at_a_large_lambda_compute_without_overflow():
-    """lambda * gap in the thousands (lambda = 2, 1000 teachers) once overflowed e^{lambda gap}:
-    q now underflows to 0 and the bound is its q -> 0 limit, log q + 2 lambda l at high orders."""
+    """lambda * gap in the thousands (lambda = 2, 1000 teachers): q in floats underflowed to 0,
+    which made the query free at every order. From log q the bound keeps its term
+    log q + 2 lambda l, which dominates at high orders, and nothing warns."""
     lam, gap = 2.0, 1000.0
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -161,14 +162,14 @@ def test_wide_vote_gaps_at_a_large_lambda_compute_without_overflow():
     assert np.isfinite(moments).all() and moments[0] < 1e-300
 
 
-def step_cost_and_budget(model: str, dataset: str, epsilon: float) -> tuple[float, float]:
-    """What one training step of unanimous votes costs with a preset's teachers, and the budget
-    its training has (epsilon less the modes' histogram)."""
+def step_cost_and_budget(model: str, dataset: str, epsilon: float, num_teachers: int | None = None) -> tuple[float, float]:
+    """What one training step of unanimous votes costs with a preset's teachers (or
+    ``num_teachers`` of them), and the budget its training has (epsilon less the modes' histogram)."""
     config = resolve({"model": model, "dataset": dataset, "epsilon": epsilon}, {})
     privacy = config["privacy"]
     queries = config["model"]["student_steps"] * privacy["teacher_batch_size"]
     cost = PATEMomentsAccountant().epsilon_if_queries(
-        1e-5, queries, privacy["lap_inverse_scale"], vote_gap=privacy["num_teachers"])
+        1e-5, queries, privacy["lap_inverse_scale"], vote_gap=num_teachers or privacy["num_teachers"])
     data = config["data"]
     modes = 0.0 if data.get("modes") == "bounds" else data.get("modes_epsilon", 0.0)  # bounds are free
     return cost, epsilon - modes
@@ -184,10 +185,5 @@ def test_pate_presets_at_epsilon_a_tenth_have_teachers_enough_for_a_step(model, 
     floor = 2 * math.log(1e5) / 500
     assert 0.8 * floor < cost < 1.2 * floor
 
-    config = resolve({"model": model, "dataset": dataset, "epsilon": 0.1}, {})
-    config["privacy"]["num_teachers"] = at_one["num_teachers"]
-    privacy = config["privacy"]
-    queries = config["model"]["student_steps"] * privacy["teacher_batch_size"]
-    too_few = PATEMomentsAccountant().epsilon_if_queries(
-        1e-5, queries, privacy["lap_inverse_scale"], vote_gap=at_one["num_teachers"])
+    too_few, _ = step_cost_and_budget(model, dataset, 0.1, num_teachers=at_one["num_teachers"])
     assert too_few > budget
