@@ -2,6 +2,7 @@
 from a resolved configuration, fits them, and writes the run's files."""
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -290,6 +291,20 @@ class Run:
         wall_time = time.perf_counter() - started
         if self.trainer.is_global_zero:
             self._write_outputs(wall_time)
+            if self.module.train_steps == 0:
+                print(f"train: warning: {self.untrained_reason()}", file=sys.stderr)
+
+    def untrained_reason(self) -> str:
+        """Why a run took no generator step. Its outputs are still written (they are what was
+        released), but a user must not mistake the random initialisation for a trained model."""
+        message = "no generator update was taken: the saved generator and its samples are its random initialisation"
+        spent = None if self.strategy is None else self.strategy.training_epsilon()
+        if not spent:  # nothing charged: stopped before the first query (e.g. --trainer.max_time)
+            return message
+        # something was charged but no step completed: a per-query budget (PATE, G-PATE) ran out
+        return (f"{message}. The privacy budget ran out within the first step (epsilon {spent:.4g} spent on "
+                f"training, of --epsilon {self.strategy.target_epsilon:g}): raise --epsilon, or make each step "
+                "cheaper (fewer queries, more noise, or for PATE more teachers; see --privacy.* in --help)")
 
     def _count_steps_per_rank(self, trainer: L.Trainer, module: Any) -> None:
         """Every process's training steps (under DDP they must all stop at the same one)."""

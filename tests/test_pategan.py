@@ -74,6 +74,39 @@ def test_every_query_is_charged_and_the_users_delta_is_used(pategan_run):
     assert accountant.get_epsilon(1e-5) > report["epsilon"]  # so delta really entered the figure
 
 
+def test_a_budget_spent_within_the_first_step_says_the_generator_is_untrained(tmp_path, capsys, monkeypatch):
+    """Data-dependent PATE charges batch by batch: teachers that split on the first step can
+    spend the budget before any generator update (PATE-GAN on Adult at epsilon 0.1, seed 1, did).
+    The run still writes what it released, and says the generator is its initialisation."""
+    from lightning_dpgan.privacy.pate import PATELabelAggregator
+
+    teachers, batch, lam = 9, 4, 1.0  # 9 teachers of 4 rows; 5 batches of 4 queries a step
+    original, calls = PATELabelAggregator.aggregate, []
+
+    def unanimous_then_split(self, votes):
+        calls.append(len(votes))
+        counts = [teachers, 0] if len(calls) == 1 else [5, 4]  # gap 9, then gap 1: ~15x dearer
+        return original(self, torch.tensor([counts] * len(votes), dtype=votes.dtype, device=votes.device))
+
+    monkeypatch.setattr(PATELabelAggregator, "aggregate", unanimous_then_split)
+    unanimous_step = PATEMomentsAccountant().epsilon_if_queries(1e-3, 5 * batch, lam, vote_gap=teachers)
+    target = 1.01 * unanimous_step  # the look-ahead lets the first step start
+    argv = base_args(tmp_path / "split") + [
+        "--epsilon", str(target), "--delta", "1e-3", "--privacy.num_teachers", str(teachers),
+        "--privacy.teacher_batch_size", str(batch), "--privacy.lap_inverse_scale", str(lam)]
+    assert main(argv) == 0
+    report = read_json(tmp_path / "split" / "privacy.json")
+    assert len(calls) == 2 and report["steps"] == 0 and report["queries"] == batch
+    assert 0 < report["epsilon"] <= target
+    assert (tmp_path / "split" / "synthetic.csv").exists()
+    warning = capsys.readouterr().err
+    assert "no generator update was taken" in warning and "ran out within the first step" in warning
+
+    monkeypatch.setattr(PATELabelAggregator, "aggregate", original)
+    assert main(pategan_args(tmp_path / "trained", 2, 8.0)) == 0
+    assert "no generator update" not in capsys.readouterr().err
+
+
 def test_sample_command_writes_a_decoded_table(pategan_run, tmp_path):
     out = tmp_path / "published.csv"
     assert main(["sample", "--checkpoint", str(pategan_run / "checkpoints/last.ckpt"), "-n", "25", "--out", str(out)]) == 0
