@@ -33,7 +33,7 @@ from lightning_dpgan.callbacks.teachers import TeacherStrategy
 from lightning_dpgan.privacy.accountants import ConfidentGNMaxAccountant
 from lightning_dpgan.privacy.analysis.gnmax import gnmax_log_q
 from lightning_dpgan.privacy.gradient_voting import ProjectedGradientAggregator
-from lightning_dpgan.privacy.slots import GradientAggregator, PrivacyBudgetExhausted
+from lightning_dpgan.privacy.slots import GradientAggregator
 from lightning_dpgan.privacy.validation import validate_positive
 
 #: Default number of teachers: one per 30 training records (G-PATE's MNIST setup at epsilon 10).
@@ -112,7 +112,7 @@ class ProjectedVoting(TeacherStrategy):
         if self.training_target is not None:
             worst = self.accountant.epsilon_if_answered(self.training_delta, self.sigma1, self.sigma2, len(log_q), log_q)
             if worst > self.training_target:
-                raise PrivacyBudgetExhausted(f"answering would spend epsilon up to {worst:.4g} > {self.training_target:g} left")
+                self.refuse(f"answering would spend epsilon up to {worst:.4g} > {self.training_target:g} left")
         self._pending_log_q = log_q
 
     def _charge(self, votes: Tensor, answered: Tensor) -> None:

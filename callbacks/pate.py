@@ -28,7 +28,7 @@ import numpy as np
 from lightning_dpgan.callbacks.teachers import TeacherStrategy
 from lightning_dpgan.privacy.accountants import PATEMomentsAccountant
 from lightning_dpgan.privacy.pate import PATELabelAggregator
-from lightning_dpgan.privacy.slots import LabelAggregator, PrivacyBudgetExhausted
+from lightning_dpgan.privacy.slots import LabelAggregator
 from lightning_dpgan.privacy.validation import validate_positive
 
 #: PATE-GAN's default number of teachers: N / 1000 (the paper's appendix; at least 1).
@@ -72,7 +72,7 @@ class PATEAggregation(TeacherStrategy):
         if self.training_target is not None:
             after = self.accountant.epsilon_if_answered(self.training_delta, lap_inverse_scale, vote_gaps)
             if after > self.training_target:
-                raise PrivacyBudgetExhausted(f"answering would spend epsilon {after:.4g} > {self.training_target:g} left")
+                self.refuse(f"answering would spend epsilon {after:.4g} > {self.training_target:g} left")
         self.accountant.step(lap_inverse_scale, vote_gaps)
 
     def next_step_params(self) -> dict[str, float]:

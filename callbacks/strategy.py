@@ -10,7 +10,7 @@ resumed run whose checkpoint lacks it is refused, never silently restarted at ze
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import lightning as L
 
@@ -19,6 +19,7 @@ from lightning_dpgan.ddp import PrivateDDPStrategy
 from lightning_dpgan.privacy.accountants import Accountant, AccountantStateError
 from lightning_dpgan.privacy.composition import compose_costs
 from lightning_dpgan.privacy.noise_source import NoiseSource
+from lightning_dpgan.privacy.slots import PrivacyBudgetExhausted
 from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon, validate_positive
 
 DEFAULT_DELTA = 1e-5
@@ -54,6 +55,13 @@ class PrivacyStrategy(L.Callback):
         self.prior_releases: dict[str, dict[str, Any]] = {}
         #: the mechanism's random draws: its own generators, OS entropy unless ``noise_seed``
         self.noise = NoiseSource(noise_seed)
+        #: why the strategy last refused to answer (per-query budgets: PATE, G-PATE), else None
+        self.refusal: str | None = None
+
+    def refuse(self, reason: str) -> NoReturn:
+        """Refuse this query batch (nothing is released), remembering why for the run's report."""
+        self.refusal = reason
+        raise PrivacyBudgetExhausted(reason)
 
     # -------------------------------------------------------------- checks
     def check_compatible(self, module: Any) -> None:

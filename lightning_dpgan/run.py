@@ -298,12 +298,12 @@ class Run:
         """Why a run took no generator step. Its outputs are still written (they are what was
         released), but a user must not mistake the random initialisation for a trained model."""
         message = "no generator update was taken: the saved generator and its samples are its random initialisation"
-        spent = None if self.strategy is None else self.strategy.training_epsilon()
-        if not spent:  # nothing charged: stopped before the first query (e.g. --trainer.max_time)
+        refusal = None if self.strategy is None else self.strategy.refusal
+        if refusal is None:  # stopped for another reason (e.g. --trainer.max_time)
             return message
-        # something was charged but no step completed: a per-query budget (PATE, G-PATE) ran out
-        return (f"{message}. The privacy budget ran out within the first step (epsilon {spent:.4g} spent on "
-                f"training, of --epsilon {self.strategy.target_epsilon:g}): raise --epsilon, or make each step "
+        spent = self.strategy.training_epsilon()
+        return (f"{message}. The privacy budget ran out within the first step ({refusal}; epsilon {spent:.4g} "
+                f"spent on training, of --epsilon {self.strategy.target_epsilon:g}): raise --epsilon, or make each step "
                 "cheaper (fewer queries, more noise, or for PATE more teachers; see --privacy.* in --help)")
 
     def _count_steps_per_rank(self, trainer: L.Trainer, module: Any) -> None:

@@ -171,9 +171,11 @@ def test_strategy_charges_every_check_and_only_answered_answers():
 def test_strategy_refuses_a_batch_that_could_pass_the_target():
     strategy = ProjectedVoting(num_teachers=10, sigma1=1.0, sigma2=1.0, target_epsilon=0.5, delta=1e-5)
     strategy.preprocessing = {"epsilon": 0.0, "delta": 0.0}
+    assert strategy.refusal is None
     with pytest.raises(PrivacyBudgetExhausted):
         strategy._check(torch.tensor([[5, 5]] * 50))
     assert len(strategy.accountant) == 0
+    assert "> 0.5 left" in strategy.refusal  # kept, for the run's warning if no step was taken
 
 
 # ------------------------------------------------------------------------ end to end
