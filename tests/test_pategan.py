@@ -29,10 +29,10 @@ def base_args(output_dir, steps=50):
             "--trainer.enable_model_summary", "false"]
 
 
-def pategan_args(output_dir, steps=50, epsilon=8.0, *extra):
+def pategan_args(output_dir, steps=50, epsilon=8.0, *extra, teachers=TEACHERS, batch=TEACHER_BATCH, lam=LAMBDA):
     return base_args(output_dir, steps) + [
-        "--epsilon", str(epsilon), "--delta", "1e-3", "--privacy.num_teachers", str(TEACHERS),
-        "--privacy.teacher_batch_size", str(TEACHER_BATCH), "--privacy.lap_inverse_scale", str(LAMBDA), *extra]
+        "--epsilon", str(epsilon), "--delta", "1e-3", "--privacy.num_teachers", str(teachers),
+        "--privacy.teacher_batch_size", str(batch), "--privacy.lap_inverse_scale", str(lam), *extra]
 
 
 @pytest.fixture(scope="module")
@@ -91,16 +91,14 @@ def test_a_budget_spent_within_the_first_step_says_the_generator_is_untrained(tm
     monkeypatch.setattr(PATELabelAggregator, "aggregate", unanimous_then_split)
     unanimous_step = PATEMomentsAccountant().epsilon_if_queries(1e-3, 5 * batch, lam, vote_gap=teachers)
     target = 1.01 * unanimous_step  # the look-ahead lets the first step start
-    argv = base_args(tmp_path / "split") + [
-        "--epsilon", str(target), "--delta", "1e-3", "--privacy.num_teachers", str(teachers),
-        "--privacy.teacher_batch_size", str(batch), "--privacy.lap_inverse_scale", str(lam)]
-    assert main(argv) == 0
+    assert main(pategan_args(tmp_path / "split", 50, target, teachers=teachers, batch=batch, lam=lam)) == 0
     report = read_json(tmp_path / "split" / "privacy.json")
     assert len(calls) == 2 and report["steps"] == 0 and report["queries"] == batch
     assert 0 < report["epsilon"] <= target
     assert (tmp_path / "split" / "synthetic.csv").exists()
     warning = capsys.readouterr().err
     assert "no generator update was taken" in warning and "ran out within the first step" in warning
+    assert "answering would spend epsilon" in warning  # the strategy's own reason for refusing
 
     monkeypatch.setattr(PATELabelAggregator, "aggregate", original)
     assert main(pategan_args(tmp_path / "trained", 2, 8.0)) == 0
