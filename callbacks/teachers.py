@@ -72,17 +72,16 @@ def check_teacher_memory(teachers: torch.nn.Module, device: torch.device) -> Non
 
 
 class TeacherBatches(IterableDataset):
-    """``steps`` draws per epoch; each is ``teacher_steps`` stacked draws ``[nT, K, b, ...]``."""
+    """``steps`` batches per epoch; each is one training step's ``teacher_steps`` draws, a list of
+    nT ``[K, b, ...]`` record tensors and a list of nT ``[K, b]`` labels (or None)
+    (:meth:`PartitionedSampler.draw_steps`)."""
 
     def __init__(self, sampler: PartitionedSampler, teacher_steps: int, steps: int) -> None:
         self.sampler, self.teacher_steps, self.steps = sampler, teacher_steps, steps
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor | None]]:
         for _ in range(self.steps):
-            draws = [self.sampler.draw() for _ in range(self.teacher_steps)]
-            records = torch.stack([records for records, _ in draws])
-            labels = None if draws[0][1] is None else torch.stack([labels for _, labels in draws])
-            yield records, labels
+            yield self.sampler.draw_steps(self.teacher_steps)
 
     def __len__(self) -> int:
         return self.steps

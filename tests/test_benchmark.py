@@ -14,6 +14,7 @@ from lightning_dpgan.benchmark.cli import benchmark, chosen_size, parse_args, un
 from lightning_dpgan.benchmark.peers import export_split, load_datamodule, peer_command
 from lightning_dpgan.benchmark.runner import Settings, failed_run, portable, train_command, with_derived_measures
 from lightning_dpgan.benchmark.suites import SUITES, Cell, suite_size
+from preset_helpers import modes_epsilon
 
 REPO = Path(__file__).resolve().parents[1]
 ADULT = REPO / "tests" / "fixtures" / "adult_tiny"
@@ -291,9 +292,7 @@ def test_every_full_tables_cell_leaves_budget_to_train():
 
     for cell in suite_size("tables", quick=False).cells():
         config = build_config(["--model", cell.model, "--dataset", cell.dataset, "--epsilon", f"{cell.epsilon:g}"])
-        modes = config["data"].get("modes_epsilon")
-        if modes is not None and config["data"].get("modes") != "bounds":
-            assert modes < 0.5 * cell.epsilon, (cell.name, modes)
+        assert modes_epsilon(config) < 0.5 * cell.epsilon, (cell.name, modes_epsilon(config))
 
 
 # ------------------------------------------------------------------------ peers

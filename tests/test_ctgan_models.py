@@ -17,6 +17,7 @@ from lightning_dpgan.modules.dpsactgan import DPSACTGAN
 from lightning_dpgan.privacy.accountants import OpacusAccountant, calibrate_noise_multiplier
 from lightning_dpgan.privacy.gradient_sanitizer import GradientSanitizerMechanism
 from lightning_dpgan.sampling import sample_to_file
+from preset_helpers import modes_epsilon
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DATA = {"adult": (FIXTURES / "adult_tiny", ADULT_SCHEMA), "king": (FIXTURES / "king_tiny", KING_SCHEMA)}
@@ -250,13 +251,13 @@ def test_dpctgan_presets_keep_the_epsilon_one_schedule_and_calibrate_sigma(datas
     assert config["privacy"]["noise_multiplier"] is None
     bounds = config["data"].get("modes") == "bounds"
     assert bounds == ((dataset, epsilon) == ("king", 0.1))
-    steps, modes = config["max_steps"], 0.0 if bounds else config["data"]["modes_epsilon"]
+    steps, modes = config["max_steps"], modes_epsilon(config)
     sample_rate = config["data"]["batch_size"] / TRAINING_ROWS[dataset]
 
     at_one = resolve({"model": "dpctgan", "dataset": dataset, "epsilon": 1.0}, {})
     fixed = OpacusAccountant()
     fixed.step(noise_multiplier=at_one["privacy"]["noise_multiplier"], sample_rate=sample_rate)
-    training_budget = 1.0 - at_one["data"]["modes_epsilon"]
+    training_budget = 1.0 - modes_epsilon(at_one)
     assert fixed.epsilon_if(1e-5, steps - 1) <= training_budget < fixed.epsilon_if(1e-5, steps + 100)
 
     calibrated = calibrate_noise_multiplier(epsilon - modes, 1e-5, sample_rate, steps)

@@ -16,6 +16,7 @@ from lightning_dpgan.privacy.analysis.pate import (
     moments_to_epsilon,
 )
 from lightning_dpgan.privacy.mechanisms import laplace_noisy_argmax
+from preset_helpers import modes_epsilon
 
 ORDERS = np.arange(1, 101, dtype=float)
 
@@ -170,9 +171,7 @@ def step_cost_and_budget(model: str, dataset: str, epsilon: float, num_teachers:
     queries = config["model"]["student_steps"] * privacy["teacher_batch_size"]
     cost = PATEMomentsAccountant().epsilon_if_queries(
         1e-5, queries, privacy["lap_inverse_scale"], vote_gap=num_teachers or privacy["num_teachers"])
-    data = config["data"]
-    modes = 0.0 if data.get("modes") == "bounds" else data.get("modes_epsilon", 0.0)  # bounds are free
-    return cost, epsilon - modes
+    return cost, epsilon - modes_epsilon(config)
 
 
 @pytest.mark.parametrize(("model", "dataset"), [("pategan", "adult"), ("patectgan", "adult"), ("patectgan", "king")])

@@ -285,6 +285,29 @@ def test_sampler_state_round_trip_resumes_same_partitions_and_draws() -> None:
         PartitionedSampler(torch.randn(61, 2), disjoint_partitions(61, 6, seed=0), 4).load_state_dict(state)
 
 
+@pytest.mark.parametrize("replacement", [False, True])
+def test_drawing_a_steps_teacher_batches_at_once_gives_the_draws_one_at_a_time_would(replacement: bool) -> None:
+    """A PATE step takes its nT teacher minibatches in one draw: the same records and labels, in
+    the same order of steps, as nT single draws from the same state (a DDP shard included)."""
+    data, labels = torch.randn(90, 3), torch.arange(90) % 3
+    parts = disjoint_partitions(90, 6, seed=1)
+    batch = 12 if replacement else 5
+    batched, single = (PartitionedSampler(data, parts, batch, labels=labels, replacement=replacement, seed=7)
+                       for _ in range(2))
+    batched.shard = single.shard = slice(2, 5)
+    records, drawn_labels = batched.draw_steps(4)
+    expected = [single.draw() for _ in range(4)]
+    assert len(records) == len(drawn_labels) == 4
+    for x_t, y_t, (x, y) in zip(records, drawn_labels, expected, strict=True):
+        assert x_t.shape == (3, batch, 3) and y_t.shape == (3, batch)
+        order_t, order = x_t[..., 0].argsort(dim=1), x[..., 0].argsort(dim=1)  # within a batch order is free
+        assert torch.equal(x_t.gather(1, order_t.unsqueeze(-1).expand_as(x_t)), x.gather(1, order.unsqueeze(-1).expand_as(x)))
+        assert torch.equal(y_t.gather(1, order_t), y.gather(1, order))
+    assert torch.equal(batched.draw_indices(), single.draw_indices())  # the stream continues in step
+    with pytest.raises(ValueError, match="count"):
+        batched.draw_steps(0)
+
+
 def test_sampler_refuses_overlapping_or_too_small_partitions() -> None:
     data = torch.randn(20, 2)
     with pytest.raises(ValueError, match="overlap"):

@@ -99,15 +99,15 @@ class GPATE(TeacherModel):
         return self.teacher_kwargs
 
     # ---------------------------------------------------------------- training
-    def training_step(self, batch: tuple[Tensor, Tensor | None], batch_idx: int) -> None:
-        """``batch``: each teacher's minibatches ``[nT, K, m, ...]`` (+ labels ``[nT, K, m]``), one
+    def training_step(self, batch: tuple[list[Tensor], list[Tensor] | None], batch_idx: int) -> None:
+        """``batch``: each teacher's minibatches, nT tensors ``[K, m, ...]`` (+ labels ``[K, m]``), one
         per teacher update of this step (``teacher_steps``; the paper's 1)."""
         teacher_records, teacher_labels = batch
-        n = teacher_records.shape[2]
+        n = teacher_records[0].shape[1]
         opt_g, opt_t = self.optimizers()
         latent, labels = self.query_inputs(n)
         fake = self.generator(latent, labels)
-        for t in range(teacher_records.shape[0]):
+        for t in range(len(teacher_records)):
             real_labels = None if teacher_labels is None else teacher_labels[t]
             teacher_loss = self.update_teachers(opt_t, teacher_records[t], real_labels, fake.detach(), labels)
         try:

@@ -83,11 +83,11 @@ class PATEGAN(TeacherModel):
         return {"arch": "mlp", "hidden": tuple(self.hparams.teacher_hidden)}
 
     # ---------------------------------------------------------------- training
-    def training_step(self, batch: tuple[Tensor, Tensor | None], batch_idx: int) -> None:
-        """``batch``: each teacher's minibatches for this step, ``[nT, K, b, ...]`` (+ labels)."""
+    def training_step(self, batch: tuple[list[Tensor], list[Tensor] | None], batch_idx: int) -> None:
+        """``batch``: each teacher's minibatches for this step, nT tensors ``[K, b, ...]`` (+ labels)."""
         teacher_records, teacher_labels = batch
         opt_g, opt_s, opt_t = self.optimizers()
-        n = teacher_records.shape[2]
+        n = teacher_records[0].shape[1]
         for t in range(self.hparams.teacher_steps):
             labels_t = None if teacher_labels is None else teacher_labels[t]
             teacher_loss = self.teacher_step(opt_t, teacher_records[t], labels_t, n)
