@@ -54,21 +54,33 @@ def available_memory(device: torch.device) -> int | None:
     return None
 
 
-def check_teacher_memory(teachers: torch.nn.Module, device: torch.device) -> None:
-    """Refuse, with the numbers and the ways out, teachers that would exhaust the device's memory
-    (an out-of-memory kill minutes into a run loses the run and says nothing)."""
-    parameters = sum(p.numel() for p in teachers.parameters())
-    needed = TEACHER_MEMORY_FACTOR * parameters * 4
-    free = available_memory(device)
-    if free is not None and next(teachers.parameters()).device.type == device.type:
-        free += parameters * 4  # already allocated where they will train
+#: Peak host memory of building K teachers, in multiples of their parameters' bytes: the batched
+#: forms build the K teachers one by one and then stack them, so both copies are alive at once.
+TEACHER_BUILD_FACTOR = 2
+
+
+def check_teacher_memory(num_teachers: int, trained: int, per_teacher: int, device: torch.device) -> None:
+    """Refuse, before a single teacher is built, teachers that would exhaust memory: building
+    all ``num_teachers`` in host memory, or training the ``trained`` of them this process keeps
+    on ``device``. (An out-of-memory kill loses the run and says nothing: the G-PATE preset's
+    2000 paper-size teachers were killed while being built on a 24 GB machine.)"""
+    ways_out = ("Use a GPU, fewer teachers (--privacy.num_teachers) or smaller ones (--model.teacher_kwargs.*, "
+                "e.g. hidden or channels).")
+    built = num_teachers * per_teacher
+    needed = TEACHER_BUILD_FACTOR * built * 4
+    free = available_memory(torch.device("cpu"))
     if free is not None and needed > free:
         raise TeacherMemoryError(
-            f"{teachers.num_teachers} teachers ({parameters / 1e6:.0f}M parameters) need about {needed / 2**30:.1f} GiB "
+            f"{num_teachers} teachers ({built / 1e6:.0f}M parameters) need about {needed / 2**30:.1f} GiB of host "
+            f"memory to build (each built, then stacked), and the host has {free / 2**30:.1f} GiB available. {ways_out}")
+    parameters = trained * per_teacher
+    needed = TEACHER_MEMORY_FACTOR * parameters * 4
+    free = available_memory(device)
+    if free is not None and needed > free:
+        raise TeacherMemoryError(
+            f"{trained} teachers ({parameters / 1e6:.0f}M parameters) need about {needed / 2**30:.1f} GiB "
             f"to train ({TEACHER_MEMORY_FACTOR}x their parameters: gradients, Adam's moments, temporaries), and "
-            f"{device.type} has {free / 2**30:.1f} GiB available. Use a GPU, fewer teachers (--privacy.num_teachers) "
-            "or smaller ones (--model.teacher_kwargs.*, e.g. hidden or channels)."
-        )
+            f"{device.type} has {free / 2**30:.1f} GiB available. {ways_out}")
 
 
 class TeacherBatches(IterableDataset):
@@ -135,10 +147,11 @@ class TeacherStrategy(PrivacyStrategy):
         labels = rest[0] if rest and getattr(pl_module, "num_classes", None) else None
         self.sampler = PartitionedSampler(records, partitions, self.teacher_batch_size, labels=labels,
                                           replacement=self.teacher_batch_size > smallest, seed=self.partition_seed)
-        teachers = pl_module.build_teachers(k)
-        if world_size() > 1:  # DDP: this rank trains and asks its own slice of the K teachers
-            self.sampler.shard = pl_module.shard_teachers(shard(k))
-        check_teacher_memory(teachers, trainer.strategy.root_device)
+        own = shard(k) if world_size() > 1 else slice(0, k)  # DDP: each rank trains its own slice of the K
+        check_teacher_memory(k, len(range(k)[own]), pl_module.parameters_per_teacher(), trainer.strategy.root_device)
+        pl_module.build_teachers(k)
+        if world_size() > 1:
+            self.sampler.shard = pl_module.shard_teachers(own)
         teacher_steps = pl_module.hparams.teacher_steps
         steps_per_epoch = max(1, math.ceil(smallest / (self.teacher_batch_size * teacher_steps)))
         loader_data = TeacherBatches(self.sampler, teacher_steps, steps_per_epoch)

@@ -418,3 +418,17 @@ def test_the_harness_own_markdown_does_not_make_the_tree_dirty(tmp_path):
     assert results.commit(tmp_path)["dirty"] is True
     (tmp_path / "code.py").write_text("b\n")
     assert results.commit(tmp_path, own_output=tmp_path / "RESULTS.md")["dirty"] is True
+
+
+def test_a_command_killed_by_a_signal_fails_with_the_signal_as_its_last_line(tmp_path):
+    """An out-of-memory kill leaves nothing in the log: the reason the speed suite records (the
+    failure's last line) must name the signal, not the log's last chatter."""
+    from lightning_dpgan.benchmark.runner import run_logged
+
+    command = [sys.executable, "-c", "import os, signal; print('a tip from a library'); os.kill(os.getpid(), signal.SIGKILL)"]
+    with pytest.raises(RuntimeError) as failure:
+        run_logged(command, tmp_path / "killed.log")
+    assert str(failure.value).splitlines()[-1] == "killed by SIGKILL, most likely the out-of-memory killer"
+    with pytest.raises(RuntimeError) as failure:
+        run_logged([sys.executable, "-c", "raise SystemExit('no such file')"], tmp_path / "exit.log")
+    assert str(failure.value).splitlines()[-1] == "no such file"

@@ -388,11 +388,27 @@ def test_gpate_on_a_table_writes_decoded_synthetic_rows(tmp_path):
 def test_teachers_that_cannot_fit_in_memory_are_refused_up_front(tiny_image_data_dir, tmp_path, capsys, monkeypatch):
     import lightning_dpgan.callbacks.teachers as teachers
 
+    from lightning_dpgan.modules.gpate import GPATE
+
+    built = []
+    monkeypatch.setattr(GPATE, "build_teachers", lambda self, k: built.append(k))
     monkeypatch.setattr(teachers, "available_memory", lambda device: 10_000)  # bytes
     assert main(["train", *gpate_args(tiny_image_data_dir, tmp_path / "run")]) == 2
     message = capsys.readouterr().err
     assert "8 teachers" in message and "--privacy.num_teachers" in message
+    assert built == []  # refused before building them: building alone can exhaust the memory
     assert not (tmp_path / "run" / "privacy.json").exists()
+
+
+@pytest.mark.parametrize(("shape", "teacher_kwargs"), [((1, 28, 28), {"channels": 4, "hidden": 8}), ((12,), {"hidden": (16,)})])
+def test_the_memory_check_counts_the_parameters_k_teachers_will_have(shape, teacher_kwargs):
+    """The check multiplies one teacher's parameters by K before building: exact for the conv
+    (vmap) and the MLP (batched matmul) forms."""
+    from lightning_dpgan.modules.gpate import GPATE
+
+    per_teacher = GPATE(shape, 10, teacher_kwargs=teacher_kwargs).parameters_per_teacher()
+    built = GPATE(shape, 10, teacher_kwargs=teacher_kwargs, num_teachers=7).teachers
+    assert 7 * per_teacher == sum(p.numel() for p in built.parameters())
 
 
 def test_several_teacher_updates_per_step_are_all_taken(tiny_image_data_dir, tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -89,8 +90,21 @@ def run_logged(command: list[str], log: Path) -> float:
     seconds = time.perf_counter() - started
     if result.returncode != 0:
         tail = "\n".join(log.read_text().splitlines()[-15:])
-        raise RuntimeError(f"{shlex.join(command)} failed (exit {result.returncode}); end of {log}:\n{tail}")
+        raise RuntimeError(f"{shlex.join(command)} failed (exit {result.returncode}); end of {log}:\n{tail}"
+                           + killed_by(result.returncode))
     return seconds
+
+
+def killed_by(returncode: int) -> str:
+    """A last line naming the signal that ended a process (its log says nothing then), else ''."""
+    if returncode >= 0:
+        return ""
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    hint = ", most likely the out-of-memory killer" if name == "SIGKILL" else ""
+    return f"\nkilled by {name}{hint}"
 
 
 def read_json(path: Path) -> dict[str, Any]:

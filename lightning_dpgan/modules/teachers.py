@@ -43,6 +43,12 @@ class TeacherModel(GANModule):
         self.hparams["num_teachers"] = num_teachers
         return self.teachers
 
+    def parameters_per_teacher(self) -> int:
+        """Parameters of one teacher (the ensemble's grow linearly in K): what the strategy's
+        memory check multiplies before any of the K is built."""
+        one = build_teacher_ensemble(1, self.data_shape, self.num_classes, **self.teacher_ensemble_kwargs())
+        return sum(p.numel() for p in one.parameters())
+
     #: this process's slice of the K teachers under DDP (None: it holds all K)
     teacher_shard: slice | None = None
 
