@@ -91,7 +91,7 @@ class TeacherBatches(IterableDataset):
     def __init__(self, sampler: PartitionedSampler, teacher_steps: int, steps: int) -> None:
         self.sampler, self.teacher_steps, self.steps = sampler, teacher_steps, steps
 
-    def __iter__(self) -> Iterator[tuple[Tensor, Tensor | None]]:
+    def __iter__(self) -> Iterator[tuple[list[Tensor], list[Tensor] | None]]:
         for _ in range(self.steps):
             yield self.sampler.draw_steps(self.teacher_steps)
 
