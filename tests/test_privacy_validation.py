@@ -78,3 +78,15 @@ def test_every_privacy_strategy_refuses_lightnings_own_multi_process_strategies(
     instance = cls(target_epsilon=1.0) if strategy in ("dp-sgd", "sanitizer") else cls()
     with pytest.raises(ValueError, match="only with --strategy ddp"):
         instance.setup(SimpleNamespace(world_size=2, strategy=object()), module, "fit")
+
+
+def test_validate_int_refuses_what_it_would_otherwise_truncate_and_the_values_below_the_minimum():
+    import numpy as np
+
+    from lightning_dpgan.privacy.validation import validate_int
+
+    assert validate_int("count", np.int64(3), 1) == 3 and type(validate_int("count", np.int64(3), 1)) is int
+    assert validate_int("queries", 0, 0) == 0
+    for bad in (2.5, True, "3", None, 0):
+        with pytest.raises(ValueError, match="count must be an integer >= 1"):
+            validate_int("count", bad, 1)

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_dpgan.privacy.validation import validate_int
+
 STATE_FORMAT = 1
 
 
@@ -34,12 +36,6 @@ def disjoint_partitions(n: int, k: int, seed: int) -> list[Tensor]:
 def teacher_partitions(n: int, k: int, seed: int) -> list[Tensor]:
     """:func:`disjoint_partitions` with each part sorted: what datamodules hand PATE strategies."""
     return [part.sort().values for part in disjoint_partitions(n, k, seed)]
-
-
-def _positive(count: int) -> int:
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"count must be a positive integer, got {count!r}")
-    return count
 
 
 class PartitionedSampler:
@@ -90,7 +86,7 @@ class PartitionedSampler:
         """Record indices ``[K, batch_size]`` for the next step, row k inside partition k; with
         ``count``, ``[count, K, batch_size]``: the next ``count`` draws in one call (the same
         random stream as ``count`` single draws, so the draws are those one at a time would give)."""
-        shape = (self.num_teachers,) if count is None else (_positive(count), self.num_teachers)
+        shape = (self.num_teachers,) if count is None else (validate_int("count", count, 1), self.num_teachers)
         if self.replacement:
             uniform = torch.rand(*shape, self.batch_size, generator=self.generator)
             slots = (uniform * self.sizes.unsqueeze(1)).long().clamp_max(self.sizes.unsqueeze(1) - 1)

@@ -28,6 +28,14 @@ def validate_positive(name: str, value: object) -> float:
     return number
 
 
+def validate_int(name: str, value: object, minimum: int) -> int:
+    """Return ``value`` as an int if it is an integer >= ``minimum``; ``2.5`` or ``True`` are
+    refused rather than truncated. ``name`` is the flag or argument to blame."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
 def validate_epsilon(epsilon: object) -> float:
     """Return the target ε if it is a finite number > 0.
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import math
-import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,7 +30,7 @@ from lightning_dpgan.privacy.analysis.gnmax import (
     threshold_rdp,
 )
 from lightning_dpgan.privacy.analysis.rdp import DEFAULT_ORDERS, check_orders, rdp_to_epsilon
-from lightning_dpgan.privacy.validation import validate_positive
+from lightning_dpgan.privacy.validation import validate_int, validate_positive
 
 STATE_FORMAT_VERSION = 1
 
@@ -43,10 +42,8 @@ def _noise_pair(sigma1: Any, sigma2: Any) -> NoisePair:
 
 
 def _count(value: Any, name: str) -> int:
-    """A non-negative integer; ``2.5`` or ``True`` are refused rather than truncated."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    return int(value)
+    """A non-negative integer (:func:`validate_int`)."""
+    return validate_int(name, value, 0)
 
 
 def _check_delta(delta: float) -> None:
