@@ -7,10 +7,10 @@ from its own partition only (:class:`~lightning_dpgan.data.partition.Partitioned
 for the whole run and saved in checkpoints). Only the teachers read real records; what the
 subclass's aggregator releases from them is the single place privacy is spent.
 
-Under DDP (``--strategy ddp``) the teachers are sharded: rank r keeps its contiguous slice of the
-K teachers (:func:`~lightning_dpgan.distributed.shard`) and trains them on their partitions; the
-sampler draws the indices of all K and keeps the slice's, so every teacher sees the minibatches a
-single process would give it. The aggregator adds up the ranks' vote histograms and draws the
+Under DDP (``--strategy ddp``) the teachers are sharded: rank r builds only its contiguous slice
+of the K teachers (:func:`~lightning_dpgan.distributed.shard`), with the initial values one
+process would give them, and trains them on their partitions; the sampler draws the indices of
+all K and keeps the slice's, so every teacher sees the minibatches a single process would give it. The aggregator adds up the ranks' vote histograms and draws the
 noise on rank 0 (:mod:`lightning_dpgan.privacy.pate`, :mod:`lightning_dpgan.privacy.gradient_voting`).
 """
 from __future__ import annotations
@@ -54,33 +54,33 @@ def available_memory(device: torch.device) -> int | None:
     return None
 
 
-#: Peak host memory of building K teachers, in multiples of their parameters' bytes: the batched
-#: forms build the K teachers one by one and then stack them, so both copies are alive at once.
+#: Peak host memory of building teachers, in multiples of their parameters' bytes: the batched
+#: forms build them one by one and then stack them, so both copies are alive at once.
 TEACHER_BUILD_FACTOR = 2
 
 
-def check_teacher_memory(num_teachers: int, trained: int, per_teacher: int, device: torch.device) -> None:
-    """Refuse, before a single teacher is built, teachers that would exhaust memory: building
-    all ``num_teachers`` in host memory, or training the ``trained`` of them this process keeps
-    on ``device``. (An out-of-memory kill loses the run and says nothing: the G-PATE preset's
+def check_teacher_memory(teachers: int, per_teacher: int, device: torch.device) -> None:
+    """Refuse, before a single teacher is built, teachers that would exhaust memory: building the
+    ``teachers`` this process holds (all K, or a DDP rank's shard) in host memory, or training
+    them on ``device``. (An out-of-memory kill loses the run and says nothing: the G-PATE preset's
     2000 paper-size teachers were killed while being built on a 24 GB machine.)"""
-    ways_out = ("Use a GPU, fewer teachers (--privacy.num_teachers) or smaller ones (--model.teacher_kwargs.*, "
-                "e.g. hidden or channels).")
-    built = num_teachers * per_teacher
-    needed = TEACHER_BUILD_FACTOR * built * 4
+    ways_out = ("Use a GPU (or several: --strategy ddp splits the teachers), fewer teachers "
+                "(--privacy.num_teachers) or smaller ones (--model.teacher_kwargs.*, e.g. hidden or channels).")
+    parameters = teachers * per_teacher
+    size = f"{teachers} teachers ({parameters / 1e6:.0f}M parameters)"
+    needed = TEACHER_BUILD_FACTOR * parameters * 4
     free = available_memory(torch.device("cpu"))
     if free is not None and needed > free:
         raise TeacherMemoryError(
-            f"{num_teachers} teachers ({built / 1e6:.0f}M parameters) need about {needed / 2**30:.1f} GiB of host "
-            f"memory to build (each built, then stacked), and the host has {free / 2**30:.1f} GiB available. {ways_out}")
-    parameters = trained * per_teacher
+            f"{size} need about {needed / 2**30:.1f} GiB of host memory to build (each built, then stacked), "
+            f"and the host has {free / 2**30:.1f} GiB available. {ways_out}")
     needed = TEACHER_MEMORY_FACTOR * parameters * 4
     free = available_memory(device)
     if free is not None and needed > free:
         raise TeacherMemoryError(
-            f"{trained} teachers ({parameters / 1e6:.0f}M parameters) need about {needed / 2**30:.1f} GiB "
-            f"to train ({TEACHER_MEMORY_FACTOR}x their parameters: gradients, Adam's moments, temporaries), and "
-            f"{device.type} has {free / 2**30:.1f} GiB available. {ways_out}")
+            f"{size} need about {needed / 2**30:.1f} GiB to train ({TEACHER_MEMORY_FACTOR}x their parameters: "
+            f"gradients, Adam's moments, temporaries), and {device.type} has {free / 2**30:.1f} GiB available. "
+            f"{ways_out}")
 
 
 class TeacherBatches(IterableDataset):
@@ -147,11 +147,12 @@ class TeacherStrategy(PrivacyStrategy):
         labels = rest[0] if rest and getattr(pl_module, "num_classes", None) else None
         self.sampler = PartitionedSampler(records, partitions, self.teacher_batch_size, labels=labels,
                                           replacement=self.teacher_batch_size > smallest, seed=self.partition_seed)
-        own = shard(k) if world_size() > 1 else slice(0, k)  # DDP: each rank trains its own slice of the K
-        check_teacher_memory(k, len(range(k)[own]), pl_module.parameters_per_teacher(), trainer.strategy.root_device)
-        pl_module.build_teachers(k)
-        if world_size() > 1:
-            self.sampler.shard = pl_module.shard_teachers(own)
+        own = shard(k) if world_size() > 1 else None  # DDP: each rank builds and trains its own slice of the K
+        kept = len(range(k)[own]) if own is not None else k
+        check_teacher_memory(kept, pl_module.parameters_per_teacher(), trainer.strategy.root_device)
+        pl_module.build_teachers(k, own)
+        if own is not None:
+            self.sampler.shard = own
         teacher_steps = pl_module.hparams.teacher_steps
         steps_per_epoch = max(1, math.ceil(smallest / (self.teacher_batch_size * teacher_steps)))
         loader_data = TeacherBatches(self.sampler, teacher_steps, steps_per_epoch)

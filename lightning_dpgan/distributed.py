@@ -103,21 +103,29 @@ def average_gradients(params: list[torch.nn.Parameter]) -> None:
         offset += g.numel()
 
 
-def gather_shards(tensor: Tensor, total: int) -> Tensor:
-    """Every rank's shard (its :func:`shard` of ``total`` rows along dim 0) put back together,
-    on every rank. Shards may differ in size by one row: they are padded for the collective."""
+def gather_shards_on_rank_zero(tensor: Tensor, total: int) -> Tensor:
+    """On rank 0, every rank's shard (its :func:`shard` of ``total`` rows along dim 0) put back
+    together in host memory; on the other ranks, their own shard unchanged.
+
+    This is how a checkpoint gets all K teachers: rank 0 alone writes it, so only rank 0 holds
+    them, in host memory, and each tensor's pieces leave the device as soon as they arrive
+    (all-gathering every tensor on every device would give each rank, for a moment, the whole
+    ensemble it was sharded to avoid). Shards may differ in size by one row: they are padded
+    for the collective."""
     if not is_distributed():
         return tensor
     count = dist.get_world_size()
     sizes = [shard(total, index, count).stop - shard(total, index, count).start for index in range(count)]
     padded = tensor.new_zeros((max(sizes), *tensor.shape[1:]))
     padded[: tensor.shape[0]] = tensor
-    pieces = [torch.empty_like(padded) for _ in range(count)]
-    dist.all_gather(pieces, padded.contiguous())
-    return torch.cat([piece[:size] for piece, size in zip(pieces, sizes, strict=True)])
+    pieces = [torch.empty_like(padded) for _ in range(count)] if is_rank_zero() else None
+    dist.gather(padded, pieces, dst=0)
+    if pieces is None:
+        return tensor
+    return torch.cat([piece[:size].cpu() for piece, size in zip(pieces, sizes, strict=True)])
 
 
 __all__ = [
-    "average_gradients", "decided_by_rank_zero", "drawn_by_rank_zero", "from_rank_zero", "gather_shards", "is_distributed",
+    "average_gradients", "decided_by_rank_zero", "drawn_by_rank_zero", "from_rank_zero", "gather_shards_on_rank_zero", "is_distributed",
     "is_rank_zero", "launched_as_follower", "rank", "shard", "sum_across_ranks", "world_size",
 ]

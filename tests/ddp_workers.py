@@ -130,10 +130,33 @@ def gpate_worker(rank: int, seed: int) -> tuple:
 
 
 def gather_worker(rank: int, total: int) -> torch.Tensor:
-    from lightning_dpgan.distributed import gather_shards, shard
+    from lightning_dpgan.distributed import gather_shards_on_rank_zero, shard
 
     full = torch.arange(total * 3, dtype=torch.float32).reshape(total, 3)
-    return gather_shards(full[shard(total)].clone(), total)
+    return gather_shards_on_rank_zero(full[shard(total)].clone(), total)
+
+
+def teacher_models(num_teachers: int) -> list:
+    """G-PATE (conv teachers, vmap) and PATE-GAN (MLP teachers, batched matmul) modules, unbuilt."""
+    from lightning_dpgan.modules.gpate import GPATE
+    from lightning_dpgan.modules.pategan import PATEGAN
+
+    return [GPATE((1, 12, 12), 3, teacher_kwargs={"channels": 2, "hidden": 4}), PATEGAN((6,), teacher_hidden=(5,))]
+
+
+def teacher_build_worker(rank: int, num_teachers: int) -> list[dict[str, torch.Tensor]]:
+    """Each rank builds only its shard of the teachers (from the same seed); rank 0 returns them
+    gathered, rank 1 its own shard."""
+    from lightning_dpgan.distributed import gather_shards_on_rank_zero, shard
+
+    built = []
+    for model in teacher_models(num_teachers):
+        torch.manual_seed(0)
+        model.build_teachers(num_teachers, shard(num_teachers))
+        assert model.teacher_shard == shard(num_teachers)
+        built.append({name: gather_shards_on_rank_zero(value.detach(), num_teachers)
+                      for name, value in model.teachers.named_parameters()})
+    return built
 
 
 # ------------------------------------------------------------------- sanitizer

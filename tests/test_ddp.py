@@ -84,9 +84,23 @@ def test_gpate_answers_over_two_ranks_match_one_process():
     torch.testing.assert_close(back1, expected)
 
 
-def test_gathered_shards_are_the_whole_tensor():
-    for result in workers.run_on_ranks(workers.gather_worker, 5):
-        assert torch.equal(result, torch.arange(15, dtype=torch.float32).reshape(5, 3))
+def test_shards_gathered_on_rank_zero_are_the_whole_tensor_and_the_others_keep_theirs():
+    gathered, kept = workers.run_on_ranks(workers.gather_worker, 5)
+    whole = torch.arange(15, dtype=torch.float32).reshape(5, 3)
+    assert torch.equal(gathered, whole)  # shards of 3 and 2 rows: the padding row is cut
+    assert torch.equal(kept, whole[3:])
+
+
+def test_ranks_building_only_their_shards_hold_together_the_teachers_one_process_builds():
+    """Under DDP each rank builds its shard alone (1/N of the host memory); gathered, the shards
+    are the teachers a single process builds from the same seed, conv and MLP forms."""
+    gathered, rank_one = workers.run_on_ranks(workers.teacher_build_worker, 5)
+    for index, model in enumerate(workers.teacher_models(5)):
+        torch.manual_seed(0)
+        model.build_teachers(5)
+        for name, value in model.teachers.named_parameters():
+            assert torch.equal(gathered[index][name], value.detach()), name
+            assert torch.equal(rank_one[index][name], value.detach()[3:]), name  # rank 1 holds teachers 3 and 4
 
 
 def test_sanitizer_over_two_ranks_is_the_single_process_release():

@@ -391,13 +391,41 @@ def test_teachers_that_cannot_fit_in_memory_are_refused_up_front(tiny_image_data
     from lightning_dpgan.modules.gpate import GPATE
 
     built = []
-    monkeypatch.setattr(GPATE, "build_teachers", lambda self, k: built.append(k))
+    monkeypatch.setattr(GPATE, "build_teachers", lambda self, k, keep=None: built.append(k))
     monkeypatch.setattr(teachers, "available_memory", lambda device: 10_000)  # bytes
     assert main(["train", *gpate_args(tiny_image_data_dir, tmp_path / "run")]) == 2
     message = capsys.readouterr().err
     assert "8 teachers" in message and "--privacy.num_teachers" in message
     assert built == []  # refused before building them: building alone can exhaust the memory
     assert not (tmp_path / "run" / "privacy.json").exists()
+
+
+def test_under_ddp_the_memory_check_and_the_build_take_only_the_ranks_shard(tiny_image_data_dir, tmp_path, monkeypatch):
+    """Memory for 6 of the 8 teachers: one process is refused, a rank of two (4 teachers) goes on
+    to build just its shard."""
+    import lightning_dpgan.callbacks.teachers as teachers
+
+    from lightning_dpgan.modules.gpate import GPATE
+
+    per_teacher = GPATE((1, 28, 28), 10, teacher_kwargs={"channels": 2, "hidden": 8}).parameters_per_teacher()
+    monkeypatch.setattr(teachers, "available_memory", lambda device: 6 * per_teacher * 4 * teachers.TEACHER_MEMORY_FACTOR)
+    built = []
+
+    class Built(Exception):
+        """Stops the run once the teachers are built: the rest of a DDP run needs a process group."""
+
+    def record_and_stop(self, k, keep=None):
+        built.append((k, keep))
+        raise Built
+
+    monkeypatch.setattr(GPATE, "build_teachers", record_and_stop)
+    assert main(["train", *gpate_args(tiny_image_data_dir, tmp_path / "one")]) == 2  # 8 teachers: refused
+    assert built == []
+    monkeypatch.setattr(teachers, "world_size", lambda: 2)
+    monkeypatch.setattr(teachers, "shard", lambda total: slice(0, total // 2))  # rank 0 of 2
+    with pytest.raises(Built):
+        main(["train", *gpate_args(tiny_image_data_dir, tmp_path / "rank0")])
+    assert built == [(8, slice(0, 4))]
 
 
 @pytest.mark.parametrize(("shape", "teacher_kwargs"), [((1, 28, 28), {"channels": 4, "hidden": 8}), ((12,), {"hidden": (16,)})])

@@ -229,6 +229,40 @@ def test_vmap_ensemble_refuses_teachers_with_buffers() -> None:
         VmapTeacherEnsemble(lambda: nn.Sequential(nn.Linear(3, 1), nn.BatchNorm1d(1)), 2)
 
 
+@pytest.mark.parametrize(("shape", "kwargs"), [
+    ((FEATURES,), {"hidden": (8,)}),
+    (IMAGE, {"channels": 2, "hidden": 4}),
+], ids=["mlp", "conv"])
+@pytest.mark.parametrize("keep", [slice(0, 3), slice(2, 5), slice(5, 7)], ids=["first", "middle", "last"])
+def test_a_shard_built_alone_has_the_values_a_build_of_all_teachers_gives_it(shape, kwargs, keep, monkeypatch) -> None:
+    """A DDP rank builds only its shard; its teachers must start as a single process's do, and
+    the random stream must end where a full build leaves it (later draws agree across ranks)."""
+    import lightning_dpgan.nets.ensemble as ensemble_module
+
+    monkeypatch.setattr(ensemble_module, "UNIFORM_BLOCK", 50)  # many blocks, some straddling the shard's edges
+    torch.manual_seed(3)
+    whole = build_teacher_ensemble(7, shape, num_classes=CLASSES, **kwargs)
+    after_whole = torch.rand(3)
+    torch.manual_seed(3)
+    shard = build_teacher_ensemble(7, shape, num_classes=CLASSES, keep=keep, **kwargs)
+    after_shard = torch.rand(3)
+    assert shard.num_teachers == len(range(7)[keep])
+    whole_params, shard_params = dict(whole.named_parameters()), dict(shard.named_parameters())
+    assert whole_params.keys() == shard_params.keys()
+    for name, value in whole_params.items():
+        assert torch.equal(shard_params[name], value[keep]), name
+    assert torch.equal(after_whole, after_shard)
+    x = torch.randn(B, *shape)
+    labels = torch.randint(0, CLASSES, (B,))
+    torch.testing.assert_close(shard.forward_shared(x, labels), whole.forward_shared(x, labels)[keep])
+
+
+def test_a_shard_must_be_a_contiguous_non_empty_range() -> None:
+    for keep in (slice(3, 3), slice(0, 6, 2), slice(9, 12)):
+        with pytest.raises(ValueError, match="contiguous range of the 7 teachers"):
+            build_teacher_ensemble(7, (FEATURES,), keep=keep)
+
+
 # --- partitions -------------------------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_dpgan.distributed import from_rank_zero, gather_shards
+from lightning_dpgan.distributed import from_rank_zero, gather_shards_on_rank_zero
 from lightning_dpgan.modules.base import GANModule
 from lightning_dpgan.nets.ensemble import TeacherEnsemble, build_teacher_ensemble
 
@@ -30,17 +30,25 @@ class TeacherModel(GANModule):
         """Keyword arguments of :func:`build_teacher_ensemble` (architecture and sizes)."""
         raise NotImplementedError
 
-    def build_teachers(self, num_teachers: int) -> TeacherEnsemble:
-        """Create the K teachers (once; the count is saved with the hyper-parameters)."""
-        if self.teachers is not None:
-            if self.teachers.num_teachers != num_teachers:
-                raise ValueError(f"this model already has {self.teachers.num_teachers} teachers, not {num_teachers}")
-            return self.teachers
+    def build_teachers(self, num_teachers: int, keep: slice | None = None) -> TeacherEnsemble:
+        """Create the K teachers (once; the count is saved with the hyper-parameters).
+
+        ``keep``: this process holds only these of the K (a DDP rank's shard), built as a
+        single process would build them but without holding the others (a rank of N needs 1/N
+        of the host memory of all K). Teachers built before (loaded with their count) are cut
+        to the shard."""
         if num_teachers < 1:
             raise ValueError(f"num_teachers must be at least 1, got {num_teachers}")
-        self.teachers = build_teacher_ensemble(num_teachers, self.data_shape, self.num_classes,
-                                               **self.teacher_ensemble_kwargs())
-        self.hparams["num_teachers"] = num_teachers
+        if self.teachers is None:
+            self.teachers = build_teacher_ensemble(num_teachers, self.data_shape, self.num_classes, keep=keep,
+                                                   **self.teacher_ensemble_kwargs())
+            self.hparams["num_teachers"] = num_teachers
+        elif self.hparams.get("num_teachers", self.teachers.num_teachers) != num_teachers:
+            raise ValueError(f"this model already has {self.hparams['num_teachers']} teachers, not {num_teachers}")
+        elif keep is not None and self.teacher_shard is None:
+            self.teachers.keep_teachers(keep)
+        if keep is not None:
+            self.teacher_shard = keep
         return self.teachers
 
     def parameters_per_teacher(self) -> int:
@@ -51,12 +59,6 @@ class TeacherModel(GANModule):
 
     #: this process's slice of the K teachers under DDP (None: it holds all K)
     teacher_shard: slice | None = None
-
-    def shard_teachers(self, teachers: slice) -> slice:
-        """Keep only ``teachers`` of the K in this process (a DDP rank's shard); returns it."""
-        self.teachers.keep_teachers(teachers)
-        self.teacher_shard = teachers
-        return teachers
 
     def process_local_parameters(self) -> list[torch.nn.Parameter]:
         """The teachers of this rank's shard: never averaged nor broadcast across ranks."""
@@ -94,13 +96,14 @@ class TeacherModel(GANModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Under DDP, the checkpoint (written by rank 0) holds all K teachers and their Adam
-        state, gathered from the ranks' shards: it resumes under any number of processes."""
+        state, gathered from the ranks' shards into rank 0's host memory: it resumes under any
+        number of processes. (The other ranks' copies of the checkpoint are never written.)"""
         super().on_save_checkpoint(checkpoint)
         if self.teacher_shard is None:
             return
         total = self.hparams.num_teachers
         for name, value in self._teacher_tensors(checkpoint):
-            value[name] = gather_shards(value[name], total)
+            value[name] = gather_shards_on_rank_zero(value[name], total)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Keep this rank's shard of the checkpoint's K teachers (and of their Adam state)."""

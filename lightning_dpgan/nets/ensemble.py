@@ -36,6 +36,38 @@ from torch.func import functional_call, stack_module_state, vmap
 from lightning_dpgan.nets.conditioning import concat_condition, label_planes
 
 
+def kept_range(total: int, keep: slice | None) -> range:
+    """The teachers ``keep`` selects of ``total`` (all when None): a non-empty contiguous range."""
+    kept = range(total)[keep if keep is not None else slice(None)]
+    if not kept or kept.step != 1:
+        raise ValueError(f"keep must select a non-empty contiguous range of the {total} teachers, got {keep}")
+    return kept
+
+
+#: Random numbers drawn per block by :func:`uniform_rows` (4 MiB of float32).
+UNIFORM_BLOCK = 1 << 20
+
+
+@torch.no_grad()
+def uniform_rows(total: int, kept: range, row_shape: Sequence[int], bound: float) -> Tensor:
+    """Rows ``kept`` of a ``[total, *row_shape]`` U(-bound, bound) draw, without holding the others.
+
+    The CPU generator fills a tensor's elements one after another (``uniform_`` is a serial
+    kernel), so drawing the rows block by block consumes the random stream exactly as one draw
+    of all ``total`` rows does: a DDP rank gets its teachers' initial values as a single process
+    would, in the memory of its own shard. (Pinned by a test against slicing the full draw.)
+    """
+    row = math.prod(row_shape)
+    out = torch.empty(len(kept), *row_shape)
+    per_block = max(1, UNIFORM_BLOCK // max(1, row))
+    for start in range(0, total, per_block):  # all of them: the next draw starts where a full one ends
+        block = torch.empty(min(per_block, total - start), *row_shape).uniform_(-bound, bound)
+        first, last = max(start, kept.start), min(start + len(block), kept.stop)
+        if first < last:
+            out[first - kept.start : last - kept.start] = block[first - start : last - start]
+    return out
+
+
 class BatchedLinear(nn.Module):
     """K independent linear layers: ``x [K, B, in] -> [K, B, out]`` in one batched product.
 
@@ -44,21 +76,29 @@ class BatchedLinear(nn.Module):
     drawn from the same distribution as ``nn.Linear``'s default init, U(-1/sqrt(in), 1/sqrt(in))
     for weight and bias, but from one random stream for all K; to compare with K given
     ``nn.Linear`` layers, build the batched layer from them with :meth:`from_modules`.
+
+    ``keep`` (a contiguous slice of the K, a DDP rank's shard) holds only those models, with the
+    values a layer of all K would give them (:func:`uniform_rows`).
     """
 
-    def __init__(self, num_models: int, in_features: int, out_features: int) -> None:
+    def __init__(self, num_models: int, in_features: int, out_features: int, keep: slice | None = None) -> None:
         super().__init__()
-        self.num_models, self.in_features, self.out_features = num_models, in_features, out_features
-        self.weight = nn.Parameter(torch.empty(num_models, in_features, out_features))
-        self.bias = nn.Parameter(torch.empty(num_models, 1, out_features))
+        self.total_models, self.kept = num_models, kept_range(num_models, keep)
+        self.num_models, self.in_features, self.out_features = len(self.kept), in_features, out_features
+        self.weight = nn.Parameter(torch.empty(self.num_models, in_features, out_features))
+        self.bias = nn.Parameter(torch.empty(self.num_models, 1, out_features))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """nn.Linear's default: kaiming_uniform(a=sqrt(5)) and its bias rule both give U(±1/sqrt(in))."""
         bound = 1.0 / math.sqrt(self.in_features) if self.in_features else 0.0
         with torch.no_grad():
-            self.weight.uniform_(-bound, bound)
-            self.bias.uniform_(-bound, bound)
+            if self.num_models == self.total_models:
+                self.weight.uniform_(-bound, bound)
+                self.bias.uniform_(-bound, bound)
+            else:
+                self.weight.copy_(uniform_rows(self.total_models, self.kept, self.weight.shape[1:], bound))
+                self.bias.copy_(uniform_rows(self.total_models, self.kept, self.bias.shape[1:], bound))
 
     def forward(self, x: Tensor, models: slice = slice(None)) -> Tensor:
         """``x [k, B, in]`` through the ``k`` models selected by ``models`` (all by default).
@@ -166,7 +206,8 @@ class TeacherEnsemble(nn.Module, ABC):
         self.num_teachers = next(self.parameters()).shape[0]
         for layer in self.modules():
             if isinstance(layer, BatchedLinear):
-                layer.num_models = self.num_teachers
+                layer.num_models = layer.total_models = self.num_teachers
+                layer.kept = range(self.num_teachers)
 
     def make_optimizer(self, lr: float, betas: tuple[float, float] = (0.5, 0.999)) -> torch.optim.Adam:
         """One Adam over all teachers' stacked parameters.
@@ -232,12 +273,14 @@ class MLPTeacherEnsemble(TeacherEnsemble):
         hidden: Sequence[int] = (),
         num_classes: int | None = None,
         activation: nn.Module | None = None,
+        keep: slice | None = None,
     ) -> None:
         super().__init__()
-        self.num_teachers, self.in_features, self.num_classes = num_teachers, in_features, num_classes
+        self.in_features, self.num_classes = in_features, num_classes
         self.hidden = tuple(hidden)
         widths = [in_features + (num_classes or 0), *self.hidden, 1]
-        self.layers = nn.ModuleList(BatchedLinear(num_teachers, a, b) for a, b in pairwise(widths))
+        self.layers = nn.ModuleList(BatchedLinear(num_teachers, a, b, keep) for a, b in pairwise(widths))
+        self.num_teachers = self.layers[0].num_models
         self.activation = activation if activation is not None else nn.LeakyReLU(0.2)
 
     @classmethod
@@ -385,7 +428,9 @@ class VmapTeacherEnsemble(TeacherEnsemble):
     """Any stateless teacher architecture, K of them, via ``vmap(functional_call)``.
 
     ``make_teacher()`` builds one teacher ``module(x, labels=None) -> logits [B]``; it is called
-    K times (K independent inits) and the parameters are stacked with ``stack_module_state``.
+    K times (K independent inits) and the parameters are stacked with ``stack_module_state``;
+    ``keep`` (a DDP rank's contiguous shard) stacks only those teachers, initialised as in a build
+    of all K.
     Stacked tensors are registered as parameters named after the teacher's (dots become ``-``).
     Teachers with buffers (BatchNorm running statistics) are refused: vmap cannot update them
     in place, and BatchNorm would mix records within a teacher's batch anyway.
@@ -398,10 +443,23 @@ class VmapTeacherEnsemble(TeacherEnsemble):
     """
 
     def __init__(
-        self, make_teacher: Callable[[], nn.Module], num_teachers: int, cpu_chunk_records: int | None = 1024
+        self,
+        make_teacher: Callable[[], nn.Module],
+        num_teachers: int,
+        cpu_chunk_records: int | None = 1024,
+        keep: slice | None = None,
     ) -> None:
         super().__init__()
-        self._init_from([make_teacher() for _ in range(num_teachers)], cpu_chunk_records)
+        kept = kept_range(num_teachers, keep)
+        # All K are made, in order, so the kept ones get the initial values they have in a build of
+        # all K and the random stream ends where it would (a DDP rank's later draws match one
+        # process's); the others are dropped at once, so memory holds only the kept ones.
+        teachers = []
+        for k in range(num_teachers):
+            teacher = make_teacher()
+            if k in kept:
+                teachers.append(teacher)
+        self._init_from(teachers, cpu_chunk_records)
 
     @classmethod
     def from_teachers(cls, teachers: Sequence[nn.Module], cpu_chunk_records: int | None = 1024) -> VmapTeacherEnsemble:
@@ -478,9 +536,13 @@ def build_teacher_ensemble(
     data_shape: Sequence[int],
     num_classes: int | None = None,
     arch: str = "auto",
+    keep: slice | None = None,
     **kwargs: object,
 ) -> TeacherEnsemble:
     """The teacher ensemble for records of ``data_shape``, in the faster batched form.
+
+    ``keep``: only these of the K teachers (a DDP rank's contiguous shard), with the initial
+    values a build of all K gives them, built without ever holding the others.
 
     ``arch="auto"`` takes ``"mlp"`` for flat records and ``"conv"`` for (C, H, W) images.
     ``kwargs`` go to the teacher: ``hidden``/``activation`` (MLP) or
@@ -520,9 +582,9 @@ def build_teacher_ensemble(
     if arch == "auto":
         arch = "mlp" if len(data_shape) == 1 else "conv"
     if arch == "mlp":
-        return MLPTeacherEnsemble(num_teachers, math.prod(data_shape), num_classes=num_classes, **kwargs)  # type: ignore[arg-type]
+        return MLPTeacherEnsemble(num_teachers, math.prod(data_shape), num_classes=num_classes, keep=keep, **kwargs)  # type: ignore[arg-type]
     if arch == "conv":
-        return VmapTeacherEnsemble(lambda: ConvTeacher(data_shape, num_classes, **kwargs), num_teachers)  # type: ignore[arg-type]
+        return VmapTeacherEnsemble(lambda: ConvTeacher(data_shape, num_classes, **kwargs), num_teachers, keep=keep)  # type: ignore[arg-type]
     raise ValueError(f"unknown teacher arch {arch!r}: use 'auto', 'mlp' or 'conv'")
 
 
