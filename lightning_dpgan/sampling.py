@@ -1,6 +1,7 @@
 """Drawing synthetic records from a checkpoint: what a data holder publishes."""
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ def read_run_info(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        checkpoint = read_checkpoint(path)
     except Exception as error:  # torch.load of a foreign file: RuntimeError, UnpicklingError, KeyError, ...
         raise CheckpointError(f"{path} is not a readable checkpoint (corrupt or truncated?): {type(error).__name__}: {error}. "
                               f"{_CHECKPOINT_HINT}") from error
@@ -36,6 +37,13 @@ def read_run_info(path: str | Path) -> dict[str, Any]:
 
 
 _CHECKPOINT_HINT = "Pass the checkpoints/last.ckpt that train wrote in its --output-dir."
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A checkpoint whose tensors stay in the file until used (memory-mapped): a PATE run's
+    checkpoint holds thousands of teachers and their Adam state (~20 GB for the G-PATE ε = 1
+    preset), which reading the run information or the generator must not load."""
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
 
 
 def check_resume_checkpoint(path: str | Path, model: str, dataset: str, quail: bool = False) -> dict[str, Any]:
@@ -84,10 +92,19 @@ def synthetic_rows(module: Any, decoder: Any, labeler: Any, n: int) -> Any:
 
 
 def load_module(path: str | Path) -> Any:
-    """Rebuild the trained module from a checkpoint written by ``train``."""
+    """Rebuild the trained module from a checkpoint written by ``train``, to draw samples: in
+    the memory its generator needs. The optimizers' and callbacks' state and what the module
+    leaves out for sampling (the PATE teachers) are never read from the file."""
     info = read_run_info(path)
     cls = registry.lookup("model", info["model"]).load()
-    module = cls.load_from_checkpoint(path, map_location="cpu")
+    checkpoint = read_checkpoint(path)
+    for training_only in ("optimizer_states", "lr_schedulers", "callbacks", "loops"):
+        checkpoint.pop(training_only, None)
+    cls.leave_out_for_sampling(checkpoint)
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)  # what is left is small: Lightning's loader reads it from memory
+    buffer.seek(0)
+    module = cls.load_from_checkpoint(buffer, map_location="cpu")
     module.eval()
     return module
 

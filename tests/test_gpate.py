@@ -358,6 +358,25 @@ def test_a_bin_sized_perturbation_moves_the_generator_by_adams_full_step():
     assert first_step.mean() > 0.95
 
 
+def test_a_module_loaded_to_sample_has_no_teachers_and_draws_what_the_full_module_draws(gpate_run):
+    """Sampling and evaluation load the generator without the K teachers (which the G-PATE
+    presets make 1.6G parameters)."""
+    from lightning_dpgan.modules.gpate import GPATE
+    from lightning_dpgan.sampling import load_module
+
+    checkpoint = gpate_run / "checkpoints/last.ckpt"
+    full = GPATE.load_from_checkpoint(checkpoint, map_location="cpu").eval()
+    assert full.teachers is not None and full.teachers.num_teachers == 8
+    light = load_module(checkpoint)
+    assert light.teachers is None
+    assert light.train_steps == full.train_steps > 0
+    labels = full.balanced_labels(12)
+    torch.manual_seed(5)
+    expected = full.sample(12, labels)
+    torch.manual_seed(5)
+    assert torch.equal(light.sample(12, labels), expected)
+
+
 def test_sample_exports_labelled_images_from_a_gpate_checkpoint(gpate_run, tmp_path):
     from lightning_dpgan.evaluation import load_synthetic_npz
 

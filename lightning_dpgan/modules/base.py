@@ -262,3 +262,8 @@ class GANModule(L.LightningModule):
             raise ValueError("this checkpoint was not written by lightning-dpgan (no run information in it)")
         self.train_steps = int(info["train_steps"])
         self.run_info = dict(info.get("run", {}))
+
+    @classmethod
+    def leave_out_for_sampling(cls, checkpoint: dict[str, Any]) -> None:
+        """Drop, in place, what drawing samples from ``checkpoint`` does not need and the module
+        would otherwise build: nothing here (the PATE modules leave out their teachers)."""

@@ -115,6 +115,15 @@ class TeacherModel(GANModule):
             if value[name].shape[0] == total:
                 value[name] = value[name][self.teacher_shard].clone()
 
+    @classmethod
+    def leave_out_for_sampling(cls, checkpoint: dict[str, Any]) -> None:
+        """The teachers never reach the generator's samples, and thousands of them (the G-PATE
+        presets': 1.6G parameters at K = 4000) would be built and filled in memory: a module
+        loaded to sample has none."""
+        checkpoint.setdefault("hyper_parameters", {})["num_teachers"] = None
+        weights = checkpoint.get("state_dict", {})
+        checkpoint["state_dict"] = {name: value for name, value in weights.items() if not name.startswith(TEACHERS_PREFIX)}
+
     def _teacher_tensors(self, checkpoint: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         """``(key, holder)`` of every tensor stacked along the teacher dimension: the teachers'
         parameters and their optimizer's per-parameter state."""
