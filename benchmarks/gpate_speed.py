@@ -60,7 +60,9 @@ class LoopTeacherEnsemble(TeacherEnsemble):
 class LoopGPATE(GPATE):
     """``gpate`` with the loop reference in place of the batched ensemble."""
 
-    def build_teachers(self, num_teachers: int) -> TeacherEnsemble:
+    def build_teachers(self, num_teachers: int, keep: slice | None = None) -> TeacherEnsemble:
+        if keep is not None:
+            raise ValueError("the loop reference runs in one process: it has no DDP shard")
         if self.teachers is None:
             self.teachers = LoopTeacherEnsemble(
                 [ConvTeacher(self.data_shape, self.num_classes, **self.teacher_kwargs) for _ in range(num_teachers)]

@@ -59,22 +59,26 @@ def available_memory(device: torch.device) -> int | None:
 TEACHER_BUILD_FACTOR = 2
 
 
-def check_teacher_memory(teachers: int, per_teacher: int, device: torch.device) -> None:
+def check_teacher_memory(teachers: int, per_teacher: int, device: torch.device, processes_on_host: int = 1) -> None:
     """Refuse, before a single teacher is built, teachers that would exhaust memory: building the
-    ``teachers`` this process holds (all K, or a DDP rank's shard) in host memory, or training
-    them on ``device``. (An out-of-memory kill loses the run and says nothing: the G-PATE preset's
-    2000 paper-size teachers were killed while being built on a 24 GB machine.)"""
+    ``teachers`` each process holds (all K, or a DDP rank's shard) in host memory, which the
+    ``processes_on_host`` ranks of this machine do at the same time, or training them on
+    ``device`` (shared by those ranks too when it is the CPU). (An out-of-memory kill loses the
+    run and says nothing: the G-PATE preset's 2000 paper-size teachers were killed while being
+    built on a 24 GB machine.)"""
     ways_out = ("Use a GPU (or several: --strategy ddp splits the teachers), fewer teachers "
                 "(--privacy.num_teachers) or smaller ones (--model.teacher_kwargs.*, e.g. hidden or channels).")
     parameters = teachers * per_teacher
     size = f"{teachers} teachers ({parameters / 1e6:.0f}M parameters)"
-    needed = TEACHER_BUILD_FACTOR * parameters * 4
+    if processes_on_host > 1:
+        size += f" in each of {processes_on_host} processes on this machine"
+    needed = TEACHER_BUILD_FACTOR * parameters * 4 * processes_on_host
     free = available_memory(torch.device("cpu"))
     if free is not None and needed > free:
         raise TeacherMemoryError(
             f"{size} need about {needed / 2**30:.1f} GiB of host memory to build (each built, then stacked), "
             f"and the host has {free / 2**30:.1f} GiB available. {ways_out}")
-    needed = TEACHER_MEMORY_FACTOR * parameters * 4
+    needed = TEACHER_MEMORY_FACTOR * parameters * 4 * (processes_on_host if device.type == "cpu" else 1)
     free = available_memory(device)
     if free is not None and needed > free:
         raise TeacherMemoryError(
@@ -149,7 +153,8 @@ class TeacherStrategy(PrivacyStrategy):
                                           replacement=self.teacher_batch_size > smallest, seed=self.partition_seed)
         own = shard(k) if world_size() > 1 else None  # DDP: each rank builds and trains its own slice of the K
         kept = len(range(k)[own]) if own is not None else k
-        check_teacher_memory(kept, pl_module.parameters_per_teacher(), trainer.strategy.root_device)
+        on_host = trainer.num_devices if own is not None else 1  # this machine's ranks build at once
+        check_teacher_memory(kept, pl_module.parameters_per_teacher(), trainer.strategy.root_device, on_host)
         pl_module.build_teachers(k, own)
         if own is not None:
             self.sampler.shard = own

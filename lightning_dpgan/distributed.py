@@ -108,21 +108,22 @@ def gather_shards_on_rank_zero(tensor: Tensor, total: int) -> Tensor:
     together in host memory; on the other ranks, their own shard unchanged.
 
     This is how a checkpoint gets all K teachers: rank 0 alone writes it, so only rank 0 holds
-    them, in host memory, and each tensor's pieces leave the device as soon as they arrive
-    (all-gathering every tensor on every device would give each rank, for a moment, the whole
-    ensemble it was sharded to avoid). Shards may differ in size by one row: they are padded
-    for the collective."""
+    them, in host memory. The shards travel one rank at a time through one shard-sized buffer
+    per device (an all-gather would put the whole ensemble on every device at once, the memory
+    sharding saves). Shards may differ in size by one row: they are padded for the collective."""
     if not is_distributed():
         return tensor
     count = dist.get_world_size()
-    sizes = [shard(total, index, count).stop - shard(total, index, count).start for index in range(count)]
-    padded = tensor.new_zeros((max(sizes), *tensor.shape[1:]))
-    padded[: tensor.shape[0]] = tensor
-    pieces = [torch.empty_like(padded) for _ in range(count)] if is_rank_zero() else None
-    dist.gather(padded, pieces, dst=0)
-    if pieces is None:
-        return tensor
-    return torch.cat([piece[:size].cpu() for piece, size in zip(pieces, sizes, strict=True)])
+    parts = [shard(total, index, count) for index in range(count)]
+    buffer = tensor.new_zeros((max(part.stop - part.start for part in parts), *tensor.shape[1:]))
+    whole = torch.empty((total, *tensor.shape[1:]), dtype=tensor.dtype) if is_rank_zero() else None
+    for source, part in enumerate(parts):
+        if rank() == source:
+            buffer[: tensor.shape[0]] = tensor
+        dist.broadcast(buffer, src=source)
+        if whole is not None:
+            whole[part] = buffer[: part.stop - part.start].cpu()
+    return whole if whole is not None else tensor
 
 
 __all__ = [

@@ -102,7 +102,7 @@ def load_module(path: str | Path) -> Any:
         checkpoint.pop(training_only, None)
     cls.leave_out_for_sampling(checkpoint)
     buffer = io.BytesIO()
-    torch.save(checkpoint, buffer)  # what is left is small: Lightning's loader reads it from memory
+    torch.save(checkpoint, buffer)  # Lightning's loader reads what is left from memory
     buffer.seek(0)
     module = cls.load_from_checkpoint(buffer, map_location="cpu")
     module.eval()

@@ -136,7 +136,7 @@ def gather_worker(rank: int, total: int) -> torch.Tensor:
     return gather_shards_on_rank_zero(full[shard(total)].clone(), total)
 
 
-def teacher_models(num_teachers: int) -> list:
+def teacher_models() -> list:
     """G-PATE (conv teachers, vmap) and PATE-GAN (MLP teachers, batched matmul) modules, unbuilt."""
     from lightning_dpgan.modules.gpate import GPATE
     from lightning_dpgan.modules.pategan import PATEGAN
@@ -150,7 +150,7 @@ def teacher_build_worker(rank: int, num_teachers: int) -> list[dict[str, torch.T
     from lightning_dpgan.distributed import gather_shards_on_rank_zero, shard
 
     built = []
-    for model in teacher_models(num_teachers):
+    for model in teacher_models():
         torch.manual_seed(0)
         model.build_teachers(num_teachers, shard(num_teachers))
         assert model.teacher_shard == shard(num_teachers)

@@ -88,6 +88,7 @@ def test_shards_gathered_on_rank_zero_are_the_whole_tensor_and_the_others_keep_t
     gathered, kept = workers.run_on_ranks(workers.gather_worker, 5)
     whole = torch.arange(15, dtype=torch.float32).reshape(5, 3)
     assert torch.equal(gathered, whole)  # shards of 3 and 2 rows: the padding row is cut
+    assert gathered.device.type == "cpu"  # rank 0's host memory, wherever the shards live
     assert torch.equal(kept, whole[3:])
 
 
@@ -95,7 +96,7 @@ def test_ranks_building_only_their_shards_hold_together_the_teachers_one_process
     """Under DDP each rank builds its shard alone (1/N of the host memory); gathered, the shards
     are the teachers a single process builds from the same seed, conv and MLP forms."""
     gathered, rank_one = workers.run_on_ranks(workers.teacher_build_worker, 5)
-    for index, model in enumerate(workers.teacher_models(5)):
+    for index, model in enumerate(workers.teacher_models()):
         torch.manual_seed(0)
         model.build_teachers(5)
         for name, value in model.teachers.named_parameters():

@@ -419,9 +419,10 @@ def test_teachers_that_cannot_fit_in_memory_are_refused_up_front(tiny_image_data
     assert not (tmp_path / "run" / "privacy.json").exists()
 
 
-def test_under_ddp_the_memory_check_and_the_build_take_only_the_ranks_shard(tiny_image_data_dir, tmp_path, monkeypatch):
-    """Memory for 6 of the 8 teachers: one process is refused, a rank of two (4 teachers) goes on
-    to build just its shard."""
+def test_under_ddp_the_memory_check_counts_the_shards_of_this_machines_ranks(tiny_image_data_dir, tmp_path, monkeypatch):
+    """Memory for 6 of the 8 teachers: one process is refused; so are two CPU ranks on this
+    machine (4 teachers each, built at once in the same memory); a rank whose machine runs it
+    alone goes on to build just its shard."""
     import lightning_dpgan.callbacks.teachers as teachers
 
     from lightning_dpgan.modules.gpate import GPATE
@@ -439,11 +440,14 @@ def test_under_ddp_the_memory_check_and_the_build_take_only_the_ranks_shard(tiny
 
     monkeypatch.setattr(GPATE, "build_teachers", record_and_stop)
     assert main(["train", *gpate_args(tiny_image_data_dir, tmp_path / "one")]) == 2  # 8 teachers: refused
-    assert built == []
     monkeypatch.setattr(teachers, "world_size", lambda: 2)
     monkeypatch.setattr(teachers, "shard", lambda total: slice(0, total // 2))  # rank 0 of 2
+    monkeypatch.setattr(L.Trainer, "num_devices", property(lambda trainer: 2))  # both ranks on this machine
+    assert main(["train", *gpate_args(tiny_image_data_dir, tmp_path / "two_here")]) == 2
+    assert built == []
+    monkeypatch.setattr(L.Trainer, "num_devices", property(lambda trainer: 1))  # one rank per machine
     with pytest.raises(Built):
-        main(["train", *gpate_args(tiny_image_data_dir, tmp_path / "rank0")])
+        main(["train", *gpate_args(tiny_image_data_dir, tmp_path / "one_here")])
     assert built == [(8, slice(0, 4))]
 
 

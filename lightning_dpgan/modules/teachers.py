@@ -45,6 +45,8 @@ class TeacherModel(GANModule):
             self.hparams["num_teachers"] = num_teachers
         elif self.hparams.get("num_teachers", self.teachers.num_teachers) != num_teachers:
             raise ValueError(f"this model already has {self.hparams['num_teachers']} teachers, not {num_teachers}")
+        elif self.teacher_shard is not None and keep != self.teacher_shard:
+            raise ValueError(f"this model holds teachers {self.teacher_shard} of {num_teachers}, not {keep}")
         elif keep is not None and self.teacher_shard is None:
             self.teachers.keep_teachers(keep)
         if keep is not None:
