@@ -10,8 +10,9 @@ subclass's aggregator releases from them is the single place privacy is spent.
 Under DDP (``--strategy ddp``) the teachers are sharded: rank r builds only its contiguous slice
 of the K teachers (:func:`~lightning_dpgan.distributed.shard`), with the initial values one
 process would give them, and trains them on their partitions; the sampler draws the indices of
-all K and keeps the slice's, so every teacher sees the minibatches a single process would give it. The aggregator adds up the ranks' vote histograms and draws the
-noise on rank 0 (:mod:`lightning_dpgan.privacy.pate`, :mod:`lightning_dpgan.privacy.gradient_voting`).
+all K and keeps the slice's, so every teacher sees the minibatches a single process would give it.
+The aggregator adds up the ranks' vote histograms and draws the noise on rank 0
+(:mod:`lightning_dpgan.privacy.pate`, :mod:`lightning_dpgan.privacy.gradient_voting`).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from lightning_dpgan.callbacks.strategy import PrivacyStrategy
 from lightning_dpgan.data.partition import PartitionedSampler
 from lightning_dpgan.distributed import shard, world_size
+from lightning_dpgan.nets.ensemble import kept_range
 
 
 #: Peak memory of training K batched teachers, in multiples of their parameters' bytes: the
@@ -152,7 +154,7 @@ class TeacherStrategy(PrivacyStrategy):
         self.sampler = PartitionedSampler(records, partitions, self.teacher_batch_size, labels=labels,
                                           replacement=self.teacher_batch_size > smallest, seed=self.partition_seed)
         own = shard(k) if world_size() > 1 else None  # DDP: each rank builds and trains its own slice of the K
-        kept = len(range(k)[own]) if own is not None else k
+        kept = len(kept_range(k, own))
         on_host = trainer.num_devices if own is not None else 1  # this machine's ranks build at once
         check_teacher_memory(kept, pl_module.parameters_per_teacher(), trainer.strategy.root_device, on_host)
         pl_module.build_teachers(k, own)
