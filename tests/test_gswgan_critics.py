@@ -372,6 +372,24 @@ def test_samples_can_be_drawn_from_a_checkpoint_with_n_critics(critics_run, tmp_
     assert out.is_file()
 
 
+def test_a_module_loaded_to_sample_has_one_critic_and_draws_what_the_full_module_draws(critics_run):
+    """Sampling loads the generator with critic 0 alone (the MNIST preset has 1000 critics)."""
+    from lightning_dpgan.sampling import load_module
+
+    checkpoint = critics_run / "checkpoints" / "last.ckpt"
+    full = GSWGAN.load_from_checkpoint(checkpoint, map_location="cpu").eval()
+    assert full.num_critics == 4
+    light = load_module(checkpoint)
+    assert light.num_critics == 1 and light.train_steps == full.train_steps > 0
+    kept, critic_zero = light.discriminator.state_dict(), full.critics[0].state_dict()
+    assert kept.keys() == critic_zero.keys() and all(torch.equal(kept[key], critic_zero[key]) for key in kept)
+    labels = full.balanced_labels(12)
+    torch.manual_seed(5)
+    expected = full.sample(12, labels)
+    torch.manual_seed(5)
+    assert torch.equal(light.sample(12, labels), expected)
+
+
 def test_the_mnist_preset_is_gswgans_setting_and_its_comment_holds():
     """configs/gswgan_mnist.yaml: 1000 critics, batch 32, C = 1, 20000 iterations, sigma calibrated;
     its comment's figures: sigma ~5.7 for epsilon 10, and at GS-WGAN's noise (2 x 1.07 here) our

@@ -33,6 +33,10 @@ from lightning_dpgan.modules.wgan import WGAN
 from lightning_dpgan.privacy.slots import GradientSanitizer
 
 
+#: where a CriticBank's critics are in the module's state dict
+CRITICS_PREFIX = "discriminator.critics."
+
+
 class CriticBank(nn.Module):
     """N critics of which one, :attr:`selected`, answers every call (the round-robin critic
     during its steps, the answering critic during the generator step).
@@ -150,6 +154,20 @@ class GSWGAN(WGAN):
             self.discriminator = CriticBank([critic] + [fresh_copy(critic) for _ in range(num_critics - 1)])
         self.hparams["num_critics"] = num_critics
         return self.critics
+
+    @classmethod
+    def leave_out_for_sampling(cls, checkpoint: dict[str, Any]) -> None:
+        """The critics never reach the generator's samples, and a thousand of them (the MNIST
+        preset's) are ~600 MB to build and fill: a module loaded to sample keeps critic 0 alone,
+        as its single discriminator."""
+        checkpoint.setdefault("hyper_parameters", {})["num_critics"] = 1
+        first, kept = f"{CRITICS_PREFIX}0.", {}
+        for name, value in checkpoint.get("state_dict", {}).items():
+            if name.startswith(first):
+                kept["discriminator." + name[len(first):]] = value
+            elif not name.startswith(CRITICS_PREFIX):
+                kept[name] = value
+        checkpoint["state_dict"] = kept
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
