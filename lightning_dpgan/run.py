@@ -18,6 +18,7 @@ from lightning_dpgan.callbacks.finite_generator import FiniteGeneratorGuard
 from lightning_dpgan.callbacks.samples import SampleGrid, sample_grid
 from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.callbacks.strategy import DEFAULT_DELTA
+from lightning_dpgan.checkpoint_io import ShareReadingCheckpointIO
 from lightning_dpgan.config import DEFAULT_QUAIL_SYNTHESIZER, QUAIL, ConfigError, init_arguments, section_arguments
 from lightning_dpgan.ddp import resolve_strategy
 from lightning_dpgan.distributed import launched_as_follower
@@ -254,6 +255,7 @@ class Run:
                 raise ConfigError(f"set trainer.{reserved} through the run's own settings, not the trainer section")
         if "strategy" in options:  # --strategy ddp: combines gradients the way privacy needs (see ddp.py)
             options["strategy"] = resolve_strategy(options["strategy"])
+        options["plugins"] = self._plugins(options.get("plugins"))
         logger_options = {k: v for k, v in self.config["logger"].items() if k != "name"}
         logger = build_logger(self.config["logger"]["name"], self.output_dir, logger_options, self.output_dir.name)
         return L.Trainer(
@@ -265,6 +267,12 @@ class Run:
             enable_checkpointing=False,  # LastCheckpoint saves, in training batches
             **options,
         )
+
+    def _plugins(self, given: Any) -> list[Any]:
+        """The trainer's plugins (``trainer.plugins``, if any) and the checkpoint reader with
+        which a ``--resume`` reads of the file only this process's share (a DDP rank's teachers)."""
+        plugins = [] if given is None else list(given) if isinstance(given, (list, tuple)) else [given]
+        return plugins + [ShareReadingCheckpointIO(self.module.keep_own_share)]
 
     @property
     def is_image(self) -> bool:

@@ -377,6 +377,41 @@ def test_a_module_loaded_to_sample_has_no_teachers_and_draws_what_the_full_modul
     assert torch.equal(light.sample(12, labels), expected)
 
 
+def test_a_rank_resuming_reads_its_shard_of_the_teachers_copied_out_of_the_checkpoint(gpate_run, tmp_path):
+    """A DDP rank's ``--resume`` (the trainer's checkpoint reader): of the K teachers and their
+    Adam state it holds only its shard, in memory of the shard's size, and nothing it holds is
+    still mapped from the file (a file rewritten in place must not change the training state)."""
+    import shutil
+
+    from lightning_dpgan.checkpoint_io import ShareReadingCheckpointIO
+    from lightning_dpgan.sampling import load_module
+
+    path = tmp_path / "last.ckpt"
+    shutil.copy(gpate_run / "checkpoints/last.ckpt", path)
+    full = torch.load(path, weights_only=False)
+    rank = load_module(path)  # the generator, then this rank's shard as the strategy builds it
+    rank.build_teachers(8, keep=slice(2, 5))
+    checkpoint = ShareReadingCheckpointIO(rank.keep_own_share).load_checkpoint(path)
+    with open(path, "r+b") as file:  # in place, as `cp` over it would
+        file.write(bytes(path.stat().st_size))
+
+    teacher_keys = [key for key in full["state_dict"] if key.startswith("teachers.")]
+    teacher_state = checkpoint["optimizer_states"][-1]["state"]
+    assert teacher_keys and teacher_state
+    shards = [(checkpoint["state_dict"][key], full["state_dict"][key]) for key in teacher_keys]
+    shards += [(state[moment], full["optimizer_states"][-1]["state"][index][moment])
+               for index, state in teacher_state.items() for moment in ("exp_avg", "exp_avg_sq")]
+    for kept, whole in shards:
+        assert whole.shape[0] == 8 and torch.equal(kept, whole[2:5])
+        assert kept.untyped_storage().nbytes() == kept.numel() * kept.element_size()
+    for key, value in full["state_dict"].items():
+        if key not in teacher_keys:
+            assert torch.equal(checkpoint["state_dict"][key], value), key
+    rank.on_load_checkpoint(checkpoint)  # what Lightning calls next: already cut, nothing changes
+    rank.load_state_dict(checkpoint["state_dict"])
+    assert torch.equal(rank.state_dict()[teacher_keys[0]], full["state_dict"][teacher_keys[0]][2:5])
+
+
 def test_sample_exports_labelled_images_from_a_gpate_checkpoint(gpate_run, tmp_path):
     from lightning_dpgan.evaluation import load_synthetic_npz
 

@@ -263,6 +263,12 @@ class GANModule(L.LightningModule):
         self.train_steps = int(info["train_steps"])
         self.run_info = dict(info.get("run", {}))
 
+    def keep_own_share(self, checkpoint: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """Cut, in place, the tensors of ``checkpoint`` this process holds only a share of (a DDP
+        rank's teachers) down to its share, as views; return the ``(key, holder)`` of each cut.
+        Nothing here: every process holds the whole module."""
+        return []
+
     @classmethod
     def leave_out_for_sampling(cls, checkpoint: dict[str, Any]) -> None:
         """Drop, in place, what drawing samples from ``checkpoint`` does not need and the module

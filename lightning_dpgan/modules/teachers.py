@@ -108,14 +108,23 @@ class TeacherModel(GANModule):
             value[name] = gather_shards_on_rank_zero(value[name], total)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Keep this rank's shard of the checkpoint's K teachers (and of their Adam state)."""
+        """Keep this rank's shard of the checkpoint's K teachers (and of their Adam state), copied
+        out: a view would keep all K alive in the optimizer's state. (A checkpoint read through
+        :class:`~lightning_dpgan.checkpoint_io.ShareReadingCheckpointIO` arrives already cut.)"""
         super().on_load_checkpoint(checkpoint)
+        for name, holder in self.keep_own_share(checkpoint):
+            holder[name] = holder[name].clone()
+
+    def keep_own_share(self, checkpoint: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """Under DDP, cut the checkpoint's K teachers and their Adam state to this rank's shard
+        (views: from a memory-mapped file only the shard's pages are read when copied)."""
         if self.teacher_shard is None:
-            return
+            return []
         total = self.hparams.num_teachers
-        for name, value in self._teacher_tensors(checkpoint):
-            if value[name].shape[0] == total:
-                value[name] = value[name][self.teacher_shard].clone()
+        cut = [(name, holder) for name, holder in self._teacher_tensors(checkpoint) if holder[name].shape[0] == total]
+        for name, holder in cut:
+            holder[name] = holder[name][self.teacher_shard]
+        return cut
 
     @classmethod
     def leave_out_for_sampling(cls, checkpoint: dict[str, Any]) -> None:

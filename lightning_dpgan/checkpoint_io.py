@@ -1,0 +1,57 @@
+"""``ShareReadingCheckpointIO``: Lightning's checkpoint reader for ``--resume``, reading of a
+checkpoint only the share this process holds.
+
+A PATE run's checkpoint holds all K teachers and their Adam state (tens of GB for the G-PATE
+presets). Lightning's own reader loads the whole file into every DDP rank's memory before the
+module keeps its shard of the teachers, so N ranks on one machine needed N copies of all K. This
+reader maps the file into memory instead, lets the module cut its tensors to its share
+(:meth:`~lightning_dpgan.modules.base.GANModule.keep_own_share`) and copies out only what is
+left: a rank reads its shard's pages and the (small) rest.
+
+Everything is copied out of the mapping before the checkpoint is handed to Lightning: tensors
+still mapped would change (or fault) if the file were rewritten in place while training runs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+
+#: cuts a checkpoint, in place, to the share this process holds (the module's ``keep_own_share``)
+KeepOwnShare = Callable[[dict[str, Any]], Any]
+
+
+class ShareReadingCheckpointIO(TorchCheckpointIO):
+    """Reads local checkpoints memory-mapped and keeps this process's share; writes as Lightning does."""
+
+    def __init__(self, keep_own_share: KeepOwnShare | None = None) -> None:
+        self.keep_own_share = keep_own_share
+
+    def load_checkpoint(self, path: Any, map_location: Any = lambda storage, loc: storage,
+                        weights_only: bool | None = None) -> dict[str, Any]:
+        if not isinstance(path, (str, Path)) or "://" in str(path):  # a stream or a remote file: Lightning's way
+            return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"Checkpoint file not found: {path}")
+        checkpoint = torch.load(path, map_location=map_location, weights_only=weights_only, mmap=True)
+        if self.keep_own_share is not None:
+            self.keep_own_share(checkpoint)
+        return copied_out(checkpoint)
+
+
+def copied_out(value: Any) -> Any:
+    """``value`` with every tensor in it (in dicts, lists and tuples) copied into fresh memory;
+    dicts and lists are filled in place."""
+    if torch.is_tensor(value):
+        return value.clone()
+    if isinstance(value, dict):
+        for key, item in value.items():
+            value[key] = copied_out(item)
+    elif isinstance(value, list):
+        value[:] = [copied_out(item) for item in value]
+    elif isinstance(value, tuple):
+        items = [copied_out(item) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    return value
