@@ -6,7 +6,8 @@ presets). Lightning's own reader loads the whole file into every DDP rank's memo
 module keeps its shard of the teachers, so N ranks on one machine needed N copies of all K. This
 reader maps the file into memory instead, lets the module cut its tensors to its share
 (:meth:`~lightning_dpgan.modules.base.GANModule.keep_own_share`) and copies out only what is
-left: a rank reads its shard's pages and the (small) rest.
+left: a rank reads its shard's pages and the (small) rest. (A checkpoint given as a stream or a
+remote URL is read whole, by Lightning.)
 
 Everything is copied out of the mapping before the checkpoint is handed to Lightning: tensors
 still mapped would change (or fault) if the file were rewritten in place while training runs.
@@ -14,38 +15,39 @@ still mapped would change (or fault) if the file were rewritten in place while t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-#: cuts a checkpoint, in place, to the share this process holds (the module's ``keep_own_share``)
-KeepOwnShare = Callable[[dict[str, Any]], Any]
-
 
 class ShareReadingCheckpointIO(TorchCheckpointIO):
-    """Reads local checkpoints memory-mapped and keeps this process's share; writes as Lightning does."""
+    """Reads a local checkpoint memory-mapped and keeps the share of it ``module`` holds, when it
+    holds only a share (``module.holds_a_share()``); otherwise reads and writes as Lightning does
+    (mapping a file that is then copied whole would only add the mapped pages to the peak)."""
 
-    def __init__(self, keep_own_share: KeepOwnShare | None = None) -> None:
-        self.keep_own_share = keep_own_share
+    def __init__(self, module: Any) -> None:
+        self.module = module
 
     def load_checkpoint(self, path: Any, map_location: Any = lambda storage, loc: storage,
                         weights_only: bool | None = None) -> dict[str, Any]:
-        if not isinstance(path, (str, Path)) or "://" in str(path):  # a stream or a remote file: Lightning's way
+        local = isinstance(path, (str, Path)) and "://" not in str(path)  # not a stream, not a remote file
+        if not (local and self.module.holds_a_share()):
             return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
         if not Path(path).is_file():
             raise FileNotFoundError(f"Checkpoint file not found: {path}")
         checkpoint = torch.load(path, map_location=map_location, weights_only=weights_only, mmap=True)
-        if self.keep_own_share is not None:
-            self.keep_own_share(checkpoint)
+        self.module.keep_own_share(checkpoint)
         return copied_out(checkpoint)
 
 
 def copied_out(value: Any) -> Any:
     """``value`` with every tensor in it (in dicts, lists and tuples) copied into fresh memory;
     dicts and lists are filled in place."""
+    if isinstance(value, torch.nn.Parameter):
+        return torch.nn.Parameter(value.detach().clone(), requires_grad=value.requires_grad)
     if torch.is_tensor(value):
-        return value.clone()
+        return value.detach().clone().requires_grad_(value.requires_grad)
     if isinstance(value, dict):
         for key, item in value.items():
             value[key] = copied_out(item)

@@ -10,6 +10,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import LambdaCallback
+from lightning.pytorch.plugins.io import CheckpointIO
 
 from lightning_dpgan import registry
 from lightning_dpgan.callbacks.budget import PrivacyBudgetStopping
@@ -255,7 +256,7 @@ class Run:
                 raise ConfigError(f"set trainer.{reserved} through the run's own settings, not the trainer section")
         if "strategy" in options:  # --strategy ddp: combines gradients the way privacy needs (see ddp.py)
             options["strategy"] = resolve_strategy(options["strategy"])
-        options["plugins"] = self._plugins(options.get("plugins"))
+        options["plugins"] = self._plugins(options.get("plugins"), options.get("strategy"))
         logger_options = {k: v for k, v in self.config["logger"].items() if k != "name"}
         logger = build_logger(self.config["logger"]["name"], self.output_dir, logger_options, self.output_dir.name)
         return L.Trainer(
@@ -268,11 +269,14 @@ class Run:
             **options,
         )
 
-    def _plugins(self, given: Any) -> list[Any]:
+    def _plugins(self, given: Any, strategy: Any) -> list[Any]:
         """The trainer's plugins (``trainer.plugins``, if any) and the checkpoint reader with
-        which a ``--resume`` reads of the file only this process's share (a DDP rank's teachers)."""
+        which a ``--resume`` reads of the file only this process's share (a DDP rank's teachers),
+        unless a checkpoint reader was given (in the plugins or on a strategy object)."""
         plugins = [] if given is None else list(given) if isinstance(given, (list, tuple)) else [given]
-        return plugins + [ShareReadingCheckpointIO(self.module.keep_own_share)]
+        if any(isinstance(plugin, CheckpointIO) for plugin in plugins) or getattr(strategy, "_checkpoint_io", None):
+            return plugins
+        return plugins + [ShareReadingCheckpointIO(self.module)]
 
     @property
     def is_image(self) -> bool:

@@ -198,6 +198,36 @@ def test_every_family_trains_on_two_processes_within_its_budget(tmp_path, model)
     assert not (tmp_path / "run" / ".released_preprocessing.pt").exists()
 
 
+def test_a_rank_resuming_has_its_shard_built_before_lightning_reads_the_checkpoint(tmp_path, monkeypatch):
+    """What the share reader relies on: Lightning runs the strategy's setup, which builds this
+    rank's shard of the teachers, before it reads the ``--resume`` checkpoint, so the reader cuts
+    the file to the shard. One process posing as rank 1 of 2 (no collectives are needed)."""
+    from lightning_dpgan import distributed
+    from lightning_dpgan.callbacks import teachers as teacher_strategy
+    from lightning_dpgan.checkpoint_io import ShareReadingCheckpointIO
+    from lightning_dpgan.cli import main
+
+    args = ["train", "--model", "pategan", "--dataset", "adult", "--data-dir", str(ADULT), "--accelerator", "cpu",
+            "--privacy.num_teachers", "5", "--batch-size", "4", "--epsilon", "5000",
+            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+    assert main([*args, "--output-dir", str(tmp_path / "first"), "--max-steps", "2"]) == 0
+    for module in (distributed, teacher_strategy):
+        monkeypatch.setattr(module, "world_size", lambda: 2)
+    monkeypatch.setattr(distributed, "rank", lambda: 1)
+    kept = []
+    read = ShareReadingCheckpointIO.load_checkpoint
+
+    def spy(self, *given, **options):
+        checkpoint = read(self, *given, **options)
+        kept.append(checkpoint["state_dict"]["teachers.layers.0.weight"].shape[0])
+        return checkpoint
+
+    monkeypatch.setattr(ShareReadingCheckpointIO, "load_checkpoint", spy)
+    resume = ["--resume", str(tmp_path / "first" / "checkpoints" / "last.ckpt")]
+    assert main([*args, "--output-dir", str(tmp_path / "rank1"), "--max-steps", "3", *resume]) == 0
+    assert kept == [2]  # teachers 3 and 4 of the 5: rank 1's shard, cut by the reader
+
+
 @pytest.mark.parametrize("scaling", [[], ["--devices", "2", "--strategy", "ddp"]], ids=["one", "ddp"])
 def test_the_trainer_reads_a_resume_checkpoint_through_the_modules_share_reader(tmp_path, scaling):
     """What makes a DDP rank's ``--resume`` read only its shard of the teachers (the reader
@@ -210,7 +240,7 @@ def test_the_trainer_reads_a_resume_checkpoint_through_the_modules_share_reader(
                             "--privacy.num_teachers", "3", "--accelerator", "cpu", *scaling]), tmp_path)
     reader = run.trainer.strategy.checkpoint_io
     assert isinstance(reader, ShareReadingCheckpointIO)
-    assert reader.keep_own_share == run.module.keep_own_share
+    assert reader.module is run.module
 
 
 def test_scaling_flags_reach_the_trainer():

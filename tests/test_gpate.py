@@ -391,7 +391,7 @@ def test_a_rank_resuming_reads_its_shard_of_the_teachers_copied_out_of_the_check
     full = torch.load(path, weights_only=False)
     rank = load_module(path)  # the generator, then this rank's shard as the strategy builds it
     rank.build_teachers(8, keep=slice(2, 5))
-    checkpoint = ShareReadingCheckpointIO(rank.keep_own_share).load_checkpoint(path)
+    checkpoint = ShareReadingCheckpointIO(rank).load_checkpoint(path)
     with open(path, "r+b") as file:  # in place, as `cp` over it would
         file.write(bytes(path.stat().st_size))
 
@@ -410,6 +410,22 @@ def test_a_rank_resuming_reads_its_shard_of_the_teachers_copied_out_of_the_check
     rank.on_load_checkpoint(checkpoint)  # what Lightning calls next: already cut, nothing changes
     rank.load_state_dict(checkpoint["state_dict"])
     assert torch.equal(rank.state_dict()[teacher_keys[0]], full["state_dict"][teacher_keys[0]][2:5])
+
+
+def test_a_process_holding_all_teachers_reads_a_checkpoint_as_lightning_does(gpate_run, monkeypatch):
+    """Without a shard the reader maps nothing: mapping a file that is then copied whole would
+    only add the mapped pages to the peak memory."""
+    from lightning_dpgan.checkpoint_io import ShareReadingCheckpointIO
+    from lightning_dpgan.modules.gpate import GPATE
+
+    path = gpate_run / "checkpoints/last.ckpt"
+    whole = GPATE.load_from_checkpoint(path, map_location="cpu")
+    assert not whole.holds_a_share()
+    mapped, load = [], torch.load
+    monkeypatch.setattr(torch, "load", lambda *given, **options: mapped.append(options.get("mmap")) or load(*given, **options))
+    checkpoint = ShareReadingCheckpointIO(whole).load_checkpoint(path)
+    teachers = [value for key, value in checkpoint["state_dict"].items() if key.startswith("teachers.")]
+    assert mapped == [None] and teachers and all(value.shape[0] == 8 for value in teachers)
 
 
 def test_sample_exports_labelled_images_from_a_gpate_checkpoint(gpate_run, tmp_path):

@@ -263,6 +263,11 @@ class GANModule(L.LightningModule):
         self.train_steps = int(info["train_steps"])
         self.run_info = dict(info.get("run", {}))
 
+    def holds_a_share(self) -> bool:
+        """Whether this process holds only a share of the module (a DDP rank's teachers): then a
+        checkpoint is read memory-mapped and cut by :meth:`keep_own_share`. Not here."""
+        return False
+
     def keep_own_share(self, checkpoint: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         """Cut, in place, the tensors of ``checkpoint`` this process holds only a share of (a DDP
         rank's teachers) down to its share, as views; return the ``(key, holder)`` of each cut.

@@ -115,6 +115,9 @@ class TeacherModel(GANModule):
         for name, holder in self.keep_own_share(checkpoint):
             holder[name] = holder[name].clone()
 
+    def holds_a_share(self) -> bool:
+        return self.teacher_shard is not None
+
     def keep_own_share(self, checkpoint: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         """Under DDP, cut the checkpoint's K teachers and their Adam state to this rank's shard
         (views: from a memory-mapped file only the shard's pages are read when copied)."""
