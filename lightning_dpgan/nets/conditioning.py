@@ -6,7 +6,7 @@ One-hot concatenation (rather than an embedding table) keeps every layer a plain
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 
 def one_hot_labels(labels: Tensor | None, num_classes: int | None, batch_size: int) -> Tensor | None:
@@ -35,3 +35,27 @@ def label_planes(images: Tensor, labels: Tensor | None, num_classes: int | None)
         return images
     planes = condition.to(images.dtype)[:, :, None, None].expand(-1, -1, *images.shape[2:])
     return torch.cat([images, planes], dim=1)
+
+
+def conv_of_label_planes(conv: nn.Conv2d, images: Tensor, labels: Tensor | None, num_classes: int | None) -> Tensor:
+    """``conv(label_planes(images, labels, num_classes))``, without convolving the label planes
+    of every record: a constant one-hot plane convolves to the same map for every record of its
+    class, so the ``num_classes`` maps are made once per call (one small convolution of a plane of
+    ones) and each record gets its class's. For G-PATE's MNIST teachers 10 of the 11 input
+    channels are label planes: the convolution does a tenth of the work.
+
+    Only for networks Opacus never wraps (the PATE teachers): the call bypasses the module, so
+    per-sample-gradient hooks on it would not see it."""
+    condition = one_hot_labels(labels, num_classes, images.shape[0])  # checks the labels too
+    if condition is None:
+        return conv(images)
+    if conv.groups != 1 or conv.padding_mode != "zeros":
+        raise ValueError("label-plane maps need an ungrouped, zero-padded convolution")
+    channels, weight = images.shape[1], conv.weight
+    options = {"stride": conv.stride, "padding": conv.padding, "dilation": conv.dilation}
+    on_images = nn.functional.conv2d(images, weight[:, :channels], conv.bias, **options)
+    per_class = weight[:, channels:].transpose(0, 1).reshape(-1, 1, *weight.shape[2:])  # [classes x out, 1, k, k]
+    maps = nn.functional.conv2d(images.new_ones(1, 1, *images.shape[2:]), per_class, **options).reshape(num_classes, -1)
+    # each record's class map as a product with its one-hot row: indexing's backward (index_put
+    # with accumulation) measured 30 ms per call for 200 teachers, the product's is a small matmul
+    return on_images + (condition.to(maps.dtype) @ maps).reshape(on_images.shape)
