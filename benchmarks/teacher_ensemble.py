@@ -4,7 +4,8 @@ One PATE step, timed in three parts, each the median of ``--reps`` runs after a 
 
 - votes: every teacher labels one shared batch of 64 records (PATE-GAN's vote count);
 - input-gradients: d logit_k(x_b) / d x_b for every teacher on a shared batch of 64 (G-PATE);
-- update: every teacher, on its own batch of 8 records (half labelled real), one BCE
+- update: the teachers' training step in PATE-GAN and G-PATE: every teacher's BCE on its own
+  batch of 8 records labelled real and on the shared batch of 64 labelled generated, one
   forward/backward, then one Adam step over all teachers.
 
 The loop baseline gets the same single Adam (``fused`` where supported) over all its teachers'
@@ -95,15 +96,14 @@ def _bce(logits: Tensor, targets: Tensor) -> Tensor:
     return nn.functional.binary_cross_entropy_with_logits(logits, targets)
 
 
-def batched_steps(ensemble: TeacherEnsemble, shared: Tensor, own: Tensor, targets: Tensor) -> dict[str, Callable[[], object]]:
+def batched_steps(ensemble: TeacherEnsemble, shared: Tensor, own: Tensor) -> dict[str, Callable[[], object]]:
     """The three timed parts for the batched ensemble."""
     optimizer = ensemble.make_optimizer(lr=1e-3)
 
     def update() -> None:
         optimizer.zero_grad(set_to_none=True)
-        logits = ensemble(own)
-        # Sum over teachers of each teacher's mean loss: teacher k gets exactly its own gradient.
-        nn.functional.binary_cross_entropy_with_logits(logits, targets, reduction="none").mean(1).sum().backward()
+        # the modules' own loss: summed over teachers, so teacher k gets exactly its own gradient
+        ensemble.discriminator_loss(own, None, shared, None).backward()
         optimizer.step()
 
     return {
@@ -113,7 +113,7 @@ def batched_steps(ensemble: TeacherEnsemble, shared: Tensor, own: Tensor, target
     }
 
 
-def loop_steps(teachers: list[nn.Module], shared: Tensor, own: Tensor, targets: Tensor) -> dict[str, Callable[[], object]]:
+def loop_steps(teachers: list[nn.Module], shared: Tensor, own: Tensor) -> dict[str, Callable[[], object]]:
     """The same three parts as a Python loop over teacher modules."""
     optimizer = _fused_adam([p for t in teachers for p in t.parameters()])
 
@@ -131,7 +131,8 @@ def loop_steps(teachers: list[nn.Module], shared: Tensor, own: Tensor, targets: 
     def update() -> None:
         optimizer.zero_grad(set_to_none=True)
         for k, t in enumerate(teachers):
-            _bce(t(own[k]), targets[k]).backward()
+            real, fake = t(own[k]), t(shared)
+            (_bce(real, torch.ones_like(real)) + _bce(fake, torch.zeros_like(fake))).backward()
         optimizer.step()
 
     return {"votes": votes, "input-gradients": input_gradients, "update": update}
@@ -143,14 +144,13 @@ def measure(
     """The batched form's class name, and per part: (batched ms, loop ms scaled to K, loop extrapolated?)."""
     shared = torch.randn(SHARED_BATCH, *arch.data_shape, device=device)
     own = torch.randn(k, OWN_BATCH, *arch.data_shape, device=device)
-    targets = (torch.arange(OWN_BATCH, device=device) % 2).float().expand(k, -1).contiguous()
     ensemble = arch.make_ensemble(k).to(device)
     form = type(ensemble).__name__
-    batched = {name: median_ms(fn, reps, device) for name, fn in batched_steps(ensemble, shared, own, targets).items()}
+    batched = {name: median_ms(fn, reps, device) for name, fn in batched_steps(ensemble, shared, own).items()}
     del ensemble
     k_loop = min(k, loop_max)
     teachers = [arch.make_teacher().to(device) for _ in range(k_loop)]
-    loop = {name: median_ms(fn, reps, device) for name, fn in loop_steps(teachers, shared, own, targets).items()}
+    loop = {name: median_ms(fn, reps, device) for name, fn in loop_steps(teachers, shared, own).items()}
     scale = k / k_loop
     return form, {name: (batched[name], loop[name] * scale, k_loop < k) for name in PARTS}
 

@@ -571,32 +571,33 @@ def build_teacher_ensemble(
 
     Which form, by measurement (``benchmarks/teacher_ensemble.py``, 2 CPU cores, torch 2.13,
     machine otherwise idle; median ms of one step = votes on a shared batch of 64 +
-    input-gradients on 64 + an update of every teacher on its own 8 records with one fused
-    Adam; the loop gets the same fused Adam; loop at K = 4000 timed on 1000 teachers and scaled):
+    input-gradients on 64 + the teachers' training step (each on its own 8 records labelled real
+    and the shared 64 labelled generated) with one fused Adam; the loop gets the same fused Adam;
+    loop at K = 4000 timed on 1000 teachers and scaled):
 
     ====================================  ======  ==========  ========  =======
     teachers                              K       batched     loop      speedup
     ====================================  ======  ==========  ========  =======
-    MLP 30 -> 1 (logistic regression)     100     1.0         36        37x
-    MLP 30 -> 1                           1000    2.6         346       135x
-    MLP 30 -> 1                           4000    4.1         1101      269x
-    MLP 30 -> 64 -> 1                     100     4.4         43        10x
-    MLP 30 -> 64 -> 1                     1000    36          492       14x
-    MLP 30 -> 64 -> 1                     4000    105         2369      23x
-    conv 1x28x28, 8x5x5/2, FC 32 (vmap)   100     189         447       2.4x
-    conv (vmap)                           1000    1546        3010      1.9x
-    conv (vmap)                           4000    6729        19884     3.0x
+    MLP 30 -> 1 (logistic regression)     100     0.6         12.9      21x
+    MLP 30 -> 1                           1000    1.2         142       122x
+    MLP 30 -> 1                           4000    3.8         610       162x
+    MLP 30 -> 64 -> 1                     100     4.9         28        5.7x
+    MLP 30 -> 64 -> 1                     1000    36          311       8.6x
+    MLP 30 -> 64 -> 1                     4000    99          1210      12x
+    conv 1x28x28, 8x5x5/2, FC 32 (vmap)   100     156         250       1.6x
+    conv (vmap)                           1000    1423        2367      1.7x
+    conv (vmap)                           4000    5496        7853      1.4x
     ====================================  ======  ==========  ========  =======
 
     - ``"mlp"`` -> :class:`MLPTeacherEnsemble` (``BatchedLinear``). :class:`VmapTeacherEnsemble`
       over the same :class:`MLPTeacher` measured 45 ms a step at K = 1000 (2.5 ms batched) for
       30 -> 1, and 90 ms (27 ms batched) for 30 -> 64 -> 1.
     - ``"conv"`` -> :class:`VmapTeacherEnsemble` over :class:`ConvTeacher`, with shared-batch
-      passes chunked on CPU: 2-3x a loop. That is the CPU's limit, not the batching's: each conv
+      passes chunked on CPU: 1.4-1.7x a loop. That is the CPU's limit, not the batching's: each conv
       teacher already does enough work per call to keep the loop busy (~25 GFLOP/s on one core),
       and batched updates are bound by memory traffic over K stacked FC weights. Unchunked vmap
       over all teachers was slower than the loop for votes (1210 vs 350-460 ms at K = 1000).
-    - On a GPU (H100, one step as above) both forms win far more: MLP 30 -> 1 306x a loop at
+    - On a GPU (H100; the update then on own records only) both forms win far more: MLP 30 -> 1 306x a loop at
       K = 1000, small conv teachers 145x; G-PATE's paper-size conv teachers (32 channels, FC 256)
       20-24x, where a loop of such teachers already keeps the GPU busy (benchmarks/RESULTS.md).
     """
