@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from lightning_dpgan.host_memory import reuse_freed_memory
 from lightning_dpgan.nets import build_networks
 from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
 
@@ -75,6 +76,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", help="also write the rows to this JSON file (the benchmark harness reads it)")
     args = parser.parse_args()
+    reuse_freed_memory()  # as the command line does: see lightning_dpgan.host_memory
     torch.set_num_threads(args.threads)
     configs = {(arch, mode): make_step(arch, mode, args.device)
                for arch in ("dcgan", "mlp") for mode in (None, "auto", "hooks")}

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from lightning_dpgan.callbacks.gpate import ProjectedVoting
 from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.datamodules.mnist import MNISTDataModule
+from lightning_dpgan.host_memory import reuse_freed_memory
 from lightning_dpgan.modules.gpate import GPATE
 from lightning_dpgan.nets.ensemble import ConvTeacher, TeacherEnsemble
 
@@ -121,6 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--json", help="also write the rows to this JSON file (the benchmark harness reads it)")
     args = parser.parse_args(argv)
+    reuse_freed_memory()  # as the command line does: see lightning_dpgan.host_memory
     torch.set_num_threads(args.threads)
     print(f"device {args.device}, torch {torch.__version__}, teachers conv {args.teacher_channels} x 5x5/2 + FC "
           f"{args.teacher_hidden}, batch {args.batch}; median of {args.steps} iterations after {args.warmup}", flush=True)

@@ -33,9 +33,11 @@ from lightning_dpgan.nets.ensemble import kept_range
 
 #: Peak memory of training K batched teachers, in multiples of their parameters' bytes: the
 #: parameters, their gradients, Adam's two moments and the batched backward's temporaries.
-#: Measured: 7.4x on CPU (G-PATE, K = 2000, conv + FC 64), and the paper's FC 256 teachers did
-#: not fit an 80 GB GPU at K = 2000 (> 6.2x) while FC 64 at K = 4000 did.
-TEACHER_MEMORY_FACTOR = 8
+#: Measured on CPU (G-PATE, conv + FC 64, batch 30, whole process): 7.4x at K = 2000, 8.3x at
+#: K = 1000, and 9.3x there with freed memory kept for reuse (as the command line runs, see
+#: lightning_dpgan.host_memory); the paper's FC 256 teachers did not fit an 80 GB GPU at K = 2000
+#: (> 6.2x) while FC 64 at K = 4000 did (so at most 12x).
+TEACHER_MEMORY_FACTOR = 10
 
 
 class TeacherMemoryError(ValueError):

@@ -573,27 +573,28 @@ def build_teacher_ensemble(
     machine otherwise idle; median ms of one step = votes on a shared batch of 64 +
     input-gradients on 64 + the teachers' training step (each on its own 8 records labelled real
     and the shared 64 labelled generated) with one fused Adam; the loop gets the same fused Adam;
-    loop at K = 4000 timed on 1000 teachers and scaled):
+    loop at K = 4000 timed on 1000 teachers and scaled; freed memory kept, see
+    :mod:`lightning_dpgan.host_memory`):
 
     ====================================  ======  ==========  ========  =======
     teachers                              K       batched     loop      speedup
     ====================================  ======  ==========  ========  =======
-    MLP 30 -> 1 (logistic regression)     100     0.6         12.9      21x
-    MLP 30 -> 1                           1000    1.2         142       122x
-    MLP 30 -> 1                           4000    3.8         610       162x
-    MLP 30 -> 64 -> 1                     100     4.9         28        5.7x
-    MLP 30 -> 64 -> 1                     1000    36          311       8.6x
-    MLP 30 -> 64 -> 1                     4000    99          1210      12x
-    conv 1x28x28, 8x5x5/2, FC 32 (vmap)   100     156         250       1.6x
-    conv (vmap)                           1000    1423        2367      1.7x
-    conv (vmap)                           4000    5496        7853      1.4x
+    MLP 30 -> 1 (logistic regression)     100     0.6         13.6      24x
+    MLP 30 -> 1                           1000    1.2         140       116x
+    MLP 30 -> 1                           4000    3.6         584       161x
+    MLP 30 -> 64 -> 1                     100     2.4         26        11x
+    MLP 30 -> 64 -> 1                     1000    23          300       13x
+    MLP 30 -> 64 -> 1                     4000    102         1198      12x
+    conv 1x28x28, 8x5x5/2, FC 32 (vmap)   100     107         200       1.9x
+    conv (vmap)                           1000    1037        2076      2.0x
+    conv (vmap)                           4000    4142        8806      2.1x
     ====================================  ======  ==========  ========  =======
 
     - ``"mlp"`` -> :class:`MLPTeacherEnsemble` (``BatchedLinear``). :class:`VmapTeacherEnsemble`
       over the same :class:`MLPTeacher` measured 45 ms a step at K = 1000 (2.5 ms batched) for
       30 -> 1, and 90 ms (27 ms batched) for 30 -> 64 -> 1.
     - ``"conv"`` -> :class:`VmapTeacherEnsemble` over :class:`ConvTeacher`, with shared-batch
-      passes chunked on CPU: 1.4-1.7x a loop. That is the CPU's limit, not the batching's: each conv
+      passes chunked on CPU: about 2x a loop. That is the CPU's limit, not the batching's: each conv
       teacher already does enough work per call to keep the loop busy (~25 GFLOP/s on one core),
       and batched updates are bound by memory traffic over K stacked FC weights. Unchunked vmap
       over all teachers was slower than the loop for votes (1210 vs 350-460 ms at K = 1000).
