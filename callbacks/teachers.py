@@ -33,11 +33,12 @@ from lightning_dpgan.nets.ensemble import kept_range
 
 #: Peak memory of training K batched teachers, in multiples of their parameters' bytes: the
 #: parameters, their gradients, Adam's two moments and the batched backward's temporaries.
-#: Measured on CPU (G-PATE, conv + FC 64, batch 30, whole process): 7.4x at K = 2000, 8.3x at
-#: K = 1000, and 9.3x there with freed memory kept for reuse (as the command line runs, see
-#: lightning_dpgan.host_memory); the paper's FC 256 teachers did not fit an 80 GB GPU at K = 2000
-#: (> 6.2x) while FC 64 at K = 4000 did (so at most 12x).
-TEACHER_MEMORY_FACTOR = 10
+#: On a GPU: the paper's FC 256 teachers did not fit an 80 GB GPU at K = 2000 (> 6.2x) while
+#: FC 64 at K = 4000 did. On the host (G-PATE, conv + FC 64, batch 30, whole process): 7.4x at
+#: K = 2000, 8.3x at K = 1000, and 9.3x there with freed memory kept for reuse, as the command
+#: line runs (lightning_dpgan.host_memory).
+TEACHER_MEMORY_FACTOR = 8
+HOST_TEACHER_MEMORY_FACTOR = 10
 
 
 class TeacherMemoryError(ValueError):
@@ -82,11 +83,13 @@ def check_teacher_memory(teachers: int, per_teacher: int, device: torch.device, 
         raise TeacherMemoryError(
             f"{size} need about {needed / 2**30:.1f} GiB of host memory to build (each built, then stacked), "
             f"and the host has {free / 2**30:.1f} GiB available. {ways_out}")
-    needed = TEACHER_MEMORY_FACTOR * parameters * 4 * (processes_on_host if device.type == "cpu" else 1)
+    on_cpu = device.type == "cpu"
+    factor = HOST_TEACHER_MEMORY_FACTOR if on_cpu else TEACHER_MEMORY_FACTOR
+    needed = factor * parameters * 4 * (processes_on_host if on_cpu else 1)
     free = available_memory(device)
     if free is not None and needed > free:
         raise TeacherMemoryError(
-            f"{size} need about {needed / 2**30:.1f} GiB to train ({TEACHER_MEMORY_FACTOR}x their parameters: "
+            f"{size} need about {needed / 2**30:.1f} GiB to train ({factor}x their parameters: "
             f"gradients, Adam's moments, temporaries), and {device.type} has {free / 2**30:.1f} GiB available. "
             f"{ways_out}")
 

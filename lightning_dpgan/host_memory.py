@@ -20,7 +20,7 @@ DP-SGD with per-sample hooks gains as much (its per-sample gradients are such bl
 a DCGAN critic step, 102 -> 27 ms an MLP critic's (``benchmarks/dpsgd_overhead.py``).
 
 The price is that memory: blocks freed between differently sized requests are reused only
-in part (the heap settles after a few steps, 11-15 % above glibc's peak here), and the process
+in part (the heap settles after a few steps, 11-16 % above glibc's peak here), and the process
 keeps its peak heap until it exits. Transparent huge pages (PyTorch's ``THP_MEM_ALLOC_ENABLE=1``)
 cost no memory but gain less (3.12 s/it at K = 500: the kernel still zeroes every page) and
 must be set before torch is imported. PyTorch's CPU tuning guide gets the same effect as this
@@ -32,7 +32,6 @@ glibc's behaviour); it does nothing where the C library is not glibc.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 
 #: glibc's ``mallopt`` parameters (malloc.h)
@@ -47,16 +46,13 @@ OPT_OUT_VARIABLE = "LIGHTNING_DPGAN_RETURN_FREED_MEMORY"
 
 
 def _glibc() -> ctypes.CDLL | None:
-    """The process's glibc, or None under another C library (musl, macOS, Windows)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
+    """The process's C library if it is glibc (the one whose mallopt options these are), else None."""
     try:
-        libc = ctypes.CDLL(name)
-        libc.gnu_get_libc_version  # only glibc has it (and only glibc reads these mallopt options)
-    except (OSError, AttributeError):
+        if not os.confstr("CS_GNU_LIBC_VERSION"):  # "glibc 2.36"; musl, macOS and Windows have none
+            return None
+        return ctypes.CDLL(None)  # the symbols already loaded into this process, mallopt among them
+    except (ValueError, OSError, AttributeError):
         return None
-    return libc
 
 
 def reuse_freed_memory() -> bool:

@@ -479,7 +479,7 @@ def test_under_ddp_the_memory_check_counts_the_shards_of_this_machines_ranks(tin
     from lightning_dpgan.modules.gpate import GPATE
 
     per_teacher = GPATE((1, 28, 28), 10, teacher_kwargs={"channels": 2, "hidden": 8}).parameters_per_teacher()
-    monkeypatch.setattr(teachers, "available_memory", lambda device: 6 * per_teacher * 4 * teachers.TEACHER_MEMORY_FACTOR)
+    monkeypatch.setattr(teachers, "available_memory", lambda device: 6 * per_teacher * 4 * teachers.HOST_TEACHER_MEMORY_FACTOR)
     built = []
 
     class Built(Exception):
@@ -527,3 +527,19 @@ def test_several_teacher_updates_per_step_are_all_taken(tiny_image_data_dir, tmp
     assert main(["train", *gpate_args(tiny_image_data_dir, tmp_path / "run", "--max-steps", "2",
                                       "--model.teacher_steps", "3")]) == 0
     assert calls == [torch.Size([8, 10, 1, 28, 28])] * 6  # 3 updates x 2 steps, each on every teacher's own batch
+
+
+def test_the_memory_check_reserves_more_on_the_host_than_on_a_gpu(monkeypatch):
+    """The host keeps freed memory for reuse (lightning_dpgan.host_memory), which a GPU's
+    caching allocator does not need: memory for 9x the teachers' parameters trains them on a
+    GPU and is refused on the host."""
+    import torch
+
+    import lightning_dpgan.callbacks.teachers as teachers
+
+    per_teacher, k = 1000, 50
+    parameter_bytes = k * per_teacher * 4
+    monkeypatch.setattr(teachers, "available_memory", lambda device: 9 * parameter_bytes)
+    teachers.check_teacher_memory(k, per_teacher, torch.device("cuda"))  # 8x needed: fits
+    with pytest.raises(teachers.TeacherMemoryError, match=r"10x their parameters"):
+        teachers.check_teacher_memory(k, per_teacher, torch.device("cpu"))
