@@ -432,3 +432,17 @@ def test_a_command_killed_by_a_signal_fails_with_the_signal_as_its_last_line(tmp
     with pytest.raises(RuntimeError) as failure:
         run_logged([sys.executable, "-c", "raise SystemExit('no such file')"], tmp_path / "exit.log")
     assert str(failure.value).splitlines()[-1] == "no such file"
+
+
+def test_the_speed_suite_times_gpate_at_2000_and_4000_teachers_of_a_size_the_device_holds(tmp_path):
+    """The presets' teachers need ~31 GiB of host memory at K = 2000: on a CPU the full suite
+    times teachers small enough to fit (conv 8 + FC 32), on a GPU the script's preset size."""
+    from lightning_dpgan.benchmark.speed import CPU_SIZED_TEACHERS, _arguments
+
+    (tmp_path / "mnist").mkdir()
+    on_cpu = _arguments(False, str(tmp_path), "cpu")["gpate_speed"]
+    on_gpu = _arguments(False, str(tmp_path), "cuda")["gpate_speed"]
+    assert on_cpu[on_cpu.index("--ks") + 1:on_cpu.index("--ks") + 3] == ["2000", "4000"]
+    assert " ".join(CPU_SIZED_TEACHERS) in " ".join(on_cpu)
+    assert "--ks" not in on_gpu and "--teacher-hidden" not in on_gpu  # the script's defaults: 2000, 4000, FC 64
+    assert _arguments(False, str(tmp_path / "elsewhere"), "cpu")["gpate_speed"] is None  # no MNIST files
