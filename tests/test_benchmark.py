@@ -446,3 +446,13 @@ def test_the_speed_suite_times_gpate_at_2000_and_4000_teachers_of_a_size_the_dev
     assert " ".join(CPU_SIZED_TEACHERS) in " ".join(on_cpu)
     assert "--ks" not in on_gpu and "--teacher-hidden" not in on_gpu  # the script's defaults: 2000, 4000, FC 64
     assert _arguments(False, str(tmp_path / "elsewhere"), "cpu")["gpate_speed"] is None  # no MNIST files
+
+
+def test_a_mechanism_scripts_table_is_followed_by_the_command_with_its_settings():
+    """The teachers' size of the G-PATE speed rows is only in the command: the report prints it."""
+    command = "python benchmarks/gpate_speed.py --ks 2000 --teacher-channels 8 --teacher-hidden 32"
+    extra = {"command": command, "markdown": ["`gpate_speed`:", "", "| k |", "|---|", "| 2000 |", ""]}
+    lines = report._extra_lines(extra)
+    assert lines[:6] == extra["markdown"] and lines[6] == f"Command: `{command}`"
+    failed = {"failed": "out of memory", "markdown": ["`gpate_speed`: failed (`out of memory`).", ""]}
+    assert report._extra_lines(failed) == failed["markdown"]

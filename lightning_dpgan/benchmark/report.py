@@ -227,6 +227,15 @@ def _save(figure: Any, path: Path) -> Path:
     return path
 
 
+def _extra_lines(extra: dict[str, Any]) -> list[str]:
+    """A mechanism script's table, then the command that produced it (its settings, e.g. the
+    teachers' size, are only there)."""
+    lines = list(extra.get("markdown", []))
+    if "command" in extra and lines:
+        lines += [f"Command: `{extra['command']}`", ""]
+    return lines
+
+
 def generated_section(results_dir: Path, reference: dict[str, Any], suites: list[str], relative_to: Path) -> str:
     """The Markdown of the generated section (plots written under ``results_dir/plots``)."""
     lines = [BEGIN, "## Benchmark harness results", "",
@@ -246,7 +255,7 @@ def generated_section(results_dir: Path, reference: dict[str, Any], suites: list
         found.append(result)
         header = [line for part in result.get("parts", [result]) for line in _header(part)]
         lines += [f"### {suite}", "", *header, "", *measure_table(result), ""]
-        lines += [line for extra in result.get("extras", {}).values() for line in extra.get("markdown", [])]
+        lines += [line for extra in result.get("extras", {}).values() for line in _extra_lines(extra)]
         if suite == "peers":  # against ours on the same protocol (full or full-subset), else of the same size
             same_protocol = result["size"] in PROTOCOL_SIZES
             tables = protocol_results(results_dir, "tables") if same_protocol else latest_results(results_dir, "tables", size=result["size"])
