@@ -218,6 +218,9 @@ class Run:
         if self.quail.split != labeler.cost["split"]:
             raise ConfigError(f"the checkpoint's label model was trained with --quail-split {labeler.cost['split']}, "
                               f"not {self.quail.split}: resume with the same split")
+        if self.quail.labels != labeler.labels:  # the checkpoint's, which `sample` will use
+            raise ConfigError(f"the checkpoint's label model draws its labels as --quail.labels {labeler.labels}, "
+                              f"not {self.quail.labels}: resume with --quail.labels {labeler.labels}")
         self.strategy.prior_releases["quail_label_model"] = {
             key: labeler.cost[key] for key in ("epsilon", "delta", "neighbours", "mechanism")}
         self.module.run_info["quail"] = labeler.to_dict()

@@ -122,13 +122,36 @@ def test_the_labeler_puts_the_predicted_class_in_the_labels_place_and_survives_a
     with torch.no_grad():  # "yes" exactly when x > 5
         network[0].weight.copy_(torch.tensor([[-10.0, 0, 0], [10.0, 0, 0]]))
         network[0].bias.copy_(torch.tensor([5.0, -5.0]))
-    labeler = QuailLabeler(network, "logistic", [], SCHEMA, {"epsilon": 0.5})
+    labeler = QuailLabeler(network, "logistic", [], SCHEMA, {"epsilon": 0.5}, labels="most-likely")
     features = pd.DataFrame({"x": [1.0, 9.0, 4.0, 7.5], "c": ["a", "b", "b", "a"]})
     labelled = labeler.label(features)
     assert list(labelled.columns) == ["x", "y", "c"]
     assert list(labelled["y"].astype(str)) == ["no", "yes", "no", "yes"]
     restored = QuailLabeler.from_dict(labeler.to_dict())
     pd.testing.assert_frame_equal(restored.label(features), labelled)
+
+
+def test_sampled_labels_follow_the_models_probabilities_and_most_likely_takes_the_argmax():
+    network = label_network("logistic", 3, 2, [])
+    with torch.no_grad():  # logit(yes) - logit(no) = 4 x_enc - 2, x_enc = x / 10
+        network[0].weight.copy_(torch.tensor([[0.0, 0, 0], [4.0, 0, 0]]))
+        network[0].bias.copy_(torch.tensor([0.0, -2.0]))
+    features = pd.DataFrame({"x": [0.0] * 4000 + [10.0] * 4000, "c": ["a"] * 8000})
+    sampled = QuailLabeler(network, "logistic", [], SCHEMA, {}, labels="sample")
+    labelled = sampled.label(features, torch.Generator().manual_seed(0))
+    yes = (labelled["y"].astype(str) == "yes").to_numpy()
+    p_low, p_high = torch.sigmoid(torch.tensor([-2.0, 2.0])).tolist()  # x_enc = 0 and 1
+    # 4000 draws each: 5 standard errors is under 0.04
+    assert yes[:4000].mean() == pytest.approx(p_low, abs=0.04) and yes[4000:].mean() == pytest.approx(p_high, abs=0.04)
+    again = sampled.label(features, torch.Generator().manual_seed(0))
+    pd.testing.assert_frame_equal(again, labelled)  # the draw is the generator's
+    most_likely = QuailLabeler(network, "logistic", [], SCHEMA, {}, labels="most-likely").label(features)
+    assert (most_likely["y"].astype(str) == "yes").tolist() == [False] * 4000 + [True] * 4000
+    assert QuailLabeler.from_dict(sampled.to_dict()).labels == "sample"
+    old_spec = {key: value for key, value in sampled.to_dict().items() if key != "labels"}
+    assert QuailLabeler.from_dict(old_spec).labels == "most-likely"  # what checkpoints before the option did
+    with pytest.raises(ValueError, match="quail.labels must be one of"):
+        QuailLabeler(network, "logistic", [], SCHEMA, {}, labels="mode")
 
 
 def test_a_continuous_label_is_the_regression_output_clipped_into_its_bounds():
@@ -218,11 +241,14 @@ def test_a_resumed_quail_run_reuses_its_label_model_and_pays_for_it_once(tmp_pat
 
     monkeypatch.setattr("lightning_dpgan.quail.train_dp_label_model", retrain)
     resumed = tmp_path / "resumed"
-    assert main(quail_args(resumed, "dpctgan", "adult", 8, 8.0, "--resume", str(first / "checkpoints" / "last.ckpt"))) == 0
+    assert main(quail_args(resumed, "dpctgan", "adult", 8, 8.0, "--resume", checkpoint, "--quail.labels", "most-likely")) == 2
+    assert "resume with --quail.labels sample" in capsys.readouterr().err  # as the checkpoint (and `sample`) draws them
+    assert main(quail_args(resumed, "dpctgan", "adult", 8, 8.0, "--resume", checkpoint)) == 0
     before, after = read_json(first / "privacy.json"), read_json(resumed / "privacy.json")
     assert after["steps"] == 8 and before["steps"] == 4
     assert after["preprocessing"] == before["preprocessing"]
-    assert read_run_info(resumed / "checkpoints" / "last.ckpt")["quail"]["state"] == read_run_info(first / "checkpoints" / "last.ckpt")["quail"]["state"]
+    label_models = [read_run_info(run / "checkpoints" / "last.ckpt")["quail"] for run in (first, resumed)]
+    assert label_models[1]["state"] == label_models[0]["state"]
 
 
 def test_quail_takes_its_synthesizers_presets_then_its_own():
@@ -237,6 +263,7 @@ def test_quail_takes_its_synthesizers_presets_then_its_own():
     (["--quail-split", "0"], "--quail-split must be in (0, 1)"),
     (["--quail-synthesizer", "ctgan"], "give --epsilon, and a synthesizer with a privacy strategy"),
     (["--quail.label_model", "forest"], "quail.label_model must be one of"),
+    (["--quail.labels", "mode"], "quail.labels must be one of"),
     (["--quail.depth", "3"], "unknown key(s) quail.depth"),
     (["--quail-split", "0.99"], "leave the synthesizer no budget"),  # modes' 0.1 + 0.99 x 8 > 8
 ])
