@@ -7,7 +7,8 @@ on a DP synthesizer of the other columns, and label the synthetic rows with the 
    text says a higher p "assigns more budget to the differentially private classifier"); here,
    as in the text, ``split`` is the label model's share.
 2. **Train both.** The label model C (features -> label) by DP-SGD on the real rows
-   (:mod:`lightning_dpgan.privacy.dp_label_model`); the synthesizer M -- any private table
+   (:mod:`lightning_dpgan.privacy.dp_label_model`; a continuous label is first standardized by
+   its DP location and scale, a tenth of C's share by default); the synthesizer M -- any private table
    model of this package -- on the rows without the label (``--data.exclude_label``).
 3. **Sample.** M's rows get a label from C, in the label's place: a full synthetic table. A class
    label is drawn from C's predicted class probabilities (``labels="sample"``, the default), so
@@ -70,6 +71,8 @@ class QUAIL:
         batch_size: expected records per DP-SGD batch (Poisson rate batch_size / N).
         lr: the label model's Adam learning rate.
         max_grad_norm: per-record gradient clipping norm.
+        scale_share: for a continuous label, the part of the label model's ε that releases the
+            target's location and scale, by which it is standardized before DP-SGD (0: none).
         labels: how a synthetic row's class is drawn from the label model: ``sample`` (from its
             predicted probabilities) or ``most-likely`` (the class of highest score).
     """
@@ -84,6 +87,7 @@ class QUAIL:
         batch_size: int = 256,
         lr: float = 0.01,
         max_grad_norm: float = 1.0,
+        scale_share: float = 0.1,
         labels: str = "sample",
     ) -> None:
         if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0.0 < split < 1.0:
@@ -99,7 +103,8 @@ class QUAIL:
         self.label_model = label_model
         self.hidden = hidden
         self.labels = labels
-        self.settings = DPSGDSettings(epochs=epochs, batch_size=batch_size, lr=lr, max_grad_norm=max_grad_norm)
+        self.settings = DPSGDSettings(epochs=epochs, batch_size=batch_size, lr=lr, max_grad_norm=max_grad_norm,
+                                     scale_share=scale_share)
 
     def fit_labeler(
         self, datamodule: Any, epsilon: float, delta: float, neighbours: str, seed: int = 0
@@ -118,7 +123,8 @@ class QUAIL:
             torch.manual_seed(seed)
             network = label_network(self.label_model, features.shape[1], targets.shape[1], hidden)
         cost = train_dp_label_model(network, features, targets, label_epsilon, label_delta, self.settings)
-        return QuailLabeler(network, self.label_model, hidden, schema, {**cost, "split": self.split}, self.labels)
+        cost = {**cost, "split": self.split, "scale_share": self.settings.scale_share}
+        return QuailLabeler(network, self.label_model, hidden, schema, cost, self.labels)
 
 
 class QuailLabeler:

@@ -218,6 +218,10 @@ class Run:
         if self.quail.split != labeler.cost["split"]:
             raise ConfigError(f"the checkpoint's label model was trained with --quail-split {labeler.cost['split']}, "
                               f"not {self.quail.split}: resume with the same split")
+        trained_share = labeler.cost.get("scale_share", 0.0)  # older checkpoints: the raw target
+        if labeler.schema.label_column.is_numeric and self.quail.settings.scale_share != trained_share:
+            raise ConfigError(f"the checkpoint's label model was trained with --quail.scale_share {trained_share}, "
+                              f"not {self.quail.settings.scale_share}: resume with --quail.scale_share {trained_share}")
         if self.quail.labels != labeler.labels:  # the checkpoint's, which `sample` will use
             raise ConfigError(f"the checkpoint's label model draws its labels as --quail.labels {labeler.labels}, "
                               f"not {self.quail.labels}: resume with --quail.labels {labeler.labels}")

@@ -15,7 +15,8 @@ from lightning_dpgan.config import resolve
 from lightning_dpgan.data.schema import Column, TableSchema
 from lightning_dpgan.datamodules.adult import SCHEMA as ADULT_SCHEMA, AdultDataModule
 from lightning_dpgan.datamodules.king import SCHEMA as KING_SCHEMA
-from lightning_dpgan.privacy.dp_label_model import DPSGDSettings, label_network, train_dp_label_model
+from lightning_dpgan.privacy.dp_label_model import DPSGDSettings, fold_into_last_layer, label_network, train_dp_label_model
+from lightning_dpgan.privacy.dp_standardization import LocationScale, scale_noise_std
 from lightning_dpgan.quail import QuailLabeler, label_model_budget
 from lightning_dpgan.sampling import load_module, read_run_info, sample_to_file, table_decoder
 from run_helpers import read_json
@@ -97,6 +98,68 @@ def test_the_label_model_learns_a_separable_label_and_a_linear_target():
         predicted = regressor(features)
     r2 = 1 - ((predicted - target) ** 2).sum() / ((target - target.mean()) ** 2).sum()
     assert r2 > 0.8
+
+
+def narrow_target(n, seed):
+    """A linear target that fills a twentieth of its encoded range, as King's price does."""
+    generator = torch.Generator().manual_seed(seed)
+    features = torch.rand(n, 5, generator=generator)
+    return features, 0.05 + 0.02 * (features[:, :1] - features[:, 1:2])
+
+
+def r_squared(network, features, target):
+    with torch.no_grad():
+        predicted = network(features)
+    return (1 - ((predicted - target) ** 2).sum() / ((target - target.mean()) ** 2).sum()).item()
+
+
+def test_a_narrow_continuous_target_is_learnt_once_standardized_by_its_dp_location_and_scale():
+    features, target = narrow_target(4000, 4)
+    fitted = {}
+    for share in (0.0, 0.1):
+        torch.manual_seed(0)
+        network = label_network("logistic", 5, 1, [])
+        settings = DPSGDSettings(epochs=5, batch_size=100, scale_share=share)
+        fitted[share] = (network, train_dp_label_model(network, features, target, 1.0, 1e-5, settings, noise_seed=3))
+    raw, standardized = (r_squared(fitted[share][0], features, target) for share in (0.0, 0.1))
+    assert standardized > 0.8 and raw < 0.3  # Adam's steps on the raw encoding are larger than the target's spread
+    network, cost = fitted[0.1]
+    released = cost["target_standardization"]
+    noise_sd = scale_noise_std(0.1, 4000)  # of each released mean: Lap(2 / 0.1) on a sum of 4000
+    assert abs(released["location"] - 0.05) < 4 * noise_sd
+    assert abs(released["scale"] - 0.02 / 3) < 4 * noise_sd  # E|U1 - U2| = 1/3
+    # the released model predicts in the label's own encoding: the standardization is folded into its weights
+    assert r_squared(network, features, target) == standardized
+    # basic composition: the Laplace pair's 0.1 of epsilon plus DP-SGD's measured cost on the rest
+    assert released["epsilon"] == pytest.approx(0.1) and released["delta"] == 0.0
+    assert cost["epsilon"] == pytest.approx(released["epsilon"] + cost["epsilon_dp_sgd"]) and cost["epsilon"] <= 1.0
+    independent = dp_accounting_epsilon(cost["noise_multiplier"], cost["sample_rate"], cost["steps"], 1e-5)
+    assert cost["epsilon_dp_sgd"] == pytest.approx(independent, rel=0.03) and cost["epsilon_dp_sgd"] <= 0.9
+    assert "target_standardization" not in fitted[0.0][1] and fitted[0.0][1]["epsilon"] > 0.9
+
+
+def test_a_class_label_is_not_standardized_and_its_model_spends_all_of_its_share():
+    features, targets, _ = separable(2000, 5)
+    cost = train_dp_label_model(label_network("logistic", 5, 2, []), features, targets, 0.8, 1e-5,
+                                DPSGDSettings(epochs=3, batch_size=100, scale_share=0.1), noise_seed=0)
+    assert "target_standardization" not in cost and cost["epsilon"] > 0.75
+
+
+def test_folding_the_standardization_rescales_the_last_layers_output():
+    torch.manual_seed(0)
+    network = label_network("mlp", 3, 1, [4])
+    inputs = torch.rand(7, 3)
+    with torch.no_grad():
+        before = network(inputs)
+    fold_into_last_layer(network, LocationScale(location=0.3, scale=0.05, epsilon=0.1, records=10))
+    with torch.no_grad():
+        assert torch.allclose(network(inputs), 0.3 + 0.05 * before, atol=1e-6)
+
+
+@pytest.mark.parametrize("share", [1.0, -0.1, 1.5, True])
+def test_a_scale_share_outside_0_to_1_is_refused(share):
+    with pytest.raises(ValueError, match="scale_share must be in \\[0, 1\\)"):
+        DPSGDSettings(scale_share=share)
 
 
 def test_a_share_too_small_for_a_single_epoch_is_refused_with_the_numbers():
@@ -210,6 +273,10 @@ def test_quail_writes_a_labelled_table_and_composes_the_two_costs(synthesizer, d
     assert part.get("as_spent", part)["epsilon"] == label_model["epsilon"]  # restated for replace-one: 2 eps
     share = 0.5 * 8.0 if neighbours == "add-remove" else 0.5 * 8.0 / 2
     assert 0.9 * share < label_model["epsilon"] <= share
+    if schema.label_column.is_numeric:  # a tenth of it released the target's location and scale
+        assert label_model["target_standardization"]["epsilon"] == pytest.approx(0.1 * share)
+    else:
+        assert "target_standardization" not in label_model
     assert report["epsilon"] == pytest.approx(report["preprocessing"]["epsilon"] + report["epsilon_training"])
     assert report["epsilon"] <= 8.0
     # delta: the label model's add/remove share, restated for the strategy, is half the target's
@@ -251,6 +318,16 @@ def test_a_resumed_quail_run_reuses_its_label_model_and_pays_for_it_once(tmp_pat
     assert label_models[1]["state"] == label_models[0]["state"]
 
 
+def test_a_continuous_labels_model_is_resumed_only_with_the_scale_share_it_was_trained_with(tmp_path, capsys):
+    first = tmp_path / "first"
+    assert main(quail_args(first, "dpgan", "king")) == 0
+    checkpoint = str(first / "checkpoints" / "last.ckpt")
+    resumed = quail_args(tmp_path / "resumed", "dpgan", "king", 8, 8.0, "--resume", checkpoint, "--quail.scale_share", "0")
+    assert main(resumed) == 2
+    assert "resume with --quail.scale_share 0.1" in capsys.readouterr().err
+    assert not (tmp_path / "resumed" / "privacy.json").exists()
+
+
 def test_quail_takes_its_synthesizers_presets_then_its_own():
     config = resolve({"model": "quail", "dataset": "adult", "quail_synthesizer": "dpctgan"}, {})
     assert config["presets"][:2] == ["dpctgan.yaml", "dpctgan_adult.yaml"]
@@ -264,6 +341,7 @@ def test_quail_takes_its_synthesizers_presets_then_its_own():
     (["--quail-synthesizer", "ctgan"], "give --epsilon, and a synthesizer with a privacy strategy"),
     (["--quail.label_model", "forest"], "quail.label_model must be one of"),
     (["--quail.labels", "mode"], "quail.labels must be one of"),
+    (["--quail.scale_share", "1"], "scale_share must be in [0, 1)"),
     (["--quail.depth", "3"], "unknown key(s) quail.depth"),
     (["--quail-split", "0.99"], "leave the synthesizer no budget"),  # modes' 0.1 + 0.99 x 8 > 8
 ])

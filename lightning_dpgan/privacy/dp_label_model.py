@@ -12,6 +12,12 @@ completion once, before the synthesizer trains:
 - **Accounting.** :class:`OpacusAccountant` (RDP of the subsampled Gaussian), charged at each
   noisy step; the cost returned is what it reports, never the target.
 
+- **Target scale** (continuous labels only). ``scale_share`` of ε first releases the target's
+  location and scale (:mod:`lightning_dpgan.privacy.dp_standardization`, Laplace, ε-DP); DP-SGD
+  trains on the standardized target with the rest, and the released pair is folded back into
+  the last layer's weights. The two parts compose by basic composition: the cost reported is
+  their sum.
+
 The model itself is public once trained: a linear layer (``logistic``: logistic regression
 for a categorical label, linear regression for a continuous one, as the paper's DP logistic
 regression) or a small MLP (``mlp``, the paper's DP-SGD neural network).
@@ -28,6 +34,7 @@ from torch.utils.data import TensorDataset
 
 from lightning_dpgan.privacy.accountants.opacus_adapter import OpacusAccountant, calibrate_noise_multiplier
 from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
+from lightning_dpgan.privacy.dp_standardization import LocationScale, dp_location_scale
 from lightning_dpgan.privacy.noise_source import NoiseSource
 from lightning_dpgan.privacy.validation import validate_positive
 
@@ -49,12 +56,14 @@ def label_network(architecture: str, in_features: int, out_features: int, hidden
 
 @dataclass(frozen=True)
 class DPSGDSettings:
-    """How the label model is trained; ``epochs`` is what σ is calibrated for."""
+    """How the label model is trained; ``epochs`` is what σ is calibrated for, ``scale_share`` the
+    part of ε a continuous target's location and scale cost (0: train on the raw encoding)."""
 
     epochs: int = 10
     batch_size: int = 256
     lr: float = 0.01
     max_grad_norm: float = 1.0
+    scale_share: float = 0.1
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size"):
@@ -63,6 +72,9 @@ class DPSGDSettings:
                 raise ValueError(f"label model {name} must be an integer >= 1, got {value!r}")
         validate_positive("label model lr", self.lr)
         validate_positive("label model max_grad_norm", self.max_grad_norm)
+        share = self.scale_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share < 1.0:
+            raise ValueError(f"label model scale_share must be in [0, 1), got {share!r}")
 
 
 def per_record_loss(outputs: Tensor, targets: Tensor) -> Tensor:
@@ -70,6 +82,15 @@ def per_record_loss(outputs: Tensor, targets: Tensor) -> Tensor:
     if targets.shape[1] == 1:
         return (outputs - targets).pow(2).squeeze(1)
     return nn.functional.cross_entropy(outputs, targets.argmax(dim=1), reduction="none")
+
+
+def fold_into_last_layer(network: nn.Module, standardization: LocationScale) -> None:
+    """Make ``network`` output ``location + scale * output`` (the target's own encoding) by
+    rescaling its last linear layer: the released model keeps its architecture."""
+    last = [layer for layer in network.modules() if isinstance(layer, nn.Linear)][-1]
+    with torch.no_grad():
+        last.weight.mul_(standardization.scale)
+        last.bias.mul_(standardization.scale).add_(standardization.location)
 
 
 def train_dp_label_model(
@@ -84,17 +105,38 @@ def train_dp_label_model(
     """Train ``network`` (features -> label block) in place by DP-SGD at (``epsilon``, ``delta``)
     for add/remove neighbours; return its cost, with what is needed to recompute it.
 
-    The Poisson sampling and the noise come from a :class:`NoiseSource` seeded from OS entropy:
-    noise drawn from a published seed (the run's ``--seed`` is in its config.yaml) could be
-    replayed and subtracted. ``noise_seed`` fixes it, for reproducible tests only."""
+    A continuous target (one column) is first standardized by its DP location and scale, at
+    ``settings.scale_share`` of ``epsilon``, unless that share is 0. The Poisson sampling and all
+    noise come from a :class:`NoiseSource` seeded from OS entropy: noise drawn from a published
+    seed (the run's ``--seed`` is in its config.yaml) could be replayed and subtracted.
+    ``noise_seed`` fixes it, for reproducible tests only."""
     validate_positive("label model epsilon", epsilon)
     n = len(features)
     if settings.batch_size > n:
         raise ValueError(f"label model batch_size {settings.batch_size} exceeds the {n} training records")
     if not 0.0 < delta < 1.0 / n:
         raise ValueError(f"label model delta must be in (0, 1/n = {1.0 / n:.3g}), got {delta}")
-    sample_rate = settings.batch_size / n
     noise = NoiseSource(noise_seed)
+    standardization = None
+    if targets.shape[1] == 1 and settings.scale_share > 0:
+        standardization = dp_location_scale(targets[:, 0], settings.scale_share * epsilon, noise.generator("cpu"))
+        targets = (targets - standardization.location) / standardization.scale
+    sgd_epsilon = epsilon - (standardization.epsilon if standardization else 0.0)
+    cost = _train_by_dp_sgd(network, features, targets, sgd_epsilon, delta, settings, noise)
+    if standardization is None:
+        return cost
+    fold_into_last_layer(network, standardization)
+    return {**cost, "epsilon": standardization.epsilon + cost["epsilon"], "epsilon_dp_sgd": cost["epsilon"],
+            "mechanism": f"{cost['mechanism']}, on the target standardized by its DP location and scale (basic composition)",
+            "target_standardization": standardization.describe()}
+
+
+def _train_by_dp_sgd(network: nn.Module, features: Tensor, targets: Tensor, epsilon: float, delta: float,
+                     settings: DPSGDSettings, noise: NoiseSource) -> dict[str, Any]:
+    """The DP-SGD part of :func:`train_dp_label_model`: σ calibrated so the planned epochs
+    spend at most ``epsilon``; the cost the accountant reports."""
+    n = len(features)
+    sample_rate = settings.batch_size / n
     loader = DPDataLoader(TensorDataset(features, targets), sample_rate=sample_rate, generator=noise.generator("cpu"))
     sigma = calibrate_noise_multiplier(epsilon, delta, sample_rate, settings.epochs * len(loader))
     accountant = OpacusAccountant("rdp")
