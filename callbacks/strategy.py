@@ -222,7 +222,7 @@ class PrivacyStrategy(L.Callback):
             "noise_source": self.noise.describe(),
             "train_records": self.train_records,
             **self.report_parameters(),
-            "accountant_state": self.accountant.state_dict(),
+            "accountant_state": self.accountant.public_state_dict(),
         }
 
 

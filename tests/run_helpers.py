@@ -17,3 +17,15 @@ def tiny_run_args(data_dir, output_dir, model="gan", dataset="mnist", steps=4, b
 
 def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+def checkpoint_accountant_state(run_dir: Path) -> dict:
+    """The full accountant state a run's last checkpoint keeps for resuming (the privacy report
+    shows only its public part)."""
+    import torch
+
+    checkpoint = torch.load(Path(run_dir) / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    states = [state["accountant"] for state in checkpoint["callbacks"].values()
+              if isinstance(state, dict) and state.get("accountant")]
+    assert len(states) == 1, f"expected one privacy strategy's state, found {len(states)}"
+    return states[0]

@@ -9,11 +9,12 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from run_helpers import read_json
+from run_helpers import checkpoint_accountant_state, read_json
 
 from lightning_dpgan.callbacks.gpate import ProjectedVoting
 from lightning_dpgan.cli import main
 from lightning_dpgan.nets.ensemble import ConvTeacher, MLPTeacher, MLPTeacherEnsemble, VmapTeacherEnsemble
+from lightning_dpgan.privacy.accountants import ConfidentGNMaxAccountant
 from lightning_dpgan.privacy.analysis.gnmax import gnmax_log_q
 from lightning_dpgan.privacy.gradient_voting import (
     ProjectedGradientAggregator,
@@ -214,6 +215,12 @@ def test_gpate_trains_from_train_py_and_writes_its_outputs(gpate_run):
     assert report["epsilon"] == pytest.approx(report["epsilon_data_dependent"])
     assert report["epsilon"] <= report["target_epsilon"] == 10.0  # the preset's
     assert report["num_teachers"] == 8 and report["partition_sizes"] == [20, 20]
+    # the report counts answers; the log q~ of each (exact statistics of private votes) stays in the checkpoint
+    [pair] = report["accountant_state"]["noise_pairs"]
+    assert pair["queries"] == report["queries"] and pair["answered"] == report["answered"]
+    full = ConfidentGNMaxAccountant()
+    full.load_state_dict(checkpoint_accountant_state(gpate_run))
+    assert full.answered == report["answered"] and full.get_epsilon(report["delta"]) == pytest.approx(report["epsilon"])
 
 
 class ZeroAggregator(L.Callback):

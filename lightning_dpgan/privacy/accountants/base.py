@@ -109,6 +109,11 @@ class Accountant(abc.ABC):
             ],
         }
 
+    def public_state_dict(self) -> dict[str, Any]:
+        """What the privacy report shows: here the whole state, since it holds only the
+        mechanism's public parameters (noise, sampling rate, steps)."""
+        return self.state_dict()
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Replace this accountant's record with a saved one.
 

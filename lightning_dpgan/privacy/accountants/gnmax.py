@@ -224,6 +224,16 @@ class ConfidentGNMaxAccountant:
             ],
         }
 
+    def public_state_dict(self) -> dict[str, Any]:
+        """What the privacy report shows: the state with the count of answered queries (the
+        released answers show it) in place of their ``log q~`` histogram, exact statistics of
+        the private votes that stay in the checkpoint, which a resumed run needs."""
+        state = self.state_dict()
+        for pair in state["noise_pairs"]:
+            pair["answered"] = sum(pair["answered"].values())
+        state["withheld"] = "the log q~ histograms of answered queries (statistics of the private votes): in the checkpoint only"
+        return state
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Rebuild from the saved histograms; refuse (unchanged) anything malformed or foreign.
 

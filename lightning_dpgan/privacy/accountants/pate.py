@@ -116,6 +116,16 @@ class PATEMomentsAccountant:
             ],
         }
 
+    def public_state_dict(self) -> dict[str, Any]:
+        """What the privacy report shows: the state without its vote-gap histograms. Those are
+        exact statistics of the teachers' votes on private data, not differentially private;
+        they stay in the checkpoint, which a resumed run needs and which is never published."""
+        state = self.state_dict()
+        state["queries"] = [{"lap_inverse_scale": lam, "count": sum(histogram.values())}
+                            for lam, histogram in self._gap_counts.items()]
+        state["withheld"] = "the vote-gap histograms (statistics of the private votes): in the checkpoint only"
+        return state
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Rebuild from the saved gap histograms; refuse (unchanged) anything malformed or foreign."""
         if not isinstance(state, Mapping) or state.get("accountant") != self.name or state.get("mechanism") != self.mechanism:
