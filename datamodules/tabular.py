@@ -38,8 +38,10 @@ BOUNDS_MODES_COST: dict[str, Any] = {"epsilon": 0.0, "delta": 0.0, "mechanism": 
 ENCODINGS = ("minmax", "mode-specific")
 #: How the mode-specific encoding holds a continuous label (see ``label_encoding``).
 LABEL_ENCODINGS = ("scalar", "mode-specific")
-#: Seed of the mode each value is assigned to (CTGAN samples it from the posterior). Not
-#: privacy noise: a record's encoding stays a function of that record alone.
+#: Public salt of the draw that assigns each value its mode (CTGAN samples it from the
+#: posterior). Not privacy noise: the draw is a hash of the record's own values
+#: (:func:`~lightning_dpgan.data.table_transformer.record_uniforms`), so a record's encoding
+#: stays a function of that record alone.
 ENCODE_SEED = 0
 
 

@@ -17,7 +17,7 @@ from lightning_dpgan.data.conditional import ConditionalSampler
 from lightning_dpgan.data.dp_histogram import dp_column_histograms
 from lightning_dpgan.data.modes import ModeSpecificNormalizer
 from lightning_dpgan.data.schema import Column, SchemaError, TableSchema
-from lightning_dpgan.data.table_transformer import TableTransformer
+from lightning_dpgan.data.table_transformer import TableTransformer, record_uniforms
 from lightning_dpgan.datamodules import tabular as tabular_module
 from lightning_dpgan.datamodules.adult import AdultDataModule
 from lightning_dpgan.datamodules.csv import CSVDataModule
@@ -186,7 +186,7 @@ def test_dp_modes_find_the_two_modes_of_a_bimodal_column(fitted):
 def test_normalizer_maps_values_to_alpha_and_back():
     normalizer = ModeSpecificNormalizer([-5.0, 5.0], [1.0, 2.0], [0.5, 0.5])
     values = np.array([-6.0, -5.0, 4.0, 9.0])
-    alpha, modes = normalizer.transform(values, np.random.default_rng(0))
+    alpha, modes = normalizer.transform(values, np.random.default_rng(0).random(4))
     assert modes.tolist() == [0, 0, 1, 1]
     assert alpha == pytest.approx([-0.25, 0.0, -0.125, 0.5])
     assert normalizer.inverse(alpha, modes) == pytest.approx(values)
@@ -195,9 +195,43 @@ def test_normalizer_maps_values_to_alpha_and_back():
     assert ModeSpecificNormalizer.from_dict(json.loads(json.dumps(normalizer.to_dict()))) == normalizer
 
 
+def test_modes_are_drawn_with_their_posterior_probabilities():
+    normalizer = ModeSpecificNormalizer([0.0, 1.0], [1.0, 1.0], [0.5, 0.5])
+    value = 0.5 + np.log(7 / 3)  # posterior (0.3, 0.7): log-odds of mode 1 = x - 0.5 for these modes
+    assert normalizer.posterior([value])[0] == pytest.approx([0.3, 0.7])
+    _, modes = normalizer.transform(np.full(1000, value), (np.arange(1000) + 0.5) / 1000)
+    assert (modes == 0).sum() == 300  # mode 0 exactly where the draw falls below its probability
+    with pytest.raises(ValueError, match="one uniform draw per value"):
+        normalizer.transform([0.1, 0.2], [0.5])
+
+
+def test_a_records_mode_draws_depend_on_that_record_alone():
+    """A seeded generator over the rows would tie each row's draw to the rows before it: removing
+    one record would re-encode every later one, and DP-SGD's guarantee on the encoded rows would
+    not carry over to the records."""
+    frame = make_frame(2000, seed=5)
+    draws = record_uniforms(frame)
+    assert draws.shape == (2000, frame.shape[1]) and ((draws >= 0) & (draws < 1)).all()
+    assert np.array_equal(record_uniforms(frame.iloc[1:]), draws[1:])  # removing a record
+    assert np.array_equal(record_uniforms(frame.iloc[::-1]), draws[::-1])  # reordering
+    assert np.array_equal(record_uniforms(pd.concat([frame.iloc[:3], frame.iloc[:3]])), np.vstack([draws[:3]] * 2))
+    assert not np.array_equal(record_uniforms(frame, seed=1), draws)
+    # still uniform draws: each column's fraction below 0.3 within 5 standard errors, no correlation between columns
+    assert np.abs((draws < 0.3).mean(axis=0) - 0.3).max() < 5 * np.sqrt(0.3 * 0.7 / 2000)
+    correlations = np.corrcoef(draws.T)[np.triu_indices(frame.shape[1], 1)]
+    assert np.abs(correlations).max() < 5 / np.sqrt(2000)
+
+
+def test_removing_a_record_leaves_every_other_records_encoding_unchanged(fitted, frame):
+    transformer, _ = fitted
+    full, _ = transformer.encode(frame)
+    without_first, _ = transformer.encode(frame.iloc[1:])
+    assert torch.equal(full[1:], without_first)
+
+
 def test_bounds_normalizer_is_min_max():
     normalizer = ModeSpecificNormalizer.from_bounds(0.0, 80.0)
-    alpha, modes = normalizer.transform([0.4, 40.0, 79.6], np.random.default_rng(0))
+    alpha, modes = normalizer.transform([0.4, 40.0, 79.6], [0.1, 0.5, 0.9])
     assert modes.tolist() == [0, 0, 0] and alpha == pytest.approx([-0.99, 0.0, 0.99])
     assert normalizer.inverse([-1.0, 1.0], [0, 0]) == pytest.approx([0.0, 80.0])
 

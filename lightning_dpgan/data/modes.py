@@ -118,21 +118,23 @@ class ModeSpecificNormalizer:
         density = np.exp(log_density)
         return density / density.sum(axis=1, keepdims=True)
 
-    def transform(self, values: Any, rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def transform(self, values: Any, uniforms: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """``(alpha, mode_index)`` of each value.
 
-        The mode is sampled from the posterior over the kept modes, as CTGAN does (``rng=None``
-        takes the most probable mode instead); each value's encoding depends on that value and
-        the randomness alone. ``alpha`` is clipped to [-0.99, 0.99], the reach of a tanh.
+        The mode is sampled from the posterior over the kept modes, as CTGAN does, by inverting
+        its distribution function at ``uniforms`` (one draw in [0, 1) per value; ``None`` takes
+        the most probable mode instead). ``alpha`` is clipped to [-0.99, 0.99], the reach of a tanh.
         """
         x = np.asarray(values, dtype=np.float64).reshape(-1)
         probabilities = self.posterior(x)
-        if rng is None:
+        if uniforms is None:
             modes = probabilities.argmax(axis=1)
         else:
+            uniforms = np.asarray(uniforms, dtype=np.float64).reshape(-1, 1)
+            if len(uniforms) != len(x):
+                raise ValueError(f"need one uniform draw per value: {len(uniforms)} for {len(x)}")
             cumulative = probabilities.cumsum(axis=1)
-            draws = rng.random((len(x), 1)) * cumulative[:, -1:]
-            modes = np.minimum((cumulative < draws).sum(axis=1), self.n_modes - 1)
+            modes = np.minimum((cumulative < uniforms * cumulative[:, -1:]).sum(axis=1), self.n_modes - 1)
         alpha = (x - self.means[modes]) / (4.0 * self.stds[modes])
         return np.clip(alpha, -ALPHA_LIMIT, ALPHA_LIMIT), modes.astype(np.int64)
 

@@ -26,7 +26,7 @@ rows; both would leak outside the training accountant. Here the only read of the
 column, ε-DP as a whole -- and the modes and frequencies are post-processing of it
 (:meth:`TableTransformer.fit_dp` returns its cost). :meth:`TableTransformer.from_bounds` reads no
 row: one mode per column spanning the public bounds (a min-max encoding), uniform frequencies.
-Encoding a record is then a function of that record alone (plus mode-sampling randomness), so
+Encoding a record is then a function of that record alone (its mode draws hash its own values), so
 training on the encoded rows is as private as training on the rows themselves. Values outside a
 numeric column's bounds are clipped and rows with unknown categories follow the schema's rule
 (:func:`~lightning_dpgan.data.dp_histogram.rows_in_schema`).
@@ -59,6 +59,35 @@ FORMAT = "lightning_dpgan.table_transformer/1"
 MODES = ("dp", "bounds")
 TANH, SOFTMAX = "tanh", "softmax"
 CATEGORICAL, MODE_SPECIFIC, LABEL_SCALAR = "categorical", "mode-specific", "label-scalar"
+
+
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _splitmix64(values: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser: a bijective scramble of 64-bit integers (wrapping arithmetic)."""
+    z = (values + np.uint64(0x9E3779B97F4A7C15)) & _MASK64
+    z = ((z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK64
+    z = ((z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK64
+    return z ^ (z >> np.uint64(31))
+
+
+def record_uniforms(frame: pd.DataFrame, seed: int = 0) -> np.ndarray:
+    """``(rows, columns)`` pseudo-uniform draws in [0, 1), each a function of its own row's
+    values, the column's position and ``seed`` alone.
+
+    Why not one seeded generator over the rows: then a row's draw depends on how many rows came
+    before it, so adding or removing one record would change the encoding of every later one,
+    and the encoded tables of two neighbouring datasets would differ in thousands of records --
+    DP-SGD's guarantee on the encoded rows would no longer be one about the records. A hash of
+    the row keeps the encoding a function of each record alone (identical records get identical
+    draws), and a fixed public seed is fine: the draw is not privacy noise.
+    """
+    with np.errstate(over="ignore"):
+        rows = pd.util.hash_pandas_object(frame, index=False).to_numpy(dtype=np.uint64)
+        columns = _splitmix64(np.arange(frame.shape[1], dtype=np.uint64) + np.uint64(seed) * np.uint64(frame.shape[1] + 1))
+        mixed = _splitmix64(rows[:, None] ^ columns[None, :])
+    return (mixed >> np.uint64(11)).astype(np.float64) / float(2 ** 53)
 
 
 @dataclass(frozen=True)
@@ -107,8 +136,9 @@ class ColumnEncoder:
 
     # --- encode / decode ---------------------------------------------------------------------
 
-    def encode(self, series: pd.Series, rng: np.random.Generator) -> np.ndarray:
-        """This column's block, shape ``(rows, width)``; rows already cleaned by the schema."""
+    def encode(self, series: pd.Series, uniforms: np.ndarray) -> np.ndarray:
+        """This column's block, shape ``(rows, width)``; rows already cleaned by the schema.
+        ``uniforms``: each row's draw in [0, 1) for the mode of a mode-specific value."""
         if self.encoding == CATEGORICAL:
             codes = pd.Categorical(_plain(series), categories=list(self.column.categories)).codes
             block = np.zeros((len(series), self.width))
@@ -118,16 +148,16 @@ class ColumnEncoder:
         if self.encoding == LABEL_SCALAR:
             low, high = self._space_bounds()
             return (2.0 * (self._to_space(values) - low) / (high - low) - 1.0).reshape(-1, 1)
-        return self._encode_mode_specific(np.clip(values, *self.column.bounds), rng)
+        return self._encode_mode_specific(np.clip(values, *self.column.bounds), uniforms)
 
-    def _encode_mode_specific(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def _encode_mode_specific(self, values: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
         n_special = len(self.special_values)
         block = np.zeros((len(values), self.width))
         special = np.full(len(values), -1)
         for index, value in enumerate(self.special_values):
             special[values == value] = index
         regular = special < 0
-        alpha, modes = self.normalizer.transform(self._to_space(values[regular]), rng)
+        alpha, modes = self.normalizer.transform(self._to_space(values[regular]), uniforms[regular])
         block[regular, 0] = alpha
         block[np.flatnonzero(regular), 1 + n_special + modes] = 1.0
         block[np.flatnonzero(~regular), 1 + special[~regular]] = 1.0
@@ -350,15 +380,13 @@ class TableTransformer:
 
     # --- encode / decode ---------------------------------------------------------------------
 
-    def encode(
-        self, frame: pd.DataFrame, seed: int | np.random.Generator = 0, unknown: str = "drop"
-    ) -> tuple[torch.Tensor, EncodingReport]:
+    def encode(self, frame: pd.DataFrame, seed: int = 0, unknown: str = "drop") -> tuple[torch.Tensor, EncodingReport]:
         """Encode ``frame`` into a float32 tensor ``(rows kept, encoded_dim)``, and the schema's
-        clip/reject report. ``seed`` (or a generator) draws each value's mode from its posterior,
-        as CTGAN does; it is not privacy noise, so a fixed seed is fine."""
+        clip/reject report. Each value's mode is drawn from its posterior, as CTGAN does, with
+        :func:`record_uniforms` of the row and ``seed`` (public: it is not privacy noise)."""
         kept, report = rows_in_schema(self.schema, frame, unknown)
-        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-        blocks = [encoder.encode(kept[encoder.column.name], rng) for encoder in self.encoders]
+        uniforms = record_uniforms(kept[list(self.schema.names)], seed)
+        blocks = [encoder.encode(kept[encoder.column.name], uniforms[:, index]) for index, encoder in enumerate(self.encoders)]
         encoded = np.concatenate(blocks, axis=1) if len(kept) else np.zeros((0, self.encoded_dim))
         return torch.from_numpy(encoded.astype(np.float32)), report
 
