@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import dp_accounting
 import lightning as L
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from dp_accounting.rdp import rdp_privacy_accountant
@@ -342,6 +343,14 @@ def test_the_report_names_the_mode_and_the_budget_holds(critics_run):
     assert report["critic_schedule"] == "round-robin (public); answering critic uniform (secret)"
     assert "round-robin" in report["composition"] and "amplification_caveat" not in report
     assert (critics_run / "samples.png").is_file()
+
+
+def test_the_logs_hold_nothing_the_answering_critic_computed(critics_run):
+    """The generator's loss is computed by the secretly selected critic: its level could tell the
+    critics apart, so only the trained critic's loss and the public round-robin index are logged."""
+    logged = set(pd.read_csv(critics_run / "logs" / "metrics.csv").columns) | set(read_json(critics_run / "metrics.json"))
+    assert {"loss/discriminator", "critic/trained"} <= logged
+    assert not any("generator" in name or "answer" in name for name in logged)
 
 
 def test_a_resumed_run_keeps_partitions_noise_and_spend(critics_run, tiny_image_data_dir, tmp_path):

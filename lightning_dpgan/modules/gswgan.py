@@ -204,12 +204,13 @@ class GSWGAN(WGAN):
         for t in range(records.shape[0]):
             critic_loss = self.discriminator_step(records[t], None if labels is None else labels[t], n_generated)
         self.discriminator.select(answer)
-        generator_loss = self.generator_step(n_generated)
+        self.generator_step(n_generated)
         self.train_steps += 1
-        self.log_dict({"loss/discriminator": critic_loss, "loss/generator": generator_loss},
-                      prog_bar=True, batch_size=max(records.shape[1], 1))
-        # Only the public round-robin index is logged: which critic answered must stay secret from
-        # whoever sees the generator, and logs travel further than checkpoints (W&B, shared folders).
+        # Only the trained critic's loss and the public round-robin index are logged: which critic
+        # answered must stay secret from whoever sees the generator, logs travel further than
+        # checkpoints (W&B, shared folders), and the generator's loss, computed by the answering
+        # critic without noise, would tell critics apart by their output levels.
+        self.log("loss/discriminator", critic_loss, prog_bar=True, batch_size=max(records.shape[1], 1))
         self.log("critic/trained", float(trained), batch_size=max(records.shape[1], 1))
 
     # -------------------------------------------------------------- checkpoints
