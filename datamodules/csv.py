@@ -113,6 +113,14 @@ class CSVDataModule(TabularDataModule):
         )
         return schema
 
+    def _categorical_columns(self) -> list[str]:
+        """The columns read as text: the schema file's categorical ones, or those declared (and a
+        class label). Letting pandas type them from the rows would let one record change how
+        every other record in its column reads ("0101" is 101 until some row holds "A1")."""
+        if self._schema is not None:
+            return [column.name for column in self._schema.columns if not column.is_numeric]
+        return [*self.categorical, *([self.target] if self.label_kind in ("binary", "categorical") else [])]
+
     @property
     def estimates_schema(self) -> bool:
         """True until a schema exists: without a schema file, using it runs a DP estimate."""
@@ -149,17 +157,21 @@ class CSVDataModule(TabularDataModule):
 
     def _read_split(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         self.prepare_data()
-        frame = _read_csv(self.csv_path)
+        frame = _read_csv(self.csv_path, self._categorical_columns())
+        if self._schema is not None:
+            frame = _as_schema_categories(frame, self._schema)
         missing = [name for name in self.drop if name not in frame.columns]
         if missing:
             raise SchemaError(f"columns to drop {missing} are not in {self.csv_path} (columns: {list(frame.columns)})")
         return self._seeded_split(frame.drop(columns=self.drop))
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
-    """The file's rows, refusing an empty, header-only, unparseable or binary file by name."""
+def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:
+    """The file's rows, ``text_columns`` as text, refusing an empty, header-only, unparseable or
+    binary file by name."""
     try:
-        frame = pd.read_csv(path)
+        header = pd.read_csv(path, nrows=0).columns
+        frame = pd.read_csv(path, dtype={name: str for name in text_columns if name in header})
     except pd.errors.EmptyDataError as err:
         raise SchemaError(f"CSV file {path} is empty: it needs a header row of column names, then one record "
                           "per line") from err
@@ -170,6 +182,18 @@ def _read_csv(path: Path) -> pd.DataFrame:
     if frame.empty:
         raise SchemaError(f"CSV file {path} has a header ({', '.join(map(str, frame.columns))}) but no records: "
                           "add one record per line after it")
+    return frame
+
+
+def _as_schema_categories(frame: pd.DataFrame, schema: TableSchema) -> pd.DataFrame:
+    """Text values of the schema's categorical columns as its categories (``"1"`` as ``1`` where
+    the schema file lists numbers), one value at a time; others stay text, unknown categories."""
+    frame = frame.copy()
+    for column in schema.columns:
+        if column.is_numeric or column.name not in frame.columns:
+            continue
+        by_text = {str(category): category for category in column.categories}
+        frame[column.name] = frame[column.name].map(lambda value: by_text.get(value, value))
     return frame
 
 

@@ -273,6 +273,41 @@ def test_csv_with_a_schema_file_spends_nothing(tmp_path):
     assert datamodule.train_size == 320
 
 
+def coded_csv(path: Path, odd_row: bool) -> Path:
+    """Categories that look like numbers ("0101"), with or without one row coded "A1"."""
+    rng = np.random.default_rng(1)
+    codes = rng.choice(["0101", "0202", "0303"], 300).tolist() + (["A1"] if odd_row else [])
+    pd.DataFrame({"amount": rng.uniform(0, 100, len(codes)).round(2), "code": codes,
+                  "churned": rng.choice(["0", "1"], len(codes))}).to_csv(path, index=False)
+    return path
+
+
+def test_one_record_does_not_change_how_the_other_records_categories_are_read(tmp_path):
+    """pandas would type "0101" as the number 101 unless some row holds "A1": one record would
+    change the released categories and every other record's value."""
+    frames = []
+    for odd_row in (False, True):
+        module = CSVDataModule(csv=coded_csv(tmp_path / f"{odd_row}.csv", odd_row), target="churned", categorical="code",
+                               label_kind="binary", split_seed=0)
+        train, _ = module._read_split()
+        frames.append(pd.concat([train, _]).sort_index())
+    plain, with_odd_row = frames
+    assert plain["code"].tolist() == with_odd_row["code"].tolist()[:300]
+    assert set(plain["code"]) == {"0101", "0202", "0303"} and set(plain["churned"]) == {"0", "1"}
+    schema = {"label": "churned", "label_kind": "binary", "columns": [
+        {"name": "amount", "kind": "continuous", "bounds": [0, 100]},
+        {"name": "code", "kind": "categorical", "categories": [101, 202, 303]},  # a schema file may list numbers
+        {"name": "churned", "kind": "categorical", "categories": ["0", "1"]}]}
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(schema))
+    module = CSVDataModule(csv=coded_csv(tmp_path / "plain.csv", False), schema=tmp_path / "schema.yaml")
+    train, _ = module._read_split()
+    assert set(train["code"]) == {"0101", "0202", "0303"}  # "0101" is not the category 101: text is read as written
+    numbers = tmp_path / "numbers.csv"
+    pd.read_csv(tmp_path / "plain.csv", dtype=str).assign(code=lambda f: f["code"].str.lstrip("0")).to_csv(numbers, index=False)
+    train, _ = CSVDataModule(csv=numbers, schema=tmp_path / "schema.yaml")._read_split()
+    assert set(train["code"]) == {101, 202, 303}
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
