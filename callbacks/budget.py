@@ -74,6 +74,11 @@ class PrivacyBudgetStopping(L.Callback):
         return low
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        spent = self.strategy.epsilon()
+        if spent > self.target_epsilon:  # a resumed run's checkpoint, under a lower --epsilon
+            raise BudgetTooSmallError(
+                f"the checkpoint already spent epsilon = {spent:.4g}, more than --epsilon {self.target_epsilon:g}: "
+                "its privacy report would exceed the target. Resume with --epsilon of at least what it spent.")
         if decided_by_rank_zero(self.next_step_fits()):
             return
         if self.strategy.steps_taken() == 0:

@@ -106,6 +106,16 @@ def test_resume_keeps_the_calibrated_noise(tiny_image_data_dir, tmp_path):
     assert second["epsilon"] <= 6 and second["steps"] >= first["steps"]
 
 
+def test_resuming_under_a_target_below_what_the_checkpoint_spent_is_refused(tiny_image_data_dir, tmp_path, capsys):
+    assert dpgan(tiny_image_data_dir, tmp_path / "a", 4, "--epsilon", "6", "--delta", "1e-4") == 0
+    spent = read_json(tmp_path / "a" / "privacy.json")["epsilon"]
+    code = dpgan(tiny_image_data_dir, tmp_path / "b", 8, "--epsilon", str(round(spent / 2, 3)), "--delta", "1e-4",
+                 "--resume", str(tmp_path / "a" / "checkpoints" / "last.ckpt"))
+    assert code == 2
+    assert f"already spent epsilon = {spent:.4g}, more than --epsilon {round(spent / 2, 3):g}" in capsys.readouterr().err
+    assert not (tmp_path / "b" / "privacy.json").exists()  # no report whose epsilon passes its target
+
+
 def test_resume_without_accountant_state_is_refused(tiny_image_data_dir, tmp_path, capsys):
     assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "plain", steps=2, batch_size=BATCH)) == 0
     code = dpgan(tiny_image_data_dir, tmp_path / "dp", 4, "--privacy", "dp-sgd", "--privacy.noise_multiplier", "1.0",
