@@ -77,6 +77,8 @@ def _train_parser() -> argparse.ArgumentParser:
     add("--quail-split", dest="quail_split", type=float,
         help="with --model quail: the label model's share of epsilon and delta, in (0, 1) (default 0.5)")
     add("--resume", help="checkpoint to continue training from")
+    add("--overwrite", action="store_true", default=None,
+        help="train into an --output-dir that holds another run (its outputs are moved to previous/ first)")
     add("--evaluate", action="store_true", default=None,
         help="after training, evaluate the run (writes evaluation.json; see 'python -m lightning_dpgan evaluate')")
     return parser
@@ -139,11 +141,19 @@ def _output_dir(config: dict[str, Any]) -> Path:
 
 def train(argv: list[str]) -> Path:
     """Run ``train`` and return the output directory."""
+    from lightning_dpgan.distributed import launched_as_follower
     from lightning_dpgan.run import Run
+    from lightning_dpgan.run_folder import check_output_dir, continues_run_in, prepend_earlier_steps, set_aside_outputs
 
     config = build_config(argv)
-    run = Run(config, _output_dir(config))
+    output_dir, previous = _output_dir(config), None
+    if not launched_as_follower():  # a DDP run's other processes share rank 0's folder
+        check_output_dir(output_dir, config["resume"], config["overwrite"])
+        previous = set_aside_outputs(output_dir) if output_dir.is_dir() else None
+    run = Run(config, output_dir)
     run.fit()
+    if continues_run_in(output_dir, config["resume"]) and run.trainer.is_global_zero:
+        prepend_earlier_steps(output_dir, previous)
     if config["evaluate"] and run.trainer.is_global_zero:
         from lightning_dpgan.evaluate import evaluate_run
 

@@ -47,7 +47,13 @@ CODE_DEFAULTS: dict[str, Any] = {
     "sample_columns": 10,
     "num_synthetic": None,  # rows in synthetic.csv (tables); None: as many as training records
     "evaluate": False,  # evaluate the run after training (evaluation.json)
+    "overwrite": False,  # replace the run an existing --output-dir holds (its outputs are set aside)
 }
+
+#: Top-level settings that are whole numbers: (smallest value allowed, whether None is allowed).
+INTEGER_SETTINGS = {"seed": (0, False), "max_steps": (1, True), "max_epochs": (1, True), "num_synthetic": (1, True),
+                    "sample_every_n_steps": (0, False), "checkpoint_every_n_steps": (0, False), "sample_columns": (1, False)}
+BOOLEAN_SETTINGS = ("evaluate", "overwrite")
 
 #: CLI flag -> dotted configuration key.
 FLAG_KEYS = {
@@ -71,6 +77,7 @@ FLAG_KEYS = {
     "wandb_entity": "logger.entity",
     "wandb_name": "logger.run_name",
     "evaluate": "evaluate",
+    "overwrite": "overwrite",
     "resume": "resume",
     "quail_synthesizer": "quail.synthesizer",
     "quail_split": "quail.split",
@@ -221,6 +228,22 @@ def check_top_level(config: dict[str, Any]) -> None:
                           f"not --model {config['model'].get('name')}")
     if not isinstance(config.get(QUAIL, {}), dict):
         raise ConfigError("configuration section 'quail' must be a mapping")
+    check_setting_values(config)
+
+
+def check_setting_values(config: dict[str, Any]) -> None:
+    """Refuse, before anything runs, a top-level value that would be misread: ``max_steps: 0``
+    (a falsy "no limit"), a count written as text, "maybe" for a yes/no setting."""
+    for key, (minimum, optional) in INTEGER_SETTINGS.items():
+        value = config.get(key)
+        if value is None and optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            flag = f"--{key.replace('_', '-')}" if key in FLAG_KEYS else key
+            raise ConfigError(f"{flag} must be a whole number >= {minimum}{' (or left out)' if optional else ''}, got {value!r}")
+    for key in BOOLEAN_SETTINGS:
+        if not isinstance(config.get(key), bool):
+            raise ConfigError(f"{key} must be true or false, got {config.get(key)!r}")
 
 
 def init_arguments(cls: type) -> dict[str, inspect.Parameter]:

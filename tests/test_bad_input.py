@@ -26,7 +26,9 @@ from lightning_dpgan.outputs import OutputWriteError, atomic_write, write_csv, w
 from lightning_dpgan.sampling import CheckpointError, check_resume_checkpoint, read_run_info
 from run_helpers import tiny_run_args
 
-#: What an earlier run left in the output folder: a failed run must not touch it.
+#: What an earlier run left in the output folder: a failed run must not lose it. The runs below
+#: pass --overwrite (a folder holding a run is refused otherwise): the earlier outputs are set
+#: aside in previous/ before anything else, and must be found there or where they were.
 EARLIER_RUN = {
     "config.yaml": b"model: the earlier run's\n",
     "privacy.json": b'{"mechanism": "dp-sgd", "epsilon": 1.0, "note": "the earlier run"}\n',
@@ -42,11 +44,14 @@ def plant_earlier_run(output_dir: Path) -> None:
         (output_dir / name).write_bytes(data)
 
 
-def assert_nothing_lost(output_dir: Path, rewritten: tuple[str, ...] = ()) -> None:
-    """The earlier run's files have their bytes (but ``rewritten``), no temporary file is left."""
+def assert_nothing_lost(output_dir: Path) -> None:
+    """The earlier run's files keep their bytes, in place or set aside in previous/; a file at
+    the top is either the earlier one or absent after a failure (no half-run claims the folder);
+    no temporary file is left."""
     for name, data in EARLIER_RUN.items():
-        if name not in rewritten:
-            assert (output_dir / name).read_bytes() == data, f"{name} was overwritten"
+        kept = [path for path in (output_dir / name, output_dir / "previous" / name)
+                if path.is_file() and path.read_bytes() == data]
+        assert kept, f"{name} was lost"
     leftovers = [p.name for p in output_dir.rglob("*") if p.name.endswith(".tmp")]
     assert not leftovers, f"temporary files left behind: {leftovers}"
 
@@ -70,7 +75,7 @@ def assert_refused(argv: list[str], capsys, *keywords: str) -> str:
 
 
 def image_args(data_dir: Path, output_dir: Path, *extra: str, verify: bool = False, **kwargs) -> list[str]:
-    args = tiny_run_args(data_dir, output_dir, steps=2, **kwargs) + list(extra)
+    args = tiny_run_args(data_dir, output_dir, steps=2, **kwargs) + ["--overwrite", *extra]
     if verify:  # the default of a real run; the fixtures are not the canonical files
         index = args.index("--data.verify_checksums")
         del args[index : index + 2]
@@ -130,7 +135,7 @@ def table(n: int = 80, seed: int = 0) -> pd.DataFrame:
 def csv_args(csv: Path, out: Path, schema: Path | None, *extra: str) -> list[str]:
     args = ["train", "--model", "gan", "--dataset", "csv", "--data.csv", str(csv), "--output-dir", str(out),
             "--max-steps", "2", "--batch-size", "8", "--trainer.enable_progress_bar", "false",
-            "--trainer.enable_model_summary", "false", *TINY_MLP]
+            "--trainer.enable_model_summary", "false", "--overwrite", *TINY_MLP]
     if schema is not None:
         return args + ["--data.schema", str(schema), *extra]
     return args + ["--data.target", "label", "--data.categorical", "kind,label", "--data.label_kind", "binary",
@@ -473,9 +478,10 @@ def test_a_run_whose_privacy_report_hits_a_full_disk_fails_clearly_and_loses_not
     disk_full_for("privacy.json")
     assert_refused(image_args(tiny_image_data_dir, out), capsys,
                    f"could not write {out / 'privacy.json'}: No space left on device")
-    # privacy.json is written last: the earlier report stays whole, so no fresh privacy.json claims
-    # a run whose files were not all written
-    assert_nothing_lost(out, rewritten=("config.yaml", "samples.png", "metrics.json"))
+    # privacy.json is written last and the earlier one was set aside: no privacy.json claims a run
+    # whose files were not all written
+    assert_nothing_lost(out)
+    assert not (out / "privacy.json").exists()
     assert (out / "checkpoints" / "last.ckpt").is_file()  # training itself finished
 
 
@@ -485,5 +491,6 @@ def test_a_run_whose_synthetic_table_hits_a_full_disk_keeps_the_earlier_table(tm
     plant_earlier_run(out)
     disk_full_for("synthetic.csv")
     assert_refused(csv_args(csv, out, None), capsys, f"could not write {out / 'synthetic.csv'}: No space left",
-                   "synthetic.csv still holds its previous content")
-    assert_nothing_lost(out, rewritten=("config.yaml",))  # the table is written first: no report of this run claims it
+                   "synthetic.csv was not created")
+    assert_nothing_lost(out)  # the earlier table is in previous/; the table is written first: no report of this run claims it
+    assert not (out / "privacy.json").exists()

@@ -1,5 +1,6 @@
 """``train.py`` and ``python -m lightning_dpgan sample`` end to end on tiny fixture data."""
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -104,6 +105,13 @@ def test_config_yaml_reproduces_the_run_settings(gan_run, tmp_path):
         (["--data.not_an_arg", "3"], "unknown key(s) data.not_an_arg"),
         (["--trainer.not_an_arg", "3"], "unknown Lightning Trainer argument"),
         (["--privacy", "dp-sgdd"], "unknown privacy 'dp-sgdd'"),
+        (["--max-steps", "0"], "--max-steps must be a whole number >= 1 (or left out), got 0"),
+        (["--max-epochs", "0"], "--max-epochs must be a whole number >= 1"),
+        (["--num_synthetic", "0"], "num_synthetic must be a whole number >= 1"),
+        (["--num_synthetic", "-5"], "num_synthetic must be a whole number >= 1"),
+        (["--sample_columns", "abc"], "sample_columns must be a whole number >= 1, got 'abc'"),
+        (["--seed", "-1"], "--seed must be a whole number >= 0, got -1"),
+        (["--overwrite", "maybe"], "unrecognized argument 'maybe'"),
     ],
 )
 def test_train_refuses_bad_settings_before_training(tiny_image_data_dir, tmp_path, capsys, extra, message):
@@ -111,6 +119,51 @@ def test_train_refuses_bad_settings_before_training(tiny_image_data_dir, tmp_pat
     assert main(tiny_run_args(tiny_image_data_dir, output_dir) + extra) == 2
     assert message in capsys.readouterr().err
     assert not (output_dir / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("setting,message", [("evaluate: maybe", "evaluate must be true or false, got 'maybe'"),
+                                             ("max_steps: abc", "--max-steps must be a whole number >= 1 (or left out), got 'ab"),
+                                             ("max_epochs: true", "--max-epochs must be a whole number")])
+def test_a_config_files_top_level_values_are_checked(tmp_path, setting, message):
+    from lightning_dpgan.cli import build_config
+    from lightning_dpgan.config import ConfigError
+
+    (tmp_path / "config.yaml").write_text(f"model: {{name: gan}}\ndata: {{name: mnist}}\n{setting}\n")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        build_config(["--config", str(tmp_path / "config.yaml")])
+
+
+def test_a_folder_holding_a_run_is_refused_unless_continued_or_replaced(tiny_image_data_dir, tmp_path, capsys):
+    """A second run into a run's folder would replace its checkpoint while the old privacy.json
+    stays until the end: a failing or interrupted run would leave a report that under-states
+    what the checkpoint spent. Continuing or replacing sets the old outputs aside first."""
+    run = tmp_path / "run"
+    assert main(tiny_run_args(tiny_image_data_dir, run, steps=3) + ["--trainer.log_every_n_steps", "1"]) == 0
+    first = {name: (run / name).read_bytes() for name in ("privacy.json", "metrics.json", "config.yaml", "logs/metrics.csv")}
+    assert main(tiny_run_args(tiny_image_data_dir, run, steps=5)) == 2
+    refusal = capsys.readouterr().err
+    assert "already holds a run" in refusal and f"--resume {run / 'checkpoints' / 'last.ckpt'}" in refusal
+    assert {name: (run / name).read_bytes() for name in first} == first  # untouched
+    # a file is not a folder
+    (tmp_path / "file").write_text("x")
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "file", steps=2)) == 2
+    assert "is a file" in capsys.readouterr().err
+
+    # continued in place: the old outputs move to previous/, the step log keeps the earlier steps
+    resume = ["--resume", str(run / "checkpoints" / "last.ckpt"), "--trainer.log_every_n_steps", "1"]
+    assert main(tiny_run_args(tiny_image_data_dir, run, steps=6) + resume) == 0
+    assert {name: (run / "previous" / name).read_bytes() for name in first} == first
+    assert json.loads((run / "metrics.json").read_text())["steps"] == 6
+    import pandas as pd
+
+    steps = pd.read_csv(run / "logs" / "metrics.csv")["step"].dropna().astype(int).tolist()
+    assert steps[0] < 3 and max(steps) >= 5 and steps == sorted(steps)  # the first run's steps, then the resumed ones
+
+    # a run that fails after being allowed in (no data) leaves nothing at the top that claims the checkpoint
+    assert main(tiny_run_args(tmp_path / "no-data", run, steps=2) + ["--overwrite", "--data.download", "false"]) == 2
+    assert not (run / "privacy.json").exists() and (run / "previous-2" / "privacy.json").is_file()
+    assert main(tiny_run_args(tiny_image_data_dir, run, steps=2) + ["--overwrite"]) == 0
+    assert json.loads((run / "metrics.json").read_text())["steps"] == 2
 
 
 def test_missing_data_names_the_files_and_data_dir(tmp_path, capsys):

@@ -34,7 +34,7 @@ class Settings:
 def train_command(cell: Cell, size: Size, settings: Settings) -> list[str]:
     command = [sys.executable, "-m", "lightning_dpgan", "train", "--model", cell.model, "--dataset", cell.dataset,
                "--seed", str(cell.seed), "--output-dir", str(settings.out_dir / cell.name),
-               "--trainer.enable_progress_bar", "false"]
+               "--trainer.enable_progress_bar", "false", "--overwrite"]  # a rerun of the suite replaces its cells
     if cell.epsilon is not None:
         command += ["--epsilon", f"{cell.epsilon:g}", "--delta", f"{DELTA:g}"]
     if settings.data_dir:

@@ -1,0 +1,83 @@
+"""An output folder that already holds a run: refused unless continued or replaced on purpose,
+and never left with one run's checkpoint beside another's privacy report.
+
+A run folder's files describe one training: ``privacy.json`` is the guarantee of the generator
+in ``checkpoints/last.ckpt``. Training into a folder that holds a run would replace the
+checkpoint while the old report stays until the new one is written -- after training, so an
+interrupted or failing run would leave a report that under-states what the checkpoint spent --
+and Lightning's CSV logger starts ``logs/metrics.csv`` afresh. So:
+
+- a folder holding a run is refused, unless ``--resume`` continues a checkpoint inside it or
+  ``--overwrite`` replaces it;
+- when it is continued or replaced, its outputs (report, metrics, synthetic data, evaluation,
+  logs, config) are first moved to ``previous/`` (``previous-2/`` ... if that exists): nothing is
+  deleted, and nothing at the top of the folder describes a checkpoint it does not hold;
+- a continued run's step log is the earlier one's steps followed by its own.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from lightning_dpgan.config import ConfigError
+
+#: What a run writes besides its checkpoints (moved aside when the folder is reused).
+OUTPUTS = ("privacy.json", "metrics.json", "synthetic.csv", "samples.png", "evaluation.json", "report.md", "report",
+           "epsilon.png", "config.yaml", "logs")
+#: Any of these makes a folder a run's.
+MARKERS = (*OUTPUTS, "checkpoints")
+STEP_LOG = Path("logs") / "metrics.csv"
+
+
+def held_run_files(folder: Path) -> list[str]:
+    """The run files ``folder`` holds (none if it does not exist)."""
+    return [name for name in MARKERS if (folder / name).exists()] if folder.is_dir() else []
+
+
+def continues_run_in(folder: Path, resume: str | None) -> bool:
+    """Whether ``resume`` names a checkpoint inside ``folder``."""
+    if not resume:
+        return False
+    return folder.resolve() in Path(resume).resolve().parents
+
+
+def check_output_dir(folder: Path, resume: str | None, overwrite: bool) -> None:
+    """Refuse a file, or a folder holding a run that is neither continued nor to be replaced."""
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--output-dir {folder} is a file: give a folder (it is created if missing)")
+    held = held_run_files(folder)
+    if not held or overwrite or continues_run_in(folder, resume):
+        return
+    raise ConfigError(
+        f"--output-dir {folder} already holds a run ({', '.join(held)}): choose another folder, continue it with "
+        f"--resume {folder / 'checkpoints' / 'last.ckpt'}, or replace it with --overwrite (its outputs are then "
+        "moved to previous/)")
+
+
+def set_aside_outputs(folder: Path) -> Path | None:
+    """Move the outputs of the run ``folder`` holds into a fresh ``previous*/`` folder; return it
+    (None if there was nothing to move). Checkpoints stay: a resume reads them."""
+    present = [name for name in OUTPUTS if (folder / name).exists()]
+    if not present:
+        return None
+    previous, number = folder / "previous", 1
+    while previous.exists():
+        number += 1
+        previous = folder / f"previous-{number}"
+    previous.mkdir()
+    for name in present:
+        shutil.move(str(folder / name), str(previous / name))
+    return previous
+
+
+def prepend_earlier_steps(folder: Path, previous: Path | None) -> None:
+    """A continued run's step log: the earlier run's rows before the first step this one logged."""
+    earlier_path, current_path = (None if previous is None else previous / STEP_LOG), folder / STEP_LOG
+    if earlier_path is None or not earlier_path.is_file() or not current_path.is_file():
+        return
+    earlier, current = pd.read_csv(earlier_path), pd.read_csv(current_path)
+    if "step" in earlier and "step" in current and len(current):
+        earlier = earlier[earlier["step"] < current["step"].min()]
+    pd.concat([earlier, current], ignore_index=True).to_csv(current_path, index=False)
