@@ -22,6 +22,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+
 from lightning_dpgan import registry
 from lightning_dpgan.config import CODE_DEFAULTS, ConfigError, parse_value, resolve
 from lightning_dpgan.data.download import DataIntegrityError
@@ -85,7 +88,11 @@ def _train_parser() -> argparse.ArgumentParser:
 
 
 def _devices(text: str) -> int | str:
-    return text if text == "auto" else int(text)
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1 or 'auto', got {text!r}")
+    return int(text)
 
 
 def parse_overrides(extra: list[str]) -> dict[str, Any]:
@@ -157,8 +164,17 @@ def train(argv: list[str]) -> Path:
     if config["evaluate"] and run.trainer.is_global_zero:
         from lightning_dpgan.evaluate import evaluate_run
 
-        evaluate_run(run.output_dir, seed=config["seed"])
+        try:
+            evaluate_run(run.output_dir, seed=config["seed"])
+        except (ValueError, OSError) as error:  # the run itself is complete: say so, not "refused"
+            raise EvaluationFailed(f"training finished and wrote {run.output_dir} (privacy.json included); its "
+                                   f"evaluation failed: {error}. Rerun it with: python -m lightning_dpgan evaluate "
+                                   f"--run {run.output_dir}") from error
     return run.output_dir
+
+
+class EvaluationFailed(ValueError):
+    """``train --evaluate``: the run was trained and written, its evaluation was not."""
 
 
 def sample(argv: list[str]) -> Path:
@@ -218,7 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = COMMANDS[command](rest)
     # OSError: missing files, a full disk (outputs.OutputWriteError names the file), permissions.
-    except (ConfigError, registry.UnknownNameError, ValueError, DataIntegrityError, OSError) as error:
+    # Lightning's MisconfigurationException: --devices 0, --accelerator gpu without one, ...
+    # YAMLError: a damaged config.yaml (evaluate reads the run's).
+    except (ConfigError, registry.UnknownNameError, ValueError, DataIntegrityError, OSError,
+            MisconfigurationException, yaml.YAMLError) as error:
         if os.environ.get("LIGHTNING_DPGAN_DEBUG"):
             raise
         print(f"error: {error}", file=sys.stderr)

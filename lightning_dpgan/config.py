@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from lightning_dpgan.argument_types import mismatches
+
 SECTIONS = ("model", "data", "privacy", "logger", "trainer")
 #: ``--model quail`` composes a label model with this synthesizer unless ``--quail-synthesizer``
 #: names another; its ``model`` section then holds the synthesizer's arguments.
@@ -276,4 +278,7 @@ def section_arguments(config: dict[str, Any], section: str, cls: type, provided:
             f"unknown key(s) {', '.join(f'{section}.{key}' for key in unknown)} for {section} '{owner}'. "
             f"Valid keys: {', '.join(f'{section}.{name}' for name in valid)}."
         )
+    wrong = mismatches(section, args, cls)
+    if wrong:
+        raise ConfigError("; ".join(wrong))
     return args

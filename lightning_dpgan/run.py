@@ -166,7 +166,10 @@ class Run:
         args = section_arguments(self.config, "model", cls, provided=MODEL_PROVIDED)
         if "table_layout" in init_arguments(cls):
             args["table_layout"] = self.datamodule.table_layout
-        module = cls(data_shape=self.datamodule.data_shape, num_classes=self.datamodule.num_classes, **args)
+        try:
+            module = cls(data_shape=self.datamodule.data_shape, num_classes=self.datamodule.num_classes, **args)
+        except TypeError as error:  # a nested setting the annotations cannot see, e.g. --model.generator_kwargs.foo
+            raise ConfigError(f"model '{self.config['model']['name']}' refused its settings: {error}") from error
         # The checkpoint's module is the synthesizer's: `sample` rebuilds it by this name.
         module.run_info = {"model": model_name(self.config), "dataset": self.config["data"]["name"]}
         if not self.is_image:

@@ -22,6 +22,9 @@ class CheckpointError(ValueError):
 def read_run_info(path: str | Path) -> dict[str, Any]:
     """The run information stored by ``GANModule.on_save_checkpoint``; refuses foreign files."""
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder, not a checkpoint: pass the checkpoint file in it, "
+                              f"e.g. {path / 'checkpoints' / 'last.ckpt'}")
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:

@@ -166,6 +166,33 @@ def test_a_folder_holding_a_run_is_refused_unless_continued_or_replaced(tiny_ima
     assert json.loads((run / "metrics.json").read_text())["steps"] == 2
 
 
+@pytest.mark.parametrize("devices", ["0", "-1", "two"])
+def test_a_device_count_below_one_is_refused_by_the_parser(tiny_image_data_dir, tmp_path, capsys, devices):
+    with pytest.raises(SystemExit) as exit_info:
+        main(tiny_run_args(tiny_image_data_dir, tmp_path / "run") + ["--devices", devices])
+    assert exit_info.value.code == 2
+    assert "must be a whole number >= 1 or 'auto'" in capsys.readouterr().err
+
+
+def test_resume_from_a_run_folder_says_which_file_to_pass(gan_run, tiny_image_data_dir, tmp_path, capsys):
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "run") + ["--resume", str(gan_run)]) == 2
+    assert f"is a folder, not a checkpoint: pass the checkpoint file in it, e.g. {gan_run / 'checkpoints' / 'last.ckpt'}" \
+        in capsys.readouterr().err
+
+
+def test_a_failed_evaluation_after_training_says_the_run_was_written(tiny_image_data_dir, tmp_path, capsys, monkeypatch):
+    def broken(*args, **kwargs):
+        raise ValueError("missing values (NaN) in columns: income")
+
+    monkeypatch.setattr("lightning_dpgan.evaluate.evaluate_run", broken)
+    run = tmp_path / "run"
+    assert main(tiny_run_args(tiny_image_data_dir, run, steps=2) + ["--evaluate"]) == 2
+    error = capsys.readouterr().err
+    assert f"training finished and wrote {run} (privacy.json included); its evaluation failed: missing values" in error
+    assert f"python -m lightning_dpgan evaluate --run {run}" in error
+    assert (run / "privacy.json").is_file() and (run / "checkpoints" / "last.ckpt").is_file()
+
+
 def test_missing_data_names_the_files_and_data_dir(tmp_path, capsys):
     args = tiny_run_args(tmp_path / "empty", tmp_path / "out") + ["--data.download", "false"]
     assert main(args) == 2

@@ -1,0 +1,94 @@
+"""Checking a configuration value against the annotation of the argument it fills.
+
+A dotted override arrives as YAML (``--model.latent_dim abc`` is the text "abc"), and a class
+that receives the wrong kind of value fails deep inside with a ``TypeError``, or worse, takes it:
+"maybe" is a true value for a yes/no setting. :func:`check_arguments` compares each value with
+its parameter's annotation first (:func:`mismatches`), and the configuration refuses it naming
+the key, the kind it expects and what it got.
+Annotations it cannot judge (a class, a callable) let the value through to the class itself.
+"""
+from __future__ import annotations
+
+import collections.abc
+import types
+import typing
+from typing import Any
+
+_SEQUENCES = (list, tuple, collections.abc.Sequence, collections.abc.MutableSequence)
+_MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
+
+
+def annotations_of(cls: type) -> dict[str, Any]:
+    """The resolved annotations of ``cls.__init__``'s parameters, following ``**kwargs`` up its
+    bases as :func:`~lightning_dpgan.config.init_arguments` does (the first class wins)."""
+    hints: dict[str, Any] = {}
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        try:
+            found = typing.get_type_hints(init)
+        except Exception:  # an annotation that does not resolve here: judge nothing of this class
+            found = {}
+        for name, hint in found.items():
+            if name != "return":
+                hints.setdefault(name, hint)
+        if not getattr(init, "__code__", None) or not init.__code__.co_flags & 0x08:  # no **kwargs
+            break
+    return hints
+
+
+def matches(value: Any, hint: Any) -> bool:
+    """Whether ``value`` (as YAML gives it) is of the kind ``hint`` describes; True where it cannot tell."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(matches(value, arg) for arg in args)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if origin is typing.Literal:
+        return value in args
+    if hint in _SEQUENCES or origin in _SEQUENCES:
+        if not isinstance(value, (list, tuple)):
+            return False
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return len(value) == len(args) and all(matches(item, arg) for item, arg in zip(value, args))
+        return not args or all(matches(item, args[0]) for item in value)
+    if hint in _MAPPINGS or origin in _MAPPINGS:
+        return isinstance(value, dict)
+    return True
+
+
+def describe(hint: Any) -> str:
+    """``hint`` in words, for an error message."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(describe(arg) for arg in args)
+    names = {bool: "true or false", int: "a whole number", float: "a number", str: "text", type(None): "null"}
+    if hint in names:
+        return names[hint]
+    if origin is typing.Literal:
+        return "one of " + ", ".join(map(repr, args))
+    if hint in _SEQUENCES or origin in _SEQUENCES:
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return f"a list of {len(args)} ({', '.join(describe(arg) for arg in args)})"
+        return f"a list (each {describe(args[0])})" if args else "a list"
+    if hint in _MAPPINGS or origin in _MAPPINGS:
+        return "a mapping"
+    return str(hint)
+
+
+def mismatches(section: str, args: dict[str, Any], cls: type) -> list[str]:
+    """One message per value of ``args`` that does not match its parameter's annotation."""
+    hints = annotations_of(cls)
+    return [f"{section}.{key} must be {describe(hints[key])}, got {value!r}"
+            for key, value in args.items() if key in hints and not matches(value, hints[key])]

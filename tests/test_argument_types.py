@@ -1,0 +1,54 @@
+"""Configuration values checked against the annotations of the arguments they fill."""
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from lightning_dpgan.argument_types import annotations_of, describe, matches
+from lightning_dpgan.cli import main
+from lightning_dpgan.modules.pategan import PATEGAN
+
+
+@pytest.mark.parametrize("value,hint,expected", [
+    (True, bool, True), ("maybe", bool, False), (1, bool, False),
+    (3, int, True), (True, int, False), (3.5, int, False), ("abc", int, False),
+    (3, float, True), (1e-4, float, True), ("abc", float, False), (False, float, False),
+    ("x", str, True), (3, str, False),
+    (None, int | None, True), ("abc", int | None, False),
+    ([0.5, 0.9], tuple[float, float], True), ([0.5], tuple[float, float], False), ("abc", tuple[float, float], False),
+    ([16, 16], Sequence[int], True), ([16, "x"], Sequence[int], False), ("16", Sequence[int], False),
+    ("a,b", Sequence[str] | str | None, True), ({"k": 1}, dict[str, Any], True), ("abc", dict[str, Any] | None, False),
+    ("rdp", Literal["rdp", "prv"], True), ("gdp", Literal["rdp", "prv"], False),
+    (object(), Any, True),
+])
+def test_a_value_matches_its_annotation_as_yaml_gives_it(value, hint, expected):
+    assert matches(value, hint) is expected
+
+
+def test_the_message_says_the_kind_expected():
+    assert describe(int | None) == "a whole number or null"
+    assert describe(tuple[float, float]) == "a list of 2 (a number, a number)"
+    assert describe(Sequence[int]) == "a list (each a whole number)"
+    assert describe(bool) == "true or false"
+
+
+def test_annotations_follow_kwargs_up_the_base_classes():
+    hints = annotations_of(PATEGAN)
+    assert hints["teacher_steps"] is int  # PATEGAN's own
+    assert "latent_dim" in hints  # a base class's, reached through **kwargs
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--model.latent_dim", "abc"], "model.latent_dim must be a whole number, got 'abc'"),
+    (["--model.lr", "abc"], "model.lr must be a number, got 'abc'"),
+    (["--privacy.num_teachers", "abc"], "privacy.num_teachers must be a whole number or null, got 'abc'"),
+    (["--model.generator_kwargs.foo", "1"], "model 'pategan' refused its settings"),
+])
+def test_a_wrongly_typed_override_is_refused_before_anything_runs(extra, message, tmp_path, capsys):
+    data_dir = Path(__file__).parent / "fixtures" / "adult_tiny"
+    args = ["train", "--model", "pategan", "--dataset", "adult", "--data-dir", str(data_dir),
+            "--output-dir", str(tmp_path / "run"), "--max-steps", "1", *extra]
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run" / "checkpoints").exists()
