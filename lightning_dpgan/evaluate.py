@@ -134,7 +134,29 @@ def _evaluate_table(run_dir: Path, datamodule: Any, seed: int, figures: dict[str
     def save(figure: Any, title: str, name: str) -> None:
         figures[title] = _save(figure, run_dir, name)
 
-    return evaluate_table(datamodule, pd.read_csv(synthetic_path), seed, save)
+    return evaluate_table(datamodule, read_synthetic_table(synthetic_path, datamodule.schema.names), seed, save)
+
+
+def read_synthetic_table(path: Path, columns: list[str]) -> pd.DataFrame:
+    """The run's synthetic table, refused by its own name when it is not one ``train`` wrote
+    (unreadable, empty, other columns, missing values): else the error would read as if the
+    real data were at fault."""
+    def refuse(problem: str) -> ValueError:
+        return ValueError(f"{path} {problem}: it is not a synthetic table as train writes it; write it again "
+                          "with: python -m lightning_dpgan sample --checkpoint RUN/checkpoints/last.ckpt -n N --out " + str(path))
+
+    try:
+        table = pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as error:
+        raise refuse(f"cannot be read as a CSV table ({' '.join(str(error).split())})") from error
+    missing, extra = [c for c in columns if c not in table.columns], [c for c in table.columns if c not in columns]
+    if missing or extra:
+        raise refuse(f"has other columns than the dataset's (missing {missing}, unexpected {extra})")
+    if table.empty:
+        raise refuse("has no rows")
+    if table.isna().any().any():
+        raise refuse(f"has missing values in columns {sorted(table.columns[table.isna().any()])}")
+    return table
 
 
 def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,

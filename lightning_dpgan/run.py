@@ -309,7 +309,15 @@ class Run:
         if self.trainer.logger is not None:
             self.trainer.logger.log_hyperparams({"run_config": self.config})
         started = time.perf_counter()
-        self.trainer.fit(self.module, datamodule=self.datamodule, ckpt_path=self.config["resume"])
+        try:
+            self.trainer.fit(self.module, datamodule=self.datamodule, ckpt_path=self.config["resume"])
+        except RuntimeError as error:
+            if self.config["resume"] and "Error(s) in loading state_dict" in str(error):
+                raise ConfigError(
+                    f"the checkpoint {self.config['resume']} does not fit the networks this run builds (a setting "
+                    "that shapes them differs: sizes, encoding, schema). Resume with the settings it was trained "
+                    f"with (its run's config.yaml). {str(error).splitlines()[0]}") from error
+            raise
         wall_time = time.perf_counter() - started
         if self.trainer.is_global_zero:
             self._write_outputs(wall_time)

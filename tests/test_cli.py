@@ -180,6 +180,31 @@ def test_resume_from_a_run_folder_says_which_file_to_pass(gan_run, tiny_image_da
         in capsys.readouterr().err
 
 
+def test_resuming_with_settings_that_reshape_the_networks_is_a_clear_error(gan_run, tiny_image_data_dir, tmp_path, capsys):
+    args = tiny_run_args(tiny_image_data_dir, tmp_path / "run", steps=9) + ["--resume", str(gan_run / "checkpoints/last.ckpt")]
+    assert main([*args, "--model.latent_dim", "12"]) == 2
+    error = capsys.readouterr().err
+    assert "does not fit the networks this run builds" in error and "config.yaml" in error
+    assert not (tmp_path / "run" / "privacy.json").exists()
+
+
+@pytest.mark.parametrize("damage,problem", [
+    (lambda text: text[: len(text) // 2].rsplit("\n", 1)[0] + "\n1.0,", "has missing values"),
+    (lambda text: text.replace("income", "earnings", 1), "has other columns than the dataset's"),
+    (lambda text: text.splitlines()[0] + "\n", "has no rows"),
+    (lambda text: "", "cannot be read as a CSV table"),
+])
+def test_a_damaged_synthetic_table_is_named_as_the_problem(tmp_path, capsys, damage, problem):
+    data_dir = Path(__file__).parent / "fixtures" / "adult_tiny"
+    run = tmp_path / "run"
+    assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(data_dir), "--output-dir", str(run),
+                 "--max-steps", "2", "--trainer.enable_progress_bar", "false"]) == 0
+    table = run / "synthetic.csv"
+    table.write_text(damage(table.read_text()))
+    assert main(["evaluate", "--run", str(run)]) == 2
+    assert f"{table} {problem}" in capsys.readouterr().err
+
+
 def test_a_failed_evaluation_after_training_says_the_run_was_written(tiny_image_data_dir, tmp_path, capsys, monkeypatch):
     def broken(*args, **kwargs):
         raise ValueError("missing values (NaN) in columns: income")
