@@ -26,8 +26,9 @@ from lightning_dpgan.config import ConfigError
 #: What a run writes besides its checkpoints (moved aside when the folder is reused).
 OUTPUTS = ("privacy.json", "metrics.json", "synthetic.csv", "samples.png", "evaluation.json", "report.md", "report",
            "epsilon.png", "config.yaml", "logs")
-#: Any of these makes a folder a run's.
-MARKERS = (*OUTPUTS, "checkpoints")
+#: Any of these makes a folder a run's: what a run writes once training has started (``logs/``
+#: alone is what a run refused before training leaves; it is set aside, not a reason to refuse).
+MARKERS = ("checkpoints", "privacy.json", "config.yaml", "metrics.json", "synthetic.csv", "samples.png")
 STEP_LOG = Path("logs") / "metrics.csv"
 
 

@@ -144,6 +144,14 @@ def test_a_folder_holding_a_run_is_refused_unless_continued_or_replaced(tiny_ima
     refusal = capsys.readouterr().err
     assert "already holds a run" in refusal and f"--resume {run / 'checkpoints' / 'last.ckpt'}" in refusal
     assert {name: (run / name).read_bytes() for name in first} == first  # untouched
+    # what a run refused before training leaves (its logger's files) does not make a folder a run's
+    refused = tmp_path / "refused"
+    assert main(tiny_run_args(tiny_image_data_dir, refused, steps=2) + ["--max-epochs", "1", "--epsilon", "1"]) == 2
+    capsys.readouterr()
+    (refused / "logs").mkdir(parents=True, exist_ok=True)
+    (refused / "logs" / "hparams.yaml").write_text("{}\n")
+    assert main(tiny_run_args(tiny_image_data_dir, refused, steps=2)) == 0
+    assert (refused / "previous" / "logs" / "hparams.yaml").is_file()
     # a file is not a folder
     (tmp_path / "file").write_text("x")
     assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "file", steps=2)) == 2
