@@ -189,11 +189,14 @@ class Run:
         cls = registry.lookup("privacy", name).load()
         if cls is None:
             if self.config["epsilon"] is not None or self.config["delta"] is not None:
+                trained = model_name(self.config)
+                subject = (f"QUAIL's synthesizer '{trained}'" if self.quail is not None else f"model '{trained}'")
+                remedy = ("give a private --quail-synthesizer" if self.quail is not None else
+                          "choose a private model or a privacy strategy (see --help), or drop --epsilon/--delta")
                 raise ConfigError(
-                    f"--epsilon/--delta were given, but model '{self.config['model']['name']}' trains with "
-                    "--privacy none, so its output would carry no privacy guarantee. Choose a private model "
-                    "or a privacy strategy (see --help), or drop --epsilon/--delta."
-                )
+                    f"an epsilon/delta is set (by a flag, a config file or a preset: epsilon {self.config['epsilon']}, "
+                    f"delta {self.config['delta']}), but {subject} trains with --privacy none, so its output would "
+                    f"carry no privacy guarantee: {remedy}.")
             return None
         args = section_arguments(self.config, "privacy", cls, provided=("target_epsilon", "delta"))
         strategy = cls(target_epsilon=self.config["epsilon"], delta=self.config["delta"], **args)

@@ -354,6 +354,13 @@ def test_bad_quail_settings_are_refused_before_anything_is_trained(extra, messag
     assert not (tmp_path / "run" / "privacy.json").exists()
 
 
+def test_a_non_private_synthesizer_is_named_as_the_problem(tmp_path, capsys):
+    args = ["train", "--model", "quail", "--quail-synthesizer", "gan", "--dataset", "adult", "--data-dir",
+            str(FIXTURES / "adult_tiny"), "--output-dir", str(tmp_path / "run"), "--epsilon", "1"]
+    assert main(args) == 2
+    assert "QUAIL's synthesizer 'gan' trains with --privacy none" in capsys.readouterr().err
+
+
 def test_quail_settings_without_model_quail_and_quail_on_images_are_refused(tmp_path, capsys):
     assert main(["train", "--model", "dpgan", "--dataset", "adult", "--quail-split", "0.3"]) == 2
     assert "need --model quail" in capsys.readouterr().err
