@@ -7,7 +7,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -94,6 +94,16 @@ def write_csv(path: str | Path, frame: pd.DataFrame) -> Path:
     """A DataFrame as CSV with its original column names (no index column)."""
     text = frame.to_csv(index=False)
     return atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def write_csv_chunks(path: str | Path, frames: Iterable[pd.DataFrame]) -> Path:
+    """DataFrames written one after another as one CSV (the first one's header), atomically:
+    a table too large to hold in memory at once."""
+    def write(handle: BinaryIO) -> None:
+        for index, frame in enumerate(frames):
+            handle.write(frame.to_csv(index=False, header=index == 0).encode())
+
+    return atomic_write(path, write)
 
 
 def images_to_uint8(images: torch.Tensor) -> np.ndarray:

@@ -25,9 +25,9 @@ from lightning_dpgan.ddp import resolve_strategy
 from lightning_dpgan.distributed import launched_as_follower
 from lightning_dpgan.loggers import build_logger, publish_run
 from lightning_dpgan.data.schema import TableSchema
-from lightning_dpgan.outputs import write_csv, write_json, write_png, write_torch, write_yaml
+from lightning_dpgan.outputs import write_csv_chunks, write_json, write_png, write_torch, write_yaml
 from lightning_dpgan.privacy.validation import validate_delta
-from lightning_dpgan.sampling import check_resume_checkpoint, read_run_info, synthetic_rows, table_labeler
+from lightning_dpgan.sampling import check_resume_checkpoint, read_run_info, synthetic_row_chunks, table_labeler
 
 MODEL_PROVIDED = ("data_shape", "num_classes", "table_layout")
 #: rank 0's released preprocessing, for the other processes of a DDP run (in the run folder)
@@ -368,7 +368,8 @@ class Run:
             write_png(self.output_dir / "samples.png", sample_grid(self.module, self.config["sample_columns"]))
         else:
             rows = self.config["num_synthetic"] or len(self.datamodule.train_dataset)
-            write_csv(self.output_dir / "synthetic.csv", synthetic_rows(self.module, self.datamodule, self.labeler, rows))
+            chunks = synthetic_row_chunks(self.module, self.datamodule, self.labeler, rows)
+            write_csv_chunks(self.output_dir / "synthetic.csv", chunks)
         write_json(self.output_dir / "metrics.json", metrics)
         write_json(self.output_dir / "privacy.json", self.privacy_report())
         publish_run(self.trainer.logger, self.output_dir, metrics)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from lightning_dpgan import registry
 from lightning_dpgan.modules.base import CHECKPOINT_KEY
 from lightning_dpgan.data.schema import TableSchema
 from lightning_dpgan.data.table_transformer import TableTransformer
-from lightning_dpgan.outputs import atomic_write, image_grid, images_to_uint8, write_csv, write_png
+from lightning_dpgan.outputs import atomic_write, image_grid, images_to_uint8, write_csv_chunks, write_png
 
 
 class CheckpointError(ValueError):
@@ -94,6 +95,17 @@ def synthetic_rows(module: Any, decoder: Any, labeler: Any, n: int) -> Any:
     return rows if labeler is None else labeler.label(rows)
 
 
+#: Rows generated, decoded and written at a time by ``sample``: any ``-n`` fits in memory.
+SAMPLE_CHUNK_ROWS = 100_000
+
+
+def synthetic_row_chunks(module: Any, decoder: Any, labeler: Any, n: int) -> Iterator[Any]:
+    """:func:`synthetic_rows` of ``n`` rows, :data:`SAMPLE_CHUNK_ROWS` at a time."""
+    chunk = SAMPLE_CHUNK_ROWS
+    for start in range(0, n, chunk):
+        yield synthetic_rows(module, decoder, labeler, min(chunk, n - start))
+
+
 def load_module(path: str | Path) -> Any:
     """Rebuild the trained module from a checkpoint written by ``train``, to draw samples: in
     the memory its generator needs. The optimizers' and callbacks' state and what the module
@@ -125,7 +137,7 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
     module = load_module(checkpoint)
     torch.manual_seed(seed)
     if schema:
-        return write_csv(out, synthetic_rows(module, table_decoder(info), table_labeler(info), n))
+        return write_csv_chunks(out, synthetic_row_chunks(module, table_decoder(info), table_labeler(info), n))
     labels = module.balanced_labels(n)
     images = images_to_uint8(module.sample(n, labels))
     if out.suffix == ".png":

@@ -117,6 +117,20 @@ def test_sample_command_writes_a_decoded_table(pategan_run, tmp_path):
     assert main(["sample", "--checkpoint", str(pategan_run / "checkpoints/last.ckpt"), "-n", "5", "--out", str(tmp_path / "x.png")]) == 2
 
 
+def test_sample_writes_a_large_table_a_chunk_at_a_time(pategan_run, tmp_path, monkeypatch):
+    from lightning_dpgan import sampling
+
+    calls = []
+    original = sampling.synthetic_rows
+    monkeypatch.setattr(sampling, "SAMPLE_CHUNK_ROWS", 7)
+    monkeypatch.setattr(sampling, "synthetic_rows", lambda *args: calls.append(args[-1]) or original(*args))
+    out = tmp_path / "big.csv"
+    assert main(["sample", "--checkpoint", str(pategan_run / "checkpoints/last.ckpt"), "-n", "25", "--out", str(out)]) == 0
+    assert calls == [7, 7, 7, 4]  # never more than a chunk in memory
+    published = pd.read_csv(out)
+    assert len(published) == 25 and list(published.columns) == list(pd.read_csv(pategan_run / "synthetic.csv").columns)
+
+
 def test_data_independent_accounting_stops_before_the_target(tmp_path):
     assert main(pategan_args(tmp_path / "di", 50, 6.0, "--privacy.accounting", "data-independent")) == 0
     report = read_json(tmp_path / "di" / "privacy.json")
