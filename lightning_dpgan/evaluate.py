@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,9 @@ def evaluate_run(
     if privacy_path.is_file():
         privacy = json.loads(privacy_path.read_text())
         results = {"epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"), **results}
+    else:  # an interrupted or failed run: its report must not read as a finished one's
+        print(f"evaluate: warning: {run_dir} has no privacy.json (the run did not finish writing its outputs): "
+              "the report states no privacy guarantee", file=sys.stderr)
     epsilon_plot = epsilon_figure(run_dir / "logs" / "metrics.csv")
     if epsilon_plot is not None:
         figures = {"Privacy spent over training": _save(epsilon_plot, run_dir, "epsilon.png"), **figures}

@@ -38,6 +38,13 @@ class OutputWriteError(OSError):
         return self.args[0]
 
 
+def _umask() -> int:
+    """The process's file-creation mask (read by setting it, then restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
     """Call ``write(file)`` on a temporary file beside ``path``, then rename it into place.
 
@@ -52,6 +59,7 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp_name, 0o666 & ~_umask())  # mkstemp's 0600 would hide outputs from their readers
         os.replace(tmp_name, path)
     except BaseException as error:
         if tmp_name is not None:

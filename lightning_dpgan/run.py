@@ -267,6 +267,11 @@ class Run:
         for reserved in ("max_steps", "max_epochs", "callbacks", "logger", "default_root_dir", "enable_checkpointing"):
             if reserved in options:
                 raise ConfigError(f"set trainer.{reserved} through the run's own settings, not the trainer section")
+        several = any(isinstance(options.get(key), int) and options[key] > 1 for key in ("devices", "num_nodes"))
+        if several and options.get("strategy", "auto") == "auto":
+            # Lightning's own choice for several devices (its DDP) cannot train a GAN's alternating
+            # updates: ours can, private or not
+            options["strategy"] = "ddp"
         if "strategy" in options:  # --strategy ddp: combines gradients the way privacy needs (see ddp.py)
             options["strategy"] = resolve_strategy(options["strategy"])
         options["plugins"] = self._plugins(options.get("plugins"), options.get("strategy"))

@@ -10,6 +10,7 @@ import gzip
 import os
 import shutil
 import tempfile
+import stat
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -409,6 +410,19 @@ WRITERS = {
     "synthetic.csv": lambda path: write_csv(path, pd.DataFrame({"x": np.arange(20000)})),
     "samples.png": lambda path: write_png(path, png()),
 }
+
+
+@pytest.mark.parametrize("name", list(WRITERS))
+def test_outputs_get_the_usual_permissions_not_the_temporary_files(tmp_path, name):
+    """Written through a private temporary file (mode 0600), an output must still end up with
+    the mode any file gets under the process's umask."""
+    previous = os.umask(0o022)
+    try:
+        WRITERS[name](tmp_path / name)
+        (tmp_path / "plain").write_text("x")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / name).stat().st_mode) == stat.S_IMODE((tmp_path / "plain").stat().st_mode) == 0o644
 
 
 @pytest.mark.parametrize("earlier", [True, False], ids=["over-an-earlier-file", "new-file"])

@@ -213,6 +213,16 @@ def test_a_damaged_synthetic_table_is_named_as_the_problem(tmp_path, capsys, dam
     assert f"{table} {problem}" in capsys.readouterr().err
 
 
+def test_evaluating_a_run_without_its_privacy_report_warns(tmp_path, capsys):
+    data_dir = Path(__file__).parent / "fixtures" / "adult_tiny"
+    run = tmp_path / "run"
+    assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(data_dir), "--output-dir", str(run),
+                 "--max-steps", "2", "--trainer.enable_progress_bar", "false"]) == 0
+    (run / "privacy.json").unlink()
+    assert main(["evaluate", "--run", str(run)]) == 0
+    assert "has no privacy.json" in capsys.readouterr().err
+
+
 def test_a_failed_evaluation_after_training_says_the_run_was_written(tiny_image_data_dir, tmp_path, capsys, monkeypatch):
     def broken(*args, **kwargs):
         raise ValueError("missing values (NaN) in columns: income")

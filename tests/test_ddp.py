@@ -243,6 +243,19 @@ def test_the_trainer_reads_a_resume_checkpoint_through_the_modules_share_reader(
     assert reader.module is run.module
 
 
+@pytest.mark.parametrize("scaling,private_ddp", [(["--devices", "2"], True), (["--devices", "1"], False),
+                                                 (["--devices", "2", "--strategy", "ddp_spawn"], False)])
+def test_several_devices_without_a_strategy_train_with_the_private_ddp(tmp_path, scaling, private_ddp):
+    """Lightning's own pick for several devices fails on a GAN's alternating updates (parameters
+    unused in a step); --devices N alone now means --strategy ddp, and a strategy named stays."""
+    from lightning_dpgan.cli import build_config
+    from lightning_dpgan.run import Run
+
+    run = Run(build_config(["--model", "gan", "--dataset", "adult", "--data-dir", str(ADULT), "--accelerator", "cpu",
+                            *scaling]), tmp_path)
+    assert isinstance(run.trainer.strategy, PrivateDDPStrategy) is private_ddp
+
+
 def test_scaling_flags_reach_the_trainer():
     from lightning_dpgan.cli import build_config
 
