@@ -101,9 +101,13 @@ class PrivacyStrategy(L.Callback):
         if self.preprocessing["delta"] >= self.delta:
             raise ValueError(f"preprocessing already spent delta {self.preprocessing['delta']:g} of --delta {self.delta:g}")
         if self.target_epsilon is not None and self.preprocessing["epsilon"] >= self.target_epsilon:
+            parts = self.preprocessing.get("parts") or {"preprocessing": self.preprocessing}
+            spent = ", ".join(f"{name} {part.get('epsilon', 0):g} ({part.get('mechanism', '?')})" for name, part in parts.items())
             raise ValueError(
                 f"preprocessing already spent epsilon {self.preprocessing['epsilon']:g} of --epsilon "
-                f"{self.target_epsilon:g} (e.g. DP bounds of a CSV): raise --epsilon or give a schema file"
+                f"{self.target_epsilon:g}, leaving training nothing ({spent}): raise --epsilon, or spend less before "
+                "training (--data.modes_epsilon, or --data.modes bounds for modes from the public bounds; a schema "
+                "file, --data.schema, instead of DP bounds of a CSV)"
             )
 
     def composed_preprocessing(self, data_cost: dict[str, Any], releases: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:

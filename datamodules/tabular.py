@@ -28,7 +28,7 @@ from lightning_dpgan.data.download import (
 )
 from lightning_dpgan.data.partition import teacher_partitions
 from lightning_dpgan.privacy.composition import compose_costs
-from lightning_dpgan.data.schema import EncodingReport, TableSchema
+from lightning_dpgan.data.schema import EncodingReport, SchemaError, TableSchema
 from lightning_dpgan.data.table_transformer import MODES, TableTransformer, checked_roles
 
 log = logging.getLogger(__name__)
@@ -317,6 +317,9 @@ class TabularDataModule(L.LightningDataModule):
             return
         self._load_frames()
         records, self._report = self.encode(self.train_frame)
+        if len(records) == 0:
+            raise SchemaError(f"{self.name}: none of the {len(self.train_frame)} training rows fits the schema "
+                              f"({self._report.summary()}): check the category lists against the data")
         self.train_dataset = TensorDataset(records)
         log.info("%s train split: %s", self.name, self._report.summary())
         if self._report.rows_rejected:  # the data holder should know (a private count: not for publication)

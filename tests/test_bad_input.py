@@ -202,6 +202,12 @@ def schema_file(tmp_path: Path) -> Path:
     return path
 
 
+def test_a_csv_none_of_whose_rows_fits_the_schema_says_so(tmp_path, capsys, schema_file):
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame.assign(kind="c"))  # the schema lists a and b
+    assert_refused(csv_args(csv, tmp_path / "out", schema_file), capsys, "none of the", "training rows fits the schema",
+                   "rejected rows per column: {'kind'", "check the category lists")
+
+
 @pytest.mark.parametrize("with_schema", [True, False], ids=["schema-file", "dp-schema"])
 @pytest.mark.parametrize("case", list(CSV_CASES))
 def test_a_bad_csv_is_a_clear_error_and_loses_nothing(tmp_path, capsys, schema_file, case, with_schema):

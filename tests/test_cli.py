@@ -223,6 +223,15 @@ def test_evaluating_a_run_without_its_privacy_report_warns(tmp_path, capsys):
     assert "has no privacy.json" in capsys.readouterr().err
 
 
+def test_a_budget_preprocessing_uses_up_names_the_parts_and_the_settings_that_spend_them(tmp_path, capsys):
+    data_dir = Path(__file__).parent / "fixtures" / "adult_tiny"
+    assert main(["train", "--model", "dpctgan", "--dataset", "adult", "--data-dir", str(data_dir), "--output-dir",
+                 str(tmp_path / "run"), "--max-steps", "2", "--epsilon", "0.001"]) == 2
+    error = capsys.readouterr().err
+    assert "preprocessing already spent epsilon 0.1 of --epsilon 0.001" in error and "modes 0.1 (laplace" in error
+    assert "--data.modes bounds" in error and not (tmp_path / "run" / "checkpoints").exists()
+
+
 def test_a_failed_evaluation_after_training_says_the_run_was_written(tiny_image_data_dir, tmp_path, capsys, monkeypatch):
     def broken(*args, **kwargs):
         raise ValueError("missing values (NaN) in columns: income")
