@@ -150,17 +150,23 @@ def train(argv: list[str]) -> Path:
     """Run ``train`` and return the output directory."""
     from lightning_dpgan.distributed import launched_as_follower
     from lightning_dpgan.run import Run
-    from lightning_dpgan.run_folder import check_output_dir, continues_run_in, prepend_earlier_steps, set_aside_outputs
+    from lightning_dpgan import run_folder
 
     config = build_config(argv)
     output_dir, previous = _output_dir(config), None
+    continued = run_folder.continues_run_in(output_dir, config["resume"])
     if not launched_as_follower():  # a DDP run's other processes share rank 0's folder
-        check_output_dir(output_dir, config["resume"], config["overwrite"])
-        previous = set_aside_outputs(output_dir) if output_dir.is_dir() else None
-    run = Run(config, output_dir)
-    run.fit()
-    if continues_run_in(output_dir, config["resume"]) and run.trainer.is_global_zero:
-        prepend_earlier_steps(output_dir, previous)
+        run_folder.check_output_dir(output_dir, config["resume"], config["overwrite"])
+        previous = run_folder.set_aside_outputs(output_dir, continued) if output_dir.is_dir() else None
+    try:
+        run = Run(config, output_dir)
+        run.fit()
+    except BaseException:
+        if previous is not None and not run_folder.training_started(output_dir):
+            run_folder.restore_outputs(output_dir, previous)  # refused before training: the folder as it was
+        raise
+    if continued and run.trainer.is_global_zero:
+        run_folder.prepend_earlier_steps(output_dir, previous)
     if config["evaluate"] and run.trainer.is_global_zero:
         from lightning_dpgan.evaluate import evaluate_run
 

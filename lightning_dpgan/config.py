@@ -54,8 +54,11 @@ CODE_DEFAULTS: dict[str, Any] = {
 
 #: Top-level settings that are whole numbers: (smallest value allowed, whether None is allowed).
 INTEGER_SETTINGS = {"seed": (0, False), "max_steps": (1, True), "max_epochs": (1, True), "num_synthetic": (1, True),
-                    "sample_every_n_steps": (0, False), "checkpoint_every_n_steps": (0, False), "sample_columns": (1, False)}
+                    "sample_every_n_steps": (0, False), "checkpoint_every_n_steps": (0, True), "sample_columns": (1, False)}
 BOOLEAN_SETTINGS = ("evaluate", "overwrite")
+#: Settings of one invocation, left out of a run's config.yaml: rerunning it with --config must
+#: neither replace that run's folder nor continue its checkpoint.
+INVOCATION_ONLY = ("overwrite", "resume")
 
 #: CLI flag -> dotted configuration key.
 FLAG_KEYS = {

@@ -27,6 +27,7 @@ replace-one (2ε, (1 + e^ε)δ) it is still ``split`` of the total.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -82,7 +83,7 @@ class QUAIL:
         synthesizer: str = DEFAULT_QUAIL_SYNTHESIZER,
         split: float = 0.5,
         label_model: str = "logistic",
-        hidden: list[int] | tuple[int, ...] = (64,),
+        hidden: int | Sequence[int] = (64,),
         epochs: int = 10,
         batch_size: int = 256,
         lr: float = 0.01,

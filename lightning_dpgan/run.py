@@ -20,7 +20,14 @@ from lightning_dpgan.callbacks.samples import SampleGrid, sample_grid
 from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.callbacks.strategy import DEFAULT_DELTA
 from lightning_dpgan.checkpoint_io import ShareReadingCheckpointIO
-from lightning_dpgan.config import DEFAULT_QUAIL_SYNTHESIZER, QUAIL, ConfigError, init_arguments, section_arguments
+from lightning_dpgan.config import (
+    DEFAULT_QUAIL_SYNTHESIZER,
+    INVOCATION_ONLY,
+    QUAIL,
+    ConfigError,
+    init_arguments,
+    section_arguments,
+)
 from lightning_dpgan.ddp import resolve_strategy
 from lightning_dpgan.distributed import launched_as_follower
 from lightning_dpgan.loggers import build_logger, publish_run
@@ -257,7 +264,7 @@ class Run:
 
     def _write_config(self, trainer: L.Trainer, module: Any) -> None:
         if trainer.is_global_zero:
-            write_yaml(self.output_dir / "config.yaml", self.config)
+            write_yaml(self.output_dir / "config.yaml", {k: v for k, v in self.config.items() if k not in INVOCATION_ONLY})
 
     def _build_trainer(self) -> L.Trainer:
         options = dict(self.config["trainer"])

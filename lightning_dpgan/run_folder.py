@@ -10,8 +10,11 @@ and Lightning's CSV logger starts ``logs/metrics.csv`` afresh. So:
 - a folder holding a run is refused, unless ``--resume`` continues a checkpoint inside it or
   ``--overwrite`` replaces it;
 - when it is continued or replaced, its outputs (report, metrics, synthetic data, evaluation,
-  logs, config) are first moved to ``previous/`` (``previous-2/`` ... if that exists): nothing is
-  deleted, and nothing at the top of the folder describes a checkpoint it does not hold;
+  logs, config; when replaced, its checkpoints and sample grids too) are first moved to
+  ``previous/`` (``previous-2/`` ... if that exists): nothing is deleted, and nothing at the top
+  of the folder describes a checkpoint it does not hold;
+- a run refused before training starts (its settings, its data, its budget) moves them back:
+  the folder is as it was, but for the refused run's logger files;
 - a continued run's step log is the earlier one's steps followed by its own.
 """
 from __future__ import annotations
@@ -26,6 +29,8 @@ from lightning_dpgan.config import ConfigError
 #: What a run writes besides its checkpoints (moved aside when the folder is reused).
 OUTPUTS = ("privacy.json", "metrics.json", "synthetic.csv", "samples.png", "evaluation.json", "report.md", "report",
            "epsilon.png", "config.yaml", "logs")
+#: What a replaced run (not a continued one, which reads its checkpoint) also leaves.
+TRAINING_STATE = ("checkpoints", "samples")
 #: Any of these makes a folder a run's: what a run writes once training has started (``logs/``
 #: alone is what a run refused before training leaves; it is set aside, not a reason to refuse).
 MARKERS = ("checkpoints", "privacy.json", "config.yaml", "metrics.json", "synthetic.csv", "samples.png")
@@ -57,10 +62,11 @@ def check_output_dir(folder: Path, resume: str | None, overwrite: bool) -> None:
         "moved to previous/)")
 
 
-def set_aside_outputs(folder: Path) -> Path | None:
+def set_aside_outputs(folder: Path, continued: bool) -> Path | None:
     """Move the outputs of the run ``folder`` holds into a fresh ``previous*/`` folder; return it
-    (None if there was nothing to move). Checkpoints stay: a resume reads them."""
-    present = [name for name in OUTPUTS if (folder / name).exists()]
+    (None if there was nothing to move). A ``continued`` run's checkpoints stay: it reads them."""
+    names = OUTPUTS if continued else OUTPUTS + TRAINING_STATE
+    present = [name for name in names if (folder / name).exists()]
     if not present:
         return None
     previous, number = folder / "previous", 1
@@ -71,6 +77,24 @@ def set_aside_outputs(folder: Path) -> Path | None:
     for name in present:
         shutil.move(str(folder / name), str(previous / name))
     return previous
+
+
+def training_started(folder: Path) -> bool:
+    """Whether the run in ``folder`` got past every check: it writes ``config.yaml`` then."""
+    return (folder / "config.yaml").is_file()
+
+
+def restore_outputs(folder: Path, previous: Path) -> None:
+    """Undo :func:`set_aside_outputs` for a run refused before training: what the refused run
+    created in the earlier files' places (its logger's files) gives way to them."""
+    for entry in list(previous.iterdir()):
+        target = folder / entry.name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+        shutil.move(str(entry), str(target))
+    previous.rmdir()
 
 
 def prepend_earlier_steps(folder: Path, previous: Path | None) -> None:

@@ -128,6 +128,8 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
     """Draw ``n`` records and write them: ``.csv`` table (decoded with the run's schema),
     ``.png`` image grid or ``.npz`` image arrays."""
     out = Path(out)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"-n must be a whole number >= 1, got {n!r}")
     info = read_run_info(checkpoint)
     schema = info.get("schema")
     allowed = (".csv",) if schema else (".png", ".npz")

@@ -33,6 +33,15 @@ def test_the_message_says_the_kind_expected():
     assert describe(bool) == "true or false"
 
 
+def test_an_argument_that_takes_a_number_or_a_list_takes_both():
+    from lightning_dpgan.argument_types import mismatches
+    from lightning_dpgan.quail import QUAIL
+
+    assert mismatches("quail", {"hidden": 64}, QUAIL) == mismatches("quail", {"hidden": [64, 32]}, QUAIL) == []
+    assert mismatches("quail", {"hidden": "wide"}, QUAIL) == [
+        "quail.hidden must be a whole number or a list (each a whole number), got 'wide'"]
+
+
 def test_annotations_follow_kwargs_up_the_base_classes():
     hints = annotations_of(PATEGAN)
     assert hints["teacher_steps"] is int  # PATEGAN's own

@@ -167,11 +167,16 @@ def test_a_folder_holding_a_run_is_refused_unless_continued_or_replaced(tiny_ima
     steps = pd.read_csv(run / "logs" / "metrics.csv")["step"].dropna().astype(int).tolist()
     assert steps[0] < 3 and max(steps) >= 5 and steps == sorted(steps)  # the first run's steps, then the resumed ones
 
-    # a run that fails after being allowed in (no data) leaves nothing at the top that claims the checkpoint
+    # a run refused before training (no data) puts everything back: the folder is as it was
+    resumed = {name: (run / name).read_bytes() for name in ("privacy.json", "config.yaml", "checkpoints/last.ckpt")}
     assert main(tiny_run_args(tmp_path / "no-data", run, steps=2) + ["--overwrite", "--data.download", "false"]) == 2
-    assert not (run / "privacy.json").exists() and (run / "previous-2" / "privacy.json").is_file()
+    assert {name: (run / name).read_bytes() for name in resumed} == resumed and not (run / "previous-2").exists()
+    # replaced: the earlier checkpoint goes aside with its report; the rerun's config.yaml holds neither
+    # --overwrite nor --resume, so rerunning it with --config neither replaces nor continues anything
     assert main(tiny_run_args(tiny_image_data_dir, run, steps=2) + ["--overwrite"]) == 0
     assert json.loads((run / "metrics.json").read_text())["steps"] == 2
+    assert {name: (run / "previous-2" / name).read_bytes() for name in resumed} == resumed
+    assert not {"overwrite", "resume"} & set(yaml.safe_load((run / "config.yaml").read_text()))
 
 
 @pytest.mark.parametrize("devices", ["0", "-1", "two"])

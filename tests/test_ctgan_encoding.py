@@ -216,6 +216,10 @@ def test_a_records_mode_draws_depend_on_that_record_alone():
     assert np.array_equal(record_uniforms(frame.iloc[::-1]), draws[::-1])  # reordering
     assert np.array_equal(record_uniforms(pd.concat([frame.iloc[:3], frame.iloc[:3]])), np.vstack([draws[:3]] * 2))
     assert not np.array_equal(record_uniforms(frame, seed=1), draws)
+    # a column's inferred dtype depends on the other rows: one fractional value makes whole numbers floats
+    whole = pd.DataFrame({"n": [1, 2, 3], "c": ["a", "b", "a"]})
+    with_fraction = pd.DataFrame({"n": [1.0, 2.0, 3.0, 4.5], "c": pd.Categorical(["a", "b", "a", "b"])})
+    assert np.array_equal(record_uniforms(with_fraction)[:3], record_uniforms(whole))
     # still uniform draws: each column's fraction below 0.3 within 5 standard errors, no correlation between columns
     assert np.abs((draws < 0.3).mean(axis=0) - 0.3).max() < 5 * np.sqrt(0.3 * 0.7 / 2000)
     correlations = np.corrcoef(draws.T)[np.triu_indices(frame.shape[1], 1)]

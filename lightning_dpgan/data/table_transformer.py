@@ -81,10 +81,16 @@ def record_uniforms(frame: pd.DataFrame, seed: int = 0) -> np.ndarray:
     and the encoded tables of two neighbouring datasets would differ in thousands of records --
     DP-SGD's guarantee on the encoded rows would no longer be one about the records. A hash of
     the row keeps the encoding a function of each record alone (identical records get identical
-    draws), and a fixed public seed is fine: the draw is not privacy noise.
+    draws), and a fixed public seed is fine: the draw is not privacy noise. The values are hashed
+    as numbers (float64) or text, never in the dtype pandas inferred for their column: that
+    depends on the other rows (one 30.5 makes a column of whole numbers float, whose 5 hashes
+    apart from the integer 5).
     """
+    values = pd.DataFrame({index: (column.astype(np.float64) if pd.api.types.is_numeric_dtype(column)
+                                   and not isinstance(column.dtype, pd.CategoricalDtype) else column.astype(str))
+                           for index, (_, column) in enumerate(frame.items())})
     with np.errstate(over="ignore"):
-        rows = pd.util.hash_pandas_object(frame, index=False).to_numpy(dtype=np.uint64)
+        rows = pd.util.hash_pandas_object(values, index=False).to_numpy(dtype=np.uint64)
         columns = _splitmix64(np.arange(frame.shape[1], dtype=np.uint64) + np.uint64(seed) * np.uint64(frame.shape[1] + 1))
         mixed = _splitmix64(rows[:, None] ^ columns[None, :])
     return (mixed >> np.uint64(11)).astype(np.float64) / float(2 ** 53)
