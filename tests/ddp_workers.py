@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -17,7 +18,8 @@ def _entry(rank: int, world: int, directory: str, worker, args: tuple) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{directory}/group", rank=rank, world_size=world)
     try:
-        torch.save(worker(rank, *args), f"{directory}/rank{rank}.pt")
+        torch.save(worker(rank, *args), f"{directory}/rank{rank}.tmp")
+        os.replace(f"{directory}/rank{rank}.tmp", f"{directory}/rank{rank}.pt")  # present means complete
         # every rank is done with its collectives before any tears the group down: a rank that
         # destroys gloo's pairs while a peer still talks to them aborts ("terminate called
         # without an active exception", SIGABRT), a flaky failure seen once in ~5 suite runs
@@ -28,8 +30,16 @@ def _entry(rank: int, world: int, directory: str, worker, args: tuple) -> None:
 
 def run_on_ranks(worker, *args, world: int = 2) -> list:
     with tempfile.TemporaryDirectory() as directory:
-        torch.multiprocessing.spawn(_entry, args=(world, directory, worker, args), nprocs=world, join=True)
-        return [torch.load(Path(directory) / f"rank{rank}.pt", weights_only=False) for rank in range(world)]
+        results = [Path(directory) / f"rank{rank}.pt" for rank in range(world)]
+        try:
+            torch.multiprocessing.spawn(_entry, args=(world, directory, worker, args), nprocs=world, join=True)
+        except torch.multiprocessing.ProcessExitedException as error:
+            # gloo's teardown still aborts now and then (SIGABRT, "terminate called without an
+            # active exception") after every rank has saved its results: those are complete and
+            # are what the tests check. A rank that died before saving is a real failure.
+            if error.signal_name != "SIGABRT" or not all(path.is_file() for path in results):
+                raise
+        return [torch.load(path, weights_only=False) for path in results]
 
 
 # ------------------------------------------------------------------------ DP-SGD
