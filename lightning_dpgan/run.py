@@ -2,6 +2,7 @@
 from a resolved configuration, fits them, and writes the run's files."""
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -76,6 +77,21 @@ def restore_released_schema(datamodule: Any, checkpoint: str | Path, info: dict[
         datamodule.restore_schema(TableSchema.from_dict(info["schema"]), info.get("preprocessing_cost"))
     if needs_encoding and "table_transformer" in info:
         datamodule.restore_transformer(info["table_transformer"], info.get("preprocessing_cost"))
+
+
+def check_same_schema(schema: TableSchema, saved: dict[str, Any] | None, checkpoint: str | Path) -> None:
+    """Refuse to resume a table run under another public schema: the same network width would
+    silently encode and decode the columns differently (other bounds, categories, order)."""
+    if saved is None:
+        return
+    normal = json.loads(json.dumps(saved, default=list))
+    current = json.loads(json.dumps(schema.to_dict(), default=list))
+    if normal == current:
+        return
+    columns = {c["name"]: c for c in normal.get("columns", [])}
+    differing = [c["name"] for c in current.get("columns", []) if columns.get(c["name"]) != c] or ["label / layout"]
+    raise ConfigError(f"the checkpoint {checkpoint} was trained on another schema (differing: {', '.join(differing)}): "
+                      "resume with the schema it was trained with (its run's config.yaml names it)")
 
 
 def check_model_fits_dataset(model_cls: type, dataset_cls: type, dataset: str) -> None:
@@ -166,6 +182,8 @@ class Run:
         datamodule = cls(**args)
         if self.released_info is not None:
             restore_released_schema(datamodule, self.config["resume"], self.released_info)
+        if self.resume_info is not None and getattr(datamodule, "kind", "image") == "table":
+            check_same_schema(datamodule.schema, self.resume_info.get("schema"), self.config["resume"])
         return datamodule
 
     def _build_module(self) -> Any:

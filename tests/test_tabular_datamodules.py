@@ -273,6 +273,26 @@ def test_csv_with_a_schema_file_spends_nothing(tmp_path):
     assert datamodule.train_size == 320
 
 
+def test_a_csv_run_resumes_only_under_the_schema_it_was_trained_with(tmp_path, capsys):
+    from lightning_dpgan.cli import main
+
+    schema = {"label": "churned", "label_kind": "binary", "drop": ["row_id"], "columns": [
+        {"name": "amount", "kind": "continuous", "bounds": [0, 1000]},
+        {"name": "visits", "kind": "integer", "bounds": [0, 100]},
+        {"name": "region", "kind": "categorical", "categories": ["north", "south"]},
+        {"name": "churned", "kind": "categorical", "categories": ["no", "yes"]}]}
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(schema))
+    csv = write_csv(tmp_path / "data.csv")
+    common = ["train", "--model", "gan", "--dataset", "csv", "--data.csv", str(csv), "--data.schema",
+              str(tmp_path / "schema.yaml"), "--max-steps", "2", "--batch-size", "16", "--trainer.enable_progress_bar", "false"]
+    assert main([*common, "--output-dir", str(tmp_path / "first")]) == 0
+    schema["columns"][0]["bounds"] = [0, 5000]  # same width, another encoding of every amount
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(schema))
+    resume = ["--resume", str(tmp_path / "first" / "checkpoints" / "last.ckpt"), "--output-dir", str(tmp_path / "second")]
+    assert main([*common, *resume]) == 2
+    assert "was trained on another schema (differing: amount)" in capsys.readouterr().err
+
+
 def coded_csv(path: Path, odd_row: bool) -> Path:
     """Categories that look like numbers ("0101"), with or without one row coded "A1"."""
     rng = np.random.default_rng(1)
