@@ -2,30 +2,41 @@
 
 A dotted override arrives as YAML (``--model.latent_dim abc`` is the text "abc"), and a class
 that receives the wrong kind of value fails deep inside with a ``TypeError``, or worse, takes it:
-"maybe" is a true value for a yes/no setting. :func:`check_arguments` compares each value with
-its parameter's annotation first (:func:`mismatches`), and the configuration refuses it naming
-the key, the kind it expects and what it got.
+"maybe" is a true value for a yes/no setting. :func:`mismatches` compares each value with its
+parameter's annotation first, and the configuration refuses it naming the key, the kind it
+expects and what it got.
 Annotations it cannot judge (a class, a callable) let the value through to the class itself.
 """
 from __future__ import annotations
 
 import collections.abc
+import inspect
 import types
 import typing
+from collections.abc import Callable, Iterator
 from typing import Any
 
 _SEQUENCES = (list, tuple, collections.abc.Sequence, collections.abc.MutableSequence)
 _MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
 
 
-def annotations_of(cls: type) -> dict[str, Any]:
-    """The resolved annotations of ``cls.__init__``'s parameters, following ``**kwargs`` up its
-    bases as :func:`~lightning_dpgan.config.init_arguments` does (the first class wins)."""
-    hints: dict[str, Any] = {}
+def constructor_chain(cls: type) -> Iterator[Callable[..., Any]]:
+    """The ``__init__`` s whose arguments ``cls`` takes: its own, then its bases' for as long as
+    each one passes ``**kwargs`` on."""
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None:
             continue
+        yield init
+        if not any(p.kind == p.VAR_KEYWORD for p in inspect.signature(init).parameters.values()):
+            return
+
+
+def annotations_of(cls: type) -> dict[str, Any]:
+    """The resolved annotations of the arguments ``cls`` takes (:func:`constructor_chain`; the
+    first class to annotate a name wins)."""
+    hints: dict[str, Any] = {}
+    for init in constructor_chain(cls):
         try:
             found = typing.get_type_hints(init)
         except Exception:  # an annotation that does not resolve here: judge nothing of this class
@@ -33,8 +44,6 @@ def annotations_of(cls: type) -> dict[str, Any]:
         for name, hint in found.items():
             if name != "return":
                 hints.setdefault(name, hint)
-        if not getattr(init, "__code__", None) or not init.__code__.co_flags & 0x08:  # no **kwargs
-            break
     return hints
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from lightning_dpgan.argument_types import mismatches
+from lightning_dpgan.argument_types import constructor_chain, mismatches
 
 SECTIONS = ("model", "data", "privacy", "logger", "trainer")
 #: ``--model quail`` composes a label model with this synthesizer unless ``--quail-synthesizer``
@@ -254,16 +254,10 @@ def check_setting_values(config: dict[str, Any]) -> None:
 def init_arguments(cls: type) -> dict[str, inspect.Parameter]:
     """Keyword arguments a class takes, following ``**kwargs`` up to its base classes."""
     params: dict[str, inspect.Parameter] = {}
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        signature = inspect.signature(init)
-        for name, param in signature.parameters.items():
+    for init in constructor_chain(cls):
+        for name, param in inspect.signature(init).parameters.items():
             if name != "self" and param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
                 params.setdefault(name, param)
-        if not any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values()):
-            break
     return params
 
 

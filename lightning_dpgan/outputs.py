@@ -100,8 +100,7 @@ def write_torch(path: str | Path, data: Any) -> Path:
 
 def write_csv(path: str | Path, frame: pd.DataFrame) -> Path:
     """A DataFrame as CSV with its original column names (no index column)."""
-    text = frame.to_csv(index=False)
-    return atomic_write(path, lambda f: f.write(text.encode()))
+    return write_csv_chunks(path, [frame])
 
 
 def write_csv_chunks(path: str | Path, frames: Iterable[pd.DataFrame]) -> Path:
