@@ -44,12 +44,12 @@ import pandas as pd
 import torch
 from torch.utils.data import TensorDataset
 
-from lightning_dpgan import registry
+from lightning_dpgan import registry, run_folder
 from lightning_dpgan.config import ConfigError
 from lightning_dpgan.outputs import write_json
 from lightning_dpgan.privacy.audit import epsilon_lower_bound
 
-AUDIT_FILE = "audit.json"
+AUDIT_FILE = run_folder.AUDIT_REPORT
 DEFAULT_TRIALS = 20
 DEFAULT_SAMPLES = 2000
 #: How a trial's score becomes a guess (written into audit.json).
@@ -479,10 +479,18 @@ def audit_command(argv: list[str]) -> Path:
         from lightning_dpgan.cli import _output_dir
 
         config["output_dir"] = str(_output_dir(config)) + "-audit"
-    audit = run_audit(config, config["output_dir"], args.trials, args.confidence, args.threshold,
-                      args.calibration_trials, args.samples)
+    output_dir = Path(config["output_dir"])
+    run_folder.check_audit_dir(output_dir, config["overwrite"])
+    previous = run_folder.set_aside(output_dir, run_folder.AUDIT_OUTPUTS) if output_dir.is_dir() else None
+    try:
+        audit = run_audit(config, output_dir, args.trials, args.confidence, args.threshold,
+                          args.calibration_trials, args.samples)
+    except BaseException:
+        if previous is not None and not run_folder.audit_started(output_dir):
+            run_folder.restore_outputs(output_dir, previous)  # refused before its first trial: the folder as it was
+        raise
     print(audit.summary())
-    return Path(config["output_dir"]) / AUDIT_FILE
+    return output_dir / AUDIT_FILE
 
 
 __all__ = [

@@ -16,6 +16,9 @@ and Lightning's CSV logger starts ``logs/metrics.csv`` afresh. So:
 - a run refused before training starts (its settings, its data, its budget) moves them back:
   the folder is as it was, but for the refused run's logger files;
 - a continued run's step log is the earlier one's steps followed by its own.
+
+An audit (``python -m lightning_dpgan audit``) follows the same rule for what it writes: a folder
+holding one is refused unless ``--overwrite``, which moves the old audit to ``previous/``.
 """
 from __future__ import annotations
 
@@ -35,6 +38,10 @@ TRAINING_STATE = ("checkpoints", "samples")
 #: alone is what a run refused before training leaves; it is set aside, not a reason to refuse).
 MARKERS = ("checkpoints", "privacy.json", "config.yaml", "metrics.json", "synthetic.csv", "samples.png")
 STEP_LOG = Path("logs") / "metrics.csv"
+#: What ``python -m lightning_dpgan audit`` writes: its report and one run folder per trial.
+AUDIT_REPORT = "audit.json"
+AUDIT_TRIALS = ("trials", "calibration")
+AUDIT_OUTPUTS = (AUDIT_REPORT,) + AUDIT_TRIALS
 
 
 def held_run_files(folder: Path) -> list[str]:
@@ -65,7 +72,28 @@ def check_output_dir(folder: Path, resume: str | None, overwrite: bool) -> None:
 def set_aside_outputs(folder: Path, continued: bool) -> Path | None:
     """Move the outputs of the run ``folder`` holds into a fresh ``previous*/`` folder; return it
     (None if there was nothing to move). A ``continued`` run's checkpoints stay: it reads them."""
-    names = OUTPUTS if continued else OUTPUTS + TRAINING_STATE
+    return set_aside(folder, OUTPUTS if continued else OUTPUTS + TRAINING_STATE)
+
+
+def check_audit_dir(folder: Path, overwrite: bool) -> None:
+    """Refuse a file, or a folder holding an audit that is not to be replaced (a new audit would
+    write its trials over the old ones' and leave the old ``audit.json`` until it finishes)."""
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--output-dir {folder} is a file: give a folder (it is created if missing)")
+    held = [name for name in AUDIT_OUTPUTS if (folder / name).exists()] if folder.is_dir() else []
+    if held and not overwrite:
+        raise ConfigError(f"--output-dir {folder} already holds an audit ({', '.join(held)}): choose another folder, "
+                          "or replace it with --overwrite (its files are then moved to previous/)")
+
+
+def audit_started(folder: Path) -> bool:
+    """Whether an audit in ``folder`` got as far as its first trial."""
+    return any((folder / name).exists() for name in AUDIT_TRIALS)
+
+
+def set_aside(folder: Path, names: tuple[str, ...]) -> Path | None:
+    """Move those of ``names`` that ``folder`` holds into a fresh ``previous*/`` folder; return
+    it (None if there was nothing to move)."""
     present = [name for name in names if (folder / name).exists()]
     if not present:
         return None

@@ -131,6 +131,24 @@ def test_audit_command_writes_audit_json(tiny_table, tmp_path, capsys):
         assert trial["guess"] == (trial["score"] <= report["threshold"])
 
 
+def test_a_folder_holding_an_audit_is_refused_unless_overwritten(tiny_table, tmp_path, capsys):
+    out = tmp_path / "audit"
+    short = [*dp_sgd_args(tiny_table), "--trials", "2", "--threshold", "0.5", "--samples", "50", "--max-steps", "2",
+             "--output-dir", str(out)]
+    assert main(["audit", *short]) == 0
+    first = read_json(out / AUDIT_FILE)
+    assert main(["audit", *short]) == 2  # a second audit would write its trials over the first's
+    assert "already holds an audit (audit.json, trials)" in capsys.readouterr().err
+    assert read_json(out / AUDIT_FILE) == first
+    # refused before its first trial (a bad setting): the old audit stays where it was
+    assert main(["audit", *short, "--overwrite", "--samples", "0"]) == 2
+    assert read_json(out / AUDIT_FILE) == first and not (out / "previous").exists()
+    assert main(["audit", *short, "--overwrite", "--seed", "5"]) == 0
+    assert read_json(out / "previous" / AUDIT_FILE) == first  # set aside, not lost
+    assert sorted(p.name for p in (out / "previous" / "trials").iterdir()) == ["000", "001"]
+    assert read_json(out / AUDIT_FILE)["per_trial"][0]["seed"] != first["per_trial"][0]["seed"]
+
+
 def test_audit_refuses_a_model_without_privacy(tiny_table, tmp_path, capsys):
     args = table_args(tiny_table, privacy="none")
     args.remove("--epsilon")
