@@ -100,12 +100,18 @@ def pmse(
 
     Stack the ``n_real`` and ``n_syn`` encoded rows (categorical columns reference-coded), label
     them ``t = 1`` for synthetic, fit an *unpenalised* main-effects logistic regression of ``t``
-    on the features and compute ``pMSE = mean_i (p_i - c)^2`` with ``c = n_syn / N``. If both
-    tables come from the same distribution the expected pMSE of a logistic model with ``k``
-    parameters is ``(k - 1)(1 - c)^2 c / N``; ``k`` is taken as the rank of the design matrix
-    with its intercept (constant or collinear features add no parameter). ``pmse_ratio`` =
-    pMSE / null: about 1 for indistinguishable tables, larger the more they differ. Only the
-    logistic model has this closed-form null, so it is the only ``model`` accepted.
+    on the features and compute ``pMSE = mean_i (p_i - c)^2`` with ``c = n_syn / N``.
+
+    ``pmse_null`` is Snoke et al.'s null expectation for a logistic model with ``k`` parameters,
+    ``(k - 1)(1 - c)^2 c / N`` (``k``: the rank of the design matrix with its intercept, so
+    constant or collinear features add no parameter). It is the expected pMSE when the synthetic
+    rows are drawn from a correct model *fitted to these real rows*; ``pmse_ratio`` = pMSE / null
+    is then about 1, and larger the more the tables differ. Note what it is not: two independent
+    samples of one distribution differ more than a sample and draws from its own fitted model,
+    with expected pMSE ``(k - 1)(1 - c) c / N``, a ratio of about ``1 / (1 - c)`` -- 2 with as many
+    synthetic as real rows (``evaluate``'s default). The ratio depends on ``c``: compare runs
+    with the same number of synthetic rows. Only the logistic model has this closed-form null,
+    so it is the only ``model`` accepted.
     """
     if model != "logistic":
         raise ValueError(f"only model='logistic' has a closed-form null pMSE, got {model!r}")

@@ -42,10 +42,24 @@ def synthetic_ranking_agreement(scores_a: Scores, scores_c: Scores) -> float:
     ``1 / (L (L - 1)) * sum_{j} sum_{k != j} I[(A_j - A_k)(C_j - C_k) > 0]`` over the ``L``
     models: the fraction of ordered pairs ranked the same way in both settings. It is 1 when the
     rankings agree, 0 when one is the reverse of the other. A tie in either setting makes the
-    product 0, so the pair counts as disagreeing (the paper's strict inequality).
+    product 0, so the pair counts as disagreeing (the paper's strict inequality). NaN if a score
+    is undefined (e.g. every AUROC of a setting whose test part holds one class): no pair can
+    be compared there, and 0 would read as "every ranking reversed".
     """
     a, c = _aligned(scores_a, scores_c)
+    if not (np.isfinite(a).all() and np.isfinite(c).all()):
+        return float("nan")
     agreed = sum((a[j] - a[k]) * (c[j] - c[k]) > 0 for j, k in permutations(range(len(a)), 2))
+    return agreed / (len(a) * (len(a) - 1))
+
+
+def _tie_aware_agreement(a: np.ndarray, c: np.ndarray) -> float:
+    """Eq. 8 where a pair tied in *both* lists (to rounding) agrees; a tie in one list only
+    still disagrees."""
+    def order(x: np.ndarray, j: int, k: int) -> int:
+        return 0 if np.isclose(x[j], x[k], rtol=1e-9, atol=1e-12) else int(np.sign(x[j] - x[k]))
+
+    agreed = sum(order(a, j, k) == order(c, j, k) for j, k in permutations(range(len(a)), 2))
     return agreed / (len(a) * (len(a) - 1))
 
 
@@ -66,8 +80,10 @@ def feature_importance_agreement(
     Features are the encoded columns of :func:`features_and_label` (one per numeric column, one
     per category), so a categorical column contributes each category's point-biserial
     correlation. Needs a binary or continuous label (a class index of a multi-class label has no
-    meaningful Pearson correlation). Returns ``{"agreement", "real", "synthetic"}``, the last
-    two mapping feature names to their |r|.
+    meaningful Pearson correlation). Features tied in both tables agree: the two categories of
+    a binary column always have the same |r|, and constant features all have 0, so with the
+    strict Eq. 8 a table would not agree with its own copy. Returns ``{"agreement", "real",
+    "synthetic"}``, the last two mapping feature names to their |r|.
     """
     if schema.label_kind not in ("binary", "continuous"):
         raise ValueError(f"feature importance needs a binary or continuous label, got {schema.label_kind!r}")
@@ -75,7 +91,7 @@ def feature_importance_agreement(
     real = _label_correlations(*features_and_label(real_frame, schema))
     synthetic = _label_correlations(*features_and_label(synthetic_frame, schema))
     return {
-        "agreement": synthetic_ranking_agreement(real, synthetic),
+        "agreement": _tie_aware_agreement(real, synthetic),
         "real": dict(zip(names, real.tolist(), strict=True)),
         "synthetic": dict(zip(names, synthetic.tolist(), strict=True)),
     }

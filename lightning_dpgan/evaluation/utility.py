@@ -20,6 +20,7 @@ test data.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -174,13 +175,22 @@ def _fit_predict_proba(
         proba[:, present[0]] = 1.0
         return proba, True
     model = factory(seed)
-    if np.bincount(y_index).min() < 2 and model.get_params().get("early_stopping"):
-        # Early stopping holds out a stratified share of the training rows, which a class with
-        # a single row (rare in poor synthetic data) cannot be split into: train the full schedule.
+    params = model.get_params()
+    if params.get("early_stopping") and not stratified_split_possible(y_index, params["validation_fraction"]):
+        # Early stopping holds out a stratified share of the training rows, which a class with a
+        # single row or a tiny table (rare, poor synthetic data) cannot be split into: train the full schedule.
         model.set_params(early_stopping=False)
     model.fit(x_train, y_index)
     proba[:, present] = model.predict_proba(x_test)
     return proba, False
+
+
+def stratified_split_possible(y: np.ndarray, test_fraction: float) -> bool:
+    """Whether scikit-learn can split labels ``y`` with ``test_fraction`` held out, stratified:
+    every class needs two rows, and each side at least one row per class."""
+    classes, counts = np.unique(y, return_counts=True)
+    held_out = math.ceil(test_fraction * len(y))
+    return bool(counts.min() >= 2 and held_out >= len(classes) and len(y) - held_out >= len(classes))
 
 
 def _binary_scores(y: np.ndarray, proba: np.ndarray) -> dict[str, float]:
@@ -264,11 +274,15 @@ def settings_abc(
 
     A trains and tests on real data, B trains on all of ``synthetic`` and tests on real data, C
     splits ``synthetic`` 80/20 (shuffled with ``seed``) into disjoint train and test parts, as
-    the paper requires the two to be disjoint. Compare A with C through
+    the paper requires the two to be disjoint. The split is stratified by the label where it
+    can be, so that a rare class (a few synthetic frauds) is on both sides and C's AUROCs are
+    defined. Compare A with C through
     :func:`lightning_dpgan.evaluation.ranking.synthetic_ranking_agreement`.
     """
+    labels = synthetic[schema.label].astype(str).to_numpy()
+    stratify = labels if stratified_split_possible(labels, synthetic_test_fraction) else None
     synthetic_train, synthetic_test = train_test_split(
-        synthetic, test_size=synthetic_test_fraction, random_state=seed, shuffle=True
+        synthetic, test_size=synthetic_test_fraction, random_state=seed, shuffle=True, stratify=stratify
     )
     return {
         "A": classification_utility(real_train, real_test, schema, classifiers, seed),
