@@ -30,16 +30,28 @@ def save_checkpoint_atomically(trainer: L.Trainer, path: str | Path) -> Path:
 
 
 class LastCheckpoint(L.Callback):
-    """Save ``dirpath/last.ckpt`` every ``every_n_steps`` training batches (0: only at the end)."""
+    """Save ``dirpath/last.ckpt`` every ``every_n_steps`` training batches (0: only at the end),
+    and at every step a callback after this one releases the generator's output
+    (``release_every_n_steps``: the sample grids).
 
-    def __init__(self, dirpath: str | Path, every_n_steps: int = 0) -> None:
-        if every_n_steps < 0:
-            raise ValueError(f"every_n_steps must be >= 0, got {every_n_steps}")
+    Why the releases: a grid drawn at step n shows the generator trained by steps up to n. If the
+    run were killed after it and resumed from an earlier checkpoint, those steps would be trained
+    again with fresh noise while the grid (in the folder, or sent to W&B) keeps what the first
+    noise gave, and no accountant would count the first. Saved first, the checkpoint holds every
+    step the grid shows, so a resume never repeats them.
+    """
+
+    def __init__(self, dirpath: str | Path, every_n_steps: int = 0, release_every_n_steps: int = 0) -> None:
+        if every_n_steps < 0 or release_every_n_steps < 0:
+            raise ValueError(f"every_n_steps and release_every_n_steps must be >= 0, got {every_n_steps}, "
+                             f"{release_every_n_steps}")
         self.path = Path(dirpath) / "last.ckpt"
         self.every_n_steps = every_n_steps
+        self.release_every_n_steps = release_every_n_steps
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, *args: Any) -> None:
-        if self.every_n_steps and pl_module.train_steps % self.every_n_steps == 0:
+        step = pl_module.train_steps
+        if any(every and step % every == 0 for every in (self.every_n_steps, self.release_every_n_steps)):
             save_checkpoint_atomically(trainer, self.path)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: Any) -> None:

@@ -262,14 +262,16 @@ class Run:
         return labeler
 
     def _callbacks(self) -> list[L.Callback]:
+        grids_every = self.config["sample_every_n_steps"] if self.is_image else 0
         callbacks: list[L.Callback] = [
             FiniteGeneratorGuard(),  # first: nothing below may run on diverged weights
-            LastCheckpoint(self.output_dir / "checkpoints", self.config["checkpoint_every_n_steps"] or 0)
+            # before the sample grids: a grid is a release, saved only once a checkpoint holds its steps
+            LastCheckpoint(self.output_dir / "checkpoints", self.config["checkpoint_every_n_steps"] or 0, grids_every or 0)
         ]
         if self.config["max_steps"]:
             callbacks.append(StepLimit(self.config["max_steps"]))
-        if self.config["sample_every_n_steps"] and self.is_image:
-            callbacks.append(SampleGrid(self.output_dir, self.config["sample_every_n_steps"], self.config["sample_columns"]))
+        if grids_every:
+            callbacks.append(SampleGrid(self.output_dir, grids_every, self.config["sample_columns"]))
         callbacks.append(LambdaCallback(on_train_end=self._count_steps_per_rank))
         if self.strategy is not None:
             callbacks.append(self.strategy)

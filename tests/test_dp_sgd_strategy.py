@@ -268,3 +268,23 @@ def test_a_run_killed_mid_training_resumes_without_losing_spent_budget(tiny_imag
     report = read_json(tmp_path / "resumed" / "privacy.json")
     assert report["steps"] == total
     assert report["epsilon"] == pytest.approx(opacus_epsilon(1.1, RATE, total, 1e-4), rel=1e-9)
+
+
+def test_every_sample_grid_is_covered_by_a_checkpoint_saved_before_it(tiny_image_data_dir, tmp_path, monkeypatch):
+    """A grid is a release of the generator: when it is written, the checkpoint on disk must
+    already hold its step (and the accountant that charged it), or a run killed after the grid
+    and resumed from an earlier checkpoint would train those steps again with fresh noise,
+    uncharged. Checkpoints every 500 steps, grids every 2: the grids force their own saves."""
+    from lightning_dpgan.callbacks import samples
+
+    out, seen = tmp_path / "grids", []
+    write_png = samples.write_png
+
+    def write_and_check(path, picture):
+        checkpoint = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+        seen.append((Path(path).name, checkpoint["lightning_dpgan"]["train_steps"]))
+        return write_png(path, picture)
+
+    monkeypatch.setattr(samples, "write_png", write_and_check)
+    assert dpgan(tiny_image_data_dir, out, 5, "--sample_every_n_steps", "2", "--checkpoint_every_n_steps", "500") == 0
+    assert seen == [("step_0000002.png", 2), ("step_0000004.png", 4)]

@@ -21,9 +21,14 @@ from preset_helpers import modes_epsilon
 ORDERS = np.arange(1, 101, dtype=float)
 
 
+def hand_independent(lam, l):
+    """PATE-GAN's data-independent bound, capped by the privacy loss of a 2 lambda-DP mechanism."""
+    return min(2 * lam * lam * l * (l + 1), 2 * lam * l)
+
+
 def hand_moment(lam, gap, l):
     """The per-query bound written out from PATE-GAN Algorithm 1, lines 17-19, for one order."""
-    independent = 2 * lam * lam * l * (l + 1)
+    independent = hand_independent(lam, l)
     q = (2 + lam * abs(gap)) / (4 * math.exp(lam * abs(gap)))
     if q >= (math.exp(2 * lam) - 1) / (math.exp(4 * lam) - 1):
         return independent
@@ -55,6 +60,20 @@ def test_high_orders_let_confident_queries_fit_in_epsilon_a_tenth():
     assert accountant.get_epsilon(delta) < 0.1
 
 
+@pytest.mark.parametrize("lam", [0.5, 1.0, 2.0])
+def test_one_query_never_costs_more_than_its_pure_dp_epsilon(lam):
+    """The noisy argmax is 2 lambda-DP: with any votes, one query's log-moment is at most
+    2 lambda l, so its epsilon is at most 2 lambda plus the tail's log(1/delta)/l at the top order.
+    PATE-GAN's 2 lambda^2 l (l + 1) alone gave 11.76 for one query at lambda = 1, delta = 1e-5."""
+    delta = 1e-5
+    accountant = PATEMomentsAccountant()
+    accountant.step(lam, [0])
+    top = DEFAULT_MOMENT_ORDERS[-1]
+    assert accountant.epsilon_data_independent(delta) == pytest.approx(2 * lam + math.log(1 / delta) / top, rel=1e-9)
+    uncapped = min((2 * lam**2 * l * (l + 1) + math.log(1 / delta)) / l for l in DEFAULT_MOMENT_ORDERS)
+    assert accountant.epsilon_data_independent(delta) < uncapped
+
+
 def test_a_big_vote_gap_costs_much_less_than_a_tie():
     lam = 0.1
     tie = data_dependent_moments(lam, np.array([0]), ORDERS)[0]
@@ -66,7 +85,7 @@ def test_a_big_vote_gap_costs_much_less_than_a_tie():
 def test_epsilon_from_moments_is_the_tail_bound_minimised_over_orders():
     lam, queries, delta = 0.02, 1000, 1e-5
     alpha = data_independent_moments(lam, ORDERS) * queries
-    by_hand = min((2 * lam**2 * l * (l + 1) * queries + math.log(1 / delta)) / l for l in range(1, 101))
+    by_hand = min((hand_independent(lam, l) * queries + math.log(1 / delta)) / l for l in range(1, 101))
     assert moments_to_epsilon(alpha, delta, ORDERS) == pytest.approx(by_hand, rel=1e-12)
 
 
@@ -81,7 +100,7 @@ def test_accountant_sums_queries_and_reports_both_figures():
     dependent = sum(np.array([hand_moment(lam, g, l) for l in orders]) for g in gaps)
     by_hand = min((moment + math.log(1 / delta)) / l for moment, l in zip(dependent, orders))
     assert accountant.epsilon_data_dependent(delta) == pytest.approx(by_hand, rel=1e-9)
-    independent = min((5 * 2 * lam**2 * l * (l + 1) + math.log(1 / delta)) / l for l in orders)
+    independent = min((5 * hand_independent(lam, l) + math.log(1 / delta)) / l for l in orders)
     assert accountant.epsilon_data_independent(delta) == pytest.approx(independent, rel=1e-9)
     assert accountant.epsilon_data_dependent(delta) <= accountant.epsilon_data_independent(delta)
 

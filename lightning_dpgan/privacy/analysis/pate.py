@@ -7,7 +7,11 @@ for deep learning from private training data", Theorems 2-3):
 - One query answers ``argmax_j (n_j + Lap(1/lambda))`` over the teachers' vote counts
   ``n_0, n_1``. Changing one record changes one teacher's vote, so each count moves by at most
   1; the mechanism is ``(2*lambda, 0)``-DP. ``lambda`` is the *inverse* noise scale.
-- Data-independent log-moment of one query: ``alpha(l) <= 2 lambda^2 l (l + 1)``.
+- Data-independent log-moment of one query: ``alpha(l) <= min(2 lambda^2 l (l + 1), 2 lambda l)``.
+  The first is PATE-GAN's (Papernot et al.'s Theorem 2); the second holds for any
+  ``2 lambda``-DP mechanism, whose privacy loss never exceeds ``2 lambda`` (Papernot et al.'s
+  reference code caps the moments with it too). It is the smaller one once ``l + 1 > 1 / lambda``:
+  for ties, near-ties and the data-independent figure, at the large orders the tail bound uses.
 - Data-dependent: with ``q = (2 + lambda*gap) / (4 exp(lambda*gap))``, ``gap = |n_0 - n_1|``,
   ``alpha(l) <= log((1 - q) ((1 - q) / (1 - e^{2 lambda} q))^l + q e^{2 lambda l})``,
   valid only when ``q < (e^{2 lambda} - 1) / (e^{4 lambda} - 1)``; otherwise the
@@ -33,9 +37,9 @@ DEFAULT_MOMENT_ORDERS = np.concatenate([np.arange(1, 257, dtype=float),
 
 
 def data_independent_moments(lap_inverse_scale: float, orders: np.ndarray = DEFAULT_MOMENT_ORDERS) -> np.ndarray:
-    """``2 lambda^2 l (l + 1)`` at each order ``l``: one query, any votes."""
+    """``min(2 lambda^2 l (l + 1), 2 lambda l)`` at each order ``l``: one query, any votes."""
     lam = float(lap_inverse_scale)
-    return 2.0 * lam**2 * orders * (orders + 1.0)
+    return np.minimum(2.0 * lam**2 * orders * (orders + 1.0), 2.0 * lam * orders)
 
 
 def log_answer_probability_bound(lap_inverse_scale: float, vote_gap: np.ndarray) -> np.ndarray:
