@@ -452,6 +452,18 @@ def test_inconsistent_rdp_curve_state_is_refused(case):
     assert not accountant.rdp.any()
 
 
+def test_a_curve_saved_a_rounding_below_its_history_loads_as_the_history():
+    """Within the rounding tolerance the state is accepted, but the larger curve is kept: a
+    saved curve nudged down cannot lower the spent epsilon even by a rounding."""
+    state = _state("gaussian")
+    accountant = GaussianAccountant()
+    accountant.load_state_dict(state)
+    honest = accountant.get_epsilon(DELTA)
+    lowered = GaussianAccountant()
+    lowered.load_state_dict(_with(state, rdp=[v * (1 - 1e-7) for v in state["rdp"]]))
+    assert lowered.get_epsilon(DELTA) == honest
+
+
 # --------------------------------------------------------------------------- calibration
 @pytest.mark.parametrize(
     ("kind", "target", "sample_rate", "steps"),

@@ -88,7 +88,7 @@ class RDPCurveAccountant(Accountant):
                 "saved RDP curve does not match the one its history composes; "
                 "the checkpoint's privacy record is corrupt"
             )
-        self._rdp = saved
+        self._rdp = np.maximum(saved, recomputed)  # within rounding; never the smaller of the two
 
     def _parse_curve(self, raw: Any) -> np.ndarray:
         if not isinstance(raw, list) or len(raw) != len(self.orders):
