@@ -311,20 +311,28 @@ class TabularDataModule(L.LightningDataModule):
         for remote in self.files:
             self._resolve(remote)
 
+    #: What training does with a row holding a category outside the schema (see
+    #: :meth:`TableSchema.encode`): ``"drop"`` it, or keep it with that column ``"blank"``. A
+    #: strategy for replace-one neighbours with the number of records fixed (PATE's teachers,
+    #: GS-WGAN's critics) needs ``"blank"``: were the row dropped, the number of training records
+    #: would change with one record, and with it every teacher's partition. Set by the run.
+    unknown_categories: str = "drop"
+
     def setup(self, stage: str | None = None) -> None:
         """Split the rows (once) and encode the train split alone into ``train_dataset``."""
         if self.train_dataset is not None:
             return
         self._load_frames()
-        records, self._report = self.encode(self.train_frame)
-        if len(records) == 0:
+        records, self._report = self.encode(self.train_frame, unknown=self.unknown_categories)
+        if len(records) == self._report.rows_blanked:
             raise SchemaError(f"{self.name}: none of the {len(self.train_frame)} training rows fits the schema "
                               f"({self._report.summary()}): check the category lists against the data")
         self.train_dataset = TensorDataset(records)
         log.info("%s train split: %s", self.name, self._report.summary())
-        if self._report.rows_rejected:  # the data holder should know (a private count: not for publication)
-            log.warning("%s: %d training rows hold categories outside the schema and were left out (%s)",
-                        self.name, self._report.rows_rejected, self._report.summary())
+        if self._report.rows_rejected or self._report.rows_blanked:  # for the data holder (private counts)
+            what = "were left out" if self._report.rows_rejected else "were kept with that column blank"
+            log.warning("%s: %d training rows hold categories outside the schema and %s (%s)", self.name,
+                        self._report.rows_rejected or self._report.rows_blanked, what, self._report.summary())
 
     def encode(self, frame: pd.DataFrame, unknown: str = "drop") -> tuple[torch.Tensor, EncodingReport]:
         """Rows in the training encoding (mode-specific or min-max, of :attr:`encoded_schema`),

@@ -651,3 +651,18 @@ def test_rows_in_schema_keeps_what_the_schema_encodes(frame):
     dirty.loc[dirty.index[[1, 4]], "colour"] = "purple"
     kept, report = dp_histogram.rows_in_schema(SCHEMA, dirty)
     assert list(kept.index) == [dirty.index[i] for i in (0, 2, 3, 5)] and report.rows_encoded == 4
+
+
+def test_mode_specific_blank_keeps_an_unknown_category_as_a_zero_block(fitted, frame):
+    """PATE-CTGAN trains on this encoding under replace-one: a row with an unknown category
+    stays, with that column's one-hot block empty (not the last category, which a -1 index
+    would have set); the other rows are encoded as without it."""
+    transformer, _ = fitted
+    dirty = frame.head(6).copy()
+    dirty.loc[dirty.index[2], "colour"] = "purple"
+    encoded, report = transformer.encode(dirty, unknown="blank")
+    clean, _ = transformer.encode(frame.head(6))
+    assert len(encoded) == 6 and report.rows_blanked == 1
+    block = transformer.column_slices["colour"]
+    assert encoded[2, block].sum() == 0 and encoded[2].abs().sum() > 0
+    assert torch.equal(torch.cat([encoded[:2], encoded[3:]]), torch.cat([clean[:2], clean[3:]]))

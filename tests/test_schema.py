@@ -152,10 +152,28 @@ def test_report_to_dict_and_summary():
         "rows_in": 5,
         "rows_encoded": 4,
         "rows_rejected": 1,
+        "rows_blanked": 0,
         "clipped": {"x": {"below": 1, "above": 0}},
         "rejected": {"c": 1},
     }
     assert "4/5" in report.summary() and "'x': 1" in report.summary()
+
+
+def test_blank_keeps_a_row_with_an_unknown_category_and_zeroes_only_that_block():
+    """For replace-one training: the row stays (the number of rows does not depend on a value),
+    its unknown column encodes as no category, its other columns as usual."""
+    schema = make_schema()
+    frame = make_frame(10)
+    frame.loc[3, "colour"] = "purple"
+    records, report = schema.encode(frame, unknown="blank")
+    dropped, _ = schema.encode(frame, unknown="drop")
+    assert len(records) == 10 and report.rows_encoded == 10 and report.rows_blanked == 1 and report.rejected["colour"] == 1
+    block = schema.column_slices["colour"]
+    assert records[3, block].sum() == 0
+    others = [i for i in range(schema.encoded_dim) if not block.start <= i < block.stop]
+    reference, _ = schema.encode(frame.drop(index=3).reset_index(drop=True))
+    assert torch.equal(torch.cat([records[:3], records[4:]]), reference) and torch.equal(dropped, reference)
+    assert records[3, others].sum() > 0
 
 
 # --- privacy: the encoder is fixed by the schema alone -----------------------------------------

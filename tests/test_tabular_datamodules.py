@@ -403,3 +403,75 @@ def test_dp_modes_read_the_train_split_only(monkeypatch):
     assert len(seen) == 1 and seen[0] is datamodule.train_frame
     assert datamodule.privacy_cost()["epsilon"] == 2.0
     assert datamodule.train_dataset.tensors[0].shape[1] == datamodule.data_shape[0]
+
+
+# --------------------------------------------------------- rows outside the schema, replace-one
+KIND_SCHEMA = {"label": "label", "label_kind": "binary", "columns": [
+    {"name": "amount", "kind": "continuous", "bounds": [0, 500]},
+    {"name": "kind", "kind": "categorical", "categories": ["a", "b"]},
+    {"name": "label", "kind": "categorical", "categories": ["no", "yes"]}]}
+
+
+def kind_datamodules(tmp_path, unknown_categories):
+    """Two neighbouring CSVs for replace-one: one training record's kind replaced by a value the
+    schema does not list. Returns both set-up datamodules."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"amount": rng.uniform(0, 500, 200).round(2), "kind": rng.choice(["a", "b"], 200),
+                          "label": rng.choice(["no", "yes"], 200)})
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(KIND_SCHEMA))
+    modules = []
+    for name, data in (("d.csv", frame), ("neighbour.csv", None)):
+        if data is None:  # the first training row of the first datamodule, replaced
+            data = frame.copy()
+            data.loc[modules[0].train_frame.index[0], "kind"] = "zzz"
+        data.to_csv(tmp_path / name, index=False)
+        datamodule = CSVDataModule(csv=tmp_path / name, schema=tmp_path / "schema.yaml", batch_size=8)
+        datamodule.unknown_categories = unknown_categories
+        datamodule.setup("fit")
+        modules.append(datamodule)
+    return modules
+
+
+def test_replace_one_training_keeps_a_row_with_an_unknown_category_blank(tmp_path):
+    """PATE's sensitivity needs one replaced record to reach one teacher: with "blank" the
+    neighbour has as many training records, the same partitions, and differs in one record,
+    whose kind block is all zeros."""
+    d, neighbour = kind_datamodules(tmp_path, "blank")
+    assert neighbour.train_size == d.train_size == len(d.train_frame)
+    assert neighbour.encoding_report["rows_blanked"] == 1 and neighbour.encoding_report["rejected"]["kind"] == 1
+    for part, neighbour_part in zip(d.partitions(10, 0), neighbour.partitions(10, 0), strict=True):
+        assert torch.equal(part, neighbour_part)
+    before, after = d.train_dataset.tensors[0], neighbour.train_dataset.tensors[0]
+    changed = (before != after).any(dim=1).nonzero().flatten().tolist()
+    assert changed == [0]
+    kind = d.schema.column_slices["kind"]
+    assert after[0, kind].sum() == 0 and before[0, kind].sum() == 1
+
+
+def test_dropping_the_row_instead_would_move_records_between_teachers(tmp_path):
+    """Why: dropped, the replaced record is a removal, and one record fewer redraws the
+    partition of every record."""
+    d, neighbour = kind_datamodules(tmp_path, "drop")
+    assert neighbour.train_size == d.train_size - 1
+    rows = lambda module: [set(map(tuple, module.train_dataset.tensors[0][part].tolist()))  # noqa: E731
+                           for part in module.partitions(10, 0)]
+    moved = sum(a != b for a, b in zip(rows(d), rows(neighbour), strict=True))
+    assert moved > 1
+
+
+@pytest.mark.parametrize("privacy, expected", [
+    (["--model", "pategan"], "blank"),
+    (["--model", "gswgan", "--privacy.num_critics", "4"], "blank"),
+    (["--model", "dpctgan"], "drop"),
+    (["--model", "gswgan"], "drop"),  # one critic: add/remove, no partitions
+])
+def test_the_run_keeps_every_row_for_strategies_with_partitions(tmp_path, privacy, expected):
+    from lightning_dpgan.cli import build_config
+    from lightning_dpgan.run import Run
+
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(KIND_SCHEMA))
+    pd.DataFrame({"amount": [1.0, 2.0] * 20, "kind": ["a", "b"] * 20, "label": ["no", "yes"] * 20}).to_csv(
+        tmp_path / "d.csv", index=False)
+    config = build_config([*privacy, "--dataset", "csv", "--data.csv", str(tmp_path / "d.csv"), "--data.schema",
+                           str(tmp_path / "schema.yaml"), "--epsilon", "1", "--delta", "1e-3", "--accelerator", "cpu"])
+    assert Run(config, tmp_path / "out").datamodule.unknown_categories == expected

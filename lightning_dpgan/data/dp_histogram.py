@@ -98,7 +98,7 @@ def rows_in_schema(
     _, report = schema.encode(frame, unknown=unknown)
     keep = np.ones(len(frame), dtype=bool)
     for column in schema.columns:
-        if not column.is_numeric:
+        if not column.is_numeric and unknown != "blank":
             keep &= _category_codes(column, frame[column.name]) >= 0
     return frame.loc[keep], report
 
@@ -165,7 +165,9 @@ def dp_column_histograms(
     special_values = dict(special_values or {})
     check_column_roles(schema, special_values, log_columns)
     rng = rng if rng is not None else np.random.default_rng()
-    kept, _ = rows_in_schema(schema, frame, unknown)
+    # counts only rows with every category known ("blank" keeps the others for training, but a
+    # row with no category has no bin): dropping a row depends on that row alone
+    kept, _ = rows_in_schema(schema, frame, "drop" if unknown == "blank" else unknown)
     scale = len(names) / epsilon
     histograms = {}
     for name in names:

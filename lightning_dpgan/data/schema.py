@@ -12,12 +12,16 @@ Stated rule for values outside the schema:
 
 - numeric values below/above the bounds are **clipped** to the bound and counted per column;
 - categorical values not in the schema's list make the row **rejected** (dropped), counted per
-  column, or an error with ``unknown="error"``;
+  column; or, with ``unknown="blank"``, the row is kept and that column encoded as no category
+  (an all-zero block); or they are an error with ``unknown="error"``;
 - the label of a ``binary`` task must be one of its two classes; anything else is an error,
   because silently dropping rows of an unexpected class would change the task.
 
 Dropping a row depends on that row alone, so training on the kept rows is as private as
-training on all of them (under add/remove-one neighbours). The :class:`EncodingReport`
+training on all of them under add/remove-one neighbours. Not under replace-one neighbours with
+a fixed number of records (PATE's teachers, GS-WGAN's critics): a record replaced by one the
+schema drops is a removal, which changes the number of records and so every teacher's
+partition; those strategies train on ``"blank"`` encodings, which keep every row. The :class:`EncodingReport`
 counts, however, are statistics of the private data: they are for the data holder and are
 not covered by any privacy guarantee if published.
 """
@@ -39,7 +43,7 @@ import yaml
 
 KINDS = ("continuous", "integer", "categorical")
 LABEL_KINDS = ("binary", "categorical", "continuous")
-UNKNOWN_RULES = ("drop", "error")
+UNKNOWN_RULES = ("drop", "blank", "error")
 
 
 class SchemaError(ValueError):
@@ -157,6 +161,8 @@ class EncodingReport:
     rows_encoded: int
     clipped: dict[str, dict[str, int]] = field(default_factory=dict)
     rejected: dict[str, int] = field(default_factory=dict)
+    #: rows kept with some column blank (``unknown="blank"``), among ``rows_encoded``
+    rows_blanked: int = 0
 
     @property
     def rows_rejected(self) -> int:
@@ -167,6 +173,7 @@ class EncodingReport:
             "rows_in": self.rows_in,
             "rows_encoded": self.rows_encoded,
             "rows_rejected": self.rows_rejected,
+            "rows_blanked": self.rows_blanked,
             "clipped": {name: dict(counts) for name, counts in self.clipped.items()},
             "rejected": dict(self.rejected),
         }
@@ -175,8 +182,9 @@ class EncodingReport:
         """One line for logs: rows kept and the columns whose values were clipped or rejected."""
         clipped = {n: c["below"] + c["above"] for n, c in self.clipped.items() if c["below"] + c["above"]}
         rejected = {n: c for n, c in self.rejected.items() if c}
+        blanked = f" ({self.rows_blanked} with an unknown category left blank)" if self.rows_blanked else ""
         return (
-            f"encoded {self.rows_encoded}/{self.rows_in} rows; "
+            f"encoded {self.rows_encoded}/{self.rows_in} rows{blanked}; "
             f"clipped values per column: {clipped or 'none'}; rejected rows per column: {rejected or 'none'}"
         )
 
@@ -369,7 +377,8 @@ class TableSchema:
 
         Args:
             unknown: ``"drop"`` rejects rows holding a category outside the schema (counted in
-                the report); ``"error"`` raises instead.
+                the report); ``"blank"`` keeps them, that column's block all zeros (counted in
+                the report's ``rejected`` too); ``"error"`` raises instead.
         """
         if unknown not in UNKNOWN_RULES:
             raise ValueError(f"unknown must be one of {UNKNOWN_RULES}, got {unknown!r}")
@@ -380,9 +389,10 @@ class TableSchema:
         if unknown == "error" and any(rejected.values()):
             bad = {name: count for name, count in rejected.items() if count}
             raise SchemaError(f"values outside the schema's categories (rows per column): {bad}")
-        keep = np.ones(len(frame), dtype=bool)
+        known = np.ones(len(frame), dtype=bool)
         for code in codes.values():
-            keep &= code >= 0
+            known &= code >= 0
+        keep = np.ones(len(frame), dtype=bool) if unknown == "blank" else known
         encoded = np.zeros((int(keep.sum()), self.encoded_dim), dtype=np.float64)
         clipped = {}
         for column in self.columns:
@@ -393,8 +403,10 @@ class TableSchema:
                 clipped[column.name] = {"below": int((values < low).sum()), "above": int((values > high).sum())}
                 encoded[:, block.start] = (np.clip(values, low, high) - low) / (high - low)
             else:
-                encoded[np.arange(len(encoded)), block.start + codes[column.name][keep]] = 1.0
-        report = EncodingReport(len(frame), int(keep.sum()), clipped, rejected)
+                code = codes[column.name][keep]
+                listed = np.flatnonzero(code >= 0)  # every row, unless unknown="blank" kept some
+                encoded[listed, block.start + code[listed]] = 1.0
+        report = EncodingReport(len(frame), int(keep.sum()), clipped, rejected, int((keep & ~known).sum()))
         return torch.from_numpy(encoded.astype(np.float32)), report
 
     def _check_label_codes(self, codes: dict[str, np.ndarray]) -> None:

@@ -148,7 +148,8 @@ class ColumnEncoder:
         if self.encoding == CATEGORICAL:
             codes = pd.Categorical(_plain(series), categories=list(self.column.categories)).codes
             block = np.zeros((len(series), self.width))
-            block[np.arange(len(series)), codes] = 1.0
+            known = np.flatnonzero(codes >= 0)  # an unknown category (kept with unknown="blank") stays all zeros
+            block[known, codes[known]] = 1.0
             return block
         values = series.to_numpy(dtype=np.float64)
         if self.encoding == LABEL_SCALAR:
