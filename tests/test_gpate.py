@@ -435,6 +435,36 @@ def test_a_process_holding_all_teachers_reads_a_checkpoint_as_lightning_does(gpa
     assert mapped == [None] and teachers and all(value.shape[0] == 8 for value in teachers)
 
 
+def test_a_checkpoint_is_written_streamed_to_its_file_not_through_a_buffer(gpate_run, tmp_path, monkeypatch):
+    """Lightning's writer serializes the whole checkpoint into memory and copies that buffer to
+    write it (twice a G-PATE preset's ~10 GB of teachers and Adam moments): ours streams it to a
+    temporary file renamed into place, and a failed write leaves the previous file as it was."""
+    import io
+
+    from lightning_dpgan.checkpoint_io import ShareReadingCheckpointIO
+    from lightning_dpgan.modules.gpate import GPATE
+
+    checkpoint = torch.load(gpate_run / "checkpoints/last.ckpt", map_location="cpu", weights_only=False)
+    writer = ShareReadingCheckpointIO(GPATE.load_from_checkpoint(gpate_run / "checkpoints/last.ckpt", map_location="cpu"))
+    targets, save = [], torch.save
+    monkeypatch.setattr(torch, "save", lambda obj, f, *a, **k: targets.append(f) or save(obj, f, *a, **k))
+    path = tmp_path / "ckpt" / "last.ckpt"
+    writer.save_checkpoint(checkpoint, path)
+    assert len(targets) == 1 and not isinstance(targets[0], io.BytesIO) and targets[0] != path
+    written = torch.load(path, map_location="cpu", weights_only=False)
+    assert all(torch.equal(written["state_dict"][key], value) for key, value in checkpoint["state_dict"].items())
+
+    def full_disk(obj, f, *a, **k):
+        Path(f).write_bytes(b"half")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        writer.save_checkpoint(checkpoint, path)
+    assert torch.load(path, map_location="cpu", weights_only=False)["state_dict"].keys() == checkpoint["state_dict"].keys()
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]  # no half-written file left
+
+
 def test_sample_exports_labelled_images_from_a_gpate_checkpoint(gpate_run, tmp_path):
     from lightning_dpgan.evaluation import load_synthetic_npz
 
@@ -478,15 +508,16 @@ def test_teachers_that_cannot_fit_in_memory_are_refused_up_front(tiny_image_data
 
 
 def test_under_ddp_the_memory_check_counts_the_shards_of_this_machines_ranks(tiny_image_data_dir, tmp_path, monkeypatch):
-    """Memory for 6 of the 8 teachers: one process is refused; so are two CPU ranks on this
-    machine (4 teachers each, built at once in the same memory); a rank whose machine runs it
-    alone goes on to build just its shard."""
+    """Memory for 6 of the 8 teachers (trained a slice at a time): one process is refused; so
+    are two CPU ranks on this machine (4 teachers each, built at once in the same memory); a
+    rank whose machine runs it alone goes on to build just its shard."""
     import lightning_dpgan.callbacks.teachers as teachers
 
     from lightning_dpgan.modules.gpate import GPATE
 
     per_teacher = GPATE((1, 28, 28), 10, teacher_kwargs={"channels": 2, "hidden": 8}).parameters_per_teacher()
-    monkeypatch.setattr(teachers, "available_memory", lambda device: 6 * per_teacher * 4 * teachers.HOST_TEACHER_MEMORY_FACTOR)
+    monkeypatch.setattr(teachers, "available_memory",
+                        lambda device: 6 * per_teacher * 4 * teachers.CHUNKED_TEACHER_MEMORY_FACTOR)
     built = []
 
     class Built(Exception):
@@ -534,6 +565,53 @@ def test_several_teacher_updates_per_step_are_all_taken(tiny_image_data_dir, tmp
     assert main(["train", *gpate_args(tiny_image_data_dir, tmp_path / "run", "--max-steps", "2",
                                       "--model.teacher_steps", "3")]) == 0
     assert calls == [torch.Size([8, 10, 1, 28, 28])] * 6  # 3 updates x 2 steps, each on every teacher's own batch
+
+
+def test_teachers_too_many_for_one_graph_train_a_slice_at_a_time(monkeypatch):
+    """Memory for one graph over all K: trained as usual. Memory for a slice's graph only: they
+    train a slice at a time if their ensemble can. Not even that: refused, saying so."""
+    import torch
+
+    import lightning_dpgan.callbacks.teachers as teachers
+
+    per_teacher, k = 1000, 50
+    parameter_bytes = k * per_teacher * 4
+    memory = {"free": teachers.HOST_TEACHER_MEMORY_FACTOR * parameter_bytes}
+    monkeypatch.setattr(teachers, "available_memory", lambda device: memory["free"])
+    cpu = torch.device("cpu")
+    assert teachers.check_teacher_memory(k, per_teacher, cpu, can_chunk=True) is False
+    memory["free"] = teachers.CHUNKED_TEACHER_MEMORY_FACTOR * parameter_bytes
+    assert teachers.check_teacher_memory(k, per_teacher, cpu, can_chunk=True) is True
+    with pytest.raises(teachers.TeacherMemoryError, match=r"10x their parameters"):
+        teachers.check_teacher_memory(k, per_teacher, cpu, can_chunk=False)
+    memory["free"] -= 1
+    with pytest.raises(teachers.TeacherMemoryError, match=r"trained a slice at a time \(6x their parameters"):
+        teachers.check_teacher_memory(k, per_teacher, cpu, can_chunk=True)
+
+
+def test_gpate_trains_teachers_a_slice_at_a_time_when_one_graph_would_not_fit(tiny_image_data_dir, tmp_path, monkeypatch):
+    """The MNIST preset's 2000 paper-size teachers on a 24 GB host: the same command trains
+    them a slice at a time (here: memory for 8 teachers in slices, not in one graph)."""
+    import lightning_dpgan.callbacks.teachers as teachers
+
+    from lightning_dpgan.modules.gpate import GPATE
+    from lightning_dpgan.nets.ensemble import VmapTeacherEnsemble
+
+    per_teacher = GPATE((1, 28, 28), 10, teacher_kwargs={"channels": 2, "hidden": 8}).parameters_per_teacher()
+    monkeypatch.setattr(teachers, "available_memory",
+                        lambda device: 8 * per_teacher * 4 * teachers.CHUNKED_TEACHER_MEMORY_FACTOR)
+    monkeypatch.setattr(teachers, "TRAIN_CHUNK_RECORDS", 30)  # batch 10: 3 teachers a slice
+    slices = []
+    original = VmapTeacherEnsemble.backward_in_chunks
+
+    def recorded(self, *args):
+        slices.append((self.num_teachers, self.train_chunk))
+        return original(self, *args)
+
+    monkeypatch.setattr(VmapTeacherEnsemble, "backward_in_chunks", recorded)
+    assert main(["train", *gpate_args(tiny_image_data_dir, tmp_path / "run", "--max-steps", "2")]) == 0
+    assert slices == [(8, 3)] * 2  # one teacher update per step, in slices of 3
+    assert read_json(tmp_path / "run" / "privacy.json")["steps"] == 2
 
 
 def test_the_memory_check_reserves_more_on_the_host_than_on_a_gpu(monkeypatch):

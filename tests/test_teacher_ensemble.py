@@ -156,6 +156,47 @@ def test_the_teachers_loss_gives_each_its_gradient_on_its_real_and_the_shared_ge
             torch.testing.assert_close(stacked[name], param.grad, **TOL)
 
 
+@pytest.mark.parametrize("num_classes", [None, CLASSES])
+@pytest.mark.parametrize("per_slice", [1, 3, K])
+def test_training_a_slice_of_teachers_at_a_time_gives_every_teacher_its_gradient(num_classes, per_slice) -> None:
+    """``backward_in_chunks`` (teachers too many for one graph): the loss and every teacher's
+    gradient are those of ``discriminator_loss`` over all K at once, and of each teacher alone;
+    a second call adds to the gradients, as ``backward`` would."""
+    torch.manual_seed(0)
+    ensemble, teachers, shape = _conv(num_classes)
+    real, real_labels, _ = _own_batches(ensemble, shape)
+    fake, fake_labels = torch.randn(B, *shape), _labels(ensemble, B)
+    whole = copy.deepcopy(ensemble)
+    expected_loss = whole.discriminator_loss(real, real_labels, fake, fake_labels)
+    expected_loss.backward()
+    ensemble.train_chunk = per_slice
+    loss = ensemble.backward_in_chunks(real, real_labels, fake, fake_labels)
+    torch.testing.assert_close(loss, expected_loss.detach(), **TOL)
+    for name in ensemble._names:
+        key = name.replace(".", "-")
+        torch.testing.assert_close(ensemble.stacked[key].grad, whole.stacked[key].grad, **TOL)
+    bce = nn.functional.binary_cross_entropy_with_logits
+    for k, teacher in enumerate(teachers):
+        on_real, on_fake = teacher(real[k], _at(real_labels, k)), teacher(fake, fake_labels)
+        (bce(on_real, torch.ones_like(on_real)) + bce(on_fake, torch.zeros_like(on_fake))).backward()
+        stacked = _stacked_grads(ensemble, k)
+        for name, param in teacher.named_parameters():
+            torch.testing.assert_close(stacked[name], param.grad, **TOL)
+    ensemble.backward_in_chunks(real, real_labels, fake, fake_labels)
+    for name in ensemble._names:
+        key = name.replace(".", "-")
+        torch.testing.assert_close(ensemble.stacked[key].grad, 2 * whole.stacked[key].grad, **TOL)
+
+
+def test_only_the_vmap_form_trains_a_slice_at_a_time() -> None:
+    mlp, _, shape = _mlp((7,), None)
+    assert not mlp.supports_chunked_training
+    mlp.train_chunk = 2
+    with pytest.raises(NotImplementedError):
+        mlp.backward_in_chunks(torch.randn(K, B, *shape), None, torch.randn(B, *shape), None)
+    assert _conv(None)[0].supports_chunked_training
+
+
 def _edges_into_parameters(loss: Tensor) -> dict[int, int]:
     """For each leaf parameter, how many nodes of ``loss``'s backward graph hand it a gradient."""
     counts: dict[int, int] = {}

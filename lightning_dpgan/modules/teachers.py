@@ -56,8 +56,14 @@ class TeacherModel(GANModule):
     def parameters_per_teacher(self) -> int:
         """Parameters of one teacher (the ensemble's grow linearly in K): what the strategy's
         memory check multiplies before any of the K is built."""
-        one = build_teacher_ensemble(1, self.data_shape, self.num_classes, **self.teacher_ensemble_kwargs())
-        return sum(p.numel() for p in one.parameters())
+        return sum(p.numel() for p in self._one_teacher().parameters())
+
+    def teachers_train_in_chunks(self) -> bool:
+        """Whether this model's teacher ensemble can train a slice of teachers at a time."""
+        return self._one_teacher().supports_chunked_training
+
+    def _one_teacher(self) -> TeacherEnsemble:
+        return build_teacher_ensemble(1, self.data_shape, self.num_classes, **self.teacher_ensemble_kwargs())
 
     #: this process's slice of the K teachers under DDP (None: it holds all K)
     teacher_shard: slice | None = None
@@ -77,10 +83,15 @@ class TeacherModel(GANModule):
                         fake_labels: Tensor | None) -> Tensor:
         """One update of all teachers at once: teacher k on its own real minibatch ``real[k]``
         against the shared generated ``fake``. Summing the per-teacher mean losses gives each
-        teacher exactly its own gradient. Returns the mean loss per teacher."""
-        loss = self.teachers.discriminator_loss(real, real_labels, fake, fake_labels)
+        teacher exactly its own gradient. Returns the mean loss per teacher. When one graph over
+        all K would not fit in memory, the strategy has set the ensemble's ``train_chunk``: the
+        same gradients, a slice of teachers at a time."""
         optimizer.zero_grad()
-        self.manual_backward(loss)
+        if self.teachers.train_chunk:
+            loss = self.teachers.backward_in_chunks(real, real_labels, fake, fake_labels)
+        else:
+            loss = self.teachers.discriminator_loss(real, real_labels, fake, fake_labels)
+            self.manual_backward(loss)
         optimizer.step()
         return loss.detach() / self.teachers.num_teachers
 
