@@ -66,8 +66,10 @@ class PrivacyBudgetStopping(L.Callback):
         low, high = 1, 2
         while high < MAX_PLANNED_STEPS and self._fits(high):
             low, high = high, high * 2
-        if high >= MAX_PLANNED_STEPS:
-            return MAX_PLANNED_STEPS
+        if high >= MAX_PLANNED_STEPS:  # the doubling stopped at the cap without checking it
+            if self._fits(MAX_PLANNED_STEPS):
+                return MAX_PLANNED_STEPS
+            high = MAX_PLANNED_STEPS
         while high - low > 1:  # invariant: low fits, high does not
             middle = (low + high) // 2
             low, high = (middle, high) if self._fits(middle) else (low, middle)

@@ -90,3 +90,31 @@ def test_resumed_run_with_budget_spent_stops_without_error():
     steps = len(strategy.accountant)
     _, trainer = run_until_stopped(strategy, 2.0)  # "resume": the accountant already holds the spend
     assert trainer.should_stop and len(strategy.accountant) == steps
+
+
+class LinearStrategy(PrivacyStrategy):
+    """epsilon_if(k) = k / steps_in_budget: exactly that many steps fit in epsilon 1."""
+
+    name = "linear"
+
+    def __init__(self, steps_in_budget):
+        super().__init__(delta=1e-5)
+        self.steps_in_budget = steps_in_budget
+
+    def steps_taken(self):
+        return 0
+
+    def plan_key(self):
+        return ()
+
+    def epsilon_if(self, steps=1):
+        return steps / self.steps_in_budget
+
+
+@pytest.mark.parametrize("fitting", [3, 1000, 67_108_865, 99_999_999, 10**8])
+def test_the_plan_is_the_largest_number_of_steps_that_fits_up_to_the_cap(fitting):
+    """Near the cap the doubling stops at 2^27 > 10^8 without checking it: what it returns must
+    still fit (it returned the cap whenever 2^26 steps fitted)."""
+    budget = PrivacyBudgetStopping(1.0)
+    budget.strategy = LinearStrategy(fitting)
+    assert budget.allowed_total_steps() == fitting
