@@ -42,11 +42,13 @@ log = logging.getLogger(__name__)
 #: line runs (lightning_dpgan.host_memory).
 TEACHER_MEMORY_FACTOR = 8
 HOST_TEACHER_MEMORY_FACTOR = 10
-#: The same, for ensembles that train a slice of teachers at a time (``train_chunk``): the
-#: parameters, their gradients and Adam's two moments, plus one slice's temporaries. Measured on
-#: the host, whole process: 5.1x for G-PATE's MNIST preset (2000 teachers, 821M parameters,
-#: slices of 136; 16.6 GB peak, checkpoint written).
-CHUNKED_TEACHER_MEMORY_FACTOR = 6
+#: Of those multiples, what training a slice of teachers at a time (``train_chunk``) keeps for
+#: all K: the parameters, their gradients and Adam's two moments. The rest (the temporaries of
+#: one graph) shrinks to a slice's share, and SLICE_MARGIN covers the process around them.
+#: Measured on the host, whole process: 5.1x for G-PATE's MNIST preset (2000 teachers, 821M
+#: parameters, slices of 136; 16.6 GB peak, checkpoint written), where this estimate is 5.4x.
+TEACHER_STATE_FACTOR = 4
+SLICE_MARGIN = 1
 #: Records per slice when teachers train a slice at a time: teachers per slice = this / batch.
 TRAIN_CHUNK_RECORDS = 4096
 
@@ -75,7 +77,7 @@ TEACHER_BUILD_FACTOR = 2
 
 
 def check_teacher_memory(teachers: int, per_teacher: int, device: torch.device, processes_on_host: int = 1,
-                         can_chunk: bool = False) -> bool:
+                         slice_size: int | None = None) -> bool:
     """Refuse, before a single teacher is built, teachers that would exhaust memory: building the
     ``teachers`` each process holds (all K, or a DDP rank's shard) in host memory, which the
     ``processes_on_host`` ranks of this machine do at the same time, or training them on
@@ -84,7 +86,8 @@ def check_teacher_memory(teachers: int, per_teacher: int, device: torch.device, 
     built on a 24 GB machine.)
 
     Returns whether they must train a slice at a time: when one graph over all of them would not
-    fit but slices would, for an ensemble that ``can_chunk``."""
+    fit but slices of ``slice_size`` teachers would (None: this ensemble cannot train in slices).
+    A slice as large as all of them is no slice: the whole graph's memory is then needed."""
     ways_out = ("Use a GPU (or several: --strategy ddp splits the teachers), fewer teachers "
                 "(--privacy.num_teachers) or smaller ones (--model.teacher_kwargs.*, e.g. hidden or channels).")
     parameters = teachers * per_teacher
@@ -103,14 +106,15 @@ def check_teacher_memory(teachers: int, per_teacher: int, device: torch.device, 
     free = available_memory(device)
     if free is None or factor * parameters * 4 * sharing <= free:
         return False
-    if can_chunk:
-        factor = CHUNKED_TEACHER_MEMORY_FACTOR
+    sliced = slice_size is not None and slice_size < teachers
+    if sliced:
+        factor = TEACHER_STATE_FACTOR + (factor - TEACHER_STATE_FACTOR) * slice_size / teachers + SLICE_MARGIN
         if factor * parameters * 4 * sharing <= free:
             return True
     needed = factor * parameters * 4 * sharing
-    in_slices = ", trained a slice at a time" if can_chunk else ""
+    in_slices = f", trained {slice_size} at a time" if sliced else ""
     raise TeacherMemoryError(
-        f"{size} need about {needed / 2**30:.1f} GiB to train{in_slices} ({factor}x their parameters: "
+        f"{size} need about {needed / 2**30:.1f} GiB to train{in_slices} ({factor:.3g}x their parameters: "
         f"gradients, Adam's moments, temporaries), and {device.type} has {free / 2**30:.1f} GiB available. "
         f"{ways_out}")
 
@@ -187,11 +191,12 @@ class TeacherStrategy(PrivacyStrategy):
         own = shard(k) if world_size() > 1 else None  # DDP: each rank builds and trains its own slice of the K
         kept = len(kept_range(k, own))
         on_host = trainer.num_devices if own is not None else 1  # this machine's ranks build at once
+        per_slice = train_chunk(self.teacher_batch_size) if pl_module.teachers_train_in_chunks() else None
         in_slices = check_teacher_memory(kept, pl_module.parameters_per_teacher(), trainer.strategy.root_device, on_host,
-                                         can_chunk=pl_module.teachers_train_in_chunks())
+                                         slice_size=per_slice)
         pl_module.build_teachers(k, own)
         if in_slices:
-            pl_module.teachers.train_chunk = train_chunk(self.teacher_batch_size)
+            pl_module.teachers.train_chunk = per_slice
             log.info("%d teachers train %d at a time: one pass over all of them would not fit in memory",
                      kept, pl_module.teachers.train_chunk)
         if own is not None:

@@ -508,16 +508,15 @@ def test_teachers_that_cannot_fit_in_memory_are_refused_up_front(tiny_image_data
 
 
 def test_under_ddp_the_memory_check_counts_the_shards_of_this_machines_ranks(tiny_image_data_dir, tmp_path, monkeypatch):
-    """Memory for 6 of the 8 teachers (trained a slice at a time): one process is refused; so
-    are two CPU ranks on this machine (4 teachers each, built at once in the same memory); a
-    rank whose machine runs it alone goes on to build just its shard."""
+    """Memory for 6 of the 8 teachers: one process is refused; so are two CPU ranks on this
+    machine (4 teachers each, built at once in the same memory); a rank whose machine runs it
+    alone goes on to build just its shard. (Their slices would hold them all: no slicing.)"""
     import lightning_dpgan.callbacks.teachers as teachers
 
     from lightning_dpgan.modules.gpate import GPATE
 
     per_teacher = GPATE((1, 28, 28), 10, teacher_kwargs={"channels": 2, "hidden": 8}).parameters_per_teacher()
-    monkeypatch.setattr(teachers, "available_memory",
-                        lambda device: 6 * per_teacher * 4 * teachers.CHUNKED_TEACHER_MEMORY_FACTOR)
+    monkeypatch.setattr(teachers, "available_memory", lambda device: 6 * per_teacher * 4 * teachers.HOST_TEACHER_MEMORY_FACTOR)
     built = []
 
     class Built(Exception):
@@ -568,8 +567,9 @@ def test_several_teacher_updates_per_step_are_all_taken(tiny_image_data_dir, tmp
 
 
 def test_teachers_too_many_for_one_graph_train_a_slice_at_a_time(monkeypatch):
-    """Memory for one graph over all K: trained as usual. Memory for a slice's graph only: they
-    train a slice at a time if their ensemble can. Not even that: refused, saying so."""
+    """Memory for one graph over all K: trained as usual. Memory for the teachers' state and one
+    slice's temporaries (4x + 6x * 10/50 + 1x on the host): a slice at a time, if their ensemble
+    can. A "slice" of all K, or not even that memory: refused, saying so."""
     import torch
 
     import lightning_dpgan.callbacks.teachers as teachers
@@ -579,14 +579,16 @@ def test_teachers_too_many_for_one_graph_train_a_slice_at_a_time(monkeypatch):
     memory = {"free": teachers.HOST_TEACHER_MEMORY_FACTOR * parameter_bytes}
     monkeypatch.setattr(teachers, "available_memory", lambda device: memory["free"])
     cpu = torch.device("cpu")
-    assert teachers.check_teacher_memory(k, per_teacher, cpu, can_chunk=True) is False
-    memory["free"] = teachers.CHUNKED_TEACHER_MEMORY_FACTOR * parameter_bytes
-    assert teachers.check_teacher_memory(k, per_teacher, cpu, can_chunk=True) is True
+    assert teachers.check_teacher_memory(k, per_teacher, cpu, slice_size=10) is False
+    memory["free"] = 6.2 * parameter_bytes
+    assert teachers.check_teacher_memory(k, per_teacher, cpu, slice_size=10) is True
     with pytest.raises(teachers.TeacherMemoryError, match=r"10x their parameters"):
-        teachers.check_teacher_memory(k, per_teacher, cpu, can_chunk=False)
-    memory["free"] -= 1
-    with pytest.raises(teachers.TeacherMemoryError, match=r"trained a slice at a time \(6x their parameters"):
-        teachers.check_teacher_memory(k, per_teacher, cpu, can_chunk=True)
+        teachers.check_teacher_memory(k, per_teacher, cpu, slice_size=None)
+    with pytest.raises(teachers.TeacherMemoryError, match=r"10x their parameters"):
+        teachers.check_teacher_memory(k, per_teacher, cpu, slice_size=k)  # one slice of all: the whole graph
+    memory["free"] -= 4
+    with pytest.raises(teachers.TeacherMemoryError, match=r"trained 10 at a time \(6.2x their parameters"):
+        teachers.check_teacher_memory(k, per_teacher, cpu, slice_size=10)
 
 
 def test_gpate_trains_teachers_a_slice_at_a_time_when_one_graph_would_not_fit(tiny_image_data_dir, tmp_path, monkeypatch):
@@ -598,19 +600,19 @@ def test_gpate_trains_teachers_a_slice_at_a_time_when_one_graph_would_not_fit(ti
     from lightning_dpgan.nets.ensemble import VmapTeacherEnsemble
 
     per_teacher = GPATE((1, 28, 28), 10, teacher_kwargs={"channels": 2, "hidden": 8}).parameters_per_teacher()
-    monkeypatch.setattr(teachers, "available_memory",
-                        lambda device: 8 * per_teacher * 4 * teachers.CHUNKED_TEACHER_MEMORY_FACTOR)
+    # slices of 3: 4x + 6x * 3/8 + 1x = 7.25x their parameters fit, one graph's 10x does not
+    monkeypatch.setattr(teachers, "available_memory", lambda device: 8 * per_teacher * 4 * 7.5)
     monkeypatch.setattr(teachers, "TRAIN_CHUNK_RECORDS", 30)  # batch 10: 3 teachers a slice
     slices = []
     original = VmapTeacherEnsemble.backward_in_chunks
 
-    def recorded(self, *args):
-        slices.append((self.num_teachers, self.train_chunk))
-        return original(self, *args)
+    def recorded(self, *args, **options):
+        slices.append((self.num_teachers, self.train_chunk, options))
+        return original(self, *args, **options)
 
     monkeypatch.setattr(VmapTeacherEnsemble, "backward_in_chunks", recorded)
     assert main(["train", *gpate_args(tiny_image_data_dir, tmp_path / "run", "--max-steps", "2")]) == 0
-    assert slices == [(8, 3)] * 2  # one teacher update per step, in slices of 3
+    assert slices == [(8, 3, {"loss_scale": 1.0})] * 2  # one teacher update per step, in slices of 3, full precision
     assert read_json(tmp_path / "run" / "privacy.json")["steps"] == 2
 
 

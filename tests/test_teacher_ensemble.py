@@ -188,6 +188,22 @@ def test_training_a_slice_of_teachers_at_a_time_gives_every_teacher_its_gradient
         torch.testing.assert_close(ensemble.stacked[key].grad, 2 * whole.stacked[key].grad, **TOL)
 
 
+def test_a_loss_scale_scales_the_sliced_gradients_not_the_loss() -> None:
+    """Under 16-bit mixed precision the loss is scaled before backward and the optimizer step
+    unscales the gradients: the slices' gradients must come scaled the same way."""
+    torch.manual_seed(0)
+    ensemble, _, shape = _conv(CLASSES)
+    real, real_labels, _ = _own_batches(ensemble, shape)
+    fake, fake_labels = torch.randn(B, *shape), _labels(ensemble, B)
+    scaled = copy.deepcopy(ensemble)
+    ensemble.train_chunk = scaled.train_chunk = 3
+    loss = ensemble.backward_in_chunks(real, real_labels, fake, fake_labels)
+    scaled_loss = scaled.backward_in_chunks(real, real_labels, fake, fake_labels, loss_scale=1024.0)
+    torch.testing.assert_close(scaled_loss, loss)
+    for key, parameter in ensemble.stacked.items():
+        torch.testing.assert_close(scaled.stacked[key].grad, 1024.0 * parameter.grad, **TOL)
+
+
 def test_only_the_vmap_form_trains_a_slice_at_a_time() -> None:
     mlp, _, shape = _mlp((7,), None)
     assert not mlp.supports_chunked_training

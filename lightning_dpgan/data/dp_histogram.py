@@ -88,7 +88,7 @@ def rows_in_schema(
     """The rows of ``frame`` that the schema encodes, and the schema's report on them.
 
     :meth:`TableSchema.encode` runs all of its checks and applies its rule (missing columns,
-    dtypes, NaNs, a binary label's classes, unknown categories dropped or an error), so a
+    dtypes, NaNs, a binary label's classes, unknown categories dropped, blank or an error), so a
     histogram or a mode-specific encoding sees exactly the rows the schema would keep. Whether
     a row is kept depends on that row alone, so histogramming only kept rows keeps each
     record's contribution to at most one bin per column.

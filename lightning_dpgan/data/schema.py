@@ -185,7 +185,8 @@ class EncodingReport:
         blanked = f" ({self.rows_blanked} with an unknown category left blank)" if self.rows_blanked else ""
         return (
             f"encoded {self.rows_encoded}/{self.rows_in} rows{blanked}; "
-            f"clipped values per column: {clipped or 'none'}; rejected rows per column: {rejected or 'none'}"
+            f"clipped values per column: {clipped or 'none'}; "
+            f"{'blanked' if self.rows_blanked else 'rejected'} rows per column: {rejected or 'none'}"
         )
 
 

@@ -88,7 +88,10 @@ class TeacherModel(GANModule):
         same gradients, a slice of teachers at a time."""
         optimizer.zero_grad()
         if self.teachers.train_chunk:
-            loss = self.teachers.backward_in_chunks(real, real_labels, fake, fake_labels)
+            # manual_backward would scale the loss under 16-bit mixed precision, and the optimizer step unscales
+            scaler = getattr(getattr(self.trainer, "precision_plugin", None), "scaler", None)
+            scale = float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else 1.0
+            loss = self.teachers.backward_in_chunks(real, real_labels, fake, fake_labels, loss_scale=scale)
         else:
             loss = self.teachers.discriminator_loss(real, real_labels, fake, fake_labels)
             self.manual_backward(loss)
