@@ -45,10 +45,11 @@ HOST_TEACHER_MEMORY_FACTOR = 10
 #: Of those multiples, what training a slice of teachers at a time (``train_chunk``) keeps for
 #: all K: the parameters, their gradients and Adam's two moments. The rest (the temporaries of
 #: one graph) shrinks to a slice's share, and SLICE_MARGIN covers the process around them.
-#: Measured on the host, whole process: 5.1x for G-PATE's MNIST preset (2000 teachers, 821M
-#: parameters, slices of 136; 16.6 GB peak, checkpoint written), where this estimate is 5.4x.
+#: Measured on the host, whole process, freed memory kept for reuse: 6.0x for G-PATE's MNIST
+#: preset (2000 teachers, 821M parameters, slices of 136; 19.7 GB resident from about step 80 of
+#: a full run, 16.6 GB over its first 6 steps), where this estimate is 6.1x.
 TEACHER_STATE_FACTOR = 4
-SLICE_MARGIN = 1
+SLICE_MARGIN = 1.7
 #: Records per slice when teachers train a slice at a time: teachers per slice = this / batch.
 TRAIN_CHUNK_RECORDS = 4096
 

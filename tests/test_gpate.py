@@ -568,7 +568,7 @@ def test_several_teacher_updates_per_step_are_all_taken(tiny_image_data_dir, tmp
 
 def test_teachers_too_many_for_one_graph_train_a_slice_at_a_time(monkeypatch):
     """Memory for one graph over all K: trained as usual. Memory for the teachers' state and one
-    slice's temporaries (4x + 6x * 10/50 + 1x on the host): a slice at a time, if their ensemble
+    slice's temporaries (4x + 6x * 10/50 + 1.7x on the host): a slice at a time, if their ensemble
     can. A "slice" of all K, or not even that memory: refused, saying so."""
     import torch
 
@@ -580,14 +580,14 @@ def test_teachers_too_many_for_one_graph_train_a_slice_at_a_time(monkeypatch):
     monkeypatch.setattr(teachers, "available_memory", lambda device: memory["free"])
     cpu = torch.device("cpu")
     assert teachers.check_teacher_memory(k, per_teacher, cpu, slice_size=10) is False
-    memory["free"] = 6.2 * parameter_bytes
+    memory["free"] = 6.9 * parameter_bytes
     assert teachers.check_teacher_memory(k, per_teacher, cpu, slice_size=10) is True
     with pytest.raises(teachers.TeacherMemoryError, match=r"10x their parameters"):
         teachers.check_teacher_memory(k, per_teacher, cpu, slice_size=None)
     with pytest.raises(teachers.TeacherMemoryError, match=r"10x their parameters"):
         teachers.check_teacher_memory(k, per_teacher, cpu, slice_size=k)  # one slice of all: the whole graph
     memory["free"] -= 4
-    with pytest.raises(teachers.TeacherMemoryError, match=r"trained 10 at a time \(6.2x their parameters"):
+    with pytest.raises(teachers.TeacherMemoryError, match=r"trained 10 at a time \(6.9x their parameters"):
         teachers.check_teacher_memory(k, per_teacher, cpu, slice_size=10)
 
 
@@ -600,8 +600,8 @@ def test_gpate_trains_teachers_a_slice_at_a_time_when_one_graph_would_not_fit(ti
     from lightning_dpgan.nets.ensemble import VmapTeacherEnsemble
 
     per_teacher = GPATE((1, 28, 28), 10, teacher_kwargs={"channels": 2, "hidden": 8}).parameters_per_teacher()
-    # slices of 3: 4x + 6x * 3/8 + 1x = 7.25x their parameters fit, one graph's 10x does not
-    monkeypatch.setattr(teachers, "available_memory", lambda device: 8 * per_teacher * 4 * 7.5)
+    # slices of 3: 4x + 6x * 3/8 + 1.7x = 7.95x their parameters fit, one graph's 10x does not
+    monkeypatch.setattr(teachers, "available_memory", lambda device: 8 * per_teacher * 4 * 8)
     monkeypatch.setattr(teachers, "TRAIN_CHUNK_RECORDS", 30)  # batch 10: 3 teachers a slice
     slices = []
     original = VmapTeacherEnsemble.backward_in_chunks

@@ -562,8 +562,8 @@ class VmapTeacherEnsemble(TeacherEnsemble):
         row by row, the gradient of each chunk's sum: computed with the chunk's rows of the
         stacked parameters as leaves (``autograd.grad``) and written into those rows of each
         parameter's ``.grad``. Only one chunk's activations are alive at a time: G-PATE's MNIST
-        preset (2000 teachers, 821M parameters) needs ~31 GiB in one graph and 16.6 GB (the whole
-        process) in chunks of 136 teachers (measured on a CPU host). The gradients are those of
+        preset (2000 teachers, 821M parameters) needs ~31 GiB in one graph and 19.7 GB (the whole
+        process, over a full run) in chunks of 136 teachers (measured on a CPU host). The gradients are those of
         ``loss_scale`` times the loss (a mixed-precision loss scale, as a scaled ``backward``
         would give, for the optimizer step to unscale). Returns the summed loss, detached.
         """
