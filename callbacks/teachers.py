@@ -174,8 +174,10 @@ class TeacherStrategy(PrivacyStrategy):
         self.partition_seed = partition_seed
         self.sampler: PartitionedSampler | None = None
         self.steps = 0
+        self._module: Any = None
 
     def install(self, trainer: L.Trainer, pl_module: Any) -> None:
+        self._module = pl_module
         datamodule = trainer.datamodule
         k = self.num_teachers or max(1, self.train_records // self.records_per_teacher)
         if k > self.train_records:
@@ -230,8 +232,10 @@ class TeacherStrategy(PrivacyStrategy):
         return self.steps
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "steps": self.steps,
-                "sampler": self.sampler.state_dict() if self.sampler else None}
+        # the module's count: a checkpoint saved in on_train_batch_end (before this callback's turn
+        # updates self.steps) must hold the step its accountant has already charged
+        steps = self._module.train_steps if self._module is not None else self.steps
+        return {**super().state_dict(), "steps": steps, "sampler": self.sampler.state_dict() if self.sampler else None}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)

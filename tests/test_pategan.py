@@ -216,6 +216,25 @@ def test_resume_keeps_partitions_and_spend(pategan_run, tmp_path):
     assert report["epsilon"] <= 9.0
 
 
+def test_a_checkpoint_saved_mid_training_counts_the_step_its_accountant_charged(tmp_path, monkeypatch):
+    """A checkpoint is saved in on_train_batch_end before the strategy's turn: its step count
+    must still be the module's, or a resumed run's budget plan would start one step behind."""
+    from lightning_dpgan.callbacks import checkpoint as checkpoint_callback
+
+    saved, save = [], checkpoint_callback.save_checkpoint_atomically
+
+    def save_and_read(trainer, path):
+        written = save(trainer, path)
+        state = torch.load(written, map_location="cpu", weights_only=False)
+        (key,) = [k for k in state["callbacks"] if "PATEAggregation" in k]
+        saved.append((state["lightning_dpgan"]["train_steps"], state["callbacks"][key]["steps"]))
+        return written
+
+    monkeypatch.setattr(checkpoint_callback, "save_checkpoint_atomically", save_and_read)
+    assert main(pategan_args(tmp_path / "run", 3, 8.0, "--checkpoint_every_n_steps", "1")) == 0
+    assert saved[:3] == [(1, 1), (2, 2), (3, 3)]
+
+
 @pytest.mark.parametrize(
     "argv,message",
     [
