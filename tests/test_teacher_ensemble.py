@@ -147,6 +147,13 @@ def test_the_teachers_loss_gives_each_its_gradient_on_its_real_and_the_shared_ge
     real, real_labels, _ = _own_batches(ensemble, shape)
     fake, fake_labels = torch.randn(B, *shape), _labels(ensemble, B)
     ensemble.discriminator_loss(real, real_labels, fake, fake_labels).backward()
+    _assert_each_teacher_got_its_own_gradient(ensemble, teachers, (real, real_labels), (fake, fake_labels))
+
+
+def _assert_each_teacher_got_its_own_gradient(ensemble, teachers, real_batches, fake_batch) -> None:
+    """The stacked gradients are, teacher by teacher, those of each teacher alone trained on its
+    real batch (labelled 1) and the shared generated one (labelled 0)."""
+    (real, real_labels), (fake, fake_labels) = real_batches, fake_batch
     bce = nn.functional.binary_cross_entropy_with_logits
     for k, teacher in enumerate(teachers):
         on_real, on_fake = teacher(real[k], _at(real_labels, k)), teacher(fake, fake_labels)
@@ -175,13 +182,7 @@ def test_training_a_slice_of_teachers_at_a_time_gives_every_teacher_its_gradient
     for name in ensemble._names:
         key = name.replace(".", "-")
         torch.testing.assert_close(ensemble.stacked[key].grad, whole.stacked[key].grad, **TOL)
-    bce = nn.functional.binary_cross_entropy_with_logits
-    for k, teacher in enumerate(teachers):
-        on_real, on_fake = teacher(real[k], _at(real_labels, k)), teacher(fake, fake_labels)
-        (bce(on_real, torch.ones_like(on_real)) + bce(on_fake, torch.zeros_like(on_fake))).backward()
-        stacked = _stacked_grads(ensemble, k)
-        for name, param in teacher.named_parameters():
-            torch.testing.assert_close(stacked[name], param.grad, **TOL)
+    _assert_each_teacher_got_its_own_gradient(ensemble, teachers, (real, real_labels), (fake, fake_labels))
     ensemble.backward_in_chunks(real, real_labels, fake, fake_labels)
     for name in ensemble._names:
         key = name.replace(".", "-")
