@@ -96,11 +96,7 @@ def rows_in_schema(
     if unknown not in UNKNOWN_RULES:
         raise ValueError(f"unknown must be one of {UNKNOWN_RULES}, got {unknown!r}")
     _, report = schema.encode(frame, unknown=unknown)
-    keep = np.ones(len(frame), dtype=bool)
-    for column in schema.columns:
-        if not column.is_numeric and unknown != "blank":
-            keep &= _category_codes(column, frame[column.name]) >= 0
-    return frame.loc[keep], report
+    return frame.loc[schema.rows_kept(frame, unknown)], report
 
 
 def log_transform(values: np.ndarray, low: float) -> np.ndarray:

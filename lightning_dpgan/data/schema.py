@@ -390,10 +390,7 @@ class TableSchema:
         if unknown == "error" and any(rejected.values()):
             bad = {name: count for name, count in rejected.items() if count}
             raise SchemaError(f"values outside the schema's categories (rows per column): {bad}")
-        known = np.ones(len(frame), dtype=bool)
-        for code in codes.values():
-            known &= code >= 0
-        keep = np.ones(len(frame), dtype=bool) if unknown == "blank" else known
+        keep, known = _kept_rows(codes, len(frame), unknown)
         encoded = np.zeros((int(keep.sum()), self.encoded_dim), dtype=np.float64)
         clipped = {}
         for column in self.columns:
@@ -409,6 +406,12 @@ class TableSchema:
                 encoded[listed, block.start + code[listed]] = 1.0
         report = EncodingReport(len(frame), int(keep.sum()), clipped, rejected, int((keep & ~known).sum()))
         return torch.from_numpy(encoded.astype(np.float32)), report
+
+    def rows_kept(self, frame: pd.DataFrame, unknown: str = "drop") -> np.ndarray:
+        """Which rows of ``frame`` :meth:`encode` keeps under the rule ``unknown`` (boolean mask;
+        each row's fate depends on that row alone)."""
+        codes = {c.name: _category_codes(c, frame[c.name]) for c in self.columns if not c.is_numeric}
+        return _kept_rows(codes, len(frame), unknown)[0]
 
     def _check_label_codes(self, codes: dict[str, np.ndarray]) -> None:
         if self.label_kind != "binary":
@@ -472,6 +475,15 @@ def _check_dtype(column: Column, series: pd.Series) -> None:
 def _holds_numbers(series: pd.Series) -> bool:
     dtype = series.cat.categories.dtype if isinstance(series.dtype, pd.CategoricalDtype) else series.dtype
     return pd.api.types.is_numeric_dtype(dtype)
+
+
+def _kept_rows(codes: dict[str, np.ndarray], rows: int, unknown: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(kept, known)`` masks: the rows whose every category is in the schema (``known``), and
+    those the rule ``unknown`` keeps: all of them with ``"blank"``, else the known ones."""
+    known = np.ones(rows, dtype=bool)
+    for code in codes.values():
+        known &= code >= 0
+    return (np.ones(rows, dtype=bool) if unknown == "blank" else known), known
 
 
 def _category_codes(column: Column, series: pd.Series) -> np.ndarray:
