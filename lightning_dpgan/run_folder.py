@@ -56,10 +56,15 @@ def continues_run_in(folder: Path, resume: str | None) -> bool:
     return folder.resolve() in Path(resume).resolve().parents
 
 
-def check_output_dir(folder: Path, resume: str | None, overwrite: bool) -> None:
-    """Refuse a file, or a folder holding a run that is neither continued nor to be replaced."""
+def refuse_a_file(folder: Path) -> None:
+    """An output folder that names an existing file."""
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"--output-dir {folder} is a file: give a folder (it is created if missing)")
+
+
+def check_output_dir(folder: Path, resume: str | None, overwrite: bool) -> None:
+    """Refuse a file, or a folder holding a run that is neither continued nor to be replaced."""
+    refuse_a_file(folder)
     held = held_run_files(folder)
     if not held or overwrite or continues_run_in(folder, resume):
         return
@@ -78,8 +83,7 @@ def set_aside_outputs(folder: Path, continued: bool) -> Path | None:
 def check_audit_dir(folder: Path, overwrite: bool) -> None:
     """Refuse a file, or a folder holding an audit that is not to be replaced (a new audit would
     write its trials over the old ones' and leave the old ``audit.json`` until it finishes)."""
-    if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"--output-dir {folder} is a file: give a folder (it is created if missing)")
+    refuse_a_file(folder)
     held = [name for name in AUDIT_OUTPUTS if (folder / name).exists()] if folder.is_dir() else []
     if held and not overwrite:
         raise ConfigError(f"--output-dir {folder} already holds an audit ({', '.join(held)}): choose another folder, "

@@ -147,6 +147,9 @@ def test_a_folder_holding_an_audit_is_refused_unless_overwritten(tiny_table, tmp
     assert read_json(out / "previous" / AUDIT_FILE) == first  # set aside, not lost
     assert sorted(p.name for p in (out / "previous" / "trials").iterdir()) == ["000", "001"]
     assert read_json(out / AUDIT_FILE)["per_trial"][0]["seed"] != first["per_trial"][0]["seed"]
+    capsys.readouterr()
+    assert main(["audit", *short[:-1], str(out / AUDIT_FILE)]) == 2  # an --output-dir that is a file
+    assert "is a file" in capsys.readouterr().err
 
 
 def test_audit_refuses_a_model_without_privacy(tiny_table, tmp_path, capsys):
