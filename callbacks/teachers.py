@@ -173,7 +173,7 @@ class TeacherStrategy(PrivacyStrategy):
         self.teacher_batch_size = teacher_batch_size
         self.partition_seed = partition_seed
         self.sampler: PartitionedSampler | None = None
-        self.steps = 0
+        self._steps = 0  # before install, or restored from a checkpoint before the module is
         self._module: Any = None
 
     def install(self, trainer: L.Trainer, pl_module: Any) -> None:
@@ -225,21 +225,22 @@ class TeacherStrategy(PrivacyStrategy):
         """Put the noisy aggregator in the module's slot and create ``self.accountant``."""
         raise NotImplementedError
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, *args: Any) -> None:
-        self.steps = pl_module.train_steps  # a step refused for the budget does not count
+    @property
+    def steps(self) -> int:
+        """Training steps taken, the module's own count once installed (a step refused for the
+        budget does not count): read when it is needed, a checkpoint saved by a callback that runs
+        before this one holds the step its accountant has already charged."""
+        return self._module.train_steps if self._module is not None else self._steps
 
     def steps_taken(self) -> int:
         return self.steps
 
     def state_dict(self) -> dict[str, Any]:
-        # the module's count: a checkpoint saved in on_train_batch_end (before this callback's turn
-        # updates self.steps) must hold the step its accountant has already charged
-        steps = self._module.train_steps if self._module is not None else self.steps
-        return {**super().state_dict(), "steps": steps, "sampler": self.sampler.state_dict() if self.sampler else None}
+        return {**super().state_dict(), "steps": self.steps, "sampler": self.sampler.state_dict() if self.sampler else None}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
-        self.steps = int(state_dict["steps"])
+        self._steps = int(state_dict["steps"])
         self.sampler.load_state_dict(state_dict["sampler"])  # same partitions, same draws
 
     def accounting_report(self) -> dict[str, Any]:
