@@ -294,7 +294,8 @@ def test_quail_writes_a_labelled_table_and_composes_the_two_costs(synthesizer, d
 
 def test_a_resumed_quail_run_reuses_its_label_model_and_pays_for_it_once(tmp_path, monkeypatch, capsys):
     first = tmp_path / "first"
-    assert main(quail_args(first)) == 0
+    fixed_noise = ("--privacy.noise_multiplier", "5")  # a sigma calibrated to 4 steps would leave none to resume
+    assert main(quail_args(first, "dpctgan", "adult", 4, 8.0, *fixed_noise)) == 0
     checkpoint = str(first / "checkpoints" / "last.ckpt")
     # its synthesizer alone may not continue it: that would drop the label model's cost
     alone = ["train", "--model", "dpctgan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
@@ -310,7 +311,7 @@ def test_a_resumed_quail_run_reuses_its_label_model_and_pays_for_it_once(tmp_pat
     resumed = tmp_path / "resumed"
     assert main(quail_args(resumed, "dpctgan", "adult", 8, 8.0, "--resume", checkpoint, "--quail.labels", "most-likely")) == 2
     assert "resume with --quail.labels sample" in capsys.readouterr().err  # as the checkpoint (and `sample`) draws them
-    assert main(quail_args(resumed, "dpctgan", "adult", 8, 8.0, "--resume", checkpoint)) == 0
+    assert main(quail_args(resumed, "dpctgan", "adult", 8, 8.0, *fixed_noise, "--resume", checkpoint)) == 0
     before, after = read_json(first / "privacy.json"), read_json(resumed / "privacy.json")
     assert after["steps"] == 8 and before["steps"] == 4
     assert after["preprocessing"] == before["preprocessing"]
