@@ -267,3 +267,21 @@ def test_dpctgan_presets_keep_one_schedule_and_calibrate_sigma(dataset, epsilon,
 
     calibrated = calibrate_noise_multiplier(epsilon - modes, 1e-5, sample_rate, steps)
     assert calibrated == pytest.approx(sigma, rel=0.05)
+
+
+@pytest.mark.parametrize(("epsilon", "sigma"), [(0.1, 32.5), (1.0, 3.7), (10.0, 0.74)])
+def test_dpctgan_on_credit_keeps_the_papers_300_epochs_and_calibrates_sigma(epsilon, sigma):
+    """On credit the paper's sigma 5 outlasts its 300 epochs at epsilon 1, so the cap is the
+    schedule; sigma is calibrated to it at every epsilon (a fixed 5 stopped epsilon 0.1 after a
+    few steps)."""
+    train_rows = 284_807 - round(0.2 * 284_807)  # the seeded 80/20 split of the 284,807 transactions
+    config = resolve({"model": "dpctgan", "dataset": "kaggle-credit", "epsilon": epsilon}, {})
+    assert config["privacy"]["noise_multiplier"] is None and config["max_epochs"] == 300
+    assert config.get("max_steps") is None
+    batch = config["data"]["batch_size"]
+    sample_rate, steps = batch / train_rows, 300 * -(-train_rows // batch)
+    paper = OpacusAccountant()
+    paper.step(noise_multiplier=load_preset("dpctgan.yaml")["privacy"]["noise_multiplier"], sample_rate=sample_rate)
+    assert paper.epsilon_if(1e-5, steps) < 1.0 - 0.1  # the paper's run at epsilon 1 ends at its cap
+    calibrated = calibrate_noise_multiplier(epsilon - modes_epsilon(config), 1e-5, sample_rate, steps)
+    assert calibrated == pytest.approx(sigma, rel=0.05)
