@@ -4,7 +4,7 @@
 configuration (see :mod:`lightning_dpgan.config`), fits them with a Lightning ``Trainer``
 and writes the run's files into ``--output-dir``:
 
-- ``config.yaml``  the resolved configuration (rerun it with ``--config``)
+- ``config.yaml``  the resolved configuration, data paths absolute (rerun it with ``--config``)
 - ``checkpoints/last.ckpt``
 - ``privacy.json`` mechanism, epsilon, delta, target, steps, accountant and its parameters
 - ``metrics.json`` final losses, steps, wall time

@@ -60,6 +60,10 @@ BOOLEAN_SETTINGS = ("evaluate", "overwrite")
 #: neither replace that run's folder nor continue its checkpoint.
 INVOCATION_ONLY = ("overwrite", "resume")
 
+#: Settings that name a file or folder: a run's config.yaml holds them as absolute paths, so that
+#: ``--config`` and ``evaluate`` find the same data from any working directory.
+PATH_SETTINGS = ("data.data_dir", "data.csv", "data.schema")
+
 #: CLI flag -> dotted configuration key.
 FLAG_KEYS = {
     "model": "model.name",
@@ -217,6 +221,17 @@ def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str |
     config = merge(merge(config, user), cli)
     config["presets"] = presets
     check_top_level(config)
+    return config
+
+
+def with_absolute_paths(config: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``config`` whose :data:`PATH_SETTINGS` given as text are absolute paths
+    (``~`` expanded; resolved against the current directory, as the run read them)."""
+    config = copy.deepcopy(config)
+    for dotted in PATH_SETTINGS:
+        value = get_dotted(config, dotted)
+        if isinstance(value, (str, Path)) and str(value):
+            set_dotted(config, dotted, str(Path(value).expanduser().absolute()))
     return config
 
 

@@ -28,6 +28,7 @@ from lightning_dpgan.config import (
     ConfigError,
     init_arguments,
     section_arguments,
+    with_absolute_paths,
 )
 from lightning_dpgan.ddp import resolve_strategy
 from lightning_dpgan.distributed import launched_as_follower
@@ -286,7 +287,8 @@ class Run:
 
     def _write_config(self, trainer: L.Trainer, module: Any) -> None:
         if trainer.is_global_zero:
-            write_yaml(self.output_dir / "config.yaml", {k: v for k, v in self.config.items() if k not in INVOCATION_ONLY})
+            kept = {k: v for k, v in self.config.items() if k not in INVOCATION_ONLY}
+            write_yaml(self.output_dir / "config.yaml", with_absolute_paths(kept))
 
     def _build_trainer(self) -> L.Trainer:
         options = dict(self.config["trainer"])

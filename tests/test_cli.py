@@ -97,6 +97,29 @@ def test_config_yaml_reproduces_the_run_settings(gan_run, tmp_path):
     assert again["max_steps"] == original["max_steps"]
 
 
+def test_config_yaml_names_a_relative_data_dir_absolutely(tiny_image_data_dir, tmp_path, monkeypatch):
+    """The data folder was read relative to where train ran; the saved config must find the same
+    folder from anywhere (evaluate and --config read it later, often from another directory)."""
+    data_dir = Path(tiny_image_data_dir).resolve()
+    monkeypatch.chdir(data_dir.parent)
+    args = tiny_run_args(data_dir.name, tmp_path / "run", steps=2)
+    assert main(args) == 0
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["data"]["data_dir"]
+    assert Path(saved).is_absolute() and Path(saved) == data_dir
+
+
+def test_only_path_settings_given_as_text_are_made_absolute(tmp_path, monkeypatch):
+    from lightning_dpgan.config import with_absolute_paths
+
+    monkeypatch.chdir(tmp_path)
+    config = {"data": {"name": "csv", "csv": "table.csv", "schema": {"columns": []}, "data_dir": None,
+                       "batch_size": 8}, "model": {"name": "gan"}}
+    portable = with_absolute_paths(config)
+    assert portable["data"]["csv"] == str(tmp_path / "table.csv")
+    assert portable["data"]["schema"] == {"columns": []} and portable["data"]["data_dir"] is None
+    assert portable["data"]["batch_size"] == 8 and config["data"]["csv"] == "table.csv"  # the input is left as it was
+
+
 @pytest.mark.parametrize(
     "extra,message",
     [
