@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--datasets", nargs="+", default=["adult", "king"])
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--data-dir")
-    parser.add_argument("--max-steps", type=int, help="cap on training batches (the preset's epochs otherwise)")
+    parser.add_argument("--max-steps", type=int, help="cap on training batches (the preset's schedule otherwise)")
     parser.add_argument("--accelerator")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out-dir", type=Path, default=Path("runs/ctgan_family"))

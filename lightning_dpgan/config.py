@@ -62,7 +62,7 @@ INVOCATION_ONLY = ("overwrite", "resume")
 
 #: Settings that name a file or folder: a run's config.yaml holds them as absolute paths, so that
 #: ``--config`` and ``evaluate`` find the same data from any working directory.
-PATH_SETTINGS = ("data.data_dir", "data.csv", "data.schema")
+PATH_SETTINGS = ("data.data_dir", "data.cache_dir", "data.csv", "data.schema")
 
 #: CLI flag -> dotted configuration key.
 FLAG_KEYS = {

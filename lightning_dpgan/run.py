@@ -346,7 +346,7 @@ class Run:
 
     def _fit_and_write(self) -> None:
         if self.trainer.logger is not None:
-            self.trainer.logger.log_hyperparams({"run_config": self.config})
+            self.trainer.logger.log_hyperparams({"run_config": with_absolute_paths(self.config)})
         started = time.perf_counter()
         try:
             self.trainer.fit(self.module, datamodule=self.datamodule, ckpt_path=self.config["resume"])

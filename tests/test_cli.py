@@ -106,17 +106,23 @@ def test_config_yaml_names_a_relative_data_dir_absolutely(tiny_image_data_dir, t
     assert main(args) == 0
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["data"]["data_dir"]
     assert Path(saved).is_absolute() and Path(saved) == data_dir
+    from lightning_dpgan.evaluate import load_run_datamodule
+
+    monkeypatch.chdir(tmp_path)  # where the relative name means nothing
+    assert load_run_datamodule(tmp_path / "run").data_dir == data_dir
 
 
 def test_only_path_settings_given_as_text_are_made_absolute(tmp_path, monkeypatch):
     from lightning_dpgan.config import with_absolute_paths
 
     monkeypatch.chdir(tmp_path)
-    config = {"data": {"name": "csv", "csv": "table.csv", "schema": {"columns": []}, "data_dir": None,
-                       "batch_size": 8}, "model": {"name": "gan"}}
+    config = {"data": {"name": "csv", "csv": "table.csv", "schema": "schema.yaml", "cache_dir": "~/cache",
+                       "data_dir": None, "batch_size": 8, "target": "label"}, "model": {"name": "gan"}}
     portable = with_absolute_paths(config)
     assert portable["data"]["csv"] == str(tmp_path / "table.csv")
-    assert portable["data"]["schema"] == {"columns": []} and portable["data"]["data_dir"] is None
+    assert portable["data"]["schema"] == str(tmp_path / "schema.yaml")
+    assert portable["data"]["cache_dir"] == str(Path.home() / "cache")
+    assert portable["data"]["data_dir"] is None and portable["data"]["target"] == "label"
     assert portable["data"]["batch_size"] == 8 and config["data"]["csv"] == "table.csv"  # the input is left as it was
 
 
