@@ -7,6 +7,11 @@ overrides such as ``--model.lr_generator 1e-4`` or ``--data.batch_size=32``. Wit
 presets of its synthesizer (``--quail-synthesizer``) come first, then QUAIL's own; the ``model``
 section then holds the synthesizer's arguments and a ``quail`` section QUAIL's.
 
+A run's length is set as a whole: when the user's ``--config`` or flags give ``max_steps`` or
+``max_epochs``, the presets' length settings are dropped, so ``--max-epochs 500`` runs 500 epochs
+rather than stopping at a preset's ``max_steps`` (the two limits otherwise both apply, whichever
+comes first).
+
 The resolved configuration has four sections, each a ``name`` plus the keyword arguments of
 the class that name selects -- ``model``, ``data``, ``privacy`` and ``logger`` -- a ``trainer``
 section of extra ``lightning.Trainer`` arguments, and a few top-level run settings. Written back
@@ -63,6 +68,9 @@ INVOCATION_ONLY = ("overwrite", "resume")
 #: Settings that name a file or folder: a run's config.yaml holds them as absolute paths, so that
 #: ``--config`` and ``evaluate`` find the same data from any working directory.
 PATH_SETTINGS = ("data.data_dir", "data.cache_dir", "data.csv", "data.schema")
+
+#: The settings of a run's length (see the module docstring: the user's replace the presets' as a whole).
+RUN_LENGTH = ("max_steps", "max_epochs")
 
 #: CLI flag -> dotted configuration key.
 FLAG_KEYS = {
@@ -218,6 +226,8 @@ def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str |
         presets = preset_files(synthesizer, dataset, epsilon) + presets
     for name in presets:
         config = merge(config, _preset_for(load_preset(name), privacy))
+    if any(source.get(key) is not None for source in (user, cli) for key in RUN_LENGTH):
+        config.update({key: CODE_DEFAULTS[key] for key in RUN_LENGTH})
     config = merge(merge(config, user), cli)
     config["presets"] = presets
     check_top_level(config)

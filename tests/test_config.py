@@ -20,6 +20,20 @@ def test_preset_values_apply_when_nothing_overrides_them():
     assert config["max_steps"] == wgan["max_steps"]
 
 
+@pytest.mark.parametrize(("flags", "steps", "epochs"), [
+    ([], 4400, 300),  # the presets' two limits, whichever comes first
+    (["--max-epochs", "500"], None, 500),  # not cut at the preset's 4,400 steps
+    (["--max-steps", "100000"], 100000, None),  # not cut at dpctgan.yaml's 300 epochs
+])
+def test_a_run_length_the_user_gives_replaces_the_presets(flags, steps, epochs, tmp_path):
+    config = build_config(["--model", "dpctgan", "--dataset", "adult", *flags])
+    assert (config["max_steps"], config["max_epochs"]) == (steps, epochs)
+    saved = tmp_path / "config.yaml"  # a run's config.yaml reproduces its length
+    saved.write_text(yaml.safe_dump({k: v for k, v in config.items() if k != "presets"}))
+    again = build_config(["--config", str(saved)])
+    assert (again["max_steps"], again["max_epochs"]) == (steps, epochs)
+
+
 def test_precedence_preset_then_config_file_then_flag_then_dotted(tmp_path):
     user = tmp_path / "user.yaml"
     user.write_text(yaml.safe_dump({"model": {"latent_dim": 32, "lr_generator": 1e-3}, "data": {"batch_size": 16}, "seed": 5}))
