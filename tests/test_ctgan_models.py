@@ -243,6 +243,14 @@ def test_resume_and_evaluate_reuse_the_released_transformer_and_pay_for_it_once(
 TRAINING_ROWS = {"adult": 30_162, "king": 17_290}  # adult.data without missing values; King's train split
 
 
+def papers_sigma(sample_rate: float) -> OpacusAccountant:
+    """An accountant of DP-CTGAN's appendix noise (dpctgan.yaml's sigma 5) at ``sample_rate``, to
+    ask how long that sigma lasts."""
+    accountant = OpacusAccountant()
+    accountant.step(noise_multiplier=load_preset("dpctgan.yaml")["privacy"]["noise_multiplier"], sample_rate=sample_rate)
+    return accountant
+
+
 @pytest.mark.parametrize(("dataset", "epsilon", "sigma"),
                          [("adult", 0.1, 45.0), ("adult", 1.0, 5.0), ("adult", 10.0, 0.88),
                           ("king", 0.1, 40.0), ("king", 1.0, 5.0), ("king", 10.0, 0.89)])
@@ -260,8 +268,7 @@ def test_dpctgan_presets_keep_one_schedule_and_calibrate_sigma(dataset, epsilon,
 
     at_one = resolve({"model": "dpctgan", "dataset": dataset, "epsilon": 1.0}, {})
     assert at_one["max_steps"] == steps
-    paper = OpacusAccountant()
-    paper.step(noise_multiplier=load_preset("dpctgan.yaml")["privacy"]["noise_multiplier"], sample_rate=sample_rate)
+    paper = papers_sigma(sample_rate)
     training_budget = 1.0 - modes_epsilon(at_one)
     assert paper.epsilon_if(1e-5, steps - 1) <= training_budget < paper.epsilon_if(1e-5, steps + 100)
 
@@ -280,8 +287,7 @@ def test_dpctgan_on_credit_keeps_the_papers_300_epochs_and_calibrates_sigma(epsi
     assert config.get("max_steps") is None
     batch = config["data"]["batch_size"]
     sample_rate, steps = batch / train_rows, 300 * -(-train_rows // batch)
-    paper = OpacusAccountant()
-    paper.step(noise_multiplier=load_preset("dpctgan.yaml")["privacy"]["noise_multiplier"], sample_rate=sample_rate)
+    paper = papers_sigma(sample_rate)
     assert paper.epsilon_if(1e-5, steps) < 1.0 - 0.1  # the paper's run at epsilon 1 ends at its cap
     calibrated = calibrate_noise_multiplier(epsilon - modes_epsilon(config), 1e-5, sample_rate, steps)
     assert calibrated == pytest.approx(sigma, rel=0.05)
