@@ -17,6 +17,14 @@ case (unanimous votes), and the hard stop is at query time: before any noisy ans
 the strategy computes epsilon with these queries' vote gaps and refuses to answer (the module
 stops) if it would pass the target. The reported epsilon therefore never exceeds the target.
 As in PATE-GAN, the stopping time then depends on the data, like the data-dependent epsilon.
+
+What the answers said. The strategy counts the released labels by class (``answers`` in
+privacy.json; counting released answers is post-processing, free). A student taught by answers
+that are (almost) all one class learns nothing but that class, and the generator trained
+against it gets no signal towards the data: on Adult, teachers that separate real from
+generated records perfectly answer "generated" to every query. The run then warns
+(:meth:`PATEAggregation.training_warnings`), so a table that is no better than an untrained
+generator's is not mistaken for a trained one.
 """
 from __future__ import annotations
 
@@ -26,6 +34,7 @@ import lightning as L
 import numpy as np
 
 from lightning_dpgan.callbacks.teachers import TeacherStrategy
+from lightning_dpgan.distributed import is_rank_zero
 from lightning_dpgan.privacy.accountants import PATEMomentsAccountant
 from lightning_dpgan.privacy.pate import PATELabelAggregator
 from lightning_dpgan.privacy.slots import LabelAggregator
@@ -33,6 +42,10 @@ from lightning_dpgan.privacy.validation import validate_positive
 
 #: PATE-GAN's default number of teachers: N / 1000 (the paper's appendix; at least 1).
 RECORDS_PER_TEACHER = 1000
+#: The student's labels, by class index: the teachers vote on "is this record real?".
+ANSWER_CLASSES = ("generated", "real")
+#: Below this share of the answers, the minority class taught the student (almost) nothing.
+ONE_CLASS_SHARE = 0.01
 
 
 class PATEAggregation(TeacherStrategy):
@@ -61,10 +74,36 @@ class PATEAggregation(TeacherStrategy):
         self.accountant = PATEMomentsAccountant(accounting)  # validates the mode early
         self.accounting = accounting
         self.queries_per_step: int | None = None
+        #: released noisy labels so far, by class (ANSWER_CLASSES)
+        self.answer_counts = np.zeros(len(ANSWER_CLASSES), dtype=np.int64)
 
     def install_aggregator(self, trainer: L.Trainer, pl_module: Any) -> None:
-        pl_module.privacy = PATELabelAggregator(self.lap_inverse_scale, self._charge, self.noise)
+        pl_module.privacy = PATELabelAggregator(self.lap_inverse_scale, self._charge, self.noise,
+                                                on_released=self._count_answers)
         self.queries_per_step = pl_module.hparams.student_steps * self.teacher_batch_size
+
+    def _count_answers(self, labels: Any) -> None:
+        """Rank 0 counts (under DDP every rank holds its labels; its report and checkpoint are
+        the run's)."""
+        if is_rank_zero():
+            self.answer_counts += np.bincount(labels.cpu().numpy(), minlength=len(ANSWER_CLASSES))
+
+    def training_warnings(self) -> list[str]:
+        """A warning when (almost) every released label was one class: the student then learned
+        that class alone, and the generator trained against it learned nothing from the data."""
+        total = int(self.answer_counts.sum())
+        if total == 0:
+            return []
+        majority = int(self.answer_counts.argmax())
+        share = self.answer_counts[majority] / total
+        if 1.0 - share >= ONE_CLASS_SHARE:
+            return []
+        return [f"{self.answer_counts[majority]} of the {total} labels the teachers released ({share:.2%}) said "
+                f"'{ANSWER_CLASSES[majority]}': the "
+                "student learned (almost) nothing else, so the generator trained against it got no signal from the "
+                "data, and its table is no better than an untrained generator's. Teachers that tell every generated "
+                "record apart (many --model.teacher_steps, a high --model.teacher_lr) answer 'generated' to every "
+                "query; weaker teachers split their votes, and a split vote costs far more privacy per answer"]
 
     # -------------------------------------------------------------- accounting
     def _charge(self, lap_inverse_scale: float, vote_gaps: np.ndarray) -> None:
@@ -96,5 +135,15 @@ class PATEAggregation(TeacherStrategy):
             "lap_inverse_scale": self.lap_inverse_scale,
             "laplace_scale": 1.0 / self.lap_inverse_scale,
             "queries": len(self.accountant),
+            "answers": dict(zip(ANSWER_CLASSES, (int(count) for count in self.answer_counts))),
             **self.partition_report(),
         }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "answer_counts": self.answer_counts.tolist()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        # checkpoints written before the answers were counted start the count at the resume
+        counts = state_dict.get("answer_counts", [0] * len(ANSWER_CLASSES))
+        self.answer_counts = np.asarray(counts, dtype=np.int64)

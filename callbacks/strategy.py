@@ -58,6 +58,11 @@ class PrivacyStrategy(L.Callback):
         #: why the strategy last refused to answer (per-query budgets: PATE, G-PATE), else None
         self.refusal: str | None = None
 
+    def training_warnings(self) -> list[str]:
+        """What a user must know about the finished training beyond its privacy figures (e.g. that
+        the mechanism's answers taught the generator nothing); empty when there is nothing."""
+        return []
+
     def refuse(self, reason: str) -> NoReturn:
         """Refuse this query batch (nothing is released), remembering why for the run's report."""
         self.refusal = reason

@@ -362,6 +362,8 @@ class Run:
             self._write_outputs(wall_time)
             if self.module.train_steps == 0:
                 print(f"train: warning: {self.untrained_reason()}", file=sys.stderr)
+            for warning in [] if self.strategy is None else self.strategy.training_warnings():
+                print(f"train: warning: {warning}", file=sys.stderr)
 
     def untrained_reason(self) -> str:
         """Why a run took no generator step. Its outputs are still written (they are what was

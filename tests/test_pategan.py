@@ -76,6 +76,8 @@ def test_every_query_is_charged_and_the_users_delta_is_used(pategan_run):
     assert [entry["count"] for entry in report["accountant_state"]["queries"]] == [report["queries"]]
     assert "gap_counts" not in json.dumps(report) and "vote-gap histograms" in report["accountant_state"]["withheld"]
     assert accountant.get_epsilon(1e-5) > report["epsilon"]  # so delta really entered the figure
+    # every charged query was answered, and its released label counted by class
+    assert set(report["answers"]) == {"generated", "real"} and sum(report["answers"].values()) == report["queries"]
 
 
 def test_a_budget_spent_within_the_first_step_says_the_generator_is_untrained(tmp_path, capsys, monkeypatch):
@@ -107,6 +109,44 @@ def test_a_budget_spent_within_the_first_step_says_the_generator_is_untrained(tm
     monkeypatch.setattr(PATELabelAggregator, "aggregate", original)
     assert main(pategan_args(tmp_path / "trained", 2, 8.0)) == 0
     assert "no generator update" not in capsys.readouterr().err
+
+
+def votes_saying(real_share_of_queries):
+    """An ``aggregate`` that replaces the teachers' votes: unanimous "real" on the first
+    ``real_share_of_queries`` of each batch, unanimous "generated" on the rest."""
+    from lightning_dpgan.privacy.pate import PATELabelAggregator
+
+    original = PATELabelAggregator.aggregate
+
+    def aggregate(self, votes):
+        real = torch.arange(len(votes), device=votes.device) < real_share_of_queries * len(votes)
+        forced = torch.stack([torch.where(real, 0, TEACHERS), torch.where(real, TEACHERS, 0)], dim=1)
+        return original(self, forced.to(votes.dtype))
+    return aggregate
+
+
+@pytest.mark.parametrize("real_share, warned", [(0.0, True), (0.5, False)])
+def test_a_run_whose_answers_were_all_one_class_says_its_generator_learned_nothing(
+        tmp_path, capsys, monkeypatch, real_share, warned):
+    """PATE-GAN on Adult: teachers that tell every generated record apart answer "generated" to
+    every query, and the student (and so the generator) learns nothing. The released labels are
+    counted by class in privacy.json and logged per step, and such a run warns."""
+    from lightning_dpgan.privacy.pate import PATELabelAggregator
+
+    monkeypatch.setattr(PATELabelAggregator, "aggregate", votes_saying(real_share))
+    # lambda 5 (Laplace scale 0.2) against unanimous gaps of 3: the noisy answer is the vote
+    # almost always, so the counts follow the forced votes; a budget for the 4 steps
+    queries = 4 * 5 * TEACHER_BATCH
+    target = 1.5 * PATEMomentsAccountant().epsilon_if_queries(1e-3, queries, 5.0, vote_gap=TEACHERS)
+    assert main(pategan_args(tmp_path / "run", 4, target, "--trainer.log_every_n_steps", "1", lam=5.0)) == 0
+    report = read_json(tmp_path / "run" / "privacy.json")
+    answers = report["answers"]
+    assert report["steps"] == 4 and sum(answers.values()) == report["queries"] == queries
+    assert answers["real"] == pytest.approx(real_share * queries, abs=0.1 * queries)
+    logged = pd.read_csv(tmp_path / "run" / "logs" / "metrics.csv")["pate/real_label_share"].dropna()
+    assert len(logged) == 4 and logged.mean() == pytest.approx(answers["real"] / queries)
+    warning = capsys.readouterr().err
+    assert ("said 'generated'" in warning and "no better than an untrained generator" in warning) == warned
 
 
 def test_sample_command_writes_a_decoded_table(pategan_run, tmp_path):
@@ -213,6 +253,7 @@ def test_resume_keeps_partitions_and_spend(pategan_run, tmp_path):
     assert torch.equal(first["callbacks"][key]["sampler"]["indices"], resumed["callbacks"][key]["sampler"]["indices"])
     report = read_json(tmp_path / "resumed" / "privacy.json")
     assert report["queries"] > read_json(pategan_run / "privacy.json")["queries"]
+    assert sum(report["answers"].values()) == report["queries"]  # the count went on from the checkpoint's
     assert report["epsilon"] <= 9.0
 
 

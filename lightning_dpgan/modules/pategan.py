@@ -91,9 +91,11 @@ class PATEGAN(TeacherModel):
         for t in range(self.hparams.teacher_steps):
             labels_t = None if teacher_labels is None else teacher_labels[t]
             teacher_loss = self.teacher_step(opt_t, teacher_records[t], labels_t, n)
+        real_labels = []
         try:
             for _ in range(self.hparams.student_steps):
-                student_loss = self.student_step(opt_s, n)
+                student_loss, real_share = self.student_step(opt_s, n)
+                real_labels.append(real_share)
         except PrivacyBudgetExhausted:
             self.trainer.should_stop = True  # the refused labels were never drawn: stop here
             return
@@ -101,6 +103,9 @@ class PATEGAN(TeacherModel):
         self.train_steps += 1
         self.log_dict({"loss/teachers": teacher_loss, "loss/student": student_loss, "loss/generator": generator_loss},
                       prog_bar=True, batch_size=n)
+        # the share of this step's released labels that said "real"; near 0 for a whole run, the
+        # student only ever heard "generated" and the generator learned nothing from the data
+        self.log("pate/real_label_share", torch.stack(real_labels).mean(), batch_size=n)
 
     def teacher_step(self, optimizer: Any, real: Tensor, labels: Tensor | None, n: int) -> Tensor:
         """All teachers at once: teacher k on its own real minibatch ``real[k]`` vs shared fakes.
@@ -115,8 +120,9 @@ class PATEGAN(TeacherModel):
         """What the teachers are told about a record besides the record: its class label."""
         return labels
 
-    def student_step(self, optimizer: Any, n: int) -> Tensor:
-        """The student learns the teachers' noisy labels of generated records."""
+    def student_step(self, optimizer: Any, n: int) -> tuple[Tensor, Tensor]:
+        """The student learns the teachers' noisy labels of generated records; returns its loss and
+        the share of the labels that said "real"."""
         latent, fake_labels = self.query_inputs(n)
         with torch.no_grad():
             fake = self.generator(latent, fake_labels)
@@ -127,7 +133,7 @@ class PATEGAN(TeacherModel):
         optimizer.zero_grad()
         self.manual_backward(loss)
         optimizer.step()
-        return loss.detach()
+        return loss.detach(), targets.mean()
 
     def generated_for_generator_step(self, n: int) -> tuple[Tensor, Tensor | None, Tensor]:
         """``(generated records, their labels, extra generator loss)`` for the generator step."""
