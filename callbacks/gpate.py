@@ -38,6 +38,9 @@ from lightning_dpgan.privacy.validation import validate_positive
 
 #: Default number of teachers: one per 30 training records (G-PATE's MNIST setup at epsilon 10).
 RECORDS_PER_TEACHER = 30
+#: Below this share of answered queries the student generator got (almost) no gradient: an
+#: unanswered dimension contributes 0 to the aggregated gradient.
+ANSWERED_SHARE = 0.01
 #: Largest default teacher minibatch (the paper uses each teacher's whole 15-30 record partition).
 MAX_DEFAULT_BATCH = 64
 
@@ -135,6 +138,17 @@ class ProjectedVoting(TeacherStrategy):
         return self.accountant.epsilon_if_queries(
             self.training_delta, steps * self.queries_per_step, self.sigma1, self.sigma2, answered_fraction=0.0
         )
+
+    def training_warnings(self) -> list[str]:
+        """A warning when (almost) no query was answered: the student generator then moved by
+        (almost) nothing the teachers said."""
+        queries, answered = len(self.accountant), self.accountant.answered
+        if queries == 0 or answered / queries >= ANSWERED_SHARE:
+            return []
+        return [f"only {answered} of the {queries} projected-gradient queries were answered ({answered / queries:.2%}): "
+                "an unanswered dimension contributes nothing, so the student generator got (almost) no signal from "
+                "the teachers. Fewer answers pass the threshold check when the teachers' votes spread over the bins; "
+                "a lower --privacy.threshold or --privacy.sigma1 answers more, at more privacy per query"]
 
     def report_parameters(self) -> dict[str, Any]:
         queries = len(self.accountant)

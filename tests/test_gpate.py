@@ -169,6 +169,19 @@ def test_strategy_charges_every_check_and_only_answered_answers():
         strategy._charge(votes, torch.tensor([True, True, True]))  # no matching check
 
 
+@pytest.mark.parametrize("answered, warned", [(0, True), (1, False)])
+def test_a_run_with_almost_no_answered_query_says_its_generator_got_no_signal(answered, warned):
+    """An unanswered dimension contributes 0: with under 1 % of the queries answered the student
+    generator learned (almost) nothing from the teachers, and ``train`` prints the warning."""
+    strategy = ProjectedVoting(num_teachers=10, sigma1=5.0, sigma2=3.0)
+    assert strategy.training_warnings() == []  # nothing asked yet
+    strategy.accountant.step(5.0, 3.0, 100, np.full(answered, -5.0))  # 100 checks, `answered` answers
+    warnings = strategy.training_warnings()
+    assert bool(warnings) == warned
+    if warned:
+        assert "only 0 of the 100 projected-gradient queries were answered" in warnings[0]
+
+
 def test_strategy_refuses_a_batch_that_could_pass_the_target():
     strategy = ProjectedVoting(num_teachers=10, sigma1=1.0, sigma2=1.0, target_epsilon=0.5, delta=1e-5)
     strategy.preprocessing = {"epsilon": 0.0, "delta": 0.0}
