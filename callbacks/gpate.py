@@ -38,9 +38,9 @@ from lightning_dpgan.privacy.validation import validate_positive
 
 #: Default number of teachers: one per 30 training records (G-PATE's MNIST setup at epsilon 10).
 RECORDS_PER_TEACHER = 30
-#: Below this share of answered queries the student generator got (almost) no gradient: an
+#: Below this percentage of answered queries the student generator got (almost) no gradient: an
 #: unanswered dimension contributes 0 to the aggregated gradient.
-ANSWERED_SHARE = 0.01
+ANSWERED_PERCENT = 1
 #: Largest default teacher minibatch (the paper uses each teacher's whole 15-30 record partition).
 MAX_DEFAULT_BATCH = 64
 
@@ -143,7 +143,7 @@ class ProjectedVoting(TeacherStrategy):
         """A warning when (almost) no query was answered: the student generator then moved by
         (almost) nothing the teachers said."""
         queries, answered = len(self.accountant), self.accountant.answered
-        if queries == 0 or answered / queries >= ANSWERED_SHARE:
+        if queries == 0 or 100 * answered >= ANSWERED_PERCENT * queries:
             return []
         return [f"only {answered} of the {queries} projected-gradient queries were answered ({answered / queries:.2%}): "
                 "an unanswered dimension contributes nothing, so the student generator got (almost) no signal from "

@@ -44,8 +44,9 @@ from lightning_dpgan.privacy.validation import validate_positive
 RECORDS_PER_TEACHER = 1000
 #: The student's labels, by class index: the teachers vote on "is this record real?".
 ANSWER_CLASSES = ("generated", "real")
-#: Below this share of the answers, the minority class taught the student (almost) nothing.
-ONE_CLASS_SHARE = 0.01
+#: At or below this percentage of the answers, the minority class taught the student (almost)
+#: nothing: the run warns.
+MINORITY_PERCENT = 1
 
 
 class PATEAggregation(TeacherStrategy):
@@ -76,6 +77,8 @@ class PATEAggregation(TeacherStrategy):
         self.queries_per_step: int | None = None
         #: released noisy labels so far, by class (ANSWER_CLASSES)
         self.answer_counts = np.zeros(len(ANSWER_CLASSES), dtype=np.int64)
+        #: answers released before a resume from a checkpoint that did not count them
+        self.uncounted_answers = 0
 
     def install_aggregator(self, trainer: L.Trainer, pl_module: Any) -> None:
         pl_module.privacy = PATELabelAggregator(self.lap_inverse_scale, self._charge, self.noise,
@@ -92,18 +95,21 @@ class PATEAggregation(TeacherStrategy):
         """A warning when (almost) every released label was one class: the student then learned
         that class alone, and the generator trained against it learned nothing from the data."""
         total = int(self.answer_counts.sum())
-        if total == 0:
-            return []
         majority = int(self.answer_counts.argmax())
-        share = self.answer_counts[majority] / total
-        if 1.0 - share >= ONE_CLASS_SHARE:
+        if total == 0 or 100 * (total - int(self.answer_counts[majority])) > MINORITY_PERCENT * total:
             return []
-        return [f"{self.answer_counts[majority]} of the {total} labels the teachers released ({share:.2%}) said "
-                f"'{ANSWER_CLASSES[majority]}': the "
-                "student learned (almost) nothing else, so the generator trained against it got no signal from the "
-                "data, and its table is no better than an untrained generator's. Teachers that tell every generated "
-                "record apart (many --model.teacher_steps, a high --model.teacher_lr) answer 'generated' to every "
-                "query; weaker teachers split their votes, and a split vote costs far more privacy per answer"]
+        said = ANSWER_CLASSES[majority]
+        message = (f"{self.answer_counts[majority]} of the {total} labels the teachers released "
+                   f"({self.answer_counts[majority] / total:.2%}) said '{said}': the student learned (almost) "
+                   "nothing else, so the generator trained against it got no signal from the data, and the records "
+                   "it generates are no better than an untrained generator's")
+        if said == "generated":
+            message += (". Teachers that tell every generated record apart (many --model.teacher_steps, a high "
+                        "--model.teacher_lr) answer 'generated' to every query; weaker teachers split their votes, "
+                        "and a split vote costs far more privacy per answer")
+        if self.uncounted_answers:
+            message += f" ({self.uncounted_answers} answers from before a resume were not counted)"
+        return [message]
 
     # -------------------------------------------------------------- accounting
     def _charge(self, lap_inverse_scale: float, vote_gaps: np.ndarray) -> None:
@@ -136,14 +142,19 @@ class PATEAggregation(TeacherStrategy):
             "laplace_scale": 1.0 / self.lap_inverse_scale,
             "queries": len(self.accountant),
             "answers": dict(zip(ANSWER_CLASSES, (int(count) for count in self.answer_counts))),
+            **({"answers_uncounted": self.uncounted_answers} if self.uncounted_answers else {}),
             **self.partition_report(),
         }
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "answer_counts": self.answer_counts.tolist()}
+        return {**super().state_dict(), "answer_counts": self.answer_counts.tolist(),
+                "uncounted_answers": self.uncounted_answers}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
-        # checkpoints written before the answers were counted start the count at the resume
-        counts = state_dict.get("answer_counts", [0] * len(ANSWER_CLASSES))
-        self.answer_counts = np.asarray(counts, dtype=np.int64)
+        if "answer_counts" in state_dict:
+            self.answer_counts = np.asarray(state_dict["answer_counts"], dtype=np.int64)
+            self.uncounted_answers = int(state_dict.get("uncounted_answers", 0))
+        else:  # written before the answers were counted: its answers are known only in number
+            self.answer_counts = np.zeros(len(ANSWER_CLASSES), dtype=np.int64)
+            self.uncounted_answers = len(self.accountant)

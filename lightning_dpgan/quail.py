@@ -55,7 +55,12 @@ def label_model_budget(split: float, epsilon: float, delta: float, neighbours: s
         return epsilon_share, delta_share
     if neighbours == "replace-one":
         half = epsilon_share / 2.0
-        return half, delta_share / (1.0 + math.exp(half))
+        label_delta = delta_share * math.exp(-half) / (1.0 + math.exp(-half))  # = δ/(1 + e^half), no overflow
+        if label_delta == 0.0:
+            raise ValueError(
+                f"--epsilon {epsilon:g} is too large for QUAIL with this synthesizer (replace-one neighbours): its "
+                f"label model's delta, {delta_share:g}/(1 + e^{half:g}), is 0 in floating point. Use a smaller --epsilon")
+        return half, label_delta
     raise ValueError(f"unknown neighbouring relation {neighbours!r}")
 
 

@@ -138,7 +138,8 @@ def test_a_run_whose_answers_were_all_one_class_says_its_generator_learned_nothi
     # almost always, so the counts follow the forced votes; a budget for the 4 steps
     queries = 4 * 5 * TEACHER_BATCH
     target = 1.5 * PATEMomentsAccountant().epsilon_if_queries(1e-3, queries, 5.0, vote_gap=TEACHERS)
-    assert main(pategan_args(tmp_path / "run", 4, target, "--trainer.log_every_n_steps", "1", lam=5.0)) == 0
+    assert main(pategan_args(tmp_path / "run", 4, target, "--trainer.log_every_n_steps", "1", "--model.teacher_steps", "1",
+                             lam=5.0)) == 0
     report = read_json(tmp_path / "run" / "privacy.json")
     answers = report["answers"]
     assert report["steps"] == 4 and sum(answers.values()) == report["queries"] == queries
@@ -147,6 +148,47 @@ def test_a_run_whose_answers_were_all_one_class_says_its_generator_learned_nothi
     assert len(logged) == 4 and logged.mean() == pytest.approx(answers["real"] / queries)
     warning = capsys.readouterr().err
     assert ("said 'generated'" in warning and "no better than an untrained generator" in warning) == warned
+
+
+def test_the_strategy_counts_the_noisy_labels_it_released_not_the_votes():
+    """Split votes under heavy noise: the counted labels are the released ones, which differ
+    from the votes' majority on some queries."""
+    from lightning_dpgan.privacy.noise_source import NoiseSource
+    from lightning_dpgan.privacy.pate import PATELabelAggregator
+
+    strategy, released = PATEAggregation(), []
+    aggregator = PATELabelAggregator(0.05, lambda lam, gaps: None, NoiseSource(0),
+                                     on_released=lambda labels: (released.append(labels), strategy._count_answers(labels)))
+    votes = torch.tensor([[6, 4]] * 200)  # the majority says "generated" on every query
+    labels = aggregator.aggregate(votes)
+    assert len(released) == 1 and torch.equal(released[0], labels)
+    assert 0 < int(labels.sum()) < 200  # Laplace scale 20 against a gap of 2: some answers say "real"
+    assert strategy.answer_counts.tolist() == [200 - int(labels.sum()), int(labels.sum())]
+
+
+@pytest.mark.parametrize("counts, warned", [([990, 10], True), ([989, 11], False), ([0, 5], True), ([0, 0], False)])
+def test_the_one_class_warning_starts_at_99_percent(counts, warned):
+    strategy = PATEAggregation()
+    strategy.answer_counts = np.array(counts)
+    warnings = strategy.training_warnings()
+    assert bool(warnings) == warned
+    if warned:
+        said = "generated" if counts[0] > counts[1] else "real"
+        assert f"said '{said}'" in warnings[0]
+        # the remedy concerns teachers that call everything generated
+        assert ("Teachers that tell every generated record apart" in warnings[0]) == (said == "generated")
+
+
+def test_a_resume_from_a_checkpoint_without_answer_counts_reports_its_answers_uncounted(pategan_run, tmp_path):
+    checkpoint = torch.load(pategan_run / "checkpoints/last.ckpt", map_location="cpu", weights_only=False)
+    (key,) = [k for k in checkpoint["callbacks"] if "PATEAggregation" in k]
+    del checkpoint["callbacks"][key]["answer_counts"], checkpoint["callbacks"][key]["uncounted_answers"]
+    torch.save(checkpoint, tmp_path / "old.ckpt")
+    before = read_json(pategan_run / "privacy.json")["queries"]
+    assert main(pategan_args(tmp_path / "resumed", 60, 9.0, "--resume", str(tmp_path / "old.ckpt"))) == 0
+    report = read_json(tmp_path / "resumed" / "privacy.json")
+    assert report["answers_uncounted"] == before
+    assert sum(report["answers"].values()) + before == report["queries"] > before
 
 
 def test_sample_command_writes_a_decoded_table(pategan_run, tmp_path):

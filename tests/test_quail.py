@@ -53,6 +53,13 @@ def test_for_replace_one_neighbours_the_share_holds_after_restating_the_label_mo
     assert (1 + math.exp(epsilon)) * delta == pytest.approx(4e-6)
 
 
+def test_an_epsilon_whose_restated_delta_underflows_is_refused_clearly():
+    """(1 + e^(eps/2)) overflows past eps ~ 1420; the label model's delta is then 0."""
+    assert label_model_budget(0.5, 2000.0, 1e-5, "replace-one")[1] > 0  # e^500: still a number
+    with pytest.raises(ValueError, match="too large for QUAIL"):
+        label_model_budget(0.5, 5000.0, 1e-5, "replace-one")
+
+
 # --- the DP-SGD label model ------------------------------------------------------------------
 
 
