@@ -75,10 +75,8 @@ class PATEAggregation(TeacherStrategy):
         self.accountant = PATEMomentsAccountant(accounting)  # validates the mode early
         self.accounting = accounting
         self.queries_per_step: int | None = None
-        #: released noisy labels so far, by class (ANSWER_CLASSES)
+        #: released noisy labels so far, by class (ANSWER_CLASSES); rank 0's count under DDP
         self.answer_counts = np.zeros(len(ANSWER_CLASSES), dtype=np.int64)
-        #: answers released before a resume from a checkpoint that did not count them
-        self.uncounted_answers = 0
 
     def install_aggregator(self, trainer: L.Trainer, pl_module: Any) -> None:
         pl_module.privacy = PATELabelAggregator(self.lap_inverse_scale, self._charge, self.noise,
@@ -90,6 +88,12 @@ class PATEAggregation(TeacherStrategy):
         the run's)."""
         if is_rank_zero():
             self.answer_counts += np.bincount(labels.cpu().numpy(), minlength=len(ANSWER_CLASSES))
+
+    @property
+    def uncounted_answers(self) -> int:
+        """Answers released before a resume from a checkpoint that did not count them: every
+        charged query is answered and counted, so the accountant's queries less the counts."""
+        return len(self.accountant) - int(self.answer_counts.sum())
 
     def training_warnings(self) -> list[str]:
         """A warning when (almost) every released label was one class: the student then learned
@@ -147,14 +151,10 @@ class PATEAggregation(TeacherStrategy):
         }
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "answer_counts": self.answer_counts.tolist(),
-                "uncounted_answers": self.uncounted_answers}
+        return {**super().state_dict(), "answer_counts": self.answer_counts.tolist()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
-        if "answer_counts" in state_dict:
-            self.answer_counts = np.asarray(state_dict["answer_counts"], dtype=np.int64)
-            self.uncounted_answers = int(state_dict.get("uncounted_answers", 0))
-        else:  # written before the answers were counted: its answers are known only in number
-            self.answer_counts = np.zeros(len(ANSWER_CLASSES), dtype=np.int64)
-            self.uncounted_answers = len(self.accountant)
+        # a checkpoint written before the answers were counted: they become uncounted_answers
+        counts = state_dict.get("answer_counts", [0] * len(ANSWER_CLASSES))
+        self.answer_counts = np.asarray(counts, dtype=np.int64)
