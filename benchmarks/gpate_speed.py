@@ -92,6 +92,9 @@ class StepTimer(L.Callback):
 def seconds_per_iteration(module_class: type[GPATE], k: int, args: argparse.Namespace) -> float:
     """Median seconds per iteration over ``args.steps`` iterations after ``args.warmup``."""
     torch.manual_seed(0)
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
     datamodule = MNISTDataModule(data_dir=args.data_dir, verify_checksums=False)
     module = module_class((1, 28, 28), 10, latent_dim=args.latent_dim,
                           teacher_kwargs={"channels": args.teacher_channels, "hidden": args.teacher_hidden})
@@ -133,10 +136,12 @@ def main(argv: list[str] | None = None) -> None:
     for k in args.ks:
         batched = seconds_per_iteration(GPATE, k, args)
         scaled = loop * k / args.loop_k
+        peak = torch.cuda.max_memory_allocated() / 2**30 if args.device == "cuda" else None  # how many runs share a GPU
         print(f"batched   K={k:5d}: {batched * 1000:9.1f} ms/iteration ({1 / batched:7.2f} it/s); "
-              f"loop scaled to K: {scaled * 1000:9.1f} ms -> {scaled / batched:6.1f}x", flush=True)
+              f"loop scaled to K: {scaled * 1000:9.1f} ms -> {scaled / batched:6.1f}x"
+              + (f"; peak GPU memory {peak:.1f} GiB" if peak is not None else ""), flush=True)
         rows.append({"k": k, "batched_ms": batched * 1000, "iterations_per_s": 1 / batched,
-                     "loop_scaled_ms": scaled * 1000, "speedup": scaled / batched})
+                     "loop_scaled_ms": scaled * 1000, "speedup": scaled / batched, "peak_gpu_gib": peak})
     if args.json:
         Path(args.json).write_text(json.dumps({"device": args.device, "loop_k": args.loop_k, "loop_ms": loop * 1000,
                                                "rows": rows}, indent=1))

@@ -285,6 +285,43 @@ def test_a_changed_grid_is_not_the_full_protocol():
     assert size_label(parse_args(["--suite", "tables", "--models", "quail", "--datasets", "adult"])) == "full-subset"
 
 
+def test_jobs_run_a_cells_seeds_at_the_same_time_and_keep_the_grid_order(tmp_path, monkeypatch):
+    """With --jobs 3 the three seeds of a cell run together (each waits at a barrier that only
+    three running cells pass); the runs are saved in grid order whichever finishes first, a
+    failure is still recorded, and the results file and its report say the times were shared."""
+    import threading
+
+    from lightning_dpgan.benchmark import cli
+
+    together = threading.Barrier(3, timeout=10)
+
+    def fake_cell(cell, size, settings):
+        together.wait()  # a BrokenBarrierError (a failed run) unless three cells run at once
+        if cell.model == "dpctgan" and cell.seed == 1:
+            raise RuntimeError("this seed failed")
+        return {**cell.record, "epsilon": 0.9, "steps": 3, "train_seconds": 1.0, "fit_seconds": 1.0,
+                "measures": {"utility/B_auroc": 0.5 + cell.seed / 10}}
+
+    saved = []
+    monkeypatch.setattr(cli, "run_cell", fake_cell)
+    size = suite_size("tables", quick=False).with_overrides(models=["quail", "dpctgan"], datasets=["adult"],
+                                                          epsilons=[1.0])
+    runs = cli.run_grid(size, Settings(out_dir=tmp_path, jobs=3), {}, on_run=lambda done: saved.append(list(done)))
+    assert [(r["model"], r["seed"]) for r in runs] == [(m, s) for m in ("quail", "dpctgan") for s in (0, 1, 2)]
+    assert [r["status"] for r in runs] == ["ok"] * 4 + ["failed", "ok"]
+    assert "this seed failed" in runs[4]["error"]
+    assert len(saved) == 6 and all(len(done) == n for n, done in enumerate(saved, 1))
+    assert all([r["seed"] for r in done if r["model"] == "quail"] == sorted(r["seed"] for r in done
+               if r["model"] == "quail") for done in saved)
+
+    content = {**result_file("tables", "full-subset", runs), "jobs": 3}
+    assert "3 cells ran at a time" in "\n".join(report._header(content))
+    with pytest.raises(SystemExit, match="wall times"):
+        cli.benchmark(["--suite", "speed", "--jobs", "2", "--results-dir", str(tmp_path)])
+    with pytest.raises(SystemExit, match="1 or more"):
+        cli.benchmark(["--suite", "images", "--jobs", "0", "--results-dir", str(tmp_path)])
+
+
 def test_every_full_tables_cell_leaves_budget_to_train():
     """The modes' DP histogram must cost less than the epsilon it shares with training (and,
     for QUAIL, less than the synthesizer's half): epsilon 0.1 has its own presets."""

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
 from lightning_dpgan.benchmark.results import ResultsFile, commit, machine
 from lightning_dpgan.benchmark.runner import Settings, failed_run, portable, run_cell
-from lightning_dpgan.benchmark.suites import SUITES, Size, suite_size
+from lightning_dpgan.benchmark.suites import SUITES, Cell, Size, suite_size
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -35,6 +36,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--cnn-epochs", type=int, help="images: epochs of the evaluation CNN")
     add("--data-dir", help="folder with the raw data (default: LIGHTNING_DPGAN_DATA_DIR, else download)")
     add("--accelerator", help="passed to train (cpu, gpu, auto)")
+    add("--jobs", type=int, default=1, help="cells run at the same time (default 1). Seeds are the innermost "
+                                            "loop of the grid, so a cell's seeds run together; each job needs its "
+                                            "own memory (a G-PATE preset tens of GB). Not for the speed and peers "
+                                            "suites, whose wall times are compared")
     add("--out-dir", type=Path, help="where the runs go (default runs/benchmark/<suite>-<time>)")
     add("--results-dir", type=Path, default=Path("benchmarks/results"))
     add("--results-md", type=Path, default=Path("benchmarks/RESULTS.md"))
@@ -88,18 +93,25 @@ def unavailable_datasets(datasets: tuple[str, ...], data_dir: str | None) -> dic
 
 def run_grid(size: Size, settings: Settings, skipped: dict[str, str],
              on_run: Callable[[list[dict[str, Any]]], Any] = lambda runs: None) -> list[dict[str, Any]]:
-    """Every cell of ``size`` not on a skipped dataset; ``on_run`` gets the runs so far after each."""
-    runs: list[dict[str, Any]] = []
+    """Every cell of ``size`` not on a skipped dataset, ``settings.jobs`` at a time; ``on_run``
+    gets the runs finished so far, in grid order, after each one finishes."""
     cells = [cell for cell in size.cells() if cell.dataset not in skipped]
-    for index, cell in enumerate(cells, 1):
+
+    def run_one(index: int, cell: Cell) -> dict[str, Any]:
         print(f"benchmark: [{index}/{len(cells)}] {cell.name}", flush=True)
         try:
-            runs.append({"status": "ok", **run_cell(cell, size, settings)})
+            return {"status": "ok", **run_cell(cell, size, settings)}
         except Exception as error:  # noqa: BLE001 - a failed cell is recorded and the suite goes on
-            runs.append(failed_run(cell, error, settings))
             print(f"benchmark: {cell.name} failed:\n{error}", file=sys.stderr, flush=True)
-        on_run(runs)
-    return runs
+            return failed_run(cell, error, settings)
+
+    finished: dict[int, dict[str, Any]] = {}
+    with ThreadPoolExecutor(max_workers=settings.jobs) as pool:  # threads: each cell waits on its own processes
+        futures = {pool.submit(run_one, index, cell): index for index, cell in enumerate(cells, 1)}
+        for future in as_completed(futures):
+            finished[futures[future]] = future.result()
+            on_run([finished[index] for index in sorted(finished)])
+    return [finished[index] for index in sorted(finished)]
 
 
 def regenerate(args: argparse.Namespace) -> None:
@@ -117,11 +129,16 @@ def benchmark(argv: list[str]) -> Path:
         regenerate(args)
         return args.results_md
     size = chosen_size(args)
+    if args.jobs < 1:
+        raise SystemExit(f"benchmark: --jobs must be 1 or more, not {args.jobs}")
+    if args.jobs > 1 and args.suite in ("speed", "peers"):
+        raise SystemExit(f"benchmark: the {args.suite} suite compares wall times, each run alone; "
+                         "--jobs would have them share the machine")
     started = datetime.now()
     code = commit(own_output=args.results_md)  # the code that runs: taken now, not after hours of runs
     out_dir = args.out_dir or Path("runs") / "benchmark" / f"{args.suite}-{started:%Y%m%d-%H%M%S}"
     settings = Settings(out_dir=out_dir, data_dir=args.data_dir, accelerator=args.accelerator,
-                        evaluate=args.suite != "speed")
+                        evaluate=args.suite != "speed", jobs=args.jobs)
     skipped = unavailable_datasets(size.datasets, args.data_dir) if args.suite != "peers" else {}
     results_file = ResultsFile(args.results_dir, args.suite, {
         "suite": args.suite, "size": size_label(args), "started": started.isoformat(timespec="seconds"),
@@ -129,7 +146,7 @@ def benchmark(argv: list[str]) -> Path:
                             str(args.peers_venv) if args.peers_venv else None, args.out_dir,
                             {str(path): name for path, name in [(args.results_dir, "RESULTS_DIR"),
                              (args.results_md, "RESULTS_MD"), (args.reference, "REFERENCE")] if path.is_absolute()}),
-        "machine": machine(), "commit": code, "seeds": list(size.seeds),
+        "machine": machine(), "commit": code, "seeds": list(size.seeds), "jobs": args.jobs,
     })
 
     def save_partial(runs: list[dict[str, Any]]) -> None:

@@ -29,6 +29,7 @@ class Settings:
     data_dir: str | None = None
     accelerator: str | None = None
     evaluate: bool = True
+    jobs: int = 1  # cells run at the same time (each is its own processes): for a GPU or many-core host
 
 
 def train_command(cell: Cell, size: Size, settings: Settings) -> list[str]:
