@@ -115,13 +115,15 @@ def _evaluate_images(run_dir: Path, datamodule: Any, n: int | None, cnn_epochs: 
     from lightning_dpgan.evaluation.membership import membership_inference
     from lightning_dpgan.sampling import load_module
 
-    module = load_module(run_dir / "checkpoints" / "last.ckpt")
+    module = load_module(run_dir / "checkpoints" / "last.ckpt").to(device)
     train_images, _ = datamodule.train_dataset.tensors
     test_images, test_labels = datamodule.test_dataset.tensors
     n = n or len(train_images)
     torch.manual_seed(seed)
     labels = module.balanced_labels(n)
-    synthetic = module.sample(n, labels)
+    # drawn on the evaluation device: G-PATE's 60,000 images took 21 s on 2 CPU threads
+    synthetic = module.sample(n, labels).cpu()
+    labels = None if labels is None else labels.cpu()
     results: dict[str, Any] = {"synthetic_records": n}
     if labels is not None:
         cnn = cnn_accuracy(synthetic, labels, test_images, test_labels, epochs=cnn_epochs, seed=seed, device=device)
