@@ -110,6 +110,10 @@ def _save(figure: Any, run_dir: Path, name: str) -> str:
     return f"{FIGURES}/{name}"
 
 
+#: Images drawn per generator call when evaluating (a GPU's memory for the activations).
+SAMPLE_CHUNK = 10_000
+
+
 def _evaluate_images(run_dir: Path, datamodule: Any, n: int | None, cnn_epochs: int, seed: int, device: str) -> dict[str, Any]:
     from lightning_dpgan.evaluation.images import cnn_accuracy
     from lightning_dpgan.evaluation.membership import membership_inference
@@ -121,8 +125,11 @@ def _evaluate_images(run_dir: Path, datamodule: Any, n: int | None, cnn_epochs: 
     n = n or len(train_images)
     torch.manual_seed(seed)
     labels = module.balanced_labels(n)
-    # drawn on the evaluation device: G-PATE's 60,000 images took 21 s on 2 CPU threads
-    synthetic = module.sample(n, labels).cpu()
+    # drawn on the evaluation device (G-PATE's 60,000 images took 21 s on 2 CPU threads), a chunk
+    # at a time so that a GPU shared with other runs holds one chunk's activations
+    synthetic = torch.cat([module.sample(min(SAMPLE_CHUNK, n - start),
+                                         None if labels is None else labels[start:start + SAMPLE_CHUNK]).cpu()
+                           for start in range(0, n, SAMPLE_CHUNK)])
     labels = None if labels is None else labels.cpu()
     results: dict[str, Any] = {"synthetic_records": n}
     if labels is not None:

@@ -287,16 +287,25 @@ def test_a_changed_grid_is_not_the_full_protocol():
 
 def test_jobs_run_a_cells_seeds_at_the_same_time_and_keep_the_grid_order(tmp_path, monkeypatch):
     """With --jobs 3 the three seeds of a cell run together (each waits at a barrier that only
-    three running cells pass); the runs are saved in grid order whichever finishes first, a
-    failure is still recorded, and the results file and its report say the times were shared."""
+    three running cells pass) and never more than three at once; the runs are saved in grid
+    order although the later seeds finish first, a failure is still recorded, and the results
+    file and its report say the times were shared."""
     import threading
+    import time
 
     from lightning_dpgan.benchmark import cli
 
-    together = threading.Barrier(3, timeout=10)
+    together, lock = threading.Barrier(3, timeout=10), threading.Lock()
+    running, most = [0], [0]
 
     def fake_cell(cell, size, settings):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
         together.wait()  # a BrokenBarrierError (a failed run) unless three cells run at once
+        time.sleep(0.05 * (2 - cell.seed))  # seed 2 finishes first, seed 0 last
+        with lock:
+            running[0] -= 1
         if cell.model == "dpctgan" and cell.seed == 1:
             raise RuntimeError("this seed failed")
         return {**cell.record, "epsilon": 0.9, "steps": 3, "train_seconds": 1.0, "fit_seconds": 1.0,
@@ -307,12 +316,13 @@ def test_jobs_run_a_cells_seeds_at_the_same_time_and_keep_the_grid_order(tmp_pat
     size = suite_size("tables", quick=False).with_overrides(models=["quail", "dpctgan"], datasets=["adult"],
                                                           epsilons=[1.0])
     runs = cli.run_grid(size, Settings(out_dir=tmp_path, jobs=3), {}, on_run=lambda done: saved.append(list(done)))
+    assert most[0] == 3
     assert [(r["model"], r["seed"]) for r in runs] == [(m, s) for m in ("quail", "dpctgan") for s in (0, 1, 2)]
     assert [r["status"] for r in runs] == ["ok"] * 4 + ["failed", "ok"]
     assert "this seed failed" in runs[4]["error"]
-    assert len(saved) == 6 and all(len(done) == n for n, done in enumerate(saved, 1))
-    assert all([r["seed"] for r in done if r["model"] == "quail"] == sorted(r["seed"] for r in done
-               if r["model"] == "quail") for done in saved)
+    assert [[(r["model"], r["seed"]) for r in done] for done in saved[:3]] == [
+        [("quail", 2)], [("quail", 1), ("quail", 2)], [("quail", 0), ("quail", 1), ("quail", 2)]]
+    assert len(saved) == 6 and saved[-1] == runs
 
     content = {**result_file("tables", "full-subset", runs), "jobs": 3}
     assert "3 cells ran at a time" in "\n".join(report._header(content))
@@ -320,6 +330,42 @@ def test_jobs_run_a_cells_seeds_at_the_same_time_and_keep_the_grid_order(tmp_pat
         cli.benchmark(["--suite", "speed", "--jobs", "2", "--results-dir", str(tmp_path)])
     with pytest.raises(SystemExit, match="1 or more"):
         cli.benchmark(["--suite", "images", "--jobs", "0", "--results-dir", str(tmp_path)])
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_an_interrupted_suite_starts_no_further_cell(tmp_path, monkeypatch, jobs):
+    """Ctrl-C in a cell stops the suite: the queued cells never start, with or without --jobs."""
+    import time
+
+    from lightning_dpgan.benchmark import cli
+
+    started = []
+
+    def fake_cell(cell, size, settings):
+        started.append(cell.name)
+        if len(started) == 1:
+            raise KeyboardInterrupt
+        time.sleep(0.2)
+        return {**cell.record, "measures": {}}
+
+    monkeypatch.setattr(cli, "run_cell", fake_cell)
+    size = suite_size("tables", quick=False).with_overrides(models=["quail", "dpctgan"], datasets=["adult"],
+                                                          epsilons=[1.0])
+    with pytest.raises(KeyboardInterrupt):
+        cli.run_grid(size, Settings(out_dir=tmp_path, jobs=jobs), {})
+    # the first cell and those running beside it; with a pool, the first cell's freed worker may
+    # already have taken one more before the interrupt reached the suite
+    assert len(started) <= (jobs + 1 if jobs > 1 else 1) < 6
+
+
+def test_peers_are_not_timed_against_our_runs_that_shared_the_machine():
+    tables = {**result_file("tables", "full-subset", [run("pategan", s, 0.6) for s in range(3)]), "jobs": 2}
+    peers = result_file("peers", "full", [run("pategan", s, 0.5) for s in range(3)])
+    (line,) = [line for line in report.peer_comparison(peers, tables) if line.startswith("| pategan")]
+    assert line.endswith("| – (ours shared the machine) |")
+    tables["jobs"] = 1
+    (line,) = [line for line in report.peer_comparison(peers, tables) if line.startswith("| pategan")]
+    assert line.endswith("| 1.00 |")
 
 
 def test_every_full_tables_cell_leaves_budget_to_train():

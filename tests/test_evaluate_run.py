@@ -47,6 +47,37 @@ def test_train_with_evaluate_writes_image_utility_and_risk(tiny_image_data_dir, 
     assert "![Samples (one row per class)](samples.png)" in (tmp_path / "run" / "report.md").read_text()
 
 
+def test_evaluation_draws_its_images_a_chunk_at_a_time_with_every_class_balanced(tiny_image_data_dir, tmp_path,
+                                                                                 monkeypatch):
+    """The generator is called a chunk at a time (160 images in chunks of 64: 64, 64, 32) and the
+    CNN gets every image, on the CPU, with the balanced labels 0, 1, ..., 9, 0, ... in order."""
+    from lightning_dpgan import evaluate
+    from lightning_dpgan.evaluation import images
+    from lightning_dpgan.modules.base import GANModule
+
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "run", steps=2)) == 0
+    calls, seen = [], {}
+    sample = GANModule.sample
+
+    def spy_sample(self, n, labels=None):
+        calls.append((n, None if labels is None else labels.tolist()))
+        return sample(self, n, labels)
+
+    def spy_cnn(synthetic, labels, *args, **kwargs):
+        seen.update(images=synthetic, labels=labels)
+        return {"accuracy": 0.5}
+
+    monkeypatch.setattr(evaluate, "SAMPLE_CHUNK", 64)
+    monkeypatch.setattr(GANModule, "sample", spy_sample)
+    monkeypatch.setattr(images, "cnn_accuracy", spy_cnn)
+    assert main(["evaluate", "--run", str(tmp_path / "run"), "--data-dir", str(tiny_image_data_dir)]) == 0
+    assert [n for n, _ in calls] == [64, 64, 32]
+    assert [label for _, chunk in calls for label in chunk] == [i % 10 for i in range(160)]
+    assert seen["images"].shape == (160, 1, 28, 28) and seen["images"].device.type == "cpu"
+    assert seen["labels"].tolist() == [i % 10 for i in range(160)]
+    assert read_json(tmp_path / "run" / "evaluation.json")["utility/cnn_accuracy"] == 0.5
+
+
 @pytest.mark.parametrize(
     "dataset,fixture,keys",
     [

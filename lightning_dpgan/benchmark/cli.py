@@ -37,7 +37,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--data-dir", help="folder with the raw data (default: LIGHTNING_DPGAN_DATA_DIR, else download)")
     add("--accelerator", help="passed to train (cpu, gpu, auto)")
     add("--jobs", type=int, default=1, help="cells run at the same time (default 1). Seeds are the innermost "
-                                            "loop of the grid, so a cell's seeds run together; each job needs its "
+                                            "loop of the grid, so with N a multiple of the seeds a cell's seeds run "
+                                            "together; each job needs its "
                                             "own memory (a G-PATE preset tens of GB). Not for the speed and peers "
                                             "suites, whose wall times are compared")
     add("--out-dir", type=Path, help="where the runs go (default runs/benchmark/<suite>-<time>)")
@@ -105,12 +106,23 @@ def run_grid(size: Size, settings: Settings, skipped: dict[str, str],
             print(f"benchmark: {cell.name} failed:\n{error}", file=sys.stderr, flush=True)
             return failed_run(cell, error, settings)
 
+    if settings.jobs == 1:  # in this thread: Ctrl-C stops the running cell's process and the suite
+        runs = []
+        for index, cell in enumerate(cells, 1):
+            runs.append(run_one(index, cell))
+            on_run(runs)
+        return runs
     finished: dict[int, dict[str, Any]] = {}
-    with ThreadPoolExecutor(max_workers=settings.jobs) as pool:  # threads: each cell waits on its own processes
+    pool = ThreadPoolExecutor(max_workers=settings.jobs)  # threads: each cell waits on its own processes
+    try:
         futures = {pool.submit(run_one, index, cell): index for index, cell in enumerate(cells, 1)}
         for future in as_completed(futures):
             finished[futures[future]] = future.result()
             on_run([finished[index] for index in sorted(finished)])
+    except BaseException:  # Ctrl-C: no queued cell starts; the running ones end with their processes
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     return [finished[index] for index in sorted(finished)]
 
 

@@ -125,6 +125,13 @@ def goal_lines(results: list[dict[str, Any]], reference: dict[str, Any]) -> list
     return lines
 
 
+def timed_sharing(result: dict[str, Any], row: dict[str, Any]) -> bool:
+    """Whether ``row``'s wall times were measured with other cells running (``--jobs`` above 1):
+    the file it came from, or for a merged result the part that gave its cell."""
+    parts = [part for part in result.get("parts", []) if cell_key(row) in part["cells"]]
+    return any(part.get("jobs", 1) > 1 for part in parts or [result])
+
+
 def peer_comparison(peers: dict[str, Any], tables: dict[str, Any] | None) -> list[str]:
     """Each peer next to our model of the same name, else our best model, at the same dataset
     and epsilon in our tables results on the same protocol: utility as ours / peer, wall time as
@@ -153,6 +160,8 @@ def peer_comparison(peers: dict[str, Any], tables: dict[str, Any] | None) -> lis
         peer_time, our_time = row["train_seconds"]["mean"], mine["train_seconds"]["mean"]
         utility = f"{our_value / peer_value:.2f}" if peer_value else "–"
         speed = f"{peer_time / our_time:.2f}" if peer_time and our_time else "–"
+        if timed_sharing(tables, mine):
+            speed = "– (ours shared the machine)"
         label = mine["model"] if same else f"{mine['model']} (best)"
         lines.append(f"| {row['model']} | {row['dataset']} | {_epsilon(row['target_epsilon'])} | "
                      f"{fmt(row['measures'].get(measure))} | {label} | {fmt(mine['measures'].get(measure))} | {utility} | "
