@@ -399,13 +399,16 @@ def test_a_module_loaded_to_sample_has_one_critic_and_draws_what_the_full_module
     assert torch.equal(light.sample(12, labels), expected)
 
 
-def test_the_mnist_preset_is_gswgans_setting_and_its_comment_holds():
-    """configs/gswgan_mnist.yaml: 1000 critics, batch 32, C = 1, 20000 iterations, sigma calibrated;
-    its comment's figures: sigma ~5.7 for epsilon 10, and at GS-WGAN's noise (2 x 1.07 here) our
-    accountant's ~3e5 against the ~9 of GS-WGAN's per-record accounting."""
+@pytest.mark.parametrize("dataset", ["mnist", "fashion-mnist"])
+def test_the_image_presets_are_gswgans_setting_and_the_comment_holds(dataset):
+    """configs/gswgan_mnist.yaml (and the Fashion-MNIST preset, GS-WGAN's same defaults): 1000
+    critics, batch 32, latent 10, C = 1, 20000 iterations, sigma calibrated; the MNIST comment's
+    figures: sigma ~5.7 for epsilon 10, and at GS-WGAN's noise (2 x 1.07 here) our accountant's
+    ~3e5 against the ~9 of GS-WGAN's per-record accounting."""
     from lightning_dpgan.config import resolve
 
-    config = resolve({"model": "gswgan", "dataset": "mnist"}, {})
+    config = resolve({"model": "gswgan", "dataset": dataset}, {})
+    assert (config["model"]["latent_dim"], config["model"]["discriminator_steps"]) == (10, 5)
     privacy = config["privacy"]
     assert (privacy["name"], privacy["num_critics"], privacy["max_norm"]) == ("sanitizer", 1000, 1.0)
     assert "noise_multiplier" not in privacy  # calibrated from --epsilon
