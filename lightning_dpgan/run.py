@@ -44,6 +44,10 @@ RANK_ZERO_RELEASE = ".released_preprocessing.pt"
 #: how long a DDP process waits for it (other nodes start on their own)
 FOLLOWER_WAIT_S = 600
 DEFAULT_MAX_STEPS = 1000
+#: why training ended (``privacy.json``'s ``stopped_by``): a query batch refused because it
+#: would have passed the budget, the budget callback's stop before a step that would, the run's
+#: length, or anything else (``--trainer.max_time``, a signal)
+STOP_CAUSES = ("refused", "budget", "max-steps", "max-epochs", "other")
 
 
 def model_name(config: dict[str, Any]) -> str:
@@ -276,10 +280,12 @@ class Run:
         if grids_every:
             callbacks.append(SampleGrid(self.output_dir, grids_every, self.config["sample_columns"]))
         callbacks.append(LambdaCallback(on_train_end=self._count_steps_per_rank))
+        self.budget_stopping: PrivacyBudgetStopping | None = None
         if self.strategy is not None:
             callbacks.append(self.strategy)
             if self.strategy.target_epsilon is not None:
-                callbacks.append(PrivacyBudgetStopping(self.strategy.target_epsilon))
+                self.budget_stopping = PrivacyBudgetStopping(self.strategy.target_epsilon)
+                callbacks.append(self.budget_stopping)
         # last: after every check that may refuse the run (the data, delta < 1/n, a budget too small
         # for one step), so a refused run leaves the folder's earlier config.yaml as it was
         callbacks.append(LambdaCallback(on_train_start=self._write_config))
@@ -360,10 +366,39 @@ class Run:
         wall_time = time.perf_counter() - started
         if self.trainer.is_global_zero:
             self._write_outputs(wall_time)
+            print(f"train: {self.stop_sentence()}")
             if self.module.train_steps == 0:
                 print(f"train: warning: {self.untrained_reason()}", file=sys.stderr)
             for warning in [] if self.strategy is None else self.strategy.training_warnings():
                 print(f"train: warning: {warning}", file=sys.stderr)
+
+    def stop_cause(self) -> str:
+        """Why training ended, one of :data:`STOP_CAUSES` (``privacy.json``'s ``stopped_by``): a run
+        that stops at 103 of its 1,000 steps with most of its budget left must say what ended it."""
+        if self.strategy is not None and self.strategy.refusal is not None:
+            return "refused"
+        # the run's length first: noise calibrated to it leaves no room for one more step there too
+        if self.config["max_steps"] and self.module.train_steps >= self.config["max_steps"]:
+            return "max-steps"
+        if self.config["max_epochs"] and self.trainer.current_epoch >= self.config["max_epochs"]:
+            return "max-epochs"
+        if self.budget_stopping is not None and self.budget_stopping.stopped_by_budget:
+            return "budget"
+        return "other"
+
+    def stop_sentence(self) -> str:
+        """The user's line on how training ended (a refusal's figures stay out of privacy.json:
+        they are a function of the private votes)."""
+        cause = self.stop_cause()
+        if cause == "refused":
+            said = f"the privacy budget ({self.strategy.refusal}): that query batch was refused and nothing of it released"
+        else:
+            said = {"budget": "the privacy budget (one more step would spend more than --epsilon)",
+                    "max-steps": "--max-steps reached",
+                    "max-epochs": f"--max-epochs {self.config['max_epochs']} reached",
+                    "other": "a trainer limit or a signal (e.g. --trainer.max_time)"}[cause]
+        of = f" of {self.config['max_steps']}" if self.config["max_steps"] else ""
+        return f"training stopped after {self.module.train_steps}{of} steps: {said}"
 
     def untrained_reason(self) -> str:
         """Why a run took no generator step. Its outputs are still written (they are what was
@@ -420,10 +455,12 @@ class Run:
                 "delta": None,
                 "target_epsilon": None,
                 "steps": self.module.train_steps,
+                "stopped_by": self.stop_cause(),
                 "accountant": None,
                 "note": "trained without privacy: no (epsilon, delta) guarantee",
             }
         report = self.strategy.privacy_report()
+        report["stopped_by"] = self.stop_cause()
         if self.labeler is not None:
             report["quail"] = {
                 "synthesizer": self.quail.synthesizer,

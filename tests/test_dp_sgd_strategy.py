@@ -44,6 +44,7 @@ def test_privacy_report_recomputes_with_opacus(fixed_noise_run):
     assert REPORT_KEYS <= set(report)
     assert report["mechanism"].startswith("dp-sgd") and report["accountant"] == "rdp"
     assert (report["steps"], report["noise_multiplier"], report["sample_rate"]) == (7, 1.3, RATE)
+    assert report["stopped_by"] == "max-steps"  # a fixed noise at epsilon's default target lasts longer
     expected = opacus_epsilon(report["noise_multiplier"], report["sample_rate"], report["steps"], report["delta"])
     assert report["epsilon"] == pytest.approx(expected, rel=1e-12)
 
@@ -64,13 +65,16 @@ def test_calibrated_noise_spends_at_most_the_target_over_the_planned_steps(tiny_
     assert opacus_epsilon(report["noise_multiplier"], RATE, 6, 1e-4) == pytest.approx(report["epsilon"], rel=1e-12)
 
 
-def test_budget_stops_before_the_step_that_would_exceed_it(tiny_image_data_dir, tmp_path):
+def test_budget_stops_before_the_step_that_would_exceed_it(tiny_image_data_dir, tmp_path, capsys):
     target, sigma = 2.0, 1.2
     assert dpgan(tiny_image_data_dir, tmp_path / "budget", 500, "--epsilon", str(target),
                  "--privacy.noise_multiplier", str(sigma), "--delta", "1e-4") == 0
     report = read_json(tmp_path / "budget" / "privacy.json")
     steps = report["steps"]
     assert 0 < steps < 500
+    # the run and its report say that the budget, not the step limit, ended it
+    assert report["stopped_by"] == "budget"
+    assert f"training stopped after {steps} of 500 steps: the privacy budget" in capsys.readouterr().out
     assert report["epsilon"] <= target
     assert opacus_epsilon(sigma, RATE, steps + 1, 1e-4) > target  # one more step would have passed it
     metrics = read_json(tmp_path / "budget" / "metrics.json")

@@ -102,13 +102,20 @@ def test_a_budget_spent_within_the_first_step_says_the_generator_is_untrained(tm
     assert len(calls) == 2 and report["steps"] == 0 and report["queries"] == batch
     assert 0 < report["epsilon"] <= target
     assert (tmp_path / "split" / "synthetic.csv").exists()
-    warning = capsys.readouterr().err
+    captured = capsys.readouterr()
+    warning = captured.err
     assert "no generator update was taken" in warning and "ran out within the first step" in warning
     assert "answering would spend epsilon" in warning  # the strategy's own reason for refusing
+    # how it ended, in the report (no refused figure there: it is a function of the votes) and to the user
+    assert report["stopped_by"] == "refused" and "would spend" not in json.dumps(report)
+    assert "training stopped after 0 of 50 steps: the privacy budget (answering would spend epsilon" in captured.out
 
     monkeypatch.setattr(PATELabelAggregator, "aggregate", original)
     assert main(pategan_args(tmp_path / "trained", 2, 8.0)) == 0
-    assert "no generator update" not in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "no generator update" not in captured.err
+    assert read_json(tmp_path / "trained" / "privacy.json")["stopped_by"] == "max-steps"
+    assert "training stopped after 2 of 2 steps: --max-steps reached" in captured.out
 
 
 def votes_saying(real_share_of_queries):

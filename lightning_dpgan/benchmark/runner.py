@@ -147,7 +147,7 @@ def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
     return {
         **cell.record,
         "epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"),
-        "steps": metrics.get("steps", privacy.get("steps")),
+        "steps": metrics.get("steps", privacy.get("steps")), "stopped_by": privacy.get("stopped_by"),
         "train_seconds": train_seconds, "fit_seconds": metrics.get("wall_time_s"),
         "measures": with_derived_measures(read_json(run_dir / "evaluation.json")) if settings.evaluate else {},
         "commands": [portable(command, settings.data_dir, out_dir=settings.out_dir) for command in commands],
