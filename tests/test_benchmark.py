@@ -152,6 +152,26 @@ def test_plots_carry_the_papers_figures_measured_the_same_way(tmp_path):
     assert path.name == "images-2026-01-01-mnist.png" and path.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_a_plot_whose_values_reach_the_hundreds_keeps_the_small_ones_readable(tmp_path, monkeypatch):
+    """King's R² gaps: 0.2-3 for most models and ~160 for one whose tables make a regression
+    extrapolate; a linear axis would flatten the others onto zero."""
+    scales = {}
+
+    def keep_scale(figure, path):
+        scales[path.name] = figure.axes[0].get_yscale()
+        return path
+
+    monkeypatch.setattr(report, "_save", keep_scale)
+
+    def gaps(model, values):
+        return [{**run(model, s, None), "dataset": "king", "measures": {"utility/difference_r2": v}}
+                for s, v in enumerate(values)]
+
+    report.plot_suite(result_file("tables", "full", gaps("quail", [0.2, 0.3]) + gaps("pategan", [2.5, 320.0])), {}, tmp_path)
+    report.plot_suite({**result_file("tables", "full", gaps("quail", [0.2, 0.3])), "file": "calm.json"}, {}, tmp_path)
+    assert scales == {"tables-2026-01-01-king.png": "symlog", "calm-king.png": "linear"}
+
+
 def test_peers_are_compared_with_our_model_of_the_same_name_else_our_best():
     ours = result_file("tables", "full", [run("pategan", 0, 0.8), run("dpctgan", 0, 0.85)])
     peers = result_file("peers", "full", [{**run("pategan", 0, 0.4), "train_seconds": 20.0}, run("mst", 0, 0.7),
