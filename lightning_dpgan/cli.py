@@ -6,7 +6,7 @@ and writes the run's files into ``--output-dir``:
 
 - ``config.yaml``  the resolved configuration, data paths absolute (rerun it with ``--config``)
 - ``checkpoints/last.ckpt``
-- ``privacy.json`` mechanism, epsilon, delta, target, steps, accountant and its parameters
+- ``privacy.json`` mechanism, epsilon, delta, target, steps, what stopped training, accountant and its parameters
 - ``metrics.json`` final losses, steps, wall time
 - ``samples.png``  one row per class (images)
 

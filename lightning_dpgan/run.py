@@ -304,6 +304,12 @@ class Run:
         for reserved in ("max_steps", "max_epochs", "callbacks", "logger", "default_root_dir", "enable_checkpointing"):
             if reserved in options:
                 raise ConfigError(f"set trainer.{reserved} through the run's own settings, not the trainer section")
+        for floor in ("min_steps", "min_epochs"):
+            if options.get(floor):
+                # Lightning trains on past a stop request until these are met: past the privacy
+                # budget's stop, or after a refused batch of answers
+                raise ConfigError(f"trainer.{floor} would make training go on after the privacy budget stops it: "
+                                  "set the run's length with --max-steps or --max-epochs instead")
         several = any(isinstance(options.get(key), int) and options[key] > 1 for key in ("devices", "num_nodes"))
         if several and options.get("strategy", "auto") == "auto":
             # Lightning's own choice for several devices (its DDP) cannot train a GAN's alternating
@@ -380,11 +386,17 @@ class Run:
         # the run's length first: noise calibrated to it leaves no room for one more step there too
         if self.config["max_steps"] and self.module.train_steps >= self.config["max_steps"]:
             return "max-steps"
-        if self.config["max_epochs"] and self.trainer.current_epoch >= self.config["max_epochs"]:
+        if self.config["max_epochs"] and self.trainer.current_epoch >= self.config["max_epochs"] and self._epoch_ran_out():
             return "max-epochs"
         if self.budget_stopping is not None and self.budget_stopping.stopped_by_budget:
             return "budget"
         return "other"
+
+    def _epoch_ran_out(self) -> bool:
+        """Whether the last epoch ran to its last batch: Lightning counts an epoch stopped part-way
+        (by the budget, ``--trainer.max_time``) as done, so ``current_epoch`` alone would call a
+        budget stop in the last epoch ``max-epochs``."""
+        return bool(self.trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
 
     def stop_sentence(self) -> str:
         """The user's line on how training ended (a refusal's figures stay out of privacy.json:

@@ -133,6 +133,8 @@ def test_only_path_settings_given_as_text_are_made_absolute(tmp_path, monkeypatc
         (["--model.not_an_arg", "3"], "unknown key(s) model.not_an_arg for model 'gan'"),
         (["--data.not_an_arg", "3"], "unknown key(s) data.not_an_arg"),
         (["--trainer.not_an_arg", "3"], "unknown Lightning Trainer argument"),
+        (["--trainer.min_steps", "5"], "trainer.min_steps would make training go on after the privacy budget stops it"),
+        (["--trainer.min_epochs", "2"], "trainer.min_epochs would make training go on after the privacy budget stops it"),
         (["--privacy", "dp-sgdd"], "unknown privacy 'dp-sgdd'"),
         (["--max-steps", "0"], "--max-steps must be a whole number >= 1 (or left out), got 0"),
         (["--max-epochs", "0"], "--max-epochs must be a whole number >= 1"),

@@ -81,6 +81,17 @@ def test_budget_stops_before_the_step_that_would_exceed_it(tiny_image_data_dir, 
     assert metrics["steps"] == steps and metrics["privacy/epsilon"] == pytest.approx(report["epsilon"])
 
 
+def test_a_budget_stop_in_the_last_epoch_is_not_the_epochs_limit(tiny_image_data_dir, tmp_path, capsys):
+    """Lightning counts an epoch stopped part-way as done; the report must still name the budget."""
+    args = tiny_run_args(tiny_image_data_dir, tmp_path / "epoch", model="dpgan", batch_size=BATCH)
+    at = args.index("--max-steps")
+    assert main(args[:at] + args[at + 2:] + ["--max-epochs", "1", "--epsilon", "1.6", "--privacy.noise_multiplier", "1.2",
+                                             "--delta", "1e-4"]) == 0
+    report = read_json(tmp_path / "epoch" / "privacy.json")
+    assert 0 < report["steps"] < TRAIN_RECORDS // BATCH  # the epoch's 10 batches were not all taken
+    assert report["stopped_by"] == "budget" and "the privacy budget" in capsys.readouterr().out
+
+
 def test_a_budget_too_small_for_one_step_is_refused(tiny_image_data_dir, tmp_path, capsys):
     code = dpgan(tiny_image_data_dir, tmp_path / "tiny", 5, "--epsilon", "0.05", "--privacy.noise_multiplier", "0.6")
     assert code == 2

@@ -102,6 +102,7 @@ def test_evaluate_a_table_run(tmp_path, dataset, fixture, keys):
         assert f"]({figure})" in report and (run / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", figure
     assert "report/epsilon.png" not in report  # a non-private run has no privacy curve to draw
     assert "| `utility/" in report and "epsilon: none (not private)" in report
+    assert "- steps: 3 (stopped by: max-steps)" in report
 
 
 def test_evaluate_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):

@@ -322,6 +322,17 @@ def test_a_model_without_the_gradient_aggregator_slot_lists_gpate(tiny_image_dat
     assert "Models that take --privacy gpate: gpate" in capsys.readouterr().err
 
 
+def test_a_run_whose_next_batch_could_pass_the_budget_stops_and_says_it_was_refused(tiny_image_data_dir, tmp_path, capsys):
+    """G-PATE charges a batch's worst case before answering: it refuses the batch, the run ends,
+    and both the report and the user hear that the budget (not the 60 steps) ended it."""
+    args = gpate_args(tiny_image_data_dir, tmp_path / "refused", "--epsilon", "6")
+    args[args.index("--max-steps") + 1] = "60"
+    assert main(["train", *args]) == 0
+    report = read_json(tmp_path / "refused" / "privacy.json")
+    assert report["stopped_by"] == "refused" and report["steps"] < 60 and report["epsilon"] <= 6
+    assert "that query batch was refused and nothing of it released" in capsys.readouterr().out
+
+
 def test_resume_continues_the_spend(gpate_run, tmp_path, tiny_image_data_dir):
     first = read_json(gpate_run / "privacy.json")
     args = ["train", *gpate_args(tiny_image_data_dir, tmp_path / "resumed", "--max-steps", "9",

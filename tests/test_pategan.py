@@ -107,8 +107,10 @@ def test_a_budget_spent_within_the_first_step_says_the_generator_is_untrained(tm
     assert "no generator update was taken" in warning and "ran out within the first step" in warning
     assert "answering would spend epsilon" in warning  # the strategy's own reason for refusing
     # how it ended, in the report (no refused figure there: it is a function of the votes) and to the user
-    assert report["stopped_by"] == "refused" and "would spend" not in json.dumps(report)
-    assert "training stopped after 0 of 50 steps: the privacy budget (answering would spend epsilon" in captured.out
+    stop_line = "training stopped after 0 of 50 steps: the privacy budget (answering would spend epsilon "
+    assert report["stopped_by"] == "refused" and stop_line in captured.out
+    refused_figure = captured.out.split(stop_line)[1].split()[0]
+    assert float(refused_figure) > target and refused_figure not in (tmp_path / "split" / "privacy.json").read_text()
 
     monkeypatch.setattr(PATELabelAggregator, "aggregate", original)
     assert main(pategan_args(tmp_path / "trained", 2, 8.0)) == 0

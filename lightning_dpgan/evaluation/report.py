@@ -115,7 +115,7 @@ def write_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping[
             f"- epsilon: {'none (not private)' if epsilon is None else f'{epsilon:.4g}'}"
             + (f" (target {privacy['target_epsilon']:g})" if privacy.get("target_epsilon") else ""),
             f"- delta: {privacy.get('delta')}",
-            f"- steps: {privacy.get('steps')}",
+            f"- steps: {privacy.get('steps')}" + (f" (stopped by: {privacy['stopped_by']})" if privacy.get("stopped_by") else ""),
         ]
         for key in ("epsilon_data_dependent", "epsilon_data_independent"):
             if key in privacy:
