@@ -44,10 +44,6 @@ RANK_ZERO_RELEASE = ".released_preprocessing.pt"
 #: how long a DDP process waits for it (other nodes start on their own)
 FOLLOWER_WAIT_S = 600
 DEFAULT_MAX_STEPS = 1000
-#: why training ended (``privacy.json``'s ``stopped_by``): a query batch refused because it
-#: would have passed the budget, the budget callback's stop before a step that would, the run's
-#: length, or anything else (``--trainer.max_time``, a signal)
-STOP_CAUSES = ("refused", "budget", "max-steps", "max-epochs", "other")
 
 
 def model_name(config: dict[str, Any]) -> str:
@@ -280,12 +276,10 @@ class Run:
         if grids_every:
             callbacks.append(SampleGrid(self.output_dir, grids_every, self.config["sample_columns"]))
         callbacks.append(LambdaCallback(on_train_end=self._count_steps_per_rank))
-        self.budget_stopping: PrivacyBudgetStopping | None = None
         if self.strategy is not None:
             callbacks.append(self.strategy)
             if self.strategy.target_epsilon is not None:
-                self.budget_stopping = PrivacyBudgetStopping(self.strategy.target_epsilon)
-                callbacks.append(self.budget_stopping)
+                callbacks.append(PrivacyBudgetStopping(self.strategy.target_epsilon))
         # last: after every check that may refuse the run (the data, delta < 1/n, a budget too small
         # for one step), so a refused run leaves the folder's earlier config.yaml as it was
         callbacks.append(LambdaCallback(on_train_start=self._write_config))
@@ -379,8 +373,11 @@ class Run:
                 print(f"train: warning: {warning}", file=sys.stderr)
 
     def stop_cause(self) -> str:
-        """Why training ended, one of :data:`STOP_CAUSES` (``privacy.json``'s ``stopped_by``): a run
-        that stops at 103 of its 1,000 steps with most of its budget left must say what ended it."""
+        """Why training ended (``privacy.json``'s ``stopped_by``): ``refused`` (a query batch that
+        would have passed the budget), ``max-steps``, ``max-epochs``, ``budget`` (the budget
+        callback's stop before a step that would pass it) or ``other`` (``--trainer.max_time``, a
+        signal). A run that stops at 103 of its 1,000 steps with most of its budget left must say
+        what ended it."""
         if self.strategy is not None and self.strategy.refusal is not None:
             return "refused"
         # the run's length first: noise calibrated to it leaves no room for one more step there too
@@ -388,7 +385,8 @@ class Run:
             return "max-steps"
         if self.config["max_epochs"] and self.trainer.current_epoch >= self.config["max_epochs"] and self._epoch_ran_out():
             return "max-epochs"
-        if self.budget_stopping is not None and self.budget_stopping.stopped_by_budget:
+        if any(isinstance(callback, PrivacyBudgetStopping) and callback.stopped_by_budget
+               for callback in self.trainer.callbacks):
             return "budget"
         return "other"
 

@@ -4,10 +4,12 @@ from pathlib import Path
 
 
 def tiny_run_args(data_dir, output_dir, model="gan", dataset="mnist", steps=4, batch_size=16):
-    """A ``main([...])`` argument list that trains tiny nets for a few batches on fixture data."""
+    """A ``main([...])`` argument list that trains tiny nets for a few batches on fixture data
+    (``steps=None``: no ``--max-steps``, for runs that another limit ends)."""
+    length = [] if steps is None else ["--max-steps", str(steps)]
     return [
         "train", "--model", model, "--dataset", dataset, "--data-dir", str(data_dir),
-        "--output-dir", str(output_dir), "--max-steps", str(steps), "--batch-size", str(batch_size),
+        "--output-dir", str(output_dir), *length, "--batch-size", str(batch_size),
         "--accelerator", "cpu", "--data.verify_checksums", "false",
         "--model.latent_dim", "8", "--model.generator_kwargs.base_channels", "4",
         "--model.discriminator_kwargs.base_channels", "4", "--trainer.enable_progress_bar", "false",
