@@ -51,8 +51,7 @@ def make_step(arch: str, mode: str | None, device: str):
             critic(fake, labels).mean().backward()
         else:
             mechanism.backward_real(per_record)
-            with mechanism.public_pass():
-                critic(fake, labels).mean().backward()
+            mechanism.backward_public(critic(fake, labels))
         optimizer.step()
 
     return step, (mechanism.mode if mechanism else "non-private")

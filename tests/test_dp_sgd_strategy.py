@@ -177,6 +177,22 @@ def test_the_run_seed_does_not_fix_the_dp_noise(fixed_noise_run, tiny_image_data
     assert "FIXED SEED 0" in read_json(fixed_noise_run / "privacy.json")["noise_source"]
 
 
+def test_the_critic_step_clips_the_generated_records_through_the_mechanism(tiny_image_data_dir, tmp_path, monkeypatch):
+    """Every critic step hands its generated records' per-record losses to the mechanism's
+    ``backward_public`` (which clips each one: test_dp_sgd_mechanism), a fixed number a step."""
+    from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
+    seen = []
+    original = DPSGDMechanism.backward_public
+
+    def spy(self, per_record_losses):
+        seen.append(tuple(per_record_losses.shape))
+        return original(self, per_record_losses)
+
+    monkeypatch.setattr(DPSGDMechanism, "backward_public", spy)
+    assert dpgan(tiny_image_data_dir, tmp_path / "spy", 4, "--privacy.noise_multiplier", "1.3") == 0
+    assert seen == [(BATCH,)] * 4
+
+
 def test_dp_sgd_composes_with_the_plain_gan(tiny_image_data_dir, tmp_path):
     assert dpgan(tiny_image_data_dir, tmp_path / "gan", 3, "--privacy", "dp-sgd",
                  "--privacy.noise_multiplier", "2.0", model="gan") == 0

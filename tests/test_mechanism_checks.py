@@ -147,8 +147,7 @@ def dpsgd_update(mode, real, fake=None, sigma=0.0, clip=1.0, expected_batch=4, s
         scores = critic(*real)
         mechanism.backward_real(-(scores * 0.0 if zero_loss else scores))
     if fake is not None:
-        with mechanism.public_pass():
-            critic(*fake).mean().backward()
+        mechanism.backward_public(critic(*fake))
     optimizer.step()
     update = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, critic.parameters())])
     return update.double() * expected_batch

@@ -160,8 +160,9 @@ class GANModule(L.LightningModule):
         """One discriminator update on a real batch against ``n_generated`` generated records.
 
         The real part is back-propagated first, through the privacy slot's ``backward_real``
-        (which clips each record's gradient); the generated part second, inside
-        :meth:`public_pass`, so that it reaches the update whole and unpaired with any record.
+        (which clips each record's gradient, then adds noise); the generated part second,
+        through ``backward_public`` (each generated record's gradient clipped to the same bound,
+        no noise), so that it never shares a clipped row with a real record.
         """
         opt_d = self.optimizers()[1]
         fake_labels = self.sample_labels(n_generated)
@@ -174,9 +175,9 @@ class GANModule(L.LightningModule):
             per_record = per_record + self.discriminator_penalty(real, labels, fake, fake_labels)
             self.backward_real(per_record)
             real_loss = per_record.detach().mean()
-        with self.public_pass():
-            fake_loss = self.discriminator_fake_loss(self.discriminator(fake, fake_labels)).mean()
-            self.manual_backward(fake_loss)
+        fake_per_record = self.discriminator_fake_loss(self.discriminator(fake, fake_labels))
+        self.backward_generated(fake_per_record)
+        fake_loss = fake_per_record.detach().mean()
         opt_d.step()
         self.after_discriminator_step()
         return real_loss + fake_loss.detach()
@@ -186,6 +187,15 @@ class GANModule(L.LightningModule):
         mechanism fills the slot: it clips each record's contribution)."""
         if self.gradient_privatizer is not None:
             self.gradient_privatizer.backward_real(per_record_losses)
+        else:
+            self.manual_backward(per_record_losses.mean())
+
+    def backward_generated(self, per_record_losses: Tensor) -> None:
+        """Back-propagate the mean of per-record discriminator losses on generated data (through
+        the slot's ``backward_public`` when a mechanism fills it: clipped like real records',
+        but public, so not noised)."""
+        if self.gradient_privatizer is not None:
+            self.gradient_privatizer.backward_public(per_record_losses)
         else:
             self.manual_backward(per_record_losses.mean())
 

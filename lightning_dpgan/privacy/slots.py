@@ -27,13 +27,16 @@ class GradientPrivatizer(Protocol):
     The strategy ``attach``es the mechanism to the module's ``private_networks()``; the
     module passes their optimizer through ``wrap_optimizer`` (which adds Gaussian noise at
     ``step``), back-propagates per-record losses on real data through ``backward_real``
-    (which clips each record's gradient) and runs every pass that involves no real record
-    inside ``public_pass()``, after the real one.
+    (which clips each record's gradient), then per-record losses on generated data through
+    ``backward_public`` (clipped alike, never noised), and runs every other pass that involves
+    no real record (the generator's, through a frozen discriminator) inside ``public_pass()``.
     """
 
     def attach(self, network: nn.Module) -> None: ...
 
     def backward_real(self, per_record_losses: Tensor) -> None: ...
+
+    def backward_public(self, per_record_losses: Tensor) -> None: ...
 
     def wrap_optimizer(self, optimizer: Optimizer) -> Optimizer: ...
 
