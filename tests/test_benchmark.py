@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import sys
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
 import pytest
 
-from lightning_dpgan.benchmark import report, results
+from lightning_dpgan.benchmark import report, results, runner
 from lightning_dpgan.benchmark.cli import benchmark, chosen_size, parse_args, unavailable_datasets
 from lightning_dpgan.benchmark.peers import export_split, load_datamodule, peer_command
 from lightning_dpgan.benchmark.runner import Settings, failed_run, portable, train_command, with_derived_measures
@@ -574,3 +576,81 @@ def test_a_mechanism_scripts_table_is_followed_by_the_command_with_its_settings(
     assert lines[:6] == extra["markdown"] and lines[6] == f"Command: `{command}`"
     failed = {"failed": "out of memory", "markdown": ["`gpate_speed`: failed (`out of memory`).", ""]}
     assert report._extra_lines(failed) == failed["markdown"]
+
+
+def test_resume_continues_a_cell_cut_off_after_its_checkpoint_with_its_accountant(tmp_path):
+    """A cell whose training was cut off (a machine restart) after its checkpoint, and before
+    it wrote anything else, continues from that checkpoint under --resume: the accountant's state
+    comes back with it, so the ε reported is the uninterrupted run's, not that of the steps after
+    the restart; its record says it was resumed and has no wall time (it would be a part's)."""
+    from lightning_dpgan.run_folder import OUTPUTS
+
+    size = suite_size("tables", quick=True).with_overrides(
+        models=["dpctgan"], seeds=[0], max_steps=2, train_args=["--batch-size", "8"])
+    (cell,) = size.cells()
+    settings = Settings(out_dir=tmp_path, data_dir=str(ADULT), evaluate=False)
+    whole = runner.run_cell(cell, size, settings)
+    assert whole["epsilon"] > 0 and whole["train_seconds"] > 0 and "resumed" not in whole
+    folder = tmp_path / cell.name
+    for name in OUTPUTS:  # cut off after the checkpoint: nothing else written yet
+        path = folder / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    assert runner.resume_state(folder, evaluate=False) == runner.CHECKPOINTED
+
+    resumed = runner.run_cell(cell, size, replace(settings, resume=True))
+    assert resumed["epsilon"] == pytest.approx(whole["epsilon"]) and resumed["steps"] == whole["steps"] == 2
+    assert resumed["resumed"] == runner.RESUMED[runner.CHECKPOINTED]
+    assert resumed["train_seconds"] is None and resumed["fit_seconds"] is None
+    assert "--overwrite" in resumed["commands"][0]  # the command of the run, then how it was continued
+    assert str(tmp_path) not in resumed["commands"][1]  # no path of this machine
+    assert "--resume OUT_DIR/" in resumed["commands"][1] and "--overwrite" not in resumed["commands"][1]
+
+
+def test_resume_runs_only_what_each_cell_still_needs(tmp_path, monkeypatch):
+    """Cells left evaluated, trained, checkpointed and untouched by an interrupted suite: read
+    back; evaluated only; continued then evaluated; trained afresh then evaluated. Without
+    --resume every cell is trained afresh (the harness replaces its folders)."""
+    size = suite_size("images", quick=True).with_overrides(models=["dpgan"], seeds=[0, 1, 2, 3])
+    cells = size.cells()
+    for cell, files in zip(cells, (["privacy.json", "evaluation.json"], ["privacy.json"], ["checkpoints/last.ckpt"], [])):
+        for name in files:
+            (tmp_path / cell.name / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / cell.name / name).write_text("{}")
+    ran: list[tuple[str, str]] = []
+
+    def fake_run(command, log):
+        kind = "continue" if "--resume" in command else command[3]
+        ran.append((Path(command[command.index("--output-dir" if "--output-dir" in command else "--run") + 1]).name, kind))
+        return 1.0
+
+    monkeypatch.setattr(runner, "run_logged", fake_run)
+    records = [runner.run_cell(cell, size, Settings(out_dir=tmp_path, resume=True)) for cell in cells]
+    names = [cell.name for cell in cells]
+    assert ran == [(names[1], "evaluate"), (names[2], "continue"), (names[2], "evaluate"),
+                   (names[3], "train"), (names[3], "evaluate")]
+    assert [r.get("resumed") for r in records] == [runner.RESUMED[runner.EVALUATED], runner.RESUMED[runner.TRAINED],
+                                                  runner.RESUMED[runner.CHECKPOINTED], None]
+    assert [r["train_seconds"] for r in records] == [None, None, None, 1.0]
+    ran.clear()
+    for cell in cells:
+        runner.run_cell(cell, size, Settings(out_dir=tmp_path))
+    assert [kind for _, kind in ran] == ["train", "evaluate"] * 4
+
+
+def test_the_report_says_which_runs_were_taken_up_after_an_interruption():
+    runs = [run("a", 0, 0.5), {**run("a", 1, 0.6), "resumed": runner.RESUMED[runner.CHECKPOINTED]},
+            {**run("a", 2, 0.7), "resumed": runner.RESUMED[runner.EVALUATED]}]
+    header = "\n".join(report._header({**result_file("tables", "full-subset", runs), "file": "tables-x.json"}))
+    assert "2 of its runs were taken up after an interruption" in header
+    assert f"{runner.RESUMED[runner.CHECKPOINTED]}: 1" in header and f"{runner.RESUMED[runner.EVALUATED]}: 1" in header
+    assert "taken up" not in "\n".join(report._header({**result_file("tables", "full", runs[:1]), "file": "t.json"}))
+
+
+def test_resume_needs_the_interrupted_suites_folder_and_runs_that_are_not_timed_whole(tmp_path):
+    for extra in ([], ["--suite", "speed", "--out-dir", str(tmp_path)]):
+        argv = ["--suite", "tables", "--resume", "--results-dir", str(tmp_path), *extra]
+        with pytest.raises(SystemExit, match="--resume continues the runs of an earlier invocation"):
+            benchmark(argv)

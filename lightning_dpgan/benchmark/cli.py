@@ -4,7 +4,8 @@ Runs a suite's grid (:mod:`lightning_dpgan.benchmark.suites`), writes
 ``benchmarks/results/<suite>-<date>.json`` and regenerates the generated section of
 ``benchmarks/RESULTS.md`` with its plots. Run it from the repository root (the defaults of the
 paths are relative to it). The results file is rewritten after every run, so a suite stopped
-midway keeps what it measured (``complete: false``). A cell that fails is recorded with its error and the suite goes on;
+midway keeps what it measured (``complete: false``); ``--resume --out-dir DIR`` continues it
+(each cell from its last checkpoint, in a new results file). A cell that fails is recorded with its error and the suite goes on;
 the command then exits with status 1. A dataset whose files are neither local nor downloadable
 (Kaggle Credit without network, say) is skipped and named in the results.
 """
@@ -47,6 +48,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--reference", type=Path, default=Path("benchmarks/reference.yaml"))
     add("--peers-venv", type=Path, help="peers: the smartnoise-synth virtualenv (made when missing; "
                                         "default ~/.cache/lightning-dpgan/peers-venv)")
+    add("--resume", action="store_true", help="continue the suite an interrupted invocation left in --out-dir: "
+                                               "cells with a checkpoint continue from it, trained ones are only "
+                                               "evaluated, evaluated ones are read back (their wall times are not "
+                                               "recorded); the others run afresh")
     add("--report-only", action="store_true", help="only regenerate RESULTS.md from the newest results files")
     add("train_args", nargs="*", help="after --: options added to every train command")
     return parser.parse_args(argv)
@@ -143,6 +148,9 @@ def benchmark(argv: list[str]) -> Path:
     size = chosen_size(args)
     if args.jobs < 1:
         raise SystemExit(f"benchmark: --jobs must be 1 or more, not {args.jobs}")
+    if args.resume and (args.out_dir is None or args.suite in ("speed", "peers")):
+        raise SystemExit("benchmark: --resume continues the runs of an earlier invocation: give its --out-dir "
+                         "(not for the speed and peers suites, whose runs are timed whole)")
     if args.jobs > 1 and args.suite in ("speed", "peers"):
         raise SystemExit(f"benchmark: the {args.suite} suite compares wall times, each run alone; "
                          "--jobs would have them share the machine")
@@ -150,7 +158,7 @@ def benchmark(argv: list[str]) -> Path:
     code = commit(own_output=args.results_md)  # the code that runs: taken now, not after hours of runs
     out_dir = args.out_dir or Path("runs") / "benchmark" / f"{args.suite}-{started:%Y%m%d-%H%M%S}"
     settings = Settings(out_dir=out_dir, data_dir=args.data_dir, accelerator=args.accelerator,
-                        evaluate=args.suite != "speed", jobs=args.jobs)
+                        evaluate=args.suite != "speed", jobs=args.jobs, resume=args.resume)
     skipped = unavailable_datasets(size.datasets, args.data_dir) if args.suite != "peers" else {}
     results_file = ResultsFile(args.results_dir, args.suite, {
         "suite": args.suite, "size": size_label(args), "started": started.isoformat(timespec="seconds"),

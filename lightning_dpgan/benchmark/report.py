@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,12 @@ def _header(result: dict[str, Any]) -> list[str]:
     if cells:
         lines.append("- Cells from this file: " + ", ".join(
             f"{model} / {dataset} / ε={_epsilon(epsilon)}" for model, dataset, epsilon in sorted(cells, key=str)) + ".")
+    resumed = [run for run in result["runs"] if run.get("resumed") and (not cells or cell_key(run) in cells)]
+    if resumed:
+        lines.append(f"- {len(resumed)} of its runs were taken up after an interruption (`--resume`): "
+                     + "; ".join(f"{why}: {count}" for why, count in sorted(Counter(run["resumed"] for run in resumed).items()))
+                     + ". A checkpoint holds the accountant's state, so ε is that of an uninterrupted run; the commit "
+                       "above is the one that finished them, and their wall times are not shown.")
     if result.get("skipped"):
         lines += [f"- Skipped: {name}: {why}" for name, why in result["skipped"].items()]
     failed = [run for run in result["runs"] if run.get("status") == "failed" and (not cells or cell_key(run) in cells)]

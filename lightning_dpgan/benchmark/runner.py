@@ -30,6 +30,7 @@ class Settings:
     accelerator: str | None = None
     evaluate: bool = True
     jobs: int = 1  # cells run at the same time (each is its own processes): for a GPU or many-core host
+    resume: bool = False  # continue the cells an interrupted invocation left in out_dir (see resume_state)
 
 
 def train_command(cell: Cell, size: Size, settings: Settings) -> list[str]:
@@ -45,6 +46,37 @@ def train_command(cell: Cell, size: Size, settings: Settings) -> list[str]:
     if settings.accelerator:
         command += ["--accelerator", settings.accelerator]
     return command + list(size.train_args)
+
+
+#: what a cell's folder holds when a suite is rerun with ``--resume`` (:func:`resume_state`)
+FRESH, CHECKPOINTED, TRAINED, EVALUATED = "fresh", "checkpointed", "trained", "evaluated"
+#: what ``--resume`` did with a cell in each state, as its record's ``resumed`` says
+RESUMED = {CHECKPOINTED: "training continued from its checkpoint", TRAINED: "trained before, evaluated now",
+           EVALUATED: "trained and evaluated before, read back"}
+
+
+def checkpoint_of(run_dir: Path) -> Path:
+    """The checkpoint a run writes and keeps up to date while it trains."""
+    return run_dir / "checkpoints" / "last.ckpt"
+
+
+def resume_state(run_dir: Path, evaluate: bool) -> str:
+    """How far the cell in ``run_dir`` got. A run writes ``privacy.json`` only once training is
+    over, and a continued or replaced run first moves the earlier outputs aside
+    (:mod:`lightning_dpgan.run_folder`), so ``privacy.json`` at the top means the checkpoint beside
+    it finished training, and an ``evaluation.json`` beside that evaluated this very run."""
+    if (run_dir / "privacy.json").is_file():
+        return EVALUATED if not evaluate or (run_dir / "evaluation.json").is_file() else TRAINED
+    return CHECKPOINTED if checkpoint_of(run_dir).is_file() else FRESH
+
+
+def continue_command(cell: Cell, size: Size, settings: Settings) -> list[str]:
+    """The cell's train command, continuing its checkpoint instead of replacing the folder. The
+    checkpoint holds the accountant's state, so the run stops and reports the ε of an
+    uninterrupted one."""
+    command = train_command(cell, size, settings)
+    at = command.index("--overwrite")
+    return command[:at] + ["--resume", str(checkpoint_of(settings.out_dir / cell.name))] + command[at + 1:]
 
 
 def evaluate_command(cell: Cell, size: Size, settings: Settings) -> list[str]:
@@ -135,25 +167,38 @@ def failed_run(cell: Cell, error: BaseException, settings: Settings) -> dict[str
 
 
 def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
-    """Train and evaluate ``cell``; return its record for the results file."""
+    """Train and evaluate ``cell``; return its record for the results file.
+
+    With ``settings.resume`` a cell takes up where an interrupted invocation left it: a
+    checkpointed one continues training, a trained one is only evaluated, an evaluated one is read
+    back. Its record then says so (``resumed``) and has no wall times: they would cover part of
+    the run only."""
     run_dir = settings.out_dir / cell.name
     log = settings.out_dir / f"{cell.name}.log"
-    commands = [train_command(cell, size, settings)]
-    train_seconds = run_logged(commands[0], log)
+    state = resume_state(run_dir, settings.evaluate) if settings.resume else FRESH
+    commands, train_seconds = [train_command(cell, size, settings)], None
+    if state == FRESH:
+        train_seconds = run_logged(commands[0], log)
+    elif state == CHECKPOINTED:
+        commands.append(continue_command(cell, size, settings))
+        run_logged(commands[-1], log)
     if settings.evaluate:
         commands.append(evaluate_command(cell, size, settings))
-        run_logged(commands[1], log)
+        if state != EVALUATED:
+            run_logged(commands[-1], log)
     privacy, metrics = read_json(run_dir / "privacy.json"), read_json(run_dir / "metrics.json")
+    timed = state == FRESH
     return {
         **cell.record,
         "epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"),
         "steps": metrics.get("steps", privacy.get("steps")), "stopped_by": privacy.get("stopped_by"),
-        "train_seconds": train_seconds, "fit_seconds": metrics.get("wall_time_s"),
+        "train_seconds": train_seconds, "fit_seconds": metrics.get("wall_time_s") if timed else None,
         "measures": with_derived_measures(read_json(run_dir / "evaluation.json")) if settings.evaluate else {},
         "commands": [portable(command, settings.data_dir, out_dir=settings.out_dir) for command in commands],
         "run_dir": portable_text(str(run_dir), out_dir=settings.out_dir),
+        **({} if timed else {"resumed": RESUMED[state]}),
     }
 
 
-__all__ = ["FOUR_CLASSIFIERS", "Settings", "evaluate_command", "failed_run", "portable", "portable_text", "read_json", "run_cell", "run_logged", "train_command",
+__all__ = ["FOUR_CLASSIFIERS", "Settings", "continue_command", "evaluate_command", "resume_state", "failed_run", "portable", "portable_text", "read_json", "run_cell", "run_logged", "train_command",
            "with_derived_measures"]
