@@ -254,9 +254,11 @@ class DPSGDMechanism:
         to C like a real record's, and set it aside as public (no noise, no budget).
 
         Clipping both halves alike lets their input-independent parts cancel (module docstring).
-        Two passes, as ghost clipping does: the first, with Opacus' hooks on, gives each
-        record's gradient norm (its plain gradient is thrown away); the second back-propagates
-        the losses re-weighted by ``min(1, C / norm)`` with the hooks off.
+        One pass with Opacus' hooks on gives each record's gradient norm (its plain gradient is
+        thrown away). hooks: that pass also left each record's gradient, so the clipped mean is
+        ``sum_i min(1, C / norm_i) * g_i / n`` from them directly. ghost: only the norms are
+        there, so a second pass back-propagates the losses re-weighted by ``min(1, C / norm_i)``
+        with the hooks off.
         """
         assert self._hooks is not None, "attach() first"
         n = per_record_losses.shape[0]
@@ -265,15 +267,19 @@ class DPSGDMechanism:
         before = [None if p.grad is None else p.grad.detach().clone() for p in self._params]
         real_state = self._take_per_sample_state()
         try:
-            per_record_losses.mean().backward(retain_graph=True)
-            norms = self._per_record_norms(n)
+            per_record_losses.mean().backward(retain_graph=self.mode == "ghost")
+            factors = (self.max_grad_norm / (self._per_record_norms(n) + 1e-6)).clamp(max=1.0).detach()
+            if self.mode == "hooks":
+                clipped_mean = [torch.tensordot(factors, p.grad_sample.detach(), dims=1) / n for p in self._params]
         finally:
             self._put_per_sample_state(real_state)
             for p, old in zip(self._params, before):
                 p.grad = old
-        factors = (self.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+        if self.mode == "hooks":
+            self._add_public(clipped_mean)
+            return
         with self.public_pass():
-            (factors.detach() * per_record_losses).sum().div(n).backward()
+            (factors * per_record_losses).sum().div(n).backward()
 
     @contextmanager
     def public_pass(self) -> Iterator[None]:
@@ -323,11 +329,19 @@ class DPSGDMechanism:
 
     def _set_aside(self, before: list[torch.Tensor | None]) -> None:
         """Move what the public pass added to ``.grad`` into the public store."""
-        store = self._public if self._public is not None else [None] * len(self._params)
-        for index, (p, old) in enumerate(zip(self._params, before)):
+        added = []
+        for p, old in zip(self._params, before):
             if p.grad is None:
+                added.append(None)
                 continue
-            added = p.grad.detach() - old if old is not None else p.grad.detach().clone()
-            store[index] = added if store[index] is None else store[index] + added
+            added.append(p.grad.detach() - old if old is not None else p.grad.detach().clone())
             p.grad = old
+        self._add_public(added)
+
+    def _add_public(self, gradients: list[torch.Tensor | None]) -> None:
+        """Add one public gradient per parameter to the store emptied at the next step."""
+        store = self._public if self._public is not None else [None] * len(self._params)
+        for index, gradient in enumerate(gradients):
+            if gradient is not None:
+                store[index] = gradient if store[index] is None else store[index] + gradient
         self._public = store
