@@ -81,7 +81,8 @@ def _header(result: dict[str, Any]) -> list[str]:
         lines.append(f"- {len(resumed)} of its runs were taken up after an interruption (`--resume`): "
                      + "; ".join(f"{why}: {count}" for why, count in sorted(Counter(run["resumed"] for run in resumed).items()))
                      + ". A checkpoint holds the accountant's state, so ε is that of an uninterrupted run; the commit "
-                       "above is the one that finished them, and their wall times are not shown.")
+                       "above is this invocation's (what ran before it ran the interrupted one's code), and their "
+                       "wall times are not shown.")
     if result.get("skipped"):
         lines += [f"- Skipped: {name}: {why}" for name, why in result["skipped"].items()]
     failed = [run for run in result["runs"] if run.get("status") == "failed" and (not cells or cell_key(run) in cells)]
