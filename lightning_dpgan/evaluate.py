@@ -45,6 +45,7 @@ from lightning_dpgan import registry
 from lightning_dpgan.config import section_arguments
 from lightning_dpgan.outputs import write_json
 from lightning_dpgan.run import restore_released_schema
+from lightning_dpgan.run_folder import LAST_CHECKPOINT
 
 EVALUATION_FILE = "evaluation.json"
 
@@ -119,7 +120,7 @@ def _evaluate_images(run_dir: Path, datamodule: Any, n: int | None, cnn_epochs: 
     from lightning_dpgan.evaluation.membership import membership_inference
     from lightning_dpgan.sampling import load_module
 
-    module = load_module(run_dir / "checkpoints" / "last.ckpt").to(device)
+    module = load_module(run_dir / LAST_CHECKPOINT).to(device)
     train_images, _ = datamodule.train_dataset.tensors
     test_images, test_labels = datamodule.test_dataset.tensors
     n = n or len(train_images)

@@ -38,6 +38,8 @@ TRAINING_STATE = ("checkpoints", "samples")
 #: alone is what a run refused before training leaves; it is set aside, not a reason to refuse).
 MARKERS = ("checkpoints", "privacy.json", "config.yaml", "metrics.json", "synthetic.csv", "samples.png")
 STEP_LOG = Path("logs") / "metrics.csv"
+#: The checkpoint a run writes and keeps up to date while it trains (``callbacks/checkpoint.py``).
+LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
 #: What ``python -m lightning_dpgan audit`` writes: its report and one run folder per trial.
 AUDIT_REPORT = "audit.json"
 AUDIT_TRIALS = ("trials", "calibration")
@@ -70,7 +72,7 @@ def check_output_dir(folder: Path, resume: str | None, overwrite: bool) -> None:
         return
     raise ConfigError(
         f"--output-dir {folder} already holds a run ({', '.join(held)}): choose another folder, continue it with "
-        f"--resume {folder / 'checkpoints' / 'last.ckpt'}, or replace it with --overwrite (its outputs are then "
+        f"--resume {folder / LAST_CHECKPOINT}, or replace it with --overwrite (its outputs are then "
         "moved to previous/)")
 
 

@@ -14,6 +14,7 @@ from lightning_dpgan.modules.base import CHECKPOINT_KEY
 from lightning_dpgan.data.schema import TableSchema
 from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.outputs import atomic_write, image_grid, images_to_uint8, write_csv_chunks, write_png
+from lightning_dpgan.run_folder import LAST_CHECKPOINT
 
 
 class CheckpointError(ValueError):
@@ -25,7 +26,7 @@ def read_run_info(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         raise CheckpointError(f"{path} is a folder, not a checkpoint: pass the checkpoint file in it, "
-                              f"e.g. {path / 'checkpoints' / 'last.ckpt'}")
+                              f"e.g. {path / LAST_CHECKPOINT}")
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:

@@ -19,6 +19,7 @@ from typing import Any
 
 from lightning_dpgan.benchmark.suites import DELTA, Cell, Size
 from lightning_dpgan.data.download import DATA_DIR_ENV
+from lightning_dpgan.run_folder import LAST_CHECKPOINT
 
 
 @dataclass
@@ -33,10 +34,14 @@ class Settings:
     resume: bool = False  # continue the cells an interrupted invocation left in out_dir (see resume_state)
 
 
-def train_command(cell: Cell, size: Size, settings: Settings) -> list[str]:
+def train_command(cell: Cell, size: Size, settings: Settings, resume: bool = False) -> list[str]:
+    """The cell's train command. It replaces the cell's folder (a rerun of the suite replaces its
+    cells); with ``resume`` it continues the checkpoint there instead, which holds the
+    accountant's state, so the run stops and reports the ε of an uninterrupted one."""
+    run_dir = settings.out_dir / cell.name
     command = [sys.executable, "-m", "lightning_dpgan", "train", "--model", cell.model, "--dataset", cell.dataset,
-               "--seed", str(cell.seed), "--output-dir", str(settings.out_dir / cell.name),
-               "--trainer.enable_progress_bar", "false", "--overwrite"]  # a rerun of the suite replaces its cells
+               "--seed", str(cell.seed), "--output-dir", str(run_dir), "--trainer.enable_progress_bar", "false",
+               *(["--resume", str(run_dir / LAST_CHECKPOINT)] if resume else ["--overwrite"])]
     if cell.epsilon is not None:
         command += ["--epsilon", f"{cell.epsilon:g}", "--delta", f"{DELTA:g}"]
     if settings.data_dir:
@@ -55,11 +60,6 @@ RESUMED = {CHECKPOINTED: "training continued from its checkpoint", TRAINED: "tra
            EVALUATED: "trained and evaluated before, read back"}
 
 
-def checkpoint_of(run_dir: Path) -> Path:
-    """The checkpoint a run writes and keeps up to date while it trains."""
-    return run_dir / "checkpoints" / "last.ckpt"
-
-
 def resume_state(run_dir: Path, evaluate: bool) -> str:
     """How far the cell in ``run_dir`` got. A run writes ``privacy.json`` only once training is
     over, and a continued or replaced run first moves the earlier outputs aside
@@ -67,16 +67,7 @@ def resume_state(run_dir: Path, evaluate: bool) -> str:
     it finished training, and an ``evaluation.json`` beside that evaluated this very run."""
     if (run_dir / "privacy.json").is_file():
         return EVALUATED if not evaluate or (run_dir / "evaluation.json").is_file() else TRAINED
-    return CHECKPOINTED if checkpoint_of(run_dir).is_file() else FRESH
-
-
-def continue_command(cell: Cell, size: Size, settings: Settings) -> list[str]:
-    """The cell's train command, continuing its checkpoint instead of replacing the folder. The
-    checkpoint holds the accountant's state, so the run stops and reports the ε of an
-    uninterrupted one."""
-    command = train_command(cell, size, settings)
-    at = command.index("--overwrite")
-    return command[:at] + ["--resume", str(checkpoint_of(settings.out_dir / cell.name))] + command[at + 1:]
+    return CHECKPOINTED if (run_dir / LAST_CHECKPOINT).is_file() else FRESH
 
 
 def evaluate_command(cell: Cell, size: Size, settings: Settings) -> list[str]:
@@ -180,7 +171,7 @@ def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
     if state == FRESH:
         train_seconds = run_logged(commands[0], log)
     elif state == CHECKPOINTED:
-        commands.append(continue_command(cell, size, settings))
+        commands.append(train_command(cell, size, settings, resume=True))
         run_logged(commands[-1], log)
     if settings.evaluate:
         commands.append(evaluate_command(cell, size, settings))
@@ -200,5 +191,5 @@ def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
     }
 
 
-__all__ = ["FOUR_CLASSIFIERS", "Settings", "continue_command", "evaluate_command", "resume_state", "failed_run", "portable", "portable_text", "read_json", "run_cell", "run_logged", "train_command",
+__all__ = ["FOUR_CLASSIFIERS", "Settings", "evaluate_command", "resume_state", "failed_run", "portable", "portable_text", "read_json", "run_cell", "run_logged", "train_command",
            "with_derived_measures"]
