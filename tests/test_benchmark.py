@@ -154,6 +154,35 @@ def test_plots_carry_the_papers_figures_measured_the_same_way(tmp_path):
     assert path.name == "images-2026-01-01-mnist.png" and path.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_each_papers_source_is_one_legend_entry_over_its_epsilons(tmp_path, monkeypatch):
+    """G-PATE's paper gives MNIST figures at ε = 1 and 10: one "G-PATE (paper)" entry holding both
+    stars, not one entry (and one colour) per star, in colours no model's line has."""
+    from matplotlib.colors import to_hex
+
+    legends, colours = [], []
+
+    def keep_legend(figure, path):
+        axes = figure.axes[0]
+        handles, labels = axes.get_legend_handles_labels()
+        legends.append({label: handle.get_offsets().shape[0] for handle, label in zip(handles, labels)
+                        if label != "gpate"})
+        colours.append(({to_hex(line.get_color()) for line in axes.lines},
+                        {to_hex(star.get_facecolor()[0]) for star in axes.collections if star.get_offsets().shape[1] == 2
+                         and star.get_label() != "gpate" and not star.get_label().startswith("_")}))
+        return path
+
+    monkeypatch.setattr(report, "_save", keep_legend)
+    reference = report.load_reference(REFERENCE)
+    runs = [{**run("gpate", s, None), "dataset": "mnist", "measures": {"utility/cnn_accuracy": 0.5}} for s in range(2)]
+    report.plot_suite(result_file("images", "full", runs), reference, tmp_path)
+    expected = {}
+    for marker in report.markers_for(reference, "mnist", "utility/cnn_accuracy"):
+        expected[marker["label"]] = expected.get(marker["label"], 0) + 1
+    assert legends == [expected] and expected["G-PATE (paper)"] == 2
+    (line_colours, star_colours), = colours
+    assert len(star_colours) == len(expected) and not line_colours & star_colours
+
+
 def test_a_plot_whose_values_reach_the_hundreds_keeps_the_small_ones_readable(tmp_path, monkeypatch):
     """King's R² gaps: 0.2-3 for most models and ~160 for one whose tables make a regression
     extrapolate; a linear axis would flatten the others onto zero."""

@@ -225,8 +225,14 @@ def plot_suite(result: dict[str, Any], reference: dict[str, Any], plots_dir: Pat
             points = [(eps, s) for eps, s in points if s.get("mean") is not None]
             axes.errorbar([eps for eps, _ in points], [s["mean"] for _, s in points],
                           yerr=[s["std"] or 0 for _, s in points], marker="o", capsize=3, label=model)
+        stars: dict[str, list[tuple[float, float]]] = defaultdict(list)
         for marker in markers_for(reference, dataset, measure):
-            axes.scatter([marker["epsilon"]], [marker["value"]], marker="*", s=90, label=marker["label"], zorder=3)
+            stars[marker["label"]].append((marker["epsilon"], marker["value"]))
+        # one legend entry per source, at every ε, in a colour after the models' (scatter keeps a
+        # colour cycle of its own, which would repeat theirs)
+        for index, (label, points) in enumerate(stars.items(), start=len(axes.containers)):
+            axes.scatter([eps for eps, _ in points], [value for _, value in points], marker="*", s=90,
+                         label=label, zorder=3, color=f"C{index % 10}")
         axes.set_xscale("log")
         if wide_range([value for line in axes.lines for value in line.get_ydata()]):
             # one seed's table can make a regression extrapolate (R² gaps of hundreds): on a linear
