@@ -34,6 +34,7 @@ from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
 from lightning_dpgan import registry
 from lightning_dpgan.evaluation import classification_utility
 from lightning_dpgan.evaluation.utility import CLASSIFIERS
+from lightning_dpgan.run_folder import LAST_CHECKPOINT
 from lightning_dpgan.sampling import read_run_info, table_labeler
 
 FOUR = ("logistic_regression", "random_forest", "gradient_boosting", "mlp")
@@ -67,7 +68,7 @@ def synthetic_scores(run: Path, datamodule, seed: int) -> dict[str, float]:
 
 def label_model_scores(run: Path, datamodule) -> dict[str, float]:
     """QUAIL's label model as a classifier of the real test rows."""
-    labeler = table_labeler(read_run_info(run / "checkpoints" / "last.ckpt"))
+    labeler = table_labeler(read_run_info(run / LAST_CHECKPOINT))
     schema = labeler.schema
     test = datamodule.test_frame
     scores = labeler.predict(test).softmax(dim=1)[:, 1].numpy()

@@ -29,6 +29,7 @@ import torch
 from lightning_dpgan import registry
 from lightning_dpgan.evaluation import cnn_accuracy, load_synthetic_npz
 from lightning_dpgan.outputs import write_json
+from lightning_dpgan.run_folder import LAST_CHECKPOINT
 
 REPO = Path(__file__).resolve().parents[1]
 QUICK = {"max_steps": 300, "n_synthetic": 5000, "cnn_epochs": 1}
@@ -92,7 +93,7 @@ def train_command(args: argparse.Namespace, seed: int, run_dir: Path, private: b
 
 
 def sample_command(run_dir: Path, n: int, seed: int) -> list[str]:
-    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    checkpoint = run_dir / LAST_CHECKPOINT
     return [sys.executable, "-m", "lightning_dpgan", "sample", "--checkpoint", str(checkpoint), "-n", str(n), "--out", str(run_dir / "synthetic.npz"), "--seed", str(seed)]
 
 

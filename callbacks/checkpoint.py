@@ -30,7 +30,7 @@ def save_checkpoint_atomically(trainer: L.Trainer, path: str | Path) -> Path:
 
 
 class LastCheckpoint(L.Callback):
-    """Save ``dirpath/last.ckpt`` every ``every_n_steps`` training batches (0: only at the end),
+    """Save ``path`` every ``every_n_steps`` training batches (0: only at the end),
     and at every step a callback after this one releases the generator's output
     (``release_every_n_steps``: the sample grids).
 
@@ -41,11 +41,11 @@ class LastCheckpoint(L.Callback):
     step the grid shows, so a resume never repeats them.
     """
 
-    def __init__(self, dirpath: str | Path, every_n_steps: int = 0, release_every_n_steps: int = 0) -> None:
+    def __init__(self, path: str | Path, every_n_steps: int = 0, release_every_n_steps: int = 0) -> None:
         if every_n_steps < 0 or release_every_n_steps < 0:
             raise ValueError(f"every_n_steps and release_every_n_steps must be >= 0, got {every_n_steps}, "
                              f"{release_every_n_steps}")
-        self.path = Path(dirpath) / "last.ckpt"
+        self.path = Path(path)
         self.every_n_steps = every_n_steps
         self.release_every_n_steps = release_every_n_steps
 

@@ -60,7 +60,7 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None) -> Any:
         config["data"]["data_dir"] = data_dir
     cls = registry.lookup("dataset", config["data"]["name"]).load()
     datamodule = cls(**section_arguments(config, "data", cls))
-    restore_released_schema(datamodule, run_dir / "checkpoints" / "last.ckpt")  # never a second DP estimate
+    restore_released_schema(datamodule, run_dir / LAST_CHECKPOINT)  # never a second DP estimate
     datamodule.prepare_data()
     datamodule.setup()
     return datamodule

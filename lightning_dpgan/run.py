@@ -36,6 +36,7 @@ from lightning_dpgan.loggers import build_logger, publish_run
 from lightning_dpgan.data.schema import TableSchema
 from lightning_dpgan.outputs import write_csv_chunks, write_json, write_png, write_torch, write_yaml
 from lightning_dpgan.privacy.validation import validate_delta
+from lightning_dpgan.run_folder import LAST_CHECKPOINT
 from lightning_dpgan.sampling import check_resume_checkpoint, read_run_info, synthetic_row_chunks, table_labeler
 
 MODEL_PROVIDED = ("data_shape", "num_classes", "table_layout")
@@ -269,7 +270,7 @@ class Run:
         callbacks: list[L.Callback] = [
             FiniteGeneratorGuard(),  # first: nothing below may run on diverged weights
             # before the sample grids: a grid is a release, saved only once a checkpoint holds its steps
-            LastCheckpoint(self.output_dir / "checkpoints", self.config["checkpoint_every_n_steps"] or 0, grids_every or 0)
+            LastCheckpoint(self.output_dir / LAST_CHECKPOINT, self.config["checkpoint_every_n_steps"] or 0, grids_every or 0)
         ]
         if self.config["max_steps"]:
             callbacks.append(StepLimit(self.config["max_steps"]))
