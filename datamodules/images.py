@@ -22,6 +22,7 @@ from lightning_dpgan.data.download import (
     locate,
     verify_file,
 )
+from lightning_dpgan.data.dev_split import check_dev_fraction, check_held_out_split, dev_split
 from lightning_dpgan.data.idx import read_idx
 from lightning_dpgan.data.partition import teacher_partitions
 from lightning_dpgan.outputs import images_to_uint8
@@ -35,7 +36,9 @@ class IDXImageDataModule(L.LightningDataModule):
     Subclasses only declare where the files live and what they must contain. Files are
     looked up in ``data_dir`` first (also in its ``subdirs``), then in the download cache.
     Only the train split feeds :meth:`train_dataloader`; the test split is kept apart for
-    evaluation so it never leaks into (privacy-accounted) training.
+    evaluation so it never leaks into (privacy-accounted) training. With ``dev_fraction`` a
+    seeded share of the train split is held out of training too, as ``dev_dataset``
+    (:mod:`lightning_dpgan.data.dev_split`): settings are chosen on it, not on the test split.
     """
 
     name: ClassVar[str] = ""
@@ -54,6 +57,7 @@ class IDXImageDataModule(L.LightningDataModule):
         num_workers: int = 0,
         download: bool = True,
         verify_checksums: bool = True,
+        dev_fraction: float = 0.0,
     ) -> None:
         """
         Args:
@@ -65,15 +69,19 @@ class IDXImageDataModule(L.LightningDataModule):
             download: fetch missing files from the mirrors; if False, missing files are an error.
             verify_checksums: check each file's decompressed md5 and size before loading.
                 Turn off only for deliberately custom files.
+            dev_fraction: share of the train split held out of training as ``dev_dataset``
+                (0: none); ``evaluate --split dev`` scores a run on it.
         """
         super().__init__()
         _check_int("batch_size", batch_size, minimum=1)
         _check_int("num_workers", num_workers, minimum=0)
+        check_dev_fraction(dev_fraction)
         self.save_hyperparameters()
         self.data_dir = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
         self.train_dataset: TensorDataset | None = None
         self.test_dataset: TensorDataset | None = None
+        self.dev_dataset: TensorDataset | None = None
 
     @property
     def train_size(self) -> int:
@@ -98,11 +106,24 @@ class IDXImageDataModule(L.LightningDataModule):
                 raise DatasetNotFoundError(f"{err}\n{self._not_found_message('download failed')}") from err
 
     def setup(self, stage: str | None = None) -> None:
-        """Load both splits (once) as tensors; the train split alone feeds training."""
+        """Load both splits (once) as tensors, the dev records apart from the train split's; the
+        rest of the train split alone feeds training."""
         if self.train_dataset is None:
-            self.train_dataset = self._load_split("train")
+            train = self._load_split("train")
+            kept, dev = dev_split(len(train), self.hparams.dev_fraction)
+            if len(dev):
+                images, labels = train.tensors
+                train = TensorDataset(images[kept], labels[kept])
+                self.dev_dataset = TensorDataset(images[dev], labels[dev])
+            self.train_dataset = train
         if self.test_dataset is None:
             self.test_dataset = self._load_split("test")
+
+    def held_out(self, split: str = "test") -> TensorDataset:
+        """The records a run is scored on: the ``"test"`` split, or the ``"dev"`` records held
+        out of the train split (only when the run was trained with ``dev_fraction``)."""
+        check_held_out_split(split, self.hparams.dev_fraction, self.name)
+        return self._require(self.test_dataset if split == "test" else self.dev_dataset, split)
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled full batches of the train split (drop_last keeps batch sizes constant)."""

@@ -26,6 +26,7 @@ from lightning_dpgan.data.download import (
     locate,
     verify_file,
 )
+from lightning_dpgan.data.dev_split import check_dev_fraction, check_held_out_split, dev_split
 from lightning_dpgan.data.partition import teacher_partitions
 from lightning_dpgan.privacy.composition import compose_costs
 from lightning_dpgan.data.schema import EncodingReport, SchemaError, TableSchema
@@ -56,6 +57,9 @@ class TabularDataModule(L.LightningDataModule):
     2. only the train split is encoded (:meth:`TableSchema.encode`) into ``train_dataset``,
        a ``TensorDataset`` of one tensor, so batches are ``[records]``;
     3. ``test_frame`` stays a raw DataFrame for evaluation; it is never encoded or trained on.
+       With ``dev_fraction``, a seeded share of the train split is held out the same way, as
+       ``dev_frame`` (:mod:`lightning_dpgan.data.dev_split`): settings are chosen on it, not on
+       the test split.
 
     GANs here generate whole rows (the label is one of the encoded columns), hence
     ``num_classes = None``. ``data_shape`` comes from the schema, without reading records for a
@@ -102,6 +106,7 @@ class TabularDataModule(L.LightningDataModule):
         exclude_label: bool = False,
         label_encoding: str = "scalar",
         histogram_threshold: float = 0.0,
+        dev_fraction: float = 0.0,
     ) -> None:
         """
         Args:
@@ -140,6 +145,9 @@ class TabularDataModule(L.LightningDataModule):
                 post-processing that removes the mass noise invents in empty bins, and drops
                 real bins smaller than the cut); category frequencies keep every count; 0 keeps
                 every count.
+            dev_fraction: share of the train split held out of training (and of everything
+                fitted on it) as ``dev_frame``; 0: none. ``evaluate --split dev`` scores a run
+                on it.
         """
         super().__init__()
         _check_int("batch_size", batch_size, minimum=1)
@@ -147,6 +155,7 @@ class TabularDataModule(L.LightningDataModule):
         _check_int("split_seed", split_seed, minimum=0)
         if not (isinstance(test_fraction, (int, float)) and 0 < test_fraction < 1):
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+        check_dev_fraction(dev_fraction)
         _check_encoding_args(encoding, modes, modes_epsilon, max_modes, histogram_bins, mixed, log_columns,
                              label_encoding, histogram_threshold)
         if not isinstance(exclude_label, bool):
@@ -158,6 +167,7 @@ class TabularDataModule(L.LightningDataModule):
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
         self.train_frame: pd.DataFrame | None = None
         self.test_frame: pd.DataFrame | None = None
+        self.dev_frame: pd.DataFrame | None = None
         self.train_dataset: TensorDataset | None = None
         self._schema: TableSchema | None = None
         self._report: EncodingReport | None = None
@@ -403,7 +413,18 @@ class TabularDataModule(L.LightningDataModule):
 
     def _load_frames(self) -> None:
         if self.train_frame is None:
-            self.train_frame, self.test_frame = self._read_split()
+            train, self.test_frame = self._read_split()
+            kept, dev = dev_split(len(train), self.hparams.dev_fraction, self.hparams.split_seed)
+            if len(dev):
+                train, self.dev_frame = train.iloc[kept], train.iloc[dev]
+            self.train_frame = train
+
+    def held_out(self, split: str = "test") -> pd.DataFrame:
+        """The raw rows a run is scored on: the ``"test"`` split, or the ``"dev"`` rows held out
+        of the train split (only when the run was trained with ``dev_fraction``)."""
+        check_held_out_split(split, self.hparams.dev_fraction, self.name)
+        self._load_frames()
+        return self.test_frame if split == "test" else self.dev_frame
 
     def _seeded_split(self, frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         """A fixed train/test split by a permutation seeded with ``split_seed``.

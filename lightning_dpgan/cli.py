@@ -196,7 +196,8 @@ def sample(argv: list[str]) -> Path:
 
 
 def evaluate(argv: list[str]) -> Path:
-    from lightning_dpgan.evaluate import EVALUATION_FILE, evaluate_run
+    from lightning_dpgan.data.dev_split import HELD_OUT_SPLITS
+    from lightning_dpgan.evaluate import evaluate_run, evaluation_file
 
     parser = argparse.ArgumentParser(
         prog="python -m lightning_dpgan evaluate",
@@ -208,9 +209,13 @@ def evaluate(argv: list[str]) -> Path:
     parser.add_argument("--cnn-epochs", type=int, default=10, help="epochs of the evaluation CNN (images)")
     parser.add_argument("--device", default="cpu", help="device of the evaluation CNN")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--split", choices=HELD_OUT_SPLITS, default="test",
+                        help="the real records scored on: the test split, or (for a run trained with "
+                             "--data.dev_fraction) the dev records it held out of training, to choose settings "
+                             "on; writes evaluation-dev.json and no report")
     args = parser.parse_args(argv)
-    evaluate_run(args.run, args.data_dir, args.n, args.cnn_epochs, args.seed, args.device)
-    return Path(args.run) / EVALUATION_FILE
+    evaluate_run(args.run, args.data_dir, args.n, args.cnn_epochs, args.seed, args.device, args.split)
+    return Path(args.run) / evaluation_file(args.split)
 
 
 def audit(argv: list[str]) -> Path:

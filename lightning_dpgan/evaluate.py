@@ -26,7 +26,12 @@ classifier AUROC bars, marginals, correlation matrices; :mod:`lightning_dpgan.ev
 Every run
   ``privacy_risk/mia_auc``: a distance-to-closest-record membership-inference attack on training
   records vs held-out test records (0.5 = chance), ``privacy_risk/median_dcr_{members,non_members}``;
-  and the run's formal ``epsilon`` and ``delta`` next to it.
+  and the run's formal ``epsilon`` and ``delta`` next to it; ``held_out_split``, the split scored on.
+
+``--split dev`` scores a run trained with ``--data.dev_fraction`` on the records it held out of
+its train split instead of on the test split (:mod:`lightning_dpgan.data.dev_split`): the same
+measures, written to ``evaluation-dev.json`` with no report, so that settings are chosen without
+reading the test split and the run's test evaluation, if any, stays as it was.
 """
 from __future__ import annotations
 
@@ -48,6 +53,11 @@ from lightning_dpgan.run import restore_released_schema
 from lightning_dpgan.run_folder import LAST_CHECKPOINT
 
 EVALUATION_FILE = "evaluation.json"
+
+
+def evaluation_file(split: str = "test") -> str:
+    """The file ``evaluate`` writes for ``split``: ``evaluation.json``, ``evaluation-dev.json``."""
+    return EVALUATION_FILE if split == "test" else f"evaluation-{split}.json"
 
 
 def load_run_datamodule(run_dir: Path, data_dir: str | None = None) -> Any:
@@ -73,19 +83,24 @@ def evaluate_run(
     cnn_epochs: int = 10,
     seed: int = 0,
     device: str = "cpu",
+    split: str = "test",
 ) -> dict[str, Any]:
-    """Evaluate the run in ``run_dir``, write ``evaluation.json`` there and return its content."""
+    """Evaluate the run in ``run_dir`` on its held-out ``split``, write :func:`evaluation_file`
+    there (and, for the test split, ``report.md``) and return its content."""
     from lightning_dpgan.evaluation.report import epsilon_figure, write_report
 
     run_dir = Path(run_dir)
     datamodule = load_run_datamodule(run_dir, data_dir)
+    held_out = datamodule.held_out(split)  # refuses a dev split the run did not hold out, before any work
     figures: dict[str, str] = {}
+    report = split == "test"  # a dev score is a tuning aid: no report to overwrite the test one's
     if getattr(datamodule, "kind", "image") == "image":
-        results = _evaluate_images(run_dir, datamodule, n_synthetic, cnn_epochs, seed, device)
+        results = _evaluate_images(run_dir, datamodule, held_out, n_synthetic, cnn_epochs, seed, device)
         if (run_dir / "samples.png").is_file():
             figures["Samples (one row per class)"] = "samples.png"
     else:
-        results = _evaluate_table(run_dir, datamodule, seed, figures)
+        results = _evaluate_table(run_dir, datamodule, held_out, seed, figures if report else None)
+    results["held_out_split"] = split
     privacy = None
     privacy_path = run_dir / "privacy.json"
     if privacy_path.is_file():
@@ -94,12 +109,13 @@ def evaluate_run(
     else:  # an interrupted or failed run: its report must not read as a finished one's
         print(f"evaluate: warning: {run_dir} has no privacy.json (the run did not finish writing its outputs): "
               "the report states no privacy guarantee", file=sys.stderr)
-    epsilon_plot = epsilon_figure(run_dir / "logs" / "metrics.csv")
-    if epsilon_plot is not None:
-        figures = {"Privacy spent over training": _save(epsilon_plot, run_dir, "epsilon.png"), **figures}
     results = {key: _plain(value) for key, value in results.items()}
-    write_json(run_dir / EVALUATION_FILE, results)
-    write_report(run_dir, results, privacy, figures)
+    write_json(run_dir / evaluation_file(split), results)
+    if report:
+        epsilon_plot = epsilon_figure(run_dir / "logs" / "metrics.csv")
+        if epsilon_plot is not None:
+            figures = {"Privacy spent over training": _save(epsilon_plot, run_dir, "epsilon.png"), **figures}
+        write_report(run_dir, results, privacy, figures)
     return results
 
 
@@ -115,14 +131,15 @@ def _save(figure: Any, run_dir: Path, name: str) -> str:
 SAMPLE_CHUNK = 10_000
 
 
-def _evaluate_images(run_dir: Path, datamodule: Any, n: int | None, cnn_epochs: int, seed: int, device: str) -> dict[str, Any]:
+def _evaluate_images(run_dir: Path, datamodule: Any, held_out: Any, n: int | None, cnn_epochs: int, seed: int,
+                     device: str) -> dict[str, Any]:
     from lightning_dpgan.evaluation.images import cnn_accuracy
     from lightning_dpgan.evaluation.membership import membership_inference
     from lightning_dpgan.sampling import load_module
 
     module = load_module(run_dir / LAST_CHECKPOINT).to(device)
     train_images, _ = datamodule.train_dataset.tensors
-    test_images, test_labels = datamodule.test_dataset.tensors
+    test_images, test_labels = held_out.tensors
     n = n or len(train_images)
     torch.manual_seed(seed)
     labels = module.balanced_labels(n)
@@ -140,7 +157,10 @@ def _evaluate_images(run_dir: Path, datamodule: Any, n: int | None, cnn_epochs: 
     return {**results, **_risk(attack)}
 
 
-def _evaluate_table(run_dir: Path, datamodule: Any, seed: int, figures: dict[str, str]) -> dict[str, Any]:
+def _evaluate_table(run_dir: Path, datamodule: Any, held_out: pd.DataFrame, seed: int,
+                    figures: dict[str, str] | None) -> dict[str, Any]:
+    """The table measures against ``held_out``; the report's figures drawn into ``figures``
+    unless it is None."""
     synthetic_path = run_dir / "synthetic.csv"
     if not synthetic_path.is_file():
         raise FileNotFoundError(f"{run_dir} has no synthetic.csv")
@@ -148,7 +168,8 @@ def _evaluate_table(run_dir: Path, datamodule: Any, seed: int, figures: dict[str
     def save(figure: Any, title: str, name: str) -> None:
         figures[title] = _save(figure, run_dir, name)
 
-    return evaluate_table(datamodule, read_synthetic_table(synthetic_path, datamodule.schema.names), seed, save)
+    synthetic = read_synthetic_table(synthetic_path, datamodule.schema.names)
+    return evaluate_table(datamodule, synthetic, seed, save if figures is not None else None, held_out=held_out)
 
 
 def read_synthetic_table(path: Path, columns: list[str]) -> pd.DataFrame:
@@ -174,10 +195,12 @@ def read_synthetic_table(path: Path, columns: list[str]) -> pd.DataFrame:
 
 
 def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
-                   save: Callable[[Any, str, str], None] | None = None) -> dict[str, Any]:
+                   save: Callable[[Any, str, str], None] | None = None,
+                   held_out: pd.DataFrame | None = None) -> dict[str, Any]:
     """The table measures of :func:`evaluate_run` for ``synthetic`` against the datamodule's
-    real splits (also used for tables made elsewhere: the benchmark's peers). ``save(figure,
-    title, file_name)`` keeps the report figures; without it none are drawn."""
+    real train split and ``held_out`` (default: its test split) (also used for tables made
+    elsewhere: the benchmark's peers). ``save(figure, title, file_name)`` keeps the report
+    figures; without it none are drawn."""
     from lightning_dpgan.evaluation.fidelity import correlation_difference, jensen_shannon_per_column, pmse, wasserstein_per_column
     from lightning_dpgan.evaluation.membership import membership_inference
     from lightning_dpgan.evaluation.ranking import synthetic_ranking_agreement
@@ -185,7 +208,8 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
     from lightning_dpgan.evaluation.utility import regression_utility, settings_abc, utility_differences
 
     schema = datamodule.schema
-    real_train, real_test = datamodule.train_frame, datamodule.test_frame
+    real_train = datamodule.train_frame
+    real_test = datamodule.test_frame if held_out is None else held_out
     results: dict[str, Any] = {"synthetic_records": len(synthetic)}
     if schema.label_kind == "continuous":
         real = regression_utility(real_train, real_test, schema, seed=seed)

@@ -30,8 +30,8 @@ import pandas as pd
 from lightning_dpgan.config import ConfigError
 
 #: What a run writes besides its checkpoints (moved aside when the folder is reused).
-OUTPUTS = ("privacy.json", "metrics.json", "synthetic.csv", "samples.png", "evaluation.json", "report.md", "report",
-           "epsilon.png", "config.yaml", "logs")
+OUTPUTS = ("privacy.json", "metrics.json", "synthetic.csv", "samples.png", "evaluation.json", "evaluation-dev.json",
+           "report.md", "report", "epsilon.png", "config.yaml", "logs")
 #: What a replaced run (not a continued one, which reads its checkpoint) also leaves.
 TRAINING_STATE = ("checkpoints", "samples")
 #: Any of these makes a folder a run's: what a run writes once training has started (``logs/``

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from lightning_dpgan.benchmark.results import ResultsFile, commit, machine
 from lightning_dpgan.benchmark.runner import Settings, failed_run, portable, run_cell
 from lightning_dpgan.benchmark.suites import SUITES, Cell, Size, suite_size
+from lightning_dpgan.data.dev_split import check_dev_fraction
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -52,6 +53,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                                "cells with a checkpoint continue from it, trained ones are only "
                                                "evaluated, evaluated ones are read back (their wall times are not "
                                                "recorded); the others run afresh")
+    add("--dev-fraction", type=float, default=0.0,
+        help="hold this share of the training records out of training and score the runs on them instead of on "
+             "the test split (evaluate --split dev): for choosing settings without reading the test split; a 'dev' "
+             "run, never counted toward the goals")
     add("--report-only", action="store_true", help="only regenerate RESULTS.md from the newest results files")
     add("train_args", nargs="*", help="after --: options added to every train command")
     return parser.parse_args(argv)
@@ -71,9 +76,11 @@ GRID_OPTIONS = ("models", "datasets", "epsilons", "seeds")
 
 
 def size_label(args: argparse.Namespace) -> str:
-    """``quick``; ``full``; ``full-subset`` when cells were picked from the full grid but each
-    still runs the full protocol (presets unchanged, three seeds or more); else ``custom``.
-    Only full and full-subset runs count toward the goals."""
+    """``dev`` when scored on a dev split; ``quick``; ``full``; ``full-subset`` when cells were
+    picked from the full grid but each still runs the full protocol (presets unchanged, three
+    seeds or more); else ``custom``. Only full and full-subset runs count toward the goals."""
+    if args.dev_fraction:
+        return "dev"
     if any(getattr(args, option) for option in RUN_OPTIONS) or (args.quick and any(getattr(args, o) for o in GRID_OPTIONS)):
         return "custom"
     if args.quick:
@@ -151,6 +158,13 @@ def benchmark(argv: list[str]) -> Path:
     if args.resume and (args.out_dir is None or args.suite in ("speed", "peers")):
         raise SystemExit("benchmark: --resume continues the runs of an earlier invocation: give its --out-dir "
                          "(not for the speed and peers suites, whose runs are timed whole)")
+    try:
+        check_dev_fraction(args.dev_fraction)
+    except ValueError as error:
+        raise SystemExit(f"benchmark: --dev-fraction: {error}") from None
+    if args.dev_fraction and args.suite in ("speed", "peers"):
+        raise SystemExit(f"benchmark: --dev-fraction scores runs on a dev split; the {args.suite} suite "
+                         + ("times runs and scores none" if args.suite == "speed" else "scores the peers on the test split"))
     if args.jobs > 1 and args.suite in ("speed", "peers"):
         raise SystemExit(f"benchmark: the {args.suite} suite compares wall times, each run alone; "
                          "--jobs would have them share the machine")
@@ -158,7 +172,8 @@ def benchmark(argv: list[str]) -> Path:
     code = commit(own_output=args.results_md)  # the code that runs: taken now, not after hours of runs
     out_dir = args.out_dir or Path("runs") / "benchmark" / f"{args.suite}-{started:%Y%m%d-%H%M%S}"
     settings = Settings(out_dir=out_dir, data_dir=args.data_dir, accelerator=args.accelerator,
-                        evaluate=args.suite != "speed", jobs=args.jobs, resume=args.resume)
+                        evaluate=args.suite != "speed", jobs=args.jobs, resume=args.resume,
+                        dev_fraction=args.dev_fraction)
     skipped = unavailable_datasets(size.datasets, args.data_dir) if args.suite != "peers" else {}
     results_file = ResultsFile(args.results_dir, args.suite, {
         "suite": args.suite, "size": size_label(args), "started": started.isoformat(timespec="seconds"),

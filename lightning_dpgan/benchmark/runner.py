@@ -1,5 +1,6 @@
 """Run one cell of a suite: ``train`` then ``evaluate``, each in its own process, and read back
-what they wrote (``privacy.json``, ``metrics.json``, ``evaluation.json``).
+what they wrote (``privacy.json``, ``metrics.json``, ``evaluation.json`` or, scored on a dev split,
+``evaluation-dev.json``).
 
 Separate processes keep every run's random state, threads and memory its own, and the commands
 recorded with the results are exactly the ones a reader can paste to rerun a figure.
@@ -19,6 +20,7 @@ from typing import Any
 
 from lightning_dpgan.benchmark.suites import DELTA, Cell, Size
 from lightning_dpgan.data.download import DATA_DIR_ENV
+from lightning_dpgan.evaluate import evaluation_file
 from lightning_dpgan.run_folder import LAST_CHECKPOINT
 
 
@@ -32,6 +34,12 @@ class Settings:
     evaluate: bool = True
     jobs: int = 1  # cells run at the same time (each is its own processes): for a GPU or many-core host
     resume: bool = False  # continue the cells an interrupted invocation left in out_dir (see resume_state)
+    dev_fraction: float = 0.0  # > 0: train without that share of the training records, score on them
+
+    @property
+    def split(self) -> str:
+        """The held-out split the cells are scored on (``evaluate --split``)."""
+        return "dev" if self.dev_fraction else "test"
 
 
 def train_command(cell: Cell, size: Size, settings: Settings, resume: bool = False) -> list[str]:
@@ -50,6 +58,8 @@ def train_command(cell: Cell, size: Size, settings: Settings, resume: bool = Fal
         command += ["--max-steps", str(size.max_steps)]
     if settings.accelerator:
         command += ["--accelerator", settings.accelerator]
+    if settings.dev_fraction:
+        command += ["--data.dev_fraction", f"{settings.dev_fraction:g}"]
     return command + list(size.train_args)
 
 
@@ -60,13 +70,13 @@ RESUMED = {CHECKPOINTED: "training continued from its checkpoint", TRAINED: "tra
            EVALUATED: "trained and evaluated before, read back"}
 
 
-def resume_state(run_dir: Path, evaluate: bool) -> str:
+def resume_state(run_dir: Path, evaluate: bool, split: str = "test") -> str:
     """How far the cell in ``run_dir`` got. A run writes ``privacy.json`` only once training is
     over, and a continued or replaced run first moves the earlier outputs aside
     (:mod:`lightning_dpgan.run_folder`), so ``privacy.json`` at the top means the checkpoint beside
     it finished training, and an ``evaluation.json`` beside that evaluated this very run."""
     if (run_dir / "privacy.json").is_file():
-        return EVALUATED if not evaluate or (run_dir / "evaluation.json").is_file() else TRAINED
+        return EVALUATED if not evaluate or (run_dir / evaluation_file(split)).is_file() else TRAINED
     return CHECKPOINTED if (run_dir / LAST_CHECKPOINT).is_file() else FRESH
 
 
@@ -77,6 +87,8 @@ def evaluate_command(cell: Cell, size: Size, settings: Settings) -> list[str]:
         command += ["-n", str(size.n_synthetic)]
     if settings.accelerator in ("gpu", "cuda"):
         command += ["--device", "cuda"]
+    if settings.split != "test":
+        command += ["--split", settings.split]
     return command
 
 
@@ -166,7 +178,7 @@ def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
     the run only."""
     run_dir = settings.out_dir / cell.name
     log = settings.out_dir / f"{cell.name}.log"
-    state = resume_state(run_dir, settings.evaluate) if settings.resume else FRESH
+    state = resume_state(run_dir, settings.evaluate, settings.split) if settings.resume else FRESH
     commands, train_seconds = [train_command(cell, size, settings)], None
     if state == FRESH:
         train_seconds = run_logged(commands[0], log)
@@ -184,7 +196,7 @@ def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
         "epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"),
         "steps": metrics.get("steps", privacy.get("steps")), "stopped_by": privacy.get("stopped_by"),
         "train_seconds": train_seconds, "fit_seconds": metrics.get("wall_time_s") if timed else None,
-        "measures": with_derived_measures(read_json(run_dir / "evaluation.json")) if settings.evaluate else {},
+        "measures": with_derived_measures(read_json(run_dir / evaluation_file(settings.split))) if settings.evaluate else {},
         "commands": [portable(command, settings.data_dir, out_dir=settings.out_dir) for command in commands],
         "run_dir": portable_text(str(run_dir), out_dir=settings.out_dir),
         **({} if timed else {"resumed": RESUMED[state]}),
