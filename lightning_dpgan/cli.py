@@ -170,12 +170,14 @@ def train(argv: list[str]) -> Path:
     if config["evaluate"] and run.trainer.is_global_zero:
         from lightning_dpgan.evaluate import evaluate_run
 
+        # a run that held dev records out is scored on them: its test split stays unread
+        split = "dev" if run.datamodule.hparams.get("dev_fraction") else "test"
         try:
-            evaluate_run(run.output_dir, seed=config["seed"])
+            evaluate_run(run.output_dir, seed=config["seed"], split=split)
         except (ValueError, OSError) as error:  # the run itself is complete: say so, not "refused"
             raise EvaluationFailed(f"training finished and wrote {run.output_dir} (privacy.json included); its "
                                    f"evaluation failed: {error}. Rerun it with: python -m lightning_dpgan evaluate "
-                                   f"--run {run.output_dir}") from error
+                                   f"--run {run.output_dir} --split {split}") from error
     return run.output_dir
 
 

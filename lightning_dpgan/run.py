@@ -96,6 +96,27 @@ def check_same_schema(schema: TableSchema, saved: dict[str, Any] | None, checkpo
                       "resume with the schema it was trained with (its run's config.yaml names it)")
 
 
+#: datamodule settings that decide which records are trained on (and which are held out for the
+#: test and dev splits): a resumed run must keep them, or records scored as held out were trained on
+SPLIT_SETTINGS = ("dev_fraction", "split_seed", "test_fraction")
+
+
+def split_settings(datamodule: Any) -> dict[str, Any]:
+    """The datamodule's :data:`SPLIT_SETTINGS` (those it has), kept in the checkpoint's run information."""
+    return {key: datamodule.hparams[key] for key in SPLIT_SETTINGS if key in datamodule.hparams}
+
+
+def check_same_split(current: dict[str, Any], saved: dict[str, Any] | None, checkpoint: str | Path) -> None:
+    """Refuse to resume on other training records than the checkpoint's: a changed (or dropped)
+    ``--data.dev_fraction`` would train on records a dev score then counts as unseen."""
+    saved = {"dev_fraction": 0.0, **(saved or {})}  # a checkpoint from before dev splits held none out
+    differing = [key for key in current if key in saved and saved[key] != current[key]]
+    if differing:
+        changes = ", ".join(f"--data.{key} {saved[key]} (this run: {current[key]})" for key in differing)
+        raise ConfigError(f"the checkpoint {checkpoint} trained on other records: it had {changes}. Resume with "
+                          "the same data settings (its run's config.yaml has them), or drop --resume to start anew")
+
+
 def check_model_fits_dataset(model_cls: type, dataset_cls: type, dataset: str) -> None:
     """Refuse a table-only model (one that needs a table encoding) on an image dataset."""
     if getattr(model_cls, "table_encoding", None) and getattr(dataset_cls, "kind", "image") != "table":
@@ -186,8 +207,10 @@ class Run:
         datamodule = cls(**args)
         if self.released_info is not None:
             restore_released_schema(datamodule, self.config["resume"], self.released_info)
-        if self.resume_info is not None and getattr(datamodule, "kind", "image") == "table":
-            check_same_schema(datamodule.schema, self.resume_info.get("schema"), self.config["resume"])
+        if self.resume_info is not None:
+            check_same_split(split_settings(datamodule), self.resume_info.get("split"), self.config["resume"])
+            if getattr(datamodule, "kind", "image") == "table":
+                check_same_schema(datamodule.schema, self.resume_info.get("schema"), self.config["resume"])
         return datamodule
 
     def _build_module(self) -> Any:
@@ -200,7 +223,8 @@ class Run:
         except TypeError as error:  # a nested setting the annotations cannot see, e.g. --model.generator_kwargs.foo
             raise ConfigError(f"model '{self.config['model']['name']}' refused its settings: {error}") from error
         # The checkpoint's module is the synthesizer's: `sample` rebuilds it by this name.
-        module.run_info = {"model": model_name(self.config), "dataset": self.config["data"]["name"]}
+        module.run_info = {"model": model_name(self.config), "dataset": self.config["data"]["name"],
+                           "split": split_settings(self.datamodule)}
         if not self.is_image:
             # Public by construction (or paid for with the DP-bounds budget): `sample` needs it to decode.
             module.run_info["schema"] = self.datamodule.schema.to_dict()

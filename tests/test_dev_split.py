@@ -2,6 +2,7 @@
 --split dev`` / ``benchmark --dev-fraction``, which score on them instead of on the test split."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from lightning_dpgan.data.idx import read_idx
 from lightning_dpgan.datamodules.adult import AdultDataModule
 from lightning_dpgan.datamodules.mnist import MNISTDataModule
 from lightning_dpgan.evaluate import evaluation_file
-from lightning_dpgan.run_folder import OUTPUTS
+from lightning_dpgan.run_folder import set_aside_outputs
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -109,20 +110,29 @@ def test_a_dev_split_is_refused_for_a_run_that_held_none_out():
 def test_evaluate_on_the_dev_split_scores_the_held_out_training_images(tiny_image_data_dir, tmp_path, monkeypatch):
     """The CNN is tested on the 40 dev images, never on the test split; the measures go to
     evaluation-dev.json, and neither evaluation.json nor a report is written."""
-    from lightning_dpgan.evaluation import images
+    from lightning_dpgan.evaluation import images, membership
 
     run = tmp_path / "run"
     assert main(tiny_run_args(tiny_image_data_dir, run, steps=2) + ["--data.dev_fraction", "0.25"]) == 0
-    tested_on = []
+    tested_on, attacked = [], []
+    attack = membership.membership_inference
 
     def spy_cnn(synthetic, labels, test_images, test_labels, **kwargs):
         tested_on.append(test_images)
         return {"accuracy": 0.25}
 
+    def spy_attack(synthetic, members, non_members, **kwargs):
+        attacked.append((members, non_members))
+        return attack(synthetic, members, non_members, **kwargs)
+
     monkeypatch.setattr(images, "cnn_accuracy", spy_cnn)
+    monkeypatch.setattr(membership, "membership_inference", spy_attack)
     assert main(["evaluate", "--run", str(run), "--split", "dev", "--data-dir", str(tiny_image_data_dir)]) == 0
     raw = torch.from_numpy(read_idx(tiny_image_data_dir / "mnist" / "train-images-idx3-ubyte.gz")).float() / 127.5 - 1
-    assert torch.equal(tested_on[0][:, 0], raw[dev_split(160, 0.25)[1]])
+    kept, dev = dev_split(160, 0.25)
+    assert torch.equal(tested_on[0][:, 0], raw[dev])
+    members, non_members = attacked[0]  # the attack tells trained-on records from the dev ones
+    assert torch.equal(members[:, 0], raw[kept]) and torch.equal(non_members[:, 0], raw[dev])
     evaluation = read_json(run / "evaluation-dev.json")
     assert evaluation["held_out_split"] == "dev" and evaluation["utility/cnn_accuracy"] == 0.25
     assert evaluation["synthetic_records"] == 120  # as many as the images it trained on
@@ -164,10 +174,43 @@ def test_evaluate_refuses_the_dev_split_of_a_run_without_one_and_writes_nothing(
     assert not (run / "evaluation-dev.json").exists() and not (run / "evaluation.json").exists()
 
 
-def test_a_reused_run_folder_sets_every_evaluation_aside():
+def test_a_reused_run_folder_sets_every_evaluation_aside(tmp_path):
     """A continued or replaced run moves its outputs aside: a dev evaluation of the old
     checkpoint must not stay beside the new one (the harness's --resume reads it as done)."""
-    assert {evaluation_file("test"), evaluation_file("dev")} <= set(OUTPUTS)
+    for name in (evaluation_file("test"), evaluation_file("dev"), "privacy.json"):
+        (tmp_path / name).write_text("{}")
+    previous = set_aside_outputs(tmp_path, continued=True)
+    assert sorted(path.name for path in previous.iterdir()) == ["evaluation-dev.json", "evaluation.json", "privacy.json"]
+    assert not any(tmp_path.glob("evaluation*.json"))
+
+
+def test_train_with_evaluate_scores_a_run_with_a_dev_split_on_it(tmp_path):
+    run = tmp_path / "run"
+    assert main(["train", "--model", "gan", "--dataset", "king", "--data-dir", str(FIXTURES / "king_tiny"),
+                 "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8", "--data.dev_fraction", "0.25",
+                 "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false", "--evaluate"]) == 0
+    evaluation = read_json(run / "evaluation-dev.json")
+    assert evaluation["held_out_split"] == "dev" and "utility/difference_r2" in evaluation  # regression, on dev rows
+    assert not (run / "evaluation.json").exists() and not (run / "report.md").exists()
+
+
+def test_a_resume_must_keep_the_records_the_run_trained_on(tmp_path, capsys):
+    """Resuming without the dev split (or with another one) would train on records a dev score
+    then counts as unseen: refused, nothing trained; the same split resumes."""
+    def train(output: str, *extra: str) -> int:
+        return main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
+                     "--output-dir", str(tmp_path / output), "--batch-size", "8", "--trainer.enable_progress_bar",
+                     "false", "--trainer.enable_model_summary", "false", *extra])
+
+    assert train("run", "--max-steps", "2", "--data.dev_fraction", "0.3") == 0
+    checkpoint = str(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    for changed in ([], ["--data.dev_fraction", "0.5"], ["--data.dev_fraction", "0.3", "--data.split_seed", "1"]):
+        capsys.readouterr()
+        assert train("again", "--max-steps", "4", "--resume", checkpoint, *changed) == 2
+        assert "trained on other records" in capsys.readouterr().err
+        assert not (tmp_path / "again" / "privacy.json").exists()
+    assert train("again", "--max-steps", "4", "--resume", checkpoint, "--data.dev_fraction", "0.3") == 0
+    assert read_json(tmp_path / "again" / "metrics.json")["steps"] == 4
 
 
 def test_the_harness_trains_without_the_dev_records_and_scores_on_them(tmp_path):
@@ -190,6 +233,10 @@ def test_the_harness_trains_without_the_dev_records_and_scores_on_them(tmp_path)
     assert runner.resume_state(folder, evaluate=True, split="dev") == runner.TRAINED
     (folder / "evaluation-dev.json").write_text("{}")
     assert runner.resume_state(folder, evaluate=True, split="dev") == runner.EVALUATED
+    recorded = runner.run_cell(cell, size, replace(settings, resume=True))  # read back: the dev score, not the test one
+    assert recorded["measures"] == {}
+    (folder / "evaluation-dev.json").write_text('{"utility/cnn_accuracy": 0.5}')
+    assert runner.run_cell(cell, size, replace(settings, resume=True))["measures"]["utility/cnn_accuracy"] == 0.5
     header = report._header({"file": "images-x.json", "size": "dev", "machine": {"cpu_count": 2, "processor": "x",
                              "torch": "2"}, "commit": {"sha": "abc"}, "command": "c", "seeds": [0], "started": "t", "runs": []})
     assert any("not on the test split" in line for line in header)

@@ -76,11 +76,11 @@ GRID_OPTIONS = ("models", "datasets", "epsilons", "seeds")
 
 
 def size_label(args: argparse.Namespace) -> str:
-    """``dev`` when scored on a dev split; ``quick``; ``full``; ``full-subset`` when cells were
+    """``dev`` (``dev-quick``) when scored on a dev split; ``quick``; ``full``; ``full-subset`` when cells were
     picked from the full grid but each still runs the full protocol (presets unchanged, three
     seeds or more); else ``custom``. Only full and full-subset runs count toward the goals."""
     if args.dev_fraction:
-        return "dev"
+        return "dev-quick" if args.quick else "dev"
     if any(getattr(args, option) for option in RUN_OPTIONS) or (args.quick and any(getattr(args, o) for o in GRID_OPTIONS)):
         return "custom"
     if args.quick:

@@ -64,10 +64,10 @@ def _header(result: dict[str, Any]) -> list[str]:
              f"- Command: `{result['command']}`; seeds {', '.join(map(str, result.get('seeds', [])))}."]
     if result["size"] == "full-subset":
         lines.append("- Size full-subset: part of the full grid, each cell on the full protocol.")
-    elif result["size"] == "dev":
-        lines.append("- Size dev: scored on records held out of the training split (`--dev-fraction`), not on the "
-                     "test split: figures to choose settings by, not the protocol's.")
-    elif result["size"] != "full":
+    elif result["size"].startswith("dev"):
+        lines.append(f"- Size {result['size']}: scored on records held out of the training split (`--dev-fraction`), "
+                     "not on the test split: figures to choose settings by, not the protocol's.")
+    if result["size"] not in ("full", "full-subset", "dev"):
         lines.append(f"- Size {result['size']}: not the full protocol (a quick size is a smoke test of the harness: "
                      "few steps, one seed); its figures say nothing of the models.")
     if result.get("jobs", 1) > 1:
