@@ -170,8 +170,9 @@ def train(argv: list[str]) -> Path:
     if config["evaluate"] and run.trainer.is_global_zero:
         from lightning_dpgan.evaluate import evaluate_run
 
-        # a run that held dev records out is scored on them: its test split stays unread
-        split = "dev" if run.datamodule.hparams.get("dev_fraction") else "test"
+        from lightning_dpgan.data.dev_split import scored_split
+
+        split = scored_split(run.datamodule.hparams.get("dev_fraction", 0.0))
         try:
             evaluate_run(run.output_dir, seed=config["seed"], split=split)
         except (ValueError, OSError) as error:  # the run itself is complete: say so, not "refused"
@@ -199,7 +200,8 @@ def sample(argv: list[str]) -> Path:
 
 def evaluate(argv: list[str]) -> Path:
     from lightning_dpgan.data.dev_split import HELD_OUT_SPLITS
-    from lightning_dpgan.evaluate import evaluate_run, evaluation_file
+    from lightning_dpgan.evaluate import evaluate_run
+    from lightning_dpgan.run_folder import EVALUATION_FILES
 
     parser = argparse.ArgumentParser(
         prog="python -m lightning_dpgan evaluate",
@@ -217,7 +219,7 @@ def evaluate(argv: list[str]) -> Path:
                              "on; writes evaluation-dev.json and no report")
     args = parser.parse_args(argv)
     evaluate_run(args.run, args.data_dir, args.n, args.cnn_epochs, args.seed, args.device, args.split)
-    return Path(args.run) / evaluation_file(args.split)
+    return Path(args.run) / EVALUATION_FILES[args.split]
 
 
 def audit(argv: list[str]) -> Path:

@@ -50,15 +50,7 @@ from lightning_dpgan import registry
 from lightning_dpgan.config import section_arguments
 from lightning_dpgan.outputs import write_json
 from lightning_dpgan.run import restore_released_schema
-from lightning_dpgan.run_folder import LAST_CHECKPOINT
-
-EVALUATION_FILE = "evaluation.json"
-
-
-def evaluation_file(split: str = "test") -> str:
-    """The file ``evaluate`` writes for ``split``: ``evaluation.json``, ``evaluation-dev.json``."""
-    return EVALUATION_FILE if split == "test" else f"evaluation-{split}.json"
-
+from lightning_dpgan.run_folder import EVALUATION_FILES, LAST_CHECKPOINT
 
 def load_run_datamodule(run_dir: Path, data_dir: str | None = None) -> Any:
     """The run's datamodule, from its ``config.yaml`` (``data_dir`` replaces the saved one)."""
@@ -85,8 +77,8 @@ def evaluate_run(
     device: str = "cpu",
     split: str = "test",
 ) -> dict[str, Any]:
-    """Evaluate the run in ``run_dir`` on its held-out ``split``, write :func:`evaluation_file`
-    there (and, for the test split, ``report.md``) and return its content."""
+    """Evaluate the run in ``run_dir`` on its held-out ``split``, write its
+    :data:`~lightning_dpgan.run_folder.EVALUATION_FILES` entry there (and, for the test split, ``report.md``) and return its content."""
     from lightning_dpgan.evaluation.report import epsilon_figure, write_report
 
     run_dir = Path(run_dir)
@@ -110,7 +102,7 @@ def evaluate_run(
         print(f"evaluate: warning: {run_dir} has no privacy.json (the run did not finish writing its outputs): "
               "the report states no privacy guarantee", file=sys.stderr)
     results = {key: _plain(value) for key, value in results.items()}
-    write_json(run_dir / evaluation_file(split), results)
+    write_json(run_dir / EVALUATION_FILES[split], results)
     if report:
         epsilon_plot = epsilon_figure(run_dir / "logs" / "metrics.csv")
         if epsilon_plot is not None:

@@ -29,8 +29,10 @@ import pandas as pd
 
 from lightning_dpgan.config import ConfigError
 
+#: What ``evaluate`` writes for each held-out split it scores (``--split``).
+EVALUATION_FILES = {"test": "evaluation.json", "dev": "evaluation-dev.json"}
 #: What a run writes besides its checkpoints (moved aside when the folder is reused).
-OUTPUTS = ("privacy.json", "metrics.json", "synthetic.csv", "samples.png", "evaluation.json", "evaluation-dev.json",
+OUTPUTS = ("privacy.json", "metrics.json", "synthetic.csv", "samples.png", *EVALUATION_FILES.values(),
            "report.md", "report", "epsilon.png", "config.yaml", "logs")
 #: What a replaced run (not a continued one, which reads its checkpoint) also leaves.
 TRAINING_STATE = ("checkpoints", "samples")

@@ -31,3 +31,17 @@ def checkpoint_accountant_state(run_dir: Path) -> dict:
               if isinstance(state, dict) and state.get("accountant")]
     assert len(states) == 1, f"expected one privacy strategy's state, found {len(states)}"
     return states[0]
+
+
+def record_calls(monkeypatch, owner, name: str) -> list[tuple]:
+    """Wrap ``owner.name`` so that each call's positional arguments are recorded, in order, in
+    the returned list before the original runs: which frame or records a function was given."""
+    calls: list[tuple] = []
+    original = getattr(owner, name)
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, spy)
+    return calls

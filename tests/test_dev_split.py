@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from run_helpers import read_json, tiny_run_args
+from run_helpers import read_json, record_calls, tiny_run_args
 
 from lightning_dpgan.benchmark import report, runner
 from lightning_dpgan.benchmark.cli import benchmark, parse_args, size_label
@@ -18,8 +18,7 @@ from lightning_dpgan.data.dev_split import check_dev_fraction, dev_split
 from lightning_dpgan.data.idx import read_idx
 from lightning_dpgan.datamodules.adult import AdultDataModule
 from lightning_dpgan.datamodules.mnist import MNISTDataModule
-from lightning_dpgan.evaluate import evaluation_file
-from lightning_dpgan.run_folder import set_aside_outputs
+from lightning_dpgan.run_folder import EVALUATION_FILES, set_aside_outputs
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -78,14 +77,7 @@ def test_image_dev_records_leave_training_and_only_they_are_the_dev_split(tiny_i
 def test_table_dev_rows_leave_training_and_everything_fitted_on_it(monkeypatch):
     from lightning_dpgan.data import table_transformer
 
-    fitted_on = []
-    original = table_transformer.dp_column_histograms
-
-    def spy(frame, *args, **kwargs):
-        fitted_on.append(frame)
-        return original(frame, *args, **kwargs)
-
-    monkeypatch.setattr(table_transformer, "dp_column_histograms", spy)
+    fitted_on = record_calls(monkeypatch, table_transformer, "dp_column_histograms")
     whole = AdultDataModule(data_dir=FIXTURES / "adult_tiny", download=False, batch_size=8)
     whole.setup()
     datamodule = AdultDataModule(data_dir=FIXTURES / "adult_tiny", download=False, batch_size=8, dev_fraction=0.3,
@@ -95,7 +87,7 @@ def test_table_dev_rows_leave_training_and_everything_fitted_on_it(monkeypatch):
     assert not train & dev and train | dev == set(whole.train_frame.index)
     assert len(dev) == round(0.3 * len(whole.train_frame))
     assert datamodule.held_out("test").equals(whole.test_frame)  # the test split is the same as without
-    assert len(fitted_on) == 1 and fitted_on[0] is datamodule.train_frame  # the DP modes saw no dev row
+    assert len(fitted_on) == 1 and fitted_on[0][0] is datamodule.train_frame  # the DP modes saw no dev row
     assert datamodule.train_size == len(datamodule.train_frame)
     features, _ = datamodule.labelled_records()  # what a DP label model (QUAIL) trains on
     assert len(features) == len(datamodule.train_frame)
@@ -114,24 +106,19 @@ def test_evaluate_on_the_dev_split_scores_the_held_out_training_images(tiny_imag
 
     run = tmp_path / "run"
     assert main(tiny_run_args(tiny_image_data_dir, run, steps=2) + ["--data.dev_fraction", "0.25"]) == 0
-    tested_on, attacked = [], []
-    attack = membership.membership_inference
+    tested_on = []
+    attacked = record_calls(monkeypatch, membership, "membership_inference")
 
     def spy_cnn(synthetic, labels, test_images, test_labels, **kwargs):
         tested_on.append(test_images)
         return {"accuracy": 0.25}
 
-    def spy_attack(synthetic, members, non_members, **kwargs):
-        attacked.append((members, non_members))
-        return attack(synthetic, members, non_members, **kwargs)
-
     monkeypatch.setattr(images, "cnn_accuracy", spy_cnn)
-    monkeypatch.setattr(membership, "membership_inference", spy_attack)
     assert main(["evaluate", "--run", str(run), "--split", "dev", "--data-dir", str(tiny_image_data_dir)]) == 0
     raw = torch.from_numpy(read_idx(tiny_image_data_dir / "mnist" / "train-images-idx3-ubyte.gz")).float() / 127.5 - 1
     kept, dev = dev_split(160, 0.25)
     assert torch.equal(tested_on[0][:, 0], raw[dev])
-    members, non_members = attacked[0]  # the attack tells trained-on records from the dev ones
+    _, members, non_members = attacked[0]  # the attack tells trained-on records from the dev ones
     assert torch.equal(members[:, 0], raw[kept]) and torch.equal(non_members[:, 0], raw[dev])
     evaluation = read_json(run / "evaluation-dev.json")
     assert evaluation["held_out_split"] == "dev" and evaluation["utility/cnn_accuracy"] == 0.25
@@ -149,21 +136,32 @@ def test_evaluate_on_the_dev_split_scores_tables_against_the_dev_rows(tmp_path, 
     assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
                  "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8", "--data.dev_fraction", "0.3",
                  "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]) == 0
-    tested_on = []
-    original = utility.settings_abc
-
-    def spy(real_train, synthetic, real_test, *args, **kwargs):
-        tested_on.append((real_train, real_test))
-        return original(real_train, synthetic, real_test, *args, **kwargs)
-
-    monkeypatch.setattr(utility, "settings_abc", spy)
+    tested_on = record_calls(monkeypatch, utility, "settings_abc")
     assert main(["evaluate", "--run", str(run), "--split", "dev"]) == 0
     expected = AdultDataModule(data_dir=FIXTURES / "adult_tiny", download=False, dev_fraction=0.3)
-    (real_train, real_test), = tested_on
+    (real_train, _, real_test, _), = tested_on
     assert real_test.equals(expected.held_out("dev")) and not set(real_train.index) & set(real_test.index)
     evaluation = read_json(run / "evaluation-dev.json")
     assert evaluation["held_out_split"] == "dev" and "utility/B_auroc" in evaluation
     assert not (run / "report.md").exists() and not (run / "report").exists()
+
+
+def test_dp_sgd_accounts_for_the_records_left_after_the_dev_split(tmp_path):
+    """The accountant's sampling rate is the batch over the records trained on, not over the
+    whole train split: with the dev records counted the rate (and epsilon) would be too small."""
+    run = tmp_path / "run"
+    assert main(["train", "--model", "dpctgan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
+                 "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8", "--data.dev_fraction", "0.3",
+                 "--data.modes", "bounds", "--trainer.enable_progress_bar", "false",
+                 "--trainer.enable_model_summary", "false"]) == 0
+    kept = AdultDataModule(data_dir=FIXTURES / "adult_tiny", download=False, dev_fraction=0.3)
+    kept.setup()
+    whole = AdultDataModule(data_dir=FIXTURES / "adult_tiny", download=False)
+    whole.setup()
+    privacy = read_json(run / "privacy.json")
+    assert kept.train_size < whole.train_size
+    assert privacy["train_records"] == kept.train_size
+    assert privacy["sample_rate"] == pytest.approx(8 / kept.train_size)
 
 
 def test_evaluate_refuses_the_dev_split_of_a_run_without_one_and_writes_nothing(tiny_image_data_dir, tmp_path, capsys):
@@ -177,7 +175,7 @@ def test_evaluate_refuses_the_dev_split_of_a_run_without_one_and_writes_nothing(
 def test_a_reused_run_folder_sets_every_evaluation_aside(tmp_path):
     """A continued or replaced run moves its outputs aside: a dev evaluation of the old
     checkpoint must not stay beside the new one (the harness's --resume reads it as done)."""
-    for name in (evaluation_file("test"), evaluation_file("dev"), "privacy.json"):
+    for name in (*EVALUATION_FILES.values(), "privacy.json"):
         (tmp_path / name).write_text("{}")
     previous = set_aside_outputs(tmp_path, continued=True)
     assert sorted(path.name for path in previous.iterdir()) == ["evaluation-dev.json", "evaluation.json", "privacy.json"]

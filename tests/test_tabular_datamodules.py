@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from run_helpers import record_calls
 from sklearn.utils import Bunch
 
 from lightning_dpgan.data.download import DatasetNotFoundError
@@ -224,14 +225,7 @@ def write_csv(path: Path, n: int = 400, seed: int = 0) -> Path:
 
 
 def test_csv_without_schema_spends_the_bounds_budget_on_the_train_split(tmp_path, monkeypatch):
-    seen = []
-    original = csv_module.infer_schema_dp
-
-    def spy(frame, *args, **kwargs):
-        seen.append(frame)
-        return original(frame, *args, **kwargs)
-
-    monkeypatch.setattr(csv_module, "infer_schema_dp", spy)
+    seen = record_calls(monkeypatch, csv_module, "infer_schema_dp")
     datamodule = CSVDataModule(
         csv=write_csv(tmp_path / "data.csv"),
         target="churned",
@@ -245,7 +239,7 @@ def test_csv_without_schema_spends_the_bounds_budget_on_the_train_split(tmp_path
     assert datamodule.data_shape == (1 + 1 + 2 + 2,)
     cost = datamodule.privacy_cost()
     assert cost["epsilon"] == 20.0 and cost["delta"] == 1e-6
-    assert len(seen) == 1 and seen[0] is datamodule.train_frame
+    assert len(seen) == 1 and seen[0][0] is datamodule.train_frame
     assert len(datamodule.train_frame) == 320
     datamodule.setup()
     (batch,) = next(iter(datamodule.train_dataloader()))
@@ -391,16 +385,9 @@ def test_built_ins_with_bounds_modes_encode_without_reading_for_the_shape(cls, f
 def test_dp_modes_read_the_train_split_only(monkeypatch):
     from lightning_dpgan.data import table_transformer
 
-    seen = []
-    original = table_transformer.dp_column_histograms
-
-    def spy(frame, *args, **kwargs):
-        seen.append(frame)
-        return original(frame, *args, **kwargs)
-
-    monkeypatch.setattr(table_transformer, "dp_column_histograms", spy)
+    seen = record_calls(monkeypatch, table_transformer, "dp_column_histograms")
     datamodule = loaded(KingDataModule, "king_tiny", encoding="mode-specific", modes_epsilon=2.0, max_modes=2)
-    assert len(seen) == 1 and seen[0] is datamodule.train_frame
+    assert len(seen) == 1 and seen[0][0] is datamodule.train_frame
     assert datamodule.privacy_cost()["epsilon"] == 2.0
     assert datamodule.train_dataset.tensors[0].shape[1] == datamodule.data_shape[0]
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from lightning_dpgan.benchmark.suites import DELTA, Cell, Size
 from lightning_dpgan.data.download import DATA_DIR_ENV
-from lightning_dpgan.evaluate import evaluation_file
-from lightning_dpgan.run_folder import LAST_CHECKPOINT
+from lightning_dpgan.data.dev_split import scored_split
+from lightning_dpgan.run_folder import EVALUATION_FILES, LAST_CHECKPOINT
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Settings:
     @property
     def split(self) -> str:
         """The held-out split the cells are scored on (``evaluate --split``)."""
-        return "dev" if self.dev_fraction else "test"
+        return scored_split(self.dev_fraction)
 
 
 def train_command(cell: Cell, size: Size, settings: Settings, resume: bool = False) -> list[str]:
@@ -76,7 +76,7 @@ def resume_state(run_dir: Path, evaluate: bool, split: str = "test") -> str:
     (:mod:`lightning_dpgan.run_folder`), so ``privacy.json`` at the top means the checkpoint beside
     it finished training, and an ``evaluation.json`` beside that evaluated this very run."""
     if (run_dir / "privacy.json").is_file():
-        return EVALUATED if not evaluate or (run_dir / evaluation_file(split)).is_file() else TRAINED
+        return EVALUATED if not evaluate or (run_dir / EVALUATION_FILES[split]).is_file() else TRAINED
     return CHECKPOINTED if (run_dir / LAST_CHECKPOINT).is_file() else FRESH
 
 
@@ -196,7 +196,7 @@ def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
         "epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"),
         "steps": metrics.get("steps", privacy.get("steps")), "stopped_by": privacy.get("stopped_by"),
         "train_seconds": train_seconds, "fit_seconds": metrics.get("wall_time_s") if timed else None,
-        "measures": with_derived_measures(read_json(run_dir / evaluation_file(settings.split))) if settings.evaluate else {},
+        "measures": with_derived_measures(read_json(run_dir / EVALUATION_FILES[settings.split])) if settings.evaluate else {},
         "commands": [portable(command, settings.data_dir, out_dir=settings.out_dir) for command in commands],
         "run_dir": portable_text(str(run_dir), out_dir=settings.out_dir),
         **({} if timed else {"resumed": RESUMED[state]}),

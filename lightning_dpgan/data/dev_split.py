@@ -49,6 +49,12 @@ def dev_split(n: int, fraction: float, seed: int = 0) -> tuple[np.ndarray, np.nd
 HELD_OUT_SPLITS = ("test", "dev")
 
 
+def scored_split(dev_fraction: float) -> str:
+    """The split a run is scored on by default: its dev records when it held some out of
+    training (so the test split stays unread while settings are chosen), else the test split."""
+    return "dev" if dev_fraction else "test"
+
+
 def check_held_out_split(split: str, dev_fraction: float, dataset: str) -> None:
     """Refuse a split that is not one of :data:`HELD_OUT_SPLITS`, or ``"dev"`` for a run that
     held no dev records out of training."""
