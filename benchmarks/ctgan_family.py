@@ -6,7 +6,9 @@ real test split -- Adult: logistic regression accuracy (in %), AUROC and F1; Kin
 explained variance and R^2 on the target scaled by its public bounds -- and report real minus
 synthetic (MAE: synthetic minus real), as the paper does. Fidelity: mean per-column
 Wasserstein distance (numeric columns in [0, 1]) and Jensen-Shannon divergence (categorical),
-and the correlation-matrix difference, synthetic vs the real train split.
+and the correlation-matrix difference, synthetic vs the real train split. "Real" is the records
+the run trained on: its datamodule is rebuilt from its config.yaml (records held out with
+``--data.dev_fraction`` are not in it).
 
     python benchmarks/ctgan_family.py --data-dir DIR --models dpctgan patectgan dpsactgan \
         --datasets adult king --epsilon 1 [--max-steps N] --out-dir runs/ctgan_family \
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lightning_dpgan import registry
+from lightning_dpgan.evaluate import load_run_datamodule
 from lightning_dpgan.evaluation import classification_utility
 from lightning_dpgan.evaluation.fidelity import correlation_difference, jensen_shannon_per_column, wasserstein_per_column
 from lightning_dpgan.evaluation.utility import CLASSIFIERS, REGRESSORS, regression_utility
@@ -88,10 +90,9 @@ def main() -> None:
     args.train_args = argv[split + 1:]
     rows = []
     for dataset in args.datasets:
-        datamodule = registry.lookup("dataset", dataset).load()(data_dir=args.data_dir)
-        datamodule.setup("fit")
         for model in args.models:
             run, seconds = train(model, dataset, args)
+            datamodule = load_run_datamodule(run, args.data_dir)  # the records and schema this run trained with
             privacy = json.loads((run / "privacy.json").read_text())
             synthetic = pd.read_csv(run / "synthetic.csv")
             row = {"model": " ".join(filter(None, (model, args.label))), "dataset": dataset, "epsilon": privacy["epsilon"], "steps": privacy["steps"],

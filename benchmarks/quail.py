@@ -32,6 +32,7 @@ import pandas as pd
 from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
 
 from lightning_dpgan import registry
+from lightning_dpgan.evaluate import load_run_datamodule
 from lightning_dpgan.evaluation import classification_utility
 from lightning_dpgan.evaluation.utility import CLASSIFIERS
 from lightning_dpgan.run_folder import LAST_CHECKPOINT
@@ -106,11 +107,12 @@ def main() -> None:
     for seed in args.seeds:
         run, wall = train(f"quail-{args.synthesizer}-p{args.split:g}",
                           ["--model", "quail", "--quail-synthesizer", args.synthesizer, "--quail-split", str(args.split)], seed, args)
-        quail.append({**synthetic_scores(run, datamodule, seed), **label_model_scores(run, datamodule), "minutes": wall / 60})
+        scored = load_run_datamodule(run, args.data_dir)  # the run's schema and splits (train args may change them)
+        quail.append({**synthetic_scores(run, scored, seed), **label_model_scores(run, scored), "minutes": wall / 60})
         print(json.dumps({"quail": quail[-1], "seed": seed}), flush=True)
         if args.baseline:
             run, wall = train(args.synthesizer, ["--model", args.synthesizer], seed, args)
-            alone.append({**synthetic_scores(run, datamodule, seed), "minutes": wall / 60})
+            alone.append({**synthetic_scores(run, load_run_datamodule(run, args.data_dir), seed), "minutes": wall / 60})
             print(json.dumps({"alone": alone[-1], "seed": seed}), flush=True)
     print(f"\n{args.dataset}, epsilon {args.epsilon:g}, seeds {args.seeds} (mean ± std)")
     print(f"QUAIL({args.synthesizer}, split {args.split:g}):", json.dumps(summary(quail), indent=1))

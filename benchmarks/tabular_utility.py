@@ -5,7 +5,10 @@ AUROC/AUPRC for each of the 12 classifiers and their averages, plus the average 
 models of the Adult goal (logistic regression, random forest, gradient boosting, MLP).
 
     python train.py --model pategan --dataset adult --epsilon 1 --output-dir RUN ...
-    python benchmarks/tabular_utility.py --run RUN --dataset adult --data-dir DIR
+    python benchmarks/tabular_utility.py --run RUN --data-dir DIR
+
+Setting A trains on the records the run trained on: the run's datamodule is rebuilt from its
+``config.yaml``, so records it held out (``--data.dev_fraction``) are not in the real baseline.
 """
 from __future__ import annotations
 
@@ -15,22 +18,30 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
-from lightning_dpgan import registry
+from lightning_dpgan.evaluate import load_run_datamodule
 from lightning_dpgan.evaluation import classification_utility
 
 FOUR = ("logistic_regression", "random_forest", "gradient_boosting", "mlp")
 
 
+def run_datamodule(run: Path, dataset: str | None, data_dir: str | None):
+    """The datamodule ``run`` trained with; a ``dataset`` other than the run's is refused."""
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    if dataset is not None and dataset != config["data"]["name"]:
+        raise SystemExit(f"--dataset {dataset}: the run at {run} was trained on {config['data']['name']}")
+    return load_run_datamodule(run, data_dir)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, required=True, help="output dir of a train.py run on a table")
-    parser.add_argument("--dataset", required=True)
-    parser.add_argument("--data-dir")
+    parser.add_argument("--dataset", help="checked against the run's dataset, if given")
+    parser.add_argument("--data-dir", help="replaces the data folder saved in the run's config.yaml")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    datamodule = registry.lookup("dataset", args.dataset).load()(data_dir=args.data_dir)
-    datamodule.setup("fit")
+    datamodule = run_datamodule(args.run, args.dataset, args.data_dir)
     synthetic = pd.read_csv(args.run / "synthetic.csv")
     privacy = json.loads((args.run / "privacy.json").read_text())
     real = classification_utility(datamodule.train_frame, datamodule.test_frame, datamodule.schema, seed=args.seed)

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from lightning_dpgan import registry
+from lightning_dpgan.evaluate import load_run_datamodule
 from lightning_dpgan.evaluation import cnn_accuracy, load_synthetic_npz
 from lightning_dpgan.outputs import write_json
 from lightning_dpgan.run_folder import LAST_CHECKPOINT
@@ -107,11 +108,11 @@ def run_logged(command: list[str], log: Path) -> None:
         sys.exit(f"command failed (exit {result.returncode}); last lines of {log}:\n{tail}")
 
 
-def real_splits(dataset: str, data_dir: str | None) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-    """The real (train, test) splits as (images in [-1, 1], labels), through the project's datamodule."""
-    datamodule = registry.lookup("dataset", dataset).load()(data_dir=data_dir)
-    datamodule.prepare_data()
-    datamodule.setup()
+def real_splits(run_dir: Path, data_dir: str | None) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """The real (train, test) splits of a finished run as (images in [-1, 1], labels): its own
+    datamodule, rebuilt from its ``config.yaml``, so records the run held out of training
+    (``--data.dev_fraction`` passed through) are not in the real reference's train split."""
+    datamodule = load_run_datamodule(run_dir, data_dir)
     return datamodule.train_dataset.tensors, datamodule.test_dataset.tensors
 
 
@@ -122,7 +123,7 @@ def real_subset(train: tuple[torch.Tensor, torch.Tensor], n: int, seed: int) -> 
     return images[index], labels[index]
 
 
-def evaluate_seed(args: argparse.Namespace, seed: int, private: bool, train_extra: list[str], test: tuple[torch.Tensor, torch.Tensor]) -> dict[str, Any]:
+def evaluate_seed(args: argparse.Namespace, seed: int, private: bool, train_extra: list[str]) -> dict[str, Any]:
     """Train, sample and score one seed; returns its row of the table."""
     run_dir = args.output_dir / f"seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -130,6 +131,7 @@ def evaluate_seed(args: argparse.Namespace, seed: int, private: bool, train_extr
     for command in commands:
         run_logged(command, run_dir / "benchmark.log")
     synthetic_images, synthetic_labels = load_synthetic_npz(run_dir / "synthetic.npz")
+    _, test = real_splits(run_dir, args.data_dir)
     result = cnn_accuracy(synthetic_images, synthetic_labels, *test, **cnn_schedule(args, seed))
     privacy = json.loads((run_dir / "privacy.json").read_text())
     return {
@@ -184,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: model '{args.model}' trains without privacy (--privacy none):{dropped} its results carry no (epsilon, delta) guarantee.")
     elif args.epsilon is None:
         print(f"note: no --epsilon given: train.py uses the target epsilon of the '{args.model}' preset; each run's privacy.json has the value.")
-    train, test = real_splits(args.dataset, args.data_dir)
-    runs = [evaluate_seed(args, seed, private, train_extra, test) for seed in args.seeds]
+    runs = [evaluate_seed(args, seed, private, train_extra) for seed in args.seeds]
+    train, test = real_splits(Path(runs[0]["run_dir"]), args.data_dir)  # every seed trains on the same records
     reference = [cnn_accuracy(*real_subset(train, args.n_synthetic, seed), *test, **cnn_schedule(args, seed)) for seed in args.seeds]
     report = {
         "model": args.model,

@@ -2,6 +2,7 @@
 --split dev`` / ``benchmark --dev-fraction``, which score on them instead of on the test split."""
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import replace
 from pathlib import Path
 
@@ -248,3 +249,39 @@ def test_the_harness_trains_without_the_dev_records_and_scores_on_them(tmp_path)
 def test_the_harness_refuses_a_dev_split_it_cannot_use(tmp_path, argv, message):
     with pytest.raises(SystemExit, match=message):
         benchmark([*argv, "--results-dir", str(tmp_path)])
+
+
+def load_benchmark_script(name: str):
+    """A script under ``benchmarks/`` (not a package) as a module."""
+    path = Path(__file__).parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmark_script_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_table_scripts_real_baseline_is_the_records_the_run_trained_on(tmp_path):
+    """tabular_utility.py's setting A (and ctgan_family.py's, quail.py's scoring, through the same
+    loader) trains on the run's records: rows it held out as dev are not real training data."""
+    run = tmp_path / "run"
+    assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
+                 "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8", "--data.dev_fraction", "0.3",
+                 "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]) == 0
+    script = load_benchmark_script("tabular_utility")
+    datamodule = script.run_datamodule(run, "adult", None)
+    expected = AdultDataModule(data_dir=FIXTURES / "adult_tiny", download=False, dev_fraction=0.3)
+    expected.setup()
+    assert datamodule.train_frame.equals(expected.train_frame)
+    assert not set(datamodule.train_frame.index) & set(expected.held_out("dev").index)
+    with pytest.raises(SystemExit, match="was trained on adult"):
+        script.run_datamodule(run, "king", None)
+
+
+def test_the_image_script_takes_its_real_splits_from_the_run(tmp_path, tiny_image_data_dir):
+    run = tmp_path / "run"
+    assert main(tiny_run_args(tiny_image_data_dir, run, steps=2) + ["--data.dev_fraction", "0.25"]) == 0
+    (train_images, _), (test_images, _) = load_benchmark_script("utility").real_splits(run, str(tiny_image_data_dir))
+    whole = MNISTDataModule(data_dir=tiny_image_data_dir, download=False, verify_checksums=False)
+    whole.setup()
+    assert len(train_images) == len(whole.train_dataset) - round(0.25 * len(whole.train_dataset))
+    assert torch.equal(test_images, whole.test_dataset.tensors[0])
