@@ -10,6 +10,7 @@ from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from lightning_dpgan.benchmark import report, results, runner
@@ -18,6 +19,7 @@ from lightning_dpgan.benchmark.peers import export_split, load_datamodule, peer_
 from lightning_dpgan.benchmark.runner import Settings, failed_run, portable, train_command, with_derived_measures
 from lightning_dpgan.benchmark.suites import SUITES, Cell, suite_size
 from preset_helpers import modes_epsilon
+from run_helpers import record_calls
 
 REPO = Path(__file__).resolve().parents[1]
 ADULT = REPO / "tests" / "fixtures" / "adult_tiny"
@@ -682,3 +684,34 @@ def test_resume_needs_the_interrupted_suites_folder_and_runs_that_are_not_timed_
         argv = ["--suite", "tables", "--resume", "--results-dir", str(tmp_path), *extra]
         with pytest.raises(SystemExit, match="--resume continues the runs of an earlier invocation"):
             benchmark(argv)
+
+
+def test_a_peers_table_is_scored_here_on_the_test_split_with_our_evaluation(tmp_path, monkeypatch):
+    """run_peers with the smartnoise process faked (it would need the peers' venv): the peer gets
+    the train split alone, and what it returns is scored by evaluate_table against the test split."""
+    from lightning_dpgan.benchmark import peers
+    from lightning_dpgan.evaluation import utility
+
+    def fake_peer(command, log):
+        option = lambda name: Path(command[command.index(name) + 1])
+        train = pd.read_csv(option("--train"))
+        log.parent.mkdir(parents=True, exist_ok=True)  # as the real run_logged does
+        train.sample(frac=1.0, random_state=0).to_csv(option("--out"), index=False)  # a "synthesizer" that copies
+        option("--report").write_text(json.dumps({"delta": 1e-5, "fit_seconds": 0.5, "options": {}}))
+        given.append(train)
+        return 1.5
+
+    given = []
+    monkeypatch.setattr(peers, "ensure_venv", lambda venv, log: Path("python"))
+    monkeypatch.setattr(peers, "run_logged", fake_peer)
+    scored_on = record_calls(monkeypatch, utility, "settings_abc")
+    size = replace(suite_size("peers", quick=True), models=("mst",), datasets=("adult",), seeds=(0,), epsilons=(1.0,))
+    runs, skipped = peers.run_peers(size, Settings(out_dir=tmp_path, data_dir=str(ADULT)), venv=tmp_path / "venv")
+    datamodule = load_datamodule("adult", str(ADULT))
+    (run,) = runs
+    assert skipped == {} and run["status"] == "ok" and run["model"] == "mst", run.get("error")
+    assert len(given[0]) == len(datamodule.train_frame)
+    (_, _, real_test, _), = scored_on
+    assert real_test.equals(datamodule.test_frame)
+    assert run["measures"]["held_out_split"] == "test" and 0 <= run["measures"]["utility/B_auroc"] <= 1
+    assert run["train_seconds"] == 1.5 and run["delta"] == 1e-5

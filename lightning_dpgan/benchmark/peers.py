@@ -122,6 +122,7 @@ def run_peers(size: Size, settings: Settings, venv: Path | None,
                 seconds = run_logged(command, folder / "peer.log")
                 synthetic = pd.read_csv(folder / "synthetic.csv")
                 measures = with_derived_measures(evaluate_table(datamodule, synthetic, seed=cell.seed))
+                measures["held_out_split"] = "test"  # peers are never scored on a dev split
             except Exception as error:  # noqa: BLE001 - a failed cell is recorded and the suite goes on
                 runs.append(failed_run(cell, error, settings))
                 on_run(runs)
