@@ -19,7 +19,7 @@ def save_checkpoint_atomically(trainer: L.Trainer, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        trainer.save_checkpoint(tmp)
+        trainer.save_checkpoint(tmp, weights_only=False)  # the full state a resume needs: accountants, optimizers, loops
         if trainer.is_global_zero:
             os.replace(tmp, path)
     except BaseException:
