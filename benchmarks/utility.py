@@ -123,15 +123,20 @@ def real_subset(train: tuple[torch.Tensor, torch.Tensor], n: int, seed: int) -> 
     return images[index], labels[index]
 
 
-def evaluate_seed(args: argparse.Namespace, seed: int, private: bool, train_extra: list[str]) -> dict[str, Any]:
-    """Train, sample and score one seed; returns its row of the table."""
+def train_and_sample(args: argparse.Namespace, seed: int, private: bool, train_extra: list[str]) -> tuple[Path, list[list[str]]]:
+    """Train one seed and draw its synthetic records; returns its run folder and the commands."""
     run_dir = args.output_dir / f"seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     commands = [train_command(args, seed, run_dir, private, train_extra), sample_command(run_dir, args.n_synthetic, seed)]
     for command in commands:
         run_logged(command, run_dir / "benchmark.log")
+    return run_dir, commands
+
+
+def score_seed(args: argparse.Namespace, seed: int, run_dir: Path, commands: list[list[str]],
+               test: tuple[torch.Tensor, torch.Tensor]) -> dict[str, Any]:
+    """The CNN trained on one seed's synthetic records, tested on ``test``: its row of the table."""
     synthetic_images, synthetic_labels = load_synthetic_npz(run_dir / "synthetic.npz")
-    _, test = real_splits(run_dir, args.data_dir)
     result = cnn_accuracy(synthetic_images, synthetic_labels, *test, **cnn_schedule(args, seed))
     privacy = json.loads((run_dir / "privacy.json").read_text())
     return {
@@ -186,8 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: model '{args.model}' trains without privacy (--privacy none):{dropped} its results carry no (epsilon, delta) guarantee.")
     elif args.epsilon is None:
         print(f"note: no --epsilon given: train.py uses the target epsilon of the '{args.model}' preset; each run's privacy.json has the value.")
-    runs = [evaluate_seed(args, seed, private, train_extra) for seed in args.seeds]
-    train, test = real_splits(Path(runs[0]["run_dir"]), args.data_dir)  # every seed trains on the same records
+    trained = [train_and_sample(args, seed, private, train_extra) for seed in args.seeds]
+    train, test = real_splits(trained[0][0], args.data_dir)  # every seed trains on the same records
+    runs = [score_seed(args, seed, run_dir, commands, test) for seed, (run_dir, commands) in zip(args.seeds, trained)]
     reference = [cnn_accuracy(*real_subset(train, args.n_synthetic, seed), *test, **cnn_schedule(args, seed)) for seed in args.seeds]
     report = {
         "model": args.model,

@@ -52,6 +52,7 @@ from lightning_dpgan.outputs import write_json
 from lightning_dpgan.run import restore_released_schema
 from lightning_dpgan.run_folder import EVALUATION_FILES, LAST_CHECKPOINT
 
+
 def load_run_datamodule(run_dir: Path, data_dir: str | None = None) -> Any:
     """The run's datamodule, from its ``config.yaml`` (``data_dir`` replaces the saved one)."""
     config_path = run_dir / "config.yaml"
