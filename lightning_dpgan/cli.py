@@ -1,4 +1,5 @@
-"""Command-line entry points: ``train`` (also ``python train.py``) and ``sample``.
+"""Command-line entry points of ``python -m lightning_dpgan``: ``train`` (also ``python train.py``),
+``sample``, ``evaluate``, ``audit`` and ``benchmark``.
 
 ``train`` builds a datamodule, a GAN module and its privacy strategy from the resolved
 configuration (see :mod:`lightning_dpgan.config`), fits them with a Lightning ``Trainer``
@@ -8,9 +9,12 @@ and writes the run's files into ``--output-dir``:
 - ``checkpoints/last.ckpt``
 - ``privacy.json`` mechanism, epsilon, delta, target, steps, what stopped training, accountant and its parameters
 - ``metrics.json`` final losses, steps, wall time
-- ``samples.png``  one row per class (images)
+- ``samples.png``  one row per class (images); ``synthetic.csv`` the synthetic table (tables)
+- ``logs/``        the logger's files
 
-``audit`` takes the same flags and re-trains the model many times, half of them with a canary
+``sample`` draws records from a checkpoint; ``evaluate`` scores a run folder (``evaluation.json``,
+``report.md``); ``benchmark`` runs the suites of :mod:`lightning_dpgan.benchmark`.
+``audit`` takes the same flags as ``train`` and re-trains the model many times, half of them with a canary
 record, to bound its real epsilon from below (``audit.json``; see :mod:`lightning_dpgan.canary_audit`).
 """
 from __future__ import annotations
@@ -42,7 +46,7 @@ def _train_parser() -> argparse.ArgumentParser:
             "can be set with a dotted override, e.g. --model.lr_generator 1e-4 --data.num_workers 2\n"
             "--trainer.log_every_n_steps 10, and so can top-level settings: --sample_every_n_steps 500,\n"
             "--checkpoint_every_n_steps 1000, --sample_columns 10. Precedence: configs/<model>.yaml < configs/<model>_<dataset>.yaml\n"
-            "< --config FILE < flags < dotted overrides.",
+            "< configs/<model>_<dataset>_eps<E>.yaml (when --epsilon is E) < --config FILE < flags < dotted overrides.",
         ]
     )
     parser = argparse.ArgumentParser(
@@ -192,7 +196,7 @@ def sample(argv: list[str]) -> Path:
     parser = argparse.ArgumentParser(prog="python -m lightning_dpgan sample", description="Draw synthetic records from a checkpoint.")
     parser.add_argument("--checkpoint", required=True, help="a checkpoint written by train (checkpoints/last.ckpt)")
     parser.add_argument("-n", type=int, required=True, help="number of records to draw")
-    parser.add_argument("--out", required=True, help="output file: .png (grid) or .npz (images + labels)")
+    parser.add_argument("--out", required=True, help="output file: .csv (tables), .png grid or .npz (images + labels)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     return sample_to_file(args.checkpoint, args.n, args.out, seed=args.seed)
