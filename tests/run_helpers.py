@@ -21,6 +21,30 @@ def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
 
 
+def opacus_epsilon(sigma, rate, steps, delta, kind="rdp"):
+    """DP-SGD's epsilon computed independently, with Opacus' own accountant."""
+    from opacus.accountants import PRVAccountant, RDPAccountant
+
+    accountant = RDPAccountant() if kind == "rdp" else PRVAccountant()
+    for _ in range(steps):
+        accountant.step(noise_multiplier=sigma, sample_rate=rate)
+    return accountant.get_epsilon(delta)
+
+
+def sanitizer_epsilon(report: dict) -> float:
+    """The gradient sanitizer's training epsilon from its privacy report, independently: a
+    Gaussian of multiplier s (sensitivity units) costs alpha / (2 s^2) at every order, the
+    generator steps compose by addition, and Opacus' own function converts."""
+    import numpy as np
+    from opacus.accountants.analysis.rdp import get_privacy_spent
+
+    from lightning_dpgan.privacy.analysis.rdp import DEFAULT_ORDERS
+
+    orders = np.array(DEFAULT_ORDERS)
+    rdp = report["generator_steps"] * orders / (2 * report["effective_noise_multiplier"] ** 2)
+    return get_privacy_spent(orders=orders, rdp=rdp, delta=report["delta_training"])[0]
+
+
 def checkpoint_accountant_state(run_dir: Path) -> dict:
     """The full accountant state a run's last checkpoint keeps for resuming (the privacy report
     shows only its public part)."""

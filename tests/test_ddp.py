@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import ddp_workers as workers
+from run_helpers import opacus_epsilon
 from lightning_dpgan.ddp import PrivateDDPStrategy, resolve_strategy
 from lightning_dpgan.distributed import shard
 
@@ -193,7 +194,12 @@ def test_pategan_run_on_two_processes_keeps_all_teachers_and_resumes_in_one_or_t
 def test_every_family_trains_on_two_processes_within_its_budget(tmp_path, model):
     result = train(tmp_path / "run", *model, "--batch-size", "8", "--max-steps", "3", devices=2)
     assert result["metrics"]["steps_per_rank"] == [result["privacy"]["steps"]] * 2
-    assert 0 < result["privacy"]["epsilon"] <= float(model[-1])
+    privacy = result["privacy"]
+    assert 0 < privacy["epsilon"] <= float(model[-1])
+    assert privacy["epsilon"] == pytest.approx(privacy["preprocessing"]["epsilon"] + privacy["epsilon_training"], rel=1e-12)
+    if model[1] == "dpctgan":  # two ranks' shares of the Poisson sample are one DP-SGD step each: Opacus' bill
+        assert privacy["epsilon_training"] == pytest.approx(opacus_epsilon(
+            privacy["noise_multiplier"], privacy["sample_rate"], privacy["steps"], privacy["delta_training"]), rel=1e-9)
     assert (tmp_path / "run" / "synthetic.csv").exists()
     assert not (tmp_path / "run" / ".released_preprocessing.pt").exists()
 

@@ -4,27 +4,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from opacus.accountants import PRVAccountant, RDPAccountant
 
 from lightning_dpgan.callbacks.dp_sgd import DPSGD
 from lightning_dpgan.callbacks.strategy import IncompatibleModelError
 from lightning_dpgan.cli import main
 from lightning_dpgan.modules import GAN
 from lightning_dpgan.privacy.slots import LabelAggregator
-from run_helpers import read_json, tiny_run_args
+from run_helpers import opacus_epsilon, read_json, tiny_run_args
 
 TRAIN_RECORDS, BATCH = 160, 16
 RATE = BATCH / TRAIN_RECORDS
 REPORT_KEYS = {"mechanism", "epsilon", "delta", "target_epsilon", "steps", "accountant",
                "noise_multiplier", "sample_rate", "max_grad_norm"}
-
-
-def opacus_epsilon(sigma, rate, steps, delta, kind="rdp"):
-    """Epsilon computed independently, with Opacus' own accountant."""
-    accountant = RDPAccountant() if kind == "rdp" else PRVAccountant()
-    for _ in range(steps):
-        accountant.step(noise_multiplier=sigma, sample_rate=rate)
-    return accountant.get_epsilon(delta)
 
 
 def dpgan(data_dir, output_dir, steps, *extra, model="dpgan"):

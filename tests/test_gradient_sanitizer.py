@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from opacus.accountants.analysis.rdp import get_privacy_spent
-from run_helpers import read_json, tiny_run_args
+from run_helpers import read_json, sanitizer_epsilon, tiny_run_args
 
 from lightning_dpgan.callbacks.gradient_sanitizer import GradientSanitizer
 from lightning_dpgan.cli import main
@@ -77,8 +77,9 @@ def gswgan_run(tiny_image_data_dir, tmp_path_factory):
 def test_gswgan_trains_with_calibrated_noise_and_spends_at_most_the_target(gswgan_run):
     report = read_json(gswgan_run / "privacy.json")
     assert report["generator_steps"] == 2 and report["calibrated_for_steps"] == 2  # 10 batches, 5 critic steps each
-    assert report["epsilon"] <= 8.0
     assert report["effective_noise_multiplier"] == pytest.approx(report["noise_multiplier"] / (2 * math.sqrt(16)))
+    assert report["epsilon"] == pytest.approx(sanitizer_epsilon(report), rel=1e-9)
+    assert 7.9 < report["epsilon"] <= 8.0  # the noise is calibrated to the target, not far above it
     assert (gswgan_run / "samples.png").is_file()
     # one critic (the default): no amplification, the plain Gaussian accountant, add/remove neighbours
     assert report["num_critics"] == 1 and report["sampling_rate"] == 1.0 and "no amplification" in report["mode"]
@@ -92,12 +93,43 @@ def test_one_critic_keeps_the_unamplified_accounting():
     assert strategy.next_step_params() == {"noise_multiplier": 3.0 / (2 * math.sqrt(8))}
 
 
-def test_the_critic_trains_without_dp_sgd_and_only_the_generator_side_is_sanitized():
+def critic_and_generator_gradients(privacy):
+    """One GS-WGAN critic step and one generator step, as Lightning would run them, with
+    ``privacy`` in the slot; returns the critic's and the generator's gradients and the releases."""
     from lightning_dpgan.modules.gswgan import GSWGAN
 
-    gswgan = GSWGAN((1, 28, 28), 10)
-    gswgan.privacy = GradientSanitizerMechanism(1.0, 1.0)
-    assert gswgan.gradient_privatizer is None  # the critic's updates are not clipped or noised
+    torch.manual_seed(0)
+    gswgan = GSWGAN((1, 28, 28), 10, latent_dim=8, generator_kwargs={"base_channels": 4},
+                    discriminator_kwargs={"base_channels": 4})
+    releases = []
+    if privacy is not None:
+        gswgan.privacy = GradientSanitizerMechanism(*privacy, on_release=releases.append)
+    opt_g = torch.optim.SGD(gswgan.generator.parameters(), lr=0.0)
+    opt_d = torch.optim.SGD(gswgan.discriminator.parameters(), lr=0.0)
+    gswgan.optimizers = lambda: [opt_g, opt_d]
+    gswgan.manual_backward = lambda loss: loss.backward()
+    torch.manual_seed(1)
+    real, labels = torch.rand(6, 1, 28, 28) * 2 - 1, torch.arange(6) % 10
+    gswgan.discriminator_step(real, labels, 6)
+    critic = [p.grad.clone() for p in gswgan.discriminator.parameters()]
+    critic_releases = list(releases)
+    gswgan.generator_step(6)
+    generator = [p.grad.clone() for p in gswgan.generator.parameters()]
+    return critic, generator, critic_releases, releases
+
+
+def test_the_critic_trains_without_dp_sgd_and_only_the_generator_side_is_sanitized():
+    """GS-WGAN's critics are never released: they train on their partitions unclipped and
+    unnoised. What reaches the generator must pass the sanitizer: clipped to (almost) nothing,
+    the generator's gradient vanishes, once released per generator step."""
+    plain_critic, plain_generator, _, _ = critic_and_generator_gradients(None)
+    critic, generator, critic_releases, releases = critic_and_generator_gradients((1e-12, 0.0))
+    assert critic_releases == []  # the critic step released nothing through the sanitizer
+    for sanitized, plain in zip(critic, plain_critic):
+        torch.testing.assert_close(sanitized, plain)  # and its gradient is the plain WGAN-GP one
+    assert releases == [6]
+    assert sum(g.abs().sum() for g in plain_generator) > 0
+    assert all(g.abs().max() < 1e-9 for g in generator)
 
 
 def test_resume_keeps_the_calibrated_noise(gswgan_run, tiny_image_data_dir, tmp_path):
@@ -108,6 +140,7 @@ def test_resume_keeps_the_calibrated_noise(gswgan_run, tiny_image_data_dir, tmp_
     resumed = read_json(tmp_path / "resumed" / "privacy.json")
     assert resumed["noise_multiplier"] == first["noise_multiplier"]
     assert resumed["generator_steps"] == 3 and 8.0 < resumed["epsilon"] <= 20.0
+    assert resumed["epsilon"] == pytest.approx(sanitizer_epsilon(resumed), rel=1e-9)  # all 3 steps charged
 
 
 def test_a_zero_noise_multiplier_is_refused(tiny_image_data_dir, tmp_path, capsys):

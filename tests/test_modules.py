@@ -98,21 +98,20 @@ def test_wgan_gradient_penalty_is_positive_and_differentiable():
 
 
 def test_generator_step_leaves_discriminator_without_gradients(tiny_image_data_dir):
-    """The generator step must not deposit gradients on the discriminator: under DP-SGD such
-    gradients would bypass clipping and noise."""
+    """``generator_step`` must not deposit gradients on the discriminator: under DP-SGD such
+    gradients would bypass clipping and noise. It must also hand the discriminator back trainable."""
     torch.manual_seed(0)
     module = GAN((1, 28, 28), 10, **TINY_NETS)
     _fit(module, tiny_image_data_dir, steps=2)
     for p in module.discriminator.parameters():
         p.grad = None
-    module.generator.zero_grad()
-    labels = module.sample_labels(4)
-    loss = module.generator_loss(module.discriminator(module.generator(module.sample_latent(4), labels), labels))
-    module.discriminator.requires_grad_(False)
-    loss.backward()
-    module.discriminator.requires_grad_(True)
+    opt_g = torch.optim.SGD(module.generator.parameters(), lr=0.0)
+    module.optimizers = lambda: [opt_g, None]  # the step as Lightning would run it, without a Trainer
+    module.manual_backward = lambda loss: loss.backward()
+    module.generator_step(4)
     assert all(p.grad is None for p in module.discriminator.parameters())
-    assert all(p.grad is not None for p in module.generator.parameters())
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in module.generator.parameters())
+    assert all(p.requires_grad for p in module.discriminator.parameters())
 
 
 def test_sample_shapes_ranges_and_labels():
