@@ -21,8 +21,22 @@ def test_clopper_pearson_matches_its_closed_form_at_the_ends():
     n, alpha = 50, 0.05
     assert clopper_pearson(0, n, 0.95) == (0.0, pytest.approx(1 - (alpha / 2) ** (1 / n)))
     assert clopper_pearson(n, n, 0.95) == (pytest.approx((alpha / 2) ** (1 / n)), 1.0)
-    low, high = clopper_pearson(20, n, 0.95)
-    assert low < 20 / n < high
+    # in between: R's binom.test(20, 50) prints the 95 % interval 0.2640784 0.5482060
+    assert clopper_pearson(20, n, 0.95) == (pytest.approx(0.2640784, abs=1e-7), pytest.approx(0.5482060, abs=1e-7))
+
+
+def test_the_epsilon_bound_of_an_imperfect_test_with_delta_matches_scipys_exact_intervals():
+    """40 of 50 canary runs flagged, 10 of 50 clean ones: each direction's bound worked out from
+    scipy's own exact binomial intervals, with delta subtracted as (epsilon, delta)-DP allows."""
+    from scipy.stats import binomtest
+
+    n, delta = 50, 1e-3
+    tpr = binomtest(40, n).proportion_ci(0.95, method="exact")
+    fpr = binomtest(10, n).proportion_ci(0.95, method="exact")
+    positive = math.log((tpr.low - delta) / fpr.high)  # TPR <= e^eps FPR + delta
+    negative = math.log((1 - fpr.high - delta) / (1 - tpr.low))  # TNR <= e^eps FNR + delta
+    assert epsilon_lower_bound(40, 10, n, delta=delta) == pytest.approx(max(positive, negative), rel=1e-9)
+    assert epsilon_lower_bound(40, 10, n, delta=delta) < epsilon_lower_bound(40, 10, n)  # delta forgives some
 
 
 def test_a_perfect_test_bounds_epsilon_by_the_trial_count_only():

@@ -60,6 +60,13 @@ def test_budget_is_respected_and_both_figures_are_reported(pategan_run):
     assert "not itself differentially private" in report["note"]
     assert 0 < report["steps"] < 50  # stopped by the budget, not by --max-steps
     assert report["laplace_scale"] == pytest.approx(1 / LAMBDA)
+    # the data-independent figure written out (PATE-GAN's moments accountant; the pure-DP cap
+    # 2 lambda l of a (2 lambda)-DP answer): Q queries, any votes, tail bound over the orders
+    from lightning_dpgan.privacy.analysis.pate import DEFAULT_MOMENT_ORDERS as orders
+
+    per_query = np.minimum(2 * LAMBDA**2 * orders * (orders + 1), 2 * LAMBDA * orders)
+    independent = np.min((report["queries"] * per_query + math.log(1 / report["delta"])) / orders)
+    assert report["epsilon_data_independent"] == pytest.approx(independent, rel=1e-9)
 
 
 def test_every_query_is_charged_and_the_users_delta_is_used(pategan_run):
