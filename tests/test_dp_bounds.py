@@ -51,9 +51,55 @@ def test_bounds_are_grid_edges_so_a_single_outlier_cannot_set_them():
     assert high <= 64.0  # the outlier's lone bin is below the noise threshold
 
 
+class FixedNoise:
+    """An ``rng`` whose Laplace draw is chosen by the test: zeros but for ``spikes`` {index: value}."""
+
+    def __init__(self, spikes: dict[int, float]) -> None:
+        self.spikes, self.scales = spikes, []
+
+    def laplace(self, loc, scale, size):
+        self.scales.append(scale)
+        noise = np.zeros(size)
+        for index, value in self.spikes.items():
+            noise[index] = value
+        return noise
+
+
+def bin_of(value: float) -> int:
+    return int(np.searchsorted(geometric_grid(), value, side="right") - 1)
+
+
 def test_with_too_little_budget_the_largest_noisy_bin_is_returned():
-    (low, high), _ = dp_numeric_bounds(np.full(5, 100.0), epsilon=1e-3, rng=np.random.default_rng(5))
-    assert low < high
+    """Five records at 100 (bin [64, 128)); at epsilon 1e-3 no bin reaches the threshold, so the
+    largest *noisy* count is released: here the noise's, in bin [1024, 2048)."""
+    noise = FixedNoise({bin_of(1500.0): 50.0})
+    (low, high), _ = dp_numeric_bounds(np.full(5, 100.0), epsilon=1e-3, rng=noise)
+    assert (low, high) == (1024.0, 2048.0)
+    assert noise.scales == [pytest.approx(1e3)]  # Laplace(1 / epsilon)
+    (low, high), _ = dp_numeric_bounds(np.full(5, 100.0), epsilon=1e-3, rng=FixedNoise({}))
+    assert (low, high) == (64.0, 128.0)  # without noise, the data's own bin
+
+
+def test_the_noisy_counts_not_the_true_ones_set_the_bounds():
+    """The noise reaches the release: a noisy bin far above the data widens the bounds to it,
+    and noise that sinks the data's top bin below the threshold narrows them."""
+    values = np.random.default_rng(0).uniform(10, 60, 5000)  # bins [8, 16), [16, 32), [32, 64)
+    (_, high), _ = dp_numeric_bounds(values, epsilon=1.0, alpha=0.0, rng=FixedNoise({bin_of(2.0**20 + 1): 1e4}))
+    assert high == 2.0**21
+    (low, high), _ = dp_numeric_bounds(values, epsilon=1.0, alpha=0.0, rng=FixedNoise({bin_of(40.0): -1e6}))
+    assert (low, high) == (8.0, 32.0)
+
+
+def test_the_noisy_counts_not_the_true_ones_pick_the_categories():
+    """A value seen once is released when its noise lifts it over the threshold, and a common
+    one is withheld when its noise sinks it (counts in order of first appearance)."""
+    values = ["a"] * 300 + ["b"] * 200 + ["rare"]
+    epsilon, delta = 1.0, 1e-6
+    lift = stability_threshold(epsilon, delta)  # 1 + lift is above the threshold
+    released, _ = dp_categories(values, epsilon, delta, rng=FixedNoise({2: lift}))
+    assert released == ["a", "b", "rare"]
+    released, _ = dp_categories(values, epsilon, delta, rng=FixedNoise({0: -300.0}))
+    assert released == ["b"]
 
 
 def test_numeric_bounds_refuse_bad_parameters():
