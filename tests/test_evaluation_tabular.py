@@ -220,33 +220,60 @@ def test_all_twelve_classifiers_run() -> None:
         assert scores["auroc"] > 0.8 and not scores["degenerate"]
 
 
+def direct_auroc(model, train: pd.DataFrame, test: pd.DataFrame) -> float:
+    """AUROC of ``model`` fitted by hand on the encoded frames, outside ``classification_utility``."""
+    from sklearn.metrics import roc_auc_score
+
+    x, y = features_and_label(train, SCHEMA)
+    x_test, y_test = features_and_label(test, SCHEMA)
+    model.fit(x, y)
+    scores = model.decision_function(x_test) if hasattr(model, "decision_function") else model.predict_proba(x_test)[:, 1]
+    return roc_auc_score(y_test, scores)
+
+
+def one_positive_row() -> pd.DataFrame:
+    train = make_table(200, 13)
+    return pd.concat([train[train["y"] == "no"], train[train["y"] == "yes"].head(1)])
+
+
 def test_linear_svm_scores_a_class_with_a_single_training_row() -> None:
     """Poor synthetic data can hold one row of a class: the SVM must still score (no
     calibration folds), and its scores keep the SVM's ranking."""
-    train = make_table(200, 13)
-    train = pd.concat([train[train["y"] == "no"], train[train["y"] == "yes"].head(1)])
-    result = classification_utility(train, make_table(200, 14), SCHEMA, {"linear_svm": CLASSIFIERS["linear_svm"]})
+    from sklearn.svm import LinearSVC
+
+    train, test = one_positive_row(), make_table(200, 14)
+    result = classification_utility(train, test, SCHEMA, {"linear_svm": CLASSIFIERS["linear_svm"]})
     scores = result["per_classifier"]["linear_svm"]
-    assert not scores["degenerate"] and 0.0 <= scores["auroc"] <= 1.0
+    assert not scores["degenerate"]
+    assert scores["auroc"] == pytest.approx(direct_auroc(LinearSVC(random_state=0, max_iter=5000), train, test), abs=1e-12)
+    assert scores["auroc"] > 0.9  # one positive row on the right side of x1 = 5 still ranks the test rows
+
+
+def full_schedule_mlp():
+    """The MLP of CLASSIFIERS with early stopping off: what a too-small split must fall back to."""
+    return CLASSIFIERS["mlp"](0).set_params(early_stopping=False)
 
 
 def test_mlp_scores_a_class_with_a_single_training_row() -> None:
     """Its early stopping holds out a stratified tenth of the rows, impossible for a class of
     one row: it trains the full schedule instead of failing the whole evaluation."""
-    train = make_table(200, 13)
-    train = pd.concat([train[train["y"] == "no"], train[train["y"] == "yes"].head(1)])
-    result = classification_utility(train, make_table(200, 14), SCHEMA, {"mlp": CLASSIFIERS["mlp"]})
+    train, test = one_positive_row(), make_table(200, 14)
+    result = classification_utility(train, test, SCHEMA, {"mlp": CLASSIFIERS["mlp"]})
     scores = result["per_classifier"]["mlp"]
-    assert not scores["degenerate"] and 0.0 <= scores["auroc"] <= 1.0
+    assert not scores["degenerate"]
+    assert scores["auroc"] == pytest.approx(direct_auroc(full_schedule_mlp(), train, test), abs=1e-12)
 
 
 def test_mlp_scores_a_table_too_small_for_its_validation_split() -> None:
     """Ten rows (7/3): a tenth held out is one row, fewer than the two classes it must hold."""
     train = make_table(200, 13)
     train = pd.concat([train[train["y"] == "no"].head(7), train[train["y"] == "yes"].head(3)])
-    result = classification_utility(train, make_table(200, 14), SCHEMA, {"mlp": CLASSIFIERS["mlp"]})
+    test = make_table(200, 14)
+    result = classification_utility(train, test, SCHEMA, {"mlp": CLASSIFIERS["mlp"]})
     scores = result["per_classifier"]["mlp"]
-    assert not scores["degenerate"] and 0.0 <= scores["auroc"] <= 1.0
+    assert not scores["degenerate"]
+    assert scores["auroc"] == pytest.approx(direct_auroc(full_schedule_mlp(), train, test), abs=1e-12)
+    assert scores["auroc"] > 0.8  # ten rows of a separable label still rank the test rows
 
 
 def test_setting_c_holds_out_a_rare_class_on_both_sides() -> None:
@@ -278,6 +305,31 @@ def test_setting_b_with_a_copy_of_the_real_training_data_equals_setting_a() -> N
     result = settings_abc(real_train, real_train.copy(), real_test, SCHEMA, FAST, seed=0)
     assert result["B"] == result["A"]
     assert set(result["C"]["per_classifier"]) == set(FAST)
+
+
+def test_settings_train_and_test_on_the_frames_the_paper_names(monkeypatch) -> None:
+    """A: real train -> real test; B: all synthetic rows -> real test; C: 80 % of the synthetic
+    rows -> the other, disjoint 20 %. The synthetic rows invert the real label rule, so a
+    setting that tests on real rows scores near 0 after synthetic training and one that tests on
+    synthetic rows near 1: B must be the former and C the latter."""
+    from lightning_dpgan.evaluation import utility
+
+    calls = []
+    original = utility.classification_utility
+    monkeypatch.setattr(utility, "classification_utility",
+                        lambda train, test, *args: calls.append((train, test)) or original(train, test, *args))
+    real_train, real_test = make_table(400, 13), make_table(300, 14)
+    synthetic = make_table(1000, 15)
+    synthetic["y"] = np.where(synthetic["y"] == "yes", "no", "yes")
+    result = settings_abc(real_train, synthetic, real_test, SCHEMA, FAST, seed=0)
+    (a_train, a_test), (b_train, b_test), (c_train, c_test) = calls
+    assert a_train is real_train and a_test is real_test
+    assert b_train is synthetic and b_test is real_test
+    assert (len(c_train), len(c_test)) == (800, 200)
+    assert set(c_train.index).isdisjoint(c_test.index) and set(c_train.index) | set(c_test.index) == set(synthetic.index)
+    assert result["A"]["average"]["auroc"] > 0.95
+    assert result["B"]["average"]["auroc"] < 0.05
+    assert result["C"]["average"]["auroc"] > 0.95
 
 
 # --- regression utility -------------------------------------------------------------------------
