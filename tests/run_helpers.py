@@ -69,3 +69,13 @@ def record_calls(monkeypatch, owner, name: str) -> list[tuple]:
 
     monkeypatch.setattr(owner, name, spy)
     return calls
+
+
+def grid_tiles(picture, n: int, columns: int, size: int = 28, padding: int = 2):
+    """The ``n`` images of a grey image grid, read back row-major from its pixel positions
+    (independent of the code that tiled them): shape (n, size, size)."""
+    import numpy as np
+
+    step = size + padding
+    return np.stack([picture[padding + (i // columns) * step:][:size, padding + (i % columns) * step:][:, :size]
+                     for i in range(n)])

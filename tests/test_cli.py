@@ -12,7 +12,7 @@ import yaml
 from PIL import Image
 
 from lightning_dpgan.cli import main
-from run_helpers import tiny_run_args
+from run_helpers import grid_tiles, tiny_run_args
 
 REPO = Path(__file__).resolve().parents[1]
 PRIVACY_KEYS = {"mechanism", "epsilon", "delta", "target_epsilon", "steps", "accountant"}
@@ -47,9 +47,19 @@ def test_metrics_and_resolved_config(gan_run):
 
 
 def test_sample_grid_has_one_row_per_class(gan_run):
+    """Row k of samples.png holds the final generator's class-k images, drawn with seed 0."""
+    from lightning_dpgan.sampling import load_module
+    from lightning_dpgan.outputs import images_to_uint8
+
     picture = np.asarray(Image.open(gan_run / "samples.png"))
     pad = 2
     assert picture.shape == (10 * (28 + pad) + pad, 3 * (28 + pad) + pad)
+    module = load_module(gan_run / "checkpoints" / "last.ckpt")
+    labels = torch.tensor([k for k in range(10) for _ in range(3)])  # 0, 0, 0, 1, 1, 1, ...
+    torch.manual_seed(0)
+    expected = images_to_uint8(module.sample(30, labels))[:, 0]
+    np.testing.assert_array_equal(grid_tiles(picture, 30, columns=3), expected)
+    assert len({expected[3 * k].tobytes() for k in range(10)}) == 10  # the classes drew different images
 
 
 def test_sample_command_draws_records_from_the_checkpoint(gan_run, tmp_path):
@@ -58,9 +68,14 @@ def test_sample_command_draws_records_from_the_checkpoint(gan_run, tmp_path):
     arrays = np.load(out)
     assert arrays["images"].shape == (25, 1, 28, 28) and arrays["images"].dtype == np.uint8
     assert np.bincount(arrays["labels"]).tolist() == [3, 3, 3, 3, 3, 2, 2, 2, 2, 2]
-    png = tmp_path / "grid.png"
+    assert arrays["labels"].tolist() == [i % 10 for i in range(25)]  # 0, 1, ..., 9, 0, ...: balanced, in order
+    png, npz = tmp_path / "grid.png", tmp_path / "same.npz"
     assert main(["sample", "--checkpoint", str(gan_run / "checkpoints/last.ckpt"), "-n", "20", "--out", str(png)]) == 0
-    assert np.asarray(Image.open(png)).shape == (2 * 30 + 2, 10 * 30 + 2)
+    assert main(["sample", "--checkpoint", str(gan_run / "checkpoints/last.ckpt"), "-n", "20", "--out", str(npz)]) == 0
+    picture = np.asarray(Image.open(png))
+    assert picture.shape == (2 * 30 + 2, 10 * 30 + 2)
+    # Same seed, same draw: the grid holds the .npz images row-major, so each column is one class.
+    np.testing.assert_array_equal(grid_tiles(picture, 20, columns=10), np.load(npz)["images"][:, 0])
 
 
 def test_sample_refuses_corrupt_and_foreign_checkpoints(gan_run, tmp_path, capsys):

@@ -45,6 +45,11 @@ def test_train_with_evaluate_writes_image_utility_and_risk(tiny_image_data_dir, 
     assert evaluation["synthetic_records"] == 160  # as many as training images
     assert evaluation["epsilon"] is None  # a non-private baseline: no guarantee to show
     assert "![Samples (one row per class)](samples.png)" in (tmp_path / "run" / "report.md").read_text()
+    # --evaluate is the evaluate command on the finished run: run afresh, it gives the same figures.
+    assert main(["evaluate", "--run", str(tmp_path / "run"), "--data-dir", str(tiny_image_data_dir)]) == 0
+    again = read_json(tmp_path / "run" / "evaluation.json")
+    for key in ("utility/cnn_accuracy", "privacy_risk/mia_auc", "privacy_risk/median_dcr_members"):
+        assert again[key] == evaluation[key], key
 
 
 def test_evaluation_draws_its_images_a_chunk_at_a_time_with_every_class_balanced(tiny_image_data_dir, tmp_path,
@@ -96,6 +101,8 @@ def test_evaluate_a_table_run(tmp_path, dataset, fixture, keys):
     for key in [*keys, "fidelity/correlation_difference", "fidelity/pmse", "privacy_risk/mia_auc"]:
         assert key in evaluation, key
     assert 0.0 <= evaluation["privacy_risk/mia_auc"] <= 1.0
+    assert evaluation["fidelity/jsd_mean"] == pytest.approx(jsd_mean_by_hand(run), rel=1e-6)  # ours averages float32 one-hots
+    assert evaluation["fidelity/wasserstein_mean"] == pytest.approx(wasserstein_mean_by_hand(run), rel=1e-6)
     report = (run / "report.md").read_text()
     figures = ["report/marginals.png", "report/correlations.png"] + (["report/auroc.png"] if dataset == "adult" else [])
     for figure in figures:
@@ -103,6 +110,51 @@ def test_evaluate_a_table_run(tmp_path, dataset, fixture, keys):
     assert "report/epsilon.png" not in report  # a non-private run has no privacy curve to draw
     assert "| `utility/" in report and "epsilon: none (not private)" in report
     assert "- steps: 3 (stopped by: max-steps)" in report
+
+
+def real_and_synthetic(run: Path):
+    """The run's real training split and the synthetic.csv train wrote, read with pandas."""
+    import pandas as pd
+
+    from lightning_dpgan.evaluate import load_run_datamodule
+
+    datamodule = load_run_datamodule(run)
+    return datamodule.schema, datamodule.train_frame, pd.read_csv(run / "synthetic.csv")
+
+
+def jsd_mean_by_hand(run: Path) -> float | None:
+    """Mean over categorical columns of the squared base-2 Jensen-Shannon distance between the
+    real and synthetic category frequencies (over the schema's category list), from the files."""
+    import numpy as np
+    from scipy.spatial.distance import jensenshannon
+
+    schema, real, synthetic = real_and_synthetic(run)
+    values = []
+    for column in schema.columns:
+        if column.is_numeric:
+            continue
+        categories = [str(c) for c in column.categories]
+        p = real[column.name].astype(str).value_counts(normalize=True).reindex(categories, fill_value=0.0)
+        q = synthetic[column.name].astype(str).value_counts(normalize=True).reindex(categories, fill_value=0.0)
+        values.append(jensenshannon(p.to_numpy(), q.to_numpy(), base=2) ** 2)
+    return float(np.mean(values)) if values else None
+
+
+def wasserstein_mean_by_hand(run: Path) -> float | None:
+    """Mean over numeric columns of scipy's 1-D Wasserstein distance on values scaled to [0, 1]
+    by the column's public bounds."""
+    import numpy as np
+    from scipy.stats import wasserstein_distance
+
+    schema, real, synthetic = real_and_synthetic(run)
+    values = []
+    for column in schema.columns:
+        if not column.is_numeric:
+            continue
+        low, high = column.bounds
+        scale = lambda x: np.clip((x.to_numpy(dtype=float) - low) / (high - low), 0.0, 1.0)  # noqa: E731
+        values.append(wasserstein_distance(scale(real[column.name]), scale(synthetic[column.name])))
+    return float(np.mean(values)) if values else None
 
 
 def test_evaluate_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):

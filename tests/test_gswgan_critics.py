@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 from dp_accounting.rdp import rdp_privacy_accountant
-from run_helpers import read_json, tiny_run_args
+from run_helpers import grid_tiles, read_json, tiny_run_args
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_dpgan.callbacks.gradient_sanitizer import CriticIterations, CriticSampler, GradientSanitizer
@@ -377,8 +377,15 @@ def test_resuming_with_another_number_of_critics_is_refused(critics_run, tiny_im
 
 
 def test_samples_can_be_drawn_from_a_checkpoint_with_n_critics(critics_run, tmp_path):
-    out = sample_to_file(critics_run / "checkpoints" / "last.ckpt", 6, tmp_path / "samples.png", columns=3)
-    assert out.is_file()
+    import numpy as np
+    from PIL import Image
+
+    checkpoint = critics_run / "checkpoints" / "last.ckpt"
+    picture = np.asarray(Image.open(sample_to_file(checkpoint, 6, tmp_path / "samples.png", columns=3)))
+    assert picture.shape == (2 * 30 + 2, 3 * 30 + 2)  # 6 images in rows of 3
+    drawn = np.load(sample_to_file(checkpoint, 6, tmp_path / "samples.npz"))["images"][:, 0]
+    np.testing.assert_array_equal(grid_tiles(picture, 6, columns=3), drawn)
+    assert len({image.tobytes() for image in drawn}) == 6
 
 
 def test_a_module_loaded_to_sample_has_one_critic_and_draws_what_the_full_module_draws(critics_run):
