@@ -77,5 +77,6 @@ def grid_tiles(picture, n: int, columns: int, size: int = 28, padding: int = 2):
     import numpy as np
 
     step = size + padding
-    return np.stack([picture[padding + (i // columns) * step:][:size, padding + (i % columns) * step:][:, :size]
-                     for i in range(n)])
+    tops = [padding + (i // columns) * step for i in range(n)]
+    lefts = [padding + (i % columns) * step for i in range(n)]
+    return np.stack([picture[top:top + size, left:left + size] for top, left in zip(tops, lefts)])
