@@ -8,7 +8,7 @@ but only by looking at rows the runs do not score on. This script holds ``--dev-
 the training split out (the same rows ``train --data.dev_fraction`` holds out), trains the
 label model on the rest at QUAIL's share of ``--epsilon`` for each ``--setting``, and reports,
 over the seeds, its R² (a continuous label, in the evaluation's bounds-scaled target) or AUROC
-(a binary label) on the dev rows. The test split is never read.
+(a binary label) on the dev rows. Nothing is scored on the test split.
 
     python benchmarks/quail_label_model.py --dataset king --data-dir DIR --epsilon 1 --seeds 0 1 2 \\
         --setting epochs=10,batch_size=256 --setting epochs=30,batch_size=1024 ...
@@ -56,7 +56,7 @@ def dev_score(labeler, dev, schema) -> float:
     return float(roc_auc_score(truth, labeler.predict(dev).softmax(dim=1)[:, 1].numpy()))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="king")
     parser.add_argument("--data-dir")
@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--dev-fraction", type=float, default=0.2)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--setting", action="append", default=[], help="key=value,... (repeat); none: QUAIL's defaults")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not 0 < args.dev_fraction < 1:
         parser.error("--dev-fraction must be in (0, 1): settings are chosen on held-out training rows, never on the test split")
     datamodule = registry.lookup("dataset", args.dataset).load()(data_dir=args.data_dir, dev_fraction=args.dev_fraction)
