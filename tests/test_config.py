@@ -6,8 +6,9 @@ import yaml
 
 from lightning_dpgan import registry
 from lightning_dpgan.cli import build_config, parse_overrides
-from lightning_dpgan.config import ConfigError, load_preset, parse_value, resolve, section_arguments
-from lightning_dpgan.run import MODEL_PROVIDED, privacy_name
+from lightning_dpgan.config import QUAIL, ConfigError, load_preset, parse_value, resolve, section_arguments
+from lightning_dpgan.quail import QUAIL as QuailSettings
+from lightning_dpgan.run import MODEL_PROVIDED, model_class, privacy_name
 from lightning_dpgan.registry import UnknownNameError, lookup
 
 
@@ -125,9 +126,21 @@ def test_every_shipped_preset_only_sets_keys_its_classes_take(model, dataset, ep
     flags = {"model": model, "dataset": dataset or "adult", "epsilon": float(epsilon) if epsilon else None}
     config = resolve(flags, {})
     assert any(name.startswith(model) for name in config["presets"])
-    model_cls = registry.lookup("model", model).load()
+    model_cls = model_class(config)  # with --model quail, its synthesizer: the model section is that model's
     section_arguments(config, "model", model_cls, provided=MODEL_PROVIDED)
     section_arguments(config, "data", registry.lookup("dataset", config["data"]["name"]).load())
+    if model == QUAIL:
+        section_arguments(config, QUAIL, QuailSettings)
     strategy = registry.lookup("privacy", privacy_name(config, model_cls)).load()
     if strategy is not None:
         section_arguments(config, "privacy", strategy, provided=("target_epsilon", "delta"))
+
+
+def test_quails_king_label_model_rate_is_set_at_epsilon_1_only():
+    """Chosen on a dev split at epsilon 1; at 0.1 the same rate made the label model worse."""
+    at_one = resolve({"model": "quail", "dataset": "king", "epsilon": 1.0}, {})
+    assert at_one["quail"]["lr"] == 0.05 and "quail_king_eps1.yaml" in at_one["presets"]
+    for epsilon in (0.1, 10.0):
+        assert "lr" not in resolve({"model": "quail", "dataset": "king", "epsilon": epsilon}, {})["quail"]
+    assert "lr" not in resolve({"model": "quail", "dataset": "adult", "epsilon": 1.0}, {})["quail"]
+    assert resolve({"model": "quail", "dataset": "king", "epsilon": 1.0}, {"quail.lr": 0.01})["quail"]["lr"] == 0.01
