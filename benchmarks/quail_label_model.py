@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
             costs.append(labeler.cost["epsilon"])
         seconds = (time.perf_counter() - started) / len(args.seeds)
         print(f"| {text or 'defaults'} | {max(costs):.4f} | {', '.join(f'{s:.3f}' for s in scores)} | "
-              f"{np.mean(scores):.3f} ± {np.std(scores):.3f} | {seconds:.0f} |", flush=True)
+              f"{np.mean(scores):.3f} ± {np.std(scores, ddof=1) if len(scores) > 1 else 0.0:.3f} | {seconds:.0f} |", flush=True)
 
 
 if __name__ == "__main__":
