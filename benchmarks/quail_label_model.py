@@ -47,12 +47,10 @@ def parse_setting(text: str) -> dict[str, object]:
 
 def dev_score(labeler, dev, schema) -> float:
     """The label model's R² (continuous label) or AUROC (binary label) on the dev rows."""
-    if schema.label_column.is_numeric:
-        labelled = labeler.label(dev.drop(columns=[schema.label]))
-        _, truth = features_and_label(dev, schema)
-        _, predicted = features_and_label(labelled, schema)
-        return float(r2_score(truth, predicted))
     _, truth = features_and_label(dev, schema)
+    if schema.label_column.is_numeric:
+        _, predicted = features_and_label(labeler.label(dev.drop(columns=[schema.label])), schema)
+        return float(r2_score(truth, predicted))
     return float(roc_auc_score(truth, labeler.predict(dev).softmax(dim=1)[:, 1].numpy()))
 
 
