@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -340,6 +341,18 @@ def test_the_recorded_commit_is_the_one_the_runs_started_from(tmp_path, monkeypa
     assert json.loads(path.read_text())["commit"] == {"sha": "before", "dirty": False}
 
 
+def test_the_results_file_records_the_thread_count_of_cells_run_together(tmp_path, monkeypatch):
+    from lightning_dpgan.benchmark import cli
+
+    monkeypatch.setattr(cli, "run_grid", lambda size, settings, skipped, on_run: [run("gan", 0, 0.5)])
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(runner, "usable_cpus", lambda: 4)
+    for jobs, threads in (("1", None), ("2", "2")):
+        path = cli.benchmark(["--suite", "tables", "--quick", "--jobs", jobs, "--results-dir", str(tmp_path / jobs),
+                              "--results-md", str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
+        assert json.loads(path.read_text()).get("threads_per_job") == threads  # what each cell's processes got
+
+
 def test_a_changed_grid_is_not_the_full_protocol():
     from lightning_dpgan.benchmark.cli import size_label
 
@@ -392,11 +405,52 @@ def test_jobs_run_a_cells_seeds_at_the_same_time_and_keep_the_grid_order(tmp_pat
     assert len(saved) == 6 and saved[-1] == runs
 
     content = {**result_file("tables", "full-subset", runs), "jobs": 3}
-    assert "3 cells ran at a time" in "\n".join(report._header(content))
+    assert "3 cells ran at a time (`--jobs`)" in "\n".join(report._header(content))
+    assert "(`--jobs`, OMP_NUM_THREADS=1 in each)" in "\n".join(report._header({**content, "threads_per_job": "1"}))
     with pytest.raises(SystemExit, match="wall times"):
         cli.benchmark(["--suite", "speed", "--jobs", "2", "--results-dir", str(tmp_path)])
     with pytest.raises(SystemExit, match="1 or more"):
         cli.benchmark(["--suite", "images", "--jobs", "0", "--results-dir", str(tmp_path)])
+
+
+def test_cells_run_together_share_the_cpus_between_their_compute_threads(monkeypatch):
+    """Alone a cell keeps its environment; N at a time each gets cpus // N threads (at least
+    one), in every thread variable the user has not set himself."""
+    for name in runner.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(runner, "usable_cpus", lambda: 8)
+    assert Settings(out_dir=Path("o")).child_environment() is None
+    environment = Settings(out_dir=Path("o"), jobs=3).child_environment()
+    assert {name: environment[name] for name in runner.THREAD_VARIABLES} == dict.fromkeys(runner.THREAD_VARIABLES, "2")
+    assert environment["PATH"] == os.environ["PATH"]
+    monkeypatch.setattr(runner, "usable_cpus", lambda: 2)
+    assert Settings(out_dir=Path("o"), jobs=3).threads_per_job == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    environment = Settings(out_dir=Path("o"), jobs=2).child_environment()
+    assert environment["OMP_NUM_THREADS"] == "5" and environment["MKL_NUM_THREADS"] == "1"
+
+
+def test_a_cell_run_beside_others_computes_with_its_share_of_threads(tmp_path, monkeypatch):
+    """The limit reaches the processes: torch in a child started by run_logged with a cell's
+    environment has one compute thread when two cells share two CPUs, and run_cell hands that
+    environment to both its train and its evaluate command."""
+    for name in runner.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(runner, "usable_cpus", lambda: 2)
+    settings = Settings(out_dir=tmp_path, jobs=2)
+    log = tmp_path / "threads.log"
+    runner.run_logged([sys.executable, "-c", "import torch; print('threads', torch.get_num_threads())"], log,
+                      settings.child_environment())
+    assert "threads 1" in log.read_text().splitlines()
+
+    given = []
+    monkeypatch.setattr(runner, "run_logged", lambda command, log, env=None: given.append(env) or 1.0)
+    size = suite_size("tables", quick=True)
+    runner.run_cell(size.cells()[0], size, settings)
+    assert len(given) == 2 and all(env["OMP_NUM_THREADS"] == "1" for env in given)
+    given.clear()
+    runner.run_cell(size.cells()[0], size, Settings(out_dir=tmp_path))
+    assert given == [None, None]
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
@@ -651,7 +705,7 @@ def test_resume_runs_only_what_each_cell_still_needs(tmp_path, monkeypatch):
             (tmp_path / cell.name / name).write_text("{}")
     ran: list[tuple[str, str]] = []
 
-    def fake_run(command, log):
+    def fake_run(command, log, env=None):
         kind = "continue" if "--resume" in command else command[3]
         ran.append((Path(command[command.index("--output-dir" if "--output-dir" in command else "--run") + 1]).name, kind))
         return 1.0

@@ -41,8 +41,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--jobs", type=int, default=1, help="cells run at the same time (default 1). Seeds are the innermost "
                                             "loop of the grid, so with N a multiple of the seeds a cell's seeds run "
                                             "together; each job needs its "
-                                            "own memory (a G-PATE preset tens of GB). Not for the speed and peers "
-                                            "suites, whose wall times are compared")
+                                            "own memory (a G-PATE preset tens of GB), and its processes get the CPUs/N "
+                                            "compute threads (OMP_NUM_THREADS etc., unless set). Not for the speed "
+                                            "and peers suites, whose wall times are compared")
     add("--out-dir", type=Path, help="where the runs go (default runs/benchmark/<suite>-<time>)")
     add("--results-dir", type=Path, default=Path("benchmarks/results"))
     add("--results-md", type=Path, default=Path("benchmarks/RESULTS.md"))
@@ -182,6 +183,8 @@ def benchmark(argv: list[str]) -> Path:
                             {str(path): name for path, name in [(args.results_dir, "RESULTS_DIR"),
                              (args.results_md, "RESULTS_MD"), (args.reference, "REFERENCE")] if path.is_absolute()}),
         "machine": machine(), "commit": code, "seeds": list(size.seeds), "jobs": args.jobs,
+        **({"threads_per_job": environment["OMP_NUM_THREADS"]}
+           if (environment := settings.child_environment()) else {}),
     })
 
     def save_partial(runs: list[dict[str, Any]]) -> None:

@@ -71,7 +71,8 @@ def _header(result: dict[str, Any]) -> list[str]:
         lines.append(f"- Size {result['size']}: not the full protocol (a quick size is a smoke test of the harness: "
                      "few steps, one seed); its figures say nothing of the models.")
     if result.get("jobs", 1) > 1:
-        lines.append(f"- {result['jobs']} cells ran at a time (`--jobs`): their wall times shared the machine.")
+        threads = f", OMP_NUM_THREADS={result['threads_per_job']} in each" if "threads_per_job" in result else ""
+        lines.append(f"- {result['jobs']} cells ran at a time (`--jobs`{threads}): their wall times shared the machine.")
     if not result.get("complete", True):
         lines.append("- This suite stopped before it finished: the file holds the runs done by then, and only "
                      "the cells that ran every seed are shown from it.")

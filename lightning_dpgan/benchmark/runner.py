@@ -23,6 +23,18 @@ from lightning_dpgan.data.download import DATA_DIR_ENV
 from lightning_dpgan.data.dev_split import scored_split
 from lightning_dpgan.run_folder import EVALUATION_FILES, LAST_CHECKPOINT
 
+#: the thread counts of the libraries a cell's processes compute with: torch's OpenMP pool, and
+#: MKL and OpenBLAS under numpy and scikit-learn
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, where the platform tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows
+        return os.cpu_count() or 1
+
 
 @dataclass
 class Settings:
@@ -35,6 +47,23 @@ class Settings:
     jobs: int = 1  # cells run at the same time (each is its own processes): for a GPU or many-core host
     resume: bool = False  # continue the cells an interrupted invocation left in out_dir (see resume_state)
     dev_fraction: float = 0.0  # > 0: train without that share of the training records, score on them
+
+    @property
+    def threads_per_job(self) -> int | None:
+        """With ``jobs`` above 1, each cell's share of the CPUs (at least one thread); None alone.
+
+        Left alone, every process starts one compute thread per core, so ``jobs`` cells run
+        ``jobs`` times as many threads as there are cores, and OpenMP threads that spin while they
+        wait for each other slow the whole grid far below one cell at a time."""
+        return max(1, usable_cpus() // self.jobs) if self.jobs > 1 else None
+
+    def child_environment(self) -> dict[str, str] | None:
+        """The environment of a cell's processes: this one's, with each thread count of
+        :data:`THREAD_VARIABLES` the user did not set limited to :attr:`threads_per_job`; None
+        (inherit it unchanged) for one cell at a time."""
+        if self.threads_per_job is None:
+            return None
+        return {**{name: str(self.threads_per_job) for name in THREAD_VARIABLES}, **os.environ}
 
     @property
     def split(self) -> str:
@@ -114,15 +143,16 @@ def portable_text(text: str, data_dir: str | None = None, peers_venv: str | None
     return text
 
 
-def run_logged(command: list[str], log: Path) -> float:
-    """Run ``command`` with its output in ``log``; return its wall time. A failure raises with
-    the end of the log, so the reason is on screen and the whole of it is kept."""
+def run_logged(command: list[str], log: Path, env: dict[str, str] | None = None) -> float:
+    """Run ``command`` with its output in ``log`` (in ``env``, else this process's environment);
+    return its wall time. A failure raises with the end of the log, so the reason is on screen
+    and the whole of it is kept."""
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with log.open("a") as handle:
         handle.write(f"$ {shlex.join(command)}\n")
         handle.flush()
-        result = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT)
+        result = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=env)
     seconds = time.perf_counter() - started
     if result.returncode != 0:
         tail = "\n".join(log.read_text().splitlines()[-15:])
@@ -179,16 +209,16 @@ def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
     run_dir = settings.out_dir / cell.name
     log = settings.out_dir / f"{cell.name}.log"
     state = resume_state(run_dir, settings.evaluate, settings.split) if settings.resume else FRESH
-    commands, train_seconds = [train_command(cell, size, settings)], None
+    commands, train_seconds, env = [train_command(cell, size, settings)], None, settings.child_environment()
     if state == FRESH:
-        train_seconds = run_logged(commands[0], log)
+        train_seconds = run_logged(commands[0], log, env)
     elif state == CHECKPOINTED:
         commands.append(train_command(cell, size, settings, resume=True))
-        run_logged(commands[-1], log)
+        run_logged(commands[-1], log, env)
     if settings.evaluate:
         commands.append(evaluate_command(cell, size, settings))
         if state != EVALUATED:
-            run_logged(commands[-1], log)
+            run_logged(commands[-1], log, env)
     privacy, metrics = read_json(run_dir / "privacy.json"), read_json(run_dir / "metrics.json")
     timed = state == FRESH
     return {
@@ -203,5 +233,5 @@ def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
     }
 
 
-__all__ = ["FOUR_CLASSIFIERS", "Settings", "evaluate_command", "resume_state", "failed_run", "portable", "portable_text", "read_json", "run_cell", "run_logged", "train_command",
-           "with_derived_measures"]
+__all__ = ["FOUR_CLASSIFIERS", "THREAD_VARIABLES", "Settings", "evaluate_command", "resume_state", "failed_run", "portable", "portable_text", "read_json", "run_cell", "run_logged", "train_command",
+           "usable_cpus", "with_derived_measures"]
