@@ -368,3 +368,16 @@ def test_utility_differences_skip_flags() -> None:
     differences = utility_differences(real, synthetic)
     assert differences["per_classifier"]["lr"] == {"auroc": pytest.approx(0.2)}
     assert math.isclose(differences["average"]["auroc"], 0.2)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_parallel_ensembles_take_the_processs_thread_count(monkeypatch, threads) -> None:
+    """A benchmark cell run beside others gets one thread (OMP_NUM_THREADS, which torch follows):
+    its random forests, bagging and XGBoost must not start more than that."""
+    import torch
+
+    from lightning_dpgan.evaluation.utility import REGRESSORS
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    ensembles = [CLASSIFIERS[name](0) for name in ("random_forest", "bagging", "xgboost")] + [REGRESSORS["random_forest"](0)]
+    assert [model.get_params()["n_jobs"] for model in ensembles] == [threads] * 4

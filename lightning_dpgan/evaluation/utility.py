@@ -85,16 +85,25 @@ class LinearSVMScores(LinearSVC):
         return shifted / shifted.sum(axis=1, keepdims=True)
 
 
+def parallel_jobs() -> int:
+    """Threads for the ensembles that fit in parallel (random forest, bagging, XGBoost): this
+    process's compute-thread count, one per core unless ``OMP_NUM_THREADS`` limits it, as it does
+    for a benchmark cell run beside others (``benchmark --jobs``)."""
+    import torch
+
+    return torch.get_num_threads()
+
+
 CLASSIFIERS: dict[str, Factory] = {
     "logistic_regression": lambda seed: LogisticRegression(max_iter=1000, random_state=seed),
-    "random_forest": lambda seed: RandomForestClassifier(n_estimators=100, random_state=seed, n_jobs=2),
+    "random_forest": lambda seed: RandomForestClassifier(n_estimators=100, random_state=seed, n_jobs=parallel_jobs()),
     "gaussian_nb": lambda seed: GaussianNB(),
     "bernoulli_nb": lambda seed: BernoulliNB(binarize=0.5),
     "linear_svm": lambda seed: LinearSVMScores(random_state=seed, max_iter=5000),
     "decision_tree": lambda seed: DecisionTreeClassifier(random_state=seed),
     "lda": lambda seed: LinearDiscriminantAnalysis(),
     "adaboost": lambda seed: AdaBoostClassifier(n_estimators=50, random_state=seed),
-    "bagging": lambda seed: BaggingClassifier(n_estimators=10, random_state=seed, n_jobs=2),
+    "bagging": lambda seed: BaggingClassifier(n_estimators=10, random_state=seed, n_jobs=parallel_jobs()),
     "gradient_boosting": lambda seed: GradientBoostingClassifier(n_estimators=100, max_depth=3, random_state=seed),
     "mlp": lambda seed: MLPClassifier(
         hidden_layer_sizes=(100,), max_iter=300, early_stopping=True, random_state=seed
@@ -107,13 +116,14 @@ def _xgboost(seed: int) -> Any:
     """XGBoost, imported when used: the image benchmarks (and GPU images) do without it."""
     from xgboost import XGBClassifier
 
-    return XGBClassifier(n_estimators=100, max_depth=6, tree_method="hist", n_jobs=2, random_state=seed, verbosity=0)
+    return XGBClassifier(n_estimators=100, max_depth=6, tree_method="hist", n_jobs=parallel_jobs(),
+                         random_state=seed, verbosity=0)
 
 #: DP-SACTGAN's regressors (Table 2 reports Ridge): name -> ``factory(seed)``.
 REGRESSORS: dict[str, Factory] = {
     "linear_regression": lambda seed: LinearRegression(),
     "ridge": lambda seed: Ridge(alpha=1.0),
-    "random_forest": lambda seed: RandomForestRegressor(n_estimators=100, random_state=seed, n_jobs=2),
+    "random_forest": lambda seed: RandomForestRegressor(n_estimators=100, random_state=seed, n_jobs=parallel_jobs()),
 }
 
 CLASSIFICATION_METRICS = ("auroc", "auprc", "accuracy", "f1")
