@@ -61,9 +61,10 @@ class Settings:
         """The environment of a cell's processes: this one's, with each thread count of
         :data:`THREAD_VARIABLES` the user did not set limited to :attr:`threads_per_job`; None
         (inherit it unchanged) for one cell at a time."""
-        if self.threads_per_job is None:
+        threads = self.threads_per_job
+        if threads is None:
             return None
-        return {**{name: str(self.threads_per_job) for name in THREAD_VARIABLES}, **os.environ}
+        return {**dict.fromkeys(THREAD_VARIABLES, str(threads)), **os.environ}
 
     @property
     def split(self) -> str:
