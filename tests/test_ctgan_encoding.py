@@ -304,6 +304,18 @@ def test_integers_are_rounded_and_clipped_on_decode(fitted):
         assert decoded[name].between(low, high).all()
 
 
+def test_a_stepped_column_decodes_onto_its_grid_under_mode_specific_encoding():
+    """King's floors come in half steps: CTGAN's decoder must not invent 1.73 floors."""
+    schema = TableSchema(columns=(Column("floors", "continuous", bounds=(1.0, 4.0), step=0.5),
+                                  Column("y", "categorical", categories=("no", "yes"))), label="y", label_kind="binary")
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"floors": rng.choice([1.0, 1.5, 2.0, 3.0], 600), "y": rng.choice(["no", "yes"], 600)})
+    transformer, _ = TableTransformer.fit_dp(frame, schema, epsilon=1.0, rng=rng)
+    decoded = transformer.decode(torch.tanh(torch.randn(400, transformer.encoded_dim, generator=torch.Generator().manual_seed(1))))
+    assert set(decoded["floors"].unique()) <= {1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0}
+    assert decoded["floors"].nunique() >= 3
+
+
 def test_unknown_categories_follow_the_schema_rule(fitted, frame):
     transformer, _ = fitted
     dirty = frame.head(5).copy()

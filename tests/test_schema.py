@@ -272,6 +272,10 @@ def test_constant_columns_are_fine():
         (dict(name="x", kind="categorical", categories=("a", "a")), "unique"),
         (dict(name="x", kind="ordinal", bounds=(0, 1)), "kind must be"),
         (dict(name="x", kind="continuous", bounds=(0, 1), categories=("a",)), "not categories"),
+        (dict(name="x", kind="continuous", bounds=(0, 1), step=0), "step must be a number in"),
+        (dict(name="x", kind="continuous", bounds=(0, 1), step=2), "step must be a number in"),
+        (dict(name="x", kind="continuous", bounds=(0, 1), step=float("nan")), "step must be a number in"),
+        (dict(name="x", kind="integer", bounds=(0, 10), step=2), "only a continuous column takes a step"),
     ],
 )
 def test_inconsistent_columns_are_refused(column, message):
@@ -293,12 +297,43 @@ def test_inconsistent_labels_are_refused():
         TableSchema((three, three))
 
 
+def test_a_stepped_column_decodes_onto_its_grid_and_only_there():
+    floors = Column("floors", "continuous", bounds=(1.0, 4.0), step=0.5)
+    decoded = floors.typed(np.array([0.2, 1.24, 1.26, 2.74, 3.9, 9.0]))
+    np.testing.assert_allclose(decoded, [1.0, 1.0, 1.5, 2.5, 4.0, 4.0])
+    # a grid that stops short of the upper bound never rounds past it
+    odd = Column("x", "continuous", bounds=(0.0, 1.0), step=0.3).typed(np.array([0.99, 1.0]))
+    np.testing.assert_allclose(odd, [0.9, 0.9])
+    # without a step a continuous value only stays within the bounds
+    np.testing.assert_allclose(Column("y", "continuous", bounds=(0.0, 1.0)).typed(np.array([0.123, 2.0])), [0.123, 1.0])
+
+
+def test_a_schema_with_a_step_decodes_generator_output_onto_the_grid():
+    schema = make_schema(columns=(Column("height", "continuous", bounds=(100.0, 220.0), step=2.5),
+                                  Column("label", "categorical", categories=("no", "yes"))))
+    decoded = schema.decode(np.random.default_rng(0).uniform(-0.2, 1.2, size=(300, schema.encoded_dim)))
+    units = (decoded["height"] - 100.0) / 2.5
+    np.testing.assert_allclose(units, np.round(units), atol=1e-9)
+    assert decoded["height"].between(100.0, 220.0).all() and decoded["height"].nunique() > 20
+
+
+def test_data_off_a_columns_grid_is_refused_on_the_grid_accepted():
+    schema = make_schema(columns=(Column("height", "continuous", bounds=(100.0, 220.0), step=0.5),
+                                  Column("label", "categorical", categories=("no", "yes"))))
+    frame = pd.DataFrame({"height": [150.0, 150.5, 151.0 + 1e-12], "label": ["no", "yes", "no"]})
+    schema.validate_frame(frame)
+    with pytest.raises(SchemaError, match=r"'height' has step 0.5 but 1 rows hold values off the grid"):
+        schema.validate_frame(frame.assign(height=[150.0, 150.25, 151.0]))
+
+
 # --- serialisation -----------------------------------------------------------------------------
 
 
 def test_dict_round_trip_is_yaml_friendly(tmp_path):
-    schema = make_schema(drop=("id",))
+    stepped = Column("floors", "continuous", bounds=(1.0, 4.0), step=0.5)
+    schema = make_schema(drop=("id",), columns=make_schema().columns + (stepped,))
     spec = schema.to_dict()
+    assert spec["columns"][-1]["step"] == 0.5
     assert TableSchema.from_dict(yaml.safe_load(yaml.safe_dump(spec))) == schema
     path = tmp_path / "schema.yaml"
     path.write_text(yaml.safe_dump(spec))

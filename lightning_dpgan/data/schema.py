@@ -42,6 +42,8 @@ import torch
 import yaml
 
 KINDS = ("continuous", "integer", "categorical")
+#: How far from the grid (in steps) a value of a column with a ``step`` may lie: float rounding only.
+_GRID_TOLERANCE = 1e-6
 LABEL_KINDS = ("binary", "categorical", "continuous")
 UNKNOWN_RULES = ("drop", "blank", "error")
 
@@ -68,6 +70,10 @@ class Column:
         kind: ``"continuous"`` (float), ``"integer"`` (rounded on decoding) or ``"categorical"``.
         bounds: ``(low, high)`` for numeric kinds, ``low < high``.
         categories: the public category list of a categorical column, in one-hot order.
+        step: the public resolution of a continuous column (King's floors come in half steps,
+            bathrooms in quarters): its values are ``low + k * step``. Decoded values are
+            rounded to that grid, so synthetic rows hold only values the real column can hold,
+            and data off the grid is refused like a fractional value of an integer column.
         source: where the public bounds/categories come from (documentation, a standard, a DP
             estimate); kept with the schema so a reader can check that they are public.
     """
@@ -77,6 +83,7 @@ class Column:
     bounds: tuple[float, float] | None = None
     categories: tuple[Any, ...] | None = None
     source: str = ""
+    step: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -99,6 +106,36 @@ class Column:
         if self.kind == "integer" and math.ceil(low) > math.floor(high):
             raise SchemaError(f"column '{self.name}': integer bounds {self.bounds} contain no integer")
         object.__setattr__(self, "bounds", (low, high))
+        if self.step is not None:
+            self._check_step(low, high)
+
+    def _check_step(self, low: float, high: float) -> None:
+        if self.kind != "continuous":
+            raise SchemaError(f"column '{self.name}' is {self.kind}: only a continuous column takes a step "
+                              "(an integer column's step is 1)")
+        step = self.step
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step) or not 0 < step <= high - low:
+            raise SchemaError(f"column '{self.name}': step must be a number in (0, high - low], got {step!r}")
+        object.__setattr__(self, "step", float(step))
+
+    def typed(self, values: np.ndarray) -> np.ndarray:
+        """Decoded numeric ``values`` as the column holds them: within the bounds, integer
+        columns rounded (int64), a continuous column with a ``step`` on its grid."""
+        low, high = self.bounds
+        if self.kind == "integer":
+            return np.clip(np.round(values), math.ceil(low), math.floor(high)).astype(np.int64)
+        values = np.clip(values, low, high)
+        if self.step is None:
+            return values
+        last = math.floor((high - low) / self.step + _GRID_TOLERANCE)
+        return low + np.clip(np.round((values - low) / self.step), 0, last) * self.step
+
+    def off_grid(self, values: np.ndarray) -> int:
+        """How many finite ``values`` are not ``low + k * step`` (0 without a step)."""
+        if self.step is None:
+            return 0
+        units = (values[np.isfinite(values)] - self.bounds[0]) / self.step
+        return int((np.abs(units - np.round(units)) > _GRID_TOLERANCE).sum())
 
     def _check_categorical(self) -> None:
         if self.bounds is not None:
@@ -127,13 +164,15 @@ class Column:
             entry["bounds"] = list(self.bounds)
         else:
             entry["categories"] = list(self.categories)
+        if self.step is not None:
+            entry["step"] = self.step
         if self.source:
             entry["source"] = self.source
         return entry
 
     @classmethod
     def from_dict(cls, entry: Mapping[str, Any]) -> Column:
-        unknown = set(entry) - {"name", "kind", "bounds", "categories", "source"}
+        unknown = set(entry) - {"name", "kind", "bounds", "categories", "source", "step"}
         if unknown:
             raise SchemaError(f"column entry {dict(entry)!r} has unknown keys {sorted(unknown)}")
         bounds = entry.get("bounds")
@@ -144,6 +183,7 @@ class Column:
             bounds=tuple(float(b) for b in bounds) if bounds is not None else None,
             categories=tuple(categories) if categories is not None else None,
             source=entry.get("source", ""),
+            step=entry.get("step"),
         )
 
 
@@ -462,6 +502,10 @@ def _check_dtype(column: Column, series: pd.Series) -> None:
             if fractional:
                 raise SchemaError(f"column '{column.name}' is integer but {fractional} rows hold fractional values: "
                                   "round them in the data, or declare the column continuous in the schema")
+        off_grid = column.off_grid(series.to_numpy(dtype=np.float64))
+        if off_grid:
+            raise SchemaError(f"column '{column.name}' has step {column.step} but {off_grid} rows hold values off "
+                              f"the grid {column.bounds[0]} + k * {column.step}: fix them in the data, or remove the step")
         return
     if all(isinstance(c, str) for c in column.categories) and numeric:
         raise SchemaError(f"column '{column.name}' has string categories but holds numbers (dtype {series.dtype})")
@@ -496,7 +540,4 @@ def _decode_column(column: Column, block: np.ndarray) -> np.ndarray | pd.Categor
     if not column.is_numeric:
         return pd.Categorical.from_codes(block.argmax(axis=1), categories=list(column.categories))
     low, high = column.bounds
-    values = np.clip(block[:, 0], 0.0, 1.0) * (high - low) + low
-    if column.kind == "integer":
-        return np.clip(np.round(values), math.ceil(low), math.floor(high)).astype(np.int64)
-    return np.clip(values, low, high)
+    return column.typed(np.clip(block[:, 0], 0.0, 1.0) * (high - low) + low)

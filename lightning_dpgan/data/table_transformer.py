@@ -34,7 +34,6 @@ numeric column's bounds are clipped and rows with unknown categories follow the 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -191,10 +190,7 @@ class ColumnEncoder:
         return values
 
     def _typed(self, values: np.ndarray) -> np.ndarray:
-        low, high = self.column.bounds
-        if self.column.kind == "integer":
-            return np.clip(np.round(values), math.ceil(low), math.floor(high)).astype(np.int64)
-        return np.clip(values, low, high)
+        return self.column.typed(values)
 
     # --- (de)serialisation -------------------------------------------------------------------
 
