@@ -29,7 +29,7 @@ from lightning_dpgan.data.download import (
 from lightning_dpgan.data.dev_split import check_dev_fraction, check_held_out_split, dev_split
 from lightning_dpgan.data.partition import teacher_partitions
 from lightning_dpgan.privacy.composition import compose_costs
-from lightning_dpgan.data.schema import EncodingReport, SchemaError, TableSchema
+from lightning_dpgan.data.schema import EncodingReport, SchemaError, TableSchema, encoding_layout
 from lightning_dpgan.data.table_transformer import MODES, TableTransformer, checked_roles
 
 log = logging.getLogger(__name__)
@@ -305,7 +305,7 @@ class TabularDataModule(L.LightningDataModule):
         if self._transformer is not None:
             raise RuntimeError("the transformer is already fitted or restored: restoring now would mix two encodings")
         restored = transformer if isinstance(transformer, TableTransformer) else TableTransformer.from_dict(transformer)
-        if restored.schema.to_dict() != self.encoded_schema.to_dict():
+        if encoding_layout(restored.schema.to_dict()) != encoding_layout(self.encoded_schema.to_dict()):
             raise ValueError("the checkpoint's transformer was built for another schema than this datamodule's")
         modes_cost = _part(cost, "modes")
         if restored.modes == "dp" and (not modes_cost or "epsilon" not in modes_cost):

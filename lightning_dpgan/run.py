@@ -33,7 +33,7 @@ from lightning_dpgan.config import (
 from lightning_dpgan.ddp import resolve_strategy
 from lightning_dpgan.distributed import launched_as_follower
 from lightning_dpgan.loggers import build_logger, publish_run
-from lightning_dpgan.data.schema import TableSchema
+from lightning_dpgan.data.schema import TableSchema, encoding_layout
 from lightning_dpgan.outputs import write_csv_chunks, write_json, write_png, write_torch, write_yaml
 from lightning_dpgan.privacy.validation import validate_delta
 from lightning_dpgan.run_folder import LAST_CHECKPOINT
@@ -86,9 +86,9 @@ def check_same_schema(schema: TableSchema, saved: dict[str, Any] | None, checkpo
     silently encode and decode the columns differently (other bounds, categories, order)."""
     if saved is None:
         return
-    normal = json.loads(json.dumps(saved, default=list))
-    current = json.loads(json.dumps(schema.to_dict(), default=list))
-    if normal == current:
+    normal = encoding_layout(json.loads(json.dumps(saved, default=list)))
+    current = encoding_layout(json.loads(json.dumps(schema.to_dict(), default=list)))
+    if normal == current:  # a column's step only rounds decoded values: it may differ
         return
     columns = {c["name"]: c for c in normal.get("columns", [])}
     differing = [c["name"] for c in current.get("columns", []) if columns.get(c["name"]) != c] or ["label / layout"]

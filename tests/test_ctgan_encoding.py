@@ -570,6 +570,31 @@ def test_restore_transformer_avoids_a_second_fit(tmp_path, monkeypatch):
         missing_cost.restore_transformer(released, {"parts": {"schema": cost["parts"]["schema"]}})
 
 
+def test_a_transformer_released_before_kings_schema_declared_steps_restores_and_decodes_as_trained():
+    """King's floors and bathrooms gained a step after runs were trained: those runs' checkpoints
+    still resume, sample and evaluate (a step only rounds decoded values), decoding as before;
+    another bounds is still another encoding, refused."""
+    def king():
+        return KingDataModule(data_dir=FIXTURES / "king_tiny", download=False, encoding="mode-specific", modes="bounds")
+
+    first = king()
+    first.setup()
+    released, cost = json.loads(json.dumps(first.released_transformer())), first.privacy_cost()
+    for column in released["schema"]["columns"]:
+        column.pop("step", None)
+    older = king()
+    older.restore_transformer(released, cost)
+    older.setup()
+    noise = torch.tanh(torch.randn(300, older.table_transformer.encoded_dim, generator=torch.Generator().manual_seed(0)))
+    floors = older.table_transformer.decode(noise)["floors"]
+    assert not ((floors * 2) % 1 == 0).all()  # decoded as that run was trained: no grid
+    assert ((first.table_transformer.decode(noise)["floors"] * 2) % 1 == 0).all()
+    moved = json.loads(json.dumps(released))
+    next(c for c in moved["schema"]["columns"] if c["name"] == "floors")["bounds"] = [1.0, 5.0]
+    with pytest.raises(ValueError, match="another schema"):
+        king().restore_transformer(moved, cost)
+
+
 def test_bounds_modes_cost_nothing_and_read_no_rows(tmp_path):
     datamodule = KingDataModule(data_dir=tmp_path / "nothing-here", download=False, encoding="mode-specific",
                                 modes="bounds")

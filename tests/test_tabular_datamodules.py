@@ -280,9 +280,14 @@ def test_a_csv_run_resumes_only_under_the_schema_it_was_trained_with(tmp_path, c
     common = ["train", "--model", "gan", "--dataset", "csv", "--data.csv", str(csv), "--data.schema",
               str(tmp_path / "schema.yaml"), "--max-steps", "2", "--batch-size", "16", "--trainer.enable_progress_bar", "false"]
     assert main([*common, "--output-dir", str(tmp_path / "first")]) == 0
+    resume = ["--resume", str(tmp_path / "first" / "checkpoints" / "last.ckpt"), "--output-dir", str(tmp_path / "second")]
+    schema["columns"][0]["step"] = 0.01  # a step only rounds decoded values: the run resumes
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(schema))
+    assert main([*common, *resume[:2], "--output-dir", str(tmp_path / "stepped"), "--max-steps", "3"]) == 0
+    amounts = pd.read_csv(tmp_path / "stepped" / "synthetic.csv")["amount"]
+    assert np.allclose(amounts * 100, np.round(amounts * 100), atol=1e-6)  # cents, as the step says
     schema["columns"][0]["bounds"] = [0, 5000]  # same width, another encoding of every amount
     (tmp_path / "schema.yaml").write_text(yaml.safe_dump(schema))
-    resume = ["--resume", str(tmp_path / "first" / "checkpoints" / "last.ckpt"), "--output-dir", str(tmp_path / "second")]
     assert main([*common, *resume]) == 2
     assert "was trained on another schema (differing: amount)" in capsys.readouterr().err
 

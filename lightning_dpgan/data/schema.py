@@ -187,6 +187,16 @@ class Column:
         )
 
 
+def encoding_layout(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A schema's ``to_dict()`` without what only shapes decoded values (a column's ``step``):
+    two schemas with the same layout encode every row identically, so a checkpoint trained
+    under one can be resumed, sampled and evaluated under the other (runs from before a
+    built-in schema declared its steps keep decoding as they were trained)."""
+    layout = dict(spec)
+    layout["columns"] = [{k: v for k, v in column.items() if k != "step"} for column in spec.get("columns", [])]
+    return layout
+
+
 @dataclass(frozen=True)
 class EncodingReport:
     """What encoding did to out-of-schema values: per-column clip and reject counts.
