@@ -42,7 +42,7 @@ import torch
 import yaml
 
 KINDS = ("continuous", "integer", "categorical")
-#: How far from the grid (in steps) a value of a column with a ``step`` may lie: float rounding only.
+#: Slack (in steps) when counting the grid points below a column's upper bound: float rounding only.
 _GRID_TOLERANCE = 1e-6
 LABEL_KINDS = ("binary", "categorical", "continuous")
 UNKNOWN_RULES = ("drop", "blank", "error")
@@ -72,8 +72,9 @@ class Column:
         categories: the public category list of a categorical column, in one-hot order.
         step: the public resolution of a continuous column (King's floors come in half steps,
             bathrooms in quarters): its values are ``low + k * step``. Decoded values are
-            rounded to that grid, so synthetic rows hold only values the real column can hold,
-            and data off the grid is refused like a fractional value of an integer column.
+            rounded to that grid, so synthetic rows hold only values the real column can hold.
+            It shapes decoding only: encoding, and so the scoring of tables from other tools
+            or from runs trained before a step was declared, ignores it.
         source: where the public bounds/categories come from (documentation, a standard, a DP
             estimate); kept with the schema so a reader can check that they are public.
     """
@@ -129,13 +130,6 @@ class Column:
             return values
         last = math.floor((high - low) / self.step + _GRID_TOLERANCE)
         return low + np.clip(np.round((values - low) / self.step), 0, last) * self.step
-
-    def off_grid(self, values: np.ndarray) -> int:
-        """How many finite ``values`` are not ``low + k * step`` (0 without a step)."""
-        if self.step is None:
-            return 0
-        units = (values[np.isfinite(values)] - self.bounds[0]) / self.step
-        return int((np.abs(units - np.round(units)) > _GRID_TOLERANCE).sum())
 
     def _check_categorical(self) -> None:
         if self.bounds is not None:
@@ -512,10 +506,6 @@ def _check_dtype(column: Column, series: pd.Series) -> None:
             if fractional:
                 raise SchemaError(f"column '{column.name}' is integer but {fractional} rows hold fractional values: "
                                   "round them in the data, or declare the column continuous in the schema")
-        off_grid = column.off_grid(series.to_numpy(dtype=np.float64))
-        if off_grid:
-            raise SchemaError(f"column '{column.name}' has step {column.step} but {off_grid} rows hold values off "
-                              f"the grid {column.bounds[0]} + k * {column.step}: fix them in the data, or remove the step")
         return
     if all(isinstance(c, str) for c in column.categories) and numeric:
         raise SchemaError(f"column '{column.name}' has string categories but holds numbers (dtype {series.dtype})")
