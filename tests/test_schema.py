@@ -304,6 +304,8 @@ def test_a_stepped_column_decodes_onto_its_grid_and_only_there():
     # a grid that stops short of the upper bound never rounds past it
     odd = Column("x", "continuous", bounds=(0.0, 1.0), step=0.3).typed(np.array([0.99, 1.0]))
     np.testing.assert_allclose(odd, [0.9, 0.9])
+    # grid values come out as written, not with the float error of k * step (0.1 * 3)
+    assert list(Column("z", "continuous", bounds=(0.0, 1.0), step=0.1).typed(np.array([0.29, 0.71]))) == [0.3, 0.7]
     # without a step a continuous value only stays within the bounds
     np.testing.assert_allclose(Column("y", "continuous", bounds=(0.0, 1.0)).typed(np.array([0.123, 2.0])), [0.123, 1.0])
 

@@ -44,6 +44,8 @@ import yaml
 KINDS = ("continuous", "integer", "categorical")
 #: Slack (in steps) when counting the grid points below a column's upper bound: float rounding only.
 _GRID_TOLERANCE = 1e-6
+#: Decimals a grid value is rounded to, so a step such as 0.1 writes 0.3 rather than its float error.
+_GRID_DECIMALS = 10
 LABEL_KINDS = ("binary", "categorical", "continuous")
 UNKNOWN_RULES = ("drop", "blank", "error")
 
@@ -129,7 +131,8 @@ class Column:
         if self.step is None:
             return values
         last = math.floor((high - low) / self.step + _GRID_TOLERANCE)
-        return low + np.clip(np.round((values - low) / self.step), 0, last) * self.step
+        on_grid = low + np.clip(np.round((values - low) / self.step), 0, last) * self.step
+        return np.round(on_grid, _GRID_DECIMALS)  # 0.30000000000000004 -> 0.3 in synthetic.csv
 
     def _check_categorical(self) -> None:
         if self.bounds is not None:
