@@ -23,17 +23,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sklearn.ensemble import RandomForestRegressor
 
 from lightning_dpgan.evaluate import load_run_datamodule
-from lightning_dpgan.evaluation.utility import features_and_label, regression_utility
+from lightning_dpgan.evaluation.utility import REGRESSORS, features_and_label, regression_utility
 from lightning_dpgan.run_folder import LAST_CHECKPOINT
 from lightning_dpgan.sampling import read_run_info, table_labeler
-
-
-def forest_r2(features: np.ndarray, labels: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, seed: int) -> float:
-    forest = RandomForestRegressor(n_estimators=100, random_state=seed, n_jobs=-1)
-    return float(forest.fit(features, labels).score(test_x, test_y))
 
 
 def total_variation(real: pd.Series, synthetic: pd.Series) -> float:
@@ -64,9 +58,10 @@ def main(argv: list[str] | None = None) -> None:
     x_test, y_test = features_and_label(held_out, schema)
 
     def relabelled(features: pd.DataFrame) -> float:
-        """The random forest's R² when trained on ``features`` carrying the label model's labels."""
+        """The evaluation's random forest's R² when trained on ``features`` carrying the label
+        model's labels."""
         x, y = features_and_label(labeler.label(features), schema)
-        return forest_r2(x, y, x_test, y_test, args.seed)
+        return float(REGRESSORS["random_forest"](args.seed).fit(x, y).score(x_test, y_test))
 
     rng = np.random.default_rng(args.seed)
     features = train.drop(columns=[schema.label])

@@ -24,7 +24,7 @@ from lightning_dpgan.sampling import read_run_info, table_labeler
 
 def rounded(features: pd.DataFrame, schema) -> pd.DataFrame:
     """``features`` with every column that declares a step rounded onto its grid."""
-    stepped = [c for c in schema.columns if getattr(c, "step", None) is not None and c.name in features]
+    stepped = [c for c in schema.columns if c.step is not None and c.name in features]
     return features.assign(**{c.name: c.typed(features[c.name].to_numpy()) for c in stepped})
 
 

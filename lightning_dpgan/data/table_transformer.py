@@ -178,7 +178,7 @@ class ColumnEncoder:
             values = self._from_space((np.clip(block[:, 0], -1.0, 1.0) + 1.0) / 2.0 * (high - low) + low)
         else:
             values = self._decode_mode_specific(block)
-        return self._typed(values)
+        return self.column.typed(values)
 
     def _decode_mode_specific(self, block: np.ndarray) -> np.ndarray:
         n_special = len(self.special_values)
@@ -188,9 +188,6 @@ class ColumnEncoder:
         values[regular] = self._from_space(self.normalizer.inverse(block[regular, 0], choice[regular] - n_special))
         values[~regular] = np.asarray(self.special_values, dtype=np.float64)[choice[~regular]] if n_special else 0.0
         return values
-
-    def _typed(self, values: np.ndarray) -> np.ndarray:
-        return self.column.typed(values)
 
     # --- (de)serialisation -------------------------------------------------------------------
 
