@@ -86,6 +86,8 @@ class TabularDataModule(L.LightningDataModule):
     default_mixed: ClassVar[Mapping[str, tuple[float, ...]]] = {}
     #: Long-tail columns encoded in log space, used when ``log_columns=None``.
     default_log_columns: ClassVar[tuple[str, ...]] = ()
+    #: Numeric columns encoded one-hot over their public grid, used when ``discrete_columns=None``.
+    default_discrete_columns: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -107,6 +109,7 @@ class TabularDataModule(L.LightningDataModule):
         label_encoding: str = "scalar",
         histogram_threshold: float = 0.0,
         dev_fraction: float = 0.0,
+        discrete_columns: Sequence[str] | str | None = None,
     ) -> None:
         """
         Args:
@@ -148,6 +151,13 @@ class TabularDataModule(L.LightningDataModule):
             dev_fraction: share of the train split held out of training (and of everything
                 fitted on it) as ``dev_frame``; 0: none. ``evaluate --split dev`` scores a run
                 on it.
+            discrete_columns: public declaration of numeric columns with few values (integer
+                columns, or continuous ones with a step; a list or a comma-separated string)
+                to encode one-hot over their grid, like categorical columns and with them in
+                the conditional vector (CTGAN's ``discrete_columns``); their value frequencies
+                come from the same DP histogram. ``None`` takes the dataset's
+                ``default_discrete_columns``. Decoded values and evaluation are unchanged: the
+                columns stay numbers.
         """
         super().__init__()
         _check_int("batch_size", batch_size, minimum=1)
@@ -157,12 +167,14 @@ class TabularDataModule(L.LightningDataModule):
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
         check_dev_fraction(dev_fraction)
         _check_encoding_args(encoding, modes, modes_epsilon, max_modes, histogram_bins, mixed, log_columns,
-                             label_encoding, histogram_threshold)
+                             label_encoding, histogram_threshold, discrete_columns)
         if not isinstance(exclude_label, bool):
             raise ValueError(f"exclude_label must be true or false, got {exclude_label!r}")
         self.save_hyperparameters()
         self.mixed = _mixed(mixed) if mixed is not None else _mixed(self.default_mixed)
         self.log_columns = _names(log_columns) if log_columns is not None else list(self.default_log_columns)
+        self.discrete_columns = (_names(discrete_columns) if discrete_columns is not None
+                                 else list(self.default_discrete_columns))
         self.data_dir = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
         self.train_frame: pd.DataFrame | None = None
@@ -262,17 +274,17 @@ class TabularDataModule(L.LightningDataModule):
         """Fit on the DP histogram of the train split (never the test split), or from bounds."""
         h = self.hparams
         schema = self.encoded_schema
-        mixed, log_columns = self._encoded_roles()
+        mixed, log_columns, discrete = self._encoded_roles()
         if h.modes == "bounds":
             transformer = TableTransformer.from_bounds(schema, mixed=mixed, log_columns=log_columns,
-                                                       label_scalar=self.label_scalar)
+                                                       label_scalar=self.label_scalar, discrete=discrete)
             return transformer, dict(BOUNDS_MODES_COST)
-        checked_roles(schema, mixed, log_columns, self.label_scalar)  # before any row is read
+        checked_roles(schema, mixed, log_columns, self.label_scalar, discrete)  # before any row is read
         self._load_frames()
         transformer, cost = TableTransformer.fit_dp(
             self.train_frame, schema, h.modes_epsilon, max_modes=h.max_modes, bins=h.histogram_bins,
             mixed=mixed, log_columns=log_columns, label_scalar=self.label_scalar,
-            threshold=h.histogram_threshold,
+            threshold=h.histogram_threshold, discrete=discrete,
         )
         log.info("%s: mode-specific encoding fitted on a DP histogram (%s)", self.name, cost)
         return transformer, cost
@@ -282,13 +294,15 @@ class TabularDataModule(L.LightningDataModule):
         """Whether the mode-specific encoding holds a continuous label as one min-max scalar."""
         return self.hparams.label_encoding == "scalar"
 
-    def _encoded_roles(self) -> tuple[dict[str, list[float]], list[str]]:
-        """Mixed and long-tail declarations for the encoded columns: a dataset's defaults may
-        name its label (King's log price), which ``exclude_label`` leaves out of the records."""
+    def _encoded_roles(self) -> tuple[dict[str, list[float]], list[str], list[str]]:
+        """Mixed, long-tail and discrete declarations for the encoded columns: a dataset's
+        defaults may name its label (King's log price), which ``exclude_label`` leaves out of
+        the records."""
         if not self.hparams.exclude_label:
-            return self.mixed, self.log_columns
+            return self.mixed, self.log_columns, self.discrete_columns
         label = self.schema.label
-        return {k: v for k, v in self.mixed.items() if k != label}, [c for c in self.log_columns if c != label]
+        return ({k: v for k, v in self.mixed.items() if k != label}, [c for c in self.log_columns if c != label],
+                [c for c in self.discrete_columns if c != label])
 
     def restore_transformer(self, transformer: Mapping[str, Any] | TableTransformer, cost: Mapping[str, Any] | None) -> None:
         """Use the transformer an earlier run of the same training released (a resume), and
@@ -487,7 +501,7 @@ def _check_int(name: str, value: int, minimum: int) -> None:
 def _check_encoding_args(
     encoding: str, modes: str, modes_epsilon: float, max_modes: int, histogram_bins: int,
     mixed: Mapping[str, Sequence[float]] | None, log_columns: Sequence[str] | str | None,
-    label_encoding: str, histogram_threshold: float,
+    label_encoding: str, histogram_threshold: float, discrete_columns: Sequence[str] | str | None = None,
 ) -> None:
     """Argument checks that need no schema (column names are checked against it at the fit)."""
     if encoding not in ENCODINGS:
@@ -500,8 +514,8 @@ def _check_encoding_args(
         raise ValueError(f"modes_epsilon must be a finite number > 0, got {modes_epsilon!r}")
     _check_int("max_modes", max_modes, minimum=1)
     _check_int("histogram_bins", histogram_bins, minimum=1)
-    if encoding != "mode-specific" and (mixed is not None or log_columns is not None):
-        raise ValueError("mixed and log_columns declare columns of the mode-specific encoding: "
+    if encoding != "mode-specific" and (mixed is not None or log_columns is not None or discrete_columns is not None):
+        raise ValueError("mixed, log_columns and discrete_columns declare columns of the mode-specific encoding: "
                          "pass encoding='mode-specific' with them")
     if label_encoding not in LABEL_ENCODINGS:
         raise ValueError(f"label_encoding must be one of {LABEL_ENCODINGS}, got {label_encoding!r}")

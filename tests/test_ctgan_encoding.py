@@ -703,3 +703,119 @@ def test_mode_specific_blank_keeps_an_unknown_category_as_a_zero_block(fitted, f
     block = transformer.column_slices["colour"]
     assert encoded[2, block].sum() == 0 and encoded[2].abs().sum() > 0
     assert torch.equal(torch.cat([encoded[:2], encoded[3:]]), torch.cat([clean[:2], clean[3:]]))
+
+
+# --- discrete columns (one-hot over a public grid) --------------------------------------------
+
+
+def test_a_numeric_columns_grid_is_public_and_codes_clip_to_it():
+    grade = Column("grade", "integer", bounds=(0.5, 13.0))
+    assert grade.grid.tolist() == list(range(1, 14))
+    assert grade.grid_codes(np.array([-3.0, 1.0, 7.4, 7.6, 13.0, 99.0])).tolist() == [0, 0, 6, 7, 12, 12]
+    floors = Column("floors", "continuous", bounds=(1.0, 4.0), step=0.5)
+    assert floors.grid.tolist() == [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]
+    assert floors.grid_codes(np.array([1.0, 1.7, 1.8, 4.0])).tolist() == [0, 1, 2, 6]
+    tenths = Column("t", "continuous", bounds=(0.0, 1.0), step=0.1)
+    assert tenths.grid.tolist()[3] == 0.3  # written as typed() writes it, not 0.30000000000000004
+    assert Column("x", "continuous", bounds=(0.0, 1.0)).grid is None
+    assert Column("c", "categorical", categories=("a", "b")).grid is None
+    with pytest.raises(SchemaError, match="no grid"):
+        Column("x", "continuous", bounds=(0.0, 1.0)).grid_codes(np.array([0.5]))
+
+
+def test_a_discrete_column_is_counted_value_by_value(frame):
+    histograms, _ = dp_column_histograms(frame, SCHEMA, 1e13, discrete=["rooms"], rng=np.random.default_rng(0))
+    rooms = histograms["rooms"]
+    assert not rooms.is_numeric and rooms.categories == tuple(range(13))
+    assert np.allclose(rooms.counts, np.bincount(frame["rooms"], minlength=13), atol=1e-6)
+
+
+def test_a_discrete_column_keeps_the_sensitivity_and_the_noise_scale(frame):
+    """One record still moves one bin of each column, and every grid bin (the empty ones
+    too) gets Laplace noise of scale d / epsilon."""
+    kwargs = dict(bins=16, log_columns=LOG, special_values=MIXED, discrete=["rooms"])
+    without, with_one = true_counts(frame.iloc[1:], SCHEMA, **kwargs), true_counts(frame, SCHEMA, **kwargs)
+    assert np.allclose([np.abs(with_one[n] - without[n]).sum() for n in SCHEMA.names], 1.0, atol=1e-6)
+    schema = TableSchema((Column("n", "integer", bounds=(0, 199)),))
+    values = pd.DataFrame({"n": np.full(50, 3)})
+    rng = np.random.default_rng(3)
+    releases = [dp_column_histograms(values, schema, 0.5, discrete=["n"], rng=rng) for _ in range(20)]
+    assert all(len(h["n"].counts) == 200 and h["n"].scale == 2.0 for h, _ in releases)
+    noise = np.concatenate([h["n"].counts - np.bincount(values["n"], minlength=200) for h, _ in releases])
+    cost = releases[0][1]
+    assert stats.kstest(noise, stats.laplace(scale=2.0).cdf).pvalue > 1e-3
+    assert stats.kstest(noise, stats.laplace(scale=1.0).cdf).pvalue < 1e-6
+    assert cost["epsilon"] == 0.5
+
+
+def test_a_discrete_column_round_trips_exactly_and_conditions_on_its_values(frame):
+    transformer, _ = TableTransformer.fit_dp(frame, SCHEMA, 50.0, mixed=MIXED, log_columns=LOG, discrete=["rooms"],
+                                             rng=np.random.default_rng(0))
+    rooms = transformer.column_slices["rooms"]
+    assert rooms.stop - rooms.start == 13  # 0..12, one slot each
+    encoded, _ = transformer.encode(frame)
+    assert (encoded[:, rooms].sum(dim=1) == 1).all()
+    assert (encoded[:, rooms].argmax(dim=1).numpy() == frame["rooms"].to_numpy()).all()
+    decoded = transformer.decode(encoded)
+    assert decoded["rooms"].dtype == np.int64 and (decoded["rooms"] == frame["rooms"]).all()
+    colour, label = transformer.column_slices["colour"], transformer.column_slices["y"]
+    assert transformer.condition_spans == [(rooms.start, 13), (colour.start, 3), (label.start, 2)]
+    true_shares = np.bincount(frame["rooms"], minlength=13) / len(frame)
+    assert np.abs(np.array(transformer.condition_frequencies[0]) - true_shares).max() < 0.02  # d/eps = 0.12 records
+    restored = TableTransformer.from_dict(json.loads(json.dumps(transformer.to_dict())))
+    assert restored == transformer and restored.layout() == transformer.layout()
+    bounds = TableTransformer.from_bounds(SCHEMA, discrete=["rooms"])
+    assert bounds.condition_frequencies[0] == pytest.approx([1 / 13] * 13)
+
+
+def test_a_discrete_stepped_column_decodes_generated_logits_onto_its_grid():
+    schema = TableSchema((Column("floors", "continuous", bounds=(1.0, 4.0), step=0.5),))
+    transformer = TableTransformer.from_bounds(schema, discrete=["floors"])
+    logits = torch.full((3, 7), -5.0)
+    logits[0, 0], logits[1, 3], logits[2, 6] = 1.0, 2.0, 0.5
+    assert transformer.decode(logits)["floors"].tolist() == [1.0, 2.5, 4.0]
+
+
+@pytest.mark.parametrize(
+    ("discrete", "kwargs", "message"),
+    [
+        (["colour"], {}, "categorical"),
+        (["nope"], {}, "not in the schema"),
+        (["x"], {}, "no public grid"),
+        (["gain"], {}, "can hold 10001 values"),
+        (["rooms"], dict(mixed={"rooms": [0.0]}), "discrete and mixed or long-tail"),
+        (["rooms"], dict(log_columns=["rooms"]), "discrete and mixed or long-tail"),
+    ],
+)
+def test_bad_discrete_declarations_are_refused(discrete, kwargs, message):
+    with pytest.raises(SchemaError, match=message):
+        TableTransformer.from_bounds(SCHEMA, discrete=discrete, **kwargs)
+
+
+def test_a_scalar_continuous_label_cannot_be_discrete():
+    schema = TableSchema((Column("area", "integer", bounds=(0, 9)), Column("price", "integer", bounds=(0, 9))),
+                         label="price", label_kind="continuous")
+    with pytest.raises(SchemaError, match="cannot be discrete"):
+        TableTransformer.from_bounds(schema, discrete=["price"])
+    transformer = TableTransformer.from_bounds(schema, discrete=["price"], label_scalar=False)
+    assert transformer.label_span == (2, 10, "continuous")  # after area's [alpha, one bounds mode]
+
+
+def test_the_datamodule_encodes_its_declared_discrete_columns(tmp_path):
+    kwargs = dict(data_dir=FIXTURES / "king_tiny", download=False, encoding="mode-specific", modes_epsilon=1.0)
+    plain, discrete = KingDataModule(**kwargs), KingDataModule(**kwargs, discrete_columns="grade, floors")
+    assert KingDataModule(encoding="mode-specific").discrete_columns == []
+    kinds = {e.column.name: e.encoding for e in discrete.table_transformer.encoders}
+    assert kinds["grade"] == kinds["floors"] == "discrete" and kinds["view"] == "mode-specific"
+    assert len(discrete.table_layout["condition_spans"]) == len(plain.table_layout["condition_spans"]) + 2
+    assert discrete.privacy_cost()["epsilon"] == plain.privacy_cost()["epsilon"] == 1.0
+    discrete.setup()
+    decoded = discrete.decode(discrete.train_dataset.tensors[0])
+    train = discrete.train_frame.reset_index(drop=True)
+    assert (decoded["grade"] == train["grade"]).all() and (decoded["floors"] == train["floors"]).all()
+    with pytest.raises(ValueError, match="encoding='mode-specific'"):
+        KingDataModule(discrete_columns=["grade"])
+    refused = KingDataModule(data_dir=tmp_path, download=False, encoding="mode-specific", discrete_columns=["zipcode"])
+    with pytest.raises(SchemaError, match="categorical"):
+        _ = refused.data_shape
+    assert refused.train_frame is None  # checked before any row is read

@@ -31,6 +31,9 @@ from lightning_dpgan.data.schema import (
     _category_codes,
 )
 
+#: Most values a discrete column's grid may hold: each is a slot of the encoding and a bin here.
+MAX_DISCRETE_VALUES = 256
+
 #: The neighbouring relation of the release (see the module docstring).
 NEIGHBOURS = "add-remove"
 MECHANISM = "laplace column histograms"
@@ -44,7 +47,9 @@ class NoisyHistogram:
     bounds -- in ``log(x - low + 1)`` space for a long-tail column (``log=True``) -- and
     ``counts`` the noisy count per bin of the values that are not special; each declared
     special value has its own noisy count in ``special_counts``. Categorical columns:
-    ``counts[i]`` is the noisy count of ``categories[i]``.
+    ``counts[i]`` is the noisy count of ``categories[i]``. Discrete numeric columns (counted
+    value by value over their public grid, :attr:`Column.grid`) are held like categorical
+    ones: ``categories`` are the grid's values, ``edges`` is ``None``.
     """
 
     name: str
@@ -130,6 +135,7 @@ def dp_column_histograms(
     rng: np.random.Generator | None = None,
     columns: Sequence[str] | None = None,
     unknown: str = "drop",
+    discrete: Iterable[str] = (),
 ) -> tuple[dict[str, NoisyHistogram], dict[str, Any]]:
     """ε-DP count histograms of the ``d`` columns ``columns`` (default: all schema columns).
 
@@ -139,7 +145,9 @@ def dp_column_histograms(
     - numeric: one bin per declared special value (exact match, e.g. 0 of a capital-gain
       column), and ``bins`` equal-width bins over the public bounds for the other values --
       over ``[0, log(high - low + 1)]`` of ``log(x - low + 1)`` for a long-tail column;
-    - categorical: one count per schema category, in schema order.
+    - categorical: one count per schema category, in schema order;
+    - discrete (``discrete`` names numeric columns with a public grid, :attr:`Column.grid`:
+      whole numbers, or a continuous column's steps): one count per grid value, in order.
 
     **Sensitivity and noise.** Adding or removing one record changes exactly one bin of each of
     the ``d`` columns by 1, so the concatenation of all histograms has L1 sensitivity ``d``.
@@ -157,9 +165,9 @@ def dp_column_histograms(
     names = list(schema.names if columns is None else columns)
     if not names:
         raise ValueError("dp_column_histograms needs at least one column")
-    log_columns = set(log_columns)
+    log_columns, discrete = set(log_columns), set(discrete)
     special_values = dict(special_values or {})
-    check_column_roles(schema, special_values, log_columns)
+    check_column_roles(schema, special_values, log_columns, discrete)
     rng = rng if rng is not None else np.random.default_rng()
     # counts only rows with every category known ("blank" keeps the others for training, but a
     # row with no category has no bin): dropping a row depends on that row alone
@@ -168,7 +176,9 @@ def dp_column_histograms(
     histograms = {}
     for name in names:
         column = schema.column(name)
-        if column.is_numeric:
+        if name in discrete:
+            histograms[name] = _grid_histogram(column, kept[name], scale, rng)
+        elif column.is_numeric:
             histograms[name] = _numeric_histogram(
                 column, kept[name], bins, name in log_columns, tuple(special_values.get(name, ())), scale, rng
             )
@@ -179,10 +189,16 @@ def dp_column_histograms(
     return histograms, cost
 
 
-def check_column_roles(schema: TableSchema, special_values: Mapping[str, Sequence[float]], log_columns: Iterable[str]) -> None:
-    """Refuse mixed/long-tail declarations that name unknown or categorical columns, or special
-    values outside a column's bounds (they could never be encoded)."""
-    for role, names in (("mixed", list(special_values)), ("log_columns", list(log_columns))):
+def check_column_roles(
+    schema: TableSchema, special_values: Mapping[str, Sequence[float]], log_columns: Iterable[str],
+    discrete: Iterable[str] = (),
+) -> None:
+    """Refuse mixed/long-tail/discrete declarations that name unknown or categorical columns,
+    special values outside a column's bounds (they could never be encoded), and discrete
+    columns without a public grid, with too many values, or declared mixed or long-tail too."""
+    log_columns, discrete = list(log_columns), list(discrete)
+    for role, names in (("mixed", list(special_values)), ("log_columns", log_columns),
+                        ("discrete_columns", discrete)):
         unknown = [n for n in names if n not in schema.names]
         if unknown:
             raise SchemaError(f"{role} names columns {unknown} that are not in the schema {schema.names}")
@@ -198,6 +214,20 @@ def check_column_roles(schema: TableSchema, special_values: Mapping[str, Sequenc
             raise SchemaError(f"mixed column '{name}': special values {bad} are not numbers within its bounds {(low, high)}")
         if len(set(float(v) for v in values)) != len(values):
             raise SchemaError(f"mixed column '{name}': special values must be distinct, got {list(values)}")
+    _check_discrete(schema, discrete, set(special_values) | set(log_columns))
+
+
+def _check_discrete(schema: TableSchema, discrete: Sequence[str], other_roles: set[str]) -> None:
+    for name in discrete:
+        grid = schema.column(name).grid
+        if grid is None:
+            raise SchemaError(f"discrete column '{name}' has no public grid of values: declare it integer, "
+                              "or give the continuous column a step")
+        if len(grid) > MAX_DISCRETE_VALUES:
+            raise SchemaError(f"discrete column '{name}' can hold {len(grid)} values; at most "
+                              f"{MAX_DISCRETE_VALUES} are encoded one slot each (leave it mode-specific)")
+        if name in other_roles:
+            raise SchemaError(f"column '{name}' is declared discrete and mixed or long-tail: choose one")
 
 
 def _numeric_histogram(
@@ -224,6 +254,18 @@ def _numeric_histogram(
         special_values=tuple(float(s) for s in specials),
         special_counts=special_counts + rng.laplace(0.0, scale, size=len(specials)),
         log=log,
+        scale=scale,
+    )
+
+
+def _grid_histogram(column: Column, series: pd.Series, scale: float, rng: np.random.Generator) -> NoisyHistogram:
+    """One count per value of the column's public grid (a value off it counts at the nearest)."""
+    grid = column.grid
+    counts = np.bincount(column.grid_codes(series.to_numpy(dtype=np.float64)), minlength=len(grid)).astype(np.float64)
+    return NoisyHistogram(
+        name=column.name,
+        counts=counts + rng.laplace(0.0, scale, size=len(grid)),
+        categories=tuple(grid.tolist()),
         scale=scale,
     )
 

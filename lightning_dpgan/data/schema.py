@@ -134,6 +134,32 @@ class Column:
         on_grid = low + np.clip(np.round((values - low) / self.step), 0, last) * self.step
         return np.round(on_grid, _GRID_DECIMALS)  # 0.30000000000000004 -> 0.3 in synthetic.csv
 
+    @property
+    def grid(self) -> np.ndarray | None:
+        """Every value the column can hold, in order, when its domain is a public grid: an
+        integer column's whole numbers within its bounds, a continuous column's ``low + k * step``
+        (values as :meth:`typed` writes them); ``None`` for a continuous column without a step
+        and for a categorical one. Public (bounds and step alone), so a histogram over it has
+        one fixed bin per value."""
+        if self.kind == "integer":
+            low, high = self.bounds
+            return np.arange(math.ceil(low), math.floor(high) + 1, dtype=np.int64)
+        if self.kind != "continuous" or self.step is None:
+            return None
+        low, high = self.bounds
+        last = math.floor((high - low) / self.step + _GRID_TOLERANCE)
+        return np.round(low + np.arange(last + 1) * self.step, _GRID_DECIMALS)
+
+    def grid_codes(self, values: np.ndarray) -> np.ndarray:
+        """Each numeric value's position in :attr:`grid` (clipped to the bounds, then the nearest
+        grid value), as int64. Needs a column with a grid."""
+        grid = self.grid
+        if grid is None:
+            raise SchemaError(f"column '{self.name}' has no grid of values (an integer column, or a continuous one with a step)")
+        spacing = 1.0 if self.kind == "integer" else self.step
+        values = np.clip(np.asarray(values, dtype=np.float64), *self.bounds)
+        return np.clip(np.round((values - float(grid[0])) / spacing), 0, len(grid) - 1).astype(np.int64)
+
     def _check_categorical(self) -> None:
         if self.bounds is not None:
             raise SchemaError(f"column '{self.name}' is categorical: it takes categories, not bounds")

@@ -4,6 +4,11 @@ A :class:`TableTransformer` encodes the rows of a :class:`TableSchema` the way C
 2019) and CTAB-GAN+ (Zhao et al. 2022; the encoding DP-SACTGAN adopts) do:
 
 - **categorical** column -> one-hot in the schema's category order (a softmax span);
+- **discrete** numeric column (declared, as CTGAN's ``discrete_columns``: an integer column or a
+  continuous one with a step, whose values are few, e.g. King's grade 1-13) -> one-hot over its
+  public grid (:attr:`Column.grid`), like a categorical column, conditions included; decoded
+  back to the number. A mixture of modes spreads such a column's mass between its values;
+  one slot per value keeps each value's share;
 - **continuous / integer** column -> ``[alpha, mode one-hot]``: mode-specific normalization
   (:class:`~lightning_dpgan.data.modes.ModeSpecificNormalizer`), alpha a tanh span of width 1,
   the mode a softmax span;
@@ -57,7 +62,9 @@ from lightning_dpgan.data.schema import Column, EncodingReport, SchemaError, Tab
 FORMAT = "lightning_dpgan.table_transformer/1"
 MODES = ("dp", "bounds")
 TANH, SOFTMAX = "tanh", "softmax"
-CATEGORICAL, MODE_SPECIFIC, LABEL_SCALAR = "categorical", "mode-specific", "label-scalar"
+CATEGORICAL, MODE_SPECIFIC, LABEL_SCALAR, DISCRETE = "categorical", "mode-specific", "label-scalar", "discrete"
+#: Encodings held as a one-hot block: the columns CTGAN's conditional vector chooses from.
+ONE_HOT = (CATEGORICAL, DISCRETE)
 
 
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -99,8 +106,8 @@ def record_uniforms(frame: pd.DataFrame, seed: int = 0) -> np.ndarray:
 class ColumnEncoder:
     """How one column is encoded: its encoding kind and what was fitted for it.
 
-    ``normalizer``, ``special_values`` and ``log`` serve numeric columns; ``frequencies`` (the
-    DP category frequencies, or uniform) serve categorical ones.
+    ``normalizer``, ``special_values`` and ``log`` serve mode-specific columns; ``frequencies``
+    (the DP category or grid-value frequencies, or uniform) serve categorical and discrete ones.
     """
 
     column: Column
@@ -115,6 +122,8 @@ class ColumnEncoder:
         """``(width, activation)`` of this column's slots, in order."""
         if self.encoding == CATEGORICAL:
             return [(self.column.width, SOFTMAX)]
+        if self.encoding == DISCRETE:
+            return [(len(self.column.grid), SOFTMAX)]
         if self.encoding == LABEL_SCALAR:
             return [(1, TANH)]
         return [(1, TANH), (len(self.special_values) + self.normalizer.n_modes, SOFTMAX)]
@@ -151,6 +160,10 @@ class ColumnEncoder:
             block[known, codes[known]] = 1.0
             return block
         values = series.to_numpy(dtype=np.float64)
+        if self.encoding == DISCRETE:
+            block = np.zeros((len(values), self.width))
+            block[np.arange(len(values)), self.column.grid_codes(values)] = 1.0
+            return block
         if self.encoding == LABEL_SCALAR:
             low, high = self._space_bounds()
             return (2.0 * (self._to_space(values) - low) / (high - low) - 1.0).reshape(-1, 1)
@@ -173,7 +186,9 @@ class ColumnEncoder:
         """Values from this column's block (argmax for softmax spans), clipped to the bounds."""
         if self.encoding == CATEGORICAL:
             return pd.Categorical.from_codes(block.argmax(axis=1), categories=list(self.column.categories))
-        if self.encoding == LABEL_SCALAR:
+        if self.encoding == DISCRETE:
+            values = self.column.grid[block.argmax(axis=1)]
+        elif self.encoding == LABEL_SCALAR:
             low, high = self._space_bounds()
             values = self._from_space((np.clip(block[:, 0], -1.0, 1.0) + 1.0) / 2.0 * (high - low) + low)
         else:
@@ -250,6 +265,7 @@ class TableTransformer:
         unknown: str = "drop",
         label_scalar: bool = True,
         threshold: float = 0.0,
+        discrete: Iterable[str] = (),
     ) -> tuple[TableTransformer, dict[str, Any]]:
         """Fit on an ε-DP histogram of ``frame`` (the train split only); return it and the cost.
 
@@ -257,22 +273,26 @@ class TableTransformer:
         histogram, all under one ``epsilon`` (:func:`dp_column_histograms`: Laplace of scale
         d/ε). ``rng`` is the privacy noise (``None``: fresh OS entropy); ``seed`` only drives
         the mixture fits, which are post-processing. ``label_scalar=False`` encodes a continuous
-        label mode-specific, so it gets a histogram too (one more column in ``d``).
+        label mode-specific, so it gets a histogram too (one more column in ``d``). ``discrete``
+        columns are counted value by value over their public grid (one bin per value, the same
+        L1 sensitivity: a record still moves one bin of each column).
         ``threshold`` zeroes the numeric columns' noisy counts below that many Laplace scales
         before their modes are fitted (:meth:`NoisyHistogram.thresholded`; free post-processing).
         Category frequencies keep every count: a category below the cut is common (King's ZIP
         codes hold ~250 training records each, against a cut of 800 at 4 scales of 200), and a
         category whose frequency is 0 would never be asked of the generator.
         """
-        mixed, log_columns = checked_roles(schema, mixed, log_columns, label_scalar)
+        mixed, log_columns = checked_roles(schema, mixed, log_columns, label_scalar, discrete)
         names = [c.name for c in schema.columns if not _is_label_scalar(schema, c, label_scalar)]
         histograms, cost = dp_column_histograms(
-            frame, schema, epsilon, bins, log_columns, mixed, rng=rng, columns=names, unknown=unknown
+            frame, schema, epsilon, bins, log_columns, mixed, rng=rng, columns=names, unknown=unknown,
+            discrete=discrete,
         )
         histograms = {name: histogram.thresholded(threshold) if histogram.is_numeric else histogram
                       for name, histogram in histograms.items()}
         transformer = cls.from_histograms(schema, histograms, max_modes=max_modes, mixed=mixed,
-                                          log_columns=log_columns, seed=seed, label_scalar=label_scalar)
+                                          log_columns=log_columns, seed=seed, label_scalar=label_scalar,
+                                          discrete=discrete)
         return transformer, cost
 
     @classmethod
@@ -286,13 +306,17 @@ class TableTransformer:
         log_columns: Iterable[str] = (),
         seed: int = 0,
         label_scalar: bool = True,
+        discrete: Iterable[str] = (),
     ) -> TableTransformer:
         """Modes and frequencies computed from released histograms alone (post-processing)."""
-        mixed, log_columns = checked_roles(schema, mixed, log_columns, label_scalar)
+        discrete = set(discrete)
+        mixed, log_columns = checked_roles(schema, mixed, log_columns, label_scalar, discrete)
         encoders = []
         for column in schema.columns:
             if _is_label_scalar(schema, column, label_scalar):
                 encoders.append(ColumnEncoder(column, LABEL_SCALAR, log=column.name in log_columns))
+            elif column.name in discrete:
+                encoders.append(ColumnEncoder(column, DISCRETE, frequencies=_frequencies(histograms[column.name].counts)))
             elif not column.is_numeric:
                 encoders.append(ColumnEncoder(column, CATEGORICAL, frequencies=_frequencies(histograms[column.name].counts)))
             else:
@@ -310,15 +334,19 @@ class TableTransformer:
         mixed: Mapping[str, Sequence[float]] | None = None,
         log_columns: Iterable[str] = (),
         label_scalar: bool = True,
+        discrete: Iterable[str] = (),
     ) -> TableTransformer:
         """No row read: one mode per numeric column spanning its public bounds (log bounds for a
-        long-tail column), uniform category frequencies. Costs no privacy."""
-        mixed, log_columns = checked_roles(schema, mixed, log_columns, label_scalar)
+        long-tail column), uniform category and grid-value frequencies. Costs no privacy."""
+        discrete = set(discrete)
+        mixed, log_columns = checked_roles(schema, mixed, log_columns, label_scalar, discrete)
         encoders = []
         for column in schema.columns:
             log = column.name in log_columns
             if _is_label_scalar(schema, column, label_scalar):
                 encoders.append(ColumnEncoder(column, LABEL_SCALAR, log=log))
+            elif column.name in discrete:
+                encoders.append(ColumnEncoder(column, DISCRETE, frequencies=_frequencies(np.ones(len(column.grid)))))
             elif not column.is_numeric:
                 encoders.append(ColumnEncoder(column, CATEGORICAL, frequencies=_frequencies(np.ones(column.width))))
             else:
@@ -349,15 +377,16 @@ class TableTransformer:
 
     @property
     def condition_spans(self) -> list[tuple[int, int]]:
-        """``(start, width)`` of each categorical column's one-hot block (label included): the
-        columns CTGAN's conditional vector chooses from."""
-        return [(self.column_slices[e.column.name].start, e.width) for e in self.encoders if e.encoding == CATEGORICAL]
+        """``(start, width)`` of each categorical or discrete column's one-hot block (label
+        included): the columns CTGAN's conditional vector chooses from."""
+        return [(self.column_slices[e.column.name].start, e.width) for e in self.encoders if e.encoding in ONE_HOT]
 
     @property
     def condition_frequencies(self) -> list[list[float]]:
-        """Per condition column, its category frequencies: from the DP histogram (clipped at 0,
-        renormalised; public as post-processing of a DP release), or uniform with modes="bounds"."""
-        return [list(e.frequencies) for e in self.encoders if e.encoding == CATEGORICAL]
+        """Per condition column, its category (or grid value) frequencies: from the DP histogram
+        (clipped at 0, renormalised; public as post-processing of a DP release), or uniform with
+        modes="bounds"."""
+        return [list(e.frequencies) for e in self.encoders if e.encoding in ONE_HOT]
 
     @property
     def label_span(self) -> tuple[int, int, str] | None:
@@ -445,17 +474,23 @@ def _is_label_scalar(schema: TableSchema, column: Column, label_scalar: bool = T
 
 def checked_roles(
     schema: TableSchema, mixed: Mapping[str, Sequence[float]] | None, log_columns: Iterable[str],
-    label_scalar: bool = True,
+    label_scalar: bool = True, discrete: Iterable[str] = (),
 ) -> tuple[dict[str, tuple[float, ...]], set[str]]:
     """Checked mixed/long-tail declarations: columns in the schema and numeric, special values
-    within bounds, and no special values on a continuous label encoded as a single scalar."""
+    within bounds, and no special values on a continuous label encoded as a single scalar.
+    ``discrete`` columns are checked too (a public grid of at most
+    :data:`~lightning_dpgan.data.dp_histogram.MAX_DISCRETE_VALUES` values, no other role, not
+    the scalar label); the caller keeps its own set of them."""
     if not isinstance(label_scalar, bool):
         raise ValueError(f"label_scalar must be true or false, got {label_scalar!r}")
     mixed = {name: tuple(values) if isinstance(values, (list, tuple)) else values for name, values in (mixed or {}).items()}
-    log_columns = set(log_columns)
-    check_column_roles(schema, mixed, log_columns)
+    log_columns, discrete = set(log_columns), list(discrete)
+    check_column_roles(schema, mixed, log_columns, discrete)
     if label_scalar and schema.label_kind == "continuous" and schema.label in mixed:
         raise SchemaError(f"the continuous label '{schema.label}' is encoded as one min-max scalar; it cannot be mixed")
+    if label_scalar and schema.label_kind == "continuous" and schema.label in discrete:
+        raise SchemaError(f"the continuous label '{schema.label}' is encoded as one min-max scalar; it cannot be "
+                          "discrete (pass label_encoding='mode-specific' to encode it like a feature)")
     return {name: tuple(float(v) for v in values) for name, values in mixed.items()}, log_columns
 
 
