@@ -107,6 +107,23 @@ def test_dpctgan_trains_on_a_mode_specific_continuous_label_and_dpsactgan_refuse
     assert not (tmp_path / "b" / "privacy.json").exists()
 
 
+def test_dpctgan_trains_with_discrete_columns_as_conditions_and_writes_values_of_their_grid(tmp_path):
+    """``--data.discrete_columns``: grade and floors become one-hot blocks the conditional vector
+    chooses from, cost nothing beyond the same histogram, and synthetic values lie on the grid
+    (floors in half steps, whole grades)."""
+    output = tmp_path / "run"
+    assert main(run_args("dpctgan", "king", output, 4, "--data.discrete_columns", "grade,floors")) == 0
+    synthetic = pd.read_csv(output / "synthetic.csv")
+    check_decoded(synthetic, KING_SCHEMA)
+    assert set(synthetic["floors"]) <= {1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0}
+    layout = torch.load(output / "checkpoints" / "last.ckpt", weights_only=False)["hyper_parameters"]["table_layout"]
+    widths = sorted(width for _, width in layout["condition_spans"])
+    assert widths == [2, 7, 13, 199]  # waterfront, floors, grade, zipcode
+    report = json.loads((output / "privacy.json").read_text())
+    assert report["preprocessing"]["parts"]["modes"]["epsilon"] == pytest.approx(0.1)
+    assert report["epsilon"] <= 8.0
+
+
 def test_models_that_need_the_mode_specific_encoding_refuse_images_and_other_encodings(tmp_path, capsys):
     assert main(run_args("dpctgan", "adult", tmp_path / "a", 4, "--data.encoding", "minmax")) != 0
     assert "needs --data.encoding mode-specific" in capsys.readouterr().err
