@@ -34,6 +34,7 @@ from lightning_dpgan.ddp import resolve_strategy
 from lightning_dpgan.distributed import launched_as_follower
 from lightning_dpgan.loggers import build_logger, publish_run
 from lightning_dpgan.data.schema import TableSchema, encoding_layout
+from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.outputs import write_csv_chunks, write_json, write_png, write_torch, write_yaml
 from lightning_dpgan.privacy.validation import validate_delta
 from lightning_dpgan.run_folder import LAST_CHECKPOINT
@@ -94,6 +95,18 @@ def check_same_schema(schema: TableSchema, saved: dict[str, Any] | None, checkpo
     differing = [c["name"] for c in current.get("columns", []) if columns.get(c["name"]) != c] or ["label / layout"]
     raise ConfigError(f"the checkpoint {checkpoint} was trained on another schema (differing: {', '.join(differing)}): "
                       "resume with the schema it was trained with (its run's config.yaml names it)")
+
+
+def check_same_encoding(datamodule: Any, saved: dict[str, Any] | None, checkpoint: str | Path) -> None:
+    """Refuse to resume a mode-specific table run whose encoding came out differently: with DP
+    modes the released one is restored, but bounds modes are rebuilt from this run's
+    declarations (``--data.mixed``, ``log_columns``, ``discrete_columns``, ...), and other
+    declarations give other slots under the same checkpoint's network."""
+    if saved is None or getattr(datamodule, "table_transformer", None) is None:
+        return
+    if TableTransformer.from_dict(saved).layout() != datamodule.table_layout:
+        raise ConfigError(f"the checkpoint {checkpoint} was trained on another table encoding: resume with the "
+                          "--data encoding settings it was trained with (its run's config.yaml has them)")
 
 
 #: datamodule settings that decide which records are trained on (and which are held out for the
@@ -211,6 +224,7 @@ class Run:
             check_same_split(split_settings(datamodule), self.resume_info.get("split"), self.config["resume"])
             if getattr(datamodule, "kind", "image") == "table":
                 check_same_schema(datamodule.schema, self.resume_info.get("schema"), self.config["resume"])
+                check_same_encoding(datamodule, self.resume_info.get("table_transformer"), self.config["resume"])
         return datamodule
 
     def _build_module(self) -> Any:

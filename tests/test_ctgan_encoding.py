@@ -819,3 +819,60 @@ def test_the_datamodule_encodes_its_declared_discrete_columns(tmp_path):
     with pytest.raises(SchemaError, match="categorical"):
         _ = refused.data_shape
     assert refused.train_frame is None  # checked before any row is read
+
+
+def test_a_wide_integer_column_is_refused_as_discrete_without_building_its_grid():
+    """A grid of 10^15 values would not fit in memory: the size is counted, not built."""
+    schema = TableSchema((Column("n", "integer", bounds=(0, 1e15)),))
+    assert schema.column("n").grid_size == 10**15 + 1
+    with pytest.raises(SchemaError, match="can hold 1000000000000001 values"):
+        TableTransformer.from_bounds(schema, discrete=["n"])
+
+
+def test_fit_dp_takes_discrete_columns_from_any_iterable_and_never_thresholds_them(frame):
+    kwargs = dict(mixed=MIXED, log_columns=LOG)
+    plain, _ = TableTransformer.fit_dp(frame, SCHEMA, 0.5, discrete=iter(["rooms"]), rng=np.random.default_rng(4), **kwargs)
+    cut, _ = TableTransformer.fit_dp(frame, SCHEMA, 0.5, discrete=("rooms",), threshold=100.0,
+                                     rng=np.random.default_rng(4), **kwargs)
+    assert plain.encoders[3].encoding == cut.encoders[3].encoding == "discrete"
+    # the same release: the threshold cut every numeric count (100 scales) but no value frequency
+    assert cut.encoders[3].frequencies == plain.encoders[3].frequencies
+    assert cut.encoders[0].normalizer != plain.encoders[0].normalizer
+
+
+def test_a_discrete_column_needs_a_histogram_counted_over_its_grid(frame):
+    histograms, _ = dp_column_histograms(frame, SCHEMA, 1.0, rng=np.random.default_rng(0))  # rooms in 64 bins
+    with pytest.raises(SchemaError, match="not counted over its grid"):
+        TableTransformer.from_histograms(SCHEMA, histograms, discrete=["rooms"])
+
+
+def test_a_transformer_description_with_an_unknown_encoding_or_wrong_widths_is_refused(frame):
+    transformer = TableTransformer.from_bounds(SCHEMA, discrete=["rooms"])
+    spec = json.loads(json.dumps(transformer.to_dict()))
+    spec["columns"][3]["encoding"] = "ordinal"
+    with pytest.raises(ValueError, match="unknown encoding 'ordinal'"):
+        TableTransformer.from_dict(spec)
+    spec["columns"][3]["encoding"] = "discrete"
+    spec["columns"][3]["frequencies"] = spec["columns"][3]["frequencies"][:-1]
+    with pytest.raises(ValueError, match=r"one frequency per value of the column \(13\), got 12"):
+        TableTransformer.from_dict(spec)
+
+
+def test_discrete_declarations_follow_the_datamodules_label_rules(tmp_path):
+    """Bounds modes read no row; QUAIL's exclude_label leaves the label out of the declaration
+    (as for the dataset's other roles), while a scalar continuous label is refused."""
+    kwargs = dict(data_dir=tmp_path / "nothing-here", download=False, encoding="mode-specific", modes="bounds")
+    bounds = KingDataModule(**kwargs, discrete_columns=["grade"])
+    grade = next(e for e in bounds.table_transformer.encoders if e.column.name == "grade")
+    assert grade.encoding == "discrete" and grade.frequencies == pytest.approx([1 / 13] * 13)
+    assert bounds.train_frame is None and bounds.privacy_cost()["epsilon"] == 0.0
+    schema = TableSchema((Column("area", "integer", bounds=(0, 9)), Column("price", "integer", bounds=(0, 9))),
+                         label="price", label_kind="continuous")
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(schema.to_dict()))
+    csv_kwargs = dict(csv=write_csv(tmp_path / "t.csv", pd.DataFrame({"area": [1, 2], "price": [3, 4]})),
+                      schema=schema_file, encoding="mode-specific", modes="bounds", discrete_columns=["area", "price"])
+    features_only = CSVDataModule(**csv_kwargs, exclude_label=True)
+    assert [e.encoding for e in features_only.table_transformer.encoders] == ["discrete"]
+    with pytest.raises(SchemaError, match="cannot be discrete"):
+        _ = CSVDataModule(**csv_kwargs).table_transformer

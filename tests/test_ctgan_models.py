@@ -16,7 +16,7 @@ from lightning_dpgan.modules.ctgan import CTGAN
 from lightning_dpgan.modules.dpsactgan import DPSACTGAN
 from lightning_dpgan.privacy.accountants import OpacusAccountant, calibrate_noise_multiplier
 from lightning_dpgan.privacy.gradient_sanitizer import GradientSanitizerMechanism
-from lightning_dpgan.sampling import sample_to_file
+from lightning_dpgan.sampling import read_run_info, sample_to_file
 from preset_helpers import modes_epsilon
 from run_helpers import opacus_epsilon, sanitizer_epsilon
 
@@ -119,9 +119,27 @@ def test_dpctgan_trains_with_discrete_columns_as_conditions_and_writes_values_of
     layout = torch.load(output / "checkpoints" / "last.ckpt", weights_only=False)["hyper_parameters"]["table_layout"]
     widths = sorted(width for _, width in layout["condition_spans"])
     assert widths == [2, 7, 13, 199]  # waterfront, floors, grade, zipcode
+    released = read_run_info(output / "checkpoints" / "last.ckpt")["table_transformer"]
+    encodings = {column["name"]: column["encoding"] for column in released["columns"]}
+    assert encodings["grade"] == encodings["floors"] == "discrete" and encodings["view"] == "mode-specific"
     report = json.loads((output / "privacy.json").read_text())
     assert report["preprocessing"]["parts"]["modes"]["epsilon"] == pytest.approx(0.1)
     assert report["epsilon"] <= 8.0
+    published = sample_to_file(output / "checkpoints" / "last.ckpt", 40, tmp_path / "published.csv")
+    assert set(pd.read_csv(published)["floors"]) <= {1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0}
+
+
+def test_a_resume_under_other_encoding_declarations_is_refused(tmp_path, capsys):
+    """Bounds modes are rebuilt from the resuming run's declarations, not restored: other
+    discrete columns would give other slots under the checkpoint's network."""
+    settings = ("--data.modes", "bounds", "--privacy.noise_multiplier", "5")
+    first = tmp_path / "first"
+    assert main(run_args("dpctgan", "king", first, 2, *settings, "--data.discrete_columns", "grade")) == 0
+    resume = ("--resume", str(first / "checkpoints" / "last.ckpt"))
+    assert main(run_args("dpctgan", "king", tmp_path / "other", 4, *settings, *resume)) != 0
+    assert "trained on another table encoding" in capsys.readouterr().err
+    assert main(run_args("dpctgan", "king", tmp_path / "same", 4, *settings, *resume,
+                         "--data.discrete_columns", "grade")) == 0
 
 
 def test_models_that_need_the_mode_specific_encoding_refuse_images_and_other_encodings(tmp_path, capsys):

@@ -458,13 +458,14 @@ HIST_SCHEMA = TableSchema(
         Column("x", "continuous", bounds=(-10.0, 10.0)),
         Column("gain", "integer", bounds=(0, 10_000)),
         Column("lot", "continuous", bounds=(0.0, 2_000_000.0)),
+        Column("rooms", "integer", bounds=(0, 12)),
         Column("colour", "categorical", categories=("red", "green", "blue")),
         Column("y", "categorical", categories=("no", "yes")),
     ),
     label="y",
     label_kind="binary",
 )
-HIST_ROLES = {"special_values": {"gain": [0.0]}, "log_columns": ["lot"]}
+HIST_ROLES = {"special_values": {"gain": [0.0]}, "log_columns": ["lot"], "discrete": ["rooms"]}
 
 
 def table(n: int, seed: int) -> pd.DataFrame:
@@ -473,6 +474,7 @@ def table(n: int, seed: int) -> pd.DataFrame:
         "x": rng.normal(0.0, 4.0, n),
         "gain": np.where(rng.random(n) < 0.6, 0, rng.integers(1, 9000, n)),
         "lot": np.exp(rng.normal(9.0, 1.0, n)),
+        "rooms": rng.integers(1, 9, n),
         "colour": rng.choice(["red", "green", "blue"], n),
         "y": rng.choice(["no", "yes"], n),
     })
@@ -486,6 +488,7 @@ def odd_table(n: int) -> pd.DataFrame:
         "x": rng.integers(-1000, 1000, n).astype(float),
         "gain": np.zeros(n, dtype=int),
         "lot": np.full(n, 1e9),
+        "rooms": np.full(n, 40),
         "colour": ["red"] * n,
         "y": np.where(rng.random(n) < 0.95, "yes", "no"),
     })
@@ -493,8 +496,9 @@ def odd_table(n: int) -> pd.DataFrame:
 
 def test_dp_histogram_extreme_records_move_each_of_the_d_column_histograms_by_one():
     """Protects the histograms' L1 sensitivity d: an added record -- typical, far outside the
-    bounds, on a special value, at +-inf -- moves the concatenated true counts by exactly d (one
-    bin per column); a record the schema drops (unknown category) moves nothing."""
+    bounds (a discrete column's too), on a special value, at +-inf -- moves the concatenated
+    true counts by exactly d (one bin per column); a record the schema drops (unknown category)
+    moves nothing."""
     base = table(300, 0)
 
     def counts(frame):
@@ -503,15 +507,15 @@ def test_dp_histogram_extreme_records_move_each_of_the_d_column_histograms_by_on
 
     without, d = counts(base), len(HIST_SCHEMA.columns)
     extremes = [
-        {"x": 1.0, "gain": 5, "lot": 5000.0, "colour": "red", "y": "no"},
-        {"x": 1e300, "gain": 10**15, "lot": 1e300, "colour": "blue", "y": "yes"},
-        {"x": -1e300, "gain": -(10**15), "lot": -1e300, "colour": "green", "y": "no"},
-        {"x": math.inf, "gain": 0, "lot": -math.inf, "colour": "red", "y": "yes"},
+        {"x": 1.0, "gain": 5, "lot": 5000.0, "rooms": 3, "colour": "red", "y": "no"},
+        {"x": 1e300, "gain": 10**15, "lot": 1e300, "rooms": 10**15, "colour": "blue", "y": "yes"},
+        {"x": -1e300, "gain": -(10**15), "lot": -1e300, "rooms": -(10**15), "colour": "green", "y": "no"},
+        {"x": math.inf, "gain": 0, "lot": -math.inf, "rooms": 12, "colour": "red", "y": "yes"},
     ]
     for row in extremes:
         change = np.abs(counts(pd.concat([base, pd.DataFrame([row])], ignore_index=True)) - without).sum()
         assert change == d, row
-    dropped = {"x": 1e300, "gain": 7, "lot": 1.0, "colour": "purple", "y": "no"}
+    dropped = {"x": 1e300, "gain": 7, "lot": 1.0, "rooms": 2, "colour": "purple", "y": "no"}
     assert np.abs(counts(pd.concat([base, pd.DataFrame([dropped])], ignore_index=True)) - without).sum() == 0
 
 
@@ -794,7 +798,8 @@ def test_dp_modes_reach_the_rows_only_through_the_dp_histogram(tmp_path, monkeyp
                         stand_in(table_transformer.dp_column_histograms, frames, table(300, 99), seed))
     schema_file = tmp_path / "schema.json"
     schema_file.write_text(json.dumps(HIST_SCHEMA.to_dict()))
-    roles = {"mixed": HIST_ROLES["special_values"], "log_columns": HIST_ROLES["log_columns"]}
+    roles = {"mixed": HIST_ROLES["special_values"], "log_columns": HIST_ROLES["log_columns"],
+             "discrete_columns": HIST_ROLES["discrete"]}
 
     def module(rows_seed):
         path = tmp_path / f"rows{rows_seed}.csv"

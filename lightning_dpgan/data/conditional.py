@@ -1,7 +1,7 @@
 """CTGAN's conditional vector, adapted so that real records keep their DP sampling.
 
-CTGAN (Xu et al. 2019) trains with a conditional vector: pick a categorical column uniformly,
-pick one of its categories, and ask the generator for a record of that category (a
+CTGAN (Xu et al. 2019) trains with a conditional vector: pick a categorical column (or a declared
+discrete numeric one, one-hot over its values) uniformly, pick one of its categories, and ask the generator for a record of that category (a
 cross-entropy term makes it comply). Its *training-by-sampling* then draws the real rows the
 critic compares against **by category**: it looks up the rows that hold the chosen category and
 samples among them. That makes which real records enter a batch depend on the other records
@@ -39,7 +39,7 @@ DEFAULT_LOG_SCALE = 1000.0
 
 
 class ConditionalSampler:
-    """Conditional vectors over the categorical columns of a table layout.
+    """Conditional vectors over the one-hot columns (categorical, declared discrete) of a table layout.
 
     Args:
         condition_spans: ``(start, width)`` of each condition column's one-hot block in the
@@ -49,7 +49,7 @@ class ConditionalSampler:
 
     The conditional vector concatenates the condition columns' blocks (``cond_dim`` slots in
     all); ``cond_offsets[j]`` is where column ``j``'s block starts in it. A table without
-    categorical columns has ``cond_dim == 0``: empty conditions, column index -1, no loss.
+    one-hot columns has ``cond_dim == 0``: empty conditions, column index -1, no loss.
     """
 
     def __init__(

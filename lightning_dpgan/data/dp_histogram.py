@@ -219,12 +219,12 @@ def check_column_roles(
 
 def _check_discrete(schema: TableSchema, discrete: Sequence[str], other_roles: set[str]) -> None:
     for name in discrete:
-        grid = schema.column(name).grid
-        if grid is None:
+        size = schema.column(name).grid_size  # counted, not built: a wide column is refused at once
+        if size is None:
             raise SchemaError(f"discrete column '{name}' has no public grid of values: declare it integer, "
                               "or give the continuous column a step")
-        if len(grid) > MAX_DISCRETE_VALUES:
-            raise SchemaError(f"discrete column '{name}' can hold {len(grid)} values; at most "
+        if size > MAX_DISCRETE_VALUES:
+            raise SchemaError(f"discrete column '{name}' can hold {size} values; at most "
                               f"{MAX_DISCRETE_VALUES} are encoded one slot each (leave it mode-specific)")
         if name in other_roles:
             raise SchemaError(f"column '{name}' is declared discrete and mixed or long-tail: choose one")

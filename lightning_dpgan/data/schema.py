@@ -76,7 +76,9 @@ class Column:
             bathrooms in quarters): its values are ``low + k * step``. Decoded values are
             rounded to that grid, so synthetic rows hold only values the real column can hold.
             It shapes decoding only: encoding, and so the scoring of tables from other tools
-            or from runs trained before a step was declared, ignores it.
+            or from runs trained before a step was declared, ignores it -- unless a
+            mode-specific encoding declares the column discrete, which gives it one slot per
+            grid value (such a run's transformer keeps its own schema, step included).
         source: where the public bounds/categories come from (documentation, a standard, a DP
             estimate); kept with the schema so a reader can check that they are public.
     """
@@ -135,20 +137,30 @@ class Column:
         return np.round(on_grid, _GRID_DECIMALS)  # 0.30000000000000004 -> 0.3 in synthetic.csv
 
     @property
+    def grid_size(self) -> int | None:
+        """How many values :attr:`grid` holds (``None`` without a grid), without building it."""
+        if self.kind == "integer":
+            low, high = self.bounds
+            return math.floor(high) - math.ceil(low) + 1
+        if self.kind != "continuous" or self.step is None:
+            return None
+        low, high = self.bounds
+        return math.floor((high - low) / self.step + _GRID_TOLERANCE) + 1
+
+    @property
     def grid(self) -> np.ndarray | None:
         """Every value the column can hold, in order, when its domain is a public grid: an
         integer column's whole numbers within its bounds, a continuous column's ``low + k * step``
         (values as :meth:`typed` writes them); ``None`` for a continuous column without a step
         and for a categorical one. Public (bounds and step alone), so a histogram over it has
         one fixed bin per value."""
-        if self.kind == "integer":
-            low, high = self.bounds
-            return np.arange(math.ceil(low), math.floor(high) + 1, dtype=np.int64)
-        if self.kind != "continuous" or self.step is None:
+        size = self.grid_size
+        if size is None:
             return None
-        low, high = self.bounds
-        last = math.floor((high - low) / self.step + _GRID_TOLERANCE)
-        return np.round(low + np.arange(last + 1) * self.step, _GRID_DECIMALS)
+        low, _ = self.bounds
+        if self.kind == "integer":
+            return np.arange(math.ceil(low), math.ceil(low) + size, dtype=np.int64)
+        return np.round(low + np.arange(size) * self.step, _GRID_DECIMALS)
 
     def grid_codes(self, values: np.ndarray) -> np.ndarray:
         """Each numeric value's position in :attr:`grid` (clipped to the bounds, then the nearest

@@ -65,6 +65,7 @@ TANH, SOFTMAX = "tanh", "softmax"
 CATEGORICAL, MODE_SPECIFIC, LABEL_SCALAR, DISCRETE = "categorical", "mode-specific", "label-scalar", "discrete"
 #: Encodings held as a one-hot block: the columns CTGAN's conditional vector chooses from.
 ONE_HOT = (CATEGORICAL, DISCRETE)
+ENCODINGS = (CATEGORICAL, MODE_SPECIFIC, LABEL_SCALAR, DISCRETE)
 
 
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -222,9 +223,19 @@ class ColumnEncoder:
     def from_dict(cls, entry: Mapping[str, Any], column: Column) -> ColumnEncoder:
         normalizer = entry.get("normalizer")
         frequencies = entry.get("frequencies")
+        encoding = entry.get("encoding")
+        if encoding not in ENCODINGS:
+            raise ValueError(f"column '{column.name}': unknown encoding {encoding!r} (this version reads {ENCODINGS})")
+        slots = {CATEGORICAL: column.width if not column.is_numeric else None,
+                 DISCRETE: column.grid_size}.get(encoding)
+        if encoding in ONE_HOT and (slots is None or frequencies is None or len(frequencies) != slots):
+            raise ValueError(f"column '{column.name}': a {encoding} encoding needs one frequency per value of the "
+                             f"column ({slots}), got {None if frequencies is None else len(frequencies)}")
+        if encoding == MODE_SPECIFIC and normalizer is None:
+            raise ValueError(f"column '{column.name}': a mode-specific encoding needs its fitted normalizer")
         return cls(
             column=column,
-            encoding=entry["encoding"],
+            encoding=encoding,
             normalizer=ModeSpecificNormalizer.from_dict(normalizer) if normalizer is not None else None,
             special_values=tuple(float(v) for v in entry.get("special_values", ())),
             log=bool(entry.get("log", False)),
@@ -282,6 +293,7 @@ class TableTransformer:
         codes hold ~250 training records each, against a cut of 800 at 4 scales of 200), and a
         category whose frequency is 0 would never be asked of the generator.
         """
+        discrete = list(discrete)  # read three times below: an iterator would be used up by the first
         mixed, log_columns = checked_roles(schema, mixed, log_columns, label_scalar, discrete)
         names = [c.name for c in schema.columns if not _is_label_scalar(schema, c, label_scalar)]
         histograms, cost = dp_column_histograms(
@@ -316,7 +328,7 @@ class TableTransformer:
             if _is_label_scalar(schema, column, label_scalar):
                 encoders.append(ColumnEncoder(column, LABEL_SCALAR, log=column.name in log_columns))
             elif column.name in discrete:
-                encoders.append(ColumnEncoder(column, DISCRETE, frequencies=_frequencies(histograms[column.name].counts)))
+                encoders.append(ColumnEncoder(column, DISCRETE, frequencies=_grid_frequencies(column, histograms[column.name])))
             elif not column.is_numeric:
                 encoders.append(ColumnEncoder(column, CATEGORICAL, frequencies=_frequencies(histograms[column.name].counts)))
             else:
@@ -500,6 +512,14 @@ def _frequencies(noisy_counts: np.ndarray) -> tuple[float, ...]:
     if counts.sum() <= 0:
         counts = np.ones_like(counts)
     return tuple((counts / counts.sum()).tolist())
+
+
+def _grid_frequencies(column: Column, histogram: NoisyHistogram) -> tuple[float, ...]:
+    """A discrete column's value frequencies, from a histogram counted over its grid."""
+    if histogram.is_numeric or histogram.categories != tuple(column.grid.tolist()):
+        raise SchemaError(f"the histogram of discrete column '{column.name}' is not counted over its grid of values "
+                          "(dp_column_histograms(..., discrete=[...]) counts it so)")
+    return _frequencies(histogram.counts)
 
 
 def _plain(series: pd.Series) -> pd.Series:
