@@ -10,8 +10,9 @@ feature tables and trains the random forest there:
 - the real training columns, each shuffled on its own (the real marginals, no joint structure);
 - the synthetic features with one column replaced by a draw from its real marginal, per column.
 
-It also prints each discrete column's total-variation distance between the real training rows
-and the synthetic ones. Everything is scored on the run's held-out ``--split`` (``test`` by
+It also prints the total-variation distance between the real training rows and the synthetic
+ones of each column with few values (``evaluation.fidelity.total_variation_per_column``;
+``benchmarks/column_marginals.py`` prints that table alone, for any table run). Everything is scored on the run's held-out ``--split`` (``test`` by
 default; ``dev`` for a run trained with ``--data.dev_fraction``).
 
     python benchmarks/regression_gap.py --run RUN --data-dir DIR [--split dev]
@@ -25,14 +26,10 @@ import numpy as np
 import pandas as pd
 
 from lightning_dpgan.evaluate import load_run_datamodule
+from lightning_dpgan.evaluation.fidelity import total_variation_per_column
 from lightning_dpgan.evaluation.utility import REGRESSORS, features_and_label, regression_utility
 from lightning_dpgan.run_folder import LAST_CHECKPOINT
 from lightning_dpgan.sampling import read_run_info, table_labeler
-
-
-def total_variation(real: pd.Series, synthetic: pd.Series) -> float:
-    a, b = real.value_counts(normalize=True), synthetic.value_counts(normalize=True)
-    return float(0.5 * a.sub(b, fill_value=0.0).abs().sum())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -75,10 +72,11 @@ def main(argv: list[str] | None = None) -> None:
         draw = train[name].sample(len(synthetic), replace=True, random_state=args.seed).to_numpy()
         print(f"| synthetic rows, {name} drawn from its real marginal | {relabelled(synthetic_features.assign(**{name: draw})):.3f} |")
 
-    discrete = [c.name for c in schema.columns if c.kind != "continuous" and c.name != schema.label]
-    print("\n| discrete column | real categories | synthetic categories | total variation |\n|---|---|---|---|")
-    for name in discrete:
-        print(f"| {name} | {train[name].nunique()} | {synthetic[name].nunique()} | {total_variation(train[name], synthetic[name]):.3f} |")
+    distances = total_variation_per_column(train, synthetic, schema)
+    print("\n| column with few values | real values | synthetic values | total variation |\n|---|---|---|---|")
+    for name, distance in distances.items():
+        if name != schema.label:
+            print(f"| {name} | {train[name].nunique()} | {synthetic[name].nunique()} | {distance:.3f} |")
 
 
 if __name__ == "__main__":

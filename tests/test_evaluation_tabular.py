@@ -16,11 +16,13 @@ from lightning_dpgan.evaluation import (
     correlation_difference,
     feature_importance_agreement,
     features_and_label,
+    invented_share_per_column,
     jensen_shannon_per_column,
     pmse,
     regression_utility,
     settings_abc,
     synthetic_ranking_agreement,
+    total_variation_per_column,
     utility_differences,
     wasserstein_per_column,
 )
@@ -149,6 +151,30 @@ def test_jsd_hand_computed() -> None:
     a = pd.DataFrame({"x1": [1.0, 2.0], "x2": [0, 1], "color": ["red", "red"], "y": ["no", "yes"]})
     b = a.assign(color="green")
     assert jensen_shannon_per_column(a, b, SCHEMA)["color"] == pytest.approx(1.0)
+
+
+def test_total_variation_and_invented_share_hand_computed() -> None:
+    """TV = half the L1 distance of the frequencies: colour (1/2, 1/4, 1/4) against (1/4, 1/4,
+    1/2) is 0.25; x2 (integers) 0 and 1 against 1 and 7 is 0.5, and half the synthetic rows hold
+    7, which no real row holds; x1 (continuous, no grid) is left out."""
+    real = pd.DataFrame({"x1": [1.0, 2.0, 3.0, 4.0], "x2": [0, 0, 1, 1], "color": ["red", "red", "green", "blue"],
+                         "y": ["no", "yes", "no", "yes"]})
+    synthetic = real.assign(x2=[1, 1, 7, 7], color=["red", "green", "blue", "blue"])
+    assert total_variation_per_column(real, real.copy(), SCHEMA) == {"x2": 0.0, "color": 0.0, "y": 0.0}
+    distances = total_variation_per_column(real, synthetic, SCHEMA)
+    assert distances == {"x2": pytest.approx(0.5), "color": pytest.approx(0.25), "y": 0.0}
+    assert invented_share_per_column(real, synthetic, SCHEMA) == {"x2": 0.5, "color": 0.0, "y": 0.0}
+    disjoint = real.assign(color="blue")
+    assert total_variation_per_column(real.assign(color="red"), disjoint, SCHEMA)["color"] == pytest.approx(1.0)
+    assert invented_share_per_column(real.assign(color="red"), disjoint, SCHEMA)["color"] == 1.0
+
+
+def test_total_variation_reads_a_stepped_column_on_its_grid() -> None:
+    """Off-grid synthetic values (another tool's table) count at the nearest grid value."""
+    schema = TableSchema((Column("floors", "continuous", bounds=(1.0, 4.0), step=0.5),))
+    real = pd.DataFrame({"floors": [1.0, 1.5, 2.0, 2.0]})
+    assert total_variation_per_column(real, pd.DataFrame({"floors": [1.1, 1.6, 1.9, 2.1]}), schema) == {"floors": 0.0}
+    assert invented_share_per_column(real, pd.DataFrame({"floors": [3.9, 2.0]}), schema) == {"floors": 0.5}
 
 
 def test_correlation_difference() -> None:

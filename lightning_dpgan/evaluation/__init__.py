@@ -1,8 +1,10 @@
 """Measuring how useful synthetic data is: train on synthetic records, test on real ones."""
 from lightning_dpgan.evaluation.fidelity import (
     correlation_difference,
+    invented_share_per_column,
     jensen_shannon_per_column,
     pmse,
+    total_variation_per_column,
     wasserstein_per_column,
 )
 from lightning_dpgan.evaluation.images import SmallCNN, cnn_accuracy, load_synthetic_npz

@@ -3,6 +3,10 @@
 - Per-column distances as DP-SACTGAN reports them (Sec. 5.2, Tables 3-4, following CTAB-GAN):
   Wasserstein distance (WD) for numeric columns, Jensen-Shannon divergence (JSD) for categorical
   ones, and Diff-Corr, the distance between the two tables' pairwise correlation matrices.
+- Per column with few values (categorical, or numeric on a public grid): the total-variation
+  distance between the two tables' value frequencies, and the share of synthetic rows whose
+  value never occurs in the real rows (values a synthesizer invented, e.g. ZIP codes that the
+  noise of a DP histogram put in its conditions).
 - The propensity-score mean squared error (pMSE) of Snoke & Slavković (2018), used by the QUAIL
   evaluation (Sec. "Distributional similarity"): how well a classifier tells the tables apart,
   relative to what it achieves by chance.
@@ -21,7 +25,7 @@ from scipy.spatial.distance import jensenshannon
 from scipy.stats import wasserstein_distance
 from sklearn.linear_model import LogisticRegression
 
-from lightning_dpgan.data.schema import TableSchema
+from lightning_dpgan.data.schema import Column, TableSchema, _category_codes
 
 
 def _encoded(frame: pd.DataFrame, schema: TableSchema) -> np.ndarray:
@@ -60,6 +64,43 @@ def jensen_shannon_per_column(real: pd.DataFrame, synthetic: pd.DataFrame, schem
         block = schema.column_slices[column.name]
         p, q = x_real[:, block].mean(axis=0), x_synthetic[:, block].mean(axis=0)
         out[column.name] = float(jensenshannon(p, q, base=2) ** 2)
+    return out
+
+
+def _value_codes(column: Column, series: pd.Series) -> pd.Series:
+    """A column's values as codes: category index (-1 for a category outside the schema) or the
+    nearest value of its public grid (after clipping to the bounds)."""
+    if column.is_numeric:
+        return pd.Series(column.grid_codes(series.to_numpy(dtype=np.float64)))
+    return pd.Series(_category_codes(column, series))
+
+
+def _few_valued(schema: TableSchema) -> list[Column]:
+    """Columns with few values: categorical ones, and numeric ones with a public grid."""
+    return [c for c in schema.columns if not c.is_numeric or c.grid_size is not None]
+
+
+def total_variation_per_column(real: pd.DataFrame, synthetic: pd.DataFrame, schema: TableSchema) -> dict[str, float]:
+    """Total-variation distance, ``0.5 * sum_v |p_real(v) - p_synthetic(v)|`` in [0, 1], between
+    the value frequencies of each categorical column and each numeric column with a public grid
+    (:attr:`Column.grid`: integers, stepped values; off-grid values count at the nearest grid
+    value). Continuous columns without a grid are left to :func:`wasserstein_per_column`.
+    Returns ``{column: TV}``."""
+    out = {}
+    for column in _few_valued(schema):
+        p = _value_codes(column, real[column.name]).value_counts(normalize=True)
+        q = _value_codes(column, synthetic[column.name]).value_counts(normalize=True)
+        out[column.name] = float(0.5 * p.sub(q, fill_value=0.0).abs().sum())
+    return out
+
+
+def invented_share_per_column(real: pd.DataFrame, synthetic: pd.DataFrame, schema: TableSchema) -> dict[str, float]:
+    """Per column of :func:`total_variation_per_column`, the share of synthetic rows whose value
+    occurs in no real row. Returns ``{column: share}``."""
+    out = {}
+    for column in _few_valued(schema):
+        seen = set(_value_codes(column, real[column.name]))
+        out[column.name] = float((~_value_codes(column, synthetic[column.name]).isin(seen)).mean())
     return out
 
 
