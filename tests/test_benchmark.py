@@ -147,6 +147,16 @@ def test_goals_count_only_full_size_results_and_say_whether_they_are_met():
     assert subset[2] == lines[2]  # part of the full grid, each cell on the full protocol, counts
 
 
+def test_a_mean_that_rounds_onto_the_goal_shows_the_digits_that_decide_it():
+    reference = {"goals": [{"dataset": "adult", "measure": "utility/B_auroc", "epsilon": 1.0, "at_least": 0.87}]}
+    short = [run("a", s, v) for s, v in enumerate([0.86998, 0.87])]
+    assert report.goal_lines([result_file("tables", "full", short)], reference)[2].endswith(
+        "| 0.86999 ± 0.00001 (2) | a | 2 | no |")
+    clear = [run("a", s, v) for s, v in enumerate([0.86, 0.88])]
+    assert "| 0.870 ± 0.014 (2) | a | 2 | yes |" in report.goal_lines([result_file("tables", "full", clear)], reference)[2]
+    assert report.separating_digits(0.5, 0.87) == 3 and report.separating_digits(0.87, 0.87) == 3
+
+
 def test_plots_carry_the_papers_figures_measured_the_same_way(tmp_path):
     reference = report.load_reference(REFERENCE)
     stars = report.markers_for(reference, "mnist", "utility/cnn_accuracy")

@@ -132,8 +132,17 @@ def goal_lines(results: list[dict[str, Any]], reference: dict[str, Any]) -> list
             continue
         summary, model = better(found, key=lambda item: item[0]["mean"])
         met = summary["mean"] >= target if "at_least" in goal else summary["mean"] <= target
-        lines.append(f"| {name} | {fmt(summary)} | {model} | {summary['n']} | {'yes' if met else 'no'} |")
+        digits = separating_digits(summary["mean"], target)
+        lines.append(f"| {name} | {fmt(summary, digits)} | {model} | {summary['n']} | {'yes' if met else 'no'} |")
     return lines
+
+
+def separating_digits(mean: float, bound: float, digits: int = 3, most: int = 6) -> int:
+    """Decimals that show ``mean`` on its side of a goal's ``bound``: 3, or more where 3 would
+    round it onto the bound (a mean of 0.86999 against 0.87 reads "0.870 ... no" at 3)."""
+    while digits < most and mean != bound and round(mean, digits) == round(bound, digits):
+        digits += 1
+    return digits
 
 
 def timed_sharing(result: dict[str, Any], row: dict[str, Any]) -> bool:
