@@ -19,7 +19,9 @@ Tables with a continuous label
 Tables, fidelity
   ``fidelity/wasserstein_mean`` (continuous columns, scaled by the public bounds),
   ``fidelity/jsd_mean`` (categorical columns), ``fidelity/correlation_difference``,
-  ``fidelity/pmse``, ``fidelity/pmse_ratio``.
+  ``fidelity/pmse``, ``fidelity/pmse_ratio``; over the columns with few values (categorical,
+  integer, stepped) ``fidelity/tv_mean`` (total-variation distance of the value frequencies) and
+  ``fidelity/invented_share_mean`` (share of synthetic rows on a value no training row holds).
 Every run also gets ``report.md`` (with figures under ``report/``: epsilon over steps, samples,
 classifier AUROC bars, marginals, correlation matrices; :mod:`lightning_dpgan.evaluation.report`).
 
@@ -194,7 +196,14 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
     real train split and ``held_out`` (default: its test split) (also used for tables made
     elsewhere: the benchmark's peers). ``save(figure, title, file_name)`` keeps the report
     figures; without it none are drawn."""
-    from lightning_dpgan.evaluation.fidelity import correlation_difference, jensen_shannon_per_column, pmse, wasserstein_per_column
+    from lightning_dpgan.evaluation.fidelity import (
+        correlation_difference,
+        invented_share_per_column,
+        jensen_shannon_per_column,
+        pmse,
+        total_variation_per_column,
+        wasserstein_per_column,
+    )
     from lightning_dpgan.evaluation.membership import membership_inference
     from lightning_dpgan.evaluation.ranking import synthetic_ranking_agreement
     from lightning_dpgan.evaluation.report import auroc_figure, correlation_figure, marginals_figure
@@ -233,6 +242,8 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
         "fidelity/correlation_difference": correlation_difference(real_train, synthetic, schema),
         "fidelity/pmse": propensity.get("pmse"),
         "fidelity/pmse_ratio": propensity.get("pmse_ratio"),
+        "fidelity/tv_mean": _mean(total_variation_per_column(real_train, synthetic, schema).values()),
+        "fidelity/invented_share_mean": _mean(invented_share_per_column(real_train, synthetic, schema).values()),
     })
     members, _ = schema.encode(real_train)
     non_members, _ = schema.encode(real_test)
