@@ -196,14 +196,7 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
     real train split and ``held_out`` (default: its test split) (also used for tables made
     elsewhere: the benchmark's peers). ``save(figure, title, file_name)`` keeps the report
     figures; without it none are drawn."""
-    from lightning_dpgan.evaluation.fidelity import (
-        correlation_difference,
-        invented_share_per_column,
-        jensen_shannon_per_column,
-        pmse,
-        total_variation_per_column,
-        wasserstein_per_column,
-    )
+    from lightning_dpgan.evaluation import fidelity
     from lightning_dpgan.evaluation.membership import membership_inference
     from lightning_dpgan.evaluation.ranking import synthetic_ranking_agreement
     from lightning_dpgan.evaluation.report import auroc_figure, correlation_figure, marginals_figure
@@ -233,17 +226,17 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
         if save is not None:
             save(auroc_figure({name: result["per_classifier"] for name, result in settings.items()}),
                  "Classifiers trained on real vs synthetic data", "auroc.png")
-    wasserstein = wasserstein_per_column(real_train, synthetic, schema)
-    jsd = jensen_shannon_per_column(real_train, synthetic, schema)
-    propensity = pmse(real_train, synthetic, schema, seed=seed)
+    wasserstein = fidelity.wasserstein_per_column(real_train, synthetic, schema)
+    jsd = fidelity.jensen_shannon_per_column(real_train, synthetic, schema)
+    propensity = fidelity.pmse(real_train, synthetic, schema, seed=seed)
     results.update({
         "fidelity/wasserstein_mean": _mean(wasserstein.values()),
         "fidelity/jsd_mean": _mean(jsd.values()),
-        "fidelity/correlation_difference": correlation_difference(real_train, synthetic, schema),
+        "fidelity/correlation_difference": fidelity.correlation_difference(real_train, synthetic, schema),
         "fidelity/pmse": propensity.get("pmse"),
         "fidelity/pmse_ratio": propensity.get("pmse_ratio"),
-        "fidelity/tv_mean": _mean(total_variation_per_column(real_train, synthetic, schema).values()),
-        "fidelity/invented_share_mean": _mean(invented_share_per_column(real_train, synthetic, schema).values()),
+        "fidelity/tv_mean": _mean(fidelity.total_variation_per_column(real_train, synthetic, schema).values()),
+        "fidelity/invented_share_mean": _mean(fidelity.invented_share_per_column(real_train, synthetic, schema).values()),
     })
     members, _ = schema.encode(real_train)
     non_members, _ = schema.encode(real_test)

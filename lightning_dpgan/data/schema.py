@@ -132,8 +132,7 @@ class Column:
         values = np.clip(values, low, high)
         if self.step is None:
             return values
-        last = math.floor((high - low) / self.step + _GRID_TOLERANCE)
-        on_grid = low + np.clip(np.round((values - low) / self.step), 0, last) * self.step
+        on_grid = low + np.clip(np.round((values - low) / self.step), 0, self.grid_size - 1) * self.step
         return np.round(on_grid, _GRID_DECIMALS)  # 0.30000000000000004 -> 0.3 in synthetic.csv
 
     @property
