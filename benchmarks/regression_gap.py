@@ -12,8 +12,9 @@ feature tables and trains the random forest there:
 
 It also prints the total-variation distance between the real training rows and the synthetic
 ones of each column with few values (``evaluation.fidelity.total_variation_per_column``;
-``benchmarks/column_marginals.py`` prints that table alone, for any table run). Everything is scored on the run's held-out ``--split`` (``test`` by
-default; ``dev`` for a run trained with ``--data.dev_fraction``).
+``benchmarks/column_marginals.py`` prints that table alone, for any table run). Everything is
+scored on the run's held-out ``--split`` (``test`` by default; ``dev`` for a run trained with
+``--data.dev_fraction``).
 
     python benchmarks/regression_gap.py --run RUN --data-dir DIR [--split dev]
 """

@@ -102,9 +102,10 @@ def check_same_encoding(datamodule: Any, saved: dict[str, Any] | None, checkpoin
     modes the released one is restored, but bounds modes are rebuilt from this run's
     declarations (``--data.mixed``, ``log_columns``, ``discrete_columns``, ...), and other
     declarations give other slots under the same checkpoint's network."""
-    if saved is None or getattr(datamodule, "table_transformer", None) is None:
+    current = getattr(datamodule, "table_layout", None)  # None: no mode-specific encoding
+    if saved is None or current is None:
         return
-    if TableTransformer.from_dict(saved).layout() != datamodule.table_layout:
+    if TableTransformer.from_dict(saved).layout() != current:
         raise ConfigError(f"the checkpoint {checkpoint} was trained on another table encoding: resume with the "
                           "--data encoding settings it was trained with (its run's config.yaml has them)")
 

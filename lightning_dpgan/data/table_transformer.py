@@ -124,7 +124,7 @@ class ColumnEncoder:
         if self.encoding == CATEGORICAL:
             return [(self.column.width, SOFTMAX)]
         if self.encoding == DISCRETE:
-            return [(len(self.column.grid), SOFTMAX)]
+            return [(self.column.grid_size, SOFTMAX)]
         if self.encoding == LABEL_SCALAR:
             return [(1, TANH)]
         return [(1, TANH), (len(self.special_values) + self.normalizer.n_modes, SOFTMAX)]
@@ -358,7 +358,7 @@ class TableTransformer:
             if _is_label_scalar(schema, column, label_scalar):
                 encoders.append(ColumnEncoder(column, LABEL_SCALAR, log=log))
             elif column.name in discrete:
-                encoders.append(ColumnEncoder(column, DISCRETE, frequencies=_frequencies(np.ones(len(column.grid)))))
+                encoders.append(ColumnEncoder(column, DISCRETE, frequencies=_frequencies(np.ones(column.grid_size))))
             elif not column.is_numeric:
                 encoders.append(ColumnEncoder(column, CATEGORICAL, frequencies=_frequencies(np.ones(column.width))))
             else:
