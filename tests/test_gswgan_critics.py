@@ -242,6 +242,68 @@ def test_an_iteration_changes_only_the_round_robin_critic_and_queries_only_the_a
         assert selected == it.answer and set(called) == {it.answer}
 
 
+def test_each_critics_adam_state_advances_on_its_own_steps_and_the_group_stays_whole(fitted):
+    """12 iterations over 4 critics of 2 steps each: every critic took 6 Adam steps; the
+    optimizer's one group holds every critic again and no critic keeps a gradient."""
+    _, module, _, _ = fitted
+    adam = module.trainer.optimizers[1]
+    everything = [p for critic in module.critics for p in critic.parameters()]
+    assert len(adam.param_groups) == 1 and [id(p) for p in adam.param_groups[0]["params"]] == [id(p) for p in everything]
+    for critic in module.critics:
+        assert {float(adam.state[p]["step"]) for p in critic.parameters()} == {12 / N_CRITICS * 2}
+        assert all(p.grad is None for p in critic.parameters())
+
+
+class TinyCritic(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+
+    def forward(self, x, labels=None):
+        return self.body(x)
+
+
+def tiny_bank(seed):
+    torch.manual_seed(seed)
+    return CriticBank([TinyCritic() for _ in range(3)])
+
+
+def test_stepping_the_selected_critic_alone_computes_what_a_step_over_every_critic_does():
+    """The same Adam steps on critic 1, once through ``stepping_selected`` and once over the
+    whole group (the other critics frozen and gradient-free): identical parameters and state;
+    critics 0 and 2 untouched; the selected critic's gradient dropped on leaving."""
+    x = torch.randn(8, 3)
+    banks = [tiny_bank(0), tiny_bank(0)]
+    adams = [torch.optim.Adam(bank.parameters(), lr=0.1, betas=(0.0, 0.9)) for bank in banks]
+    untouched = [p.detach().clone() for i in (0, 2) for p in banks[0].critics[i].parameters()]
+    for bank in banks:
+        bank.select(1)
+    for _ in range(3):
+        with banks[0].stepping_selected(adams[0]):
+            adams[0].zero_grad()
+            banks[0](x).square().mean().backward()
+            adams[0].step()
+        adams[1].zero_grad()
+        banks[1](x).square().mean().backward()
+        adams[1].step()
+    for a, b in zip(banks[0].parameters(), banks[1].parameters()):
+        assert torch.equal(a, b)
+    assert all(torch.equal(a, b) for a, b in
+               zip(untouched, [p for i in (0, 2) for p in banks[0].critics[i].parameters()]))
+    assert all(p.grad is None for p in banks[0].parameters())
+    assert len(adams[0].state) == len(adams[1].state) == 4  # critic 1's four tensors
+    for a, b in zip(adams[0].state_dict()["state"].values(), adams[1].state_dict()["state"].values()):
+        assert all(torch.equal(a[key], b[key]) for key in a)
+
+
+def test_stepping_the_selected_critic_needs_one_parameter_group():
+    bank = tiny_bank(0)
+    adam = torch.optim.Adam([{"params": c.parameters()} for c in bank.critics])
+    with pytest.raises(ValueError, match="one parameter group"):
+        with bank.stepping_selected(adam):
+            pass
+
+
 def test_a_resumed_run_continues_the_round_robin_where_it_stopped(tmp_path):
     """Stopped mid-epoch at step 5 (6 steps per epoch), resumed to 11: critics 1, 2, 3, 0, 1, 2."""
     checkpoint = tmp_path / "five.ckpt"

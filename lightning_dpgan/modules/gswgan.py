@@ -22,7 +22,8 @@ alternation.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import torch
@@ -85,6 +86,32 @@ class CriticBank(nn.Module):
 
     def forward(self, x: Tensor, labels: Tensor | None = None) -> Tensor:
         return self.critics[self.selected](x, labels)
+
+    @contextmanager
+    def stepping_selected(self, optimizer: torch.optim.Optimizer) -> Iterator[None]:
+        """Within: ``optimizer`` (one parameter group over every critic) zeroes and steps the
+        selected critic's parameters alone; on leaving, its gradients are dropped and the group
+        holds every critic again.
+
+        Why: ``zero_grad`` and Adam's ``step`` walk every tensor of their group to find those
+        with a gradient -- 8,000 for the MNIST preset's 1000 critics, six times an iteration,
+        about 40 ms of an iteration on a CPU core, whatever the device. What they compute is
+        unchanged: the other critics have no gradient, and each critic's Adam state is keyed by
+        its own tensors, so it advances only on that critic's steps. Outside the context the
+        group is whole, so a checkpoint holds every critic's optimizer state. Select the critic
+        before entering and keep it selected inside.
+        """
+        inner = getattr(optimizer, "optimizer", optimizer)  # Lightning wraps the optimizer it returns
+        if len(inner.param_groups) != 1:
+            raise ValueError(f"the critics' optimizer must hold one parameter group, not {len(inner.param_groups)}")
+        group = inner.param_groups[0]
+        every_critic, critic = group["params"], self.critics[self.selected]
+        group["params"] = list(critic.parameters())
+        try:
+            yield
+        finally:
+            group["params"] = every_critic
+            critic.zero_grad(set_to_none=True)
 
 
 def fresh_copy(network: nn.Module) -> nn.Module:
@@ -201,8 +228,9 @@ class GSWGAN(WGAN):
         which is not trained here (it may be ``trained`` itself, 1 time in N)."""
         self.discriminator.select(trained)
         n_generated = self.generated_batch_size or records.shape[1]
-        for t in range(records.shape[0]):
-            critic_loss = self.discriminator_step(records[t], None if labels is None else labels[t], n_generated)
+        with self.discriminator.stepping_selected(self.optimizers()[1]):
+            for t in range(records.shape[0]):
+                critic_loss = self.discriminator_step(records[t], None if labels is None else labels[t], n_generated)
         self.discriminator.select(answer)
         self.generator_step(n_generated)
         self.train_steps += 1
