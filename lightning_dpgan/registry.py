@@ -59,7 +59,7 @@ DATASETS = _table(
 )
 
 PRIVACY = _table(
-    Entry("none", None, "no privacy mechanism: the non-private baseline (epsilon = infinity)"),
+    Entry("none", None, "no privacy mechanism: the non-private baseline (no epsilon: reported as null)"),
     Entry("dp-sgd", "lightning_dpgan.callbacks.dp_sgd:DPSGD"),
     Entry("pate", "lightning_dpgan.callbacks.pate:PATEAggregation"),
     Entry("gpate", "lightning_dpgan.callbacks.gpate:ProjectedVoting"),

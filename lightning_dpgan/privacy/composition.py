@@ -10,8 +10,10 @@ from typing import Any
 def compose_costs(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Basic composition of preprocessing mechanisms run on the same rows: ε and δ add up.
 
-    All parts that spend anything must hold for the same neighbouring relation (add/remove
-    here); ``parts`` keeps each cost as given, so a resume can restore them one by one.
+    All parts that spend anything must hold for the same neighbouring relation (add/remove for
+    the preprocessing mechanisms; a strategy under replace-one passes them already restated for
+    it, ``callbacks/strategy.py``); ``parts`` keeps each cost as given, so a resume can restore
+    them one by one.
     """
     spending = {name: cost for name, cost in parts.items() if cost["epsilon"] or cost["delta"]}
     relations = {cost.get("neighbours", "add-remove") for cost in spending.values()}

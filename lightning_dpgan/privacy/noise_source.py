@@ -5,7 +5,7 @@ global generator, which ``--seed`` seeds for reproducible initial weights and wh
 ``config.yaml`` records, anyone holding the seed could redraw the noise and subtract it from
 what was released; the same holds for DP-SGD's Poisson batch draws, whose secrecy the
 subsampling amplification assumes. So every mechanism draws from a ``torch.Generator`` of its
-own, seeded with 64 bits from the operating system's entropy pool (``secrets``), one generator
+own, seeded with 63 bits from the operating system's entropy pool (``secrets``), one generator
 per device the draws are made on.
 
 A fixed ``seed`` makes the draws reproducible: for tests and audits only. The privacy report

@@ -4,7 +4,7 @@ A module names the one slot it has in ``GANModule.privacy_slot``. A strategy cal
 (``lightning_dpgan.callbacks``) checks at ``setup`` that the module has its slot, then puts
 its mechanism there (``module.privacy = mechanism``). The module calls the mechanism at the
 single place where real records influence what is trained; with the slot empty
-(``module.privacy is None``) it trains without privacy, and reports epsilon = infinity.
+(``module.privacy is None``) it trains without privacy, and reports no epsilon (``null``).
 """
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ def validate_epsilon(epsilon: object) -> float:
     """Return the target ε if it is a finite number > 0.
 
     ε = ∞ is no guarantee at all; a non-private run should use the non-private
-    baseline, which reports ε = ∞ itself, rather than a private model with no budget.
+    baseline, which reports no ε (``null``) itself, rather than a private model with no budget.
     """
     number = _as_real("--epsilon", epsilon)
     if not (math.isfinite(number) and number > 0):

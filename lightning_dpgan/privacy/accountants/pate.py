@@ -30,8 +30,12 @@ class PATEMomentsAccountant:
 
     ``get_epsilon(delta)`` reports the figure of ``accounting`` (the one that stops training);
     both are available through ``epsilon_data_dependent`` / ``epsilon_data_independent``.
-    Look-ahead (:meth:`epsilon_if_queries`) charges future queries the data-independent bound,
-    since their votes are unknown: an upper bound whatever they turn out to be.
+    Look-ahead (:meth:`epsilon_if_queries`) charges future queries, whose votes are unknown,
+    the data-independent bound by default (an upper bound whatever the votes turn out to be) or
+    the bound of a given vote gap. Under data-dependent accounting the strategy plans with the
+    unanimous gap, the cheapest case, so its plan can be optimistic; what keeps the spend
+    within the target is :meth:`epsilon_if_answered`, which the strategy checks on the actual
+    votes before releasing a query batch (refused if it would pass).
     """
 
     name = "pate-moments"

@@ -3,7 +3,9 @@
 RDP composes by addition at every order α (Mironov 2017, Proposition 1), so any
 mechanism whose per-step RDP is a known function of its parameters is accounted by
 summing curves and converting once with ``rdp_to_epsilon``. Subclasses only provide
-``step_rdp``; PATE / GNMax and gradient-sanitizer accountants build on this.
+``step_rdp``; the Gaussian and the selected-critic (GS-WGAN) accountants build on this.
+PATE-GAN's moments accountant and Confident-GNMax keep their own state (histograms of vote
+gaps, noise pairs) and are not subclasses.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """Rényi-DP curves and their conversion to (ε, δ)-DP.
 
 Pure, stateless functions over a grid of RDP orders α. Every accountant that composes
-RDP curves (the Gaussian accountant here, PATE / GNMax and gradient-sanitizer
-accountants elsewhere) converts through :func:`rdp_to_epsilon`, so all of them report
-ε with one and the same conversion — the one Opacus uses.
+RDP curves (the Gaussian and gradient-sanitizer accountants, Confident-GNMax) converts
+through :func:`rdp_to_epsilon`, so all of them report ε with one and the same conversion —
+the one Opacus uses. PATE-GAN's moments accountant is the exception: it sums log-moments and
+converts with the moments accountant's own tail bound
+(:func:`lightning_dpgan.privacy.analysis.pate.moments_to_epsilon`), as PATE-GAN states it.
 """
 
 from __future__ import annotations
