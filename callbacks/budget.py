@@ -10,7 +10,8 @@ plans: for the strategy's current ``plan_key()`` (its step parameters, plus the 
 when that spend depends on the data) it finds, by bisection over the strategy's own look-ahead
 ``epsilon_if(k)``, the largest number of further steps that fits, and re-plans only when the
 key changes. ``privacy/epsilon`` is logged at Lightning's
-logging cadence (``log_every_n_steps``) and when training stops.
+logging cadence (``log_every_n_steps``) and at the last step, whatever stops training (the
+budget, ``--max-steps``, ``--max-epochs``).
 """
 from __future__ import annotations
 
@@ -24,6 +25,21 @@ from lightning_dpgan.privacy.validation import validate_epsilon
 
 #: Planning horizon: more steps than any run takes; a budget lasting longer is "unlimited".
 MAX_PLANNED_STEPS = 10**8
+
+
+def last_batch(trainer: L.Trainer) -> bool:
+    """Whether training ends after this batch for another reason than the budget: a callback
+    before this one stopped it (``StepLimit``: ``--max-steps``) or this is the last batch of the
+    last epoch (``--max-epochs``). The final epsilon is then logged whatever the cadence."""
+    return trainer.should_stop or ends_on_epochs(trainer)
+
+
+def ends_on_epochs(trainer: L.Trainer) -> bool:
+    """The last batch of the last epoch, training not stopped otherwise: Lightning then keeps
+    what was logged for ``callback_metrics`` but writes it to the loggers only at its cadence."""
+    max_epochs = trainer.max_epochs
+    return (not trainer.should_stop and bool(trainer.is_last_batch) and max_epochs is not None
+            and max_epochs > 0 and trainer.current_epoch + 1 >= max_epochs)
 
 
 class BudgetTooSmallError(ValueError):
@@ -87,15 +103,18 @@ class PrivacyBudgetStopping(L.Callback):
             raise BudgetTooSmallError(
                 f"a single training step would spend epsilon = {self.strategy.epsilon_if(1):.4g}, more than "
                 f"--epsilon {self.target_epsilon:g}: raise --epsilon, or make each step cheaper (more noise, "
-                "smaller batches; see the --privacy.* settings in --help)."
+                "smaller batches: the strategy's --privacy.* settings, listed in the README)."
             )
         self._stop(trainer)  # resumed with the budget already spent
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         # rank 0's accountant is the source of truth: under DDP every rank stops at its word
         stop = decided_by_rank_zero(not self.next_step_fits())
-        if stop or pl_module.train_steps % max(trainer.log_every_n_steps, 1) == 0:
+        if stop or last_batch(trainer) or pl_module.train_steps % max(trainer.log_every_n_steps, 1) == 0:
             pl_module.log("privacy/epsilon", self.strategy.epsilon(), prog_bar=True)
+        if not stop and ends_on_epochs(trainer):
+            for logger in trainer.loggers:  # rank zero only, as Lightning's loggers are
+                logger.log_metrics({"privacy/epsilon": self.strategy.epsilon()}, step=pl_module.train_steps - 1)
         if stop:
             self._stop(trainer)
 

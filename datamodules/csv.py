@@ -163,7 +163,9 @@ class CSVDataModule(TabularDataModule):
         missing = [name for name in self.drop if name not in frame.columns]
         if missing:
             raise SchemaError(f"columns to drop {missing} are not in {self.csv_path} (columns: {list(frame.columns)})")
-        return self._seeded_split(frame.drop(columns=self.drop))
+        frame = frame.drop(columns=self.drop)
+        _refuse_missing_values(frame, self.csv_path)
+        return self._seeded_split(frame)
 
 
 def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:
@@ -183,6 +185,18 @@ def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:
         raise SchemaError(f"CSV file {path} has a header ({', '.join(map(str, frame.columns))}) but no records: "
                           "add one record per line after it")
     return frame
+
+
+def _refuse_missing_values(frame: pd.DataFrame, path: Path) -> None:
+    """Refuse missing values anywhere in the file, before it is split: the schema checks the
+    training rows, and a gap in the held-out rows would otherwise surface only at ``evaluate``,
+    after the budget was spent. Refusing reads nothing into any release."""
+    gaps = frame.isna().sum()
+    gaps = gaps[gaps > 0]
+    if len(gaps):
+        counts = ", ".join(f"{name} ({count} rows)" for name, count in gaps.items())
+        raise SchemaError(f"missing values (NaN) in {path}, columns: {counts}; drop or impute those rows first "
+                          "(every row is checked, the held-out ones too)")
 
 
 def _as_schema_categories(frame: pd.DataFrame, schema: TableSchema) -> pd.DataFrame:

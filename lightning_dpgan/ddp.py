@@ -35,6 +35,8 @@ from lightning_dpgan.distributed import average_gradients, is_distributed
 
 #: what ``--strategy`` values mean this strategy
 DDP_NAMES = ("ddp",)
+#: ``--strategy`` values a private run accepts: one process, or PrivateDDPStrategy
+PRIVATE_TRAINER_STRATEGIES = ("auto", "single_device", *DDP_NAMES)
 
 
 def process_local_parameters(module: Any) -> set[int]:
@@ -74,4 +76,4 @@ def resolve_strategy(name: Any) -> Any:
     return PrivateDDPStrategy() if isinstance(name, str) and name in DDP_NAMES else name
 
 
-__all__ = ["DDP_NAMES", "PrivateDDPStrategy", "process_local_parameters", "resolve_strategy"]
+__all__ = ["DDP_NAMES", "PRIVATE_TRAINER_STRATEGIES", "PrivateDDPStrategy", "process_local_parameters", "resolve_strategy"]

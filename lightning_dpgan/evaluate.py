@@ -55,12 +55,25 @@ from lightning_dpgan.run import restore_released_schema
 from lightning_dpgan.run_folder import EVALUATION_FILES, LAST_CHECKPOINT
 
 
+def read_run_file(path: Path, parse: Any) -> Any:
+    """``parse`` of a run file's text; a damaged file (cut short, edited by hand) is refused by
+    name, with the parser's first line, before any evaluation work."""
+    try:
+        return parse(path.read_text())
+    except (ValueError, yaml.YAMLError) as error:  # json.JSONDecodeError is a ValueError
+        reason = str(error).strip().splitlines()[0]
+        raise ValueError(f"{path} is damaged and cannot be read ({reason}): restore it from the run, or rerun "
+                         "train") from error
+
+
 def load_run_datamodule(run_dir: Path, data_dir: str | None = None) -> Any:
     """The run's datamodule, from its ``config.yaml`` (``data_dir`` replaces the saved one)."""
     config_path = run_dir / "config.yaml"
     if not config_path.is_file():
         raise FileNotFoundError(f"{run_dir} has no config.yaml: is it the output folder of a train run?")
-    config = yaml.safe_load(config_path.read_text())
+    config = read_run_file(config_path, yaml.safe_load)
+    if not isinstance(config, dict) or not isinstance(config.get("data"), dict):
+        raise ValueError(f"{config_path} is damaged (no data section): restore it from the run, or rerun train")
     if data_dir is not None:
         config["data"]["data_dir"] = data_dir
     cls = registry.lookup("dataset", config["data"]["name"]).load()
@@ -85,6 +98,10 @@ def evaluate_run(
     from lightning_dpgan.evaluation.report import epsilon_figure, write_report
 
     run_dir = Path(run_dir)
+    privacy_path = run_dir / "privacy.json"
+    privacy = read_run_file(privacy_path, json.loads) if privacy_path.is_file() else None
+    if privacy is not None and not isinstance(privacy, dict):
+        raise ValueError(f"{privacy_path} is damaged (not a privacy report): restore it from the run, or rerun train")
     datamodule = load_run_datamodule(run_dir, data_dir)
     held_out = datamodule.held_out(split)  # refuses a dev split the run did not hold out, before any work
     figures: dict[str, str] = {}
@@ -96,10 +113,7 @@ def evaluate_run(
     else:
         results = _evaluate_table(run_dir, datamodule, held_out, seed, figures if report else None)
     results["held_out_split"] = split
-    privacy = None
-    privacy_path = run_dir / "privacy.json"
-    if privacy_path.is_file():
-        privacy = json.loads(privacy_path.read_text())
+    if privacy is not None:
         results = {"epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"), **results}
     else:  # an interrupted or failed run: its report must not read as a finished one's
         print(f"evaluate: warning: {run_dir} has no privacy.json (the run did not finish writing its outputs): "

@@ -30,7 +30,7 @@ def build_logger(name: str, output_dir: Path, options: dict[str, Any], run_name:
         return TensorBoardLogger(save_dir=str(save_dir), name="", version="", **options)
     if name == "wandb":
         return _wandb_logger(save_dir, options, run_name)
-    raise ConfigError(f"unknown logger {name!r}")
+    raise ConfigError(f"unknown logger {name!r}: use csv (the default), tensorboard or wandb")
 
 
 def _wandb_logger(save_dir: Path, options: dict[str, Any], run_name: str) -> Logger:

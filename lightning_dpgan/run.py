@@ -30,15 +30,16 @@ from lightning_dpgan.config import (
     section_arguments,
     with_absolute_paths,
 )
-from lightning_dpgan.ddp import resolve_strategy
+from lightning_dpgan.ddp import PRIVATE_TRAINER_STRATEGIES, resolve_strategy
 from lightning_dpgan.distributed import launched_as_follower
 from lightning_dpgan.loggers import build_logger, publish_run
+from lightning_dpgan.data.download import default_data_dir
 from lightning_dpgan.data.schema import TableSchema, encoding_layout
 from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.outputs import write_csv_chunks, write_json, write_png, write_torch, write_yaml
 from lightning_dpgan.privacy.validation import validate_delta
 from lightning_dpgan.run_folder import LAST_CHECKPOINT
-from lightning_dpgan.sampling import check_resume_checkpoint, read_run_info, synthetic_row_chunks, table_labeler
+from lightning_dpgan.sampling import check_resume_checkpoint, checkpoint_steps, read_run_info, synthetic_row_chunks, table_labeler
 
 MODEL_PROVIDED = ("data_shape", "num_classes", "table_layout")
 #: rank 0's released preprocessing, for the other processes of a DDP run (in the run folder)
@@ -160,6 +161,7 @@ class Run:
         #: refused before anything is built
         self.resume_info = None if not config["resume"] else check_resume_checkpoint(
             config["resume"], model_name(config), config["data"]["name"], quail=config["model"]["name"] == QUAIL)
+        self._check_resume_takes_steps()
         #: the preprocessing already released for this run (DP bounds, DP modes, QUAIL's label
         #: model): the checkpoint's on resume, rank 0's in the other processes of a DDP run
         self.released_info = self.resume_info if self.resume_info is not None else self._rank_zero_release()
@@ -328,6 +330,10 @@ class Run:
     def _write_config(self, trainer: L.Trainer, module: Any) -> None:
         if trainer.is_global_zero:
             kept = {k: v for k, v in self.config.items() if k not in INVOCATION_ONLY}
+            found = default_data_dir()
+            if isinstance(kept.get("data"), dict) and kept["data"].get("data_dir") is None and found is not None:
+                # found through $LIGHTNING_DPGAN_DATA_DIR: recorded, so that --config reruns from anywhere
+                kept = {**kept, "data": {**kept["data"], "data_dir": str(found)}}
             write_yaml(self.output_dir / "config.yaml", with_absolute_paths(kept))
 
     def _build_trainer(self) -> L.Trainer:
@@ -344,6 +350,13 @@ class Run:
                 # budget's stop, or after a refused batch of answers
                 raise ConfigError(f"trainer.{floor} would make training go on after the privacy budget stops it: "
                                   "set the run's length with --max-steps or --max-epochs instead")
+        chosen = options.get("strategy", "auto")
+        if self.strategy is not None and isinstance(chosen, str) and chosen not in PRIVATE_TRAINER_STRATEGIES:
+            # Lightning's other strategies average gradients before a mechanism could clip them, and
+            # the spawning ones fail in their workers: refused here, before anything is written
+            raise ConfigError(f"--strategy {chosen} cannot train a private model: use --strategy ddp for several "
+                              f"processes (or leave --strategy out); allowed with --privacy: "
+                              f"{', '.join(PRIVATE_TRAINER_STRATEGIES)}")
         several = any(isinstance(options.get(key), int) and options[key] > 1 for key in ("devices", "num_nodes"))
         if several and options.get("strategy", "auto") == "auto":
             # Lightning's own choice for several devices (its DDP) cannot train a GAN's alternating
@@ -483,6 +496,17 @@ class Run:
                 f"{data['delta']:g}) leave the synthesizer no budget of --epsilon {target:g}, --delta {delta:g}: "
                 "lower the split or raise the budget")
 
+    def _check_resume_takes_steps(self) -> None:
+        """Refuse a resume whose ``--max-steps`` (which counts the checkpoint's steps too) is below
+        the checkpoint's steps: it reads as going back, and would only rewrite the run's outputs.
+        Equal is allowed: it writes the outputs of a run cut off after its last checkpoint."""
+        if self.resume_info is None or not self.config["max_steps"]:
+            return
+        taken, limit = checkpoint_steps(self.config["resume"]), self.config["max_steps"]
+        if taken is not None and limit < taken:
+            raise ConfigError(f"--resume {self.config['resume']} has taken {taken} steps and --max-steps {limit} "
+                              f"counts them: it would take none. Raise --max-steps to {taken} or more.")
+
     def _write_outputs(self, wall_time: float) -> None:
         """The released data first, ``privacy.json`` last: a run folder holding a fresh
         ``privacy.json`` is complete, even after a failed write (e.g. a full disk)."""
@@ -523,6 +547,8 @@ class Run:
 
     def metrics(self, wall_time: float) -> dict[str, Any]:
         metrics = {key: float(value) for key, value in self.trainer.callback_metrics.items()}
+        if self.strategy is not None:  # the final figure, as privacy.json has it, whatever was logged last
+            metrics["privacy/epsilon"] = float(self.strategy.epsilon())
         metrics.update(
             {
                 "steps": self.module.train_steps,

@@ -136,7 +136,11 @@ def restore_outputs(folder: Path, previous: Path) -> None:
 def prepend_earlier_steps(folder: Path, previous: Path | None) -> None:
     """A continued run's step log: the earlier run's rows before the first step this one logged."""
     earlier_path, current_path = (None if previous is None else previous / STEP_LOG), folder / STEP_LOG
-    if earlier_path is None or not earlier_path.is_file() or not current_path.is_file():
+    if earlier_path is None or not earlier_path.is_file():
+        return
+    if not current_path.is_file():  # this run logged no step (its budget allowed none): the earlier log stays
+        current_path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(earlier_path, current_path)
         return
     earlier, current = pd.read_csv(earlier_path), pd.read_csv(current_path)
     if "step" in earlier and "step" in current and len(current):

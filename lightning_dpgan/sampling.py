@@ -41,6 +41,14 @@ def read_run_info(path: str | Path) -> dict[str, Any]:
     return info["run"]
 
 
+def checkpoint_steps(path: str | Path) -> int | None:
+    """The training steps a checkpoint holds (``None`` where it does not say); read after
+    :func:`read_run_info` has vetted the file."""
+    info = read_checkpoint(path).get(CHECKPOINT_KEY, {})
+    steps = info.get("train_steps") if isinstance(info, dict) else None
+    return steps if isinstance(steps, int) else None
+
+
 _CHECKPOINT_HINT = "Pass the checkpoints/last.ckpt that train wrote in its --output-dir."
 
 

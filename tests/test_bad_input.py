@@ -221,6 +221,23 @@ def test_a_bad_csv_is_a_clear_error_and_loses_nothing(tmp_path, capsys, schema_f
     assert not (out / "checkpoints").exists()
 
 
+@pytest.mark.parametrize("with_schema", [True, False], ids=["schema-file", "dp-schema"])
+def test_a_gap_in_the_held_out_rows_alone_is_refused_before_training(tmp_path, capsys, schema_file, with_schema):
+    """A missing value in a test-split row, the training rows clean: refused before any budget
+    is spent, not at ``evaluate`` after training."""
+    clean = write_case(tmp_path / "clean.csv", lambda frame: frame)
+    held_out = CSVDataModule(csv=clean, schema=schema_file).held_out("test").index
+    frame = table()
+    frame.loc[held_out[0], "visits"] = np.nan
+    csv = write_case(tmp_path / "data.csv", lambda _: frame)
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    assert_refused(csv_args(csv, out, schema_file if with_schema else None), capsys,
+                   "missing values (NaN)", "visits (1 rows)", "the held-out ones too")
+    assert_nothing_lost(out)
+    assert not (out / "checkpoints").exists()
+
+
 def test_unknown_categories_drop_their_rows_and_are_counted(tmp_path, schema_file):
     """Documented handling, not an error: a row whose category is outside the schema's list is
     left out of training, and the encoding report counts it per column."""
@@ -370,6 +387,19 @@ def test_train_resume_from_a_damaged_or_foreign_checkpoint_is_a_clear_error(
     assert not (out / "checkpoints").exists()
 
 
+@pytest.mark.parametrize("name,damage", [
+    ("privacy.json", lambda text: text[: len(text) // 2]),  # cut short
+    ("privacy.json", lambda text: "[1, 2]"),  # valid JSON, not a report
+    ("config.yaml", lambda text: text + "\n  - : [unclosed"),
+    ("config.yaml", lambda text: "just text"),
+], ids=["privacy-cut", "privacy-list", "config-broken", "config-no-data"])
+def test_evaluate_refuses_a_damaged_run_file_by_name_before_any_work(image_run, tmp_path, capsys, name, damage):
+    run = Path(shutil.copytree(image_run, tmp_path / "run"))
+    (run / name).write_text(damage((run / name).read_text()))
+    assert_refused(["evaluate", "--run", str(run)], capsys, str(run / name), "is damaged")
+    assert not (run / "evaluation.json").exists()
+
+
 @pytest.mark.parametrize("kind", ["truncated", "text", "foreign"])
 def test_evaluate_refuses_a_damaged_checkpoint(image_run, tmp_path, capsys, kind):
     run = Path(shutil.copytree(image_run, tmp_path / "run"))
@@ -514,3 +544,10 @@ def test_a_run_whose_synthetic_table_hits_a_full_disk_keeps_the_earlier_table(tm
                    "synthetic.csv was not created")
     assert_nothing_lost(out)  # the earlier table is in previous/; the table is written first: no report of this run claims it
     assert not (out / "privacy.json").exists()
+
+
+def test_an_unknown_logger_is_refused_with_the_known_ones(tiny_image_data_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert_refused(tiny_run_args(tiny_image_data_dir, out) + ["--logger", "foo"], capsys,
+                   "unknown logger 'foo'", "csv", "tensorboard", "wandb")
+    assert not (out / "config.yaml").exists()

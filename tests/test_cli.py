@@ -127,6 +127,24 @@ def test_config_yaml_names_a_relative_data_dir_absolutely(tiny_image_data_dir, t
     assert load_run_datamodule(tmp_path / "run").data_dir == data_dir
 
 
+def test_config_yaml_records_a_data_dir_found_through_the_environment(tiny_image_data_dir, tmp_path, monkeypatch):
+    """No --data-dir, the folder named by LIGHTNING_DPGAN_DATA_DIR (relative): config.yaml holds it,
+    absolute, so --config and evaluate find the data from another directory without it."""
+    data_dir = Path(tiny_image_data_dir).resolve()
+    monkeypatch.chdir(data_dir.parent)
+    monkeypatch.setenv("LIGHTNING_DPGAN_DATA_DIR", data_dir.name)
+    args = tiny_run_args(data_dir, tmp_path / "run", steps=2)
+    args = args[:args.index("--data-dir")] + args[args.index("--data-dir") + 2:]
+    assert main(args) == 0
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["data"]["data_dir"]
+    assert Path(saved) == data_dir
+    monkeypatch.delenv("LIGHTNING_DPGAN_DATA_DIR")
+    monkeypatch.chdir(tmp_path)
+    from lightning_dpgan.evaluate import load_run_datamodule
+
+    assert load_run_datamodule(tmp_path / "run").data_dir == data_dir
+
+
 def test_only_path_settings_given_as_text_are_made_absolute(tmp_path, monkeypatch):
     from lightning_dpgan.config import with_absolute_paths
 

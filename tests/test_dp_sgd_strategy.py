@@ -308,3 +308,64 @@ def test_every_sample_grid_is_covered_by_a_checkpoint_saved_before_it(tiny_image
     monkeypatch.setattr(samples, "write_png", write_and_check)
     assert dpgan(tiny_image_data_dir, out, 5, "--sample_every_n_steps", "2", "--checkpoint_every_n_steps", "500") == 0
     assert seen == [("step_0000002.png", 2), ("step_0000004.png", 4)]
+
+
+def logged_epsilons(run_dir):
+    """``privacy/epsilon`` values of ``logs/metrics.csv`` (the CSV logger), in order."""
+    import pandas as pd
+
+    logged = pd.read_csv(Path(run_dir) / "logs" / "metrics.csv")
+    return logged["privacy/epsilon"].dropna().tolist()
+
+
+def test_the_final_epsilon_is_logged_when_max_steps_ends_the_run_off_the_logging_cadence(fixed_noise_run):
+    """7 steps at the default cadence of 50: before the last step's figure was logged, metrics.json
+    held no epsilon at all and the logs none either."""
+    report = read_json(fixed_noise_run / "privacy.json")
+    assert read_json(fixed_noise_run / "metrics.json")["privacy/epsilon"] == pytest.approx(report["epsilon"], rel=1e-12)
+    assert logged_epsilons(fixed_noise_run)[-1] == pytest.approx(report["epsilon"], rel=1e-6)
+
+
+def test_the_final_epsilon_is_logged_when_max_epochs_ends_the_run(tiny_image_data_dir, tmp_path):
+    args = tiny_run_args(tiny_image_data_dir, tmp_path / "epochs", model="dpgan", steps=None, batch_size=BATCH)
+    assert main(args + ["--max-epochs", "1", "--privacy.noise_multiplier", "1.3", "--delta", "1e-4",
+                        "--trainer.log_every_n_steps", "4"]) == 0
+    report = read_json(tmp_path / "epochs" / "privacy.json")
+    assert report["steps"] == TRAIN_RECORDS // BATCH and report["stopped_by"] == "max-epochs"
+    assert read_json(tmp_path / "epochs" / "metrics.json")["privacy/epsilon"] == pytest.approx(report["epsilon"], rel=1e-12)
+    assert logged_epsilons(tmp_path / "epochs")[-1] == pytest.approx(report["epsilon"], rel=1e-6)
+
+
+@pytest.mark.parametrize("strategy", ["ddp_spawn", "ddp_find_unused_parameters_true"])
+def test_lightnings_other_strategies_are_refused_for_a_private_run_before_anything_is_written(
+        tiny_image_data_dir, tmp_path, capsys, strategy):
+    """They average gradients before a mechanism could clip them (ddp_spawn failed inside its
+    workers with Lightning's sampler error, leaving a config.yaml behind)."""
+    assert dpgan(tiny_image_data_dir, tmp_path / "spawn", 2, "--strategy", strategy) == 2
+    error = capsys.readouterr().err
+    assert f"--strategy {strategy} cannot train a private model" in error and "--strategy ddp" in error
+    assert not (tmp_path / "spawn").exists() or not any((tmp_path / "spawn").iterdir())
+
+
+def test_a_resume_whose_max_steps_leaves_no_step_is_refused_and_the_run_kept(tiny_image_data_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert dpgan(tiny_image_data_dir, run, 6, "--privacy.noise_multiplier", "1.1", "--delta", "1e-4") == 0
+    before = sorted(p.name for p in run.iterdir())
+    code = dpgan(tiny_image_data_dir, run, 4, "--privacy.noise_multiplier", "1.1", "--delta", "1e-4",
+                 "--resume", str(run / "checkpoints" / "last.ckpt"))
+    assert code == 2
+    assert "has taken 6 steps and --max-steps 4 counts them" in capsys.readouterr().err
+    assert sorted(p.name for p in run.iterdir()) == before and read_json(run / "privacy.json")["steps"] == 6
+
+
+def test_a_resume_the_budget_lets_take_no_step_keeps_the_step_log(tiny_image_data_dir, tmp_path):
+    """Noise calibrated to 6 steps at epsilon 4: resumed towards 12, no step fits. The earlier
+    steps' log stays at logs/metrics.csv (it was moved to previous/ and nothing replaced it)."""
+    run = tmp_path / "spent"
+    assert dpgan(tiny_image_data_dir, run, 6, "--epsilon", "4", "--delta", "1e-4") == 0
+    earlier = (run / "logs" / "metrics.csv").read_text()
+    assert dpgan(tiny_image_data_dir, run, 12, "--epsilon", "4", "--delta", "1e-4",
+                 "--resume", str(run / "checkpoints" / "last.ckpt")) == 0
+    assert read_json(run / "privacy.json")["steps"] == 6
+    assert (run / "logs" / "metrics.csv").read_text() == earlier
+    assert logged_epsilons(run)[-1] == pytest.approx(read_json(run / "privacy.json")["epsilon"], rel=1e-6)

@@ -362,7 +362,8 @@ def test_csv_data_errors_are_clear(tmp_path):
     datamodule = CSVDataModule(csv=path, target="churned", categorical="region", label_kind="binary", drop="row_id")
     with pytest.raises(SchemaError, match=r"amount \(\d rows\)"):
         datamodule.setup()
-    missing_target = CSVDataModule(csv=path, target="label", categorical="region", label_kind="binary")
+    clean = write_csv(tmp_path / "clean.csv")
+    missing_target = CSVDataModule(csv=clean, target="label", categorical="region", label_kind="binary")
     with pytest.raises(SchemaError, match="target column 'label'"):
         missing_target.setup()
     with pytest.raises(FileNotFoundError):
