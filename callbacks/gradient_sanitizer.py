@@ -357,6 +357,9 @@ class GradientSanitizer(CalibratedNoiseStrategy):
                             "gamma = 1 / num_critics, replace-one neighbours) of the Gaussian (lambda, 2 B lambda / sigma^2)",
             "partition_sizes": [min(sizes), max(sizes)] if sizes else None,
             "partition_seed": self.partition_seed,
+            "selection_source": ("own generator seeded from OS entropy (not the run's --seed)" if self.selection_seed is None
+                                 else f"FIXED SEED {self.selection_seed} (--privacy.selection_seed, for tests only: anyone "
+                                      "with the seed knows which critic answered, which the amplified bound assumes secret)"),
             "composition": "adaptive RDP composition of the per-step bound: every critic's state is a function of its "
                            "own partition, the released generator states and the public round-robin schedule, and the "
                            "answering critic is drawn afresh and secretly each step; see docs/privacy.md, Gradient sanitizer",

@@ -170,7 +170,7 @@ def train(argv: list[str]) -> Path:
             run_folder.restore_outputs(output_dir, previous)  # refused before training: the folder as it was
         raise
     if continued and run.trainer.is_global_zero:
-        run_folder.prepend_earlier_steps(output_dir, previous)
+        run_folder.prepend_earlier_steps(output_dir, previous, took_steps=run.module.train_steps > run.resumed_steps)
     if config["evaluate"] and run.trainer.is_global_zero:
         from lightning_dpgan.evaluate import evaluate_run
 

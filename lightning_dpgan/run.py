@@ -161,6 +161,8 @@ class Run:
         #: refused before anything is built
         self.resume_info = None if not config["resume"] else check_resume_checkpoint(
             config["resume"], model_name(config), config["data"]["name"], quail=config["model"]["name"] == QUAIL)
+        #: the steps the resume checkpoint holds (0 for a new run)
+        self.resumed_steps = (checkpoint_steps(config["resume"]) or 0) if config["resume"] else 0
         self._check_resume_takes_steps()
         #: the preprocessing already released for this run (DP bounds, DP modes, QUAIL's label
         #: model): the checkpoint's on resume, rank 0's in the other processes of a DDP run
@@ -500,10 +502,10 @@ class Run:
         """Refuse a resume whose ``--max-steps`` (which counts the checkpoint's steps too) is below
         the checkpoint's steps: it reads as going back, and would only rewrite the run's outputs.
         Equal is allowed: it writes the outputs of a run cut off after its last checkpoint."""
-        if self.resume_info is None or not self.config["max_steps"]:
-            return
-        taken, limit = checkpoint_steps(self.config["resume"]), self.config["max_steps"]
-        if taken is not None and limit < taken:
+        # the length this run will get: --max-steps, or the default when no limit is given
+        limit = self.config["max_steps"] or (None if self.config["max_epochs"] else DEFAULT_MAX_STEPS)
+        taken = self.resumed_steps
+        if self.resume_info is not None and limit is not None and limit < taken:
             raise ConfigError(f"--resume {self.config['resume']} has taken {taken} steps and --max-steps {limit} "
                               f"counts them: it would take none. Raise --max-steps to {taken} or more.")
 

@@ -133,14 +133,17 @@ def restore_outputs(folder: Path, previous: Path) -> None:
     previous.rmdir()
 
 
-def prepend_earlier_steps(folder: Path, previous: Path | None) -> None:
-    """A continued run's step log: the earlier run's rows before the first step this one logged."""
+def prepend_earlier_steps(folder: Path, previous: Path | None, took_steps: bool = True) -> None:
+    """A continued run's step log: the earlier run's rows before the first step this one logged;
+    the earlier log alone when this run took no step (its budget allowed none)."""
     earlier_path, current_path = (None if previous is None else previous / STEP_LOG), folder / STEP_LOG
     if earlier_path is None or not earlier_path.is_file():
         return
-    if not current_path.is_file():  # this run logged no step (its budget allowed none): the earlier log stays
+    if not took_steps and not current_path.is_file():  # nothing logged, nothing to log: the earlier log stays
         current_path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(earlier_path, current_path)
+        return
+    if not current_path.is_file():  # another logger, or one that wrote no step: no CSV log to continue
         return
     earlier, current = pd.read_csv(earlier_path), pd.read_csv(current_path)
     if "step" in earlier and "step" in current and len(current):

@@ -393,11 +393,16 @@ def test_train_resume_from_a_damaged_or_foreign_checkpoint_is_a_clear_error(
     ("config.yaml", lambda text: text + "\n  - : [unclosed"),
     ("config.yaml", lambda text: "just text"),
 ], ids=["privacy-cut", "privacy-list", "config-broken", "config-no-data"])
-def test_evaluate_refuses_a_damaged_run_file_by_name_before_any_work(image_run, tmp_path, capsys, name, damage):
+def test_evaluate_refuses_a_damaged_run_file_by_name_before_any_work(image_run, tmp_path, capsys, monkeypatch,
+                                                                     name, damage):
+    from lightning_dpgan import evaluate
+
     run = Path(shutil.copytree(image_run, tmp_path / "run"))
     (run / name).write_text(damage((run / name).read_text()))
+    worked = []
+    monkeypatch.setattr(evaluate, "_evaluate_images", lambda *args, **kwargs: worked.append(1) or {})
     assert_refused(["evaluate", "--run", str(run)], capsys, str(run / name), "is damaged")
-    assert not (run / "evaluation.json").exists()
+    assert not worked and not (run / "evaluation.json").exists()
 
 
 @pytest.mark.parametrize("kind", ["truncated", "text", "foreign"])

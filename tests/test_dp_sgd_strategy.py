@@ -369,3 +369,15 @@ def test_a_resume_the_budget_lets_take_no_step_keeps_the_step_log(tiny_image_dat
     assert read_json(run / "privacy.json")["steps"] == 6
     assert (run / "logs" / "metrics.csv").read_text() == earlier
     assert logged_epsilons(run)[-1] == pytest.approx(read_json(run / "privacy.json")["epsilon"], rel=1e-6)
+
+
+def test_a_resume_that_trains_with_another_logger_leaves_no_stale_step_log(tiny_image_data_dir, tmp_path):
+    """The earlier CSV log goes to previous/; a resumed run that trains and logs elsewhere
+    (tensorboard) must not get it back as its own, whose last epsilon would be too low."""
+    run = tmp_path / "run"
+    common = ("--privacy.noise_multiplier", "1.1", "--delta", "1e-4")
+    assert dpgan(tiny_image_data_dir, run, 4, *common) == 0
+    assert dpgan(tiny_image_data_dir, run, 8, *common, "--logger", "tensorboard",
+                 "--resume", str(run / "checkpoints" / "last.ckpt")) == 0
+    assert read_json(run / "privacy.json")["steps"] == 8
+    assert not (run / "logs" / "metrics.csv").exists() and (run / "previous" / "logs" / "metrics.csv").is_file()

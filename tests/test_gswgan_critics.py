@@ -280,6 +280,7 @@ def test_stepping_the_selected_critic_alone_computes_what_a_step_over_every_crit
         bank.select(1)
     for _ in range(3):
         with banks[0].stepping_selected(adams[0]):
+            assert [id(p) for p in adams[0].param_groups[0]["params"]] == [id(p) for p in banks[0].critics[1].parameters()]
             adams[0].zero_grad()
             banks[0](x).square().mean().backward()
             adams[0].step()
@@ -404,7 +405,13 @@ def test_the_report_names_the_mode_and_the_budget_holds(critics_run):
     assert "NOT a guarantee" in report["epsilon_gswgan_code_accounting_note"]
     assert report["critic_schedule"] == "round-robin (public); answering critic uniform (secret)"
     assert "round-robin" in report["composition"] and "amplification_caveat" not in report
+    assert report["selection_source"].startswith("own generator seeded from OS entropy")
     assert (critics_run / "samples.png").is_file()
+
+
+def test_a_fixed_selection_seed_is_flagged_in_the_report(fitted):
+    _, _, strategy, _ = fitted  # selection_seed=1
+    assert strategy.report_parameters()["selection_source"].startswith("FIXED SEED 1 (--privacy.selection_seed")
 
 
 def test_the_logs_hold_nothing_the_answering_critic_computed(critics_run):
