@@ -10,8 +10,8 @@ plans: for the strategy's current ``plan_key()`` (its step parameters, plus the 
 when that spend depends on the data) it finds, by bisection over the strategy's own look-ahead
 ``epsilon_if(k)``, the largest number of further steps that fits, and re-plans only when the
 key changes. ``privacy/epsilon`` is logged at Lightning's
-logging cadence (``log_every_n_steps``) and at the last step, whatever stops training (the
-budget, ``--max-steps``, ``--max-epochs``).
+logging cadence (``log_every_n_steps``) and for the last step, whatever ends training (the
+budget, ``--max-steps``, ``--max-epochs``, ``--trainer.max_time``).
 """
 from __future__ import annotations
 
@@ -27,21 +27,6 @@ from lightning_dpgan.privacy.validation import validate_epsilon
 MAX_PLANNED_STEPS = 10**8
 
 
-def last_batch(trainer: L.Trainer) -> bool:
-    """Whether training ends after this batch for another reason than the budget: a callback
-    before this one stopped it (``StepLimit``: ``--max-steps``) or this is the last batch of the
-    last epoch (``--max-epochs``). The final epsilon is then logged whatever the cadence."""
-    return trainer.should_stop or ends_on_epochs(trainer)
-
-
-def ends_on_epochs(trainer: L.Trainer) -> bool:
-    """The last batch of the last epoch, training not stopped otherwise: Lightning then keeps
-    what was logged for ``callback_metrics`` but writes it to the loggers only at its cadence."""
-    max_epochs = trainer.max_epochs
-    return (not trainer.should_stop and bool(trainer.is_last_batch) and max_epochs is not None
-            and max_epochs > 0 and trainer.current_epoch + 1 >= max_epochs)
-
-
 class BudgetTooSmallError(ValueError):
     """Not even one training step fits in the privacy budget."""
 
@@ -54,6 +39,7 @@ class PrivacyBudgetStopping(L.Callback):
         self.strategy: PrivacyStrategy | None = None
         self.stopped_by_budget = False
         self._plan: tuple[tuple, int] | None = None  # (plan key, total steps allowed)
+        self._first_step, self._written_at = 0, None  # train_steps at the start; at the last epsilon written
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         strategies = [c for c in trainer.callbacks if isinstance(c, PrivacyStrategy)]
@@ -92,6 +78,7 @@ class PrivacyBudgetStopping(L.Callback):
         return low
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._first_step, self._written_at = pl_module.train_steps, None
         spent = self.strategy.epsilon()
         if spent > self.target_epsilon:  # a resumed run's checkpoint, under a lower --epsilon
             raise BudgetTooSmallError(
@@ -110,13 +97,21 @@ class PrivacyBudgetStopping(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         # rank 0's accountant is the source of truth: under DDP every rank stops at its word
         stop = decided_by_rank_zero(not self.next_step_fits())
-        if stop or last_batch(trainer) or pl_module.train_steps % max(trainer.log_every_n_steps, 1) == 0:
+        if stop or trainer.should_stop or pl_module.train_steps % max(trainer.log_every_n_steps, 1) == 0:
+            # Lightning writes it to the loggers after this hook: at its cadence, or as training stops
             pl_module.log("privacy/epsilon", self.strategy.epsilon(), prog_bar=True)
-        if not stop and ends_on_epochs(trainer):
-            for logger in trainer.loggers:  # rank zero only, as Lightning's loggers are
-                logger.log_metrics({"privacy/epsilon": self.strategy.epsilon()}, step=pl_module.train_steps - 1)
+            self._written_at = pl_module.train_steps
         if stop:
             self._stop(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """The last step's epsilon, where Lightning did not write it: the last batch of the last
+        epoch off the cadence (``--max-epochs``), or a stop decided after this callback ran
+        (Lightning's ``Timer``, ``--trainer.max_time``)."""
+        steps = pl_module.train_steps
+        if steps > self._first_step and self._written_at != steps:
+            for logger in trainer.loggers:  # rank zero only, as Lightning's loggers are
+                logger.log_metrics({"privacy/epsilon": self.strategy.epsilon()}, step=steps - 1)
 
     def _stop(self, trainer: L.Trainer) -> None:
         self.stopped_by_budget = True

@@ -33,8 +33,7 @@ class StubStrategy(PrivacyStrategy):
 def run_until_stopped(strategy, target, max_steps=5000):
     """Drive the callback the way Lightning's loop does; returns (callback, trainer)."""
     budget = PrivacyBudgetStopping(target)
-    trainer = SimpleNamespace(should_stop=False, callbacks=[strategy, budget], log_every_n_steps=50, max_epochs=None,
-                              is_last_batch=False, current_epoch=0, loggers=[])
+    trainer = SimpleNamespace(should_stop=False, callbacks=[strategy, budget], log_every_n_steps=50, loggers=[])
     module = SimpleNamespace(train_steps=0, log=lambda *args, **kwargs: None)
     budget.setup(trainer, module, "fit")
     budget.on_train_start(trainer, module)

@@ -381,3 +381,14 @@ def test_a_resume_that_trains_with_another_logger_leaves_no_stale_step_log(tiny_
                  "--resume", str(run / "checkpoints" / "last.ckpt")) == 0
     assert read_json(run / "privacy.json")["steps"] == 8
     assert not (run / "logs" / "metrics.csv").exists() and (run / "previous" / "logs" / "metrics.csv").is_file()
+
+
+def test_the_final_epsilon_is_logged_when_the_wall_time_limit_ends_the_run(tiny_image_data_dir, tmp_path):
+    """Lightning's Timer decides after the budget callback has run; the last step's epsilon is
+    written at the end of training instead."""
+    run = tmp_path / "timed"
+    assert dpgan(tiny_image_data_dir, run, 100000, "--privacy.noise_multiplier", "5", "--delta", "1e-4",
+                 "--trainer.max_time", "00:00:00:03", "--trainer.log_every_n_steps", "1000") == 0
+    report = read_json(run / "privacy.json")
+    assert 0 < report["steps"] < 100000 and report["stopped_by"] == "other"
+    assert logged_epsilons(run)[-1] == pytest.approx(report["epsilon"], rel=1e-6)
