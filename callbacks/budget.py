@@ -90,7 +90,7 @@ class PrivacyBudgetStopping(L.Callback):
             raise BudgetTooSmallError(
                 f"a single training step would spend epsilon = {self.strategy.epsilon_if(1):.4g}, more than "
                 f"--epsilon {self.target_epsilon:g}: raise --epsilon, or make each step cheaper (more noise, "
-                "smaller batches: the strategy's --privacy.* settings, listed in the README)."
+                "smaller batches: the strategy's --privacy.* settings, listed by --help)."
             )
         self._stop(trainer)  # resumed with the budget already spent
 

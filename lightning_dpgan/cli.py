@@ -30,7 +30,7 @@ import yaml
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 
 from lightning_dpgan import registry
-from lightning_dpgan.config import CODE_DEFAULTS, ConfigError, parse_value, resolve
+from lightning_dpgan.config import CODE_DEFAULTS, PRIVACY_PROVIDED, ConfigError, parse_value, resolve
 from lightning_dpgan.data.download import DataIntegrityError
 from lightning_dpgan.host_memory import reuse_freed_memory
 
@@ -41,6 +41,9 @@ def _train_parser() -> argparse.ArgumentParser:
             "models:\n" + registry.describe("model"),
             "datasets:\n" + registry.describe("dataset"),
             "privacy strategies (--privacy):\n" + registry.describe("privacy"),
+            "their settings (--epsilon and --delta set the targets; README, \"Training with differential\n"
+            "privacy\", says what each does):\n"
+            + registry.describe_settings("privacy", "privacy", provided=PRIVACY_PROVIDED),
             "loggers (--logger):\n" + registry.describe("logger"),
             "Any argument of the model, datamodule, privacy strategy, logger or Lightning Trainer\n"
             "can be set with a dotted override, e.g. --model.lr_generator 1e-4 --data.num_workers 2\n"

@@ -64,6 +64,8 @@ BOOLEAN_SETTINGS = ("evaluate", "overwrite")
 #: Settings of one invocation, left out of a run's config.yaml: rerunning it with --config must
 #: neither replace that run's folder nor continue its checkpoint.
 INVOCATION_ONLY = ("overwrite", "resume")
+#: A privacy strategy's arguments that --epsilon and --delta set (not dotted overrides)
+PRIVACY_PROVIDED = ("target_epsilon", "delta")
 
 #: Settings that name a file or folder: a run's config.yaml holds them as absolute paths, so that
 #: ``--config`` and ``evaluate`` find the same data from any working directory.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +94,21 @@ def lookup(kind: str, name: str) -> Entry:
 def models_with_slot(slot: type) -> list[str]:
     """Names of the models whose ``privacy_slot`` is ``slot``."""
     return [name for name, entry in MODELS.items() if getattr(entry.load(), "privacy_slot", None) is slot]
+
+
+def describe_settings(kind: str, section: str, provided: tuple[str, ...] = ()) -> str:
+    """Per registered class, the dotted overrides its constructor takes (``--privacy.sigma1``
+    ...) but ``provided`` (set by flags), for ``--help``: where an error says "the strategy's
+    settings", this lists them."""
+    from lightning_dpgan.config import init_arguments
+
+    lines = []
+    for name, entry in TABLES[kind].items():
+        cls = entry.load()
+        if cls is not None:
+            settings = ", ".join(f"--{section}.{arg}" for arg in init_arguments(cls) if arg not in provided)
+            lines.append(textwrap.fill(settings, width=100, initial_indent=f"  {name}: ", subsequent_indent="    "))
+    return "\n".join(lines)
 
 
 def describe(kind: str) -> str:

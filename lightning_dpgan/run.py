@@ -24,6 +24,7 @@ from lightning_dpgan.checkpoint_io import ShareReadingCheckpointIO
 from lightning_dpgan.config import (
     DEFAULT_QUAIL_SYNTHESIZER,
     INVOCATION_ONLY,
+    PRIVACY_PROVIDED,
     QUAIL,
     ConfigError,
     init_arguments,
@@ -270,7 +271,7 @@ class Run:
                     f"delta {self.config['delta']}), but {subject} trains with --privacy none, so its output would "
                     f"carry no privacy guarantee: {remedy}.")
             return None
-        args = section_arguments(self.config, "privacy", cls, provided=("target_epsilon", "delta"))
+        args = section_arguments(self.config, "privacy", cls, provided=PRIVACY_PROVIDED)
         strategy = cls(target_epsilon=self.config["epsilon"], delta=self.config["delta"], **args)
         strategy.check_compatible(self.module)
         return strategy

@@ -328,6 +328,22 @@ def test_help_lists_models_datasets_privacy_and_loggers():
     assert "Wasserstein GAN" in result.stdout  # one-line descriptions, not only names
 
 
+def test_help_lists_each_privacy_strategys_settings_from_its_constructor():
+    """Errors point to "the strategy's --privacy.* settings": --help names them, every argument the
+    strategy takes but those --epsilon and --delta set."""
+    from lightning_dpgan import registry
+    from lightning_dpgan.config import init_arguments
+
+    text = registry.describe_settings("privacy", "privacy", provided=("target_epsilon", "delta"))
+    lines = {line.split(":")[0].strip(): line for line in text.replace("\n    ", " ").splitlines()}
+    assert set(lines) == {"dp-sgd", "pate", "gpate", "sanitizer"}
+    for name, line in lines.items():
+        expected = [arg for arg in init_arguments(registry.lookup("privacy", name).load())
+                    if arg not in ("target_epsilon", "delta")]
+        assert [part.strip().removeprefix("--privacy.") for part in line.split(":", 1)[1].split(",")] == expected
+    assert "--privacy.lap_inverse_scale" in lines["pate"] and "--privacy.target_epsilon" not in text
+
+
 def test_unknown_model_through_train_py(tmp_path):
     result = subprocess.run([sys.executable, str(REPO / "train.py"), "--model", "nope", "--dataset", "mnist"],
                             capture_output=True, text=True)
