@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lightning_dpgan.benchmark import report, results, runner
+from lightning_dpgan.benchmark import cli, report, results, runner
 from lightning_dpgan.benchmark.cli import benchmark, chosen_size, parse_args, unavailable_datasets
 from lightning_dpgan.benchmark.peers import export_split, load_datamodule, peer_command
 from lightning_dpgan.benchmark.runner import Settings, failed_run, portable, train_command, with_derived_measures
@@ -346,6 +346,7 @@ def test_the_recorded_commit_is_the_one_the_runs_started_from(tmp_path, monkeypa
 
     monkeypatch.setattr(cli, "commit", lambda **kwargs: {"sha": "after" if state["ran"] else "before", "dirty": False})
     monkeypatch.setattr(cli, "run_grid", runs)
+    monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, data_dir: {})
     path = cli.benchmark(["--suite", "tables", "--quick", "--results-dir", str(tmp_path), "--results-md",
                           str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
     assert json.loads(path.read_text())["commit"] == {"sha": "before", "dirty": False}
@@ -356,6 +357,7 @@ def test_the_results_file_records_the_thread_count_of_cells_run_together(tmp_pat
 
     monkeypatch.setattr(cli, "run_grid", lambda size, settings, skipped, on_run: [run("gan", 0, 0.5)])
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, data_dir: {})
     monkeypatch.setattr(runner, "usable_cpus", lambda: 4)
     for jobs, threads in (("1", None), ("2", "2")):
         path = cli.benchmark(["--suite", "tables", "--quick", "--jobs", jobs, "--results-dir", str(tmp_path / jobs),
@@ -561,7 +563,7 @@ def test_a_suite_records_every_run_keeps_going_past_a_failure_and_regenerates_re
     plot, and the command exits with status 1."""
     markdown = tmp_path / "RESULTS.md"
     markdown.write_text("# Results\n\nKept.\n")
-    argv = ["--suite", "tables", "--quick", "--models", "dpctgan", "nosuchmodel", "--seeds", "0", "1",
+    argv = ["--suite", "tables", "--quick", "--models", "dpctgan", "gan", "--seeds", "0", "1",
             "--max-steps", "2", "--data-dir", str(ADULT), "--out-dir", str(tmp_path / "runs"),
             "--results-dir", str(tmp_path / "results"), "--results-md", str(markdown), "--", "--batch-size", "8"]
     with pytest.raises(SystemExit) as exit_info:
@@ -572,7 +574,7 @@ def test_a_suite_records_every_run_keeps_going_past_a_failure_and_regenerates_re
     ok = [r for r in content["runs"] if r["status"] == "ok"]
     failed = [r for r in content["runs"] if r["status"] == "failed"]
     assert [r["seed"] for r in ok] == [0, 1] and {r["model"] for r in ok} == {"dpctgan"}
-    assert len(failed) == 2 and all("unknown model 'nosuchmodel'" in r["error"] for r in failed)
+    assert len(failed) == 2 and all("trains with --privacy none" in r["error"] for r in failed)  # gan with an epsilon
     assert all(0 < r["epsilon"] <= 1 and r["steps"] == 2 and r["stopped_by"] == "max-steps" for r in ok)
     assert "--seed 1" in ok[1]["commands"][0] and "evaluate" in ok[1]["commands"][1]
     # commands name no path of this machine: the interpreter is `python`, the data folder DATA_DIR
@@ -585,7 +587,7 @@ def test_a_suite_records_every_run_keeps_going_past_a_failure_and_regenerates_re
     assert content["commit"]["sha"] == results.commit()["sha"]  # None only outside a git checkout
     assert content["seeds"] == [0, 1] and content["machine"]["cpu_count"]
     text = markdown.read_text()
-    assert "Kept." in text and "| dpctgan | adult | 1 |" in text and "unknown model" in text
+    assert "Kept." in text and "| dpctgan | adult | 1 |" in text and "trains with --privacy none" in text
     for written in (path.read_text(), text):  # no path of this machine in what is committed
         assert str(tmp_path) not in written and str(ADULT) not in written and sys.executable not in written
     assert (tmp_path / "results" / "plots" / f"{path.stem}-adult.png").is_file()
@@ -632,6 +634,57 @@ def test_the_harness_own_markdown_does_not_make_the_tree_dirty(tmp_path):
     assert results.commit(tmp_path)["dirty"] is True
     (tmp_path / "code.py").write_text("b\n")
     assert results.commit(tmp_path, own_output=tmp_path / "RESULTS.md")["dirty"] is True
+    # a RESULTS.md outside the tree: git refuses it as a pathspec, which read as "unknown" (None)
+    assert results.commit(tmp_path, own_output=tmp_path.parent / "elsewhere" / "RESULTS.md")["dirty"] is True
+
+
+def never_run(*args, **kwargs):
+    raise AssertionError("a cell ran")
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--seeds", "0", "0", "1"], "--seeds repeats 0"),
+    (["--epsilons", "1", "1"], "--epsilons repeats 1.0"),
+    (["--models", "quail", "pategn"], "unknown model 'pategn'"),
+])
+def test_a_grid_with_repeats_or_unknown_models_is_refused_before_any_cell(tmp_path, monkeypatch, extra, message):
+    monkeypatch.setattr(cli, "run_grid", never_run)
+    monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, data_dir: {})
+    with pytest.raises(SystemExit, match=message):
+        cli.benchmark(["--suite", "tables", *extra, "--results-dir", str(tmp_path), "--results-md",
+                       str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
+    assert not list(tmp_path.glob("tables-*.json"))
+
+
+def test_a_results_dir_that_is_a_file_is_refused_before_any_cell(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "run_grid", never_run)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(SystemExit, match="is a file, not a folder"):
+        cli.benchmark(["--suite", "images", "--quick", "--results-dir", str(tmp_path / "afile"),
+                       "--results-md", str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
+
+
+def test_a_suite_with_no_dataset_at_hand_writes_nothing(tmp_path, monkeypatch):
+    """Every dataset skipped: before, an empty file marked complete replaced the suite's newest
+    full run and emptied its tables in RESULTS.md, and the command exited 0."""
+    monkeypatch.setattr(cli, "run_grid", never_run)
+    monkeypatch.setattr(cli, "unavailable_datasets",
+                        lambda datasets, data_dir: {name: "FileNotFoundError: not here" for name in datasets})
+    markdown = tmp_path / "RESULTS.md"
+    markdown.write_text("kept\n")
+    with pytest.raises(SystemExit, match="nothing ran and nothing was written"):
+        cli.benchmark(["--suite", "tables", "--results-dir", str(tmp_path), "--results-md", str(markdown),
+                       "--out-dir", str(tmp_path / "runs")])
+    assert not list(tmp_path.glob("tables-*.json")) and markdown.read_text() == "kept\n"
+
+
+def test_report_only_with_a_missing_results_dir_leaves_results_md_alone(tmp_path):
+    markdown = tmp_path / "RESULTS.md"
+    markdown.write_text("kept\n")
+    with pytest.raises(SystemExit, match="is not a folder of results files"):
+        cli.benchmark(["--suite", "tables", "--report-only", "--results-dir", str(tmp_path / "typo"),
+                       "--results-md", str(markdown)])
+    assert markdown.read_text() == "kept\n"
 
 
 def test_a_command_killed_by_a_signal_fails_with_the_signal_as_its_last_line(tmp_path):

@@ -63,6 +63,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def check_grid(args: argparse.Namespace, size: Size) -> None:
+    """Before any cell runs: no name, seed or epsilon twice (a repeated seed would be averaged as
+    another run), every model known (peers: smartnoise's names, checked by its venv), and a
+    results folder that can be written."""
+    from lightning_dpgan import registry
+
+    for option in GRID_OPTIONS:
+        values = list(getattr(size, option))
+        repeated = sorted({str(v) for v in values if values.count(v) > 1})
+        if repeated:
+            raise SystemExit(f"benchmark: --{option} repeats {', '.join(repeated)}: each value once")
+    if args.suite != "peers":
+        for name in size.models:
+            try:
+                registry.lookup("model", name)
+            except (KeyError, ValueError) as error:
+                raise SystemExit(f"benchmark: --models: {error}") from None
+    if args.results_dir.exists() and not args.results_dir.is_dir():
+        raise SystemExit(f"benchmark: --results-dir {args.results_dir} is a file, not a folder")
+
+
 def chosen_size(args: argparse.Namespace) -> Size:
     size = suite_size(args.suite, args.quick).with_overrides(
         models=args.models, datasets=args.datasets, epsilons=args.epsilons, seeds=args.seeds,
@@ -142,6 +163,10 @@ def run_grid(size: Size, settings: Settings, skipped: dict[str, str],
 def regenerate(args: argparse.Namespace) -> None:
     from lightning_dpgan.benchmark.report import generated_section, load_reference, update_results_markdown
 
+    if not args.results_dir.is_dir():  # a typo would otherwise replace every table with "no results yet"
+        raise SystemExit(f"benchmark: --results-dir {args.results_dir} is not a folder of results files; "
+                         f"RESULTS.md ({args.results_md}) was left as it is")
+
     section = generated_section(args.results_dir, load_reference(args.reference), list(SUITES),
                                 relative_to=args.results_md.parent)
     update_results_markdown(args.results_md, section)
@@ -154,6 +179,7 @@ def benchmark(argv: list[str]) -> Path:
         regenerate(args)
         return args.results_md
     size = chosen_size(args)
+    check_grid(args, size)
     if args.jobs < 1:
         raise SystemExit(f"benchmark: --jobs must be 1 or more, not {args.jobs}")
     if args.resume and (args.out_dir is None or args.suite in ("speed", "peers")):
@@ -176,6 +202,10 @@ def benchmark(argv: list[str]) -> Path:
                         evaluate=args.suite != "speed", jobs=args.jobs, resume=args.resume,
                         dev_fraction=args.dev_fraction)
     skipped = unavailable_datasets(size.datasets, args.data_dir) if args.suite != "peers" else {}
+    if skipped and set(skipped) >= set(size.datasets):  # nothing to run: no file that would read as a finished suite
+        reasons = "; ".join(f"{name}: {reason}" for name, reason in skipped.items())
+        raise SystemExit(f"benchmark: no dataset of the {args.suite} suite is at hand, so nothing ran and nothing "
+                         f"was written ({reasons}). Give --data-dir, or set LIGHTNING_DPGAN_DATA_DIR")
     results_file = ResultsFile(args.results_dir, args.suite, {
         "suite": args.suite, "size": size_label(args), "started": started.isoformat(timespec="seconds"),
         "command": portable(["python", "-m", "lightning_dpgan", "benchmark", *argv], args.data_dir,

@@ -34,6 +34,10 @@ def machine() -> dict[str, Any]:
     return info
 
 
+#: the checkout this package runs from (an editable install's repository), whatever the current folder
+REPO = Path(__file__).resolve().parents[2]
+
+
 def commit(repo: Path | None = None, own_output: Path | None = None) -> dict[str, Any]:
     """The checked-out commit and whether tracked files differ from it (None outside a git tree).
     ``own_output`` (the RESULTS.md the harness rewrites) does not count as a change."""
@@ -43,8 +47,11 @@ def commit(repo: Path | None = None, own_output: Path | None = None) -> dict[str
         except (OSError, subprocess.CalledProcessError):
             return None
 
+    repo = repo if repo is not None else REPO
     head = git("rev-parse", "HEAD")
-    excluded = [f":(exclude){own_output.resolve()}"] if own_output is not None else []
+    top = git("rev-parse", "--show-toplevel")
+    inside = own_output is not None and top is not None and own_output.resolve().is_relative_to(Path(top).resolve())
+    excluded = [f":(exclude){own_output.resolve()}"] if inside else []  # git refuses a path outside the tree
     status = git("status", "--porcelain", "--untracked-files=no", "--", ".", *excluded)
     return {"sha": head, "dirty": bool(status) if status is not None else None}
 
