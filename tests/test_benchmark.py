@@ -832,3 +832,14 @@ def test_a_peers_table_is_scored_here_on_the_test_split_with_our_evaluation(tmp_
     assert real_test.equals(datamodule.test_frame)
     assert run["measures"]["held_out_split"] == "test" and 0 <= run["measures"]["utility/B_auroc"] <= 1
     assert run["train_seconds"] == 1.5 and run["delta"] == 1e-5
+
+
+def test_the_machine_record_reads_the_cpu_model_and_memory_from_proc(tmp_path, monkeypatch):
+    cpuinfo, meminfo = tmp_path / "cpuinfo", tmp_path / "meminfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n\nprocessor\t: 1\n")
+    meminfo.write_text("MemTotal:       24641536 kB\nMemFree:         1000 kB\n")
+    files, read = {"/proc/cpuinfo": cpuinfo, "/proc/meminfo": meminfo}, results._proc_field
+    assert read(tmp_path / "absent", "MemTotal") is None
+    monkeypatch.setattr(results, "_proc_field", lambda path, field: read(files[path], field))
+    record = results.machine()
+    assert record["cpu_model"] == "AMD EPYC 7B13" and record["memory_gib"] == 23.5

@@ -57,7 +57,7 @@ def _epsilon(value: float | None) -> str:
 
 def _header(result: dict[str, Any]) -> list[str]:
     machine, sha = result["machine"], result["commit"]
-    where = machine.get("gpu") or f"{machine['cpu_count']} CPU cores ({machine['processor']})"
+    where = machine.get("gpu") or f"{machine['cpu_count']} CPU cores ({machine.get('cpu_model') or machine['processor']})"
     dirty = " with uncommitted changes" if sha.get("dirty") else ""
     lines = [f"- `{result['file']}`: size **{result['size']}**, {result['started']}, {where}, torch {machine['torch']}, "
              f"commit `{(sha.get('sha') or 'unknown')[:10]}`{dirty}.",

@@ -25,13 +25,32 @@ from lightning_dpgan.outputs import write_json
 
 
 def machine() -> dict[str, Any]:
+    """What the wall times were measured on: the CPU's model name and the memory (Linux's
+    ``/proc`` files; left out where they cannot be read), beside the platform and versions."""
     info: dict[str, Any] = {
         "platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
         "cpu_count": os.cpu_count(), "processor": platform.processor() or platform.machine(),
     }
+    cpu, memory = _proc_field("/proc/cpuinfo", "model name"), _proc_field("/proc/meminfo", "MemTotal")
+    if cpu:
+        info["cpu_model"] = cpu
+    if memory and memory.split()[0].isdigit():
+        info["memory_gib"] = round(int(memory.split()[0]) / 2**20, 1)  # MemTotal is in kB
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
+
+
+def _proc_field(path: str, field: str) -> str | None:
+    """The value of the first ``field: value`` line of a ``/proc`` file, or None."""
+    try:
+        for line in Path(path).read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == field:
+                return value.strip()
+    except OSError:
+        return None
+    return None
 
 
 #: the checkout this package runs from (an editable install's repository), whatever the current folder
