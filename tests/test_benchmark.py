@@ -843,3 +843,22 @@ def test_the_machine_record_reads_the_cpu_model_and_memory_from_proc(tmp_path, m
     monkeypatch.setattr(results, "_proc_field", lambda path, field: read(files[path], field))
     record = results.machine()
     assert record["cpu_model"] == "AMD EPYC 7B13" and record["memory_gib"] == 23.5
+
+
+def test_a_data_folder_named_by_the_environment_is_passed_on_as_data_dir(tmp_path, monkeypatch):
+    """Each recorded train command then says --data-dir DATA_DIR, as with --data-dir."""
+    seen = {}
+
+    def runs(size, settings, skipped, on_run):
+        seen["settings"] = settings
+        return [run("gan", 0, 0.5)]
+
+    monkeypatch.setenv("LIGHTNING_DPGAN_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setattr(cli, "run_grid", runs)
+    monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, data_dir: seen.setdefault("data_dir", data_dir) and {})
+    cli.benchmark(["--suite", "tables", "--quick", "--results-dir", str(tmp_path), "--results-md",
+                   str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
+    assert seen["data_dir"] == seen["settings"].data_dir == str(tmp_path / "data")
+    command = train_command(Cell("gan", "adult", 1.0, 0), chosen_size(parse_args(["--suite", "tables", "--quick"])),
+                            seen["settings"])
+    assert "--data-dir DATA_DIR" in portable(command, seen["settings"].data_dir)

@@ -22,6 +22,7 @@ from lightning_dpgan.benchmark.results import ResultsFile, commit, machine
 from lightning_dpgan.benchmark.runner import Settings, failed_run, portable, run_cell
 from lightning_dpgan.benchmark.suites import SUITES, Cell, Size, suite_size
 from lightning_dpgan.data.dev_split import check_dev_fraction
+from lightning_dpgan.data.download import default_data_dir
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -180,6 +181,9 @@ def benchmark(argv: list[str]) -> Path:
         return args.results_md
     size = chosen_size(args)
     check_grid(args, size)
+    if args.data_dir is None and default_data_dir() is not None:
+        # the folder LIGHTNING_DPGAN_DATA_DIR names: passed on, so every recorded command says --data-dir DATA_DIR
+        args.data_dir = str(default_data_dir())
     if args.jobs < 1:
         raise SystemExit(f"benchmark: --jobs must be 1 or more, not {args.jobs}")
     if args.resume and (args.out_dir is None or args.suite in ("speed", "peers")):
