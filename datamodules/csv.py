@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from lightning_dpgan.data.dp_bounds import infer_schema_dp
-from lightning_dpgan.data.schema import LABEL_KINDS, SchemaError, TableSchema
+from lightning_dpgan.data.schema import LABEL_KINDS, SchemaError, TableSchema, missing_value_counts
 from lightning_dpgan.datamodules.tabular import TabularDataModule
 
 AUTO = "auto"
@@ -191,10 +191,8 @@ def _refuse_missing_values(frame: pd.DataFrame, path: Path) -> None:
     """Refuse missing values anywhere in the file, before it is split: the schema checks the
     training rows, and a gap in the held-out rows would otherwise surface only at ``evaluate``,
     after the budget was spent. Refusing reads nothing into any release."""
-    gaps = frame.isna().sum()
-    gaps = gaps[gaps > 0]
-    if len(gaps):
-        counts = ", ".join(f"{name} ({count} rows)" for name, count in gaps.items())
+    counts = missing_value_counts(frame)
+    if counts:
         raise SchemaError(f"missing values (NaN) in {path}, columns: {counts}; drop or impute those rows first "
                           "(every row is checked, the held-out ones too)")
 

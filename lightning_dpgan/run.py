@@ -40,7 +40,7 @@ from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.outputs import write_csv_chunks, write_json, write_png, write_torch, write_yaml
 from lightning_dpgan.privacy.validation import validate_delta
 from lightning_dpgan.run_folder import LAST_CHECKPOINT
-from lightning_dpgan.sampling import check_resume_checkpoint, checkpoint_steps, read_run_info, synthetic_row_chunks, table_labeler
+from lightning_dpgan.sampling import read_run_info, resume_checkpoint, synthetic_row_chunks, table_labeler
 
 MODEL_PROVIDED = ("data_shape", "num_classes", "table_layout")
 #: rank 0's released preprocessing, for the other processes of a DDP run (in the run folder)
@@ -158,12 +158,10 @@ class Run:
         self.config = config
         self.output_dir = output_dir
         L.seed_everything(config["seed"], workers=True, verbose=False)
-        #: the resume checkpoint's run information, read once; a damaged or foreign checkpoint is
-        #: refused before anything is built
-        self.resume_info = None if not config["resume"] else check_resume_checkpoint(
+        #: the resume checkpoint's run information and the steps it holds (0 for a new run), read
+        #: once; a damaged or foreign checkpoint is refused before anything is built
+        self.resume_info, self.resumed_steps = (None, 0) if not config["resume"] else resume_checkpoint(
             config["resume"], model_name(config), config["data"]["name"], quail=config["model"]["name"] == QUAIL)
-        #: the steps the resume checkpoint holds (0 for a new run)
-        self.resumed_steps = (checkpoint_steps(config["resume"]) or 0) if config["resume"] else 0
         self._check_resume_takes_steps()
         #: the preprocessing already released for this run (DP bounds, DP modes, QUAIL's label
         #: model): the checkpoint's on resume, rank 0's in the other processes of a DDP run
@@ -505,8 +503,8 @@ class Run:
         Equal is allowed: it writes the outputs of a run cut off after its last checkpoint."""
         # the length this run will get: --max-steps, or the default when no limit is given
         limit = self.config["max_steps"] or (None if self.config["max_epochs"] else DEFAULT_MAX_STEPS)
-        taken = self.resumed_steps
-        if self.resume_info is not None and limit is not None and limit < taken:
+        taken = self.resumed_steps  # 0 for a new run
+        if limit is not None and limit < taken:
             raise ConfigError(f"--resume {self.config['resume']} has taken {taken} steps and --max-steps {limit} "
                               f"counts them: it would take none. Raise --max-steps to {taken} or more.")
 

@@ -23,6 +23,12 @@ class CheckpointError(ValueError):
 
 def read_run_info(path: str | Path) -> dict[str, Any]:
     """The run information stored by ``GANModule.on_save_checkpoint``; refuses foreign files."""
+    return _checkpoint_record(path)["run"]
+
+
+def _checkpoint_record(path: str | Path) -> dict[str, Any]:
+    """What ``GANModule.on_save_checkpoint`` stored (the run information and the step count),
+    read once; refuses a missing, corrupt or foreign file by name."""
     path = Path(path)
     if path.is_dir():
         raise CheckpointError(f"{path} is a folder, not a checkpoint: pass the checkpoint file in it, "
@@ -38,15 +44,7 @@ def read_run_info(path: str | Path) -> dict[str, Any]:
     if not isinstance(info, dict) or not isinstance(info.get("run"), dict) or "model" not in info["run"]:
         raise CheckpointError(f"{path} was not written by lightning-dpgan's train (no run information in it). "
                               f"{_CHECKPOINT_HINT}")
-    return info["run"]
-
-
-def checkpoint_steps(path: str | Path) -> int | None:
-    """The training steps a checkpoint holds (``None`` where it does not say); read after
-    :func:`read_run_info` has vetted the file."""
-    info = read_checkpoint(path).get(CHECKPOINT_KEY, {})
-    steps = info.get("train_steps") if isinstance(info, dict) else None
-    return steps if isinstance(steps, int) else None
+    return info
 
 
 _CHECKPOINT_HINT = "Pass the checkpoints/last.ckpt that train wrote in its --output-dir."
@@ -60,11 +58,18 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def check_resume_checkpoint(path: str | Path, model: str, dataset: str, quail: bool = False) -> dict[str, Any]:
+    """The run information of a ``--resume`` checkpoint that :func:`resume_checkpoint` accepts."""
+    return resume_checkpoint(path, model, dataset, quail)[0]
+
+
+def resume_checkpoint(path: str | Path, model: str, dataset: str, quail: bool = False) -> tuple[dict[str, Any], int]:
     """Refuse a ``--resume`` checkpoint that is missing, corrupt, foreign, or from a run of another
-    model or dataset -- before anything is built, trained or written; return its run information.
+    model or dataset -- before anything is built, trained or written; return its run information
+    and the training steps it holds (0 where it does not say), from one read of the file.
     A QUAIL run and a run of its synthesizer alone are different runs: resuming one from the
     other would drop (or invent) the label model's cost."""
-    info = read_run_info(path)
+    record = _checkpoint_record(path)
+    info, steps = record["run"], record.get("train_steps")
     if ("quail" in info) != quail:
         theirs, ours = ("a QUAIL", "not") if "quail" in info else ("not a QUAIL", "a QUAIL")
         raise CheckpointError(f"--resume {path} is {theirs} run's checkpoint, and this run is {ours} one: resume "
@@ -76,7 +81,7 @@ def check_resume_checkpoint(path: str | Path, model: str, dataset: str, quail: b
             f"--model {model} --dataset {dataset}. Resume with the model and dataset it was trained with, "
             "or drop --resume to start a new run."
         )
-    return info
+    return info, steps if isinstance(steps, int) else 0
 
 
 def table_decoder(info: dict[str, Any]) -> Any:

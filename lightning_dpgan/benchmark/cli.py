@@ -181,9 +181,9 @@ def benchmark(argv: list[str]) -> Path:
         return args.results_md
     size = chosen_size(args)
     check_grid(args, size)
-    if args.data_dir is None and default_data_dir() is not None:
+    if args.data_dir is None and (found := default_data_dir()) is not None:
         # the folder LIGHTNING_DPGAN_DATA_DIR names: passed on, so every recorded command says --data-dir DATA_DIR
-        args.data_dir = str(default_data_dir())
+        args.data_dir = str(found)
     if args.jobs < 1:
         raise SystemExit(f"benchmark: --jobs must be 1 or more, not {args.jobs}")
     if args.resume and (args.out_dir is None or args.suite in ("speed", "peers")):

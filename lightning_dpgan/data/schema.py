@@ -443,10 +443,8 @@ class TableSchema:
             raise SchemaError(
                 f"unknown columns in the data: {unknown}; add them to the schema or list them in its 'drop' list"
             )
-        nans = frame[self.names].isna().sum()
-        nans = nans[nans > 0]
-        if len(nans):
-            counts = ", ".join(f"{name} ({count} rows)" for name, count in nans.items())
+        counts = missing_value_counts(frame[self.names])
+        if counts:
             raise SchemaError(f"missing values (NaN) in columns: {counts}; drop or impute those rows first")
         for column in self.columns:
             _check_dtype(column, frame[column.name])
@@ -528,6 +526,13 @@ class TableSchema:
             block = array[:, self.column_slices[column.name]]
             out[column.name] = _decode_column(column, block)
         return pd.DataFrame(out, columns=self.names)
+
+
+def missing_value_counts(frame: pd.DataFrame) -> str:
+    """``"age (1 rows), color (2 rows)"``: the columns of ``frame`` with missing values (NaN/None)
+    and how many; empty when there are none."""
+    gaps = frame.isna().sum()
+    return ", ".join(f"{name} ({count} rows)" for name, count in gaps[gaps > 0].items())
 
 
 def _check_dtype(column: Column, series: pd.Series) -> None:
