@@ -862,3 +862,46 @@ def test_a_data_folder_named_by_the_environment_is_passed_on_as_data_dir(tmp_pat
     command = train_command(Cell("gan", "adult", 1.0, 0), chosen_size(parse_args(["--suite", "tables", "--quick"])),
                             seen["settings"])
     assert "--data-dir DATA_DIR" in portable(command, seen["settings"].data_dir)
+
+
+def test_the_speed_scripts_are_found_from_any_folder_and_recorded_relative_to_the_checkout(tmp_path, monkeypatch):
+    """Run from another folder, the speed suite used to look for ``benchmarks/*.py`` there and
+    recorded each script as failed; now it runs the checkout's scripts and names them as
+    ``benchmarks/<script>.py`` in the results, without this machine's path."""
+    from lightning_dpgan.benchmark import speed
+
+    ran = []
+
+    def fake_run(command, log, env=None):
+        ran.append(command)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        Path(command[command.index("--json") + 1]).write_text(json.dumps({"rows": [{"k": 1}]}))
+        return 0.1
+
+    monkeypatch.setattr(speed, "run_logged", fake_run)
+    monkeypatch.chdir(tmp_path)
+    extras = speed.micro_benchmarks(True, None, None, tmp_path / "out")
+    assert [Path(command[1]).name for command in ran] == ["dpsgd_overhead.py", "teacher_ensemble.py"]
+    assert all(Path(command[1]).is_file() for command in ran)
+    assert extras["dpsgd_overhead"]["command"].startswith("python benchmarks/dpsgd_overhead.py ")
+    assert str(REPO) not in json.dumps({name: extra.get("command") for name, extra in extras.items()})
+
+
+def test_the_results_defaults_are_the_checkouts_whatever_the_current_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = cli.parse_args(["--suite", "tables"])
+    assert args.results_dir == REPO / "benchmarks" / "results" and args.results_md == REPO / "benchmarks" / "RESULTS.md"
+    assert args.reference.samefile(REFERENCE)
+    assert peer_command(Path("python"), Cell("mst", "adult", 1.0, 0), tmp_path / "t.csv", tmp_path / "s.json", 10,
+                        suite_size("peers", quick=True), tmp_path)[1] == str(REPO / "benchmarks" / "peers" / "smartnoise_synth.py")
+
+
+def test_an_installation_without_the_benchmarks_folder_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    from lightning_dpgan.benchmark import paths
+
+    monkeypatch.setattr(paths, "BENCHMARKS", tmp_path / "absent")
+    monkeypatch.setattr(cli, "run_grid", never_run)
+    with pytest.raises(SystemExit, match="needs the repository's benchmarks/ folder"):
+        cli.benchmark(["--suite", "tables", "--quick", "--results-dir", str(tmp_path / "results"),
+                       "--results-md", str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
+    assert not (tmp_path / "results").exists() and not (tmp_path / "runs").exists()

@@ -2,8 +2,8 @@
 
 Runs a suite's grid (:mod:`lightning_dpgan.benchmark.suites`), writes
 ``benchmarks/results/<suite>-<date>.json`` and regenerates the generated section of
-``benchmarks/RESULTS.md`` with its plots. Run it from the repository root (the defaults of the
-paths are relative to it). The results file is rewritten after every run, so a suite stopped
+``benchmarks/RESULTS.md`` with its plots, in the checkout the package is installed from
+(``pip install -e``), whatever the current folder; runs go to ``runs/`` under the current folder. The results file is rewritten after every run, so a suite stopped
 midway keeps what it measured (``complete: false``); ``--resume --out-dir DIR`` continues it
 (each cell from its last checkpoint, in a new results file). A cell that fails is recorded with its error and the suite goes on;
 the command then exits with status 1. A dataset whose files are neither local nor downloadable
@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
+from lightning_dpgan.benchmark.paths import BENCHMARKS, check_benchmarks_folder
 from lightning_dpgan.benchmark.results import ResultsFile, commit, machine
 from lightning_dpgan.benchmark.runner import Settings, failed_run, portable, run_cell
 from lightning_dpgan.benchmark.suites import SUITES, Cell, Size, suite_size
@@ -46,9 +47,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                             "compute threads (OMP_NUM_THREADS etc., unless set). Not for the speed "
                                             "and peers suites, whose wall times are compared")
     add("--out-dir", type=Path, help="where the runs go (default runs/benchmark/<suite>-<time>)")
-    add("--results-dir", type=Path, default=Path("benchmarks/results"))
-    add("--results-md", type=Path, default=Path("benchmarks/RESULTS.md"))
-    add("--reference", type=Path, default=Path("benchmarks/reference.yaml"))
+    add("--results-dir", type=Path, default=BENCHMARKS / "results", help="default: the checkout's benchmarks/results")
+    add("--results-md", type=Path, default=BENCHMARKS / "RESULTS.md", help="default: the checkout's benchmarks/RESULTS.md")
+    add("--reference", type=Path, default=BENCHMARKS / "reference.yaml",
+        help="default: the checkout's benchmarks/reference.yaml")
     add("--peers-venv", type=Path, help="peers: the smartnoise-synth virtualenv (made when missing; "
                                         "default ~/.cache/lightning-dpgan/peers-venv)")
     add("--resume", action="store_true", help="continue the suite an interrupted invocation left in --out-dir: "
@@ -176,6 +178,7 @@ def regenerate(args: argparse.Namespace) -> None:
 
 def benchmark(argv: list[str]) -> Path:
     args = parse_args(argv)
+    check_benchmarks_folder()
     if args.report_only:
         regenerate(args)
         return args.results_md

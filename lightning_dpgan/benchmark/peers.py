@@ -25,12 +25,13 @@ from typing import Any, Callable
 import pandas as pd
 import torch
 
+from lightning_dpgan.benchmark.paths import BENCHMARKS
 from lightning_dpgan.benchmark.runner import (Settings, failed_run, portable, portable_text, read_json, run_logged,
                                               with_derived_measures)
 from lightning_dpgan.benchmark.suites import DELTA, Cell, Size
 
 SMARTNOISE = "smartnoise-synth==1.0.8"
-SCRIPT = Path("benchmarks") / "peers" / "smartnoise_synth.py"
+SCRIPT = BENCHMARKS / "peers" / "smartnoise_synth.py"
 DEFAULT_VENV = Path.home() / ".cache" / "lightning-dpgan" / "peers-venv"
 
 

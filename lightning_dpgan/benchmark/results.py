@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from lightning_dpgan.benchmark.paths import REPO
 from lightning_dpgan.outputs import write_json
 
 
@@ -53,8 +54,6 @@ def _proc_field(path: str, field: str) -> str | None:
     return None
 
 
-#: the checkout this package runs from (an editable install's repository), whatever the current folder
-REPO = Path(__file__).resolve().parents[2]
 
 
 def commit(repo: Path | None = None, own_output: Path | None = None) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lightning_dpgan.benchmark.paths import REPO
 from lightning_dpgan.benchmark.suites import DELTA, Cell, Size
 from lightning_dpgan.data.download import DATA_DIR_ENV
 from lightning_dpgan.data.dev_split import scored_split
@@ -134,8 +135,9 @@ def portable(command: list[str], data_dir: str | None = None, peers_venv: str | 
 def portable_text(text: str, data_dir: str | None = None, peers_venv: str | None = None,
                   out_dir: str | Path | None = None, others: dict[str, str] | None = None) -> str:
     """``text`` with this machine's paths replaced by the names :func:`portable` uses; the
-    interpreter's prefix (warnings name files under its site-packages) becomes ``PYTHON_PREFIX``."""
-    names = {sys.executable: "python", sys.prefix: "PYTHON_PREFIX", data_dir: "DATA_DIR",
+    interpreter's prefix (warnings name files under its site-packages) becomes ``PYTHON_PREFIX``, and
+    a path in the checkout is named relative to it (``benchmarks/peers/...``)."""
+    names = {sys.executable: "python", sys.prefix: "PYTHON_PREFIX", f"{REPO}{os.sep}": "", data_dir: "DATA_DIR",
              os.environ.get(DATA_DIR_ENV): "DATA_DIR", peers_venv: "PEERS_VENV", **(others or {})}
     if out_dir is not None and Path(out_dir).is_absolute():
         names[str(out_dir)] = "OUT_DIR"

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lightning_dpgan.benchmark.paths import BENCHMARKS
 from lightning_dpgan.benchmark.runner import portable, portable_text, run_logged
 
-SCRIPTS = Path("benchmarks")
 
 #: G-PATE teachers small enough for thousands on a CPU (the README's suggestion): conv 8 + FC 32
 CPU_SIZED_TEACHERS = ["--teacher-channels", "8", "--teacher-hidden", "32"]
@@ -64,7 +64,7 @@ def micro_benchmarks(quick: bool, data_dir: str | None, accelerator: str | None,
             extras[name] = {"skipped": "no MNIST files (give --data-dir)", "markdown": [f"`{name}`: skipped, no MNIST files.", ""]}
             continue
         output = out_dir / f"{name}.json"
-        command = [sys.executable, str(SCRIPTS / f"{name}.py"), *arguments, "--json", str(output)]
+        command = [sys.executable, str(BENCHMARKS / f"{name}.py"), *arguments, "--json", str(output)]
         try:
             seconds = run_logged(command, out_dir / f"{name}.log")
             result = json.loads(output.read_text())
