@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import lightning as L
 from opacus.data_loader import DPDataLoader
-from torch.utils.data import DataLoader, IterableDataset, Subset
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Subset
 
 from lightning_dpgan.callbacks.strategy import CalibratedNoiseStrategy
 from lightning_dpgan.distributed import is_distributed, rank, world_size
@@ -91,6 +91,8 @@ class DPSGD(CalibratedNoiseStrategy):
         pl_module.generated_batch_size = math.ceil(batch_size / world_size())
         if self.poisson_sampling:
             self._use_poisson_sampling(datamodule)
+        else:
+            self._use_secret_shuffle(datamodule)
 
     def _use_poisson_sampling(self, datamodule: L.LightningDataModule) -> None:
         """Each record joins each batch independently with probability q (Opacus' DPDataLoader).
@@ -112,6 +114,23 @@ class DPSGD(CalibratedNoiseStrategy):
         loader = DPDataLoader(records, sample_rate=rate, num_workers=workers, generator=generator)
         # an iterable dataset, so Lightning does not put its own DistributedSampler in
         datamodule.train_dataloader = lambda: DataLoader(LoaderBatches(loader), batch_size=None)
+
+    def _use_secret_shuffle(self, datamodule: L.LightningDataModule) -> None:
+        """Fixed-size batches (``--privacy.poisson_sampling false``) in an order drawn from the
+        strategy's :class:`NoiseSource`. The datamodule's own shuffle draws from torch's global
+        generator, which ``--seed`` fixes and ``config.yaml`` records: anyone could replay which
+        records each batch held, and a batch known in advance gets no amplification at all.
+
+        One process only: under DDP each rank would take a full batch from its shard, so a step
+        would hold ``world`` times the records the rate q charges for."""
+        if is_distributed():
+            raise ValueError("--privacy.poisson_sampling false trains in one process only: under --strategy ddp "
+                             "each step must be one Poisson sample of all the records (the default)")
+        loader = datamodule.train_dataloader()
+        dataset, generator = loader.dataset, self.noise.generator("cpu")
+        datamodule.train_dataloader = lambda: DataLoader(
+            dataset, batch_size=loader.batch_size, sampler=RandomSampler(dataset, generator=generator),
+            drop_last=loader.drop_last, num_workers=loader.num_workers, persistent_workers=loader.persistent_workers)
 
     def planned_steps(self, trainer: L.Trainer) -> int:
         return self.planned_batches(trainer, math.ceil(1 / self.sample_rate))
@@ -139,7 +158,8 @@ class DPSGD(CalibratedNoiseStrategy):
         }
         if not self.poisson_sampling:
             report["note"] = (
-                "batches were shuffled, not Poisson-sampled: epsilon is computed as if Poisson-subsampled, "
+                "batches were shuffled (in an order drawn from the strategy's noise source, not from --seed), "
+                "not Poisson-sampled: epsilon is computed as if Poisson-subsampled, "
                 "which is the common practice but not a proven bound for shuffled batches"
             )
         return report

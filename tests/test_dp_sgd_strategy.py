@@ -392,3 +392,36 @@ def test_the_final_epsilon_is_logged_when_the_wall_time_limit_ends_the_run(tiny_
     report = read_json(run / "privacy.json")
     assert 0 < report["steps"] < 100000 and report["stopped_by"] == "other"
     assert logged_epsilons(run)[-1] == pytest.approx(report["epsilon"], rel=1e-6)
+
+
+def test_shuffled_batches_draw_their_order_from_the_noise_source_not_the_run_seed(tiny_image_data_dir):
+    """``--privacy.poisson_sampling false``: the datamodule's shuffle draws from torch's global
+    generator, which ``--seed`` fixes and config.yaml records, so the batches were public. The
+    order now comes from the strategy's noise source: the same run seed gives other batches,
+    and a fixed noise seed (tests only) the same ones; the batches stay full-size and each
+    record comes once per pass."""
+    from lightning_dpgan.datamodules.mnist import MNISTDataModule
+
+    def first_pass(noise_seed):
+        datamodule = MNISTDataModule(data_dir=tiny_image_data_dir, batch_size=BATCH, verify_checksums=False)
+        datamodule.setup("fit")
+        strategy = DPSGD(noise_multiplier=1.0, poisson_sampling=False, noise_seed=noise_seed)
+        strategy._use_secret_shuffle(datamodule)
+        torch.manual_seed(0)  # what --seed does
+        return [batch[0] for batch in datamodule.train_dataloader()]
+
+    secret_a, secret_b = first_pass(None), first_pass(None)
+    assert not all(torch.equal(a, b) for a, b in zip(secret_a, secret_b))
+    assert all(torch.equal(a, b) for a, b in zip(first_pass(7), first_pass(7)))
+    assert {len(batch) for batch in secret_a} == {BATCH} and len(secret_a) == TRAIN_RECORDS // BATCH
+    pixels = sorted(tuple(image.flatten().tolist()) for batch in secret_a for image in batch)
+    assert len(set(pixels)) == len(pixels)  # no record twice in a pass
+
+
+def test_shuffled_batches_are_refused_under_ddp(monkeypatch):
+    """Under DDP each rank would take a full batch: a step would hold more records than q charges."""
+    import lightning_dpgan.callbacks.dp_sgd as dp_sgd
+
+    monkeypatch.setattr(dp_sgd, "is_distributed", lambda: True)
+    with pytest.raises(ValueError, match="poisson_sampling false trains in one process only"):
+        DPSGD(noise_multiplier=1.0, poisson_sampling=False)._use_secret_shuffle(object())
