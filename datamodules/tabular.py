@@ -337,9 +337,10 @@ class TabularDataModule(L.LightningDataModule):
 
     #: What training does with a row holding a category outside the schema (see
     #: :meth:`TableSchema.encode`): ``"drop"`` it, or keep it with that column ``"blank"``. A
-    #: strategy for replace-one neighbours with the number of records fixed (PATE's teachers,
-    #: GS-WGAN's critics) needs ``"blank"``: were the row dropped, the number of training records
-    #: would change with one record, and with it every teacher's partition. Set by the run.
+    #: run sets ``"blank"``: were the row dropped, the number of training records would depend
+    #: on a value, and it is released (privacy.json's ``train_records``, DP-SGD's sample rate,
+    #: synthetic.csv's length); under replace-one neighbours (PATE's teachers, GS-WGAN's
+    #: critics) it would also redraw every teacher's partition.
     unknown_categories: str = "drop"
 
     def setup(self, stage: str | None = None) -> None:
@@ -408,7 +409,7 @@ class TabularDataModule(L.LightningDataModule):
         if self.schema.label is None:
             raise ValueError(f"{self.name}: the table has no label column")
         self._load_frames()
-        records, _ = self.schema.encode(self.train_frame)
+        records, _ = self.schema.encode(self.train_frame, unknown=self.unknown_categories)
         block = self.schema.label_slice
         features = torch.cat([records[:, : block.start], records[:, block.stop :]], dim=1)
         return features, records[:, block]

@@ -205,7 +205,7 @@ def schema_file(tmp_path: Path) -> Path:
 def test_a_csv_none_of_whose_rows_fits_the_schema_says_so(tmp_path, capsys, schema_file):
     csv = write_case(tmp_path / "data.csv", lambda frame: frame.assign(kind="c"))  # the schema lists a and b
     assert_refused(csv_args(csv, tmp_path / "out", schema_file), capsys, "none of the", "training rows fits the schema",
-                   "rejected rows per column: {'kind'", "check the category lists")
+                   "blanked rows per column: {'kind'", "check the category lists")
 
 
 @pytest.mark.parametrize("with_schema", [True, False], ids=["schema-file", "dp-schema"])
@@ -239,8 +239,9 @@ def test_a_gap_in_the_held_out_rows_alone_is_refused_before_training(tmp_path, c
 
 
 def test_unknown_categories_drop_their_rows_and_are_counted(tmp_path, schema_file):
-    """Documented handling, not an error: a row whose category is outside the schema's list is
-    left out of training, and the encoding report counts it per column."""
+    """Documented handling, not an error: a datamodule used on its own leaves a row whose category
+    is outside the schema's list out, and the encoding report counts it per column (a run keeps
+    it blank: test_tabular_datamodules::test_a_run_trains_on_every_row_of_the_split_...)."""
     frame = table()
     frame.loc[range(0, 80, 5), "kind"] = "zzz"
     datamodule = CSVDataModule(csv=write_case(tmp_path / "data.csv", lambda _: frame), schema=schema_file)

@@ -18,10 +18,12 @@ Stated rule for values outside the schema:
   because silently dropping rows of an unexpected class would change the task.
 
 Dropping a row depends on that row alone, so training on the kept rows is as private as
-training on all of them under add/remove-one neighbours. Not under replace-one neighbours with
-a fixed number of records (PATE's teachers, GS-WGAN's critics): a record replaced by one the
-schema drops is a removal, which changes the number of records and so every teacher's
-partition; those strategies train on ``"blank"`` encodings, which keep every row. The :class:`EncodingReport`
+training on all of them under add/remove-one neighbours, but the number of kept rows is a
+count of the private data, and a run releases its number of training records (privacy.json,
+DP-SGD's sample rate, the synthetic table's length). Under replace-one neighbours with a fixed
+number of records (PATE's teachers, GS-WGAN's critics) a record replaced by one the schema
+drops is a removal, which changes every teacher's partition. So runs train on ``"blank"``
+encodings, which keep every row. The :class:`EncodingReport`
 counts, however, are statistics of the private data: they are for the data holder and are
 not covered by any privacy guarantee if published.
 """
