@@ -20,7 +20,7 @@ Tables, fidelity
   ``fidelity/wasserstein_mean`` (continuous columns, scaled by the public bounds),
   ``fidelity/jsd_mean`` (categorical columns), ``fidelity/correlation_difference``,
   ``fidelity/pmse``, ``fidelity/pmse_ratio``; over the columns with few values (categorical,
-  integer, stepped) ``fidelity/tv_mean`` (total-variation distance of the value frequencies) and
+  integer or stepped with at most 1,000 values) ``fidelity/tv_mean`` (total-variation distance of the value frequencies) and
   ``fidelity/invented_share_mean`` (share of synthetic rows on a value no training row holds).
 Every run also gets ``report.md`` (with figures under ``report/``: epsilon over steps, samples,
 classifier AUROC bars, marginals, correlation matrices; :mod:`lightning_dpgan.evaluation.report`).

@@ -407,3 +407,18 @@ def test_the_parallel_ensembles_take_the_processs_thread_count(monkeypatch, thre
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
     ensembles = [CLASSIFIERS[name](0) for name in ("random_forest", "bagging", "xgboost")] + [REGRESSORS["random_forest"](0)]
     assert [model.get_params()["n_jobs"] for model in ensembles] == [threads] * 4
+
+
+def test_a_numeric_column_with_more_grid_values_than_the_cap_is_left_to_wasserstein() -> None:
+    """Adult's fnlwgt has 2,000,000 integer values: two real samples differ on nearly every row,
+    so its total variation is sampling noise (0.70 between Adult's own splits), not fidelity."""
+    from lightning_dpgan.evaluation.fidelity import MAX_FEW_VALUES
+
+    schema = TableSchema((Column("weight", "integer", bounds=(1, 2_000_000)),
+                          Column("hours", "integer", bounds=(1, MAX_FEW_VALUES))))
+    rng = np.random.default_rng(0)
+    real = pd.DataFrame({"weight": rng.integers(1, 2_000_000, 500), "hours": rng.integers(1, 99, 500)})
+    other_real_sample = pd.DataFrame({"weight": rng.integers(1, 2_000_000, 500), "hours": rng.integers(1, 99, 500)})
+    assert set(total_variation_per_column(real, other_real_sample, schema)) == {"hours"}
+    assert set(invented_share_per_column(real, other_real_sample, schema)) == {"hours"}
+    assert set(wasserstein_per_column(real, other_real_sample, schema)) == {"weight", "hours"}
