@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from lightning_dpgan.data.dp_bounds import infer_schema_dp
-from lightning_dpgan.data.schema import LABEL_KINDS, SchemaError, TableSchema, missing_value_counts
+from lightning_dpgan.data.schema import LABEL_KINDS, SchemaError, TableSchema, as_schema_categories, missing_value_counts
 from lightning_dpgan.datamodules.tabular import TabularDataModule
 
 AUTO = "auto"
@@ -159,7 +159,7 @@ class CSVDataModule(TabularDataModule):
         self.prepare_data()
         frame = _read_csv(self.csv_path, self._categorical_columns())
         if self._schema is not None:
-            frame = _as_schema_categories(frame, self._schema)
+            frame = as_schema_categories(frame, self._schema)
         missing = [name for name in self.drop if name not in frame.columns]
         if missing:
             raise SchemaError(f"columns to drop {missing} are not in {self.csv_path} (columns: {list(frame.columns)})")
@@ -195,18 +195,6 @@ def _refuse_missing_values(frame: pd.DataFrame, path: Path) -> None:
     if counts:
         raise SchemaError(f"missing values (NaN) in {path}, columns: {counts}; drop or impute those rows first "
                           "(every row is checked, the held-out ones too)")
-
-
-def _as_schema_categories(frame: pd.DataFrame, schema: TableSchema) -> pd.DataFrame:
-    """Text values of the schema's categorical columns as its categories (``"1"`` as ``1`` where
-    the schema file lists numbers), one value at a time; others stay text, unknown categories."""
-    frame = frame.copy()
-    for column in schema.columns:
-        if column.is_numeric or column.name not in frame.columns:
-            continue
-        by_text = {str(category): category for category in column.categories}
-        frame[column.name] = frame[column.name].map(lambda value: by_text.get(value, value))
-    return frame
 
 
 def _names(value: Sequence[str] | str | None) -> list[str]:

@@ -177,20 +177,24 @@ def _evaluate_table(run_dir: Path, datamodule: Any, held_out: pd.DataFrame, seed
     def save(figure: Any, title: str, name: str) -> None:
         figures[title] = _save(figure, run_dir, name)
 
-    synthetic = read_synthetic_table(synthetic_path, datamodule.schema.names)
+    synthetic = read_synthetic_table(synthetic_path, datamodule.schema)
     return evaluate_table(datamodule, synthetic, seed, save if figures is not None else None, held_out=held_out)
 
 
-def read_synthetic_table(path: Path, columns: list[str]) -> pd.DataFrame:
-    """The run's synthetic table, refused by its own name when it is not one ``train`` wrote
-    (unreadable, empty, other columns, missing values): else the error would read as if the
-    real data were at fault."""
+def read_synthetic_table(path: Path, schema: Any) -> pd.DataFrame:
+    """The run's synthetic table, its categorical columns as ``schema``'s categories (read as
+    text, then matched: a CSV holding ``0``/``1`` categories would otherwise read as numbers),
+    refused by its own name when it is not one ``train`` wrote (unreadable, empty, other
+    columns, missing values): else the error would read as if the real data were at fault."""
+    from lightning_dpgan.data.schema import as_schema_categories
+
+    columns = schema.names
     def refuse(problem: str) -> ValueError:
         return ValueError(f"{path} {problem}: it is not a synthetic table as train writes it; write it again "
                           "with: python -m lightning_dpgan sample --checkpoint RUN/checkpoints/last.ckpt -n N --out " + str(path))
 
     try:
-        table = pd.read_csv(path)
+        table = pd.read_csv(path, dtype={c.name: str for c in schema.columns if not c.is_numeric})
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as error:
         raise refuse(f"cannot be read as a CSV table ({' '.join(str(error).split())})") from error
     missing, extra = [c for c in columns if c not in table.columns], [c for c in table.columns if c not in columns]
@@ -200,7 +204,7 @@ def read_synthetic_table(path: Path, columns: list[str]) -> pd.DataFrame:
         raise refuse("has no rows")
     if table.isna().any().any():
         raise refuse(f"has missing values in columns {sorted(table.columns[table.isna().any()])}")
-    return table
+    return as_schema_categories(table, schema)
 
 
 def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,

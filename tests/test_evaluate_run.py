@@ -205,6 +205,25 @@ def test_evaluating_a_csv_run_reuses_its_released_schema(tmp_path, monkeypatch):
     assert "utility/B_auroc" in read_json(run / "evaluation.json")
 
 
+def test_a_csv_run_whose_categories_look_like_numbers_is_evaluated(tmp_path):
+    """Categories 1/2/3 and a 0/1 label: the csv datamodule reads them as text, and plain
+    read_csv read the synthetic table's as numbers, so evaluate failed on a dtype mismatch."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"amount": rng.gamma(2.0, 50.0, 300).round(2), "kind": rng.choice([1, 2, 3], 300),
+                  "label": rng.choice([0, 1], 300)}).to_csv(tmp_path / "t.csv", index=False)
+    run = tmp_path / "run"
+    assert main(["train", "--model", "gan", "--dataset", "csv", "--data.csv", str(tmp_path / "t.csv"),
+                 "--data.target", "label", "--data.categorical", "kind,label", "--data.label_kind", "binary",
+                 "--data.bounds_epsilon", "3", "--data.bounds_delta", "1e-6", "--output-dir", str(run), "--max-steps", "2",
+                 "--batch-size", "8", "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]) == 0
+    assert main(["evaluate", "--run", str(run)]) == 0
+    evaluation = read_json(run / "evaluation.json")
+    assert 0.0 <= evaluation["utility/B_auroc"] <= 1.0 and evaluation["fidelity/jsd_mean"] is not None
+
+
 def test_the_report_of_a_private_run_draws_epsilon_over_steps(tmp_path):
     run = tmp_path / "run"
     assert main(["train", "--model", "pategan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),

@@ -537,6 +537,19 @@ def missing_value_counts(frame: pd.DataFrame) -> str:
     return ", ".join(f"{name} ({count} rows)" for name, count in gaps[gaps > 0].items())
 
 
+def as_schema_categories(frame: pd.DataFrame, schema: TableSchema) -> pd.DataFrame:
+    """Categorical columns read as text (``"1"``) turned into the schema's categories (``1`` where
+    it lists numbers), one value at a time; a value the schema does not list stays text, an
+    unknown category. CSV files do not say whether ``1`` is a number or a category."""
+    frame = frame.copy()
+    for column in schema.columns:
+        if column.is_numeric or column.name not in frame.columns:
+            continue
+        by_text = {str(category): category for category in column.categories}
+        frame[column.name] = frame[column.name].map(lambda value: by_text.get(value, value))
+    return frame
+
+
 def _check_dtype(column: Column, series: pd.Series) -> None:
     """Refuse values of the wrong type, which would otherwise be silently clipped or rejected."""
     numeric = _holds_numbers(series)
