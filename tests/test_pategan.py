@@ -425,3 +425,15 @@ def test_a_resumed_csv_run_reuses_its_released_schema_and_pays_for_it_once(tmp_p
     del checkpoint["lightning_dpgan"]["run"]["preprocessing_cost"]
     torch.save(checkpoint, tmp_path / "old.ckpt")
     assert main(args("refused", 6, "--resume", str(tmp_path / "old.ckpt"))) == 2
+
+
+def test_generated_records_are_on_the_datas_scale_tables_in_0_1_and_images_in_minus_1_1():
+    """Images are scaled to [-1, 1]: a sigmoid generator (PATE-GAN's table head) could never
+    produce a dark pixel, and its teachers would tell every generated image apart by that."""
+    torch.manual_seed(0)
+    image = PATEGAN((1, 8, 8), num_classes=10)
+    pixels = image.generator(image.sample_latent(256), image.sample_labels(256))
+    assert pixels.min() < 0.0 and pixels.max() <= 1.0 and pixels.min() >= -1.0
+    table = PATEGAN((12,), num_classes=None)
+    records = table.generator(table.sample_latent(256), None)
+    assert records.min() >= 0.0 and records.max() <= 1.0

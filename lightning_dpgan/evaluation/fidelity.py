@@ -53,7 +53,7 @@ def jensen_shannon_per_column(real: pd.DataFrame, synthetic: pd.DataFrame, schem
     DP-SACTGAN names the metric the Jensen-Shannon divergence, so this returns the squared
     ``scipy.spatial.distance.jensenshannon`` distance; frequencies are over the schema's full
     category list, so a category the synthetic data never produces still counts. (CTAB-GAN's
-    code reports the unsquared distance, natural log: take ``sqrt`` and rescale to compare.)
+    code reports the unsquared distance, base 2: take ``sqrt`` to compare.)
     Returns ``{column: JSD}``.
     """
     x_real, x_synthetic = _encoded(real, schema), _encoded(synthetic, schema)

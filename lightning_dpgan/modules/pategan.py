@@ -54,7 +54,8 @@ class PATEGAN(TeacherModel):
         kwargs.setdefault("latent_dim", width)
         kwargs.setdefault("latent_distribution", "uniform")
         kwargs.setdefault("arch", "mlp")
-        kwargs.setdefault("generator_kwargs", {"hidden": paper_widths, "output_activation": "sigmoid", "norm": None})
+        # tables: sigmoid, records in [0, 1]; images: tanh, pixels in [-1, 1] (the factory's convention)
+        kwargs.setdefault("generator_kwargs", {"hidden": paper_widths, "norm": None})
         kwargs.setdefault("discriminator_kwargs", {"hidden": paper_widths})
         if teacher_steps < 1 or student_steps < 1:
             raise ValueError("teacher_steps and student_steps must be at least 1")
