@@ -2,7 +2,7 @@
 
 The harness's fidelity measures average over columns (JSD over categorical ones, WD over numeric
 ones). This script shows, for each categorical column and each numeric column on a public grid
-(integers, stepped values), the total-variation distance between the run's ``synthetic.csv``
+(integers, stepped values; at most 1,000 of them, MAX_FEW_VALUES), the total-variation distance between the run's ``synthetic.csv``
 and the real rows it trained on, and the share of synthetic rows holding a value that no real
 row holds (values the synthesizer invented). Both are
 ``lightning_dpgan.evaluation.fidelity`` measures; the real rows are the run's training split
