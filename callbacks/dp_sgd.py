@@ -148,9 +148,10 @@ class DPSGD(CalibratedNoiseStrategy):
         return {"noise_multiplier": self.noise_multiplier, "sample_rate": self.sample_rate}
 
     def report_parameters(self) -> dict[str, Any]:
+        last = self.last_step_params()
         report = {
-            "noise_multiplier": self.noise_multiplier,
-            "sample_rate": self.sample_rate,
+            "noise_multiplier": last["noise_multiplier"],
+            "sample_rate": last["sample_rate"],
             "max_grad_norm": self.max_grad_norm,
             "sampling": "poisson" if self.poisson_sampling else "shuffle",
             "grad_sample_mode": self.mechanism.mode,

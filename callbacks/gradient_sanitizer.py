@@ -334,7 +334,7 @@ class GradientSanitizer(CalibratedNoiseStrategy):
 
     # --------------------------------------------------------------- report
     def report_parameters(self) -> dict[str, Any]:
-        effective = self.next_step_params()["noise_multiplier"] if self.generated_batch_size else None
+        effective = self.last_step_params()["noise_multiplier"] if self.generated_batch_size else None
         report = {
             "noise_multiplier": self.noise_multiplier,
             "max_norm": self.max_norm,

@@ -188,6 +188,13 @@ class PrivacyStrategy(L.Callback):
         """The mechanism parameters of the next step (for look-ahead before any step)."""
         raise NotImplementedError
 
+    def last_step_params(self) -> dict[str, float]:
+        """The parameters of the last charged step, else of the next one: what the report's top
+        level states. After a resume that changed them (another batch size) and took no step,
+        the next step's would describe no step taken."""
+        history = getattr(self.accountant, "history", None)
+        return dict(history[-1][0]) if history else self.next_step_params()
+
     def steps_taken(self) -> int:
         """Training steps charged so far (the unit of ``epsilon_if``)."""
         return len(self.accountant)

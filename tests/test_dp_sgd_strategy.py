@@ -425,3 +425,23 @@ def test_shuffled_batches_are_refused_under_ddp(monkeypatch):
     monkeypatch.setattr(dp_sgd, "is_distributed", lambda: True)
     with pytest.raises(ValueError, match="poisson_sampling false trains in one process only"):
         DPSGD(noise_multiplier=1.0, poisson_sampling=False)._use_secret_shuffle(object())
+
+
+def test_the_reports_top_level_rate_is_the_last_charged_steps_after_a_resume_that_changed_it():
+    """A resume with another batch size that stops before its first step (budget spent): the
+    next step's rate described no step taken, and Opacus fed the top-level fields got an epsilon
+    above the target."""
+    from types import SimpleNamespace
+
+    from lightning_dpgan.privacy.accountants import OpacusAccountant
+
+    strategy = DPSGD(noise_multiplier=0.9, noise_seed=0)
+    strategy.accountant = OpacusAccountant("rdp")
+    for _ in range(20):
+        strategy.accountant.step(noise_multiplier=0.9, sample_rate=0.0033)
+    strategy.sample_rate, strategy.mechanism = 0.0066, SimpleNamespace(mode="hooks")  # the resumed run's batch
+    report = strategy.report_parameters()
+    assert report["sample_rate"] == 0.0033 and report["noise_multiplier"] == 0.9
+    fresh = DPSGD(noise_multiplier=0.9, noise_seed=0)
+    fresh.accountant, fresh.sample_rate, fresh.mechanism = OpacusAccountant("rdp"), 0.01, SimpleNamespace(mode="hooks")
+    assert fresh.report_parameters()["sample_rate"] == 0.01  # before any step: the next one's
