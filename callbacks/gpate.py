@@ -139,7 +139,7 @@ class ProjectedVoting(TeacherStrategy):
             self.training_delta, steps * self.queries_per_step, self.sigma1, self.sigma2, answered_fraction=0.0
         )
 
-    def training_warnings(self) -> list[str]:
+    def answer_warnings(self) -> list[str]:
         """A warning when (almost) no query was answered: the student generator then moved by
         (almost) nothing the teachers said."""
         queries, answered = len(self.accountant), self.accountant.answered

@@ -23,7 +23,7 @@ privacy.json; counting released answers is post-processing, free). A student tau
 that are (almost) all one class learns nothing but that class, and the generator trained
 against it gets no signal towards the data: on Adult, teachers that separate real from
 generated records perfectly answer "generated" to every query. The run then warns
-(:meth:`PATEAggregation.training_warnings`), so a table that is no better than an untrained
+(:meth:`PATEAggregation.answer_warnings`), so a table that is no better than an untrained
 generator's is not mistaken for a trained one.
 """
 from __future__ import annotations
@@ -95,7 +95,7 @@ class PATEAggregation(TeacherStrategy):
         charged query is answered and counted, so the accountant's queries less the counts."""
         return len(self.accountant) - int(self.answer_counts.sum())
 
-    def training_warnings(self) -> list[str]:
+    def answer_warnings(self) -> list[str]:
         """A warning when (almost) every released label was one class: the student then learned
         that class alone, and the generator trained against it learned nothing from the data."""
         total = int(self.answer_counts.sum())

@@ -243,6 +243,27 @@ class TeacherStrategy(PrivacyStrategy):
         self._steps = int(state_dict["steps"])
         self.sampler.load_state_dict(state_dict["sampler"])  # same partitions, same draws
 
+    def training_warnings(self) -> list[str]:
+        """What the data-dependent figure is, when it is the one reported, then what the answers
+        say about the training (:meth:`answer_warnings`)."""
+        return [*self.accounting_warnings(), *self.answer_warnings()]
+
+    def answer_warnings(self) -> list[str]:
+        """Warnings about what the aggregated answers taught the generator; none by default."""
+        return []
+
+    def accounting_warnings(self) -> list[str]:
+        """A warning that the reported epsilon is the data-dependent one: the papers' figure, but a
+        function of the private votes, not a proven guarantee; names the bound that is."""
+        if self.accountant is None or self.accountant.accounting != "data-dependent" or len(self.accountant) == 0:
+            return []
+        dependent = self.preprocessing["epsilon"] + self.accountant.epsilon_data_dependent(self.training_delta)
+        independent = self.preprocessing["epsilon"] + self.accountant.epsilon_data_independent(self.training_delta)
+        return [f"epsilon {dependent:.4g} is the data-dependent figure the PATE papers report: it is computed from the "
+                "teachers' votes, so it is not itself differentially private. The bound that holds whatever the votes is "
+                f"{independent:.4g} (epsilon_data_independent in privacy.json); --privacy.accounting data-independent "
+                "stops training on it"]
+
     def accounting_report(self) -> dict[str, Any]:
         """Both epsilons of a PATE-style accountant, labelled, and which one stops training."""
         return {

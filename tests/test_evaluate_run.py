@@ -234,3 +234,4 @@ def test_the_report_of_a_private_run_draws_epsilon_over_steps(tmp_path):
     assert "](report/epsilon.png)" in report and (run / "report/epsilon.png").is_file()
     privacy = read_json(run / "privacy.json")
     assert f"epsilon: {privacy['epsilon']:.4g} (target 8)" in report
+    assert privacy["accounting"] == "data-dependent" and "not itself differentially private" in report

@@ -174,9 +174,9 @@ def test_a_run_with_almost_no_answered_query_says_its_generator_got_no_signal(an
     """An unanswered dimension contributes 0: with under 1 % of the queries answered the student
     generator learned (almost) nothing from the teachers, and ``train`` prints the warning."""
     strategy = ProjectedVoting(num_teachers=10, sigma1=5.0, sigma2=3.0)
-    assert strategy.training_warnings() == []  # nothing asked yet
+    assert strategy.answer_warnings() == []  # nothing asked yet
     strategy.accountant.step(5.0, 3.0, 100, np.full(answered, -5.0))  # 100 checks, `answered` answers
-    warnings = strategy.training_warnings()
+    warnings = strategy.answer_warnings()
     assert bool(warnings) == warned
     if warned:
         assert "only 0 of the 100 projected-gradient queries were answered" in warnings[0]

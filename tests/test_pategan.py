@@ -187,7 +187,7 @@ def test_the_one_class_warning_starts_at_99_percent(counts, warned):
     strategy = PATEAggregation()
     strategy.accountant.step(1.0, np.full(sum(counts), TEACHERS))  # every answer was charged
     strategy.answer_counts = np.array(counts)
-    warnings = strategy.training_warnings()
+    warnings = strategy.answer_warnings()
     assert bool(warnings) == warned
     if warned:
         said = "generated" if counts[0] > counts[1] else "real"
@@ -437,3 +437,22 @@ def test_generated_records_are_on_the_datas_scale_tables_in_0_1_and_images_in_mi
     table = PATEGAN((12,), num_classes=None)
     records = table.generator(table.sample_latent(256), None)
     assert records.min() >= 0.0 and records.max() <= 1.0
+
+
+@pytest.mark.parametrize("accounting", ["data-dependent", "data-independent"])
+def test_train_warns_that_a_data_dependent_epsilon_is_not_a_proven_guarantee(accounting):
+    """The PATE papers' figure depends on the private votes: a user reading privacy.json's
+    epsilon alone would take it for a guarantee. The warning names the bound that is one."""
+    strategy = PATEAggregation(accounting=accounting)
+    strategy.preprocessing = {"epsilon": 0.0, "delta": 0.0}
+    strategy.delta = 1e-5
+    assert strategy.accounting_warnings() == []  # nothing answered yet
+    strategy.accountant.step(0.5, np.full(64, TEACHERS))  # unanimous: cheap under the data-dependent bound
+    strategy.answer_counts = np.array([32, 32])
+    warnings = strategy.training_warnings()
+    if accounting == "data-independent":
+        assert warnings == []
+        return
+    independent = strategy.accountant.epsilon_data_independent(1e-5)
+    assert len(warnings) == 1 and "not itself differentially private" in warnings[0]
+    assert f"{independent:.4g}" in warnings[0] and f"{strategy.accountant.epsilon_data_dependent(1e-5):.4g}" in warnings[0]

@@ -120,6 +120,10 @@ def write_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping[
         for key in ("epsilon_data_dependent", "epsilon_data_independent"):
             if key in privacy:
                 lines.append(f"- {key.replace('_', ' ')}: {privacy[key]:.4g}")
+        if privacy.get("accounting") == "data-dependent":
+            lines.append("- the epsilon above is the data-dependent figure: computed from the teachers' votes, it is "
+                         "not itself differentially private; the epsilon data independent is the bound that holds "
+                         "whatever the votes")
         lines.append("")
     lines += ["## Measured", "", "| measure | value |", "|---|---|"]
     for key, value in evaluation.items():
