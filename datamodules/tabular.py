@@ -29,7 +29,7 @@ from lightning_dpgan.data.download import (
 from lightning_dpgan.data.dev_split import check_dev_fraction, check_held_out_split, dev_split
 from lightning_dpgan.data.partition import teacher_partitions
 from lightning_dpgan.privacy.composition import compose_costs
-from lightning_dpgan.data.schema import EncodingReport, SchemaError, TableSchema, encoding_layout
+from lightning_dpgan.data.schema import EncodingReport, SchemaError, TableSchema, encoding_layout, missing_value_counts
 from lightning_dpgan.data.table_transformer import MODES, TableTransformer, checked_roles
 
 log = logging.getLogger(__name__)
@@ -428,7 +428,14 @@ class TabularDataModule(L.LightningDataModule):
 
     def _load_frames(self) -> None:
         if self.train_frame is None:
-            train, self.test_frame = self._read_split()
+            train, test = self._read_split()
+            for split, frame in (("training", train), ("test", test)):
+                # every row, the held-out ones too: a gap there would surface only at evaluate,
+                # after the budget was spent. Refusing reads nothing into any release
+                if counts := missing_value_counts(frame):
+                    raise SchemaError(f"{self.name}: missing values (NaN) in the {split} rows, columns: {counts}; drop "
+                                      "or impute those rows first (every row is checked before training)")
+            self.test_frame = test
             kept, dev = dev_split(len(train), self.hparams.dev_fraction, self.hparams.split_seed)
             if len(dev):
                 train, self.dev_frame = train.iloc[kept], train.iloc[dev]
