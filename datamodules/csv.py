@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -173,6 +174,7 @@ def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:
     binary file by name."""
     try:
         header = pd.read_csv(path, nrows=0).columns
+        _refuse_repeated_names(path)
         frame = pd.read_csv(path, dtype={name: str for name in text_columns if name in header})
     except pd.errors.EmptyDataError as err:
         raise SchemaError(f"CSV file {path} is empty: it needs a header row of column names, then one record "
@@ -185,6 +187,17 @@ def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:
         raise SchemaError(f"CSV file {path} has a header ({', '.join(map(str, frame.columns))}) but no records: "
                           "add one record per line after it")
     return frame
+
+
+def _refuse_repeated_names(path: Path) -> None:
+    """Refuse a header that names a column twice: pandas would rename the second ``a`` to
+    ``a.1``, and the synthetic table would come back under a name the file never had."""
+    with open(path, newline="") as handle:
+        names = next(csv.reader(handle), [])
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise SchemaError(f"CSV file {path} names the columns {repeated} more than once in its header: give each "
+                          "column its own name")
 
 
 def _refuse_missing_values(frame: pd.DataFrame, path: Path) -> None:

@@ -175,8 +175,10 @@ CSV_CASES = {
                     ["cannot be read as a CSV table", "same number of fields"]),
     "binary-file": (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", ["cannot be read as a CSV table"],
                     ["cannot be read as a CSV table"]),
-    "wrong-dtype": (with_text_amount, ["'amount' is continuous but holds non-numeric", "fix those values"],
-                    ["'amount' is not numeric", "list it as categorical"]),
+    "wrong-dtype": (with_text_amount, ["'amount' is continuous but holds non-numeric", "'lots' (data row", "fix those values"],
+                    ["'amount' holds non-numeric values", "'lots' (data row", "fix those values", "--data.categorical"]),
+    "repeated-column": ("amount,visits,amount,label\n1.0,2,3.0,no\n3.0,4,5.0,yes\n",
+                        ["names the columns ['amount'] more than once"], ["names the columns ['amount'] more than once"]),
     "unknown-label-class": (with_third_class, ["label 'label' must be binary", "fix or drop those rows"],
                             ["label 'label' must be binary", "fix or drop those rows"]),
     "missing-file": (None, ["CSV file not found", "--data.csv"], ["CSV file not found", "--data.csv"]),
@@ -557,3 +559,14 @@ def test_an_unknown_logger_is_refused_with_the_known_ones(tiny_image_data_dir, t
     assert_refused(tiny_run_args(tiny_image_data_dir, out) + ["--logger", "foo"], capsys,
                    "unknown logger 'foo'", "csv", "tensorboard", "wandb")
     assert not (out / "config.yaml").exists()
+
+
+@pytest.mark.parametrize("with_schema", [True, False], ids=["schema-file", "dp-schema"])
+def test_fractional_values_in_an_integer_column_name_the_remedy_that_fits(tmp_path, capsys, schema_file, with_schema):
+    """A schema file declares the column; without one, --data.integer does: the advice must name
+    what the user wrote."""
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame.assign(visits=frame["visits"] + 0.5))
+    extra = [] if with_schema else ["--data.integer", "visits"]
+    remedy = "declare the column continuous in the schema" if with_schema else "leave it out of --data.integer"
+    assert_refused(csv_args(csv, tmp_path / "out", schema_file if with_schema else None, *extra), capsys,
+                   "'visits' is integer but", "fractional values", remedy)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lightning_dpgan.data.schema import LABEL_KINDS, Column, SchemaError, TableSchema
+from lightning_dpgan.data.schema import LABEL_KINDS, Column, SchemaError, TableSchema, non_numeric_examples
 
 #: The neighbouring relation of every mechanism here (see the module docstring).
 NEIGHBOURS = "add-remove"
@@ -254,7 +254,8 @@ def _infer_column(
             )
         return Column(name, "categorical", categories=categories, source=f"DP estimate: {cost['mechanism']}"), cost
     if not pd.api.types.is_numeric_dtype(series.dtype):
-        raise SchemaError(f"column '{name}' is not numeric (dtype {series.dtype}); list it as categorical")
+        raise SchemaError(f"column '{name}' holds non-numeric values ({non_numeric_examples(series)}): fix those "
+                          "values in the data, or list the column with --data.categorical if it is categorical")
     (low, high), cost = dp_numeric_bounds(series, epsilon, alpha=alpha, rng=rng)
     kind = "integer" if is_integer else "continuous"
     if is_integer:

@@ -550,22 +550,32 @@ def as_schema_categories(frame: pd.DataFrame, schema: TableSchema) -> pd.DataFra
     return frame
 
 
+def non_numeric_examples(series: pd.Series, most: int = 3) -> str:
+    """``"'abc' (data row 5)"``: the first values of ``series`` that are not numbers, with their
+    row (the frame's index, counted from 1 after the header), for an error the data holder reads."""
+    bad = series[pd.to_numeric(series, errors="coerce").isna() & series.notna()]
+    return ", ".join(f"{value!r} (data row {index + 1 if isinstance(index, int) else index})"
+                     for index, value in bad.head(most).items())
+
+
 def _check_dtype(column: Column, series: pd.Series) -> None:
     """Refuse values of the wrong type, which would otherwise be silently clipped or rejected."""
     numeric = _holds_numbers(series)
+    estimated = str(column.source).startswith("DP estimate")  # no schema file: the remedy is an option
     if column.is_numeric:
         if not numeric:
-            raise SchemaError(
-                f"column '{column.name}' is {column.kind} but holds non-numeric values (dtype {series.dtype}): "
-                "fix those values in the data, or declare the column categorical in the schema"
-            )
+            remedy = ("list the column with --data.categorical if it is categorical" if estimated
+                      else "declare the column categorical in the schema if it is")
+            raise SchemaError(f"column '{column.name}' is {column.kind} but holds non-numeric values "
+                              f"({non_numeric_examples(series)}): fix those values in the data, or {remedy}")
         if column.kind == "integer":
             values = series.to_numpy(dtype=np.float64)
             finite = np.isfinite(values)
             fractional = int((values[finite] != np.round(values[finite])).sum())
             if fractional:
+                remedy = "leave it out of --data.integer" if estimated else "declare the column continuous in the schema"
                 raise SchemaError(f"column '{column.name}' is integer but {fractional} rows hold fractional values: "
-                                  "round them in the data, or declare the column continuous in the schema")
+                                  f"round them in the data, or {remedy}")
         return
     if all(isinstance(c, str) for c in column.categories) and numeric:
         raise SchemaError(f"column '{column.name}' has string categories but holds numbers (dtype {series.dtype})")
