@@ -124,6 +124,10 @@ def evaluate_run(
         epsilon_plot = epsilon_figure(run_dir / "logs" / "metrics.csv")
         if epsilon_plot is not None:
             figures = {"Privacy spent over training": _save(epsilon_plot, run_dir, "epsilon.png"), **figures}
+        elif privacy and privacy.get("epsilon") is not None:
+            print("evaluate: note: no epsilon-over-steps figure: it is drawn from the CSV logger's step log "
+                  "(logs/metrics.csv), and this run logged elsewhere (--logger tensorboard or wandb: see their "
+                  "dashboards) or logged no epsilon", file=sys.stderr)
         write_report(run_dir, results, privacy, figures)
     return results
 

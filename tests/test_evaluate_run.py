@@ -241,3 +241,13 @@ def test_the_report_of_a_private_run_draws_epsilon_over_steps(tmp_path):
     privacy = read_json(run / "privacy.json")
     assert f"epsilon: {privacy['epsilon']:.4g} (target 8)" in report
     assert privacy["accounting"] == "data-dependent" and "not itself differentially private" in report
+
+
+def test_a_private_run_logged_to_tensorboard_says_why_its_report_has_no_epsilon_figure(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "--model", "pategan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
+                 "--output-dir", str(run), "--max-steps", "2", "--epsilon", "8", "--delta", "1e-3", "--logger", "tensorboard",
+                 "--privacy.num_teachers", "3", "--privacy.teacher_batch_size", "8", "--privacy.lap_inverse_scale", "0.05",
+                 "--trainer.enable_progress_bar", "false", "--evaluate"]) == 0
+    assert not (run / "report" / "epsilon.png").exists()
+    assert "no epsilon-over-steps figure" in capsys.readouterr().err
