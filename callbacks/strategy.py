@@ -104,7 +104,9 @@ class PrivacyStrategy(L.Callback):
         the target epsilon and of delta, and reports include both parts."""
         self.preprocessing = self.composed_preprocessing(dict(getattr(datamodule, "privacy_cost", lambda: {})()))
         if self.preprocessing["delta"] >= self.delta:
-            raise ValueError(f"preprocessing already spent delta {self.preprocessing['delta']:g} of --delta {self.delta:g}")
+            raise ValueError(f"preprocessing already spent delta {self.preprocessing['delta']:g} of --delta {self.delta:g}, "
+                             "leaving training nothing: raise --delta, or spend less before training (a CSV's DP "
+                             "bounds take --data.bounds_delta; a schema file, --data.schema, spends none)")
         if self.target_epsilon is not None and self.preprocessing["epsilon"] >= self.target_epsilon:
             parts = self.preprocessing.get("parts") or {"preprocessing": self.preprocessing}
             spent = ", ".join(f"{name} {part.get('epsilon', 0):g} ({part.get('mechanism', '?')})" for name, part in parts.items())
