@@ -46,6 +46,10 @@ LABEL_ENCODINGS = ("scalar", "mode-specific")
 ENCODE_SEED = 0
 
 
+#: the share of a column's training values clipped to its bounds above which setup warns
+CLIPPED_SHARE_WARNING = 0.05
+
+
 class TabularDataModule(L.LightningDataModule):
     """Rows of a table encoded into [0, 1] vectors by a public schema, label included.
 
@@ -356,8 +360,25 @@ class TabularDataModule(L.LightningDataModule):
         log.info("%s train split: %s", self.name, self._report.summary())
         if self._report.rows_rejected or self._report.rows_blanked:  # for the data holder (private counts)
             what = "were left out" if self._report.rows_rejected else "were kept with that column blank"
-            log.warning("%s: %d training rows hold categories outside the schema and %s (%s)", self.name,
-                        self._report.rows_rejected or self._report.rows_blanked, what, self._report.summary())
+            log.warning("%s: %d training rows hold categories outside the schema and %s (%s)%s", self.name,
+                        self._report.rows_rejected or self._report.rows_blanked, what, self._report.summary(),
+                        self._estimate_hint())
+        clipped = {name: sum(counts.values()) for name, counts in self._report.clipped.items()
+                   if sum(counts.values()) > CLIPPED_SHARE_WARNING * self._report.rows_in}
+        if clipped:
+            log.warning("%s: the bounds clip more than %d%% of the training values of %s (%s)%s", self.name,
+                        round(100 * CLIPPED_SHARE_WARNING), ", ".join(clipped),
+                        ", ".join(f"{name} {count} of {self._report.rows_in}" for name, count in clipped.items()),
+                        self._estimate_hint())
+
+    def _estimate_hint(self) -> str:
+        """What to do when the schema is a DP estimate: its bounds and category lists are noisy,
+        and a small budget over a small file cuts them short."""
+        if not any(str(column.source).startswith("DP estimate") for column in self.schema.columns):
+            return ""
+        return ("; the schema is a DP estimate of this file's bounds and categories, which a small budget on few rows "
+                "cuts short: raise --data.bounds_epsilon, or give a schema file with public bounds and category "
+                "lists (--data.schema)")
 
     def encode(self, frame: pd.DataFrame, unknown: str = "drop") -> tuple[torch.Tensor, EncodingReport]:
         """Rows in the training encoding (mode-specific or min-max, of :attr:`encoded_schema`),

@@ -490,3 +490,26 @@ def test_a_gap_in_a_built_in_tables_test_rows_is_refused_before_training(tmp_pat
     datamodule.prepare_data()
     with pytest.raises(SchemaError, match=r"missing values \(NaN\) in the test rows, columns: V5 \(1 rows\)"):
         datamodule.setup("fit")
+
+
+def test_bounds_that_clip_many_training_values_are_warned_with_the_remedy_for_a_dp_estimate(tmp_path, caplog):
+    """A DP estimate of a small file's bounds can cut a column short (29 % of a 2,000-row income
+    column clipped at the default budget): the one sign was a count in the log."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"amount": rng.uniform(0, 500, 200).round(2), "kind": rng.choice(["a", "b"], 200),
+                          "label": rng.choice(["no", "yes"], 200)})
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    narrow = {**KIND_SCHEMA, "columns": [{"name": "amount", "kind": "continuous", "bounds": [0, 300]},
+                                          *KIND_SCHEMA["columns"][1:]]}
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(narrow))
+    with caplog.at_level("WARNING"):
+        from_file = CSVDataModule(csv=tmp_path / "d.csv", schema=tmp_path / "schema.yaml", batch_size=8)
+        from_file.setup("fit")
+    clipped = sum(from_file.encoding_report["clipped"]["amount"].values())
+    assert clipped > 0.05 * len(from_file.train_frame)
+    warning = next(r.getMessage() for r in caplog.records if "clip more than 5%" in r.getMessage())
+    assert f"amount {clipped} of {len(from_file.train_frame)}" in warning and "DP estimate" not in warning
+    estimated = CSVDataModule(csv=tmp_path / "d.csv", target="label", categorical=["kind", "label"], label_kind="binary",
+                              bounds_epsilon=5.0, batch_size=8)
+    estimated.setup("fit")
+    assert "raise --data.bounds_epsilon" in estimated._estimate_hint() and from_file._estimate_hint() == ""
