@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -126,8 +127,26 @@ def parse_overrides(extra: list[str]) -> dict[str, Any]:
     return overrides
 
 
+#: a negative number in any notation (``-1``, ``-.5``, ``-1e-5``)
+NEGATIVE_NUMBER = re.compile(r"-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def attach_negative_values(argv: list[str]) -> list[str]:
+    """``--delta -1e-5`` as ``--delta=-1e-5``: argparse before Python 3.13 reads a negative number in
+    scientific notation as an option, and answers "expected one argument" instead of the
+    setting's own check ("--delta must be in (0, 1)")."""
+    joined: list[str] = []
+    for word in argv:
+        previous = joined[-1] if joined else ""
+        if NEGATIVE_NUMBER.fullmatch(word) and previous.startswith("--") and "=" not in previous:
+            joined[-1] = f"{previous}={word}"
+        else:
+            joined.append(word)
+    return joined
+
+
 def build_config(argv: list[str]) -> dict[str, Any]:
-    args, extra = _train_parser().parse_known_args(argv)
+    args, extra = _train_parser().parse_known_args(attach_negative_values(argv))
     flags = {key: value for key, value in vars(args).items() if key != "config"}
     config = resolve(flags, parse_overrides(extra), config_file=args.config)
     for kind, section in (("model", "model"), ("dataset", "data")):
