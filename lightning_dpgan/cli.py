@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -179,17 +180,21 @@ def train(argv: list[str]) -> Path:
     from lightning_dpgan import run_folder
 
     config = build_config(argv)
-    output_dir, previous = _output_dir(config), None
+    output_dir, previous, created = _output_dir(config), None, False
     continued = run_folder.continues_run_in(output_dir, config["resume"])
     if not launched_as_follower():  # a DDP run's other processes share rank 0's folder
         run_folder.check_output_dir(output_dir, config["resume"], config["overwrite"])
         previous = run_folder.set_aside_outputs(output_dir, continued) if output_dir.is_dir() else None
+        created = not output_dir.exists()
     try:
         run = Run(config, output_dir)
         run.fit()
     except BaseException:
-        if previous is not None and not run_folder.training_started(output_dir):
-            run_folder.restore_outputs(output_dir, previous)  # refused before training: the folder as it was
+        if not run_folder.training_started(output_dir):  # refused before training: the folder as it was
+            if previous is not None:
+                run_folder.restore_outputs(output_dir, previous)
+            elif created:  # only the logger's files, from a folder this run made
+                shutil.rmtree(output_dir, ignore_errors=True)
         raise
     if continued and run.trainer.is_global_zero:
         run_folder.prepend_earlier_steps(output_dir, previous, took_steps=run.module.train_steps > run.resumed_steps)

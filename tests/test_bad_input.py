@@ -581,3 +581,17 @@ def test_a_delta_that_the_csvs_dp_bounds_use_up_names_the_option_that_spends_it(
     assert_refused(csv_args(csv, out, None, "--data.bounds_delta", "1e-6", "--delta", "1e-7", "--epsilon", "10",
                             "--model", "dpctgan"),
                    capsys, "preprocessing already spent delta 1e-06 of --delta 1e-07", "--data.bounds_delta")
+
+
+def test_a_refusal_before_training_leaves_no_folder_it_made(tiny_image_data_dir, tmp_path, capsys):
+    """delta >= 1/n is found once the data is read, after the logger made logs/ in the new
+    folder: a stray folder that reads like a run's. An existing folder is kept as it was."""
+    out = tmp_path / "fresh"
+    assert_refused(image_args(tiny_image_data_dir, out, "--privacy.noise_multiplier", "1.0", "--delta", "0.01",
+                              model="dpgan"), capsys, "is not below 1/n")
+    assert not out.exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    assert_refused(image_args(tiny_image_data_dir, kept, "--privacy.noise_multiplier", "1.0", "--delta", "0.01",
+                              model="dpgan"), capsys, "is not below 1/n")
+    assert kept.is_dir()
