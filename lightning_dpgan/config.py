@@ -288,6 +288,14 @@ def init_arguments(cls: type) -> dict[str, inspect.Parameter]:
     return params
 
 
+def _presets_setting(config: dict[str, Any], section: str, keys: list[str]) -> str:
+    """`` (set by the preset configs/x.yaml)`` when a shipped preset the run applied sets one of
+    ``keys``: the user never typed it, so the error must say where it came from."""
+    names = [name for name in config.get("presets", [])
+             if isinstance(section_of := load_preset(name).get(section), dict) and set(keys) & set(section_of)]
+    return f" (set by the preset {', '.join(f'configs/{name}' for name in names)})" if names else ""
+
+
 def section_arguments(config: dict[str, Any], section: str, cls: type, provided: tuple[str, ...] = ()) -> dict[str, Any]:
     """The keyword arguments for ``cls`` from ``config[section]``, refusing unknown keys.
 
@@ -299,7 +307,8 @@ def section_arguments(config: dict[str, Any], section: str, cls: type, provided:
     if unknown:
         owner = config[section].get("name") or cls.__name__
         raise ConfigError(
-            f"unknown key(s) {', '.join(f'{section}.{key}' for key in unknown)} for {section} '{owner}'. "
+            f"unknown key(s) {', '.join(f'{section}.{key}' for key in unknown)} for {section} '{owner}'"
+            f"{_presets_setting(config, section, unknown)}. "
             f"Valid keys: {', '.join(f'{section}.{name}' for name in valid)}."
         )
     wrong = mismatches(section, args, cls)

@@ -468,3 +468,21 @@ def test_a_run_says_which_of_its_limits_ended_it(tiny_image_data_dir, tmp_path, 
     report = json.loads((tmp_path / "epochs" / "privacy.json").read_text())
     assert (report["mechanism"], report["stopped_by"]) == ("none", "max-epochs")
     assert f"training stopped after {report['steps']} steps: --max-epochs 1 reached" in capsys.readouterr().out
+
+
+def test_an_unknown_key_from_a_preset_names_the_preset(tiny_image_data_dir, tmp_path, capsys, monkeypatch):
+    """The user never typed a key an edited preset holds: the error must say where it came from."""
+    from lightning_dpgan import config as config_module
+
+    shipped = config_module.load_preset
+
+    def with_typo(name):
+        preset = shipped(name)
+        return {**preset, "model": {**preset.get("model", {}), "lr_generater": 1e-4}} if name == "gan.yaml" else preset
+
+    monkeypatch.setattr(config_module, "load_preset", with_typo)
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "out")) == 2
+    assert "unknown key(s) model.lr_generater for model 'gan' (set by the preset configs/gan.yaml)" in capsys.readouterr().err
+    monkeypatch.setattr(config_module, "load_preset", shipped)
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "typed") + ["--model.lr_generater", "1"]) == 2
+    assert "for model 'gan'. Valid keys" in capsys.readouterr().err  # typed by the user: no preset named
