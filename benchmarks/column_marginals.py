@@ -18,9 +18,8 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
-from lightning_dpgan.evaluate import load_run_datamodule
+from lightning_dpgan.evaluate import load_run_datamodule, read_synthetic_table
 from lightning_dpgan.evaluation.fidelity import invented_share_per_column, total_variation_per_column
 
 
@@ -28,7 +27,7 @@ def column_marginals(run: Path, data_dir: str | None) -> dict[str, dict[str, flo
     """``{column: {"tv", "invented", "real_values", "synthetic_values"}}`` for one run."""
     datamodule = load_run_datamodule(run, data_dir)
     schema, train = datamodule.schema, datamodule.train_frame
-    synthetic = pd.read_csv(run / "synthetic.csv")
+    synthetic = read_synthetic_table(run / "synthetic.csv", schema)
     distances = total_variation_per_column(train, synthetic, schema)
     invented = invented_share_per_column(train, synthetic, schema)
     return {name: {"tv": distances[name], "invented": invented[name], "real_values": float(train[name].nunique()),

@@ -28,11 +28,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
 
 from lightning_dpgan import registry
-from lightning_dpgan.evaluate import load_run_datamodule
+from lightning_dpgan.evaluate import load_run_datamodule, read_synthetic_table
 from lightning_dpgan.evaluation import classification_utility
 from lightning_dpgan.evaluation.utility import CLASSIFIERS
 from lightning_dpgan.run_folder import LAST_CHECKPOINT
@@ -55,7 +54,7 @@ def train(name: str, model_args: list[str], seed: int, args: argparse.Namespace)
 
 def synthetic_scores(run: Path, datamodule, seed: int) -> dict[str, float]:
     """Train on the run's synthetic table, test on the real test split."""
-    synthetic = pd.read_csv(run / "synthetic.csv")
+    synthetic = read_synthetic_table(run / "synthetic.csv", datamodule.schema)
     chosen = {name: CLASSIFIERS[name] for name in FOUR}
     scores = classification_utility(synthetic, datamodule.test_frame, datamodule.schema, chosen, seed)["per_classifier"]
     privacy = json.loads((run / "privacy.json").read_text())

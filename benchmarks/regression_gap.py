@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lightning_dpgan.evaluate import load_run_datamodule
+from lightning_dpgan.evaluate import load_run_datamodule, read_synthetic_table
 from lightning_dpgan.evaluation.fidelity import total_variation_per_column
 from lightning_dpgan.evaluation.utility import REGRESSORS, features_and_label, regression_utility
 from lightning_dpgan.run_folder import LAST_CHECKPOINT
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"{args.run} is not a QUAIL run: only QUAIL's label model can be put on other features")
     datamodule = load_run_datamodule(args.run, args.data_dir)
     schema, train, held_out = datamodule.schema, datamodule.train_frame, datamodule.held_out(args.split)
-    synthetic = pd.read_csv(args.run / "synthetic.csv")
+    synthetic = read_synthetic_table(args.run / "synthetic.csv", schema)
     real = regression_utility(train, held_out, schema, seed=args.seed)["per_regressor"]
     synth = regression_utility(synthetic, held_out, schema, seed=args.seed)["per_regressor"]
     print(f"run {args.run}: {len(synthetic)} synthetic rows, {len(held_out)} {args.split} rows; R² per regressor")

@@ -17,10 +17,9 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import yaml
 
-from lightning_dpgan.evaluate import load_run_datamodule
+from lightning_dpgan.evaluate import load_run_datamodule, read_synthetic_table
 from lightning_dpgan.evaluation import classification_utility
 
 FOUR = ("logistic_regression", "random_forest", "gradient_boosting", "mlp")
@@ -42,7 +41,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     datamodule = run_datamodule(args.run, args.dataset, args.data_dir)
-    synthetic = pd.read_csv(args.run / "synthetic.csv")
+    synthetic = read_synthetic_table(args.run / "synthetic.csv", datamodule.schema)
     privacy = json.loads((args.run / "privacy.json").read_text())
     real = classification_utility(datamodule.train_frame, datamodule.test_frame, datamodule.schema, seed=args.seed)
     synth = classification_utility(synthetic, datamodule.test_frame, datamodule.schema, seed=args.seed)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -192,8 +191,8 @@ def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:
 def _refuse_repeated_names(path: Path) -> None:
     """Refuse a header that names a column twice: pandas would rename the second ``a`` to
     ``a.1``, and the synthetic table would come back under a name the file never had."""
-    with open(path, newline="") as handle:
-        names = next(csv.reader(handle), [])
+    first_row = pd.read_csv(path, header=None, nrows=1, dtype=str)  # compressed and encoded as pandas reads them
+    names = first_row.iloc[0].tolist() if len(first_row) else []
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
         raise SchemaError(f"CSV file {path} names the columns {repeated} more than once in its header: give each "

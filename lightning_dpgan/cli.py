@@ -173,6 +173,29 @@ def _output_dir(config: dict[str, Any]) -> Path:
     return path
 
 
+def _first_missing_folder(folder: Path) -> Path | None:
+    """The outermost folder of ``folder``'s path that does not exist yet (None: it exists)."""
+    missing = None
+    for candidate in [folder, *folder.parents]:
+        if candidate.exists():
+            return missing
+        missing = candidate
+    return missing
+
+
+def _remove_made_folder(output_dir: Path, made: Path) -> None:
+    """After a refusal before training: remove what this run made, ``output_dir`` holding only
+    the logger's ``logs/`` and the empty parents up to ``made``; anything else in it (a data
+    folder placed there, another run's files) keeps it."""
+    if not output_dir.is_dir() or not {entry.name for entry in output_dir.iterdir()} <= {"logs"}:
+        return
+    shutil.rmtree(output_dir, ignore_errors=True)
+    for parent in output_dir.parents:
+        if not parent.is_relative_to(made) or any(parent.iterdir()):
+            break
+        parent.rmdir()
+
+
 def train(argv: list[str]) -> Path:
     """Run ``train`` and return the output directory."""
     from lightning_dpgan.distributed import launched_as_follower
@@ -180,12 +203,12 @@ def train(argv: list[str]) -> Path:
     from lightning_dpgan import run_folder
 
     config = build_config(argv)
-    output_dir, previous, created = _output_dir(config), None, False
+    output_dir, previous, created = _output_dir(config), None, None
     continued = run_folder.continues_run_in(output_dir, config["resume"])
     if not launched_as_follower():  # a DDP run's other processes share rank 0's folder
         run_folder.check_output_dir(output_dir, config["resume"], config["overwrite"])
         previous = run_folder.set_aside_outputs(output_dir, continued) if output_dir.is_dir() else None
-        created = not output_dir.exists()
+        created = _first_missing_folder(output_dir)
     try:
         run = Run(config, output_dir)
         run.fit()
@@ -193,8 +216,8 @@ def train(argv: list[str]) -> Path:
         if not run_folder.training_started(output_dir):  # refused before training: the folder as it was
             if previous is not None:
                 run_folder.restore_outputs(output_dir, previous)
-            elif created:  # only the logger's files, from a folder this run made
-                shutil.rmtree(output_dir, ignore_errors=True)
+            elif created is not None:
+                _remove_made_folder(output_dir, created)
         raise
     if continued and run.trainer.is_global_zero:
         run_folder.prepend_earlier_steps(output_dir, previous, took_steps=run.module.train_steps > run.resumed_steps)

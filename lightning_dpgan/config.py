@@ -290,9 +290,12 @@ def init_arguments(cls: type) -> dict[str, inspect.Parameter]:
 
 def _presets_setting(config: dict[str, Any], section: str, keys: list[str]) -> str:
     """`` (set by the preset configs/x.yaml)`` when a shipped preset the run applied sets one of
-    ``keys``: the user never typed it, so the error must say where it came from."""
+    ``keys`` to the value the run has: the user may never have typed it, so the error must say
+    where it came from."""
+    privacy = config.get("privacy", {}).get("name")
     names = [name for name in config.get("presets", [])
-             if isinstance(section_of := load_preset(name).get(section), dict) and set(keys) & set(section_of)]
+             if isinstance(section_of := _preset_for(load_preset(name), privacy).get(section), dict)
+             and any(key in section_of and section_of[key] == config[section].get(key) for key in keys)]
     return f" (set by the preset {', '.join(f'configs/{name}' for name in names)})" if names else ""
 
 

@@ -590,8 +590,43 @@ def test_a_refusal_before_training_leaves_no_folder_it_made(tiny_image_data_dir,
     assert_refused(image_args(tiny_image_data_dir, out, "--privacy.noise_multiplier", "1.0", "--delta", "0.01",
                               model="dpgan"), capsys, "is not below 1/n")
     assert not out.exists()
+    nested = tmp_path / "a" / "b" / "c"
+    assert_refused(image_args(tiny_image_data_dir, nested, "--privacy.noise_multiplier", "1.0", "--delta", "0.01",
+                              model="dpgan"), capsys, "is not below 1/n")
+    assert not (tmp_path / "a").exists()  # the parents it made too
     kept = tmp_path / "kept"
     kept.mkdir()
     assert_refused(image_args(tiny_image_data_dir, kept, "--privacy.noise_multiplier", "1.0", "--delta", "0.01",
                               model="dpgan"), capsys, "is not below 1/n")
     assert kept.is_dir()
+
+
+def test_a_compressed_csv_is_read_and_its_header_checked(tmp_path):
+    """The repeated-name check reads the header as pandas reads the file (compression, UTF-8)."""
+    from lightning_dpgan.data.schema import SchemaError
+    from lightning_dpgan.datamodules.csv import _refuse_repeated_names
+
+    table().to_csv(tmp_path / "fine.csv.gz", index=False)
+    _refuse_repeated_names(tmp_path / "fine.csv.gz")
+    table().rename(columns={"visits": "amount"}).to_csv(tmp_path / "twice.csv.gz", index=False)
+    with pytest.raises(SchemaError, match=r"names the columns \['amount'\] more than once"):
+        _refuse_repeated_names(tmp_path / "twice.csv.gz")
+
+
+def test_a_column_read_as_text_for_a_value_in_other_rows_still_says_what_is_wrong():
+    from lightning_dpgan.data.schema import non_numeric_examples
+
+    assert non_numeric_examples(pd.Series(["1.5", "lots", "2"])) == "'lots' (data row 2)"
+    assert "the text is in other rows" in non_numeric_examples(pd.Series(["1.5", "2"], dtype=object))
+
+
+def test_a_refused_runs_new_folder_holding_more_than_logs_is_kept(tmp_path):
+    """A data folder placed inside, or another run's files: not the refused run's to remove."""
+    from lightning_dpgan.cli import _first_missing_folder, _remove_made_folder
+
+    out = tmp_path / "new" / "run"
+    assert _first_missing_folder(out) == tmp_path / "new" and _first_missing_folder(tmp_path) is None
+    (out / "logs").mkdir(parents=True)
+    (out / "data").mkdir()
+    _remove_made_folder(out, tmp_path / "new")
+    assert (out / "data").is_dir() and (out / "logs").is_dir()

@@ -486,3 +486,14 @@ def test_an_unknown_key_from_a_preset_names_the_preset(tiny_image_data_dir, tmp_
     monkeypatch.setattr(config_module, "load_preset", shipped)
     assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "typed") + ["--model.lr_generater", "1"]) == 2
     assert "for model 'gan'. Valid keys" in capsys.readouterr().err  # typed by the user: no preset named
+
+
+def test_a_key_the_user_typed_is_not_blamed_on_a_preset(tmp_path, capsys):
+    """pategan_adult.yaml sets privacy.num_teachers 100 for its own strategy; under --privacy
+    dp-sgd that section is not applied, so the unknown key is the user's, even at the same value."""
+    fixtures = Path(__file__).parent / "fixtures" / "adult_tiny"
+    args = ["train", "--model", "pategan", "--dataset", "adult", "--data-dir", str(fixtures), "--privacy", "dp-sgd",
+            "--epsilon", "1", "--privacy.num_teachers", "100", "--output-dir", str(tmp_path / "out")]
+    assert main(args) == 2
+    error = capsys.readouterr().err
+    assert "unknown key(s) privacy.num_teachers" in error and "set by the preset" not in error

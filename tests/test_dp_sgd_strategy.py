@@ -445,3 +445,22 @@ def test_the_reports_top_level_rate_is_the_last_charged_steps_after_a_resume_tha
     fresh = DPSGD(noise_multiplier=0.9, noise_seed=0)
     fresh.accountant, fresh.sample_rate, fresh.mechanism = OpacusAccountant("rdp"), 0.01, SimpleNamespace(mode="hooks")
     assert fresh.report_parameters()["sample_rate"] == 0.01  # before any step: the next one's
+
+
+def test_a_run_with_shuffled_batches_trains_on_the_secret_order(tiny_image_data_dir, tmp_path, monkeypatch):
+    """The strategy installs its own shuffle for --privacy.poisson_sampling false: the batches
+    the run trains on come from a sampler on the strategy's noise generator."""
+    samplers = []
+    install = DPSGD._use_secret_shuffle
+
+    def recording(self, datamodule):
+        install(self, datamodule)
+        loader = datamodule.train_dataloader()
+        samplers.append((loader.sampler, self.noise.generator("cpu")))
+
+    monkeypatch.setattr(DPSGD, "_use_secret_shuffle", recording)
+    args = tiny_run_args(tiny_image_data_dir, tmp_path / "run", model="dpgan", steps=2, batch_size=BATCH)
+    assert main(args + ["--privacy.noise_multiplier", "1.0", "--delta", "1e-4", "--privacy.poisson_sampling", "false"]) == 0
+    (sampler, generator), = samplers
+    assert isinstance(sampler, torch.utils.data.RandomSampler) and sampler.generator is generator
+    assert read_json(tmp_path / "run" / "privacy.json")["sampling"] == "shuffle"

@@ -156,3 +156,14 @@ def test_a_generated_batch_other_than_the_real_one_trains(tiny_image_data_dir, t
     # the step was charged for 6 sanitized records (the charge refuses any other count), not the 16 real ones
     assert report["generated_batch_size"] == 6 and report["generator_steps"] == 1
     assert report["effective_noise_multiplier"] == pytest.approx(report["noise_multiplier"] / (2 * math.sqrt(6)))
+
+
+def test_the_reports_effective_noise_is_the_last_charged_steps_after_a_resume_that_changed_the_batch():
+    from lightning_dpgan.callbacks.gradient_sanitizer import GradientSanitizer
+    from lightning_dpgan.privacy.gradient_sanitizer import effective_noise_multiplier
+
+    strategy = GradientSanitizer(noise_multiplier=2.0, generated_batch_size=16)
+    for _ in range(3):
+        strategy._charge(16)
+    strategy.generated_batch_size = 64  # the resumed run's batch, no step taken at it
+    assert strategy.report_parameters()["effective_noise_multiplier"] == effective_noise_multiplier(2.0, 16)

@@ -164,6 +164,9 @@ def test_a_run_whose_answers_were_all_one_class_says_its_generator_learned_nothi
     assert len(logged) == 4 and logged.mean() == pytest.approx(answers["real"] / queries)
     warning = capsys.readouterr().err
     assert ("said 'generated'" in warning and "no better than an untrained generator" in warning) == warned
+    # the default data-dependent figure is named for what it is, with the bound that holds
+    assert "is the data-dependent figure the PATE papers report" in warning
+    assert f"{report['epsilon_data_independent']:.4g} (epsilon_data_independent" in warning
 
 
 def test_the_strategy_counts_the_noisy_labels_it_released_not_the_votes():

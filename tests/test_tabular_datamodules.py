@@ -509,7 +509,15 @@ def test_bounds_that_clip_many_training_values_are_warned_with_the_remedy_for_a_
     assert clipped > 0.05 * len(from_file.train_frame)
     warning = next(r.getMessage() for r in caplog.records if "clip more than 5%" in r.getMessage())
     assert f"amount {clipped} of {len(from_file.train_frame)}" in warning and "DP estimate" not in warning
-    estimated = CSVDataModule(csv=tmp_path / "d.csv", target="label", categorical=["kind", "label"], label_kind="binary",
-                              bounds_epsilon=5.0, batch_size=8)
-    estimated.setup("fit")
-    assert "raise --data.bounds_epsilon" in estimated._estimate_hint() and from_file._estimate_hint() == ""
+    # a category in two rows stays under the DP estimate's threshold: its rows are blanked, and
+    # the warning says what to do about an estimated schema
+    frame.loc[frame.index[:2], "kind"] = "rare"
+    frame.to_csv(tmp_path / "rare.csv", index=False)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        estimated = CSVDataModule(csv=tmp_path / "rare.csv", target="label", categorical=["kind", "label"],
+                                  label_kind="binary", bounds_epsilon=5.0, batch_size=8)
+        estimated.setup("fit")
+    warning = next(r.getMessage() for r in caplog.records if "outside the schema" in r.getMessage())
+    assert "the schema is a DP estimate" in warning and "raise --data.bounds_epsilon" in warning
+    assert from_file._estimate_hint() == ""

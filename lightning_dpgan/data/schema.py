@@ -552,10 +552,12 @@ def as_schema_categories(frame: pd.DataFrame, schema: TableSchema) -> pd.DataFra
 
 def non_numeric_examples(series: pd.Series, most: int = 3) -> str:
     """``"'abc' (data row 5)"``: the first values of ``series`` that are not numbers, with their
-    row (the frame's index, counted from 1 after the header), for an error the data holder reads."""
+    row (the frame's index, counted from 1 after the header), for an error the data holder reads.
+    A column read as text for a value in another split (the held-out rows) shows none here."""
     bad = series[pd.to_numeric(series, errors="coerce").isna() & series.notna()]
-    return ", ".join(f"{value!r} (data row {index + 1 if isinstance(index, int) else index})"
-                     for index, value in bad.head(most).items())
+    examples = ", ".join(f"{value!r} (data row {index + 1 if isinstance(index, int) else index})"
+                         for index, value in bad.head(most).items())
+    return examples or f"read as {series.dtype}: the text is in other rows of the file"
 
 
 def _check_dtype(column: Column, series: pd.Series) -> None:
