@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from lightning_dpgan.data.dp_bounds import infer_schema_dp
-from lightning_dpgan.data.schema import LABEL_KINDS, SchemaError, TableSchema, as_schema_categories, missing_value_counts
+from lightning_dpgan.data.schema import LABEL_KINDS, SchemaError, TableSchema, as_schema_categories
 from lightning_dpgan.datamodules.tabular import TabularDataModule
 
 AUTO = "auto"
@@ -163,17 +163,14 @@ class CSVDataModule(TabularDataModule):
         missing = [name for name in self.drop if name not in frame.columns]
         if missing:
             raise SchemaError(f"columns to drop {missing} are not in {self.csv_path} (columns: {list(frame.columns)})")
-        frame = frame.drop(columns=self.drop)
-        _refuse_missing_values(frame, self.csv_path)
-        return self._seeded_split(frame)
+        return self._seeded_split(frame.drop(columns=self.drop))
 
 
 def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:
     """The file's rows, ``text_columns`` as text, refusing an empty, header-only, unparseable or
     binary file by name."""
     try:
-        header = pd.read_csv(path, nrows=0).columns
-        _refuse_repeated_names(path)
+        header = _header_names(path)
         frame = pd.read_csv(path, dtype={name: str for name in text_columns if name in header})
     except pd.errors.EmptyDataError as err:
         raise SchemaError(f"CSV file {path} is empty: it needs a header row of column names, then one record "
@@ -188,25 +185,17 @@ def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:
     return frame
 
 
-def _refuse_repeated_names(path: Path) -> None:
-    """Refuse a header that names a column twice: pandas would rename the second ``a`` to
-    ``a.1``, and the synthetic table would come back under a name the file never had."""
-    first_row = pd.read_csv(path, header=None, nrows=1, dtype=str)  # compressed and encoded as pandas reads them
+def _header_names(path: Path) -> list[str]:
+    """The column names of the file's header as written, refusing a name given twice: pandas
+    would rename the second ``a`` to ``a.1``, and the synthetic table would come back under a
+    name the file never had. Read as pandas reads the file (compression, UTF-8)."""
+    first_row = pd.read_csv(path, header=None, nrows=1, dtype=str)
     names = first_row.iloc[0].tolist() if len(first_row) else []
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
         raise SchemaError(f"CSV file {path} names the columns {repeated} more than once in its header: give each "
                           "column its own name")
-
-
-def _refuse_missing_values(frame: pd.DataFrame, path: Path) -> None:
-    """Refuse missing values anywhere in the file, before it is split: the schema checks the
-    training rows, and a gap in the held-out rows would otherwise surface only at ``evaluate``,
-    after the budget was spent. Refusing reads nothing into any release."""
-    counts = missing_value_counts(frame)
-    if counts:
-        raise SchemaError(f"missing values (NaN) in {path}, columns: {counts}; drop or impute those rows first "
-                          "(every row is checked, the held-out ones too)")
+    return names
 
 
 def _names(value: Sequence[str] | str | None) -> list[str]:

@@ -455,7 +455,7 @@ class TabularDataModule(L.LightningDataModule):
                 # after the budget was spent. Refusing reads nothing into any release
                 if counts := missing_value_counts(frame):
                     raise SchemaError(f"{self.name}: missing values (NaN) in the {split} rows, columns: {counts}; drop "
-                                      "or impute those rows first (every row is checked before training)")
+                                      "or impute those rows first (every row is checked before training, the held-out ones too)")
             self.test_frame = test
             kept, dev = dev_split(len(train), self.hparams.dev_fraction, self.hparams.split_seed)
             if len(dev):

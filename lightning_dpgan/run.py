@@ -287,7 +287,7 @@ class Run:
         if self.strategy is None or self.strategy.target_epsilon is None:
             raise ConfigError("QUAIL splits --epsilon between its label model and a private synthesizer: "
                               "give --epsilon, and a synthesizer with a privacy strategy")
-        if self.released_info is not None:  # a QUAIL run's (check_resume_checkpoint made sure on resume)
+        if self.released_info is not None:  # a QUAIL run's (resume_checkpoint made sure on resume)
             labeler = table_labeler(self.released_info)
         else:
             self.datamodule.prepare_data()

@@ -57,11 +57,6 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
 
 
-def check_resume_checkpoint(path: str | Path, model: str, dataset: str, quail: bool = False) -> dict[str, Any]:
-    """The run information of a ``--resume`` checkpoint that :func:`resume_checkpoint` accepts."""
-    return resume_checkpoint(path, model, dataset, quail)[0]
-
-
 def resume_checkpoint(path: str | Path, model: str, dataset: str, quail: bool = False) -> tuple[dict[str, Any], int]:
     """Refuse a ``--resume`` checkpoint that is missing, corrupt, foreign, or from a run of another
     model or dataset -- before anything is built, trained or written; return its run information

@@ -24,7 +24,7 @@ from lightning_dpgan import outputs
 from lightning_dpgan.cli import main
 from lightning_dpgan.datamodules.csv import CSVDataModule
 from lightning_dpgan.outputs import OutputWriteError, atomic_write, write_csv, write_json, write_png, write_yaml
-from lightning_dpgan.sampling import CheckpointError, check_resume_checkpoint, read_run_info
+from lightning_dpgan.sampling import CheckpointError, read_run_info, resume_checkpoint
 from run_helpers import tiny_run_args
 
 #: What an earlier run left in the output folder: a failed run must not lose it. The runs below
@@ -363,7 +363,7 @@ def damaged_checkpoints(image_run: Path, folder: Path) -> dict[str, tuple[Path, 
 def test_resume_checkpoint_check_refuses_damaged_and_foreign_files(image_run, tmp_path, kind):
     path, message = damaged_checkpoints(image_run, tmp_path)[kind]
     with pytest.raises(CheckpointError, match=r"\(corrupt|not written|not found") as excinfo:
-        check_resume_checkpoint(path, "gan", "mnist")
+        resume_checkpoint(path, "gan", "mnist")
     assert message in str(excinfo.value) and str(path) in str(excinfo.value)
     if kind != "missing":
         assert "checkpoints/last.ckpt" in str(excinfo.value)  # what to pass instead
@@ -371,10 +371,10 @@ def test_resume_checkpoint_check_refuses_damaged_and_foreign_files(image_run, tm
 
 def test_resume_checkpoint_check_refuses_another_model_or_dataset(image_run):
     path = image_run / "checkpoints" / "last.ckpt"
-    assert check_resume_checkpoint(path, "gan", "mnist")["model"] == "gan"
+    assert resume_checkpoint(path, "gan", "mnist")[0]["model"] == "gan"
     for model, dataset in [("wgan", "mnist"), ("gan", "fashion-mnist")]:
         with pytest.raises(CheckpointError, match="is a checkpoint of --model gan --dataset mnist") as excinfo:
-            check_resume_checkpoint(path, model, dataset)
+            resume_checkpoint(path, model, dataset)
         assert f"this run is --model {model} --dataset {dataset}" in str(excinfo.value)
         assert "drop --resume" in str(excinfo.value)
 
@@ -604,13 +604,13 @@ def test_a_refusal_before_training_leaves_no_folder_it_made(tiny_image_data_dir,
 def test_a_compressed_csv_is_read_and_its_header_checked(tmp_path):
     """The repeated-name check reads the header as pandas reads the file (compression, UTF-8)."""
     from lightning_dpgan.data.schema import SchemaError
-    from lightning_dpgan.datamodules.csv import _refuse_repeated_names
+    from lightning_dpgan.datamodules.csv import _header_names
 
     table().to_csv(tmp_path / "fine.csv.gz", index=False)
-    _refuse_repeated_names(tmp_path / "fine.csv.gz")
+    assert _header_names(tmp_path / "fine.csv.gz") == list(table().columns)
     table().rename(columns={"visits": "amount"}).to_csv(tmp_path / "twice.csv.gz", index=False)
     with pytest.raises(SchemaError, match=r"names the columns \['amount'\] more than once"):
-        _refuse_repeated_names(tmp_path / "twice.csv.gz")
+        _header_names(tmp_path / "twice.csv.gz")
 
 
 def test_a_column_read_as_text_for_a_value_in_other_rows_still_says_what_is_wrong():

@@ -54,8 +54,6 @@ def _proc_field(path: str, field: str) -> str | None:
     return None
 
 
-
-
 def commit(repo: Path | None = None, own_output: Path | None = None) -> dict[str, Any]:
     """The checked-out commit and whether tracked files differ from it (None outside a git tree).
     ``own_output`` (the RESULTS.md the harness rewrites) does not count as a change."""
