@@ -144,6 +144,10 @@ class DPSGD(CalibratedNoiseStrategy):
     def _charge(self) -> None:
         self.accountant.step(noise_multiplier=self.noise_multiplier, sample_rate=self.sample_rate)
 
+    def charges_for(self, train_steps: int) -> int:
+        """Every training step takes one private critic step: one subsampled Gaussian charge."""
+        return train_steps
+
     def next_step_params(self) -> dict[str, float]:
         return {"noise_multiplier": self.noise_multiplier, "sample_rate": self.sample_rate}
 

@@ -159,7 +159,8 @@ class PrivacyStrategy(L.Callback):
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
-        return {"strategy": self.name, "accountant": self.accountant.state_dict() if self.accountant else None}
+        # `is not None`: an accountant with no steps yet has length 0, and is still a state to keep
+        return {"strategy": self.name, "accountant": self.accountant.state_dict() if self.accountant is not None else None}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if not isinstance(state_dict, dict) or state_dict.get("strategy") != self.name or self.accountant is None:
@@ -173,6 +174,21 @@ class PrivacyStrategy(L.Callback):
                 "strategy, or the file is damaged. The budget it already spent cannot be known, so resuming "
                 "from it is refused; start a new run instead."
             )
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Refuse a resumed accountant that charged fewer steps than the checkpoint's networks
+        took (a damaged or edited state): its epsilon would leave those steps out."""
+        expected = self.charges_for(getattr(pl_module, "train_steps", 0))
+        if expected is not None and self.steps_taken() < expected:
+            raise AccountantStateError(
+                f"the checkpoint's {self.name} accountant charged {self.steps_taken()} steps, but its networks took "
+                f"{pl_module.train_steps} training steps, which need {expected}: the state is damaged, and the budget "
+                "those steps spent cannot be known. Resuming from it is refused; start a new run instead.")
+
+    def charges_for(self, train_steps: int) -> int | None:
+        """The accountant steps ``train_steps`` training steps charge at least, where a strategy
+        knows it (``None``: not checked)."""
+        return None
 
     @staticmethod
     def planned_batches(trainer: L.Trainer, batches_per_epoch: int) -> int:

@@ -3,6 +3,7 @@ from a resolved configuration, fits them, and writes the run's files."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -110,6 +111,28 @@ def check_same_encoding(datamodule: Any, saved: dict[str, Any] | None, checkpoin
     if TableTransformer.from_dict(saved).layout() != current:
         raise ConfigError(f"the checkpoint {checkpoint} was trained on another table encoding: resume with the "
                           "--data encoding settings it was trained with (its run's config.yaml has them)")
+
+
+def check_same_preprocessing_cost(current: dict[str, Any], saved: dict[str, Any] | None, checkpoint: str | Path) -> None:
+    """Refuse to resume a table run whose preprocessing spent budget (a DP-estimated schema, DP
+    modes) when this run's data settings report another cost: the checkpoint's networks were
+    trained on that preprocessing, so its ε is spent whatever this run reads. A schema file given
+    where the checkpoint estimated one would report 0 and train on past the target."""
+    if not saved or (float(saved.get("epsilon", 0.0)) == 0.0 and float(saved.get("delta", 0.0)) == 0.0):
+        return  # nothing spent before: this run's own preprocessing is composed as usual
+    spent = (float(saved.get("epsilon", 0.0)), float(saved.get("delta", 0.0)))
+    now = (float(current.get("epsilon", 0.0)), float(current.get("delta", 0.0)))
+    if all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15) for a, b in zip(spent, now)):
+        return
+    parts = saved.get("parts")
+    what = (", ".join(f"{name}: epsilon {part.get('epsilon', 0):g}, {part.get('mechanism', '?')}" for name, part in parts.items())
+            if parts else saved.get("mechanism", "?"))
+    raise ConfigError(
+        f"the checkpoint {checkpoint} spent epsilon {spent[0]:g}, delta {spent[1]:g} on preprocessing ({what}), and this "
+        f"run's data settings report epsilon {now[0]:g}, delta {now[1]:g}: its budget would be left out of the total. "
+        "Resume with the data settings it was trained with (its run's config.yaml has them; without --data.schema "
+        "when it estimated its schema: the released one is reused at no further cost)"
+    )
 
 
 #: datamodule settings that decide which records are trained on (and which are held out for the
@@ -233,6 +256,8 @@ class Run:
             if getattr(datamodule, "kind", "image") == "table":
                 check_same_schema(datamodule.schema, self.resume_info.get("schema"), self.config["resume"])
                 check_same_encoding(datamodule, self.resume_info.get("table_transformer"), self.config["resume"])
+                check_same_preprocessing_cost(datamodule.privacy_cost(), self.resume_info.get("preprocessing_cost"),
+                                              self.config["resume"])
         return datamodule
 
     def _build_module(self) -> Any:

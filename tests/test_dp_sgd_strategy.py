@@ -139,6 +139,21 @@ def test_resume_with_corrupt_accountant_state_is_refused(fixed_noise_run, tiny_i
     assert "history" in capsys.readouterr().err
 
 
+def test_resume_with_an_accountant_that_charged_fewer_steps_than_were_taken_is_refused(
+        fixed_noise_run, tiny_image_data_dir, tmp_path, capsys):
+    """An emptied history would restart the budget at zero under networks that already spent it."""
+    checkpoint = torch.load(fixed_noise_run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    (key,) = [k for k in checkpoint["callbacks"] if "DPSGD" in k]
+    checkpoint["callbacks"][key]["accountant"]["history"] = []
+    torch.save(checkpoint, tmp_path / "emptied.ckpt")
+    code = dpgan(tiny_image_data_dir, tmp_path / "out", 12, "--privacy.noise_multiplier", "1.3",
+                 "--resume", str(tmp_path / "emptied.ckpt"))
+    assert code == 2
+    taken = checkpoint["lightning_dpgan"]["train_steps"]
+    assert f"accountant charged 0 steps, but its networks took {taken} training steps" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "privacy.json").exists()
+
+
 def test_wgan_with_dp_sgd_is_dpgan(fixed_noise_run, tiny_image_data_dir, tmp_path):
     """--model wgan --privacy dp-sgd composes the same thing as --model dpgan."""
     assert dpgan(tiny_image_data_dir, tmp_path / "wgan", 7, "--privacy", "dp-sgd",

@@ -397,7 +397,7 @@ def test_dp_bounds_of_a_csv_are_composed_into_the_reported_epsilon(tmp_path):
     assert main(args[:args.index("--epsilon")] + ["--epsilon", "5.5"] + args[args.index("--epsilon") + 2:]) == 2
 
 
-def test_a_resumed_csv_run_reuses_its_released_schema_and_pays_for_it_once(tmp_path):
+def test_a_resumed_csv_run_reuses_its_released_schema_and_pays_for_it_once(tmp_path, capsys):
     """The DP schema estimate is released with the first run; a resume must reuse it (same
     encoding, no second estimate on the private rows), and report its cost once."""
     from lightning_dpgan.sampling import read_run_info
@@ -422,6 +422,16 @@ def test_a_resumed_csv_run_reuses_its_released_schema_and_pays_for_it_once(tmp_p
     report = read_json(tmp_path / "resumed" / "privacy.json")
     assert report["preprocessing"]["epsilon"] == pytest.approx(4.0)  # 2 for add/remove, 4 for replace-one
     assert report["epsilon"] == pytest.approx(4.0 + report["epsilon_training"]) and report["epsilon"] <= 9.0
+
+    # the released schema given back as a schema file costs nothing now, but the checkpoint's
+    # networks were trained on the estimate: resuming so would leave its epsilon out of the total
+    (tmp_path / "released.json").write_text(json.dumps(first["schema"]))
+    from_file = args("from_file", 6, "--resume", str(first_ckpt), "--data.schema", str(tmp_path / "released.json"))
+    for option in ("--data.target", "--data.categorical", "--data.label_kind", "--data.bounds_epsilon"):
+        del from_file[from_file.index(option):from_file.index(option) + 2]
+    assert main(from_file) == 2
+    assert "spent epsilon 2, delta 1e-06 on preprocessing (DP schema estimation" in capsys.readouterr().err
+    assert not (tmp_path / "from_file").exists()
 
     # a checkpoint that does not record the estimate's cost cannot be resumed honestly
     checkpoint = torch.load(first_ckpt, map_location="cpu", weights_only=False)
@@ -459,3 +469,19 @@ def test_train_warns_that_a_data_dependent_epsilon_is_not_a_proven_guarantee(acc
     independent = strategy.accountant.epsilon_data_independent(1e-5)
     assert len(warnings) == 1 and "not itself differentially private" in warnings[0]
     assert f"{independent:.4g}" in warnings[0] and f"{strategy.accountant.epsilon_data_dependent(1e-5):.4g}" in warnings[0]
+
+
+def test_an_accountant_that_charged_nothing_yet_is_saved_as_a_state_not_as_missing():
+    """A PATE run refused on its first queries has an empty accountant (length 0): saving it as
+    no state made its checkpoint unresumable, with a message blaming another strategy."""
+    from lightning_dpgan.callbacks.strategy import PrivacyStrategy
+
+    strategy = PATEAggregation()
+    strategy.accountant = PATEMomentsAccountant()
+    assert len(strategy.accountant) == 0
+    saved = PrivacyStrategy.state_dict(strategy)
+    assert saved["accountant"] == PATEMomentsAccountant().state_dict()
+    restored = PATEAggregation()
+    restored.accountant = PATEMomentsAccountant()
+    PrivacyStrategy.load_state_dict(restored, saved)  # accepted: the same strategy's state
+    assert len(restored.accountant) == 0
