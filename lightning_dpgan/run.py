@@ -297,6 +297,13 @@ class Run:
                     f"an epsilon/delta is set (by a flag, a config file or a preset: epsilon {self.config['epsilon']}, "
                     f"delta {self.config['delta']}), but {subject} trains with --privacy none, so its output would "
                     f"carry no privacy guarantee: {remedy}.")
+            settings = sorted(key for key in section if key != "name")
+            if settings:  # e.g. --privacy.noise_multiplier without --privacy dp-sgd: no noise would be added
+                raise ConfigError(
+                    f"{', '.join('--privacy.' + key for key in settings)} set (by a flag, a config file or a preset), but "
+                    f"model '{model_name(self.config)}' trains with --privacy none, which takes no settings: its output "
+                    "would carry no privacy guarantee. Choose a privacy strategy (--privacy dp-sgd, ...; see --help) "
+                    "or a private model, or drop those settings.")
             return None
         args = section_arguments(self.config, "privacy", cls, provided=PRIVACY_PROVIDED)
         strategy = cls(target_epsilon=self.config["epsilon"], delta=self.config["delta"], **args)

@@ -163,6 +163,10 @@ def test_only_path_settings_given_as_text_are_made_absolute(tmp_path, monkeypatc
     "extra,message",
     [
         (["--epsilon", "1.0"], "no privacy guarantee"),
+        (["--privacy.noise_multiplier", "1.0"], "--privacy.noise_multiplier set (by a flag, a config file or a preset), "
+                                                "but model 'gan' trains with --privacy none"),
+        (["--privacy.poisson_sampling", "maybe", "--privacy.nonexistent", "3"],
+         "--privacy.nonexistent, --privacy.poisson_sampling set"),
         (["--model.not_an_arg", "3"], "unknown key(s) model.not_an_arg for model 'gan'"),
         (["--data.not_an_arg", "3"], "unknown key(s) data.not_an_arg"),
         (["--trainer.not_an_arg", "3"], "unknown Lightning Trainer argument"),

@@ -460,6 +460,20 @@ def test_sampler_state_round_trip_resumes_same_partitions_and_draws() -> None:
         PartitionedSampler(torch.randn(61, 2), disjoint_partitions(61, 6, seed=0), 4).load_state_dict(state)
 
 
+def test_a_sampler_state_is_refused_for_the_same_count_of_other_or_reordered_records() -> None:
+    """The partitions are row positions: on shuffled rows the same positions would hand records
+    to teachers other than the ones they trained, one record reaching two teachers."""
+    data, labels = torch.randn(60, 2), torch.arange(60) % 2
+    state = PartitionedSampler(data, disjoint_partitions(60, 6, seed=4), 4, labels=labels).state_dict()
+    shuffled = torch.randperm(60, generator=torch.Generator().manual_seed(0))
+    for other_data, other_labels in [(data[shuffled], labels[shuffled]), (data + 1.0, labels), (data, 1 - labels)]:
+        with pytest.raises(ValueError, match="other training records"):
+            PartitionedSampler(other_data, disjoint_partitions(60, 6, seed=4), 4, labels=other_labels).load_state_dict(state)
+    same = PartitionedSampler(data.clone(), disjoint_partitions(60, 6, seed=9), 4, labels=labels.clone())
+    same.load_state_dict(state)  # the same rows in the same order: resumed
+    assert all(torch.equal(a, b) for a, b in zip(same.partitions, disjoint_partitions(60, 6, seed=4), strict=True))
+
+
 @pytest.mark.parametrize("replacement", [False, True])
 def test_drawing_a_steps_teacher_batches_at_once_gives_the_draws_one_at_a_time_would(replacement: bool) -> None:
     """A PATE step takes its nT teacher minibatches in one draw: the same records and labels, in

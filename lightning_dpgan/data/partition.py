@@ -10,6 +10,7 @@ both impossible by construction.
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +37,23 @@ def disjoint_partitions(n: int, k: int, seed: int) -> list[Tensor]:
 def teacher_partitions(n: int, k: int, seed: int) -> list[Tensor]:
     """:func:`disjoint_partitions` with each part sorted: what datamodules hand PATE strategies."""
     return [part.sort().values for part in disjoint_partitions(n, k, seed)]
+
+
+def records_digest(*tensors: Tensor | None) -> str:
+    """SHA-256 of tensors' shapes, types and bytes, in order (``None`` skipped).
+
+    The partitions are row positions: the same count of records in another order, or other
+    records, would hand one person's record to a second teacher, which the accounting (one
+    record, one teacher) does not allow. The digest lets a resume check that the rows are the
+    ones the partitions were drawn for. It is kept in the (private) checkpoint only."""
+    digest = hashlib.sha256()
+    for tensor in tensors:
+        if tensor is None:
+            continue
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{tuple(tensor.shape)} {tensor.dtype};".encode())
+        digest.update(flat.view(torch.uint8).numpy())
+    return digest.hexdigest()
 
 
 class PartitionedSampler:
@@ -72,6 +90,13 @@ class PartitionedSampler:
         #: of all K are drawn either way, so every shard sees the draws a single process would
         self.shard = slice(None)
         self._set_partitions(partitions)
+
+    @property
+    def records_digest(self) -> str:
+        """:func:`records_digest` of the records and labels (computed once: the data is fixed)."""
+        if getattr(self, "_records_digest", None) is None:
+            self._records_digest = records_digest(self.data, self.labels)
+        return self._records_digest
 
     @property
     def num_teachers(self) -> int:
@@ -119,6 +144,7 @@ class PartitionedSampler:
         return {
             "format": STATE_FORMAT,
             "num_records": int(self.data.shape[0]),
+            "records_digest": self.records_digest,
             "indices": torch.cat(self.partitions),
             "sizes": self.sizes.clone(),
             "generator": self.generator.get_state(),
@@ -130,6 +156,12 @@ class PartitionedSampler:
             raise ValueError(f"unknown PartitionedSampler state format {state.get('format')!r}")
         if state["num_records"] != self.data.shape[0]:
             raise ValueError(f"state was saved for {state['num_records']} records, this data has {self.data.shape[0]}")
+        saved = state.get("records_digest")  # absent from checkpoints written before it was kept
+        if saved is not None and saved != self.records_digest:
+            raise ValueError(
+                f"state was saved for other training records: the same count ({self.data.shape[0]}), but other "
+                "records or another order, so its fixed partitions would give some records to a second teacher. "
+                "Resume on the data it was trained on, in the same order (its run's config.yaml has the settings)")
         self._set_partitions(list(torch.split(state["indices"], state["sizes"].tolist())))
         self.generator.set_state(state["generator"])
 
