@@ -144,6 +144,10 @@ class DPSGD(CalibratedNoiseStrategy):
     def _charge(self) -> None:
         self.accountant.step(noise_multiplier=self.noise_multiplier, sample_rate=self.sample_rate)
 
+    def segment(self) -> dict[str, Any]:
+        return {**super().segment(), "sampling": "poisson" if self.poisson_sampling else "shuffle",
+                "max_grad_norm": self.max_grad_norm, "train_records": self.train_records}
+
     def charges_for(self, train_steps: int) -> int:
         """Every training step takes one private critic step: one subsampled Gaussian charge."""
         return train_steps
@@ -161,9 +165,12 @@ class DPSGD(CalibratedNoiseStrategy):
             "grad_sample_mode": self.mechanism.mode,
             "calibrated_for_steps": self.calibrated_for_steps,
         }
-        if not self.poisson_sampling:
+        segments = self.segments()
+        shuffled = [str(segment["from_step"]) for segment in segments if segment.get("sampling") == "shuffle"]
+        if shuffled:  # in any segment: the guarantee is that of its weakest part
+            where = "" if len(segments) == 1 else f" in the segment(s) from step {', '.join(shuffled)}"
             report["note"] = (
-                "batches were shuffled (in an order drawn from the strategy's noise source, not from --seed), "
+                f"batches were shuffled{where} (in an order drawn from the strategy's noise source, not from --seed), "
                 "not Poisson-sampled: epsilon is computed as if Poisson-subsampled, "
                 "which is the common practice but not a proven bound for shuffled batches"
             )

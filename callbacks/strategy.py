@@ -57,6 +57,10 @@ class PrivacyStrategy(L.Callback):
         self.noise = NoiseSource(noise_seed)
         #: why the strategy last refused to answer (per-query budgets: PATE, G-PATE), else None
         self.refusal: str | None = None
+        #: the training segments before a resume (:meth:`segment`), from the checkpoint
+        self.earlier_segments: list[dict[str, Any]] = []
+        #: the training step this process started from (0, or the resumed checkpoint's)
+        self.segment_start = 0
 
     def training_warnings(self) -> list[str]:
         """What a user must know about the finished training beyond its privacy figures (e.g. that
@@ -160,12 +164,24 @@ class PrivacyStrategy(L.Callback):
 
     def state_dict(self) -> dict[str, Any]:
         # `is not None`: an accountant with no steps yet has length 0, and is still a state to keep
-        return {"strategy": self.name, "accountant": self.accountant.state_dict() if self.accountant is not None else None}
+        return {"strategy": self.name, "accountant": self.accountant.state_dict() if self.accountant is not None else None,
+                "segments": self.segments()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if not isinstance(state_dict, dict) or state_dict.get("strategy") != self.name or self.accountant is None:
             raise AccountantStateError(f"the checkpoint's privacy state is not a {self.name} state")
         self.accountant.load_state_dict(state_dict.get("accountant"))
+        self.earlier_segments = [dict(segment) for segment in state_dict.get("segments") or []]
+
+    def segment(self) -> dict[str, Any]:
+        """What this process's training segment ran with that the accountant's history does not
+        hold but the guarantee depends on (subclasses add theirs): after a resume the report
+        must describe every segment, not only the settings of the last."""
+        return {"from_step": self.segment_start, "noise_source": self.noise.describe()}
+
+    def segments(self) -> list[dict[str, Any]]:
+        """The earlier segments (from the checkpoint) and this one."""
+        return [*self.earlier_segments, self.segment()]
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         if self.state_key not in checkpoint.get("callbacks", {}):
@@ -178,7 +194,9 @@ class PrivacyStrategy(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Refuse a resumed accountant that charged fewer steps than the checkpoint's networks
         took (a damaged or edited state): its epsilon would leave those steps out."""
-        expected = self.charges_for(getattr(pl_module, "train_steps", 0))
+        self.segment_start = getattr(pl_module, "train_steps", 0)
+        self.noise.continue_after(self.segment_start)  # a fixed seed must not replay the first segment's draws
+        expected = self.charges_for(self.segment_start)
         if expected is not None and self.steps_taken() < expected:
             raise AccountantStateError(
                 f"the checkpoint's {self.name} accountant charged {self.steps_taken()} steps, but its networks took "
@@ -240,6 +258,14 @@ class PrivacyStrategy(L.Callback):
         """Everything needed to recompute epsilon independently (subclasses add theirs)."""
         return {}
 
+    def noise_source_report(self) -> str:
+        """Where the noise came from, in every segment: a fixed seed in an earlier one must not
+        be hidden behind this one's OS entropy."""
+        sources = [(segment["from_step"], segment["noise_source"]) for segment in self.segments()]
+        if len({source for _, source in sources}) == 1:
+            return sources[0][1]
+        return "; then ".join(f"from step {start}: {source}" for start, source in sources)
+
     def privacy_report(self) -> dict[str, Any]:
         epsilon = self.epsilon()
         return {
@@ -253,9 +279,10 @@ class PrivacyStrategy(L.Callback):
             "preprocessing": self.preprocessing,
             "steps": self.steps_taken(),
             "accountant": self.accountant.name,
-            "noise_source": self.noise.describe(),
+            "noise_source": self.noise_source_report(),
             "train_records": self.train_records,
             **self.report_parameters(),
+            **({"segments": self.segments()} if self.earlier_segments else {}),
             "accountant_state": self.accountant.public_state_dict(),
         }
 

@@ -154,6 +154,37 @@ def test_resume_with_an_accountant_that_charged_fewer_steps_than_were_taken_is_r
     assert not (tmp_path / "out" / "privacy.json").exists()
 
 
+def test_a_resumed_reports_noise_source_and_sampling_cover_every_segment(tiny_image_data_dir, tmp_path):
+    """A first segment with a fixed noise seed and shuffled batches, resumed with neither: the
+    report must not describe the whole run by the last segment's settings."""
+    common = ("--privacy.noise_multiplier", "1.3", "--delta", "1e-4")
+    assert dpgan(tiny_image_data_dir, tmp_path / "first", 4, *common, "--privacy.noise_seed", "0",
+                 "--privacy.poisson_sampling", "false") == 0
+    assert "segments" not in read_json(tmp_path / "first" / "privacy.json")  # one segment: nothing to list
+    assert dpgan(tiny_image_data_dir, tmp_path / "second", 8, *common,
+                 "--resume", str(tmp_path / "first" / "checkpoints" / "last.ckpt")) == 0
+    report = read_json(tmp_path / "second" / "privacy.json")
+    assert [(s["from_step"], s["sampling"]) for s in report["segments"]] == [(0, "shuffle"), (4, "poisson")]
+    assert report["noise_source"].startswith("from step 0: FIXED SEED 0")
+    assert "; then from step 4: own generator seeded from OS entropy" in report["noise_source"]
+    assert report["sampling"] == "poisson" and "shuffled in the segment(s) from step 0" in report["note"]
+
+
+def test_a_resume_with_other_model_settings_of_the_same_shapes_is_refused(fixed_noise_run, tiny_image_data_dir,
+                                                                           tmp_path, capsys):
+    """Same shapes, other computation: the weights would load and the generator draw its latent
+    codes from another distribution (or Adam keep the checkpoint's learning rate)."""
+    resume = ("--privacy.noise_multiplier", "1.3", "--resume", str(fixed_noise_run / "checkpoints" / "last.ckpt"))
+    saved = torch.load(fixed_noise_run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    other = "uniform" if saved["hyper_parameters"]["latent_distribution"] != "uniform" else "normal"
+    assert dpgan(tiny_image_data_dir, tmp_path / "latent", 9, *resume, "--model.latent_distribution", other) == 2
+    assert "built with other settings: latent_distribution" in capsys.readouterr().err
+    assert dpgan(tiny_image_data_dir, tmp_path / "lr", 9, *resume, "--model.lr_generator", "0.5") == 2
+    assert "lr_generator" in capsys.readouterr().err
+    assert not (tmp_path / "lr" / "privacy.json").exists()
+    assert dpgan(tiny_image_data_dir, tmp_path / "same", 9, *resume) == 0  # the same settings resume
+
+
 def test_wgan_with_dp_sgd_is_dpgan(fixed_noise_run, tiny_image_data_dir, tmp_path):
     """--model wgan --privacy dp-sgd composes the same thing as --model dpgan."""
     assert dpgan(tiny_image_data_dir, tmp_path / "wgan", 7, "--privacy", "dp-sgd",

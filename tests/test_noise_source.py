@@ -112,3 +112,33 @@ def test_every_strategy_takes_a_noise_seed(strategy):
     kwargs = {"noise_multiplier": 1.0} if strategy in ("sanitizer", "dp-sgd") else {}
     assert cls(noise_seed=5, **kwargs).noise.seed == 5
     assert cls(**kwargs).noise.seed is None
+
+
+@pytest.mark.parametrize("release", RELEASES, ids=lambda f: f.__name__)
+def test_a_resumed_fixed_seed_does_not_replay_the_first_segments_draws(release):
+    """With --privacy.noise_seed and no saved generator state, a resume seeded the same way would
+    add the first segment's noise again (and draw its batches again)."""
+    torch.manual_seed(0)  # the same public draws (G-PATE's projections) each time: only the noise differs
+    first = release(NoiseSource(3))
+    torch.manual_seed(0)
+    resumed = release(_continued(3, 5))
+    torch.manual_seed(0)
+    again = release(_continued(3, 5))
+    assert not torch.equal(resumed, first)
+    assert torch.equal(resumed, again)  # still reproducible
+
+
+def _continued(seed: int, steps: int) -> NoiseSource:
+    source = NoiseSource(seed)
+    source.continue_after(steps)
+    return source
+
+
+def test_continuing_re_seeds_a_generator_already_handed_out():
+    """DP-SGD's batch sampler takes its generator before the checkpoint is read."""
+    source = NoiseSource(3)
+    held = source.generator("cpu")
+    source.continue_after(7)
+    assert torch.equal(torch.rand(4, generator=held), torch.rand(4, generator=_continued(3, 7).generator("cpu")))
+    first_segment = torch.rand(4, generator=NoiseSource(3).generator("cpu"))
+    assert not torch.equal(torch.rand(4, generator=_continued(3, 7).generator("cpu")), first_segment)

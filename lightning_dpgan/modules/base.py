@@ -8,6 +8,7 @@ mechanism on the discriminator covers everything that touches private records.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import Any, ClassVar
@@ -21,6 +22,23 @@ from lightning_dpgan.privacy.slots import GradientPrivatizer, GradientSanitizer
 
 LATENT_DISTRIBUTIONS = ("normal", "uniform")
 CHECKPOINT_KEY = "lightning_dpgan"
+
+
+def check_same_model_settings(saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
+    """Refuse to go on from a checkpoint whose model was built with other settings (a latent
+    distribution, an output activation, a learning rate): networks of the same shapes would
+    load its weights and then compute something else, and Adam's restored state would keep the
+    checkpoint's learning rates whatever this run says. ``sample`` and ``evaluate`` rebuild the
+    model from the checkpoint's own settings, so only a resume can differ."""
+    if not isinstance(saved, dict):
+        return
+    normal = lambda value: json.loads(json.dumps(value, default=str))  # noqa: E731 -- tuples and lists alike
+    differing = sorted(key for key in set(saved) | set(current) if normal(saved.get(key)) != normal(current.get(key)))
+    if differing:
+        said = ", ".join(f"{key} {normal(saved.get(key))!r} (this run: {normal(current.get(key))!r})" for key in differing)
+        raise ValueError(f"the checkpoint's model was built with other settings: {said}. Resume with the settings it was "
+                         "trained with (--model.<name> sets one; its run's config.yaml lists those set by a flag or a preset, "
+                         "not defaults that changed since), or drop --resume")
 
 
 class GANModule(L.LightningModule):
@@ -270,6 +288,7 @@ class GANModule(L.LightningModule):
         info = checkpoint.get(CHECKPOINT_KEY)
         if not isinstance(info, dict) or "train_steps" not in info:
             raise ValueError("this checkpoint was not written by lightning-dpgan (no run information in it)")
+        check_same_model_settings(checkpoint.get("hyper_parameters"), dict(self.hparams))
         self.train_steps = int(info["train_steps"])
         self.run_info = dict(info.get("run", {}))
 

@@ -10,7 +10,9 @@ per device the draws are made on.
 
 A fixed ``seed`` makes the draws reproducible: for tests and audits only. The privacy report
 says which kind a run used. Under DDP a seeded source adds the rank to the seed, so ranks that
-draw (DP-SGD's Poisson batches of each rank's shard) never share a stream.
+draw (DP-SGD's Poisson batches of each rank's shard) never share a stream; a resumed run's
+seeded source (:meth:`NoiseSource.continue_after`) derives its seed from the steps already
+taken too, so it does not draw the first segment's noise and batches a second time.
 
 This is not a cryptographically secure generator (Opacus' ``secure_mode`` needs torchcsprng,
 which does not build against current torch): the draws are Philox / Mersenne Twister outputs
@@ -18,6 +20,7 @@ from a secret seed, the common practice of DP libraries outside their secure mod
 """
 from __future__ import annotations
 
+import hashlib
 import secrets
 
 import torch
@@ -33,6 +36,8 @@ class NoiseSource:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise ValueError(f"--privacy.noise_seed must be a non-negative integer, got {seed!r}")
         self.seed = seed
+        #: training steps taken before this process's draws (a resume's): part of a fixed seed's stream
+        self.steps_before = 0
         self._generators: dict[torch.device, torch.Generator] = {}
 
     @property
@@ -46,9 +51,27 @@ class NoiseSource:
             device = torch.device("cuda", torch.cuda.current_device())
         if device not in self._generators:
             generator = torch.Generator(device=device)
-            generator.manual_seed(secrets.randbits(63) if self.seed is None else self.seed + rank())
+            generator.manual_seed(self._initial_seed())
             self._generators[device] = generator
         return self._generators[device]
+
+    def continue_after(self, steps: int) -> None:
+        """Draw as the continuation of a run that took ``steps`` steps (a resume). A fixed seed
+        then gives another stream than the first segment's (replaying it would add the same
+        noise to other gradients, and draw the same batches); generators already made (DP-SGD's
+        batch sampler holds one) are re-seeded in place. OS-entropy seeds are fresh anyway."""
+        self.steps_before = int(steps)
+        if self.seed is not None:
+            for generator in self._generators.values():
+                generator.manual_seed(self._initial_seed())
+
+    def _initial_seed(self) -> int:
+        if self.seed is None:
+            return secrets.randbits(63)
+        if not self.steps_before:
+            return self.seed + rank()
+        material = f"{self.seed}/{rank()}/{self.steps_before}".encode()
+        return int.from_bytes(hashlib.sha256(material).digest()[:8], "big") >> 1
 
     def describe(self) -> str:
         """For the privacy report."""
