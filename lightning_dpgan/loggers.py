@@ -18,11 +18,45 @@ from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 
-from lightning_dpgan.config import ConfigError
+from lightning_dpgan.config import ConfigError, init_arguments
+
+#: logger settings the W&B flags set (``--wandb-project`` is ``logger.project``, ...)
+WANDB_FLAGS = {"project": "--wandb-project", "entity": "--wandb-entity", "run_name": "--wandb-name"}
+#: what :func:`build_logger` sets itself
+PROVIDED = ("save_dir", "name", "version")
+
+
+def check_logger_options(name: str, options: Mapping[str, Any]) -> None:
+    """Refuse settings the chosen logger does not take, before anything is built: a W&B flag
+    without ``--logger wandb``, an unknown ``--logger.KEY`` of the csv or tensorboard logger
+    (W&B's are handed to ``wandb.init``, which takes many)."""
+    if name == "wandb":
+        return
+    flags = [WANDB_FLAGS[key] for key in options if key in WANDB_FLAGS]
+    if flags:
+        raise ConfigError(f"{', '.join(flags)} set, but the run logs with --logger {name}: add --logger wandb, or drop them")
+    valid = [key for key in _logger_arguments(name) if key not in PROVIDED]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ConfigError(f"unknown key(s) {', '.join('logger.' + key for key in unknown)} for logger '{name}'. "
+                          f"Valid keys: {', '.join('logger.' + key for key in valid)}.")
+
+
+def _logger_arguments(name: str) -> list[str]:
+    if name == "csv":
+        return list(init_arguments(CSVLogger))
+    keys = list(init_arguments(TensorBoardLogger))
+    try:  # its other keyword arguments go to the SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return keys
+    return keys + [key for key in init_arguments(SummaryWriter) if key not in keys]
 
 
 def build_logger(name: str, output_dir: Path, options: dict[str, Any], run_name: str) -> Logger:
     """Create the logger ``name`` writing under ``output_dir/logs`` (W&B: its own run dir)."""
+    if name in ("csv", "tensorboard"):
+        check_logger_options(name, options)
     save_dir = output_dir / "logs"
     if name == "csv":
         return CSVLogger(save_dir=str(save_dir), name="", version="", **options)
