@@ -171,7 +171,10 @@ class PrivacyStrategy(L.Callback):
         if not isinstance(state_dict, dict) or state_dict.get("strategy") != self.name or self.accountant is None:
             raise AccountantStateError(f"the checkpoint's privacy state is not a {self.name} state")
         self.accountant.load_state_dict(state_dict.get("accountant"))
-        self.earlier_segments = [dict(segment) for segment in state_dict.get("segments") or []]
+        segments = state_dict.get("segments")
+        if segments is None and self.steps_taken() > 0:  # a checkpoint from before segments were kept
+            segments = [{"from_step": 0, "noise_source": "not recorded (a checkpoint from before segments were kept)"}]
+        self.earlier_segments = [dict(segment) for segment in segments or []]
 
     def segment(self) -> dict[str, Any]:
         """What this process's training segment ran with that the accountant's history does not

@@ -22,8 +22,8 @@ from lightning_dpgan.config import ConfigError, init_arguments
 
 #: logger settings the W&B flags set (``--wandb-project`` is ``logger.project``, ...)
 WANDB_FLAGS = {"project": "--wandb-project", "entity": "--wandb-entity", "run_name": "--wandb-name"}
-#: what :func:`build_logger` sets itself
-PROVIDED = ("save_dir", "name", "version")
+#: what :func:`build_logger` (or the logger itself: the tensorboard folders) sets
+PROVIDED = ("save_dir", "name", "version", "root_dir", "log_dir")
 
 
 def check_logger_options(name: str, options: Mapping[str, Any]) -> None:

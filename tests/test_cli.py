@@ -170,6 +170,8 @@ def test_only_path_settings_given_as_text_are_made_absolute(tmp_path, monkeypatc
         (["--wandb-project", "mine"], "--wandb-project set, but the run logs with --logger csv: add --logger wandb"),
         (["--logger.not_an_arg", "3"], "unknown key(s) logger.not_an_arg for logger 'csv'. Valid keys: logger.prefix"),
         (["--logger", "tensorboard", "--logger.not_an_arg", "3"], "logger.not_an_arg for logger 'tensorboard'"),
+        (["--logger", "tensorboard", "--logger.root_dir", "elsewhere"], "logger.root_dir for logger 'tensorboard'"),
+        (["--logger", "tensorboard", "--logger.log_dir", "elsewhere"], "logger.log_dir for logger 'tensorboard'"),
         (["--model.not_an_arg", "3"], "unknown key(s) model.not_an_arg for model 'gan'"),
         (["--data.not_an_arg", "3"], "unknown key(s) data.not_an_arg"),
         (["--trainer.not_an_arg", "3"], "unknown Lightning Trainer argument"),
@@ -268,7 +270,9 @@ def test_resuming_with_settings_that_reshape_the_networks_is_a_clear_error(gan_r
     args = tiny_run_args(tiny_image_data_dir, tmp_path / "run", steps=9) + ["--resume", str(gan_run / "checkpoints/last.ckpt")]
     assert main([*args, "--model.latent_dim", "12"]) == 2
     error = capsys.readouterr().err
-    assert "does not fit the networks this run builds" in error and "config.yaml" in error
+    # the checkpoint's saved settings name the difference before Lightning would fail on the shapes
+    assert "the checkpoint's model was built with other settings: latent_dim 8 (this run: 12)" in error
+    assert "config.yaml" in error
     assert not (tmp_path / "run" / "privacy.json").exists()
 
 

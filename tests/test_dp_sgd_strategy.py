@@ -185,6 +185,46 @@ def test_a_resume_with_other_model_settings_of_the_same_shapes_is_refused(fixed_
     assert dpgan(tiny_image_data_dir, tmp_path / "same", 9, *resume) == 0  # the same settings resume
 
 
+def test_a_checkpoint_from_before_segments_were_kept_says_its_segment_is_not_recorded(
+        fixed_noise_run, tiny_image_data_dir, tmp_path):
+    """Its first segment may have had a fixed seed: the report must not describe the run by the
+    resumed segment's OS-entropy source alone."""
+    checkpoint = torch.load(fixed_noise_run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    (key,) = [k for k in checkpoint["callbacks"] if "DPSGD" in k]
+    del checkpoint["callbacks"][key]["segments"]
+    torch.save(checkpoint, tmp_path / "older.ckpt")
+    assert dpgan(tiny_image_data_dir, tmp_path / "out", 9, "--privacy.noise_multiplier", "1.3",
+                 "--resume", str(tmp_path / "older.ckpt")) == 0
+    report = read_json(tmp_path / "out" / "privacy.json")
+    assert report["noise_source"].startswith("from step 0: not recorded")
+    assert [segment["from_step"] for segment in report["segments"]] == [0, 7]
+
+
+def test_a_resumed_fixed_noise_seed_goes_on_from_the_steps_taken(tiny_image_data_dir, tmp_path, monkeypatch):
+    """The strategy moves its seeded stream on at a resume (NoiseSource.continue_after, whose
+    draws test_noise_source checks), before the resumed segment's first draw."""
+    from lightning_dpgan.privacy.noise_source import NoiseSource
+
+    calls, original = [], NoiseSource.continue_after
+
+    def spy(self, steps):
+        held = self.generator("cpu")  # the one the batch sampler and the noise draw from
+        original(self, steps)
+        calls.append((self.seed, steps, torch.rand(1, generator=held).item()))
+
+    common = ("--privacy.noise_multiplier", "1.3", "--delta", "1e-4", "--privacy.noise_seed", "0")
+    assert dpgan(tiny_image_data_dir, tmp_path / "first", 4, *common) == 0
+    monkeypatch.setattr(NoiseSource, "continue_after", spy)
+    assert dpgan(tiny_image_data_dir, tmp_path / "second", 8, *common,
+                 "--resume", str(tmp_path / "first" / "checkpoints" / "last.ckpt")) == 0
+    assert [(seed, steps) for seed, steps, _ in calls] == [(0, 4)]
+    continued = NoiseSource(0)
+    original(continued, 4)  # not the spy, still in place
+    # the generator handed out before the checkpoint was read now draws the resumed stream
+    assert calls[0][2] == torch.rand(1, generator=continued.generator("cpu")).item()
+    assert calls[0][2] != torch.rand(1, generator=NoiseSource(0).generator("cpu")).item()
+
+
 def test_wgan_with_dp_sgd_is_dpgan(fixed_noise_run, tiny_image_data_dir, tmp_path):
     """--model wgan --privacy dp-sgd composes the same thing as --model dpgan."""
     assert dpgan(tiny_image_data_dir, tmp_path / "wgan", 7, "--privacy", "dp-sgd",

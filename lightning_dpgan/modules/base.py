@@ -24,6 +24,10 @@ LATENT_DISTRIBUTIONS = ("normal", "uniform")
 CHECKPOINT_KEY = "lightning_dpgan"
 
 
+#: model settings that the privacy strategy hands the module (``--privacy.<name>``, not ``--model.``)
+STRATEGY_SETTINGS = {"num_teachers": "privacy", "num_critics": "privacy"}
+
+
 def check_same_model_settings(saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
     """Refuse to go on from a checkpoint whose model was built with other settings (a latent
     distribution, an output activation, a learning rate): networks of the same shapes would
@@ -36,9 +40,10 @@ def check_same_model_settings(saved: dict[str, Any] | None, current: dict[str, A
     differing = sorted(key for key in set(saved) | set(current) if normal(saved.get(key)) != normal(current.get(key)))
     if differing:
         said = ", ".join(f"{key} {normal(saved.get(key))!r} (this run: {normal(current.get(key))!r})" for key in differing)
+        flags = ", ".join(f"--{STRATEGY_SETTINGS.get(key, 'model')}.{key}" for key in differing)
         raise ValueError(f"the checkpoint's model was built with other settings: {said}. Resume with the settings it was "
-                         "trained with (--model.<name> sets one; its run's config.yaml lists those set by a flag or a preset, "
-                         "not defaults that changed since), or drop --resume")
+                         f"trained with ({flags}; its run's config.yaml lists those set by a flag or a preset, not defaults "
+                         "that changed since), or drop --resume")
 
 
 class GANModule(L.LightningModule):
