@@ -140,15 +140,13 @@ def read_adult(path: Path) -> pd.DataFrame:
     """
     with open(path) as stream:
         banner = stream.readline().startswith("|")
-    frame = pd.read_csv(
-        path,
-        header=None,
-        names=SCHEMA.names,
-        skiprows=1 if banner else 0,
-        skipinitialspace=True,
-        keep_default_na=False,
-    )
-    malformed = frame.isna().any(axis=1)
+    try:
+        frame = pd.read_csv(path, header=None, names=SCHEMA.names, skiprows=1 if banner else 0, skipinitialspace=True,
+                            keep_default_na=False, dtype=str)
+    except pd.errors.ParserError as err:  # a row of more than 15 fields
+        raise DataIntegrityError(f"{path} is not in the UCI Adult format (15 comma-separated fields a row): {err}") from err
+    # a short row's missing fields come back empty (or NaN), not as '?': the file is damaged, not incomplete
+    malformed = frame.isna().any(axis=1) | (frame == "").any(axis=1)
     if malformed.any():
         rows = (frame.index[malformed] + 1 + banner).tolist()[:5]
         raise DataIntegrityError(f"{path}: {int(malformed.sum())} rows do not have 15 fields (lines {rows}...)")
@@ -158,5 +156,11 @@ def read_adult(path: Path) -> pd.DataFrame:
     frame["income"] = frame["income"].str.rstrip(".")
     for column in SCHEMA.columns:
         if column.is_numeric:
-            frame[column.name] = pd.to_numeric(frame[column.name])
+            values = pd.to_numeric(frame[column.name], errors="coerce")
+            if values.isna().any():
+                bad = frame.index[values.isna()]
+                raise DataIntegrityError(
+                    f"{path}: column {column.name} holds values that are not numbers ({frame[column.name][bad[:3]].tolist()} "
+                    f"on lines {(bad[:5] + 1 + banner).tolist()}): the UCI files have no header line and 15 fields a row")
+            frame[column.name] = values
     return frame

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import ClassVar
@@ -16,16 +17,19 @@ from lightning_dpgan.data.download import (
     DataIntegrityError,
     DatasetNotFoundError,
     RemoteFile,
+    data_folder,
     default_cache_dir,
-    default_data_dir,
     fetch,
     locate,
     verify_file,
+    warn_downloading,
 )
 from lightning_dpgan.data.dev_split import check_dev_fraction, check_held_out_split, dev_split
 from lightning_dpgan.data.idx import read_idx
 from lightning_dpgan.data.partition import teacher_partitions
 from lightning_dpgan.outputs import images_to_uint8
+
+log = logging.getLogger(__name__)
 
 _SPLITS = ("train", "test")
 
@@ -77,7 +81,7 @@ class IDXImageDataModule(L.LightningDataModule):
         _check_int("num_workers", num_workers, minimum=0)
         check_dev_fraction(dev_fraction)
         self.save_hyperparameters()
-        self.data_dir = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+        self.data_dir = data_folder(data_dir)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
         self.train_dataset: TensorDataset | None = None
         self.test_dataset: TensorDataset | None = None
@@ -99,6 +103,10 @@ class IDXImageDataModule(L.LightningDataModule):
         missing = [remote for remote in self._remotes() if self._find_local(remote) is None]
         if missing and not self.hparams.download:
             raise DatasetNotFoundError(self._not_found_message("download=False"))
+        warn_downloading(self.name, [remote.name for remote in missing], self.data_dir, self._cache_folder())
+        cached = [remote for remote in self._remotes() if self._in_cache(remote)]
+        if self.hparams.download and self.hparams.verify_checksums:
+            missing += cached  # fetch checks a cached copy and downloads a damaged one again
         for remote in missing:
             try:
                 fetch(remote, self._cache_folder())
@@ -173,19 +181,28 @@ class IDXImageDataModule(L.LightningDataModule):
         cached = self._cache_folder() / remote.name
         return cached if cached.is_file() else None
 
+    def _in_cache(self, remote: RemoteFile) -> bool:
+        """Whether ``remote`` is read from the download cache (not from the user's data folder)."""
+        found = self._find_local(remote)
+        return found is not None and found == self._cache_folder() / remote.name
+
     def _resolve(self, remote: RemoteFile) -> Path:
         """Local path of ``remote``, verified when ``verify_checksums`` is on."""
         path = self._find_local(remote)
         if path is None:
             raise DatasetNotFoundError(self._not_found_message("call prepare_data() first to download them"))
-        if self.hparams.verify_checksums:
+        if not self.hparams.verify_checksums:
+            log.warning("%s: --data.verify_checksums false: %s is read as it is, not checked against the official "
+                        "%s", self.name, path, remote.name)
+        else:
             try:
                 verify_file(path, remote)
             except DataIntegrityError as err:
+                remedy = ("delete the file to download it again (or run with downloads allowed), "
+                          if self._in_cache(remote) else "")
                 raise DataIntegrityError(
-                    f"{err} To fix: delete the file to re-download it, pass `--data-dir DIR` "
-                    f"pointing at the official {self.name} files, or pass `--data.verify_checksums false` "
-                    "if you deliberately use custom files."
+                    f"{err} To fix: {remedy}pass `--data-dir DIR` pointing at the official {self.name} files, or pass "
+                    "`--data.verify_checksums false` if you deliberately use custom files."
                 ) from err
         return path
 

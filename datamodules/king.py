@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pandas as pd
 from sklearn.datasets import fetch_openml
 
-from lightning_dpgan.data.download import DataIntegrityError, DatasetNotFoundError, locate
+from lightning_dpgan.data.download import DataIntegrityError, DatasetNotFoundError, locate, warn_downloading
 from lightning_dpgan.data.schema import Column, SchemaError, TableSchema
 from lightning_dpgan.datamodules.tabular import TabularDataModule
+
+log = logging.getLogger(__name__)
 
 FILE_NAME = "kc_house_data.csv"
 OPENML_ID = 42092  # "house_sales": the Kaggle file, 21,613 rows x 21 columns
@@ -104,11 +107,14 @@ class KingDataModule(TabularDataModule):
     def prepare_data(self) -> None:
         """Download the OpenML copy into the cache unless a local file is there."""
         if self._local_file() is None:
+            warn_downloading(self.name, [FILE_NAME], self.data_dir, self.cache_dir / "openml")
             self._fetch_openml()
 
     def _read_split(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         path = self._local_file()
         raw = pd.read_csv(path) if path is not None else self._fetch_openml()
+        if path is not None and len(raw) != N_ROWS:
+            log.warning("king: %s holds %d sales, not the Kaggle file's %d: training on it as it is", path, len(raw), N_ROWS)
         return self._seeded_split(to_schema_frame(raw, str(path or f"OpenML {OPENML_ID}")))
 
     def _local_file(self) -> Path | None:

@@ -20,11 +20,13 @@ from lightning_dpgan.data.download import (
     DATA_DIR_ENV,
     DatasetNotFoundError,
     RemoteFile,
+    data_folder,
     default_cache_dir,
-    default_data_dir,
     fetch,
+    is_valid_copy,
     locate,
     verify_file,
+    warn_downloading,
 )
 from lightning_dpgan.data.dev_split import check_dev_fraction, check_held_out_split, dev_split
 from lightning_dpgan.data.partition import teacher_partitions
@@ -179,7 +181,7 @@ class TabularDataModule(L.LightningDataModule):
         self.log_columns = _names(log_columns) if log_columns is not None else list(self.default_log_columns)
         self.discrete_columns = (_names(discrete_columns) if discrete_columns is not None
                                  else list(self.default_discrete_columns))
-        self.data_dir = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+        self.data_dir = data_folder(data_dir)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
         self.train_frame: pd.DataFrame | None = None
         self.test_frame: pd.DataFrame | None = None
@@ -489,9 +491,14 @@ class TabularDataModule(L.LightningDataModule):
         """Local path of ``remote``, downloading it when missing and allowed.
 
         A file in ``data_dir`` is the user's and is taken as is (its content is still checked
-        by the schema); cached and downloaded copies are verified by md5 and size.
+        by the schema), with a warning when it is not the canonical file (a truncated copy trains
+        on fewer records, and privacy.json reports that count); cached and downloaded copies are
+        verified by md5 and size.
         """
         if self.data_dir is not None and (found := locate(remote.name, self.data_dir, self.subdirs)):
+            if not is_valid_copy(found, remote):
+                log.warning("%s: %s is not the canonical %s (its content's md5 differs from %s): training on it as "
+                            "it is", self.name, found, remote.name, remote.md5)
             return found
         cached = self._cache_folder() / remote.name
         if cached.is_file() and not self.hparams.download:
@@ -499,6 +506,8 @@ class TabularDataModule(L.LightningDataModule):
             return cached
         if not self.hparams.download:
             raise DatasetNotFoundError(self._not_found_message([remote.name], "download=False"))
+        if not (cached.is_file() and is_valid_copy(cached, remote)):
+            warn_downloading(self.name, [remote.name], self.data_dir, self._cache_folder())
         try:
             return fetch(remote, self._cache_folder())
         except DatasetNotFoundError as err:

@@ -38,7 +38,7 @@ class OutputWriteError(OSError):
         return self.args[0]
 
 
-def _umask() -> int:
+def file_creation_mask() -> int:
     """The process's file-creation mask (read by setting it, then restoring it)."""
     mask = os.umask(0o022)
     os.umask(mask)
@@ -59,7 +59,7 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp_name, 0o666 & ~_umask())  # mkstemp's 0600 would hide outputs from their readers
+        os.chmod(tmp_name, 0o666 & ~file_creation_mask())  # mkstemp's 0600 would hide outputs from their readers
         os.replace(tmp_name, path)
     except BaseException as error:
         if tmp_name is not None:

@@ -80,3 +80,10 @@ def grid_tiles(picture, n: int, columns: int, size: int = 28, padding: int = 2):
     tops = [padding + (i // columns) * step for i in range(n)]
     lefts = [padding + (i % columns) * step for i in range(n)]
     return np.stack([picture[top:top + size, left:left + size] for top, left in zip(tops, lefts)])
+
+
+def empty_folder(parent: Path) -> Path:
+    """An existing folder with no files: a data dir from which nothing can be read."""
+    folder = parent / "nothing-here"
+    folder.mkdir(exist_ok=True)
+    return folder

@@ -103,7 +103,7 @@ def test_a_truncated_image_file_is_a_clear_error(damaged_image_dir, tmp_path, ca
     path = damaged_image_dir / "mnist" / "train-images-idx3-ubyte.gz"
     if verify:  # a download cut off half-way: the gzip stream ends early
         path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-        keywords = ["is not a readable gzip file", "To fix: delete the file to re-download it"]
+        keywords = ["is not a readable gzip file", "To fix: pass `--data-dir DIR` pointing at the official mnist files"]
     else:  # an intact gzip of a cut-off IDX file
         raw = gzip.decompress(path.read_bytes())
         path.write_bytes(gzip.compress(raw[: len(raw) // 2], mtime=0))

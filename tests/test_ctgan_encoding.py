@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 from scipy import stats
+from run_helpers import empty_folder
 
 from lightning_dpgan.data import dp_histogram
 from lightning_dpgan.data.conditional import ConditionalSampler
@@ -596,7 +597,7 @@ def test_a_transformer_released_before_kings_schema_declared_steps_restores_and_
 
 
 def test_bounds_modes_cost_nothing_and_read_no_rows(tmp_path):
-    datamodule = KingDataModule(data_dir=tmp_path / "nothing-here", download=False, encoding="mode-specific",
+    datamodule = KingDataModule(data_dir=empty_folder(tmp_path), download=False, encoding="mode-specific",
                                 modes="bounds")
     assert datamodule.data_shape == (datamodule.table_transformer.encoded_dim,)
     assert datamodule.train_frame is None
@@ -861,7 +862,7 @@ def test_a_transformer_description_with_an_unknown_encoding_or_wrong_widths_is_r
 def test_discrete_declarations_follow_the_datamodules_label_rules(tmp_path):
     """Bounds modes read no row; QUAIL's exclude_label leaves the label out of the declaration
     (as for the dataset's other roles), while a scalar continuous label is refused."""
-    kwargs = dict(data_dir=tmp_path / "nothing-here", download=False, encoding="mode-specific", modes="bounds")
+    kwargs = dict(data_dir=empty_folder(tmp_path), download=False, encoding="mode-specific", modes="bounds")
     bounds = KingDataModule(**kwargs, discrete_columns=["grade"])
     grade = next(e for e in bounds.table_transformer.encoders if e.column.name == "grade")
     assert grade.encoding == "discrete" and grade.frequencies == pytest.approx([1 / 13] * 13)

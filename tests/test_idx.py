@@ -166,3 +166,40 @@ def test_fetch_reuses_valid_cache_and_replaces_corrupt_cache(
 
     monkeypatch.setattr(download.urllib.request, "urlopen", lambda *a, **k: pytest.fail("re-downloaded"))
     assert fetch(remote, cache) == cache / "f.gz"
+
+
+def test_a_download_gets_the_usual_file_permissions_not_mkstemps(tmp_path: Path, mirrors: dict[str, Path]) -> None:
+    """A cache shared by several users (LIGHTNING_DPGAN_CACHE_DIR) must stay readable by them."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        path = fetch(_mirrored_remote(mirrors, "good"), tmp_path / "cache")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_data_dir_that_is_not_a_folder_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A typo would otherwise download the files (or read the cache) with nothing said."""
+    with pytest.raises(DatasetNotFoundError, match=r"--data-dir .*mnsit is not a folder"):
+        download.data_folder(tmp_path / "mnsit")
+    monkeypatch.setenv("LIGHTNING_DPGAN_DATA_DIR", str(tmp_path / "gone"))
+    with pytest.raises(DatasetNotFoundError, match=r"\$LIGHTNING_DPGAN_DATA_DIR .*gone is not a folder"):
+        download.data_folder(None)
+    assert download.data_folder(tmp_path) == tmp_path
+    monkeypatch.delenv("LIGHTNING_DPGAN_DATA_DIR")
+    assert download.data_folder(None) is None
+
+
+def test_files_missing_from_the_data_dir_are_downloaded_with_a_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from lightning_dpgan.datamodules.mnist import MNISTDataModule
+
+    fetched = []
+    monkeypatch.setattr("lightning_dpgan.datamodules.images.fetch", lambda remote, cache: fetched.append(remote.name))
+    (tmp_path / "mine").mkdir()
+    with caplog.at_level("WARNING"):
+        MNISTDataModule(data_dir=tmp_path / "mine", cache_dir=tmp_path / "cache").prepare_data()
+    assert len(fetched) == 4
+    assert f"not found in {tmp_path / 'mine'}" in caplog.text and "downloading into" in caplog.text

@@ -111,6 +111,7 @@ def test_checksum_mismatch_names_file_md5s_and_fix(tiny_image_data_dir: Path, tm
 
 
 def test_missing_files_without_download_name_files_and_data_dir(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
     dm = FashionMNISTDataModule(data_dir=tmp_path / "empty", cache_dir=tmp_path / "cache", download=False)
 
     with pytest.raises(DatasetNotFoundError) as excinfo:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from run_helpers import record_calls
+from run_helpers import empty_folder, record_calls
 from sklearn.utils import Bunch
 
 from lightning_dpgan.data.download import DatasetNotFoundError
@@ -55,7 +55,7 @@ def test_built_ins_yield_encoded_batches_in_the_unit_interval(cls, folder):
 
 @pytest.mark.parametrize(("cls", "folder"), BUILT_INS, ids=IDS)
 def test_data_shape_is_known_without_reading_any_record(cls, folder, tmp_path):
-    datamodule = cls(data_dir=tmp_path / "nothing-here", download=False)
+    datamodule = cls(data_dir=empty_folder(tmp_path), download=False)
     assert datamodule.data_shape == (datamodule.schema.encoded_dim,)
     assert datamodule.train_frame is None
 
@@ -375,7 +375,7 @@ def test_csv_data_errors_are_clear(tmp_path):
 
 @pytest.mark.parametrize(("cls", "folder"), BUILT_INS, ids=IDS)
 def test_built_ins_with_bounds_modes_encode_without_reading_for_the_shape(cls, folder, tmp_path):
-    unread = cls(data_dir=tmp_path / "nothing-here", download=False, encoding="mode-specific", modes="bounds")
+    unread = cls(data_dir=empty_folder(tmp_path), download=False, encoding="mode-specific", modes="bounds")
     width = unread.data_shape[0]
     assert unread.train_frame is None
     datamodule = loaded(cls, folder, encoding="mode-specific", modes="bounds")
@@ -521,3 +521,31 @@ def test_bounds_that_clip_many_training_values_are_warned_with_the_remedy_for_a_
     warning = next(r.getMessage() for r in caplog.records if "outside the schema" in r.getMessage())
     assert "the schema is a DP estimate" in warning and "raise --data.bounds_epsilon" in warning
     assert from_file._estimate_hint() == ""
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda lines: lines[:3] + ["39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical"] + lines[3:],
+     "1 rows do not have 15 fields (lines [4]...)"),
+    (lambda lines: lines[:3] + [lines[3] + ", extra"] + lines[4:], "not in the UCI Adult format (15 comma-separated fields a row)"),
+    (lambda lines: [",".join(name for name in AdultDataModule(batch_size=4).schema.names)] + lines,
+     "column age holds values that are not numbers (['age'] on lines [1])"),
+])
+def test_a_damaged_adult_file_is_named_with_its_lines(tmp_path, damage, message):
+    """A short row's fields came back empty and trained; a header line failed inside pandas."""
+    from lightning_dpgan.data.download import DataIntegrityError
+    from lightning_dpgan.datamodules.adult import read_adult
+
+    lines = (FIXTURES / "adult_tiny" / "adult.data").read_text().splitlines()
+    (tmp_path / "adult.data").write_text("\n".join(damage(lines)) + "\n")
+    with pytest.raises(DataIntegrityError) as error:
+        read_adult(tmp_path / "adult.data")
+    assert str(tmp_path / "adult.data") in str(error.value) and message in str(error.value)
+
+
+def test_a_data_dir_file_that_is_not_the_canonical_one_trains_with_a_warning(caplog):
+    """A truncated copy trains on fewer records (the count privacy.json reports): say so."""
+    datamodule = AdultDataModule(data_dir=FIXTURES / "adult_tiny", batch_size=4)
+    with caplog.at_level("WARNING"):
+        datamodule.setup()
+    assert f"{FIXTURES / 'adult_tiny' / 'adult.data'} is not the canonical adult.data" in caplog.text
+    assert datamodule.train_size == 36  # trained on as it is

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from lightning_dpgan.outputs import file_creation_mask
+
 log = logging.getLogger(__name__)
 
 CACHE_DIR_ENV = "LIGHTNING_DPGAN_CACHE_DIR"
@@ -66,6 +68,27 @@ def default_data_dir() -> Path | None:
     """A user-provided folder of local dataset files: ``$LIGHTNING_DPGAN_DATA_DIR``, if set."""
     env = os.environ.get(DATA_DIR_ENV)
     return Path(env).expanduser() if env else None
+
+
+def data_folder(data_dir: str | os.PathLike[str] | None) -> Path | None:
+    """``data_dir`` (else ``$LIGHTNING_DPGAN_DATA_DIR``) as a folder that exists, or ``None``.
+
+    A folder that does not exist (a typo) is refused: the files would otherwise be downloaded
+    instead, or looked for in the cache, with nothing telling the user their own were not read."""
+    folder = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+    if folder is not None and not folder.is_dir():
+        given = "--data-dir" if data_dir is not None else f"${DATA_DIR_ENV}"
+        raise DatasetNotFoundError(f"{given} {folder} is not a folder: pass the folder that holds the dataset's files "
+                                   "(directly or in a subfolder named after the dataset)")
+    return folder
+
+
+def warn_downloading(dataset: str, names: Sequence[str], data_dir: Path | None, cache: Path) -> None:
+    """Say, as a warning, that files not found in the user's data folder are downloaded: the
+    run then trains on the canonical files, not on copies the user may think it read."""
+    if data_dir is not None and names:
+        log.warning("%s: %s not found in %s (nor its subfolder %s): downloading into %s", dataset,
+                    ", ".join(names), data_dir, dataset, cache)
 
 
 def open_decompressed(path: str | os.PathLike[str]) -> BinaryIO:
@@ -148,6 +171,11 @@ def fetch(remote: RemoteFile, cache_dir: str | os.PathLike[str]) -> Path:
     )
 
 
+def is_valid_copy(path: Path, remote: RemoteFile) -> bool:
+    """Whether ``path`` decompresses to ``remote``'s content."""
+    return _is_valid(path, remote)
+
+
 def _is_valid(path: Path, remote: RemoteFile) -> bool:
     try:
         verify_file(path, remote)
@@ -165,6 +193,7 @@ def _download_verified(url: str, remote: RemoteFile, dest: Path) -> None:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as resp:
             shutil.copyfileobj(resp, out, _CHUNK)
         verify_file(tmp, remote)
+        os.chmod(tmp, 0o666 & ~file_creation_mask())  # mkstemp's 0600 would keep a shared cache from other users
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
