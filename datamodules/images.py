@@ -102,7 +102,7 @@ class IDXImageDataModule(L.LightningDataModule):
         """Make every file available locally, downloading into the cache when allowed."""
         missing = [remote for remote in self._remotes() if self._find_local(remote) is None]
         if missing and not self.hparams.download:
-            raise DatasetNotFoundError(self._not_found_message("download=False"))
+            raise DatasetNotFoundError(self._not_found_message("download=False", missing))
         warn_downloading(self.name, [remote.name for remote in missing], self.data_dir, self._cache_folder())
         cached = [remote for remote in self._remotes() if self._in_cache(remote)]
         if self.hparams.download and self.hparams.verify_checksums:
@@ -111,7 +111,7 @@ class IDXImageDataModule(L.LightningDataModule):
             try:
                 fetch(remote, self._cache_folder())
             except DatasetNotFoundError as err:
-                raise DatasetNotFoundError(f"{err}\n{self._not_found_message('download failed')}") from err
+                raise DatasetNotFoundError(f"{err}\n{self._not_found_message('download failed', [remote])}") from err
 
     def setup(self, stage: str | None = None) -> None:
         """Load both splits (once) as tensors, the dev records apart from the train split's; the
@@ -190,7 +190,7 @@ class IDXImageDataModule(L.LightningDataModule):
         """Local path of ``remote``, verified when ``verify_checksums`` is on."""
         path = self._find_local(remote)
         if path is None:
-            raise DatasetNotFoundError(self._not_found_message("call prepare_data() first to download them"))
+            raise DatasetNotFoundError(self._not_found_message("call prepare_data() first to download them", [remote]))
         if not self.hparams.verify_checksums:
             log.warning("%s: --data.verify_checksums false: %s is read as it is, not checked against the official "
                         "%s", self.name, path, remote.name)
@@ -232,8 +232,8 @@ class IDXImageDataModule(L.LightningDataModule):
                 f"expected [0, {self.num_classes - 1}]."
             )
 
-    def _not_found_message(self, reason: str) -> str:
-        expected = ", ".join(remote.name for remote in self._remotes())
+    def _not_found_message(self, reason: str, missing: list[RemoteFile]) -> str:
+        expected = ", ".join(remote.name for remote in missing)
         where = [str(self.data_dir)] if self.data_dir else []
         where.append(str(self._cache_folder()))
         return (

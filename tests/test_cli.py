@@ -326,10 +326,16 @@ def test_a_failed_evaluation_after_training_says_the_run_was_written(tiny_image_
 
 
 def test_missing_data_names_the_files_and_data_dir(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "train-images-idx3-ubyte.gz").write_bytes(b"")  # one of four there
     args = tiny_run_args(tmp_path / "empty", tmp_path / "out") + ["--data.download", "false"]
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert "train-images-idx3-ubyte.gz" in err and "--data-dir" in err
+    assert "Expected: train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz" in err and "--data-dir" in err
+    # a folder that is not there at all: the typo is named, before any download could replace it
+    assert main(tiny_run_args(tmp_path / "mnsit", tmp_path / "out")) == 2
+    assert f"--data-dir {tmp_path / 'mnsit'} is not a folder" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_help_lists_models_datasets_privacy_and_loggers():
