@@ -195,8 +195,10 @@ class PrivacyStrategy(L.Callback):
             )
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Refuse a resumed accountant that charged fewer steps than the checkpoint's networks
-        took (a damaged or edited state): its epsilon would leave those steps out."""
+        """Start this process's segment at the module's step (0, or a resume's), before any draw:
+        a fixed noise seed moves on to a stream of its own. Refuse a resumed accountant that
+        charged fewer steps than the checkpoint's networks took (a damaged or edited state): its
+        epsilon would leave those steps out."""
         self.segment_start = getattr(pl_module, "train_steps", 0)
         self.noise.continue_after(self.segment_start)  # a fixed seed must not replay the first segment's draws
         expected = self.charges_for(self.segment_start)
