@@ -59,8 +59,10 @@ class PrivacyStrategy(L.Callback):
         self.refusal: str | None = None
         #: the training segments before a resume (:meth:`segment`), from the checkpoint
         self.earlier_segments: list[dict[str, Any]] = []
-        #: the training step this process started from (0, or the resumed checkpoint's)
+        #: the training step this process started from (0, or the resumed checkpoint's), and the
+        #: steps charged by then
         self.segment_start = 0
+        self.charged_at_start = 0
 
     def training_warnings(self) -> list[str]:
         """What a user must know about the finished training beyond its privacy figures (e.g. that
@@ -183,7 +185,10 @@ class PrivacyStrategy(L.Callback):
         return {"from_step": self.segment_start, "noise_source": self.noise.describe()}
 
     def segments(self) -> list[dict[str, Any]]:
-        """The earlier segments (from the checkpoint) and this one."""
+        """The earlier segments (from the checkpoint) and this one, unless it charged nothing
+        after a resume (a resume that took no step adds no segment)."""
+        if self.earlier_segments and self.steps_taken() <= self.charged_at_start:
+            return list(self.earlier_segments)
         return [*self.earlier_segments, self.segment()]
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
@@ -199,7 +204,7 @@ class PrivacyStrategy(L.Callback):
         a fixed noise seed moves on to a stream of its own. Refuse a resumed accountant that
         charged fewer steps than the checkpoint's networks took (a damaged or edited state): its
         epsilon would leave those steps out."""
-        self.segment_start = getattr(pl_module, "train_steps", 0)
+        self.segment_start, self.charged_at_start = getattr(pl_module, "train_steps", 0), self.steps_taken()
         self.noise.continue_after(self.segment_start)  # a fixed seed must not replay the first segment's draws
         expected = self.charges_for(self.segment_start)
         if expected is not None and self.steps_taken() < expected:
@@ -287,7 +292,7 @@ class PrivacyStrategy(L.Callback):
             "noise_source": self.noise_source_report(),
             "train_records": self.train_records,
             **self.report_parameters(),
-            **({"segments": self.segments()} if self.earlier_segments else {}),
+            **({"segments": self.segments()} if len(self.segments()) > 1 else {}),
             "accountant_state": self.accountant.public_state_dict(),
         }
 

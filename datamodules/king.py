@@ -107,7 +107,7 @@ class KingDataModule(TabularDataModule):
     def prepare_data(self) -> None:
         """Download the OpenML copy into the cache unless a local file is there."""
         if self._local_file() is None:
-            warn_downloading(self.name, [FILE_NAME], self.data_dir, self.cache_dir / "openml")
+            warn_downloading(self.name, [FILE_NAME], self.data_dir, self._cache_folder())
             self._fetch_openml()
 
     def _read_split(self) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -116,6 +116,10 @@ class KingDataModule(TabularDataModule):
         if path is not None and len(raw) != N_ROWS:
             log.warning("king: %s holds %d sales, not the Kaggle file's %d: training on it as it is", path, len(raw), N_ROWS)
         return self._seeded_split(to_schema_frame(raw, str(path or f"OpenML {OPENML_ID}")))
+
+    def _cache_folder(self) -> Path:
+        """Where the OpenML copy is kept (the only download: the Kaggle original needs a login)."""
+        return self.cache_dir / "openml"
 
     def _local_file(self) -> Path | None:
         return locate(FILE_NAME, self.data_dir, self.subdirs) if self.data_dir is not None else None
@@ -127,7 +131,7 @@ class KingDataModule(TabularDataModule):
                 f"{self._not_found_message([FILE_NAME], 'download=False')} The original is at {KAGGLE_URL}."
             )
         try:
-            bunch = fetch_openml(data_id=OPENML_ID, data_home=str(self.cache_dir / "openml"), as_frame=True, parser="auto")
+            bunch = fetch_openml(data_id=OPENML_ID, data_home=str(self._cache_folder()), as_frame=True, parser="auto")
         except (OSError, ValueError) as err:
             raise DatasetNotFoundError(
                 f"{self._not_found_message([FILE_NAME], f'OpenML {OPENML_ID} unavailable: {err}')} "

@@ -453,6 +453,7 @@ def test_a_resume_the_budget_lets_take_no_step_keeps_the_step_log(tiny_image_dat
     assert dpgan(tiny_image_data_dir, run, 12, "--epsilon", "4", "--delta", "1e-4",
                  "--resume", str(run / "checkpoints" / "last.ckpt")) == 0
     assert read_json(run / "privacy.json")["steps"] == 6
+    assert "segments" not in read_json(run / "privacy.json")  # a segment that took no step is not one
     assert (run / "logs" / "metrics.csv").read_text() == earlier
     assert logged_epsilons(run)[-1] == pytest.approx(read_json(run / "privacy.json")["epsilon"], rel=1e-6)
 

@@ -203,8 +203,10 @@ def test_king_without_file_or_openml_points_at_kaggle(monkeypatch, tmp_path):
     monkeypatch.setattr(king_module, "fetch_openml", unreachable)
     with pytest.raises(DatasetNotFoundError, match="Kaggle login"):
         KingDataModule(cache_dir=tmp_path).setup()
-    with pytest.raises(DatasetNotFoundError, match="download=False"):
+    with pytest.raises(DatasetNotFoundError, match="download=False") as refused:
         KingDataModule(cache_dir=tmp_path, download=False).prepare_data()
+    # the folders named are those searched: the OpenML copy's, not a king/ folder never looked in
+    assert f"Searched: {tmp_path / 'openml'}" in str(refused.value) and str(tmp_path / "king") not in str(refused.value)
 
 
 # --- csv ---------------------------------------------------------------------------------------
