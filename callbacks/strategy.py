@@ -181,8 +181,9 @@ class PrivacyStrategy(L.Callback):
     def segment(self) -> dict[str, Any]:
         """What this process's training segment ran with that the accountant's history does not
         hold but the guarantee depends on (subclasses add theirs): after a resume the report
-        must describe every segment, not only the settings of the last."""
-        return {"from_step": self.segment_start, "noise_source": self.noise.describe()}
+        must describe every segment, not only the settings of the last (a target raised on
+        resume shows here too)."""
+        return {"from_step": self.segment_start, "noise_source": self.noise.describe(), "target_epsilon": self.target_epsilon}
 
     def segments(self) -> list[dict[str, Any]]:
         """The earlier segments (from the checkpoint) and this one, unless it charged nothing

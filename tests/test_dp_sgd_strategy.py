@@ -170,6 +170,17 @@ def test_a_resumed_reports_noise_source_and_sampling_cover_every_segment(tiny_im
     assert report["sampling"] == "poisson" and "shuffled in the segment(s) from step 0" in report["note"]
 
 
+def test_a_target_raised_on_resume_shows_in_the_segments(tiny_image_data_dir, tmp_path):
+    """Going on past the first target is the user's right; hiding that it was raised is not."""
+    assert dpgan(tiny_image_data_dir, tmp_path / "first", 4, "--epsilon", "3", "--delta", "1e-4") == 0
+    spent = read_json(tmp_path / "first" / "privacy.json")["epsilon"]
+    assert dpgan(tiny_image_data_dir, tmp_path / "second", 8, "--epsilon", "6", "--delta", "1e-4",
+                 "--resume", str(tmp_path / "first" / "checkpoints" / "last.ckpt")) == 0
+    report = read_json(tmp_path / "second" / "privacy.json")
+    assert [(s["from_step"], s["target_epsilon"]) for s in report["segments"]] == [(0, 3.0), (4, 6.0)]
+    assert report["target_epsilon"] == 6.0 and spent <= 3.0 < report["epsilon"] <= 6.0
+
+
 def test_a_resume_with_other_model_settings_of_the_same_shapes_is_refused(fixed_noise_run, tiny_image_data_dir,
                                                                            tmp_path, capsys):
     """Same shapes, other computation: the weights would load and the generator draw its latent
