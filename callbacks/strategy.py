@@ -269,16 +269,17 @@ class PrivacyStrategy(L.Callback):
         """Everything needed to recompute epsilon independently (subclasses add theirs)."""
         return {}
 
-    def noise_source_report(self) -> str:
+    @staticmethod
+    def noise_source_report(segments: list[dict[str, Any]]) -> str:
         """Where the noise came from, in every segment: a fixed seed in an earlier one must not
         be hidden behind this one's OS entropy."""
-        sources = [(segment["from_step"], segment["noise_source"]) for segment in self.segments()]
+        sources = [(segment["from_step"], segment["noise_source"]) for segment in segments]
         if len({source for _, source in sources}) == 1:
             return sources[0][1]
         return "; then ".join(f"from step {start}: {source}" for start, source in sources)
 
     def privacy_report(self) -> dict[str, Any]:
-        epsilon = self.epsilon()
+        epsilon, segments = self.epsilon(), self.segments()
         return {
             "mechanism": self.mechanism_name,
             "epsilon": epsilon if math.isfinite(epsilon) else None,
@@ -290,10 +291,10 @@ class PrivacyStrategy(L.Callback):
             "preprocessing": self.preprocessing,
             "steps": self.steps_taken(),
             "accountant": self.accountant.name,
-            "noise_source": self.noise_source_report(),
+            "noise_source": self.noise_source_report(segments),
             "train_records": self.train_records,
             **self.report_parameters(),
-            **({"segments": self.segments()} if len(self.segments()) > 1 else {}),
+            **({"segments": segments} if len(segments) > 1 else {}),
             "accountant_state": self.accountant.public_state_dict(),
         }
 

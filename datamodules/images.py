@@ -104,9 +104,6 @@ class IDXImageDataModule(L.LightningDataModule):
         if missing and not self.hparams.download:
             raise DatasetNotFoundError(self._not_found_message("download=False", missing))
         warn_downloading(self.name, [remote.name for remote in missing], self.data_dir, self._cache_folder())
-        cached = [remote for remote in self._remotes() if self._in_cache(remote)]
-        if self.hparams.download and self.hparams.verify_checksums:
-            missing += cached  # fetch checks a cached copy and downloads a damaged one again
         for remote in missing:
             try:
                 fetch(remote, self._cache_folder())
@@ -181,11 +178,6 @@ class IDXImageDataModule(L.LightningDataModule):
         cached = self._cache_folder() / remote.name
         return cached if cached.is_file() else None
 
-    def _in_cache(self, remote: RemoteFile) -> bool:
-        """Whether ``remote`` is read from the download cache (not from the user's data folder)."""
-        found = self._find_local(remote)
-        return found is not None and found == self._cache_folder() / remote.name
-
     def _resolve(self, remote: RemoteFile) -> Path:
         """Local path of ``remote``, verified when ``verify_checksums`` is on."""
         path = self._find_local(remote)
@@ -198,8 +190,10 @@ class IDXImageDataModule(L.LightningDataModule):
             try:
                 verify_file(path, remote)
             except DataIntegrityError as err:
-                remedy = ("delete the file to download it again (or run with downloads allowed), "
-                          if self._in_cache(remote) else "")
+                in_cache = path == self._cache_folder() / remote.name
+                if in_cache and self.hparams.download:  # a damaged download: fetch checks it and downloads it again
+                    return fetch(remote, self._cache_folder())
+                remedy = "delete the file to download it again (or run with downloads allowed), " if in_cache else ""
                 raise DataIntegrityError(
                     f"{err} To fix: {remedy}pass `--data-dir DIR` pointing at the official {self.name} files, or pass "
                     "`--data.verify_checksums false` if you deliberately use custom files."

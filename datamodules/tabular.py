@@ -506,8 +506,9 @@ class TabularDataModule(L.LightningDataModule):
             return cached
         if not self.hparams.download:
             raise DatasetNotFoundError(self._not_found_message([remote.name], "download=False"))
-        if not (cached.is_file() and is_valid_copy(cached, remote)):
-            warn_downloading(self.name, [remote.name], self.data_dir, self._cache_folder())
+        if cached.is_file() and is_valid_copy(cached, remote):
+            return cached
+        warn_downloading(self.name, [remote.name], self.data_dir, self._cache_folder())
         try:
             return fetch(remote, self._cache_folder())
         except DatasetNotFoundError as err:

@@ -27,11 +27,9 @@ PROVIDED = ("save_dir", "name", "version", "root_dir", "log_dir")
 
 
 def check_logger_options(name: str, options: Mapping[str, Any]) -> None:
-    """Refuse settings the chosen logger does not take, before anything is built: a W&B flag
-    without ``--logger wandb``, an unknown ``--logger.KEY`` of the csv or tensorboard logger
-    (W&B's are handed to ``wandb.init``, which takes many)."""
-    if name == "wandb":
-        return
+    """Refuse settings the csv or tensorboard logger does not take, before anything is built: a
+    W&B flag (the run did not ask for ``--logger wandb``), an unknown ``--logger.KEY``. (W&B's
+    settings are not checked: they go to ``wandb.init``, which takes many.)"""
     flags = [WANDB_FLAGS[key] for key in options if key in WANDB_FLAGS]
     if flags:
         raise ConfigError(f"{', '.join(flags)} set, but the run logs with --logger {name}: add --logger wandb, or drop them")

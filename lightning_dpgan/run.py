@@ -118,9 +118,9 @@ def check_same_preprocessing_cost(current: dict[str, Any], saved: dict[str, Any]
     modes) when this run's data settings report another cost: the checkpoint's networks were
     trained on that preprocessing, so its ε is spent whatever this run reads. A schema file given
     where the checkpoint estimated one would report 0 and train on past the target."""
-    if not saved or (float(saved.get("epsilon", 0.0)) == 0.0 and float(saved.get("delta", 0.0)) == 0.0):
+    spent = (float(saved.get("epsilon", 0.0)), float(saved.get("delta", 0.0))) if saved else (0.0, 0.0)
+    if spent == (0.0, 0.0):
         return  # nothing spent before: this run's own preprocessing is composed as usual
-    spent = (float(saved.get("epsilon", 0.0)), float(saved.get("delta", 0.0)))
     now = (float(current.get("epsilon", 0.0)), float(current.get("delta", 0.0)))
     if all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15) for a, b in zip(spent, now)):
         return

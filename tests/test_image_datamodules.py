@@ -163,6 +163,25 @@ def test_prepare_data_downloads_verified_files_into_cache(tiny_image_data_dir: P
     assert digest(tmp_path / "cache" / "tiny" / FILE_NAMES[0]) == digest(source / FILE_NAMES[0])
 
 
+def test_a_damaged_cached_file_is_downloaded_again_when_downloads_are_allowed(
+        tiny_image_data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cut-off download in the cache is the framework's own file: fetch it again rather than
+    tell the user to delete it. Without downloads, the message says to delete it."""
+    source = tiny_image_data_dir / "mnist"
+    cls = _module_pinned_to(source, [source.as_uri()])
+    cache = tmp_path / "cache" / "tiny"
+    cls(data_dir=None, cache_dir=tmp_path / "cache").prepare_data()
+    damaged = cache / FILE_NAMES[0]
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
+
+    with pytest.raises(DataIntegrityError, match="To fix: delete the file to download it again"):
+        cls(data_dir=None, cache_dir=tmp_path / "cache", download=False).setup()
+    dm = cls(data_dir=None, cache_dir=tmp_path / "cache")
+    dm.prepare_data()
+    dm.setup()
+    assert damaged.read_bytes() == (source / FILE_NAMES[0]).read_bytes() and dm.train_size == 160
+
+
 def test_prepare_data_download_failure_explains_how_to_provide_files(tiny_image_data_dir: Path, tmp_path: Path) -> None:
     unreachable = (tmp_path / "nowhere").as_uri()
     dm = _module_pinned_to(tiny_image_data_dir / "mnist", [unreachable])(cache_dir=tmp_path / "cache")

@@ -152,7 +152,7 @@ def fetch(remote: RemoteFile, cache_dir: str | os.PathLike[str]) -> Path:
     """
     folder = Path(cache_dir).expanduser()
     dest = folder / remote.name
-    if dest.is_file() and _is_valid(dest, remote):
+    if dest.is_file() and is_valid_copy(dest, remote):
         return dest
     folder.mkdir(parents=True, exist_ok=True)
     failures = []
@@ -173,10 +173,6 @@ def fetch(remote: RemoteFile, cache_dir: str | os.PathLike[str]) -> Path:
 
 def is_valid_copy(path: Path, remote: RemoteFile) -> bool:
     """Whether ``path`` decompresses to ``remote``'s content."""
-    return _is_valid(path, remote)
-
-
-def _is_valid(path: Path, remote: RemoteFile) -> bool:
     try:
         verify_file(path, remote)
     except DataIntegrityError:
