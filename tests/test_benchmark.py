@@ -102,14 +102,14 @@ def test_aggregate_groups_repeats_and_leaves_failed_runs_out():
 
 
 def test_a_second_run_on_the_same_day_never_replaces_the_first(tmp_path):
-    first_file, second_file = (results.ResultsFile(tmp_path, "tables", {"n": n}) for n in (1, 2))
+    first_file, second_file = (results.ResultsFile(tmp_path, "tables", {"n": n, "size": "full"}) for n in (1, 2))
     first = first_file.save([run("gan", 0, 0.5)])
     second = second_file.save([], complete=True)
     assert first_file.save([run("gan", 0, 0.5), run("gan", 1, 0.6)], complete=True) == first  # its own file, rewritten
     assert first != second and json.loads(first.read_text())["n"] == 1 and len(json.loads(first.read_text())["runs"]) == 2
     assert results.latest_results(tmp_path, "tables")["n"] == 2
     older = results.results_path(tmp_path, "tables", date(2020, 1, 1))
-    older.write_text(json.dumps({"n": 0}))
+    older.write_text(json.dumps({"n": 0, "size": "full", "runs": [], "summary": []}))
     assert results.latest_results(tmp_path, "tables")["n"] == 2  # the date orders, not the file's age
     assert results.latest_results(tmp_path, "images") is None
 
@@ -149,12 +149,28 @@ def test_goals_count_only_full_size_results_and_say_whether_they_are_met():
 
 def test_a_mean_that_rounds_onto_the_goal_shows_the_digits_that_decide_it():
     reference = {"goals": [{"dataset": "adult", "measure": "utility/B_auroc", "epsilon": 1.0, "at_least": 0.87}]}
-    short = [run("a", s, v) for s, v in enumerate([0.86998, 0.87])]
+    short = [run("a", s, v) for s, v in enumerate([0.86998, 0.87, 0.86999])]
     assert report.goal_lines([result_file("tables", "full", short)], reference)[2].endswith(
-        "| 0.86999 ± 0.00001 (2) | a | 2 | no |")
-    clear = [run("a", s, v) for s, v in enumerate([0.86, 0.88])]
-    assert "| 0.870 ± 0.014 (2) | a | 2 | yes |" in report.goal_lines([result_file("tables", "full", clear)], reference)[2]
+        "| 0.86999 ± 0.00001 (3) | a | 3 | no |")
+    # the suite's own table shows the same digits for that figure, and 3 for the others
+    table = "\n".join(report.measure_table(result_file("tables", "full", short), reference["goals"]))
+    assert "| 0.86999 ± 0.00001 (3) |" in table
+    assert "| 0.870 ± 0.000 (3) |" in "\n".join(report.measure_table(result_file("tables", "full", short)))
+    clear = [run("a", s, v) for s, v in enumerate([0.86, 0.88, 0.87])]
+    assert "| 0.870 ± 0.010 (3) | a | 3 | yes |" in report.goal_lines([result_file("tables", "full", clear)], reference)[2]
     assert report.separating_digits(0.5, 0.87) == 3 and report.separating_digits(0.87, 0.87) == 3
+    assert report.separating_digits(0.8699999996, 0.87) == 10  # beyond six decimals too
+
+
+def test_a_goal_is_never_met_by_a_cell_of_fewer_than_three_seeds():
+    """One good seed (the others failed, or a stopped suite) does not meet a goal, and is not
+    preferred to a whole measurement of another model."""
+    reference = {"goals": [{"dataset": "adult", "measure": "utility/B_auroc", "epsilon": 1.0, "at_least": 0.87}]}
+    lone = [run("a", 0, 0.95), run("a", 1, None, status="failed"), run("a", 2, None, status="failed")]
+    line = report.goal_lines([result_file("tables", "full", lone)], reference)[2]
+    assert "measured with 1 seed(s) only, fewer than 3" in line and line.endswith("| no |")
+    whole = [run("b", s, 0.80) for s in range(3)]
+    assert "| 0.800 ± 0.000 (3) | b | 3 | no |" in report.goal_lines([result_file("tables", "full", lone + whole)], reference)[2]
 
 
 def test_plots_carry_the_papers_figures_measured_the_same_way(tmp_path):
@@ -237,8 +253,9 @@ def test_goals_are_ours_alone():
 
 
 def test_the_newest_full_results_stand_for_a_suite_until_a_newer_full_run(tmp_path):
-    results.results_path(tmp_path, "tables", date(2026, 1, 1)).write_text(json.dumps({"size": "full", "n": 1}))
-    results.results_path(tmp_path, "tables", date(2026, 2, 1)).write_text(json.dumps({"size": "quick", "n": 2}))
+    empty = {"runs": [], "summary": []}
+    results.results_path(tmp_path, "tables", date(2026, 1, 1)).write_text(json.dumps({"size": "full", "n": 1, **empty}))
+    results.results_path(tmp_path, "tables", date(2026, 2, 1)).write_text(json.dumps({"size": "quick", "n": 2, **empty}))
     (tmp_path / "tables-notes.json").write_text("{}")  # not a results file: ignored
     assert results.latest_results(tmp_path, "tables", size="full")["n"] == 1
     assert results.latest_results(tmp_path, "tables")["n"] == 2
@@ -255,7 +272,7 @@ def test_runs_of_parts_of_the_grid_are_merged_cell_by_cell_newest_first(tmp_path
     write(date(2026, 1, 1), [run("quail", s, 0.85) for s in range(3)] + [run("dpctgan", s, 0.80) for s in range(3)]
           + [run("dpctgan", 3, None, status="failed") | {"error": "old failure"}], "first")
     write(date(2026, 1, 2), [run("dpctgan", s, 0.70) for s in range(3)] + [run("pategan", s, 0.60) for s in range(3)], "second")
-    results.results_path(tmp_path, "tables", date(2026, 1, 3)).write_text(json.dumps({"size": "quick", "summary": []}))
+    results.results_path(tmp_path, "tables", date(2026, 1, 3)).write_text(json.dumps({"size": "quick", "summary": [], "runs": []}))
     merged = results.protocol_results(tmp_path, "tables")
     means = {row["model"]: row["measures"]["utility/B_auroc"]["mean"] for row in merged["summary"]}
     assert means == pytest.approx({"quail": 0.85, "dpctgan": 0.70, "pategan": 0.60})
@@ -266,8 +283,77 @@ def test_runs_of_parts_of_the_grid_are_merged_cell_by_cell_newest_first(tmp_path
     assert "Cells from this file: quail / adult / ε=1." in section
     assert "old failure" not in section  # that cell's newer measurement stands
     assert "| quail | adult | 1 |" in section and "| dpctgan | adult | 1 |" in section
-    results.results_path(tmp_path, "tables", date(2026, 1, 4)).write_text(json.dumps(result_file("tables", "full", [run("gan", 0, 0.5)])))
-    assert results.protocol_results(tmp_path, "tables")["size"] == "full"  # a full run stands alone
+    # a full run is merged like the others: the cells it lacks (a skipped dataset) keep theirs
+    results.results_path(tmp_path, "tables", date(2026, 1, 4)).write_text(json.dumps(
+        {**result_file("tables", "full", [run("gan", s, 0.5) for s in range(3)]), "seeds": [0, 1, 2]}))
+    merged = results.protocol_results(tmp_path, "tables")
+    assert {row["model"] for row in merged["summary"]} == {"gan", "quail", "dpctgan", "pategan"}
+    assert merged["parts"][0]["size"] == "full"
+
+
+def test_a_newer_run_whose_seeds_partly_failed_does_not_replace_a_whole_measurement(tmp_path):
+    """Newest first, each cell from a file that measured it on every seed it planned: a newer
+    file whose cell lost two of three seeds leaves the older three-seed figure standing (and its
+    failures are not shown: that cell is measured). A cell that no file measured shows its
+    newest failures, under the file that attempted it, even when that file gave no other cell."""
+    def write(day, runs):
+        content = {**result_file("tables", "full-subset", runs), "seeds": [0, 1, 2]}
+        content.pop("file")
+        results.results_path(tmp_path, "tables", day).write_text(json.dumps(content))
+
+    write(date(2026, 1, 1), [run("quail", s, 0.85) for s in range(3)]
+          + [run("pategan", s, None, status="failed") | {"error": "old pategan failure"} for s in range(3)])
+    write(date(2026, 1, 2), [run("quail", 0, 0.95)] + [run("quail", s, None, status="failed") | {"error": "quail broke"}
+                                                       for s in (1, 2)])
+    write(date(2026, 1, 3), [run("pategan", s, None, status="failed") | {"error": "new pategan failure"} for s in range(3)])
+    merged = results.protocol_results(tmp_path, "tables")
+    (quail,) = [row for row in merged["summary"] if row["model"] == "quail"]
+    assert quail["measures"]["utility/B_auroc"] == {"mean": pytest.approx(0.85), "std": pytest.approx(0.0), "n": 3}
+    assert [row["model"] for row in merged["summary"]] == ["quail"]
+    section = report.generated_section(tmp_path, {}, ["tables"], tmp_path)
+    assert "new pategan failure" in section and "old pategan failure" not in section
+    assert "`tables-2026-01-03.json`" in section and "Cells no file measured" in section
+    assert "quail broke" not in section and "`tables-2026-01-02.json`" not in section
+    # with no whole measurement anywhere, the newest partial one stands (its n says so)
+    (tmp_path / "tables-2026-01-01.json").unlink()
+    (quail,) = [row for row in results.protocol_results(tmp_path, "tables")["summary"] if row["model"] == "quail"]
+    assert quail["measures"]["utility/B_auroc"]["n"] == 1
+
+
+@pytest.mark.parametrize("text,why", [('{"size": "full", "runs": [', "not a readable results file"),
+                                       ('{"size": "full", "runs": []}', "it has no summary"), ("[]", "it has no content")])
+def test_a_damaged_results_file_is_named_and_results_md_left_as_it_is(tmp_path, text, why):
+    results.results_path(tmp_path, "tables", date(2026, 1, 1)).write_text(json.dumps(result_file("tables", "full", [run("a", 0, 0.5)])))
+    results.results_path(tmp_path, "tables", date(2026, 1, 2)).write_text(text)
+    markdown = tmp_path / "RESULTS.md"
+    markdown.write_text("# Results\nkept\n")
+    with pytest.raises(SystemExit) as refused:
+        benchmark(["--suite", "tables", "--report-only", "--results-dir", str(tmp_path), "--results-md", str(markdown)])
+    assert "tables-2026-01-02.json" in str(refused.value) and why in str(refused.value)
+    assert markdown.read_text() == "# Results\nkept\n"
+
+
+def test_a_peers_virtualenv_that_cannot_be_made_says_how_to_go_on(tmp_path, monkeypatch):
+    """Offline, pip cannot install smartnoise-synth: the suite stops with the way out
+    (--peers-venv) and where pip's output is, not a traceback."""
+    from lightning_dpgan.benchmark import peers
+
+    def offline_pip(command, log, env=None):
+        if "pip" in command:
+            raise RuntimeError("pip failed (exit 1); end of log:\nERROR: No matching distribution found for torch")
+        return 0.0
+
+    monkeypatch.setattr(peers, "run_logged", offline_pip)
+    with pytest.raises(SystemExit) as refused:
+        peers.ensure_venv(tmp_path / "venv", tmp_path / "venv.log")
+    message = str(refused.value)
+    assert "--peers-venv" in message and str(tmp_path / "venv.log") in message and "No matching distribution" in message
+
+
+def test_a_tree_that_git_cannot_read_is_said_to_be_unknown_not_clean():
+    header = report._header({**result_file("tables", "full", [run("a", 0, 0.5)]), "commit": {"sha": "abc", "dirty": None}})
+    assert "uncommitted changes is unknown" in header[0]
+    assert "uncommitted" not in report._header(result_file("tables", "full", [run("a", 0, 0.5)]))[0]
 
 
 def test_a_stopped_suite_keeps_the_cells_it_finished_and_only_those(tmp_path, monkeypatch):
@@ -375,6 +461,17 @@ def test_a_changed_grid_is_not_the_full_protocol():
     assert size_label(parse_args(["--suite", "tables", "--max-steps", "5", "--models", "quail"])) == "custom"
     assert size_label(parse_args(["--suite", "tables", "--quick", "--models", "quail"])) == "custom"
     assert size_label(parse_args(["--suite", "tables", "--models", "quail", "--datasets", "adult"])) == "full-subset"
+    assert size_label(parse_args(["--suite", "tables", "--models", "quail", "--epsilons", "5"])) == "custom"  # not a grid ε
+    assert size_label(parse_args(["--suite", "tables", "--models", "gan"])) == "custom"  # not a model of the suite
+    assert size_label(parse_args(["--suite", "tables", "--seeds", "3", "4", "5"])) == "full-subset"  # more seeds: fine
+
+
+def test_a_scratch_results_folder_gets_its_own_results_md():
+    scratch = parse_args(["--report-only", "--results-dir", "/tmp/scratch-results"])
+    assert scratch.results_md == Path("/tmp/scratch-results/RESULTS.md")
+    assert parse_args(["--suite", "tables"]).results_md == REPO / "benchmarks" / "RESULTS.md"
+    with pytest.raises(SystemExit):
+        parse_args(["--quick"])  # a suite to run is needed unless only the report is made
 
 
 def test_jobs_run_a_cells_seeds_at_the_same_time_and_keep_the_grid_order(tmp_path, monkeypatch):
@@ -535,12 +632,22 @@ def test_peers_get_the_public_schema_and_the_train_split_alone(tmp_path):
 def test_a_dataset_that_cannot_be_fetched_is_named_with_its_reason(tmp_path, monkeypatch):
     from lightning_dpgan.datamodules import kaggle_credit
 
-    def offline(*args, **kwargs):
-        raise OSError("no network")
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LIGHTNING_DPGAN_CACHE_DIR", str(cache))
+
+    def offline(*args, **kwargs):  # the whole of a not-found message: what was tried, where, what to do
+        raise OSError(f"could not download creditcard.csv. Tried:\n  https://x/creditcard.csv: no network\n"
+                      f"Searched: {ADULT}, {cache / 'kaggle'}\nGive --data-dir")
 
     monkeypatch.setattr(kaggle_credit.KaggleCreditDataModule, "prepare_data", offline)
     skipped = unavailable_datasets(("adult", "kaggle-credit"), str(ADULT))
-    assert list(skipped) == ["kaggle-credit"] and "no network" in skipped["kaggle-credit"]
+    assert list(skipped) == ["kaggle-credit"]
+    reason = skipped["kaggle-credit"]
+    assert "no network" in reason and "Give --data-dir" in reason  # every line, not the first alone
+    assert "Searched: DATA_DIR, CACHE_DIR/kaggle" in reason and str(tmp_path) not in reason
+    header = report._header({**result_file("tables", "full", [run("a", 0, 0.5)]), "skipped": skipped})
+    (line,) = [line for line in header if line.startswith("- Skipped")]
+    assert "no network" in line and "Give --data-dir" in line  # one Markdown line
 
 
 # ------------------------------------------------------------------ end to end
@@ -632,6 +739,12 @@ def test_the_harness_own_markdown_does_not_make_the_tree_dirty(tmp_path):
     (tmp_path / "RESULTS.md").write_text("b\n")  # what a suite rewrites
     assert results.commit(tmp_path, own_output=tmp_path / "RESULTS.md")["dirty"] is False
     assert results.commit(tmp_path)["dirty"] is True
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "tables-x.json").write_text("{}")  # an earlier suite's results, not committed yet
+    assert results.commit(tmp_path, own_output=tmp_path / "RESULTS.md", own_folders=(tmp_path / "results",))["dirty"] is False
+    (tmp_path / "preset.yaml").write_text("lr: 1\n")  # a file git has not seen changes a run too
+    assert results.commit(tmp_path, own_output=tmp_path / "RESULTS.md", own_folders=(tmp_path / "results",))["dirty"] is True
+    (tmp_path / "preset.yaml").unlink()
     (tmp_path / "code.py").write_text("b\n")
     assert results.commit(tmp_path, own_output=tmp_path / "RESULTS.md")["dirty"] is True
     # a RESULTS.md outside the tree: git refuses it as a pathspec, which read as "unknown" (None)
@@ -766,6 +879,8 @@ def test_resume_runs_only_what_each_cell_still_needs(tmp_path, monkeypatch):
         for name in files:
             (tmp_path / cell.name / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / cell.name / name).write_text("{}")
+        started = Settings(out_dir=tmp_path, accelerator="gpu")  # the device it ran on is no setting of the run
+        runner.settings_file(cell, started).write_text(json.dumps(runner.settings_record(cell, size, started)))
     ran: list[tuple[str, str]] = []
 
     def fake_run(command, log, env=None):
@@ -785,6 +900,36 @@ def test_resume_runs_only_what_each_cell_still_needs(tmp_path, monkeypatch):
     for cell in cells:
         runner.run_cell(cell, size, Settings(out_dir=tmp_path))
     assert [kind for _, kind in ran] == ["train", "evaluate"] * 4
+
+
+def test_resume_refuses_folders_left_with_other_settings_before_any_cell_runs(tmp_path, monkeypatch):
+    """A quick invocation's 20-step runs, taken up by a --resume of the full protocol, would be
+    read back and recorded as full-subset figures (and count toward the goals): refused, naming
+    the cell and both commands, before anything runs. So is a folder with no record of its
+    settings, and a resume that changes the evaluation; the matching resume is not refused."""
+    quick = suite_size("tables", quick=True).with_overrides(models=["pategan"], seeds=[0])
+    (cell,) = quick.cells()
+    settings = Settings(out_dir=tmp_path)
+    (tmp_path / cell.name).mkdir()
+    (tmp_path / cell.name / "privacy.json").write_text("{}")
+    (tmp_path / cell.name / "evaluation.json").write_text("{}")
+    assert "no record of the settings" in runner.resume_mismatch(cell, quick, settings)
+    runner.settings_file(cell, settings).write_text(json.dumps(runner.settings_record(cell, quick, settings)))
+    assert runner.resume_mismatch(cell, quick, settings) is None
+    full = quick.with_overrides(max_steps=0)  # the full size: the presets' own schedule
+    why = runner.resume_mismatch(cell, full, settings)
+    assert cell.name in why and "--max-steps 20" in why and "train command" in why
+    assert "evaluate command" in runner.resume_mismatch(cell, quick.with_overrides(cnn_epochs=3), settings)
+    with pytest.raises(RuntimeError, match="cannot take up"):
+        runner.run_cell(cell, full, replace(settings, resume=True))
+
+    monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, data_dir: {})
+    monkeypatch.setattr(runner, "run_logged", lambda *args, **kwargs: pytest.fail("a cell ran"))
+    with pytest.raises(SystemExit, match="other settings, so nothing ran") as refused:
+        benchmark(["--suite", "tables", "--models", "pategan", "--datasets", "adult", "--epsilons", "1", "--seeds", "0",
+                   "1", "2", "--resume", "--out-dir", str(tmp_path), "--results-dir", str(tmp_path / "results"),
+                   "--results-md", str(tmp_path / "RESULTS.md")])
+    assert cell.name in str(refused.value) and not (tmp_path / "results").exists()
 
 
 def test_the_report_says_which_runs_were_taken_up_after_an_interruption():
@@ -862,6 +1007,10 @@ def test_a_data_folder_named_by_the_environment_is_passed_on_as_data_dir(tmp_pat
     command = train_command(Cell("gan", "adult", 1.0, 0), chosen_size(parse_args(["--suite", "tables", "--quick"])),
                             seen["settings"])
     assert "--data-dir DATA_DIR" in portable(command, seen["settings"].data_dir)
+    (saved,) = tmp_path.glob("tables-*.json")
+    assert json.loads(saved.read_text())["command"].endswith("--out-dir OUT_DIR --data-dir DATA_DIR")
+    assert cli.with_data_dir(["--suite", "x", "--", "--lr", "1"], "/d") == ["--suite", "x", "--data-dir", "/d", "--", "--lr", "1"]
+    assert cli.with_data_dir(["--data-dir=/e"], "/d") == ["--data-dir=/e"]
 
 
 def test_the_speed_scripts_are_found_from_any_folder_and_recorded_relative_to_the_checkout(tmp_path, monkeypatch):

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lightning_dpgan.benchmark.paths import BENCHMARKS, check_benchmarks_folder
-from lightning_dpgan.benchmark.results import ResultsFile, commit, machine
-from lightning_dpgan.benchmark.runner import Settings, failed_run, portable, run_cell
+from lightning_dpgan.benchmark.results import ResultsFile, ResultsFileError, commit, machine
+from lightning_dpgan.benchmark.runner import Settings, failed_run, portable, portable_text, resume_mismatch, run_cell
 from lightning_dpgan.benchmark.suites import SUITES, Cell, Size, suite_size
 from lightning_dpgan.data.dev_split import check_dev_fraction
 from lightning_dpgan.data.download import default_data_dir
@@ -29,7 +29,7 @@ from lightning_dpgan.data.download import default_data_dir
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m lightning_dpgan benchmark", description=__doc__.split("\n\n")[0])
     add = parser.add_argument
-    add("--suite", required=True, choices=list(SUITES))
+    add("--suite", choices=list(SUITES), help="the suite to run (not needed with --report-only)")
     add("--quick", action="store_true", help="the small size: a smoke test that finishes in minutes on 2 CPU cores")
     add("--models", nargs="+", help="replace the suite's models (peers: smartnoise synthesizers)")
     add("--datasets", nargs="+", help="replace the suite's datasets")
@@ -48,7 +48,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                             "and peers suites, whose wall times are compared")
     add("--out-dir", type=Path, help="where the runs go (default runs/benchmark/<suite>-<time>)")
     add("--results-dir", type=Path, default=BENCHMARKS / "results", help="default: the checkout's benchmarks/results")
-    add("--results-md", type=Path, default=BENCHMARKS / "RESULTS.md", help="default: the checkout's benchmarks/RESULTS.md")
+    add("--results-md", type=Path, help="default: the checkout's benchmarks/RESULTS.md with the default --results-dir, "
+                                        "else RESULTS.md in the --results-dir given (a scratch folder never rewrites "
+                                        "the published one)")
     add("--reference", type=Path, default=BENCHMARKS / "reference.yaml",
         help="default: the checkout's benchmarks/reference.yaml")
     add("--peers-venv", type=Path, help="peers: the smartnoise-synth virtualenv (made when missing; "
@@ -63,7 +65,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
              "run, never counted toward the goals")
     add("--report-only", action="store_true", help="only regenerate RESULTS.md from the newest results files")
     add("train_args", nargs="*", help="after --: options added to every train command")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.suite is None and not args.report_only:
+        parser.error("the following arguments are required: --suite (or --report-only)")
+    if args.results_md is None:
+        default_results = args.results_dir.resolve() == (BENCHMARKS / "results").resolve()
+        args.results_md = BENCHMARKS / "RESULTS.md" if default_results else args.results_dir / "RESULTS.md"
+    return args
 
 
 def check_grid(args: argparse.Namespace, size: Size) -> None:
@@ -103,7 +111,8 @@ GRID_OPTIONS = ("models", "datasets", "epsilons", "seeds")
 def size_label(args: argparse.Namespace) -> str:
     """``dev`` (``dev-quick``) when scored on a dev split; ``quick``; ``full``; ``full-subset`` when cells were
     picked from the full grid but each still runs the full protocol (presets unchanged, three
-    seeds or more); else ``custom``. Only full and full-subset runs count toward the goals."""
+    seeds or more, no model, dataset or epsilon outside the full grid); else ``custom``. Only full
+    and full-subset runs count toward the goals."""
     if args.dev_fraction:
         return "dev-quick" if args.quick else "dev"
     if any(getattr(args, option) for option in RUN_OPTIONS) or (args.quick and any(getattr(args, o) for o in GRID_OPTIONS)):
@@ -111,7 +120,10 @@ def size_label(args: argparse.Namespace) -> str:
     if args.quick:
         return "quick"
     if any(getattr(args, option) for option in GRID_OPTIONS):
-        return "full-subset" if len(args.seeds or suite_size(args.suite, False).seeds) >= 3 else "custom"
+        full = suite_size(args.suite, False)
+        outside = any(not set(getattr(args, option) or ()) <= set(getattr(full, option))
+                      for option in GRID_OPTIONS if option != "seeds")  # any seeds repeat the protocol
+        return "full-subset" if len(args.seeds or full.seeds) >= 3 and not outside else "custom"
     return "full"
 
 
@@ -125,8 +137,33 @@ def unavailable_datasets(datasets: tuple[str, ...], data_dir: str | None) -> dic
         try:
             cls(data_dir=data_dir).prepare_data()
         except Exception as error:  # noqa: BLE001 - any failure to get the data skips the dataset, with its reason
-            skipped[name] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            skipped[name] = skip_reason(error, data_dir)
     return skipped
+
+
+def skip_reason(error: BaseException, data_dir: str | None) -> str:
+    """Why a dataset was skipped, whole (the files tried, the folders searched, the advice), without
+    this machine's paths."""
+    return portable_text(f"{type(error).__name__}: {error}".strip(), data_dir)
+
+
+def with_data_dir(argv: list[str], data_dir: str | None) -> list[str]:
+    """``argv`` naming the data folder even when it came from ``LIGHTNING_DPGAN_DATA_DIR`` (before
+    any ``--``, whose options go to train), so the recorded command reruns from any shell."""
+    if not data_dir or any(word == "--data-dir" or word.startswith("--data-dir=") for word in argv):
+        return list(argv)
+    end = argv.index("--") if "--" in argv else len(argv)
+    return [*argv[:end], "--data-dir", data_dir, *argv[end:]]
+
+
+def check_resumable(size: Size, settings: Settings) -> None:
+    """Before any cell runs: ``--resume`` takes up only folders left by an invocation with this
+    one's settings (:func:`~lightning_dpgan.benchmark.runner.resume_mismatch`); else nothing runs."""
+    mismatched = [why for cell in size.cells() if (why := resume_mismatch(cell, size, settings))]
+    if mismatched:
+        raise SystemExit("benchmark: --resume would take up runs made with other settings, so nothing ran:\n  "
+                         + "\n  ".join(mismatched)
+                         + "\nResume with the interrupted invocation's options, or give another --out-dir")
 
 
 def run_grid(size: Size, settings: Settings, skipped: dict[str, str],
@@ -170,8 +207,12 @@ def regenerate(args: argparse.Namespace) -> None:
         raise SystemExit(f"benchmark: --results-dir {args.results_dir} is not a folder of results files; "
                          f"RESULTS.md ({args.results_md}) was left as it is")
 
-    section = generated_section(args.results_dir, load_reference(args.reference), list(SUITES),
-                                relative_to=args.results_md.parent)
+    try:
+        section = generated_section(args.results_dir, load_reference(args.reference), list(SUITES),
+                                    relative_to=args.results_md.parent)
+    except ResultsFileError as error:  # one bad file would otherwise drop its figures or stop with a traceback
+        raise SystemExit(f"benchmark: {error}; RESULTS.md ({args.results_md}) was left as it is: repair the file "
+                         "or move it out of the results folder") from None
     update_results_markdown(args.results_md, section)
     print(f"benchmark: updated {args.results_md}")
 
@@ -203,7 +244,7 @@ def benchmark(argv: list[str]) -> Path:
         raise SystemExit(f"benchmark: the {args.suite} suite compares wall times, each run alone; "
                          "--jobs would have them share the machine")
     started = datetime.now()
-    code = commit(own_output=args.results_md)  # the code that runs: taken now, not after hours of runs
+    code = commit(own_output=args.results_md, own_folders=(args.results_dir,))  # the code that runs: taken now
     out_dir = args.out_dir or Path("runs") / "benchmark" / f"{args.suite}-{started:%Y%m%d-%H%M%S}"
     settings = Settings(out_dir=out_dir, data_dir=args.data_dir, accelerator=args.accelerator,
                         evaluate=args.suite != "speed", jobs=args.jobs, resume=args.resume,
@@ -213,9 +254,11 @@ def benchmark(argv: list[str]) -> Path:
         reasons = "; ".join(f"{name}: {reason}" for name, reason in skipped.items())
         raise SystemExit(f"benchmark: no dataset of the {args.suite} suite is at hand, so nothing ran and nothing "
                          f"was written ({reasons}). Give --data-dir, or set LIGHTNING_DPGAN_DATA_DIR")
+    if args.resume:
+        check_resumable(size, settings)
     results_file = ResultsFile(args.results_dir, args.suite, {
         "suite": args.suite, "size": size_label(args), "started": started.isoformat(timespec="seconds"),
-        "command": portable(["python", "-m", "lightning_dpgan", "benchmark", *argv], args.data_dir,
+        "command": portable(["python", "-m", "lightning_dpgan", "benchmark", *with_data_dir(argv, args.data_dir)], args.data_dir,
                             str(args.peers_venv) if args.peers_venv else None, args.out_dir,
                             {str(path): name for path, name in [(args.results_dir, "RESULTS_DIR"),
                              (args.results_md, "RESULTS_MD"), (args.reference, "REFERENCE")] if path.is_absolute()}),
@@ -239,6 +282,7 @@ def benchmark(argv: list[str]) -> Path:
 
         extras = micro_benchmarks(args.quick, args.data_dir, args.accelerator, out_dir)
     path = results_file.save(runs, complete=True, skipped=skipped, extras=extras)
+    print(f"benchmark: wrote {path}", flush=True)
     regenerate(args)
     if any(run.get("status") == "failed" for run in runs):
         print(f"benchmark: wrote {path}; some runs failed (listed in it and in RESULTS.md)", file=sys.stderr)

@@ -36,8 +36,12 @@ DEFAULT_VENV = Path.home() / ".cache" / "lightning-dpgan" / "peers-venv"
 
 
 def ensure_venv(venv: Path, log: Path) -> Path:
-    """The peers' Python, after making their virtualenv if it is missing: this CPU torch first
-    (a bare ``torch`` from the index pulls GBs of CUDA), then smartnoise-synth held to it."""
+    """The peers' Python, after making their virtualenv if it is missing: the torch version this
+    package runs on first, pinned (a CPU build only where pip's index serves one, as the README's
+    own install does), then smartnoise-synth held to it.
+
+    A virtualenv that cannot be made (no network, say) raises :class:`SystemExit` with the way
+    out: an existing virtualenv given as ``--peers-venv``."""
     python = venv / "bin" / "python"
     if python.is_file() and subprocess.run([str(python), "-c", "import snsynth"], capture_output=True).returncode == 0:
         return python
@@ -45,10 +49,16 @@ def ensure_venv(venv: Path, log: Path) -> Path:
     venv.mkdir(parents=True, exist_ok=True)
     constraints = venv / "constraints.txt"
     constraints.write_text(torch_pin + "\n")
-    run_logged([sys.executable, "-m", "venv", str(venv)], log)
-    run_logged([str(python), "-m", "pip", "install", "-q", torch_pin], log)
-    # packaging: imported by smartnoise-synth 1.0.8's GAN synthesizers but not declared by it
-    run_logged([str(python), "-m", "pip", "install", "-q", SMARTNOISE, "packaging", "-c", str(constraints)], log)
+    try:
+        run_logged([sys.executable, "-m", "venv", str(venv)], log)
+        run_logged([str(python), "-m", "pip", "install", "-q", torch_pin], log)
+        # packaging: imported by smartnoise-synth 1.0.8's GAN synthesizers but not declared by it
+        run_logged([str(python), "-m", "pip", "install", "-q", SMARTNOISE, "packaging", "-c", str(constraints)], log)
+    except RuntimeError as error:
+        last = [line for line in str(error).splitlines() if line.strip()][-1:]
+        raise SystemExit(f"benchmark: could not make the peers' virtualenv {venv} ({SMARTNOISE} with {torch_pin}; "
+                         f"pip's output is in {log}{': ' + last[0].strip() if last else ''}). Without network access, "
+                         "give --peers-venv a virtualenv that has them; nothing ran") from None
     return python
 
 
@@ -111,8 +121,8 @@ def run_peers(size: Size, settings: Settings, venv: Path | None,
         try:
             datamodule = load_datamodule(dataset, settings.data_dir)
         except Exception as error:  # noqa: BLE001 - a dataset that cannot be loaded is skipped, with why
-            skipped[dataset] = portable_text(f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}",
-                                             settings.data_dir, out_dir=settings.out_dir)
+            skipped[dataset] = portable_text(f"{type(error).__name__}: {error}".strip(), settings.data_dir,
+                                             out_dir=settings.out_dir)
             continue
         train, spec = export_split(datamodule, settings.out_dir / f"{dataset}-split")
         for cell in (c for c in size.cells() if c.dataset == dataset):

@@ -1,6 +1,6 @@
-"""``benchmarks/RESULTS.md``'s generated section and its plots: for each suite its newest full
-run, else its runs of parts of the full grid merged (each cell from the newest file that measured
-it), else its newest run of any size.
+"""``benchmarks/RESULTS.md``'s generated section and its plots: for each suite its full and
+full-subset runs merged (each cell from the newest file that measured it on all its seeds), else
+its newest run of any size.
 
 Only the part between ``<!-- benchmark:begin -->`` and ``<!-- benchmark:end -->`` is rewritten;
 the hand-written analysis around it stays. Every figure printed comes from a results file, and
@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from lightning_dpgan.benchmark.paths import REPO
 from lightning_dpgan.benchmark.results import cell_key, finished_summary, latest_results, protocol_results
 
 BEGIN, END = "<!-- benchmark:begin -->", "<!-- benchmark:end -->"
@@ -55,10 +56,11 @@ def _epsilon(value: float | None) -> str:
     return "∞" if value is None else f"{value:g}"
 
 
-def _header(result: dict[str, Any]) -> list[str]:
+def _header(result: dict[str, Any], list_cells: bool = True) -> list[str]:
     machine, sha = result["machine"], result["commit"]
     where = machine.get("gpu") or f"{machine['cpu_count']} CPU cores ({machine.get('cpu_model') or machine['processor']})"
-    dirty = " with uncommitted changes" if sha.get("dirty") else ""
+    dirty = {True: " with uncommitted changes", None: " (whether the tree had uncommitted changes is unknown)"}.get(
+        sha.get("dirty"), "")
     lines = [f"- `{result['file']}`: size **{result['size']}**, {result['started']}, {where}, torch {machine['torch']}, "
              f"commit `{(sha.get('sha') or 'unknown')[:10]}`{dirty}.",
              f"- Command: `{result['command']}`; seeds {', '.join(map(str, result.get('seeds', [])))}."]
@@ -76,11 +78,16 @@ def _header(result: dict[str, Any]) -> list[str]:
     if not result.get("complete", True):
         lines.append("- This suite stopped before it finished: the file holds the runs done by then, and only "
                      "the cells that ran every seed are shown from it.")
-    cells = set(result.get("cells", []))  # set when merged with other files
-    if cells:
+    merged = "cells" in result  # a part of a merged result: it speaks for its own cells only
+    cells = {tuple(cell) for cell in result.get("cells", [])}
+    shown_failures = cells | {tuple(cell) for cell in result.get("failed_cells", [])}
+    if cells and list_cells:
         lines.append("- Cells from this file: " + ", ".join(
             f"{model} / {dataset} / ε={_epsilon(epsilon)}" for model, dataset, epsilon in sorted(cells, key=str)) + ".")
-    resumed = [run for run in result["runs"] if run.get("resumed") and (not cells or cell_key(run) in cells)]
+    if result.get("failed_cells"):
+        lines.append("- Cells no file measured, whose newest attempt is this file's: " + ", ".join(
+            f"{model} / {dataset} / ε={_epsilon(epsilon)}" for model, dataset, epsilon in result["failed_cells"]) + ".")
+    resumed = [run for run in result["runs"] if run.get("resumed") and (not merged or cell_key(run) in cells)]
     if resumed:
         lines.append(f"- {len(resumed)} of its runs were taken up after an interruption (`--resume`): "
                      + "; ".join(f"{why}: {count}" for why, count in sorted(Counter(run["resumed"] for run in resumed).items()))
@@ -88,8 +95,9 @@ def _header(result: dict[str, Any]) -> list[str]:
                        "above is this invocation's (what ran before it ran the interrupted one's code), and their "
                        "wall times are not shown.")
     if result.get("skipped"):
-        lines += [f"- Skipped: {name}: {why}" for name, why in result["skipped"].items()]
-    failed = [run for run in result["runs"] if run.get("status") == "failed" and (not cells or cell_key(run) in cells)]
+        lines += [f"- Skipped: {name}: {' '.join(why.split())}" for name, why in result["skipped"].items()]
+    failed = [run for run in result["runs"]
+              if run.get("status") == "failed" and (not merged or cell_key(run) in shown_failures)]
     lines += [f"- Failed: {run['model']} / {run['dataset']} / ε={_epsilon(run['target_epsilon'])} / seed {run['seed']}: "
               f"`{_last_line(run['error'])}`" for run in failed]
     return lines
@@ -101,7 +109,9 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def measure_table(result: dict[str, Any]) -> list[str]:
+def measure_table(result: dict[str, Any], goals: list[dict[str, Any]] = ()) -> list[str]:
+    """The suite's rows; a figure that a goal of ``goals`` reads shows the digits that keep it on
+    its side of the goal (:func:`separating_digits`), as the Goals table does."""
     rows = result["summary"]
     columns = [c for c in COLUMNS.get(result["suite"], ()) if any(c in row["measures"] for row in rows)]
     head = ["model", "dataset", "target ε", "spent ε", "steps", "train s", "fit s", *columns]
@@ -109,13 +119,29 @@ def measure_table(result: dict[str, Any]) -> list[str]:
     for row in sorted(rows, key=lambda r: (r["dataset"], r["model"], r["target_epsilon"] or math.inf)):
         cells = [row["model"], row["dataset"], _epsilon(row["target_epsilon"]), fmt(row["epsilon"]),
                  fmt(row["steps"], 0), fmt(row["train_seconds"], 0), fmt(row["fit_seconds"], 0),
-                 *(fmt(row["measures"].get(c)) for c in columns)]
+                 *(fmt(row["measures"].get(c), goal_digits(goals, row, c)) for c in columns)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
+def goal_digits(goals: list[dict[str, Any]], row: dict[str, Any], measure: str) -> int:
+    """3 decimals, or more for a figure that rounds onto a goal it is measured against."""
+    mean = row["measures"].get(measure, {}).get("mean")
+    digits = 3
+    for goal in goals:
+        if (mean is not None and goal["measure"] == measure and goal["dataset"] == row["dataset"]
+                and goal["epsilon"] == row["target_epsilon"]):
+            digits = max(digits, separating_digits(mean, goal.get("at_least", goal.get("at_most"))))
+    return digits
+
+
+#: seeds a cell needs before it may stand for a goal (the issue's "mean ± std over >= 3 runs")
+GOAL_SEEDS = 3
+
+
 def goal_lines(results: list[dict[str, Any]], reference: dict[str, Any]) -> list[str]:
-    """Where each goal of ``reference.yaml`` stands: the best model's mean in the newest results."""
+    """Where each goal of ``reference.yaml`` stands: the best model's mean in the newest results,
+    over cells measured with at least :data:`GOAL_SEEDS` seeds (a fewer-seed cell is named, never met)."""
     lines = ["| goal | best measured | model | seeds | met |", "|---|---|---|---|---|"]
     for goal in reference.get("goals", []):
         target = goal.get("at_least", goal.get("at_most"))
@@ -127,9 +153,14 @@ def goal_lines(results: list[dict[str, Any]], reference: dict[str, Any]) -> list
                  and row["measures"].get(goal["measure"], {}).get("mean") is not None]
         sign = "≥" if "at_least" in goal else "≤"
         name = f"{goal['dataset']} ε={goal['epsilon']:g} {goal['measure']} {sign} {target}"
-        if not found:
-            lines.append(f"| {name} | not measured on the full protocol | | | |")
+        enough = [item for item in found if item[0]["n"] >= GOAL_SEEDS]
+        if not enough:
+            few = max(found, key=lambda item: item[0]["n"], default=None)
+            lines.append(f"| {name} | not measured on the full protocol | | | |" if few is None else
+                         f"| {name} | measured with {few[0]['n']} seed(s) only, fewer than {GOAL_SEEDS} | {few[1]} | "
+                         f"{few[0]['n']} | no |")
             continue
+        found = enough
         summary, model = better(found, key=lambda item: item[0]["mean"])
         met = summary["mean"] >= target if "at_least" in goal else summary["mean"] <= target
         digits = separating_digits(summary["mean"], target)
@@ -137,7 +168,7 @@ def goal_lines(results: list[dict[str, Any]], reference: dict[str, Any]) -> list
     return lines
 
 
-def separating_digits(mean: float, bound: float, digits: int = 3, most: int = 6) -> int:
+def separating_digits(mean: float, bound: float, digits: int = 3, most: int = 15) -> int:
     """Decimals that show ``mean`` on its side of a goal's ``bound``: 3, or more where 3 would
     round it onto the bound (a mean of 0.86999 against 0.87 reads "0.870 ... no" at 3)."""
     while digits < most and mean != bound and round(mean, digits) == round(bound, digits):
@@ -286,22 +317,23 @@ def _extra_lines(extra: dict[str, Any]) -> list[str]:
 def generated_section(results_dir: Path, reference: dict[str, Any], suites: list[str], relative_to: Path) -> str:
     """The Markdown of the generated section (plots written under ``results_dir/plots``)."""
     lines = [BEGIN, "## Benchmark harness results", "",
-             "Generated by `python -m lightning_dpgan benchmark` from `benchmarks/results/`: for each suite its "
-             "newest full run, else its full-subset runs merged (each cell from the newest file that measured it), "
-             "else its newest run; mean ± sample std over seeds, the number of seeds in brackets. "
+             f"Generated by `python -m lightning_dpgan benchmark` from `{shown_folder(results_dir)}/`: for each suite its full "
+             "and full-subset runs merged, each cell from the newest file that measured it on all its seeds (else the "
+             "newest that measured it at all), or without such runs its newest run; mean ± sample std over seeds, the "
+             f"number of seeds in brackets. A goal counts only cells of {GOAL_SEEDS} seeds or more. "
              "Paper figures come from `benchmarks/reference.yaml`.", ""]
     found = []
     for suite in suites:
-        # the newest full run stands for the suite, else its runs of parts of the full grid merged;
-        # a quick or custom one only while there is neither
+        # the full and full-subset runs merged; a quick or custom one only while there are none
         result = protocol_results(results_dir, suite) or latest_results(results_dir, suite)
         if result is None:
             continue
         if "parts" not in result:  # a single file: of a stopped one, only the cells it finished
             result = {**result, "summary": finished_summary(result)}
         found.append(result)
-        header = [line for part in result.get("parts", [result]) for line in _header(part)]
-        lines += [f"### {suite}", "", *header, "", *measure_table(result), ""]
+        parts = result.get("parts", [result])
+        header = [line for part in parts for line in _header(part, list_cells=len(parts) > 1)]
+        lines += [f"### {suite}", "", *header, "", *measure_table(result, reference.get("goals", [])), ""]
         lines += [line for extra in result.get("extras", {}).values() for line in _extra_lines(extra)]
         if suite == "peers":  # against ours on the same protocol (full or full-subset), else of the same size
             same_protocol = result["size"] in PROTOCOL_SIZES
@@ -313,6 +345,13 @@ def generated_section(results_dir: Path, reference: dict[str, Any], suites: list
         lines += ["No results yet.", ""]
     lines += ["### Goals", "", *goal_lines(found, reference), "", END]
     return "\n".join(lines)
+
+
+def shown_folder(folder: Path) -> str:
+    """``folder`` as the generated text names it: relative to the checkout when inside it (no path
+    of this machine), else by its name alone."""
+    resolved = folder.resolve()
+    return resolved.relative_to(REPO).as_posix() if resolved.is_relative_to(REPO) else folder.name
 
 
 def update_results_markdown(markdown: Path, section: str) -> None:

@@ -54,9 +54,12 @@ def _proc_field(path: str, field: str) -> str | None:
     return None
 
 
-def commit(repo: Path | None = None, own_output: Path | None = None) -> dict[str, Any]:
-    """The checked-out commit and whether tracked files differ from it (None outside a git tree).
-    ``own_output`` (the RESULTS.md the harness rewrites) does not count as a change."""
+def commit(repo: Path | None = None, own_output: Path | None = None, own_folders: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The checked-out commit and whether the tree differs from it: a changed tracked file, or a
+    file git does not ignore and has not seen (an untracked preset in ``configs/`` changes a run
+    as much as an edited one). The harness's own outputs -- ``own_output`` (the RESULTS.md it
+    rewrites) and ``own_folders`` (its results folder, whose new files wait to be committed) --
+    do not count. ``dirty`` is None where git cannot tell (outside a git tree)."""
     def git(*args: str) -> str | None:
         try:
             return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
@@ -66,9 +69,13 @@ def commit(repo: Path | None = None, own_output: Path | None = None) -> dict[str
     repo = repo if repo is not None else REPO
     head = git("rev-parse", "HEAD")
     top = git("rev-parse", "--show-toplevel")
-    inside = own_output is not None and top is not None and own_output.resolve().is_relative_to(Path(top).resolve())
-    excluded = [f":(exclude){own_output.resolve()}"] if inside else []  # git refuses a path outside the tree
-    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", *excluded)
+
+    def inside(path: Path) -> bool:  # git refuses a pathspec outside the tree
+        return top is not None and path.resolve().is_relative_to(Path(top).resolve())
+
+    own = [path for path in ([own_output] if own_output is not None else []) + list(own_folders) if inside(path)]
+    excluded = [f":(exclude){path.resolve()}" for path in own]
+    status = git("status", "--porcelain", "--untracked-files=all", "--", ".", *excluded)
     return {"sha": head, "dirty": bool(status) if status is not None else None}
 
 
@@ -163,8 +170,24 @@ def _newest_first(results_dir: Path, suite: str) -> list[Path]:
     return [path for _, path in reversed(dated)]
 
 
+class ResultsFileError(ValueError):
+    """A file named like a results file that cannot be read as one."""
+
+
+#: what every results file holds (:class:`ResultsFile`)
+REQUIRED_FIELDS = ("size", "runs", "summary")
+
+
 def _load(path: Path) -> dict[str, Any]:
-    return {**json.loads(path.read_text()), "file": path.name}
+    """A results file's content and name; a truncated or foreign file raises, naming it."""
+    try:
+        content = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ResultsFileError(f"{path} is not a readable results file ({error})") from None
+    missing = [field for field in REQUIRED_FIELDS if field not in content] if isinstance(content, dict) else ["content"]
+    if missing:
+        raise ResultsFileError(f"{path} is not a results file: it has no {', '.join(missing)}")
+    return {**content, "file": path.name}
 
 
 def latest_results(results_dir: Path, suite: str, size: str | None = None) -> dict[str, Any] | None:
@@ -176,36 +199,51 @@ def latest_results(results_dir: Path, suite: str, size: str | None = None) -> di
     return None
 
 
+def ran_every_seed(content: dict[str, Any], row: dict[str, Any]) -> bool:
+    """Whether ``row`` (a cell's summary in ``content``) holds a number from every seed the file planned."""
+    return set(row.get("seeds", [])) >= set(content.get("seeds", []))
+
+
 def merge_subsets(newest_first: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Several runs of parts of a suite's grid as one result: each cell (model, dataset, epsilon)
-    from the newest file that measured it. ``parts`` lists the files that contributed a cell, each
-    with the ``cells`` it gave, so every figure still names the file, command and commit it came from.
-    None when no file finished a cell."""
-    taken: dict[tuple, dict[str, Any]] = {}
+    from the newest file that measured it on every seed it planned, else (no file did) from the
+    newest file that measured it at all -- so a newer run whose seeds partly failed does not
+    replace a whole measurement with a mean over fewer seeds. ``parts`` lists the files that
+    contributed, each with the ``cells`` it gave and the ``failed_cells`` whose failures nothing
+    newer or whole replaced (the newest file that attempted a cell no file measured), so every
+    figure still names the file, command and commit it came from, and no failure goes unshown.
+    None when no file measured or failed a cell."""
+    chosen: dict[tuple, tuple[int, dict[str, Any]]] = {}
+    for whole_only in (True, False):
+        for index, content in enumerate(newest_first):
+            for row in finished_summary(content):
+                if cell_key(row) not in chosen and (ran_every_seed(content, row) or not whole_only):
+                    chosen[cell_key(row)] = (index, row)
+    failed_only: dict[tuple, int] = {}
+    for index, content in enumerate(newest_first):
+        for run in content["runs"]:
+            if run.get("status") == "failed" and cell_key(run) not in chosen:
+                failed_only.setdefault(cell_key(run), index)
     parts, runs = [], []
-    for content in newest_first:
-        rows = finished_summary(content)
-        new = {cell_key(row) for row in rows} - taken.keys()
-        if not new:
-            continue
-        taken.update({cell_key(row): row for row in rows if cell_key(row) in new})
-        runs += [run for run in content["runs"] if cell_key(run) in new]
-        parts.append({**content, "cells": sorted(new, key=str)})
+    for index, content in enumerate(newest_first):
+        cells = {key for key, (taken_from, _) in chosen.items() if taken_from == index}
+        failed = {key for key, taken_from in failed_only.items() if taken_from == index}
+        if cells or failed:
+            runs += [run for run in content["runs"] if cell_key(run) in cells | failed]
+            parts.append({**content, "cells": sorted(cells, key=str), "failed_cells": sorted(failed, key=str)})
     if not parts:
         return None
-    return {**parts[0], "parts": parts, "summary": list(taken.values()), "runs": runs}
+    return {**parts[0], "parts": parts, "summary": [row for _, row in chosen.values()], "runs": runs}
 
 
 def protocol_results(results_dir: Path, suite: str) -> dict[str, Any] | None:
-    """What stands for ``suite`` on the full protocol: its newest complete full run; without one,
-    its full-subset runs and stopped full runs merged (:func:`merge_subsets`, finished cells
-    only); None when there are neither."""
+    """What stands for ``suite`` on the full protocol: its full and full-subset runs merged
+    (:func:`merge_subsets`; of a stopped run, its finished cells only). A full run is merged like
+    the others rather than standing alone: the cells it lacks (a dataset skipped for want of its
+    files, a cell that failed) keep their earlier measurements. None when there are none."""
     contents = [_load(path) for path in _newest_first(results_dir, suite)]
-    full = next((c for c in contents if c.get("size") == "full" and c.get("complete", True)), None)
-    if full is not None:
-        return full
     return merge_subsets([c for c in contents if c.get("size") in ("full", "full-subset")])
 
 
-__all__ = ["ResultsFile", "aggregate", "cell_key", "commit", "finished_summary", "latest_results", "machine", "merge_subsets", "protocol_results", "results_path",
+__all__ = ["ResultsFile", "ResultsFileError", "aggregate", "cell_key", "commit", "finished_summary", "latest_results", "machine", "merge_subsets", "protocol_results", "ran_every_seed", "results_path",
            "summarize"]

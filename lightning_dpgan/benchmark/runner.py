@@ -20,8 +20,9 @@ from typing import Any
 
 from lightning_dpgan.benchmark.paths import REPO
 from lightning_dpgan.benchmark.suites import DELTA, Cell, Size
-from lightning_dpgan.data.download import DATA_DIR_ENV
+from lightning_dpgan.data.download import DATA_DIR_ENV, default_cache_dir
 from lightning_dpgan.data.dev_split import scored_split
+from lightning_dpgan.outputs import write_json
 from lightning_dpgan.run_folder import EVALUATION_FILES, LAST_CHECKPOINT
 
 #: the thread counts of the libraries a cell's processes compute with: torch's OpenMP pool, and
@@ -111,6 +112,57 @@ def resume_state(run_dir: Path, evaluate: bool, split: str = "test") -> str:
     return CHECKPOINTED if (run_dir / LAST_CHECKPOINT).is_file() else FRESH
 
 
+#: options left out when a resumed cell's settings are compared (:func:`resume_mismatch`): the
+#: device a run continues on changes no setting of the protocol
+DEVICE_OPTIONS = ("--accelerator", "--device")
+
+
+def settings_record(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
+    """What the cell's run is, as :func:`resume_mismatch` compares it: its train command (a fresh
+    one) and its evaluate command, without this machine's paths or the device."""
+    def comparable(command: list[str]) -> list[str]:
+        words = shlex.split(portable(command, settings.data_dir, out_dir=settings.out_dir))[1:]  # not the interpreter
+        kept, skip = [], False
+        for word in words:
+            if skip:
+                skip = False
+            elif word in DEVICE_OPTIONS:
+                skip = True
+            else:
+                kept.append(word)
+        return kept
+
+    return {"train": comparable(train_command(cell, size, settings)),
+            "evaluate": comparable(evaluate_command(cell, size, settings)) if settings.evaluate else None}
+
+
+def settings_file(cell: Cell, settings: Settings) -> Path:
+    """Beside the cell's log: the settings its run was started with (:func:`settings_record`)."""
+    return settings.out_dir / f"{cell.name}.settings.json"
+
+
+def resume_mismatch(cell: Cell, size: Size, settings: Settings) -> str | None:
+    """Why ``--resume`` must not take up what this cell's folder holds, or None when it may.
+
+    A folder left by an invocation with other settings (a quick size's 20 steps, another
+    ``--max-steps``, a dev split, other evaluation settings) would otherwise be read back or
+    continued and recorded under this invocation's size and commands: a 20-step smoke test
+    counted as a protocol figure. A fresh cell has nothing to take up."""
+    if resume_state(settings.out_dir / cell.name, settings.evaluate, settings.split) == FRESH:
+        return None
+    path = settings_file(cell, settings)
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return f"{cell.name}: no record of the settings it ran with ({path.name} is missing or unreadable)"
+    expected = settings_record(cell, size, settings)
+    for part in ("train", "evaluate"):
+        if expected[part] is not None and recorded.get(part) != expected[part]:
+            return (f"{cell.name}: its {part} command was `{shlex.join(recorded.get(part) or [])}`, "
+                    f"this invocation's is `{shlex.join(expected[part])}`")
+    return None
+
+
 def evaluate_command(cell: Cell, size: Size, settings: Settings) -> list[str]:
     command = [sys.executable, "-m", "lightning_dpgan", "evaluate", "--run", str(settings.out_dir / cell.name),
                "--seed", str(cell.seed), "--cnn-epochs", str(size.cnn_epochs)]
@@ -134,11 +186,12 @@ def portable(command: list[str], data_dir: str | None = None, peers_venv: str | 
 
 def portable_text(text: str, data_dir: str | None = None, peers_venv: str | None = None,
                   out_dir: str | Path | None = None, others: dict[str, str] | None = None) -> str:
-    """``text`` with this machine's paths replaced by the names :func:`portable` uses; the
-    interpreter's prefix (warnings name files under its site-packages) becomes ``PYTHON_PREFIX``, and
+    """``text`` with this machine's paths replaced by the names :func:`portable` uses (the download
+    cache: ``CACHE_DIR``); the interpreter's prefix (warnings name files under its site-packages) becomes ``PYTHON_PREFIX``, and
     a path in the checkout is named relative to it (``benchmarks/peers/...``)."""
     names = {sys.executable: "python", sys.prefix: "PYTHON_PREFIX", f"{REPO}{os.sep}": "", data_dir: "DATA_DIR",
-             os.environ.get(DATA_DIR_ENV): "DATA_DIR", peers_venv: "PEERS_VENV", **(others or {})}
+             os.environ.get(DATA_DIR_ENV): "DATA_DIR", str(default_cache_dir()): "CACHE_DIR", peers_venv: "PEERS_VENV",
+             **(others or {})}
     if out_dir is not None and Path(out_dir).is_absolute():
         names[str(out_dir)] = "OUT_DIR"
     for path, name in sorted(((str(p), n) for p, n in names.items() if p), key=lambda item: -len(item[0])):
@@ -212,8 +265,12 @@ def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
     run_dir = settings.out_dir / cell.name
     log = settings.out_dir / f"{cell.name}.log"
     state = resume_state(run_dir, settings.evaluate, settings.split) if settings.resume else FRESH
+    if state != FRESH and (why := resume_mismatch(cell, size, settings)):
+        raise RuntimeError(f"--resume cannot take up {run_dir}: {why}")
     commands, train_seconds, env = [train_command(cell, size, settings)], None, settings.child_environment()
     if state == FRESH:
+        settings.out_dir.mkdir(parents=True, exist_ok=True)
+        write_json(settings_file(cell, settings), settings_record(cell, size, settings))
         train_seconds = run_logged(commands[0], log, env)
     elif state == CHECKPOINTED:
         commands.append(train_command(cell, size, settings, resume=True))
@@ -236,5 +293,6 @@ def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
     }
 
 
-__all__ = ["FOUR_CLASSIFIERS", "THREAD_VARIABLES", "Settings", "evaluate_command", "resume_state", "failed_run", "portable", "portable_text", "read_json", "run_cell", "run_logged", "train_command",
+__all__ = ["FOUR_CLASSIFIERS", "THREAD_VARIABLES", "Settings", "evaluate_command", "resume_mismatch", "resume_state",
+           "settings_record", "failed_run", "portable", "portable_text", "read_json", "run_cell", "run_logged", "train_command",
            "usable_cpus", "with_derived_measures"]
