@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from lightning_dpgan.data.csv_missing import missing_spellings
 from lightning_dpgan.data.dp_bounds import infer_schema_dp
 from lightning_dpgan.data.schema import LABEL_KINDS, SchemaError, TableSchema, as_schema_categories
 from lightning_dpgan.datamodules.tabular import TabularDataModule
@@ -167,11 +168,13 @@ class CSVDataModule(TabularDataModule):
 
 
 def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:
-    """The file's rows, ``text_columns`` as text, refusing an empty, header-only, unparseable or
-    binary file by name."""
+    """The file's rows, ``text_columns`` as text (missing only when empty: ``None`` or ``NA`` may be
+    a category, :mod:`~lightning_dpgan.data.csv_missing`), refusing an empty, header-only,
+    unparseable or binary file by name."""
     try:
         header = _header_names(path)
-        frame = pd.read_csv(path, dtype={name: str for name in text_columns if name in header})
+        frame = pd.read_csv(path, dtype={name: str for name in text_columns if name in header},
+                            keep_default_na=False, na_values=missing_spellings(header, text_columns))
     except pd.errors.EmptyDataError as err:
         raise SchemaError(f"CSV file {path} is empty: it needs a header row of column names, then one record "
                           "per line") from err

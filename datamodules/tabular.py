@@ -432,7 +432,10 @@ class TabularDataModule(L.LightningDataModule):
         if self.schema.label is None:
             raise ValueError(f"{self.name}: the table has no label column")
         self._load_frames()
-        records, _ = self.schema.encode(self.train_frame, unknown=self.unknown_categories)
+        records, report = self.schema.encode(self.train_frame, unknown=self.unknown_categories)
+        if blank_labels := report.rejected.get(self.schema.label, 0):  # for the data holder (a private count)
+            log.warning("%s: %d training rows hold a label outside the schema's classes (%s): kept, they teach the "
+                        "label model nothing%s", self.name, blank_labels, report.summary(), self._estimate_hint())
         block = self.schema.label_slice
         features = torch.cat([records[:, : block.start], records[:, block.stop :]], dim=1)
         return features, records[:, block]

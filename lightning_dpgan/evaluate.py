@@ -49,7 +49,7 @@ import torch
 import yaml
 
 from lightning_dpgan import registry
-from lightning_dpgan.config import section_arguments
+from lightning_dpgan.config import QUAIL, section_arguments
 from lightning_dpgan.outputs import write_json
 from lightning_dpgan.run import restore_released_schema
 from lightning_dpgan.run_folder import EVALUATION_FILES, LAST_CHECKPOINT
@@ -76,12 +76,37 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None) -> Any:
         raise ValueError(f"{config_path} is damaged (no data section): restore it from the run, or rerun train")
     if data_dir is not None:
         config["data"]["data_dir"] = data_dir
+    info = checkpoint_of_this_run(run_dir, config)
     cls = registry.lookup("dataset", config["data"]["name"]).load()
     datamodule = cls(**section_arguments(config, "data", cls))
-    restore_released_schema(datamodule, run_dir / LAST_CHECKPOINT)  # never a second DP estimate
+    restore_released_schema(datamodule, run_dir / LAST_CHECKPOINT, info)  # never a second DP estimate
     datamodule.prepare_data()
     datamodule.setup()
     return datamodule
+
+
+def checkpoint_of_this_run(run_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The run information of ``run_dir``'s checkpoint, refused when it is another run's (another
+    model, dataset, or QUAIL against not): its samples would be scored and reported under this
+    run's ε, and a table run would estimate a fresh DP schema from the private rows. None when
+    the folder has no checkpoint (the callers that need one say so)."""
+    from lightning_dpgan.run import model_name
+    from lightning_dpgan.sampling import read_run_info
+
+    checkpoint = run_dir / LAST_CHECKPOINT
+    if not checkpoint.is_file():
+        return None
+    info = read_run_info(checkpoint)
+    def described(model: Any, dataset: Any, quail: bool) -> str:
+        return f"--model {model} --dataset {dataset}" + (" (QUAIL)" if quail else "")
+
+    ours = (model_name(config), config["data"]["name"], config["model"].get("name") == QUAIL)
+    theirs = (info.get("model"), info.get("dataset"), "quail" in info)
+    if theirs != ours:
+        raise ValueError(f"{checkpoint} is a checkpoint of {described(*theirs)}, but {run_dir / 'config.yaml'} is a run "
+                         f"of {described(*ours)}: the checkpoint is not this run's. Put back the run's own checkpoint, "
+                         "or evaluate the folder the checkpoint came from")
+    return info
 
 
 def evaluate_run(
@@ -190,6 +215,7 @@ def read_synthetic_table(path: Path, schema: Any) -> pd.DataFrame:
     text, then matched: a CSV holding ``0``/``1`` categories would otherwise read as numbers),
     refused by its own name when it is not one ``train`` wrote (unreadable, empty, other
     columns, missing values): else the error would read as if the real data were at fault."""
+    from lightning_dpgan.data.csv_missing import missing_spellings
     from lightning_dpgan.data.schema import as_schema_categories
 
     columns = schema.names
@@ -198,7 +224,9 @@ def read_synthetic_table(path: Path, schema: Any) -> pd.DataFrame:
                           "with: python -m lightning_dpgan sample --checkpoint RUN/checkpoints/last.ckpt -n N --out " + str(path))
 
     try:
-        table = pd.read_csv(path, dtype={c.name: str for c in schema.columns if not c.is_numeric})
+        text = [c.name for c in schema.columns if not c.is_numeric]
+        table = pd.read_csv(path, dtype=dict.fromkeys(text, str), keep_default_na=False,
+                            na_values=missing_spellings(columns, text))
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as error:
         raise refuse(f"cannot be read as a CSV table ({' '.join(str(error).split())})") from error
     missing, extra = [c for c in columns if c not in table.columns], [c for c in table.columns if c not in columns]

@@ -67,7 +67,7 @@ def build_logger(name: str, output_dir: Path, options: dict[str, Any], run_name:
 
 def _wandb_logger(save_dir: Path, options: dict[str, Any], run_name: str) -> Logger:
     try:
-        import wandb  # noqa: F401
+        import wandb
     except ImportError as error:
         raise ConfigError("--logger wandb needs the wandb package: pip install 'lightning-dpgan[wandb]'") from error
     from lightning.pytorch.loggers import WandbLogger
@@ -78,6 +78,9 @@ def _wandb_logger(save_dir: Path, options: dict[str, Any], run_name: str) -> Log
         warnings.warn("no W&B API key (WANDB_API_KEY or ~/.netrc) and no WANDB_MODE: logging offline; "
                       "upload later with `wandb sync <run dir>`", stacklevel=2)
         options["offline"] = True
+    # W&B uploads the console by default, and the console carries what is for the data holder alone:
+    # the datamodule's warnings count private rows (blanked categories, clipped values)
+    options.setdefault("settings", wandb.Settings(console="off"))
     save_dir.mkdir(parents=True, exist_ok=True)
     return WandbLogger(save_dir=str(save_dir), **options)
 

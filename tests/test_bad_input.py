@@ -22,6 +22,7 @@ import yaml
 
 from lightning_dpgan import outputs
 from lightning_dpgan.cli import main
+from lightning_dpgan.data.schema import SchemaError
 from lightning_dpgan.datamodules.csv import CSVDataModule
 from lightning_dpgan.outputs import OutputWriteError, atomic_write, write_csv, write_json, write_png, write_yaml
 from lightning_dpgan.sampling import CheckpointError, read_run_info, resume_checkpoint
@@ -238,6 +239,40 @@ def test_a_gap_in_the_held_out_rows_alone_is_refused_before_training(tmp_path, c
                    "missing values (NaN)", "visits (1 rows)", "the held-out ones too")
     assert_nothing_lost(out)
     assert not (out / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("with_schema", [True, False], ids=["schema-file", "dp-schema"])
+def test_categories_spelled_like_missing_values_are_categories(tmp_path, with_schema):
+    """``None`` (no smoking) or ``NA`` (North America) in a categorical column are categories:
+    pandas reads them as missing, which refused the file, schema file or not. An empty field is
+    still missing, and so is ``NA`` in a numeric column; the synthetic table reads them back."""
+    from lightning_dpgan.evaluate import read_synthetic_table
+
+    spelled = ["None", "NA", "null", "N/A", "nan"]
+    frame = table(400).assign(kind=lambda f: [spelled[i % 5] for i in range(len(f))])
+    csv = write_case(tmp_path / "data.csv", lambda _: frame)
+    if with_schema:
+        spec = {**CSV_SCHEMA, "columns": [c if c["name"] != "kind" else {**c, "categories": spelled}
+                                          for c in CSV_SCHEMA["columns"]]}
+        (tmp_path / "schema.yaml").write_text(yaml.safe_dump(spec))
+        datamodule = CSVDataModule(csv=csv, schema=tmp_path / "schema.yaml")
+    else:
+        datamodule = CSVDataModule(csv=csv, target="label", categorical="kind,label", label_kind="binary",
+                                   bounds_epsilon=50)
+    datamodule.setup("fit")
+    assert sorted(datamodule.schema.column("kind").categories) == sorted(spelled)
+    assert datamodule.encoding_report["rejected"].get("kind", 0) == 0
+    synthetic = tmp_path / "synthetic.csv"
+    datamodule.train_frame.to_csv(synthetic, index=False)
+    assert set(read_synthetic_table(synthetic, datamodule.schema)["kind"]) == set(spelled)
+
+    for column, value in (("kind", ""), ("amount", "NA")):
+        gap = frame.astype({column: object})
+        gap.loc[3, column] = value
+        with pytest.raises(SchemaError, match=f"missing values.*{column}"):
+            CSVDataModule(csv=write_case(tmp_path / "gap.csv", lambda _: gap), schema=tmp_path / "schema.yaml"
+                          if with_schema else None, **({} if with_schema else {"target": "label", "categorical": "kind,label",
+                                                                                "label_kind": "binary"})).setup("fit")
 
 
 def test_unknown_categories_drop_their_rows_and_are_counted(tmp_path, schema_file):

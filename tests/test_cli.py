@@ -466,6 +466,9 @@ def test_wandb_offline_run_records_config_losses_epsilon_samples_and_the_privacy
                 b"tiny-dpgan", b"audit-project"):
         assert key in record, key
     assert list((out / "logs" / "wandb").glob("offline-run-*/files/media/images/samples_*.png"))
+    # the console is not sent: it carries the datamodule's private counts for the data holder
+    assert not list((out / "logs" / "wandb").glob("offline-run-*/files/output.log"))
+    assert b"training stopped after" not in record
 
 
 def test_wandb_without_a_key_or_mode_falls_back_to_offline_with_a_warning(tiny_image_data_dir, tmp_path, monkeypatch):

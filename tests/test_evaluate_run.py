@@ -211,6 +211,25 @@ def test_evaluating_a_csv_run_reuses_its_released_schema(tmp_path, monkeypatch):
     assert "utility/B_auroc" in read_json(run / "evaluation.json")
 
 
+def test_a_checkpoint_of_another_run_is_refused_not_scored_under_this_runs_epsilon(tmp_path, capsys):
+    """A non-private GAN's checkpoint copied into a DP-SGD run's folder was evaluated and reported
+    with the DP run's ε and mechanism; refused, naming both runs, with the evaluation untouched."""
+    import shutil
+
+    runs = {}
+    for model, extra in (("gan", []), ("dpgan", ["--epsilon", "8", "--delta", "1e-3"])):
+        runs[model] = tmp_path / model
+        assert main(["train", "--model", model, "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
+                     "--output-dir", str(runs[model]), "--max-steps", "2", "--batch-size", "8", *extra,
+                     "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]) == 0
+    shutil.copy(runs["gan"] / "checkpoints" / "last.ckpt", runs["dpgan"] / "checkpoints" / "last.ckpt")
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(runs["dpgan"])]) == 2
+    err = capsys.readouterr().err
+    assert "is a checkpoint of --model gan --dataset adult" in err and "a run of --model dpgan --dataset adult" in err
+    assert not (runs["dpgan"] / "evaluation.json").exists()
+
+
 def test_a_csv_run_whose_categories_look_like_numbers_is_evaluated(tmp_path):
     """Categories 1/2/3 and a 0/1 label: the csv datamodule reads them as text, and plain
     read_csv read the synthetic table's as numbers, so evaluate failed on a dtype mismatch."""

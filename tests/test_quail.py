@@ -8,6 +8,7 @@ import dp_accounting
 import pandas as pd
 import pytest
 import torch
+import yaml
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from lightning_dpgan.cli import main
@@ -105,6 +106,36 @@ def test_the_label_model_learns_a_separable_label_and_a_linear_target():
         predicted = regressor(features)
     r2 = 1 - ((predicted - target) ** 2).sum() / ((target - target.mean()) ** 2).sum()
     assert r2 > 0.8
+
+
+def test_a_row_whose_label_is_outside_the_schema_teaches_the_label_model_nothing(tmp_path, caplog):
+    """Such a row is kept with its label block blank (the record count must not depend on it):
+    its loss and gradient are 0, not those of the first class (argmax of zeros), and the data
+    holder is told how many rows it was. Before, 40 % of rows in an unknown class taught a
+    QUAIL label model that they were the rarest listed class."""
+    from lightning_dpgan.privacy.dp_label_model import per_record_loss
+
+    outputs = torch.tensor([[2.0, -1.0], [0.5, 0.5]], requires_grad=True)
+    loss = per_record_loss(outputs, torch.tensor([[0.0, 1.0], [0.0, 0.0]]))
+    assert loss[1].item() == 0.0 and loss[0].item() > 0
+    loss.sum().backward()
+    assert torch.equal(outputs.grad[1], torch.zeros(2)) and outputs.grad[0].abs().sum() > 0
+
+    from lightning_dpgan.datamodules.csv import CSVDataModule
+
+    schema = TableSchema(columns=(Column("x", "continuous", bounds=(0.0, 1.0)),
+                                  Column("ward", "categorical", categories=("cardio", "neuro", "ortho"))), label="ward",
+                         label_kind="categorical")
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(schema.to_dict()))
+    wards = ["cardio", "neuro", "ortho", "icu"] * 50  # "icu" is no class of the schema
+    pd.DataFrame({"x": [i / 200 for i in range(200)], "ward": wards}).to_csv(tmp_path / "data.csv", index=False)
+    datamodule = CSVDataModule(csv=tmp_path / "data.csv", schema=tmp_path / "schema.yaml", exclude_label=True)
+    datamodule.unknown_categories = "blank"  # as a run sets it
+    with caplog.at_level("WARNING"):
+        _, labels = datamodule.labelled_records()
+    icu = int((datamodule.train_frame["ward"] == "icu").sum())
+    assert icu > 0 and (labels.sum(dim=1) == 0).sum().item() == icu
+    assert f"{icu} training rows hold a label outside the schema's classes" in caplog.text
 
 
 def narrow_target(n, seed):

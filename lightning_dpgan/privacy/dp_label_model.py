@@ -78,10 +78,14 @@ class DPSGDSettings:
 
 
 def per_record_loss(outputs: Tensor, targets: Tensor) -> Tensor:
-    """Cross-entropy against a one-hot label block; squared error against a scalar label."""
+    """Cross-entropy against a one-hot label block; squared error against a scalar label.
+
+    A blank label block (all zeros: a class outside the schema, kept so that the record count
+    does not depend on it) has no class to learn: its loss is 0, so the record's gradient is
+    0, rather than the first class's (``argmax`` of zeros)."""
     if targets.shape[1] == 1:
         return (outputs - targets).pow(2).squeeze(1)
-    return nn.functional.cross_entropy(outputs, targets.argmax(dim=1), reduction="none")
+    return nn.functional.cross_entropy(outputs, targets.argmax(dim=1), reduction="none") * targets.sum(dim=1)
 
 
 def fold_into_last_layer(network: nn.Module, standardization: LocationScale) -> None:
