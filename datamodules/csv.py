@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -85,6 +86,7 @@ class CSVDataModule(TabularDataModule):
                     "it is not guessed from the data, which would read private values"
                 )
             self.target, self.label_kind = target, label_kind
+            _check_bounds_budget(bounds_epsilon, bounds_delta)
 
     def _public_schema(self, schema: TableSchema, target: str | None, label_kind: str) -> TableSchema:
         """Check that the other arguments do not contradict the schema file, then use it."""
@@ -167,6 +169,17 @@ class CSVDataModule(TabularDataModule):
         return self._seeded_split(frame.drop(columns=self.drop))
 
 
+def _check_bounds_budget(epsilon: Any, delta: Any) -> None:
+    """The DP schema estimate's budget, refused by its flags before the file is read."""
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    if not (number(epsilon) and epsilon > 0):
+        raise ValueError(f"--data.bounds_epsilon must be a finite number > 0 (the schema estimate's budget), got {epsilon!r}")
+    if not (number(delta) and 0 < delta < 1):
+        raise ValueError(f"--data.bounds_delta must be in (0, 1) (the category lists' delta), got {delta!r}")
+
+
 def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:
     """The file's rows, ``text_columns`` as text (missing only when empty: ``None`` or ``NA`` may be
     a category, :mod:`~lightning_dpgan.data.csv_missing`), refusing an empty, header-only,
@@ -178,7 +191,10 @@ def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:
     except pd.errors.EmptyDataError as err:
         raise SchemaError(f"CSV file {path} is empty: it needs a header row of column names, then one record "
                           "per line") from err
-    except (pd.errors.ParserError, UnicodeDecodeError) as err:
+    except UnicodeDecodeError as err:
+        raise SchemaError(f"CSV file {path} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8 "
+                          "(e.g. 'CSV UTF-8' in a spreadsheet, or iconv -f latin1 -t utf-8)") from err
+    except pd.errors.ParserError as err:
         reason = " ".join(str(err).split())  # pandas' message ends in a newline
         raise SchemaError(f"CSV file {path} cannot be read as a CSV table ({reason}); check that it is the right "
                           "file, with the same number of fields on every line") from err

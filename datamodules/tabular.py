@@ -371,7 +371,7 @@ class TabularDataModule(L.LightningDataModule):
             log.warning("%s: the bounds clip more than %d%% of the training values of %s (%s)%s", self.name,
                         round(100 * CLIPPED_SHARE_WARNING), ", ".join(clipped),
                         ", ".join(f"{name} {count} of {self._report.rows_in}" for name, count in clipped.items()),
-                        self._estimate_hint())
+                        self._grid_end_hint(clipped) or self._estimate_hint())
 
     def _estimate_hint(self) -> str:
         """What to do when the schema is a DP estimate: its bounds and category lists are noisy,
@@ -381,6 +381,20 @@ class TabularDataModule(L.LightningDataModule):
         return ("; the schema is a DP estimate of this file's bounds and categories, which a small budget on few rows "
                 "cuts short: raise --data.bounds_epsilon, or give a schema file with public bounds and category "
                 "lists (--data.schema)")
+
+    def _grid_end_hint(self, columns: Sequence[str]) -> str:
+        """Where an estimated bound of ``columns`` reached the end of the DP bounds' fixed grid, no
+        budget can widen it: say so rather than advise a larger budget (the bounds are public)."""
+        from lightning_dpgan.data.dp_bounds import geometric_grid
+
+        end = float(geometric_grid()[-1])
+        at_end = [column.name for column in self.schema.columns if column.name in columns and column.is_numeric
+                  and str(column.source).startswith("DP estimate") and max(map(abs, column.bounds)) >= end]
+        if not at_end:
+            return ""
+        return (f"; the estimated bounds of {', '.join(at_end)} reached the end of the DP estimate's grid "
+                f"(±{end:.3g}), which no budget widens: give a schema file with their bounds (--data.schema), "
+                "or rescale those columns")
 
     def encode(self, frame: pd.DataFrame, unknown: str = "drop") -> tuple[torch.Tensor, EncodingReport]:
         """Rows in the training encoding (mode-specific or min-max, of :attr:`encoded_schema`),

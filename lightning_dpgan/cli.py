@@ -248,8 +248,9 @@ def sample(argv: list[str]) -> Path:
     parser.add_argument("-n", type=int, required=True, help="number of records to draw")
     parser.add_argument("--out", required=True, help="output file: .csv (tables), .png grid or .npz (images + labels)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists (else refused)")
     args = parser.parse_args(argv)
-    return sample_to_file(args.checkpoint, args.n, args.out, seed=args.seed)
+    return sample_to_file(args.checkpoint, args.n, args.out, seed=args.seed, overwrite=args.overwrite)
 
 
 def evaluate(argv: list[str]) -> Path:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -80,6 +81,8 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None) -> Any:
     cls = registry.lookup("dataset", config["data"]["name"]).load()
     datamodule = cls(**section_arguments(config, "data", cls))
     restore_released_schema(datamodule, run_dir / LAST_CHECKPOINT, info)  # never a second DP estimate
+    if getattr(datamodule, "kind", "image") != "image":
+        datamodule.unknown_categories = "blank"  # the training split as the run trained on it: every row
     datamodule.prepare_data()
     datamodule.setup()
     return datamodule
@@ -119,9 +122,9 @@ def evaluate_run(
     split: str = "test",
 ) -> dict[str, Any]:
     """Evaluate the run in ``run_dir`` on its held-out ``split``, write its
-    :data:`~lightning_dpgan.run_folder.EVALUATION_FILES` entry there (and, for the test split, ``report.md``) and return its content."""
-    from lightning_dpgan.evaluation.report import epsilon_figure, write_report
-
+    :data:`~lightning_dpgan.run_folder.EVALUATION_FILES` entry there (and, for the test split,
+    ``report.md`` and ``report/``) and return its content; an earlier evaluation's files are
+    replaced, and the user told so."""
     run_dir = Path(run_dir)
     privacy_path = run_dir / "privacy.json"
     privacy = read_run_file(privacy_path, json.loads) if privacy_path.is_file() else None
@@ -129,6 +132,20 @@ def evaluate_run(
         raise ValueError(f"{privacy_path} is damaged (not a privacy report): restore it from the run, or rerun train")
     datamodule = load_run_datamodule(run_dir, data_dir)
     held_out = datamodule.held_out(split)  # refuses a dev split the run did not hold out, before any work
+    shutil.rmtree(run_dir / STAGED_FIGURES, ignore_errors=True)  # a failed evaluation's leftovers
+    try:
+        return _evaluate_and_write(run_dir, datamodule, held_out, privacy, n_synthetic, cnn_epochs, seed, device, split)
+    finally:  # published by then, or a failure's: either way nothing is left half-way
+        shutil.rmtree(run_dir / STAGED_FIGURES, ignore_errors=True)
+
+
+def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: dict[str, Any] | None,
+                        n_synthetic: int | None, cnn_epochs: int, seed: int, device: str, split: str) -> dict[str, Any]:
+    """:func:`evaluate_run`'s work: the figures are drawn into a staging folder and take
+    ``report/``'s place only once ``evaluation.json`` is written, so a failure midway leaves the
+    earlier evaluation's files as they were, not new figures beside old figures."""
+    from lightning_dpgan.evaluation.report import epsilon_figure, write_report
+
     figures: dict[str, str] = {}
     report = split == "test"  # a dev score is a tuning aid: no report to overwrite the test one's
     if getattr(datamodule, "kind", "image") == "image":
@@ -144,7 +161,6 @@ def evaluate_run(
         print(f"evaluate: warning: {run_dir} has no privacy.json (the run did not finish writing its outputs): "
               "the report states no privacy guarantee", file=sys.stderr)
     results = {key: _plain(value) for key, value in results.items()}
-    write_json(run_dir / EVALUATION_FILES[split], results)
     if report:
         epsilon_plot = epsilon_figure(run_dir / "logs" / "metrics.csv")
         if epsilon_plot is not None:
@@ -153,15 +169,36 @@ def evaluate_run(
             print("evaluate: note: no epsilon-over-steps figure: it is drawn from the CSV logger's step log "
                   "(logs/metrics.csv), and this run logged elsewhere (--logger tensorboard or wandb: see their "
                   "dashboards) or logged no epsilon", file=sys.stderr)
+    replaced = [name for name in (EVALUATION_FILES[split], *(("report.md",) if report else ())) if (run_dir / name).exists()]
+    write_json(run_dir / EVALUATION_FILES[split], results)
+    if report:
+        _publish_figures(run_dir)
         write_report(run_dir, results, privacy, figures)
+    if replaced:
+        print(f"evaluate: replaced the earlier {' and '.join(replaced)} of {run_dir}", file=sys.stderr)
     return results
 
 
+def _publish_figures(run_dir: Path) -> None:
+    """The staged figures become ``report/``, the earlier evaluation's figures going with it."""
+    from lightning_dpgan.evaluation.report import FIGURES
+
+    shutil.rmtree(run_dir / FIGURES, ignore_errors=True)
+    staged = run_dir / STAGED_FIGURES
+    if staged.is_dir():
+        staged.rename(run_dir / FIGURES)
+
+
+#: where an evaluation's figures are drawn before they replace ``report/`` (:func:`_publish_figures`)
+STAGED_FIGURES = ".report-staged"
+
+
 def _save(figure: Any, run_dir: Path, name: str) -> str:
-    """Save a report figure under ``report/``; return its path relative to the run folder."""
+    """Save a report figure (staged until the evaluation is written); return its path relative to
+    the run folder once published, under ``report/``."""
     from lightning_dpgan.evaluation.report import FIGURES, save_figure
 
-    save_figure(figure, run_dir / FIGURES / name)
+    save_figure(figure, run_dir / STAGED_FIGURES / name)
     return f"{FIGURES}/{name}"
 
 

@@ -2,6 +2,7 @@
 from a resolved configuration, fits them, and writes the run's files."""
 from __future__ import annotations
 
+import io
 import json
 import math
 import sys
@@ -18,6 +19,7 @@ from lightning_dpgan import registry
 from lightning_dpgan.callbacks.budget import PrivacyBudgetStopping
 from lightning_dpgan.callbacks.checkpoint import LastCheckpoint
 from lightning_dpgan.callbacks.finite_generator import FiniteGeneratorGuard
+from lightning_dpgan.callbacks.same_release import SameRelease, release_digest
 from lightning_dpgan.callbacks.samples import SampleGrid, sample_grid
 from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.callbacks.strategy import DEFAULT_DELTA
@@ -97,7 +99,8 @@ def check_same_schema(schema: TableSchema, saved: dict[str, Any] | None, checkpo
     columns = {c["name"]: c for c in normal.get("columns", [])}
     differing = [c["name"] for c in current.get("columns", []) if columns.get(c["name"]) != c] or ["label / layout"]
     raise ConfigError(f"the checkpoint {checkpoint} was trained on another schema (differing: {', '.join(differing)}): "
-                      "resume with the schema it was trained with (its run's config.yaml names it)")
+                      "resume with the schema it was trained with: the schema file its run's config.yaml names, or "
+                      "none where that run estimated its schema under DP (the checkpoint holds it)")
 
 
 def check_same_encoding(datamodule: Any, saved: dict[str, Any] | None, checkpoint: str | Path) -> None:
@@ -195,6 +198,7 @@ class Run:
         self.datamodule = self._build_datamodule()
         self.module = self._build_module()
         self.strategy = self._build_privacy()
+        self._check_generated_batch()
         if not self.is_image:
             # every row of the split trains, a category outside the schema's list left blank: the
             # number of training records must not depend on a value. Under replace-one it would
@@ -207,6 +211,16 @@ class Run:
         self.labeler = self._build_labeler()
 
     # ------------------------------------------------------------------ parts
+    def _check_generated_batch(self) -> None:
+        """Refuse, before anything is written, a step of one generated record for a generator
+        with BatchNorm (the MLP generators'): training would fail at its first step with
+        PyTorch's "Expected more than 1 value per channel", leaving a folder without a checkpoint."""
+        generated = self.module.generated_batch_size or getattr(getattr(self.datamodule, "hparams", None), "batch_size", None)
+        batch_norm = any(isinstance(layer, torch.nn.modules.batchnorm._BatchNorm) for layer in self.module.generator.modules())
+        if batch_norm and isinstance(generated, int) and generated < 2:
+            raise ConfigError(f"the {self.config['model']['name']} generator normalizes each batch (BatchNorm), which needs "
+                              f"at least 2 generated records a step, and this run generates {generated}: use --batch-size 2 or more")
+
     def _rank_zero_release(self) -> dict[str, Any] | None:
         """In a DDP process other than rank 0: what rank 0 released before training (read from
         the run folder). Preprocessing that spends budget must happen once -- a second draw
@@ -220,7 +234,9 @@ class Run:
                 raise ConfigError(f"rank 0 did not write {path} within {FOLLOWER_WAIT_S} s: with several nodes, "
                                   "--output-dir must be on a file system all of them share")
             time.sleep(1.0)
-        return torch.load(path, weights_only=False)
+        content = path.read_bytes()
+        self.release_digest = release_digest(content)  # checked against rank 0's once the processes can talk
+        return torch.load(io.BytesIO(content), weights_only=False)
 
     def _build_quail(self) -> Any:
         """QUAIL's settings with ``--model quail``, checked before anything is read; else None."""
@@ -430,11 +446,17 @@ class Run:
     # -------------------------------------------------------------- running
     def fit(self) -> None:
         self.output_dir.mkdir(parents=True, exist_ok=True)
+        # the other ranks read rank 0's release from the run folder unless resuming (then the
+        # checkpoint's): checked by all ranks alike, or by none, as a collective must be
         if launched_as_follower():
+            if getattr(self, "release_digest", None) is not None:
+                self.trainer.callbacks.append(SameRelease(self.release_digest, RANK_ZERO_RELEASE))
             return self._fit_and_write()
         if self.trainer.world_size <= 1:
             return self._fit_and_write()
         release = write_torch(self.output_dir / RANK_ZERO_RELEASE, self.module.run_info)  # read by the other ranks
+        if self.resume_info is None:
+            self.trainer.callbacks.append(SameRelease(release_digest(release.read_bytes()), RANK_ZERO_RELEASE))
         try:
             return self._fit_and_write()
         finally:

@@ -133,12 +133,16 @@ def load_module(path: str | Path) -> Any:
     return module
 
 
-def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 0, columns: int = 10) -> Path:
+def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 0, columns: int = 10,
+                   overwrite: bool = False) -> Path:
     """Draw ``n`` records and write them: ``.csv`` table (decoded with the run's schema),
-    ``.png`` image grid or ``.npz`` image arrays."""
+    ``.png`` image grid or ``.npz`` image arrays. An existing ``out`` (a run's own
+    ``synthetic.csv``, say) is replaced only with ``overwrite``."""
     out = Path(out)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"-n must be a whole number >= 1, got {n!r}")
+    if out.exists() and not overwrite:
+        raise ValueError(f"--out {out} exists: give another file, or --overwrite to replace it")
     info = read_run_info(checkpoint)
     schema = info.get("schema")
     allowed = (".csv",) if schema else (".png", ".npz")

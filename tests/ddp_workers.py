@@ -212,3 +212,16 @@ def poisson_worker(rank: int, records: int, batch_size: int, epochs: int) -> lis
     datamodule = SimpleNamespace(train_dataset=TensorDataset(torch.arange(records)), hparams=SimpleNamespace(num_workers=0))
     strategy._use_poisson_sampling(datamodule)
     return [batch[0].tolist() for _ in range(epochs) for batch in datamodule.train_dataloader()]
+
+
+def same_release_worker(rank: int, digests: list[int]) -> str:
+    """Rank r checks the release it read (``digests[r]``) against rank 0's: 'ok' or the error."""
+    from lightning_dpgan.callbacks.same_release import SameRelease, StaleReleaseError
+
+    module = nn.Linear(1, 1)
+    module.device = torch.device("cpu")
+    try:
+        SameRelease(digests[rank], ".released_preprocessing.pt").setup(None, module, "fit")
+    except StaleReleaseError as error:
+        return str(error)
+    return "ok"

@@ -174,8 +174,12 @@ CSV_CASES = {
     "ragged-rows": ("amount,visits,kind,label\n1.0,2,a,no\n3.0,4,b,yes,extra\n",
                     ["cannot be read as a CSV table", "same number of fields"],
                     ["cannot be read as a CSV table", "same number of fields"]),
-    "binary-file": (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", ["cannot be read as a CSV table"],
-                    ["cannot be read as a CSV table"]),
+    "binary-file": (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", ["is not UTF-8 text"], ["is not UTF-8 text"]),
+    "latin-1": ("amount,visits,kind,label\n".encode() + "1.0,2,caf\u00e9,no\n".encode("latin-1") * 40,
+                ["is not UTF-8 text", "save it as UTF-8"], ["is not UTF-8 text", "save it as UTF-8"]),
+    "semicolons": ("amount;visits;kind;label\n" + "1.0;2;a;no\n3.0;4;b;yes\n" * 20,
+                   ["the header read as a single column", "comma-separated"],
+                   ["the header read as a single column", "comma-separated"]),
     "wrong-dtype": (with_text_amount, ["'amount' is continuous but holds non-numeric", "'lots' (data row", "fix those values"],
                     ["'amount' holds non-numeric values", "'lots' (data row", "fix those values", "--data.categorical"]),
     "repeated-column": ("amount,visits,amount,label\n1.0,2,3.0,no\n3.0,4,5.0,yes\n",
@@ -273,6 +277,51 @@ def test_categories_spelled_like_missing_values_are_categories(tmp_path, with_sc
             CSVDataModule(csv=write_case(tmp_path / "gap.csv", lambda _: gap), schema=tmp_path / "schema.yaml"
                           if with_schema else None, **({} if with_schema else {"target": "label", "categorical": "kind,label",
                                                                                 "label_kind": "binary"})).setup("fit")
+
+
+def test_a_dp_schema_budget_that_cannot_work_is_refused_by_its_flag(tmp_path):
+    """A bad --data.bounds_epsilon/--data.bounds_delta is refused by its flag before the file is
+    read; a budget too small for the file's rows says how many rows a category needs and which
+    flag raises it."""
+    dp = {"target": "label", "categorical": "kind,label", "label_kind": "binary"}
+    for flags, named in (({"bounds_epsilon": 0}, "--data.bounds_epsilon"), ({"bounds_delta": 1.0}, "--data.bounds_delta"),
+                         ({"bounds_epsilon": float("nan")}, "--data.bounds_epsilon")):
+        with pytest.raises(ValueError, match=named):
+            CSVDataModule(csv=tmp_path / "not-read-yet.csv", **dp, **flags)
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame)  # 80 rows
+    with pytest.raises(SchemaError, match=r"needs about \d+ training rows.*raise --data.bounds_epsilon"):
+        CSVDataModule(csv=csv, **dp, bounds_epsilon=0.1).setup("fit")
+
+
+def test_a_batch_of_one_for_a_batchnorm_generator_is_refused_before_anything_is_written(tmp_path, capsys, schema_file):
+    """--batch-size 1 (what a 3-row file's first refusal leads to) failed at the first step inside
+    BatchNorm and left a folder with no checkpoint, whose rerun was told to --resume a checkpoint
+    that did not exist; refused up front now, with the folder's earlier run untouched. A folder
+    left without a checkpoint is not sent to --resume."""
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame)
+    args = csv_args(csv, out, schema_file)
+    args[args.index("--batch-size") + 1] = "1"
+    assert_refused(args, capsys, "BatchNorm", "at least 2 generated records", "--batch-size 2")
+    assert_nothing_lost(out)
+    half = tmp_path / "half"
+    (half / "logs").mkdir(parents=True)
+    (half / "config.yaml").write_text("model: {}\n")
+    refusal = assert_refused([a if a != str(out) else str(half) for a in csv_args(csv, out, schema_file) if a != "--overwrite"],
+                             capsys, "already holds a run", "no checkpoint to continue")
+    assert "--resume" not in refusal
+
+
+def test_a_column_beyond_the_dp_grid_is_named_as_such_not_sent_to_a_larger_budget(tmp_path, caplog):
+    """Values of 1e13 lie past the DP bounds' grid (±2^40): every one is clipped, and raising
+    --data.bounds_epsilon, which the warning used to advise, cannot help."""
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame.assign(amount=frame["amount"] * 1e11 + 1e13))
+    datamodule = CSVDataModule(csv=csv, target="label", categorical="kind,label", label_kind="binary", bounds_epsilon=50)
+    with caplog.at_level("WARNING"):
+        datamodule.setup("fit")
+    assert "the bounds clip more than 5% of the training values of amount" in caplog.text
+    assert "amount reached the end of the DP estimate's grid" in caplog.text and "raise --data.bounds_epsilon" not in caplog.text
 
 
 def test_unknown_categories_drop_their_rows_and_are_counted(tmp_path, schema_file):

@@ -76,6 +76,13 @@ def test_sample_command_draws_records_from_the_checkpoint(gan_run, tmp_path):
     assert picture.shape == (2 * 30 + 2, 10 * 30 + 2)
     # Same seed, same draw: the grid holds the .npz images row-major, so each column is one class.
     np.testing.assert_array_equal(grid_tiles(picture, 20, columns=10), np.load(npz)["images"][:, 0])
+    # an existing file is replaced only on purpose
+    before = npz.read_bytes()
+    assert main(["sample", "--checkpoint", str(gan_run / "checkpoints/last.ckpt"), "-n", "3", "--out", str(npz)]) == 2
+    assert npz.read_bytes() == before
+    assert main(["sample", "--checkpoint", str(gan_run / "checkpoints/last.ckpt"), "-n", "3", "--out", str(npz),
+                 "--overwrite"]) == 0
+    assert np.load(npz)["images"].shape[0] == 3
 
 
 def test_sample_refuses_corrupt_and_foreign_checkpoints(gan_run, tmp_path, capsys):

@@ -141,6 +141,19 @@ def train(output: Path, *args: str, devices: int = 1, timeout: int = 240) -> dic
     return {name: json.loads((output / f"{name}.json").read_text()) for name in ("privacy", "metrics")}
 
 
+def test_every_rank_stops_when_one_read_a_stale_preprocessing_release():
+    """A release file left by a killed run, read by a node before rank 0 replaced it, would have
+    two machines train on two DP releases: at setup each rank compares the digest of the bytes it
+    read with rank 0's, and all stop (rank 0 too, or it would wait on the others forever)."""
+    from lightning_dpgan.callbacks.same_release import release_digest
+
+    fresh, stale = release_digest(b"rank 0's release"), release_digest(b"an interrupted run's release")
+    assert fresh != stale and release_digest(b"rank 0's release") == fresh
+    assert workers.run_on_ranks(workers.same_release_worker, [fresh, fresh]) == ["ok", "ok"]
+    stopped = workers.run_on_ranks(workers.same_release_worker, [fresh, stale])
+    assert all("another preprocessing release than rank 0 wrote" in why for why in stopped)
+
+
 def test_dp_sgd_run_on_two_processes_spends_what_one_process_does(tmp_path):
     """Same batch size, noise and steps: the same epsilon (q from the global batch), every rank
     stops at the same step, and the budget stop lands on the single-process step."""

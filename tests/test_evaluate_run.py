@@ -116,6 +116,37 @@ def test_evaluate_a_table_run(tmp_path, dataset, fixture, keys):
     assert "- steps: 3 (stopped by: max-steps)" in report
 
 
+def test_an_evaluation_that_fails_midway_leaves_the_earlier_one_whole(tmp_path, monkeypatch, capsys):
+    """Its figures were written before evaluation.json, so a failure (here in the membership
+    attack, the last measure) left new figures beside the old report; they are staged now and
+    published only with the evaluation. A second evaluation says it replaced the first."""
+    from lightning_dpgan.evaluation import membership
+
+    run = tmp_path / "run"
+    assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
+                 "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8", "--trainer.enable_progress_bar",
+                 "false", "--trainer.enable_model_summary", "false"]) == 0
+    assert main(["evaluate", "--run", str(run)]) == 0
+    assert "replaced" not in capsys.readouterr().err
+    names = ["evaluation.json", "report.md", *(f"report/{p.name}" for p in (run / "report").iterdir())]
+    before = {name: (run / name).read_bytes() for name in names}
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("the attack ran out of memory")
+
+    monkeypatch.setattr(membership, "membership_inference", out_of_memory)
+    with pytest.raises(MemoryError):
+        main(["evaluate", "--run", str(run), "--seed", "7"])
+    assert {name: (run / name).read_bytes() for name in names} == before
+    assert sorted(p.name for p in (run / "report").iterdir()) == sorted(n.split("/")[1] for n in names if "/" in n)
+    assert not [p for p in run.iterdir() if p.name.startswith(".report")]
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(run), "--seed", "7"]) == 0
+    assert "replaced the earlier evaluation.json and report.md" in capsys.readouterr().err
+    assert (run / "evaluation.json").read_bytes() != before["evaluation.json"]
+
+
 def real_and_synthetic(run: Path):
     """The run's real training split and the synthetic.csv train wrote, read with pandas."""
     import pandas as pd

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lightning_dpgan.data.schema import LABEL_KINDS, Column, SchemaError, TableSchema, non_numeric_examples
+from lightning_dpgan.data.schema import LABEL_KINDS, Column, SchemaError, TableSchema, non_numeric_examples, single_field_hint
 
 #: The neighbouring relation of every mechanism here (see the module docstring).
 NEIGHBOURS = "add-remove"
@@ -37,6 +37,9 @@ NEIGHBOURS = "add-remove"
 GRID_EXPONENTS = range(-10, 41)
 #: Default fraction of the (noisy) mass that the estimated bounds may leave out (to be clipped).
 DEFAULT_ALPHA = 0.01
+#: The way out of a DP estimate that released too little (the budget is split evenly over the
+#: columns; an attempt spends its budget whether or not the run goes on, see docs/privacy.md)
+RAISE_BUDGET = "raise --data.bounds_epsilon (split evenly over the columns) or pass --data.schema, a schema file"
 #: Probability that any empty bin of the grid survives the noise threshold.
 _FALSE_BIN_PROBABILITY = 0.05
 
@@ -216,7 +219,8 @@ def _schema_columns(
 ) -> list[str]:
     """The columns to describe, after checks that need no statistic beyond clean-data errors."""
     if target not in frame.columns:
-        raise SchemaError(f"the target column '{target}' is missing from the data (columns: {list(frame.columns)})")
+        raise SchemaError(f"the target column '{target}' is missing from the data (columns: {list(frame.columns)})"
+                          + single_field_hint(frame))
     for role, listed in (("categorical", categorical), ("integer", integer), ("drop", drop)):
         missing = [name for name in listed if name not in frame.columns]
         if missing:
@@ -250,7 +254,8 @@ def _infer_column(
         if not categories:
             raise SchemaError(
                 f"no category of column '{name}' passed the DP threshold (ε={epsilon:.3g}, δ={delta:.3g} for this "
-                "column): raise the bounds budget or pass a schema file with the public category list"
+                f"column: a category needs about {stability_threshold(epsilon, delta):.0f} training rows to pass): "
+                f"{RAISE_BUDGET} with the public category list"
             )
         return Column(name, "categorical", categories=categories, source=f"DP estimate: {cost['mechanism']}"), cost
     if not pd.api.types.is_numeric_dtype(series.dtype):
@@ -267,7 +272,5 @@ def _labelled_schema(columns: list[Column], target: str, label_kind: str, drop: 
     try:
         return TableSchema(columns, label=target, label_kind=label_kind, drop=tuple(drop))
     except SchemaError as err:
-        raise SchemaError(
-            f"{err} (DP estimate; classes rarer than the threshold are not released: raise the bounds "
-            "budget or pass a schema file with the public classes)"
-        ) from err
+        raise SchemaError(f"{err} (DP estimate; classes rarer than the threshold are not released: "
+                          f"{RAISE_BUDGET} with the public classes)") from err

@@ -436,10 +436,11 @@ class TableSchema:
         if self.label is not None and self.label not in frame.columns:
             raise SchemaError(
                 f"the target column '{self.label}' is missing from the data (columns: {list(frame.columns)})"
+                + single_field_hint(frame)
             )
         missing = [n for n in self.names if n not in frame.columns]
         if missing:
-            raise SchemaError(f"columns missing from the data: {missing}")
+            raise SchemaError(f"columns missing from the data: {missing}" + single_field_hint(frame))
         unknown = [str(c) for c in frame.columns if c not in self.names and c not in self.drop]
         if unknown:
             raise SchemaError(
@@ -548,6 +549,13 @@ def as_schema_categories(frame: pd.DataFrame, schema: TableSchema) -> pd.DataFra
         by_text = {str(category): category for category in column.categories}
         frame[column.name] = frame[column.name].map(lambda value: by_text.get(value, value))
     return frame
+
+
+def single_field_hint(frame: pd.DataFrame) -> str:
+    """A hint when the header read as one column: the file is likely not comma-separated."""
+    if len(frame.columns) == 1 and any(mark in str(frame.columns[0]) for mark in ";\t|"):
+        return "; the header read as a single column: the file must be comma-separated (convert it first)"
+    return ""
 
 
 def non_numeric_examples(series: pd.Series, most: int = 3) -> str:
