@@ -280,7 +280,11 @@ class GradientSanitizer(CalibratedNoiseStrategy):
             effective = calibrate_selected_critic_noise(self.training_target, self.training_delta, steps,
                                                         self.num_critics, tuple(self.accountant.orders.tolist()))
         else:
-            batches = self.planned_batches(trainer, math.ceil(self.train_records / batch_size))
+            # each of W processes reads its own share of the records (Lightning's distributed
+            # sampler: ceil(N / W) each), --batch-size of them a batch: planning N / batch batches
+            # an epoch under DDP calibrated sigma for W times the steps the run takes
+            per_rank = math.ceil(self.train_records / world_size())
+            batches = self.planned_batches(trainer, math.ceil(per_rank / batch_size))
             steps = max(1, batches // getattr(pl_module.hparams, "discriminator_steps", 1))
             effective = calibrate_noise_multiplier(self.training_target, self.training_delta, 1.0, steps)
         self.calibrated_for_steps = steps

@@ -404,12 +404,14 @@ class Run:
                 raise ConfigError(f"trainer.{floor} would make training go on after the privacy budget stops it: "
                                   "set the run's length with --max-steps or --max-epochs instead")
         chosen = options.get("strategy", "auto")
-        if self.strategy is not None and isinstance(chosen, str) and chosen not in PRIVATE_TRAINER_STRATEGIES:
-            # Lightning's other strategies average gradients before a mechanism could clip them, and
-            # the spawning ones fail in their workers: refused here, before anything is written
-            raise ConfigError(f"--strategy {chosen} cannot train a private model: use --strategy ddp for several "
-                              f"processes (or leave --strategy out); allowed with --privacy: "
-                              f"{', '.join(PRIVATE_TRAINER_STRATEGIES)}")
+        if isinstance(chosen, str) and chosen not in PRIVATE_TRAINER_STRATEGIES:
+            # Lightning's other strategies average gradients before a mechanism could clip them, wrap
+            # the module in DistributedDataParallel, which refuses a GAN's alternating updates
+            # ("parameters that were not used"), or fail in their spawned workers: refused here,
+            # before anything is written
+            what = "a private model" if self.strategy is not None else "a GAN's alternating updates"
+            raise ConfigError(f"--strategy {chosen} cannot train {what}: use --strategy ddp for several "
+                              f"processes (or leave --strategy out); allowed: {', '.join(PRIVATE_TRAINER_STRATEGIES)}")
         several = any(isinstance(options.get(key), int) and options[key] > 1 for key in ("devices", "num_nodes"))
         if several and options.get("strategy", "auto") == "auto":
             # Lightning's own choice for several devices (its DDP) cannot train a GAN's alternating

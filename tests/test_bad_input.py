@@ -313,6 +313,20 @@ def test_a_batch_of_one_for_a_batchnorm_generator_is_refused_before_anything_is_
     assert "--resume" not in refusal
 
 
+def test_a_label_written_otherwise_than_its_numeric_classes_says_which_values_and_how(tmp_path):
+    """Classes [0, 1] in the schema and 0.0/1.0 in the file: the values are numbers, so "holds
+    non-numeric values" misled; the message shows the values and the spelling it matches."""
+    spec = {**CSV_SCHEMA, "columns": [c if c["name"] != "label" else {**c, "categories": [0, 1]}
+                                      for c in CSV_SCHEMA["columns"]]}
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(spec))
+    frame = table().assign(label=lambda f: ["1.0" if value == "yes" else "0.0" for value in f["label"]])
+    csv = write_case(tmp_path / "data.csv", lambda _: frame)
+    with pytest.raises(SchemaError) as refused:
+        CSVDataModule(csv=csv, schema=tmp_path / "schema.yaml").setup("fit")
+    message = str(refused.value)
+    assert "numeric categories [0, 1]" in message and ".0' (data row" in message and "as the schema writes it (0, 1)" in message
+
+
 def test_a_column_beyond_the_dp_grid_is_named_as_such_not_sent_to_a_larger_budget(tmp_path, caplog):
     """Values of 1e13 lie past the DP bounds' grid (±2^40): every one is clipped, and raising
     --data.bounds_epsilon, which the warning used to advise, cannot help."""
@@ -608,7 +622,8 @@ def test_sample_on_a_full_disk_is_a_clear_error_or_a_traceback_with_debug(image_
     out = tmp_path / "grid.png"
     out.write_bytes(b"an earlier grid")
     disk_full_for("grid.png")
-    argv = ["sample", "--checkpoint", str(image_run / "checkpoints" / "last.ckpt"), "-n", "10", "--out", str(out)]
+    argv = ["sample", "--checkpoint", str(image_run / "checkpoints" / "last.ckpt"), "-n", "10", "--out", str(out),
+            "--overwrite"]
     assert_refused(argv, capsys, f"could not write {out}: No space left on device", "still holds its previous content")
     assert out.read_bytes() == b"an earlier grid" and [p.name for p in tmp_path.iterdir()] == ["grid.png"]
     monkeypatch.setenv("LIGHTNING_DPGAN_DEBUG", "1")

@@ -489,6 +489,17 @@ def test_wandb_without_a_key_or_mode_falls_back_to_offline_with_a_warning(tiny_i
     assert b"loss/discriminator" in _wandb_record_log(out)
 
 
+def test_a_non_private_gan_under_another_lightning_strategy_is_refused_before_anything_is_written(
+        tiny_image_data_dir, tmp_path, capsys):
+    """ddp_spawn wraps the module in DistributedDataParallel, which refuses a GAN's alternating
+    updates: that ended in a traceback and left config.yaml and logs/, blocking a rerun."""
+    out = tmp_path / "spawn"
+    assert main(tiny_run_args(tiny_image_data_dir, out, steps=2) + ["--devices", "2", "--strategy", "ddp_spawn"]) == 2
+    error = capsys.readouterr().err
+    assert "--strategy ddp_spawn cannot train a GAN's alternating updates" in error and "--strategy ddp" in error
+    assert not out.exists() or not any(out.iterdir())
+
+
 def test_a_run_says_which_of_its_limits_ended_it(tiny_image_data_dir, tmp_path, capsys):
     """--max-epochs 1 with no step limit: the report and the user both hear it was the epochs."""
     assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "epochs", steps=None) + ["--max-epochs", "1"]) == 0

@@ -154,6 +154,17 @@ def test_every_rank_stops_when_one_read_a_stale_preprocessing_release():
     assert all("another preprocessing release than rank 0 wrote" in why for why in stopped)
 
 
+def test_a_sanitizer_run_on_two_processes_calibrates_sigma_for_the_steps_it_takes(tmp_path):
+    """With --max-epochs, each process reads half the records a batch at a time: the one-critic
+    sanitizer planned the single-process count of batches, twice the steps two processes take,
+    and so added more noise than the target asked for (epsilon 2.7 of 5 on Adult)."""
+    run = train(tmp_path / "two", "--model", "gswgan", "--privacy.num_critics", "1", "--batch-size", "2",
+                "--privacy.generated_batch_size", "4", "--epsilon", "5", "--max-epochs", "1", devices=2)
+    privacy = run["privacy"]
+    assert privacy["calibrated_for_steps"] == privacy["generator_steps"] > 0
+    assert 4.5 < privacy["epsilon"] <= 5
+
+
 def test_dp_sgd_run_on_two_processes_spends_what_one_process_does(tmp_path):
     """Same batch size, noise and steps: the same epsilon (q from the global batch), every rank
     stops at the same step, and the budget stop lands on the single-process step."""

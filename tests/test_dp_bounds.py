@@ -201,3 +201,19 @@ def test_a_binary_label_whose_rare_class_is_not_released_asks_for_a_schema_file(
     frame["fraud"] = [1] * 3 + [0] * 397
     with pytest.raises(SchemaError, match="schema file"):
         infer_schema_dp(frame, "fraud", ["city"], epsilon=1.0, delta=1e-6, label_kind="binary", rng=np.random.default_rng(11))
+
+
+def test_released_categories_that_differ_only_in_spaces_or_case_are_pointed_out(caplog):
+    """' cardio' and 'cardio' both pass the threshold and become two categories: said, from the
+    released list alone (post-processing, no budget); one spelling per category says nothing."""
+    from lightning_dpgan.data.dp_bounds import spelling_twins
+
+    assert spelling_twins(["cardio", " cardio", "F", "f ", "neuro", 3]) == [["cardio", " cardio"], ["F", "f "]]
+    assert spelling_twins(["cardio", "neuro"]) == []
+    frame = pd.DataFrame({"ward": ["cardio"] * 300 + [" cardio"] * 300 + ["neuro"] * 300, "y": [0, 1, 1] * 300})
+    with caplog.at_level("WARNING"):
+        schema, _ = infer_schema_dp(frame, "y", ["ward"], epsilon=20.0, delta=1e-6, label_kind="binary",
+                                    rng=np.random.default_rng(0))
+    assert sorted(schema.column("ward").categories) == [" cardio", "cardio", "neuro"]
+    assert "differ only in spaces or case ('cardio' / ' cardio')" in caplog.text or \
+        "differ only in spaces or case (' cardio' / 'cardio')" in caplog.text

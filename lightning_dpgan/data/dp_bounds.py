@@ -21,6 +21,7 @@ Mechanisms:
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -29,6 +30,8 @@ import numpy as np
 import pandas as pd
 
 from lightning_dpgan.data.schema import LABEL_KINDS, Column, SchemaError, TableSchema, non_numeric_examples, single_field_hint
+
+log = logging.getLogger(__name__)
 
 #: The neighbouring relation of every mechanism here (see the module docstring).
 NEIGHBOURS = "add-remove"
@@ -257,6 +260,10 @@ def _infer_column(
                 f"column: a category needs about {stability_threshold(epsilon, delta):.0f} training rows to pass): "
                 f"{RAISE_BUDGET} with the public category list"
             )
+        if twins := spelling_twins(categories):  # read off the release alone: post-processing, no cost
+            log.warning("column '%s': the DP estimate released categories that differ only in spaces or case (%s): "
+                        "each is a category of its own; clean the file if they are one", name,
+                        "; ".join(" / ".join(repr(c) for c in group) for group in twins))
         return Column(name, "categorical", categories=categories, source=f"DP estimate: {cost['mechanism']}"), cost
     if not pd.api.types.is_numeric_dtype(series.dtype):
         raise SchemaError(f"column '{name}' holds non-numeric values ({non_numeric_examples(series)}): fix those "
@@ -266,6 +273,15 @@ def _infer_column(
     if is_integer:
         low, high = float(math.floor(low)), float(math.ceil(high))
     return Column(name, kind, bounds=(low, high), source=f"DP estimate: {cost['mechanism']}"), cost
+
+
+def spelling_twins(categories: Sequence[Any]) -> list[list[Any]]:
+    """Groups of text categories that are equal once stripped and case-folded (``"F"``, ``"F "``)."""
+    groups: dict[str, list[Any]] = {}
+    for category in categories:
+        if isinstance(category, str):
+            groups.setdefault(category.strip().casefold(), []).append(category)
+    return [group for group in groups.values() if len(group) > 1]
 
 
 def _labelled_schema(columns: list[Column], target: str, label_kind: str, drop: Sequence[str]) -> TableSchema:

@@ -591,8 +591,14 @@ def _check_dtype(column: Column, series: pd.Series) -> None:
         raise SchemaError(f"column '{column.name}' has string categories but holds numbers (dtype {series.dtype})")
     numeric_categories = all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in column.categories)
     if numeric_categories and not numeric:
+        written = {str(category) for category in column.categories}
+        unlisted = series[series.notna() & ~series.astype(str).isin(written)]
+        examples = ", ".join(f"{value!r} (data row {index + 1 if isinstance(index, int) else index})"
+                             for index, value in unlisted.head(3).items())
         raise SchemaError(
-            f"column '{column.name}' has numeric categories but holds non-numeric values (dtype {series.dtype})"
+            f"column '{column.name}' has numeric categories {list(column.categories)} but holds values not written as "
+            f"one of them ({examples or f'read as {series.dtype}'}): a category is matched as the schema writes it "
+            f"({', '.join(sorted(written))}), so write the values that way, or list them in the schema as they are written"
         )
 
 
