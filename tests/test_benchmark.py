@@ -350,6 +350,17 @@ def test_a_peers_virtualenv_that_cannot_be_made_says_how_to_go_on(tmp_path, monk
     assert "--peers-venv" in message and str(tmp_path / "venv.log") in message and "No matching distribution" in message
 
 
+def test_plots_no_results_md_names_are_removed_and_the_others_kept(tmp_path):
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    for name in ("tables-new-adult.png", "tables-old-adult.png", "hand-drawn.png"):
+        (plots / name).write_bytes(b"png")
+    markdown = "![a](results/plots/tables-new-adult.png)\nprose: see plots/hand-drawn.png\n"
+    assert cli.remove_unreferenced_plots(plots, markdown) == ["tables-old-adult.png"]
+    assert sorted(p.name for p in plots.iterdir()) == ["hand-drawn.png", "tables-new-adult.png"]
+    assert cli.remove_unreferenced_plots(tmp_path / "none", markdown) == []
+
+
 def test_a_tree_that_git_cannot_read_is_said_to_be_unknown_not_clean():
     header = report._header({**result_file("tables", "full", [run("a", 0, 0.5)]), "commit": {"sha": "abc", "dirty": None}})
     assert "uncommitted changes is unknown" in header[0]

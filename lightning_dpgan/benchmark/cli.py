@@ -215,6 +215,18 @@ def regenerate(args: argparse.Namespace) -> None:
                          "or move it out of the results folder") from None
     update_results_markdown(args.results_md, section)
     print(f"benchmark: updated {args.results_md}")
+    stale = remove_unreferenced_plots(args.results_dir / "plots", args.results_md.read_text())
+    if stale:
+        print(f"benchmark: removed {len(stale)} plot(s) RESULTS.md no longer shows: {', '.join(stale)}")
+
+
+def remove_unreferenced_plots(plots: Path, markdown: str) -> list[str]:
+    """The harness's plots that ``markdown`` (generated and hand-written parts alike) names
+    nowhere: drawn for results a newer file has replaced, they would pile up in the checkout."""
+    stale = sorted(path.name for path in plots.glob("*.png") if path.name not in markdown) if plots.is_dir() else []
+    for name in stale:
+        (plots / name).unlink()
+    return stale
 
 
 def benchmark(argv: list[str]) -> Path:
