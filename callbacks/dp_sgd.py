@@ -133,7 +133,9 @@ class DPSGD(CalibratedNoiseStrategy):
             drop_last=loader.drop_last, num_workers=loader.num_workers, persistent_workers=loader.persistent_workers)
 
     def planned_steps(self, trainer: L.Trainer) -> int:
-        return self.planned_batches(trainer, math.ceil(1 / self.sample_rate))
+        """Steps the run takes: an epoch of Opacus' Poisson loader is ``int(1 / q)`` batches (as a
+        shuffled one of N // B); planning ``ceil`` calibrated sigma for a step never taken."""
+        return self.planned_batches(trainer, max(1, int(1 / self.sample_rate)))
 
     def _calibrate(self, trainer: L.Trainer) -> float:
         steps = self.planned_steps(trainer)

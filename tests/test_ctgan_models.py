@@ -335,7 +335,7 @@ def test_dpctgan_on_credit_keeps_the_papers_300_epochs_and_calibrates_sigma(epsi
     assert config["privacy"]["noise_multiplier"] is None and config["max_epochs"] == 300
     assert config.get("max_steps") is None
     batch = config["data"]["batch_size"]
-    sample_rate, steps = batch / train_rows, 300 * -(-train_rows // batch)
+    sample_rate, steps = batch / train_rows, 300 * int(train_rows / batch)  # an epoch of the Poisson loader
     paper = papers_sigma(sample_rate)
     assert paper.epsilon_if(1e-5, steps) < 1.0 - 0.1  # the paper's run at epsilon 1 ends at its cap
     calibrated = calibrate_noise_multiplier(epsilon - modes_epsilon(config), 1e-5, sample_rate, steps)

@@ -423,6 +423,16 @@ def test_the_final_epsilon_is_logged_when_max_steps_ends_the_run_off_the_logging
     assert logged_epsilons(fixed_noise_run)[-1] == pytest.approx(report["epsilon"], rel=1e-6)
 
 
+def test_sigma_calibrated_for_an_epoch_is_calibrated_for_the_batches_the_epoch_holds(tiny_image_data_dir, tmp_path):
+    """160 records in batches of 12: Opacus' epoch is int(160 / 12) = 13 batches; planning 14
+    added noise for a step never taken."""
+    args = tiny_run_args(tiny_image_data_dir, tmp_path / "epoch", model="dpgan", steps=None, batch_size=12)
+    assert main(args + ["--max-epochs", "1", "--epsilon", "5", "--delta", "1e-4"]) == 0
+    report = read_json(tmp_path / "epoch" / "privacy.json")
+    assert report["calibrated_for_steps"] == report["steps"] == 13 and report["stopped_by"] == "max-epochs"
+    assert 4.9 < report["epsilon"] <= 5
+
+
 def test_the_final_epsilon_is_logged_when_max_epochs_ends_the_run(tiny_image_data_dir, tmp_path):
     args = tiny_run_args(tiny_image_data_dir, tmp_path / "epochs", model="dpgan", steps=None, batch_size=BATCH)
     assert main(args + ["--max-epochs", "1", "--privacy.noise_multiplier", "1.3", "--delta", "1e-4",
