@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -229,6 +230,8 @@ def test_the_harness_trains_without_the_dev_records_and_scores_on_them(tmp_path)
     folder.mkdir()
     (folder / "privacy.json").write_text("{}")
     (folder / "evaluation.json").write_text("{}")  # scored on the test split: not the dev score asked for
+    runner.settings_file(cell, settings).write_text(json.dumps(runner.settings_record(cell, size, settings)))
+    assert "train command" in runner.resume_mismatch(cell, size, plain)  # a test-split resume of a dev run: refused
     assert runner.resume_state(folder, evaluate=True, split="dev") == runner.TRAINED
     (folder / "evaluation-dev.json").write_text("{}")
     assert runner.resume_state(folder, evaluate=True, split="dev") == runner.EVALUATED
