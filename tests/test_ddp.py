@@ -274,10 +274,11 @@ def test_the_trainer_reads_a_resume_checkpoint_through_the_modules_share_reader(
 
 
 @pytest.mark.parametrize("scaling,private_ddp", [(["--devices", "2"], True), (["--devices", "1"], False),
-                                                 (["--devices", "2", "--strategy", "ddp_spawn"], False)])
+                                                 (["--devices", "1", "--strategy", "single_device"], False)])
 def test_several_devices_without_a_strategy_train_with_the_private_ddp(tmp_path, scaling, private_ddp):
     """Lightning's own pick for several devices fails on a GAN's alternating updates (parameters
-    unused in a step); --devices N alone now means --strategy ddp, and a strategy named stays."""
+    unused in a step); --devices N alone now means --strategy ddp, and a strategy named stays
+    (Lightning's other multi-process ones are refused: test_cli)."""
     from lightning_dpgan.cli import build_config
     from lightning_dpgan.run import Run
 
