@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +13,7 @@ from lightning_dpgan.data.csv_missing import missing_spellings
 from lightning_dpgan.data.dp_bounds import infer_schema_dp
 from lightning_dpgan.data.schema import LABEL_KINDS, SchemaError, TableSchema, as_schema_categories
 from lightning_dpgan.datamodules.tabular import TabularDataModule
+from lightning_dpgan.privacy.validation import validate_delta, validate_positive
 
 AUTO = "auto"
 
@@ -171,13 +171,8 @@ class CSVDataModule(TabularDataModule):
 
 def _check_bounds_budget(epsilon: Any, delta: Any) -> None:
     """The DP schema estimate's budget, refused by its flags before the file is read."""
-    def number(value: Any) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-    if not (number(epsilon) and epsilon > 0):
-        raise ValueError(f"--data.bounds_epsilon must be a finite number > 0 (the schema estimate's budget), got {epsilon!r}")
-    if not (number(delta) and 0 < delta < 1):
-        raise ValueError(f"--data.bounds_delta must be in (0, 1) (the category lists' delta), got {delta!r}")
+    validate_positive("--data.bounds_epsilon", epsilon)
+    validate_delta(delta, flag="--data.bounds_delta")
 
 
 def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from lightning_dpgan.benchmark.paths import BENCHMARKS, check_benchmarks_folder
 from lightning_dpgan.benchmark.results import ResultsFile, ResultsFileError, commit, machine
-from lightning_dpgan.benchmark.runner import Settings, failed_run, portable, portable_text, resume_mismatch, run_cell
+from lightning_dpgan.benchmark.runner import Settings, failed_run, portable, resume_mismatch, run_cell, skip_reason
 from lightning_dpgan.benchmark.suites import SUITES, Cell, Size, suite_size
 from lightning_dpgan.data.dev_split import check_dev_fraction
 from lightning_dpgan.data.download import default_data_dir
@@ -139,12 +139,6 @@ def unavailable_datasets(datasets: tuple[str, ...], data_dir: str | None) -> dic
         except Exception as error:  # noqa: BLE001 - any failure to get the data skips the dataset, with its reason
             skipped[name] = skip_reason(error, data_dir)
     return skipped
-
-
-def skip_reason(error: BaseException, data_dir: str | None) -> str:
-    """Why a dataset was skipped, whole (the files tried, the folders searched, the advice), without
-    this machine's paths."""
-    return portable_text(f"{type(error).__name__}: {error}".strip(), data_dir)
 
 
 def with_data_dir(argv: list[str], data_dir: str | None) -> list[str]:

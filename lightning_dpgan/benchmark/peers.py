@@ -27,7 +27,7 @@ import torch
 
 from lightning_dpgan.benchmark.paths import BENCHMARKS
 from lightning_dpgan.benchmark.runner import (Settings, failed_run, portable, portable_text, read_json, run_logged,
-                                              with_derived_measures)
+                                              skip_reason, with_derived_measures)
 from lightning_dpgan.benchmark.suites import DELTA, Cell, Size
 
 SMARTNOISE = "smartnoise-synth==1.0.8"
@@ -121,8 +121,7 @@ def run_peers(size: Size, settings: Settings, venv: Path | None,
         try:
             datamodule = load_datamodule(dataset, settings.data_dir)
         except Exception as error:  # noqa: BLE001 - a dataset that cannot be loaded is skipped, with why
-            skipped[dataset] = portable_text(f"{type(error).__name__}: {error}".strip(), settings.data_dir,
-                                             out_dir=settings.out_dir)
+            skipped[dataset] = skip_reason(error, settings.data_dir, settings.out_dir)
             continue
         train, spec = export_split(datamodule, settings.out_dir / f"{dataset}-split")
         for cell in (c for c in size.cells() if c.dataset == dataset):

@@ -124,15 +124,21 @@ def measure_table(result: dict[str, Any], goals: list[dict[str, Any]] = ()) -> l
     return lines
 
 
+def goal_bound(goal: dict[str, Any]) -> float:
+    """The figure a goal of ``reference.yaml`` asks for (``at_least`` or ``at_most``)."""
+    return goal.get("at_least", goal.get("at_most"))
+
+
+def goal_reads(goal: dict[str, Any], row: dict[str, Any]) -> bool:
+    """Whether ``goal`` is measured by ``row``: its dataset and epsilon, and a mean of its measure."""
+    return (row["dataset"] == goal["dataset"] and row["target_epsilon"] == goal["epsilon"]
+            and row["measures"].get(goal["measure"], {}).get("mean") is not None)
+
+
 def goal_digits(goals: list[dict[str, Any]], row: dict[str, Any], measure: str) -> int:
     """3 decimals, or more for a figure that rounds onto a goal it is measured against."""
-    mean = row["measures"].get(measure, {}).get("mean")
-    digits = 3
-    for goal in goals:
-        if (mean is not None and goal["measure"] == measure and goal["dataset"] == row["dataset"]
-                and goal["epsilon"] == row["target_epsilon"]):
-            digits = max(digits, separating_digits(mean, goal.get("at_least", goal.get("at_most"))))
-    return digits
+    return max([3, *(separating_digits(row["measures"][measure]["mean"], goal_bound(goal))
+                     for goal in goals if goal["measure"] == measure and goal_reads(goal, row))])
 
 
 #: seeds a cell needs before it may stand for a goal (the issue's "mean ± std over >= 3 runs")
@@ -144,13 +150,11 @@ def goal_lines(results: list[dict[str, Any]], reference: dict[str, Any]) -> list
     over cells measured with at least :data:`GOAL_SEEDS` seeds (a fewer-seed cell is named, never met)."""
     lines = ["| goal | best measured | model | seeds | met |", "|---|---|---|---|---|"]
     for goal in reference.get("goals", []):
-        target = goal.get("at_least", goal.get("at_most"))
+        target = goal_bound(goal)
         better = max if "at_least" in goal else min
         found = [(row["measures"][goal["measure"]], row["model"])
                  for result in results if result["size"] in PROTOCOL_SIZES and result["suite"] != "peers"  # ours alone
-                 for row in result["summary"]
-                 if row["dataset"] == goal["dataset"] and row["target_epsilon"] == goal["epsilon"]
-                 and row["measures"].get(goal["measure"], {}).get("mean") is not None]
+                 for row in result["summary"] if goal_reads(goal, row)]
         sign = "≥" if "at_least" in goal else "≤"
         name = f"{goal['dataset']} ε={goal['epsilon']:g} {goal['measure']} {sign} {target}"
         enough = [item for item in found if item[0]["n"] >= GOAL_SEEDS]
@@ -160,8 +164,7 @@ def goal_lines(results: list[dict[str, Any]], reference: dict[str, Any]) -> list
                          f"| {name} | measured with {few[0]['n']} seed(s) only, fewer than {GOAL_SEEDS} | {few[1]} | "
                          f"{few[0]['n']} | no |")
             continue
-        found = enough
-        summary, model = better(found, key=lambda item: item[0]["mean"])
+        summary, model = better(enough, key=lambda item: item[0]["mean"])
         met = summary["mean"] >= target if "at_least" in goal else summary["mean"] <= target
         digits = separating_digits(summary["mean"], target)
         lines.append(f"| {name} | {fmt(summary, digits)} | {model} | {summary['n']} | {'yes' if met else 'no'} |")

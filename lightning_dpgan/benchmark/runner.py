@@ -199,6 +199,12 @@ def portable_text(text: str, data_dir: str | None = None, peers_venv: str | None
     return text
 
 
+def skip_reason(error: BaseException, data_dir: str | None = None, out_dir: str | Path | None = None) -> str:
+    """Why a dataset was skipped, whole (the files tried, the folders searched, the advice), without
+    this machine's paths."""
+    return portable_text(f"{type(error).__name__}: {error}".strip(), data_dir, out_dir=out_dir)
+
+
 def run_logged(command: list[str], log: Path, env: dict[str, str] | None = None) -> float:
     """Run ``command`` with its output in ``log`` (in ``env``, else this process's environment);
     return its wall time. A failure raises with the end of the log, so the reason is on screen
@@ -294,5 +300,5 @@ def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
 
 
 __all__ = ["FOUR_CLASSIFIERS", "THREAD_VARIABLES", "Settings", "evaluate_command", "resume_mismatch", "resume_state",
-           "settings_record", "failed_run", "portable", "portable_text", "read_json", "run_cell", "run_logged", "train_command",
+           "settings_record", "failed_run", "portable", "portable_text", "read_json", "run_cell", "run_logged", "skip_reason", "train_command",
            "usable_cpus", "with_derived_measures"]

@@ -10,6 +10,7 @@ both impossible by construction.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from typing import Any
@@ -91,12 +92,10 @@ class PartitionedSampler:
         self.shard = slice(None)
         self._set_partitions(partitions)
 
-    @property
+    @functools.cached_property
     def records_digest(self) -> str:
         """:func:`records_digest` of the records and labels (computed once: the data is fixed)."""
-        if getattr(self, "_records_digest", None) is None:
-            self._records_digest = records_digest(self.data, self.labels)
-        return self._records_digest
+        return records_digest(self.data, self.labels)
 
     @property
     def num_teachers(self) -> int:

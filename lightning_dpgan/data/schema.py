@@ -558,14 +558,18 @@ def single_field_hint(frame: pd.DataFrame) -> str:
     return ""
 
 
+def row_examples(values: pd.Series, most: int = 3) -> str:
+    """``"'abc' (data row 5)"``: the first of ``values`` with their row (the frame's index,
+    counted from 1 after the header), for an error the data holder reads; '' when there are none."""
+    return ", ".join(f"{value!r} (data row {index + 1 if isinstance(index, int) else index})"
+                     for index, value in values.head(most).items())
+
+
 def non_numeric_examples(series: pd.Series, most: int = 3) -> str:
-    """``"'abc' (data row 5)"``: the first values of ``series`` that are not numbers, with their
-    row (the frame's index, counted from 1 after the header), for an error the data holder reads.
-    A column read as text for a value in another split (the held-out rows) shows none here."""
+    """The first values of ``series`` that are not numbers (:func:`row_examples`). A column read
+    as text for a value in another split (the held-out rows) shows none here."""
     bad = series[pd.to_numeric(series, errors="coerce").isna() & series.notna()]
-    examples = ", ".join(f"{value!r} (data row {index + 1 if isinstance(index, int) else index})"
-                         for index, value in bad.head(most).items())
-    return examples or f"read as {series.dtype}: the text is in other rows of the file"
+    return row_examples(bad, most) or f"read as {series.dtype}: the text is in other rows of the file"
 
 
 def _check_dtype(column: Column, series: pd.Series) -> None:
@@ -592,9 +596,7 @@ def _check_dtype(column: Column, series: pd.Series) -> None:
     numeric_categories = all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in column.categories)
     if numeric_categories and not numeric:
         written = {str(category) for category in column.categories}
-        unlisted = series[series.notna() & ~series.astype(str).isin(written)]
-        examples = ", ".join(f"{value!r} (data row {index + 1 if isinstance(index, int) else index})"
-                             for index, value in unlisted.head(3).items())
+        examples = row_examples(series[series.notna() & ~series.astype(str).isin(written)])
         raise SchemaError(
             f"column '{column.name}' has numeric categories {list(column.categories)} but holds values not written as "
             f"one of them ({examples or f'read as {series.dtype}'}): a category is matched as the schema writes it "

@@ -51,17 +51,18 @@ def validate_epsilon(epsilon: object) -> float:
     return number
 
 
-def validate_delta(delta: object, n_records: int | None = None) -> float:
+def validate_delta(delta: object, n_records: int | None = None, flag: str = "--delta") -> float:
     """Return δ if 0 < δ < 1 and, when the training set size is known, δ < 1/n.
 
     δ is the probability the ε guarantee fails; with δ ≥ 1/n a mechanism may release an
-    entire record and still qualify (Dwork & Roth 2014, §2.3), so it is refused.
+    entire record and still qualify (Dwork & Roth 2014, §2.3), so it is refused. ``flag`` is the
+    option to blame (a preprocessing δ has its own).
     """
-    number = _as_real("--delta", delta)
+    number = _as_real(flag, delta)
     if not 0.0 < number < 1.0:
         raise ValueError(
-            f"--delta must be strictly between 0 and 1, got {delta!r}; "
-            f"pass e.g. --delta {_RECOMMENDED_DELTA:g}"
+            f"{flag} must be strictly between 0 and 1, got {delta!r}; "
+            f"pass e.g. {flag} {_RECOMMENDED_DELTA:g}"
         )
     if n_records is None:
         return number
@@ -69,9 +70,9 @@ def validate_delta(delta: object, n_records: int | None = None) -> float:
         raise ValueError(f"n_records must be a positive integer, got {n_records!r}")
     if number >= 1.0 / n_records:
         raise ValueError(
-            f"--delta {number:g} is not below 1/n = {1.0 / n_records:g} for the "
+            f"{flag} {number:g} is not below 1/n = {1.0 / n_records:g} for the "
             f"n = {n_records} training records; such a δ allows publishing whole records. "
-            f"Pass --delta < 1/n, e.g. --delta {_suggest_delta(n_records):g}"
+            f"Pass {flag} < 1/n, e.g. {flag} {_suggest_delta(n_records):g}"
         )
     return number
 
