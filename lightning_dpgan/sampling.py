@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,27 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
 
 
+def verify_checkpoint_bytes(path: str | Path) -> None:
+    """Refuse a checkpoint whose bytes changed after ``train`` wrote it (a disk or copy error).
+
+    ``torch.save`` stores a CRC-32 of every record of its zip archive, but ``torch.load`` does
+    not check them: a flipped bit inside a tensor loads as a silently wrong weight, and a resumed
+    run or its samples would carry it. Reading every record once against its checksum costs
+    seconds even for a G-PATE checkpoint of tens of GB (about 2 GB/s), so it is done before
+    training resumes from a file and before samples are drawn from one, not for reading the run
+    information alone."""
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
+        raise CheckpointError(f"{path} is not a readable checkpoint (corrupt or truncated?): {type(error).__name__}: "
+                              f"{error}. {_CHECKPOINT_HINT}") from error
+    if damaged is not None:
+        raise CheckpointError(f"{path} is corrupt: its record {damaged} does not match the checksum it was written "
+                              "with, so its weights cannot be trusted. Restore the file from a copy, or train again.")
+
+
 def resume_checkpoint(path: str | Path, model: str, dataset: str, quail: bool = False) -> tuple[dict[str, Any], int]:
     """Refuse a ``--resume`` checkpoint that is missing, corrupt, foreign, or from a run of another
     model or dataset -- before anything is built, trained or written; return its run information
@@ -76,6 +98,7 @@ def resume_checkpoint(path: str | Path, model: str, dataset: str, quail: bool = 
             f"--model {model} --dataset {dataset}. Resume with the model and dataset it was trained with, "
             "or drop --resume to start a new run."
         )
+    verify_checkpoint_bytes(path)
     return info, steps if isinstance(steps, int) else 0
 
 
@@ -120,6 +143,7 @@ def load_module(path: str | Path) -> Any:
     the memory its generator needs. The optimizers' and callbacks' state and what the module
     leaves out for sampling (the PATE teachers) are never read from the file."""
     info = read_run_info(path)
+    verify_checkpoint_bytes(path)
     cls = registry.lookup("model", info["model"]).load()
     checkpoint = read_checkpoint(path)
     for training_only in ("optimizer_states", "lr_schedulers", "callbacks", "loops"):

@@ -9,8 +9,10 @@ import errno
 import gzip
 import os
 import shutil
-import tempfile
 import stat
+import struct
+import tempfile
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -449,21 +451,47 @@ def damaged_checkpoints(image_run: Path, folder: Path) -> dict[str, tuple[Path, 
     (folder / "truncated.ckpt").write_bytes(good.read_bytes()[:2000])
     (folder / "text.ckpt").write_text("not a checkpoint\n")
     torch.save({"state_dict": {}, "epoch": 3}, folder / "foreign.ckpt")
+    (folder / "bitflip.ckpt").write_bytes(with_a_bit_flipped_in_its_largest_tensor(good))
     return {
         "truncated": (folder / "truncated.ckpt", "is not a readable checkpoint (corrupt or truncated?)"),
         "text": (folder / "text.ckpt", "is not a readable checkpoint (corrupt or truncated?)"),
         "foreign": (folder / "foreign.ckpt", "was not written by lightning-dpgan's train"),
         "missing": (folder / "absent.ckpt", "checkpoint not found"),
+        "bitflip": (folder / "bitflip.ckpt", "does not match the checksum it was written with"),
     }
 
 
-@pytest.mark.parametrize("kind", ["truncated", "text", "foreign", "missing"])
+def with_a_bit_flipped_in_its_largest_tensor(checkpoint: Path) -> bytes:
+    """The checkpoint's bytes with one bit of its largest tensor's data flipped: a file that
+    ``torch.load`` still reads (it does not check the records' CRC-32), with a wrong weight."""
+    data = bytearray(checkpoint.read_bytes())
+    with zipfile.ZipFile(checkpoint) as archive:
+        largest = max(archive.infolist(), key=lambda info: info.file_size)
+    # the record's local header: 30 bytes, then its name and extra field (lengths at 26 and 28)
+    name_length, extra_length = struct.unpack("<HH", data[largest.header_offset + 26: largest.header_offset + 30])
+    start = largest.header_offset + 30 + name_length + extra_length
+    data[start + largest.file_size // 2] ^= 0x04
+    return bytes(data)
+
+
+def test_a_flipped_bit_inside_a_tensor_still_loads_with_torch(image_run, tmp_path):
+    """Why the checksum check exists: without it the damaged file loads, its weight changed."""
+    path = damaged_checkpoints(image_run, tmp_path)["bitflip"][0]
+    damaged = torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+    good = torch.load(image_run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+    assert damaged.keys() == good.keys()
+    assert any(not torch.equal(damaged[name], good[name]) for name in good)
+
+
+@pytest.mark.parametrize("kind", ["truncated", "text", "foreign", "missing", "bitflip"])
 def test_resume_checkpoint_check_refuses_damaged_and_foreign_files(image_run, tmp_path, kind):
     path, message = damaged_checkpoints(image_run, tmp_path)[kind]
-    with pytest.raises(CheckpointError, match=r"\(corrupt|not written|not found") as excinfo:
+    with pytest.raises(CheckpointError, match=r"\(corrupt|not written|not found|is corrupt") as excinfo:
         resume_checkpoint(path, "gan", "mnist")
     assert message in str(excinfo.value) and str(path) in str(excinfo.value)
-    if kind != "missing":
+    if kind == "bitflip":
+        assert "Restore the file from a copy, or train again" in str(excinfo.value)
+    elif kind != "missing":
         assert "checkpoints/last.ckpt" in str(excinfo.value)  # what to pass instead
 
 
@@ -477,7 +505,7 @@ def test_resume_checkpoint_check_refuses_another_model_or_dataset(image_run):
         assert "drop --resume" in str(excinfo.value)
 
 
-@pytest.mark.parametrize("kind", ["truncated", "text", "foreign", "other-model"])
+@pytest.mark.parametrize("kind", ["truncated", "text", "foreign", "bitflip", "other-model"])
 def test_train_resume_from_a_damaged_or_foreign_checkpoint_is_a_clear_error(
         image_run, tiny_image_data_dir, tmp_path, capsys, kind):
     if kind == "other-model":
@@ -509,13 +537,20 @@ def test_evaluate_refuses_a_damaged_run_file_by_name_before_any_work(image_run, 
     assert not worked and not (run / "evaluation.json").exists()
 
 
-@pytest.mark.parametrize("kind", ["truncated", "text", "foreign"])
+@pytest.mark.parametrize("kind", ["truncated", "text", "foreign", "bitflip"])
 def test_evaluate_refuses_a_damaged_checkpoint(image_run, tmp_path, capsys, kind):
     run = Path(shutil.copytree(image_run, tmp_path / "run"))
     damaged, message = damaged_checkpoints(image_run, tmp_path)[kind]
     shutil.copyfile(damaged, run / "checkpoints" / "last.ckpt")
     assert_refused(["evaluate", "--run", str(run)], capsys, message)
     assert not (run / "evaluation.json").exists()
+
+
+def test_sample_refuses_a_checkpoint_with_a_flipped_bit(image_run, tmp_path, capsys):
+    damaged, message = damaged_checkpoints(image_run, tmp_path)["bitflip"]
+    out = tmp_path / "samples.png"
+    assert_refused(["sample", "--checkpoint", str(damaged), "-n", "10", "--out", str(out)], capsys, message)
+    assert not out.exists()
 
 
 # --- out of disk -------------------------------------------------------------------------------
