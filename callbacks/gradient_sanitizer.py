@@ -221,7 +221,7 @@ class GradientSanitizer(CalibratedNoiseStrategy):
     def install(self, trainer: L.Trainer, pl_module: Any) -> None:
         batch_size = trainer.datamodule.hparams.batch_size
         self.generated_batch_size = self.generated_batch_size or batch_size
-        pl_module.generated_batch_size = self._records_per_rank()
+        pl_module.generated_batch_size = self._records_per_rank(pl_module)
         if self.amplified:
             self._install_critics(trainer, pl_module, batch_size)
         elif getattr(pl_module, "num_critics", 1) > 1:
@@ -290,7 +290,7 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         self.calibrated_for_steps = steps
         return effective * 2.0 * math.sqrt(self.generated_batch_size)
 
-    def _records_per_rank(self) -> int:
+    def _records_per_rank(self, pl_module: Any) -> int:
         """Generated records each process sanitizes per generator step: B / W under DDP.
 
         Each rank's hook clips its rows to C / (B / W) and noises each entry by sigma C / (B / W)
@@ -301,7 +301,12 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         if self.generated_batch_size % ranks:
             raise ValueError(f"--privacy.generated_batch_size {self.generated_batch_size} must be a multiple of the "
                              f"{ranks} processes, so that every rank sanitizes an equal share")
-        return self.generated_batch_size // ranks
+        share = self.generated_batch_size // ranks
+        if pl_module.generator_normalizes_batches and share < 2:  # else the first generator step fails with "more than 1 value per channel"
+            raise ValueError(f"the generator normalizes each batch (BatchNorm), which needs at least 2 generated records "
+                             f"a step in each process, and --privacy.generated_batch_size {self.generated_batch_size} over "
+                             f"{ranks} processes gives {share}: use --privacy.generated_batch_size {2 * ranks} or more")
+        return share
 
     # ----------------------------------------------------------- accounting
     def _charge(self, batch: int) -> None:

@@ -216,8 +216,7 @@ class Run:
         with BatchNorm (the MLP generators'): training would fail at its first step with
         PyTorch's "Expected more than 1 value per channel", leaving a folder without a checkpoint."""
         generated = self.module.generated_batch_size or getattr(getattr(self.datamodule, "hparams", None), "batch_size", None)
-        batch_norm = any(isinstance(layer, torch.nn.modules.batchnorm._BatchNorm) for layer in self.module.generator.modules())
-        if batch_norm and isinstance(generated, int) and generated < 2:
+        if self.module.generator_normalizes_batches and isinstance(generated, int) and generated < 2:
             raise ConfigError(f"the {self.config['model']['name']} generator normalizes each batch (BatchNorm), which needs "
                               f"at least 2 generated records a step, and this run generates {generated}: use --batch-size 2 or more")
 

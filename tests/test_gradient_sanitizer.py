@@ -93,6 +93,32 @@ def test_one_critic_keeps_the_unamplified_accounting():
     assert strategy.next_step_params() == {"noise_multiplier": 3.0 / (2 * math.sqrt(8))}
 
 
+def gswgan_module():
+    from lightning_dpgan.modules.gswgan import GSWGAN
+
+    return GSWGAN((1, 28, 28), 10, latent_dim=8, generator_kwargs={"base_channels": 4},
+                  discriminator_kwargs={"base_channels": 4})
+
+
+@pytest.mark.parametrize("generated,ranks,share", [(8, 2, 4), (4, 2, 2), (4, 1, 4)])
+def test_each_process_sanitizes_an_equal_share_of_the_generated_batch(monkeypatch, generated, ranks, share):
+    monkeypatch.setattr("lightning_dpgan.callbacks.gradient_sanitizer.world_size", lambda: ranks)
+    strategy = GradientSanitizer(noise_multiplier=3.0, generated_batch_size=generated)
+    assert strategy._records_per_rank(gswgan_module()) == share
+
+
+@pytest.mark.parametrize("generated,ranks,message", [
+    (6, 4, "must be a multiple of the 4 processes"),
+    # GS-WGAN's DCGAN generator normalizes each batch: one record a process could not train
+    (2, 2, "gives 1: use --privacy.generated_batch_size 4 or more"),
+])
+def test_a_generated_batch_the_processes_cannot_share_is_refused(monkeypatch, generated, ranks, message):
+    monkeypatch.setattr("lightning_dpgan.callbacks.gradient_sanitizer.world_size", lambda: ranks)
+    strategy = GradientSanitizer(noise_multiplier=3.0, generated_batch_size=generated)
+    with pytest.raises(ValueError, match=message):
+        strategy._records_per_rank(gswgan_module())
+
+
 def critic_and_generator_gradients(privacy):
     """One GS-WGAN critic step and one generator step, as Lightning would run them, with
     ``privacy`` in the slot; returns the critic's and the generator's gradients and the releases."""

@@ -104,6 +104,12 @@ class GANModule(L.LightningModule):
         return build_networks(h.arch, self.data_shape, h.latent_dim, self.num_classes,
                               h.generator_kwargs, h.discriminator_kwargs)
 
+    @property
+    def generator_normalizes_batches(self) -> bool:
+        """Whether the generator has BatchNorm, whose training step needs at least 2 generated
+        records (PyTorch: "Expected more than 1 value per channel")."""
+        return any(isinstance(layer, nn.modules.batchnorm._BatchNorm) for layer in self.generator.modules())
+
     # ----------------------------------------------------------------- sampling
     def sample_latent(self, n: int) -> Tensor:
         if self.hparams.latent_distribution == "uniform":
