@@ -102,9 +102,10 @@ def test_the_noisy_counts_not_the_true_ones_pick_the_categories():
     assert released == ["b"]
 
 
-def test_numeric_bounds_refuse_bad_parameters():
-    with pytest.raises(ValueError, match="epsilon"):
-        dp_numeric_bounds([1.0], epsilon=0.0)
+@pytest.mark.parametrize("epsilon", [0.0, -1.0, math.inf, math.nan, True, "1"])
+def test_numeric_bounds_refuse_bad_parameters(epsilon):
+    with pytest.raises(ValueError, match="epsilon must be a"):  # True is not a budget of 1
+        dp_numeric_bounds([1.0], epsilon=epsilon)
     with pytest.raises(ValueError, match="alpha"):
         dp_numeric_bounds([1.0], epsilon=1.0, alpha=1.0)
 

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from lightning_dpgan.data.schema import LABEL_KINDS, Column, SchemaError, TableSchema, non_numeric_examples, single_field_hint
+from lightning_dpgan.privacy.validation import validate_delta, validate_positive
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +59,6 @@ def geometric_grid() -> np.ndarray:
     return np.concatenate([-magnitudes[::-1], [0.0], magnitudes])
 
 
-def _check_epsilon(epsilon: float) -> None:
-    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
-
-
-def _check_delta(delta: float) -> None:
-    if not (isinstance(delta, (int, float)) and 0 < delta < 1):
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
 
 
 def dp_numeric_bounds(
@@ -86,7 +79,7 @@ def dp_numeric_bounds(
     least ``1 - alpha`` of the remaining noisy mass. If no bin survives, the bin with the
     largest noisy count is returned. Values outside the result are clipped at encoding.
     """
-    _check_epsilon(epsilon)
+    validate_positive("epsilon", epsilon)
     if not 0 <= alpha < 1:
         raise ValueError(f"alpha must be in [0, 1), got {alpha!r}")
     rng = rng if rng is not None else np.random.default_rng()
@@ -141,8 +134,8 @@ def dp_categories(
     count 1 there and is released with probability ≤ δ -- hence (ε, δ)-DP. The noisy counts
     themselves are not released. Values come back sorted (a data-independent order).
     """
-    _check_epsilon(epsilon)
-    _check_delta(delta)
+    validate_positive("epsilon", epsilon)
+    validate_delta(delta, flag="delta")
     rng = rng if rng is not None else np.random.default_rng()
     counts = pd.Series(values).value_counts(sort=False)
     noisy = counts.to_numpy(dtype=np.float64) + rng.laplace(0.0, 1.0 / epsilon, size=len(counts))
@@ -187,7 +180,7 @@ def infer_schema_dp(
             as categorical, or a label that does not come out as the requested kind (e.g. a
             binary label whose DP category list does not have exactly two classes).
     """
-    _check_epsilon(epsilon)
+    validate_positive("epsilon", epsilon)
     if label_kind not in LABEL_KINDS:
         raise SchemaError(f"label_kind must be one of {LABEL_KINDS}, got {label_kind!r}")
     names = _schema_columns(frame, target, categorical, integer, drop)
@@ -196,7 +189,7 @@ def infer_schema_dp(
     categorical = set(categorical) | ({target} if label_kind != "continuous" else set())
     n_categorical = sum(name in categorical for name in names)
     if n_categorical:
-        _check_delta(delta)
+        validate_delta(delta, flag="delta")
     rng = rng if rng is not None else np.random.default_rng()
     eps_column = epsilon / len(names)
     delta_column = delta / n_categorical if n_categorical else 0.0

@@ -30,6 +30,7 @@ from lightning_dpgan.data.schema import (
     TableSchema,
     _category_codes,
 )
+from lightning_dpgan.privacy.validation import validate_positive
 
 #: Most values a discrete column's grid may hold: each is a slot of the encoding and a bin here.
 MAX_DISCRETE_VALUES = 256
@@ -159,7 +160,7 @@ def dp_column_histograms(
         ``{name: NoisyHistogram}`` (noisy float counts, possibly negative: callers clip as
         post-processing) and the cost ``{"epsilon", "delta": 0.0, "mechanism", "neighbours"}``.
     """
-    _check_epsilon(epsilon)
+    validate_positive("epsilon", epsilon)
     if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
         raise ValueError(f"bins must be an integer >= 1, got {bins!r}")
     names = list(schema.names if columns is None else columns)
@@ -280,7 +281,3 @@ def _categorical_histogram(column: Column, series: pd.Series, scale: float, rng:
         scale=scale,
     )
 
-
-def _check_epsilon(epsilon: float) -> None:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) or epsilon <= 0:
-        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")

@@ -30,7 +30,7 @@ from lightning_dpgan.privacy.analysis.gnmax import (
     threshold_rdp,
 )
 from lightning_dpgan.privacy.analysis.rdp import DEFAULT_ORDERS, check_orders, rdp_to_epsilon
-from lightning_dpgan.privacy.validation import validate_int, validate_positive
+from lightning_dpgan.privacy.validation import validate_delta, validate_int, validate_positive
 
 STATE_FORMAT_VERSION = 1
 
@@ -45,10 +45,6 @@ def _count(value: Any, name: str) -> int:
     """A non-negative integer (:func:`validate_int`)."""
     return validate_int(name, value, 0)
 
-
-def _check_delta(delta: float) -> None:
-    if not 0.0 < delta < 1.0:
-        raise ValueError(f"delta must be in (0, 1), got {delta}")
 
 
 class ConfidentGNMaxAccountant:
@@ -140,7 +136,7 @@ class ConfidentGNMaxAccountant:
         return dependent if self.accounting == "data-dependent" else independent
 
     def _epsilon(self, curve: np.ndarray, delta: float) -> float:
-        _check_delta(delta)
+        validate_delta(delta, flag="delta")
         return 0.0 if len(self) == 0 else rdp_to_epsilon(self.orders, curve, delta)[0]
 
     # ---------------------------------------------------------------- reporting
@@ -185,7 +181,7 @@ class ConfidentGNMaxAccountant:
         would. In data-independent mode ``log_q`` is ignored: stepping would not use it either.
         A fractional number of answers is kept as is (RDP is linear in the count).
         """
-        _check_delta(delta)
+        validate_delta(delta, flag="delta")
         sigma1, sigma2 = _noise_pair(sigma1, sigma2)
         count = _count(queries, "queries")
         fraction = float(answered_fraction)
