@@ -75,6 +75,30 @@ def test_planned_limit_equals_stepping_one_by_one():
     assert budget.stopped_by_budget
 
 
+class PreprocessedStubStrategy(StubStrategy):
+    """The stub with a preprocessing cost and the base class's own ``epsilon``/``epsilon_if``
+    (which the plain stub overrides), so that the stop sees what the product composes."""
+
+    def __init__(self, sigma, rate, preprocessing_epsilon, delta=1e-5):
+        super().__init__(sigma, rate, delta)
+        self.preprocessing = {"epsilon": preprocessing_epsilon, "delta": 0.0}
+
+    epsilon_if = PrivacyStrategy.epsilon_if
+
+
+def test_the_stop_counts_what_preprocessing_spent():
+    strategy = PreprocessedStubStrategy(1.0, 0.05, preprocessing_epsilon=1.0)
+    budget, _ = run_until_stopped(strategy, 3.0)
+    assert budget.stopped_by_budget
+    assert strategy.epsilon() == pytest.approx(1.0 + strategy.accountant.get_epsilon(1e-5))
+    assert strategy.epsilon() <= 3.0 < strategy.epsilon_if(1)
+    # training alone got the 2.0 left, no more: the plain stub (no preprocessing) takes more steps
+    alone = StubStrategy(1.0, 0.05)
+    while alone.accountant.epsilon_if(1e-5, 1, **alone.params) <= 2.0:
+        alone.take_step()
+    assert len(strategy.accountant) == len(alone.accountant)
+
+
 def test_changed_step_parameters_trigger_a_new_plan():
     strategy = StubStrategy(2.0, 0.05)
     budget = PrivacyBudgetStopping(2.0)

@@ -192,6 +192,24 @@ def test_strategy_refuses_a_batch_that_could_pass_the_target():
     assert "> 0.5 left" in strategy.refusal  # kept, for the run's warning if no step was taken
 
 
+@pytest.mark.parametrize("preprocessing, refused", [(0.0, False), (1.0, True)])
+def test_the_refusal_counts_what_preprocessing_spent(preprocessing, refused):
+    """G-PATE trains on tables too, whose DP bounds spend part of --epsilon before training: a
+    batch is refused when it would pass what is left (target less preprocessing), not the target."""
+    votes = torch.tensor([[5, 5]] * 50)
+    worst = ProjectedVoting(sigma1=1.0, sigma2=1.0).accountant.epsilon_if_answered(
+        1e-5, 1.0, 1.0, 50, gnmax_log_q(votes.numpy(), 1.0))
+    strategy = ProjectedVoting(num_teachers=10, sigma1=1.0, sigma2=1.0, target_epsilon=worst + 0.5, delta=1e-5)
+    strategy.preprocessing = {"epsilon": preprocessing, "delta": 0.0}
+    if refused:
+        with pytest.raises(PrivacyBudgetExhausted):
+            strategy._check(votes)
+        assert f"> {worst - 0.5:g} left" in strategy.refusal
+    else:
+        strategy._check(votes)  # fits the whole target
+        assert strategy.refusal is None
+
+
 # ------------------------------------------------------------------------ end to end
 def gpate_args(data_dir, output_dir, *extra):
     return [

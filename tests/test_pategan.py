@@ -485,3 +485,22 @@ def test_an_accountant_that_charged_nothing_yet_is_saved_as_a_state_not_as_missi
     restored.accountant = PATEMomentsAccountant()
     PrivacyStrategy.load_state_dict(restored, saved)  # accepted: the same strategy's state
     assert len(restored.accountant) == 0
+
+
+@pytest.mark.parametrize("preprocessing, refused", [(0.0, False), (1.0, True)])
+def test_the_refusal_counts_what_preprocessing_spent(preprocessing, refused):
+    """A CSV run's DP bounds spend part of --epsilon before training: a query batch is refused
+    when it would pass what is left (target less preprocessing), not the whole target."""
+    from lightning_dpgan.privacy.slots import PrivacyBudgetExhausted
+
+    gaps = np.ones(60)  # split votes: each answer costs much more than a unanimous one
+    cost = PATEMomentsAccountant().epsilon_if_answered(1e-5, 0.05, gaps)
+    strategy = PATEAggregation(lap_inverse_scale=0.05, target_epsilon=cost + 0.5, delta=1e-5)
+    strategy.preprocessing = {"epsilon": preprocessing, "delta": 0.0}
+    if refused:
+        with pytest.raises(PrivacyBudgetExhausted):
+            strategy._charge(0.05, gaps)
+        assert len(strategy.accountant) == 0 and f"> {cost - 0.5:g} left" in strategy.refusal
+    else:
+        strategy._charge(0.05, gaps)
+        assert len(strategy.accountant) == 60 and strategy.epsilon() == pytest.approx(cost)
