@@ -249,17 +249,24 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         self.sampler = CriticSampler(records, partitions, batch_size, labels=labels,
                                      replacement=batch_size > smallest, seed=self.partition_seed)
         check_critic_memory(pl_module.build_critics(self.num_critics), trainer.strategy.root_device)
-        self.selector = torch.Generator()
-        if self.selection_seed is None:
-            self.selector.seed()  # OS entropy: the selection must stay secret
-        else:
-            self.selector.manual_seed(self.selection_seed)
+        self.selector = self.critic_selector()
         critic_steps = pl_module.hparams.discriminator_steps
         # an epoch reads as many real records as the training split holds (round-robin: each partition about once)
         self.steps_per_epoch = max(1, math.ceil(self.train_records / (batch_size * critic_steps)))
         iterations = CriticIterations(self.sampler, self.selector, critic_steps, self.steps_per_epoch,
                                       first_step=lambda: pl_module.train_steps)
         datamodule.train_dataloader = lambda: DataLoader(iterations, batch_size=None)
+
+    def critic_selector(self) -> torch.Generator:
+        """The generator that draws which critic answers each generator step. The amplification
+        holds only while that choice stays secret, so it is seeded from OS entropy, never from
+        the run's ``--seed`` (which a config file publishes); ``selection_seed`` is for tests."""
+        selector = torch.Generator()
+        if self.selection_seed is None:
+            selector.seed()
+        else:
+            selector.manual_seed(self.selection_seed)
+        return selector
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         """Keep the records where the critics are (a GPU), so a step gathers its minibatches there."""

@@ -110,6 +110,27 @@ def test_resume_keeps_the_calibrated_noise(tiny_image_data_dir, tmp_path):
     assert second["epsilon"] <= 6 and second["steps"] >= first["steps"]
 
 
+def test_a_resume_under_a_larger_target_draws_the_noise_it_charges(tiny_image_data_dir, tmp_path, monkeypatch):
+    """The checkpoint's sigma must reach the optimizer that draws the noise, not only the report
+    and the accountant: recalibrated for the larger target it would be smaller than what is charged."""
+    from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
+
+    assert dpgan(tiny_image_data_dir, tmp_path / "a", 4, "--epsilon", "6", "--delta", "1e-4") == 0
+    first = read_json(tmp_path / "a" / "privacy.json")
+    drawn_with, wrap = [], DPSGDMechanism.wrap_optimizer
+
+    def recording_wrap(self, optimizer):
+        private = wrap(self, optimizer)
+        drawn_with.append(private.noise_multiplier)  # the sigma Opacus' optimizer adds noise with
+        return private
+
+    monkeypatch.setattr(DPSGDMechanism, "wrap_optimizer", recording_wrap)
+    assert dpgan(tiny_image_data_dir, tmp_path / "b", 8, "--epsilon", "20", "--delta", "1e-4",
+                 "--resume", str(tmp_path / "a" / "checkpoints" / "last.ckpt")) == 0
+    second = read_json(tmp_path / "b" / "privacy.json")
+    assert drawn_with == [first["noise_multiplier"]] == [second["noise_multiplier"]]
+
+
 def test_resuming_under_a_target_below_what_the_checkpoint_spent_is_refused(tiny_image_data_dir, tmp_path, capsys):
     assert dpgan(tiny_image_data_dir, tmp_path / "a", 4, "--epsilon", "6", "--delta", "1e-4") == 0
     spent = read_json(tmp_path / "a" / "privacy.json")["epsilon"]

@@ -119,6 +119,20 @@ def test_a_generated_batch_the_processes_cannot_share_is_refused(monkeypatch, ge
         strategy._records_per_rank(gswgan_module())
 
 
+def test_the_answering_critic_is_drawn_from_os_entropy_not_from_the_runs_seed():
+    """GS-WGAN's amplification needs the answering critic to stay secret; the run's --seed is
+    in its config.yaml, so two runs of the same seed must draw different selections."""
+    selectors = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        selectors.append(GradientSanitizer(noise_multiplier=3.0, num_critics=1000).critic_selector())
+    draws = [torch.randint(1000, (20,), generator=selector) for selector in selectors]
+    assert not torch.equal(draws[0], draws[1])
+    assert torch.initial_seed() not in {selector.initial_seed() for selector in selectors}
+    fixed = GradientSanitizer(noise_multiplier=3.0, num_critics=1000, selection_seed=7).critic_selector()
+    assert fixed.initial_seed() == 7  # tests may fix it
+
+
 def critic_and_generator_gradients(privacy):
     """One GS-WGAN critic step and one generator step, as Lightning would run them, with
     ``privacy`` in the slot; returns the critic's and the generator's gradients and the releases."""
@@ -158,13 +172,20 @@ def test_the_critic_trains_without_dp_sgd_and_only_the_generator_side_is_sanitiz
     assert all(g.abs().max() < 1e-9 for g in generator)
 
 
-def test_resume_keeps_the_calibrated_noise(gswgan_run, tiny_image_data_dir, tmp_path):
+def test_resume_keeps_the_calibrated_noise(gswgan_run, tiny_image_data_dir, tmp_path, monkeypatch):
     first = read_json(gswgan_run / "privacy.json")
+    used = []  # the sigma the mechanism draws its noise with, at each release
+    sanitize = GradientSanitizerMechanism._sanitize_gradient
+    monkeypatch.setattr(GradientSanitizerMechanism, "_sanitize_gradient",
+                        lambda self, gradient: used.append(self.noise_multiplier) or sanitize(self, gradient))
     # the noise was calibrated for 2 generator steps at epsilon 8: a larger target lets a third run
     assert main(gswgan_args(tiny_image_data_dir, tmp_path / "resumed", 15, "--resume",
                             str(gswgan_run / "checkpoints" / "last.ckpt"), "--epsilon", "20")) == 0
     resumed = read_json(tmp_path / "resumed" / "privacy.json")
     assert resumed["noise_multiplier"] == first["noise_multiplier"]
+    # the restored sigma reached the mechanism, not only the report: a larger target would
+    # otherwise recalibrate the noise down while the accountant charges the checkpoint's
+    assert used and set(used) == {first["noise_multiplier"]}
     assert resumed["generator_steps"] == 3 and 8.0 < resumed["epsilon"] <= 20.0
     assert resumed["epsilon"] == pytest.approx(sanitizer_epsilon(resumed), rel=1e-9)  # all 3 steps charged
 
