@@ -519,6 +519,30 @@ def test_dp_histogram_extreme_records_move_each_of_the_d_column_histograms_by_on
     assert np.abs(counts(pd.concat([base, pd.DataFrame([dropped])], ignore_index=True)) - without).sum() == 0
 
 
+def test_dp_histogram_every_released_count_carries_its_own_laplace_draw():
+    """Protects the noise on every bin the histograms release, the special values' counts of a
+    mixed column included: each released count is its true count plus one draw of scale d/epsilon
+    (here a marker draw of 1e6, so that a count released without noise would show)."""
+
+    class MarkerNoise:
+        def __init__(self):
+            self.scales = []
+
+        def laplace(self, loc, scale, size):
+            self.scales.append(scale)
+            return np.full(size, 1e6)
+
+    frame, epsilon, d = table(300, 0), 2.0, len(HIST_SCHEMA.columns)
+    exact, _ = dp_column_histograms(frame, HIST_SCHEMA, epsilon, bins=16, rng=NoiseProbe(), **HIST_ROLES)
+    marker = MarkerNoise()
+    noisy, _ = dp_column_histograms(frame, HIST_SCHEMA, epsilon, bins=16, rng=marker, **HIST_ROLES)
+    for name, histogram in noisy.items():
+        np.testing.assert_allclose(histogram.counts, exact[name].counts + 1e6)
+        np.testing.assert_allclose(histogram.special_counts, exact[name].special_counts + 1e6)
+    assert len(noisy["gain"].special_counts) == 1  # the mixed column's special value 0 is released
+    assert set(marker.scales) == {d / epsilon}
+
+
 def test_dp_bounds_counts_move_by_one_for_any_added_value():
     """Protects the sensitivity 1 of the bounds histogram (a fixed grid, outermost bins catch
     everything beyond it) and of the category counts (a new value is a new count of 1, the
