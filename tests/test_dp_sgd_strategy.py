@@ -593,3 +593,26 @@ def test_a_run_with_shuffled_batches_trains_on_the_secret_order(tiny_image_data_
     (sampler, generator), = samplers
     assert isinstance(sampler, torch.utils.data.RandomSampler) and sampler.generator is generator
     assert read_json(tmp_path / "run" / "privacy.json")["sampling"] == "shuffle"
+
+
+def test_the_mechanism_clips_to_the_reported_bound_and_divides_by_the_charged_batch(tiny_image_data_dir, tmp_path,
+                                                                                     monkeypatch):
+    """What privacy.json reports (C, q) is what the mechanism and Opacus' optimizer use: a
+    mechanism clipping at another C, or averaging over another batch, would go unnoticed otherwise."""
+    from lightning_dpgan.privacy import dp_sgd
+
+    made = []
+    original = dp_sgd.DPSGDMechanism.__init__
+
+    def spy(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(dp_sgd.DPSGDMechanism, "__init__", spy)
+    assert dpgan(tiny_image_data_dir, tmp_path / "run", 2, "--privacy.noise_multiplier", "1.3",
+                 "--privacy.max_grad_norm", "0.7") == 0
+    report = read_json(tmp_path / "run" / "privacy.json")
+    (mechanism,) = made
+    assert report["max_grad_norm"] == 0.7 and report["sample_rate"] == pytest.approx(BATCH / TRAIN_RECORDS)
+    assert mechanism.max_grad_norm == 0.7 and mechanism._optimizer.max_grad_norm == 0.7
+    assert mechanism.expected_batch_size == BATCH and mechanism._optimizer.expected_batch_size == BATCH

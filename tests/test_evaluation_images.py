@@ -78,3 +78,9 @@ def test_load_synthetic_npz_refuses_unlabelled_records(tmp_path):
     np.savez_compressed(path, images=np.zeros((4, 1, 28, 28), dtype=np.uint8))
     with pytest.raises(ValueError, match="unconditional"):
         load_synthetic_npz(path)
+
+
+def test_cnn_accuracy_is_measured_on_the_test_records(bars):
+    train_images, train_labels, test_images, test_labels = bars
+    wrong = (test_labels + 1) % 10  # every test label wrong: a classifier that learnt the bars scores ~0
+    assert cnn_accuracy(train_images, train_labels, test_images, wrong, **SCHEDULE)["accuracy"] <= 0.1

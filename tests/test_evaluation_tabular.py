@@ -7,8 +7,14 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import torch
+from run_helpers import record_calls
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import average_precision_score, roc_auc_score
 from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import label_binarize
 
+from lightning_dpgan import evaluate as evaluate_module
 from lightning_dpgan.data.schema import Column, TableSchema
 from lightning_dpgan.evaluation import (
     CLASSIFIERS,
@@ -26,6 +32,7 @@ from lightning_dpgan.evaluation import (
     utility_differences,
     wasserstein_per_column,
 )
+from lightning_dpgan.evaluation import membership, utility
 
 FAST = {name: CLASSIFIERS[name] for name in ("logistic_regression", "decision_tree", "gaussian_nb")}
 
@@ -422,3 +429,110 @@ def test_a_numeric_column_with_more_grid_values_than_the_cap_is_left_to_wasserst
     assert set(total_variation_per_column(real, other_real_sample, schema)) == {"hours"}
     assert set(invented_share_per_column(real, other_real_sample, schema)) == {"hours"}
     assert set(wasserstein_per_column(real, other_real_sample, schema)) == {"weight", "hours"}
+
+
+# --- what the averages, the multiclass scores and a dev evaluation are computed from (mutation audit) ---
+
+
+TWO_COLUMNS = TableSchema((Column("a", "continuous", bounds=(0.0, 1.0), source="test"),
+                           Column("b", "continuous", bounds=(0.0, 1.0), source="test")), label=None)
+
+
+def test_a_feature_constant_in_one_table_keeps_its_diagonal():
+    real = pd.DataFrame({"a": [0.0, 1.0, 0.0, 1.0], "b": [0.0, 1.0, 1.0, 0.0]})  # corr(a, b) = 0: identity
+    flat = real.assign(b=0.5)  # b constant: correlation 0 with a by the documented rule, 1 with itself
+    assert correlation_difference(real, flat, TWO_COLUMNS) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_correlation_difference_is_the_frobenius_norm():
+    real = pd.DataFrame({"a": [0.0, 1.0, 0.0, 1.0], "b": [0.0, 1.0, 0.0, 1.0]})  # [[1, 1], [1, 1]]
+    other = pd.DataFrame({"a": [0.0, 1.0, 0.0, 1.0], "b": [0.0, 1.0, 1.0, 0.0]})  # identity
+    assert correlation_difference(real, other, TWO_COLUMNS) == pytest.approx(math.sqrt(2), abs=1e-12)
+
+
+def noisy_labels(n, seed):
+    """make_table's rows with a quarter of the labels flipped: classifiers that score differently."""
+    frame = make_table(n, seed)
+    rng = np.random.default_rng(seed + 100)
+    flip = rng.random(n) < 0.25
+    frame.loc[flip, "y"] = np.where(frame.loc[flip, "y"] == "yes", "no", "yes")
+    return frame
+
+
+def test_the_average_is_over_every_classifier():
+    result = classification_utility(noisy_labels(400, 1), noisy_labels(300, 2), SCHEMA, FAST)
+    for metric in ("auroc", "auprc", "accuracy", "f1"):
+        values = [result["per_classifier"][name][metric] for name in FAST]
+        assert result["average"][metric] == pytest.approx(float(np.mean(values)), abs=1e-12), metric
+
+
+MULTI = TableSchema((Column("x1", "continuous", bounds=(0.0, 10.0), source="test"),
+                     Column("y", "categorical", categories=("a", "b", "c"), source="test")),
+                    label="y", label_kind="categorical")
+
+
+def multi_table(n, seed):
+    rng = np.random.default_rng(seed)
+    x1 = rng.uniform(0, 10, n)
+    y = np.select([x1 < 3, x1 < 7], ["a", "b"], "c")
+    flip = rng.random(n) < 0.3
+    y[flip] = rng.choice(["a", "b", "c"], flip.sum())
+    return pd.DataFrame({"x1": x1, "y": y})
+
+
+def test_multiclass_auroc_and_auprc_are_one_vs_rest_macro_averages():
+    train, test = multi_table(400, 1), multi_table(300, 2)
+    result = classification_utility(train, test, MULTI, {"lr": CLASSIFIERS["logistic_regression"]})["per_classifier"]["lr"]
+    x, y = features_and_label(train, MULTI)
+    x_test, y_test = features_and_label(test, MULTI)
+    proba = LogisticRegression(max_iter=1000, random_state=0).fit(x, y).predict_proba(x_test)
+    assert result["auroc"] == pytest.approx(roc_auc_score(y_test, proba, multi_class="ovr", average="macro"), abs=1e-12)
+    assert result["auprc"] == pytest.approx(
+        average_precision_score(label_binarize(y_test, classes=[0, 1, 2]), proba, average="macro"), abs=1e-12)
+
+
+class NoTestSplit:
+    """A datamodule stand-in whose test split must not be read (a dev-split evaluation)."""
+
+    def __init__(self, schema, train):
+        self.schema, self.train_frame = schema, train
+
+    @property
+    def test_frame(self):
+        raise AssertionError("the test split was read during a dev evaluation")
+
+
+def test_a_dev_evaluation_of_a_classification_table_reads_no_test_row(monkeypatch):
+    monkeypatch.setattr(utility, "CLASSIFIERS", FAST)
+    attacked = record_calls(monkeypatch, membership, "membership_inference")
+    train, dev, synthetic = make_table(300, 1), make_table(100, 2), make_table(300, 3)
+    results = evaluate_module.evaluate_table(NoTestSplit(SCHEMA, train), synthetic, held_out=dev)
+    released, members, non_members = attacked[0]
+    assert torch.equal(members, SCHEMA.encode(train)[0]) and torch.equal(non_members, SCHEMA.encode(dev)[0])
+    assert torch.equal(released, SCHEMA.encode(synthetic)[0])
+    assert results["fidelity/pmse"] == pmse(train, synthetic, SCHEMA)["pmse"]
+    assert results["fidelity/correlation_difference"] == correlation_difference(train, synthetic, SCHEMA)
+
+
+def test_a_dev_evaluation_of_a_regression_table_reads_no_test_row(monkeypatch):
+    attacked = record_calls(monkeypatch, membership, "membership_inference")
+    train, dev, synthetic = regression_table(200, 1), regression_table(80, 2), regression_table(200, 3, noise=0.3)
+    results = evaluate_module.evaluate_table(NoTestSplit(REGRESSION_SCHEMA, train), synthetic, held_out=dev)
+    assert results["utility/real_r2"] == regression_utility(train, dev, REGRESSION_SCHEMA)["average"]["r2"]
+    assert results["utility/synthetic_r2"] == regression_utility(synthetic, dev, REGRESSION_SCHEMA)["average"]["r2"]
+    _, members, non_members = attacked[0]
+    assert torch.equal(members, REGRESSION_SCHEMA.encode(train)[0])
+    assert torch.equal(non_members, REGRESSION_SCHEMA.encode(dev)[0])
+
+
+def test_the_reported_sra_ranks_setting_a_against_setting_c(monkeypatch):
+    def canned(scores):
+        per = {name: {"auroc": s, "auprc": s, "accuracy": s, "f1": s, "degenerate": False} for name, s in scores.items()}
+        return {"per_classifier": per, "average": {m: float(np.mean(list(scores.values()))) for m in ("auroc", "auprc", "accuracy", "f1")}}
+
+    a, c = {"lr": 0.9, "dt": 0.8, "nb": 0.7}, {"lr": 0.6, "dt": 0.5, "nb": 0.4}  # the same ranking
+    b = {"lr": 0.1, "dt": 0.2, "nb": 0.3}  # the reverse
+    monkeypatch.setattr(utility, "settings_abc", lambda *args, **kwargs: {"A": canned(a), "B": canned(b), "C": canned(c)})
+    train = make_table(200, 1)
+    results = evaluate_module.evaluate_table(NoTestSplit(SCHEMA, train), make_table(200, 3), held_out=make_table(100, 2))
+    assert results["utility/sra"] == 1.0

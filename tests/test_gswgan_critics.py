@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from lightning_dpgan.callbacks.gradient_sanitizer import CriticIterations, CriticSampler, GradientSanitizer
 from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.cli import main
-from lightning_dpgan.data.partition import teacher_partitions
+from lightning_dpgan.data.partition import disjoint_partitions, teacher_partitions
 from lightning_dpgan.modules.gswgan import GSWGAN, CriticBank
 from lightning_dpgan.privacy.accountants import (
     GaussianAccountant,
@@ -494,3 +494,15 @@ def test_the_image_presets_are_gswgans_setting_and_the_comment_holds(dataset):
     ours = rdp_to_epsilon(ORDERS, 20000 * selected_critic_gaussian_rdp(ORDERS, 2.14 / (2 * math.sqrt(32)), 1000), 1e-5)[0]
     paper_code = rdp_to_epsilon(ORDERS, 32 * 20000 * selected_critic_gaussian_rdp(ORDERS, 1.07, 1000), 1e-5)[0]
     assert 2e5 < ours < 4e5 and 8.0 < paper_code < 11.0
+
+
+@pytest.mark.parametrize("replacement", [False, True])
+def test_unequal_critic_partitions_draw_only_from_their_own_part(replacement):
+    """As for the teachers: a critic's padded partition never hands it another critic's record."""
+    n, k, batch = 103, 10, 10
+    parts = disjoint_partitions(n, k, seed=0)
+    sampler = CriticSampler(torch.arange(n).unsqueeze(1), parts, batch, replacement=replacement, seed=1)
+    for _ in range(20):
+        for j in range(k):
+            records, _ = sampler.draw_from(j, 3)
+            assert set(records.flatten().tolist()) <= set(parts[j].tolist())

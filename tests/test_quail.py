@@ -408,3 +408,26 @@ def test_quail_settings_without_model_quail_and_quail_on_images_are_refused(tmp_
     assert "use it with --model quail" in capsys.readouterr().err
     assert main(["train", "--model", "quail", "--quail-synthesizer", "dpgan", "--dataset", "mnist", "--epsilon", "1"]) == 2
     assert "QUAIL labels table rows" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("neighbours", ["add-remove", "replace-one"])
+def test_fit_labeler_trains_the_label_model_at_split_of_the_budget(monkeypatch, neighbours):
+    """The label model gets p of (epsilon, delta), not 1 - p: the end-to-end runs use p = 0.5,
+    where the two are the same."""
+    from lightning_dpgan.quail import QUAIL
+
+    seen = []
+
+    def fake_train(network, features, targets, epsilon, delta, settings, noise_seed=None):
+        seen.append((epsilon, delta))
+        return {"epsilon": epsilon, "delta": delta, "neighbours": "add-remove", "mechanism": "fake"}
+
+    monkeypatch.setattr("lightning_dpgan.quail.train_dp_label_model", fake_train)
+    datamodule = AdultDataModule(data_dir=FIXTURES / "adult_tiny", download=False, batch_size=8)
+    datamodule.setup()
+    QUAIL(split=0.3, batch_size=8).fit_labeler(datamodule, 8.0, 1e-4, neighbours)
+    if neighbours == "add-remove":
+        expected = (0.3 * 8.0, 0.3 * 1e-4)
+    else:  # restated for replace-one (2 eps, (1 + e^eps) delta) it is 0.3 of the total
+        expected = (0.3 * 8.0 / 2, 0.3 * 1e-4 / (1 + math.exp(1.2)))
+    assert seen == [pytest.approx(expected)]

@@ -504,3 +504,17 @@ def test_sampler_refuses_overlapping_or_too_small_partitions() -> None:
     with pytest.raises(ValueError, match="smallest partition"):
         PartitionedSampler(data, disjoint_partitions(20, 10, seed=0), batch_size=3)
     PartitionedSampler(data, disjoint_partitions(20, 10, seed=0), batch_size=3, replacement=True)
+
+
+@pytest.mark.parametrize("replacement", [False, True])
+def test_unequal_partitions_draw_only_from_their_own_part(replacement):
+    """Shorter partitions are padded with index 0, a real record of another teacher's partition:
+    the padding must never be drawn, or that record would reach two teachers."""
+    n, k, batch = 103, 10, 10  # parts of 11 and 10: the shorter ones are padded
+    parts = disjoint_partitions(n, k, seed=0)
+    assert {p.numel() for p in parts} == {10, 11}
+    sampler = PartitionedSampler(torch.arange(n).unsqueeze(1), parts, batch, replacement=replacement, seed=1)
+    for _ in range(50):
+        indices = sampler.draw_indices()
+        for j in range(k):
+            assert set(indices[j].tolist()) <= set(parts[j].tolist())
