@@ -225,3 +225,24 @@ def same_release_worker(rank: int, digests: list[int]) -> str:
     except StaleReleaseError as error:
         return str(error)
     return "ok"
+
+
+def query_worker(rank: int) -> list:
+    """Each teacher model's query inputs on this rank, its global random stream its own."""
+    results = []
+    for model in teacher_models():  # G-PATE (labelled) and PATE-GAN
+        torch.manual_seed(100 + rank)  # each rank's global stream its own
+        latent, labels = model.query_inputs(6)
+        results.append((latent, labels))
+    return results
+
+
+def answer_worker(rank: int) -> list[int]:
+    """Each rank's loader drew its own secret answering critic (here: its rank)."""
+    from lightning_dpgan.modules.gswgan import GSWGAN
+
+    module = GSWGAN((6,), num_critics=3, discriminator_kwargs={"hidden": (8,)})
+    seen = []
+    module.selected_critic_iteration = lambda trained, answer, records, labels: seen.append(answer)
+    module.training_step({"critic": 0, "answer": rank + 1, "records": torch.zeros(1, 2, 6), "labels": None}, 0)
+    return seen

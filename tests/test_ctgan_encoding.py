@@ -16,7 +16,7 @@ from run_helpers import empty_folder
 from lightning_dpgan.data import dp_histogram
 from lightning_dpgan.data.conditional import ConditionalSampler
 from lightning_dpgan.data.dp_histogram import dp_column_histograms
-from lightning_dpgan.data.modes import ModeSpecificNormalizer
+from lightning_dpgan.data.modes import MAX_MODES, ModeSpecificNormalizer
 from lightning_dpgan.data.schema import Column, SchemaError, TableSchema
 from lightning_dpgan.data.table_transformer import TableTransformer, record_uniforms
 from lightning_dpgan.datamodules import tabular as tabular_module
@@ -877,3 +877,40 @@ def test_discrete_declarations_follow_the_datamodules_label_rules(tmp_path):
     assert [e.encoding for e in features_only.table_transformer.encoders] == ["discrete"]
     with pytest.raises(SchemaError, match="cannot be discrete"):
         _ = CSVDataModule(**csv_kwargs).table_transformer
+
+
+def test_condition_frequencies_and_modes_are_the_noisy_release_post_processed():
+    """The conditional vector's category frequencies and a column's modes are post-processing of
+    the one noisy release fit_dp draws, never of the rows' own counts."""
+    frame = make_frame(600)
+    epsilon = 0.5  # Laplace scale d/eps = 12 records: far from the raw shares
+    released, _ = dp_column_histograms(frame, SCHEMA, epsilon, log_columns=LOG, special_values=MIXED,
+                                       rng=np.random.default_rng(3))
+    transformer, _ = TableTransformer.fit_dp(frame, SCHEMA, epsilon, mixed=MIXED, log_columns=LOG,
+                                             rng=np.random.default_rng(3))
+    for name, frequencies in zip(("colour", "y"), transformer.condition_frequencies):
+        noisy = np.clip(released[name].counts, 0.0, None)
+        assert frequencies == pytest.approx(noisy / noisy.sum())
+        raw = frame[name].value_counts().reindex(list(SCHEMA.column(name).categories), fill_value=0).to_numpy()
+        assert np.abs(np.array(frequencies) - raw / raw.sum()).max() > 1e-3  # the noise is there
+    x = released["x"]
+    assert transformer.encoders[0].normalizer == ModeSpecificNormalizer.fit_histogram(x.edges, x.counts, MAX_MODES, 0)
+
+
+def test_the_label_scalar_uses_the_public_bounds_not_the_rows_range():
+    """A continuous label's scalar is scaled by the schema's public bounds (log bounds for a long-tail
+    label), never by the rows' min/max: a record's scalar does not move when another is removed."""
+    schema = TableSchema(
+        (Column("area", "continuous", bounds=(0.0, 100.0)), Column("price", "continuous", bounds=(0.0, 1e6))),
+        label="price", label_kind="continuous",
+    )
+    frame = pd.DataFrame({"area": [10.0, 50.0, 90.0], "price": [2e5, 4e5, 6e5]})  # strictly inside the bounds
+    for log_columns in ((), ("price",)):
+        transformer = TableTransformer.from_bounds(schema, log_columns=log_columns)
+        start = transformer.label_span[0]
+        encoded, _ = transformer.encode(frame)
+        price = frame["price"].to_numpy()
+        expected = (2 * np.log1p(price) / np.log1p(1e6) - 1) if log_columns else 2 * price / 1e6 - 1
+        assert encoded[:, start].numpy() == pytest.approx(expected, abs=1e-6)
+        without_first, _ = transformer.encode(frame.iloc[1:])
+        assert torch.equal(without_first, encoded[1:])  # a record's scalar is its own

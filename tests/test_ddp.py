@@ -317,3 +317,19 @@ def test_dp_sgd_ranks_keep_stepping_together_through_empty_poisson_batches():
     assert len(rank0) == len(rank1) == epochs * records // batch
     empty = sum(not b for b in rank0 + rank1)
     assert 0.2 < empty / (2 * len(rank0)) < 0.5, empty  # (1 - 0.1)^10 = 0.35 over 400 draws
+
+
+def test_teacher_query_inputs_are_rank_zeros_on_every_rank():
+    """The records the teachers vote on are rank 0's on every rank even when the ranks' random
+    streams drift apart: otherwise each shard votes on other records and the sum mixes them."""
+    zero, one = workers.run_on_ranks(workers.query_worker)
+    for (latent0, labels0), (latent1, labels1) in zip(zero, one):
+        torch.testing.assert_close(latent1, latent0)
+        if labels0 is not None:
+            torch.testing.assert_close(labels1, labels0)
+
+
+def test_every_rank_steps_the_generator_through_rank_zeros_answering_critic():
+    """GS-WGAN with N critics: the generator steps through rank 0's secret answering critic on
+    every rank, whatever each rank's loader drew."""
+    assert workers.run_on_ranks(workers.answer_worker) == [[1], [1]]

@@ -14,6 +14,7 @@ import torch
 from lightning_dpgan.callbacks.pate import PATEAggregation
 from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.cli import main
+from lightning_dpgan.data.partition import PartitionedSampler, disjoint_partitions
 from lightning_dpgan.datamodules.adult import AdultDataModule
 from lightning_dpgan.modules.pategan import PATEGAN
 from lightning_dpgan.privacy.accountants import PATEMomentsAccountant
@@ -504,3 +505,29 @@ def test_the_refusal_counts_what_preprocessing_spent(preprocessing, refused):
     else:
         strategy._charge(0.05, gaps)
         assert len(strategy.accountant) == 60 and strategy.epsilon() == pytest.approx(cost)
+
+
+def pate_strategy_over(data):
+    """A PATE strategy with the sampler its install builds, over ``data``."""
+    strategy = PATEAggregation(num_teachers=3)
+    strategy.accountant = PATEMomentsAccountant()
+    strategy.sampler = PartitionedSampler(data, disjoint_partitions(len(data), 3, seed=0), 4, seed=0)  # as install builds it
+    return strategy
+
+
+def test_the_teacher_strategy_restores_its_samplers_draws_and_refuses_other_records():
+    """A resumed run goes on with the sampler's next draws (not the first segment's again) and
+    refuses a checkpoint of other records of the same count."""
+    data = torch.randn(60, 4)
+    first = pate_strategy_over(data)
+    first_draws = [first.sampler.draw_indices() for _ in range(2)]
+    saved = first.state_dict()
+    expected = [first.sampler.draw_indices() for _ in range(3)]
+    resumed = pate_strategy_over(data)
+    resumed.load_state_dict(saved)
+    got = [resumed.sampler.draw_indices() for _ in range(3)]
+    assert all(torch.equal(a, b) for a, b in zip(got, expected))
+    assert not torch.equal(got[0], first_draws[0])  # not the first segment's draws replayed
+    other = pate_strategy_over(torch.randn(60, 4))  # same count, other records
+    with pytest.raises(ValueError, match="other training records"):
+        other.load_state_dict(saved)

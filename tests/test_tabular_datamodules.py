@@ -551,3 +551,27 @@ def test_a_data_dir_file_that_is_not_the_canonical_one_trains_with_a_warning(cap
         datamodule.setup()
     assert f"{FIXTURES / 'adult_tiny' / 'adult.data'} is not the canonical adult.data" in caplog.text
     assert datamodule.train_size == 36  # trained on as it is
+
+
+def test_the_seeded_split_depends_on_the_row_count_alone(tmp_path):
+    """The train/test split is the seeded permutation of the row count alone: changing records'
+    values moves no record between the splits (a split that read values would release them)."""
+    import json
+
+    from test_ctgan_encoding import SCHEMA, make_frame
+
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(SCHEMA.to_dict()))
+    frame = make_frame(200, seed=3)
+    changed = frame.copy()
+    changed.loc[0, "x"], changed.loc[1, "x"] = 9.5, -9.5  # two records' values, nothing else
+    changed.loc[2:, "x"] = changed.loc[2:, "x"].to_numpy()[::-1]
+    splits = []
+    for name, data in (("a.csv", frame), ("b.csv", changed)):
+        data.to_csv(tmp_path / name, index=False)
+        module = CSVDataModule(csv=tmp_path / name, schema=schema_file, split_seed=4)
+        module._load_frames()
+        splits.append((list(module.train_frame.index), list(module.test_frame.index)))
+    assert splits[0] == splits[1]
+    order = np.random.default_rng(4).permutation(200)
+    assert splits[0] == (sorted(order[40:].tolist()), sorted(order[:40].tolist()))
