@@ -87,3 +87,24 @@ def empty_folder(parent: Path) -> Path:
     folder = parent / "nothing-here"
     folder.mkdir(exist_ok=True)
     return folder
+
+
+def assert_resume_restores_sampler_draws(strategy_over) -> None:
+    """A teacher or critic strategy's state, loaded into a fresh strategy over the same records,
+    goes on with its sampler's next draws (not the first segment's again); over other records of
+    the same count it is refused. ``strategy_over(records)`` builds the strategy and its sampler."""
+    import pytest
+    import torch
+
+    data = torch.randn(60, 4)
+    first = strategy_over(data)
+    first_draws = [first.sampler.draw_indices() for _ in range(2)]
+    saved = first.state_dict()
+    expected = [first.sampler.draw_indices() for _ in range(3)]
+    resumed = strategy_over(data)
+    resumed.load_state_dict(saved)
+    got = [resumed.sampler.draw_indices() for _ in range(3)]
+    assert all(torch.equal(a, b) for a, b in zip(got, expected))
+    assert not torch.equal(got[0], first_draws[0])  # not the first segment's draws replayed
+    with pytest.raises(ValueError, match="other training records"):
+        strategy_over(torch.randn(60, 4)).load_state_dict(saved)

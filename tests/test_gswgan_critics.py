@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 from dp_accounting.rdp import rdp_privacy_accountant
-from run_helpers import grid_tiles, read_json, tiny_run_args
+from run_helpers import assert_resume_restores_sampler_draws, grid_tiles, read_json, tiny_run_args
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_dpgan.callbacks.gradient_sanitizer import CriticIterations, CriticSampler, GradientSanitizer
@@ -509,22 +509,11 @@ def test_unequal_critic_partitions_draw_only_from_their_own_part(replacement):
 
 
 def test_the_critic_strategy_restores_its_samplers_draws_and_refuses_other_records():
-    """The same for GS-WGAN's N critics (paste into tests/test_gswgan_critics.py)."""
-    def strategy(data):
-        s = GradientSanitizer(noise_multiplier=1.0, num_critics=3)
-        s.sampler = CriticSampler(data, disjoint_partitions(len(data), 3, seed=0), 4, seed=0)
-        s.selector = s.critic_selector()
-        return s
+    """As the PATE strategy's (test_pategan): GS-WGAN's N critics go on with their draws."""
+    def strategy_over(data):
+        strategy = GradientSanitizer(noise_multiplier=1.0, num_critics=3)
+        strategy.sampler = CriticSampler(data, disjoint_partitions(len(data), 3, seed=0), 4, seed=0)
+        strategy.selector = strategy.critic_selector()
+        return strategy
 
-    data = torch.randn(60, 4)
-    first = strategy(data)
-    first_draws = [first.sampler.draw_indices() for _ in range(2)]
-    saved = first.state_dict()
-    expected = [first.sampler.draw_indices() for _ in range(3)]
-    resumed = strategy(data)
-    resumed.load_state_dict(saved)
-    got = [resumed.sampler.draw_indices() for _ in range(3)]
-    assert all(torch.equal(a, b) for a, b in zip(got, expected))
-    assert not torch.equal(got[0], first_draws[0])
-    with pytest.raises(ValueError, match="other training records"):
-        strategy(torch.randn(60, 4)).load_state_dict(saved)
+    assert_resume_restores_sampler_draws(strategy_over)

@@ -18,7 +18,7 @@ from lightning_dpgan.data.partition import PartitionedSampler, disjoint_partitio
 from lightning_dpgan.datamodules.adult import AdultDataModule
 from lightning_dpgan.modules.pategan import PATEGAN
 from lightning_dpgan.privacy.accountants import PATEMomentsAccountant
-from run_helpers import checkpoint_accountant_state, read_json
+from run_helpers import assert_resume_restores_sampler_draws, checkpoint_accountant_state, read_json
 
 ADULT = Path(__file__).parent / "fixtures" / "adult_tiny"
 TEACHERS, TEACHER_BATCH, LAMBDA = 3, 8, 0.05
@@ -518,16 +518,4 @@ def pate_strategy_over(data):
 def test_the_teacher_strategy_restores_its_samplers_draws_and_refuses_other_records():
     """A resumed run goes on with the sampler's next draws (not the first segment's again) and
     refuses a checkpoint of other records of the same count."""
-    data = torch.randn(60, 4)
-    first = pate_strategy_over(data)
-    first_draws = [first.sampler.draw_indices() for _ in range(2)]
-    saved = first.state_dict()
-    expected = [first.sampler.draw_indices() for _ in range(3)]
-    resumed = pate_strategy_over(data)
-    resumed.load_state_dict(saved)
-    got = [resumed.sampler.draw_indices() for _ in range(3)]
-    assert all(torch.equal(a, b) for a, b in zip(got, expected))
-    assert not torch.equal(got[0], first_draws[0])  # not the first segment's draws replayed
-    other = pate_strategy_over(torch.randn(60, 4))  # same count, other records
-    with pytest.raises(ValueError, match="other training records"):
-        other.load_state_dict(saved)
+    assert_resume_restores_sampler_draws(pate_strategy_over)
