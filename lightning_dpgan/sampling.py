@@ -141,7 +141,8 @@ def synthetic_row_chunks(module: Any, decoder: Any, labeler: Any, n: int) -> Ite
 def load_module(path: str | Path) -> Any:
     """Rebuild the trained module from a checkpoint written by ``train``, to draw samples: in
     the memory its generator needs. The optimizers' and callbacks' state and what the module
-    leaves out for sampling (the PATE teachers) are never read from the file."""
+    leaves out for sampling (the PATE teachers) are never loaded (the checksum check streams
+    their bytes, without keeping them)."""
     info = read_run_info(path)
     verify_checkpoint_bytes(path)
     cls = registry.lookup("model", info["model"]).load()

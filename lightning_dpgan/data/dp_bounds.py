@@ -59,8 +59,6 @@ def geometric_grid() -> np.ndarray:
     return np.concatenate([-magnitudes[::-1], [0.0], magnitudes])
 
 
-
-
 def dp_numeric_bounds(
     values: Sequence[float] | np.ndarray | pd.Series,
     epsilon: float,

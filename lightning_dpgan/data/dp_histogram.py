@@ -280,4 +280,3 @@ def _categorical_histogram(column: Column, series: pd.Series, scale: float, rng:
         categories=column.categories,
         scale=scale,
     )
-

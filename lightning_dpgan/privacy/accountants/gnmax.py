@@ -46,7 +46,6 @@ def _count(value: Any, name: str) -> int:
     return validate_int(name, value, 0)
 
 
-
 class ConfidentGNMaxAccountant:
     """Sums per-query RDP curves of Confident-GNMax, data-dependent and data-independent side by side.
 
