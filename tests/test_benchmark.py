@@ -1065,3 +1065,28 @@ def test_an_installation_without_the_benchmarks_folder_is_refused_before_anythin
         cli.benchmark(["--suite", "tables", "--quick", "--results-dir", str(tmp_path / "results"),
                        "--results-md", str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
     assert not (tmp_path / "results").exists() and not (tmp_path / "runs").exists()
+
+
+AT_MOST_GOAL = {"dataset": "king", "measure": "utility/difference_r2", "epsilon": 1.0, "at_most": 0.15}
+
+
+def king_gap_row(model, mean):
+    return {"model": model, "dataset": "king", "target_epsilon": 1.0,
+            "measures": {"utility/difference_r2": {"mean": mean, "std": 0.01, "n": 3}}}
+
+
+def at_most_goal_lines(*rows):
+    result = {"suite": "tables", "size": "full", "summary": list(rows)}
+    return report.goal_lines([result], {"goals": [AT_MOST_GOAL]})
+
+
+def test_an_at_most_goal_takes_the_smallest_gap_and_is_met_below_its_bound():
+    """King's R² gap goal is met at or below its bound, by the lowest model mean."""
+    line = at_most_goal_lines(king_gap_row("worse", 0.40), king_gap_row("better", 0.10))[2]
+    assert "≤ 0.15" in line
+    assert "| 0.100 ± 0.010 (3) | better | 3 | yes |" in line
+
+
+def test_an_at_most_goal_above_its_bound_is_not_met():
+    line = at_most_goal_lines(king_gap_row("only", 0.30))[2]
+    assert "| 0.300 ± 0.010 (3) | only | 3 | no |" in line

@@ -431,3 +431,27 @@ def test_fit_labeler_trains_the_label_model_at_split_of_the_budget(monkeypatch, 
     else:  # restated for replace-one (2 eps, (1 + e^eps) delta) it is 0.3 of the total
         expected = (0.3 * 8.0 / 2, 0.3 * 1e-4 / (1 + math.exp(1.2)))
     assert seen == [pytest.approx(expected)]
+
+
+def test_quail_delta_not_below_one_over_n_is_refused_before_the_label_model_trains(tmp_path, capsys, monkeypatch):
+    """A QUAIL run with delta >= 1/n is refused before its label model reads a row (the training
+    strategy would refuse it too, but only after the label model had trained on the data)."""
+    from lightning_dpgan import quail as quail_module
+
+    fitted = []
+    original = quail_module.QUAIL.fit_labeler
+
+    def spy(self, *args, **kwargs):
+        fitted.append(True)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(quail_module.QUAIL, "fit_labeler", spy)
+    args = ["train", "--model", "quail", "--quail-synthesizer", "dpctgan", "--quail-split", "0.5",
+            "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"), "--output-dir", str(tmp_path / "run"),
+            "--max-steps", "2", "--batch-size", "8", "--model.latent_dim", "8", "--epsilon", "8.0", "--delta", "0.5",
+            "--quail.batch_size", "8", "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+            "--model.generator_hidden", "[16,16]", "--model.discriminator_hidden", "[16,16]", "--data.max_modes", "3"]
+    assert main(args) == 2
+    assert "is not below 1/n" in capsys.readouterr().err
+    assert not fitted, "the label model was trained with a delta >= 1/n"
+    assert not (tmp_path / "run" / "privacy.json").exists()
