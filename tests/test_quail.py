@@ -20,7 +20,7 @@ from lightning_dpgan.privacy.dp_label_model import DPSGDSettings, fold_into_last
 from lightning_dpgan.privacy.dp_standardization import LocationScale, scale_noise_std
 from lightning_dpgan.quail import QuailLabeler, label_model_budget
 from lightning_dpgan.sampling import load_module, read_run_info, sample_to_file, table_decoder
-from run_helpers import read_json
+from run_helpers import read_json, record_calls
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DATA = {"adult": (FIXTURES / "adult_tiny", ADULT_SCHEMA), "king": (FIXTURES / "king_tiny", KING_SCHEMA)}
@@ -438,14 +438,7 @@ def test_quail_delta_not_below_one_over_n_is_refused_before_the_label_model_trai
     strategy would refuse it too, but only after the label model had trained on the data)."""
     from lightning_dpgan import quail as quail_module
 
-    fitted = []
-    original = quail_module.QUAIL.fit_labeler
-
-    def spy(self, *args, **kwargs):
-        fitted.append(True)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(quail_module.QUAIL, "fit_labeler", spy)
+    fitted = record_calls(monkeypatch, quail_module.QUAIL, "fit_labeler")
     args = ["train", "--model", "quail", "--quail-synthesizer", "dpctgan", "--quail-split", "0.5",
             "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"), "--output-dir", str(tmp_path / "run"),
             "--max-steps", "2", "--batch-size", "8", "--model.latent_dim", "8", "--epsilon", "8.0", "--delta", "0.5",
