@@ -309,7 +309,8 @@ class GradientSanitizer(CalibratedNoiseStrategy):
             raise ValueError(f"--privacy.generated_batch_size {self.generated_batch_size} must be a multiple of the "
                              f"{ranks} processes, so that every rank sanitizes an equal share")
         share = self.generated_batch_size // ranks
-        if pl_module.generator_normalizes_batches and share < 2:  # else the first generator step fails with "more than 1 value per channel"
+        # a BatchNorm generator's first step would fail on one record ("more than 1 value per channel")
+        if pl_module.generator_normalizes_batches and share < 2:
             raise ValueError(f"the generator normalizes each batch (BatchNorm), which needs at least 2 generated records "
                              f"a step in each process, and --privacy.generated_batch_size {self.generated_batch_size} over "
                              f"{ranks} processes gives {share}: use --privacy.generated_batch_size {2 * ranks} or more")

@@ -300,5 +300,5 @@ def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
 
 
 __all__ = ["FOUR_CLASSIFIERS", "THREAD_VARIABLES", "Settings", "evaluate_command", "resume_mismatch", "resume_state",
-           "settings_record", "failed_run", "portable", "portable_text", "read_json", "run_cell", "run_logged", "skip_reason", "train_command",
-           "usable_cpus", "with_derived_measures"]
+           "settings_record", "failed_run", "portable", "portable_text", "read_json", "run_cell", "run_logged", "skip_reason",
+           "train_command", "usable_cpus", "with_derived_measures"]
