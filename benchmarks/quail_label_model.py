@@ -15,7 +15,8 @@ over the seeds, its R² (a continuous label, in the evaluation's bounds-scaled t
 
 A setting is ``key=value`` pairs of :class:`lightning_dpgan.quail.QUAIL`'s arguments
 (``label_model``, ``epochs``, ``batch_size``, ``lr``, ``max_grad_norm``, ``scale_share``,
-``hidden``); the others keep QUAIL's defaults. The label model's noise draws from OS entropy,
+``hidden`` as ``64x64``, ``log_features`` as ``capital-gain+capital-loss``); the others keep
+QUAIL's defaults. The label model's noise draws from OS entropy,
 so repeated calls differ by that noise; ``--seeds`` set the initial weights.
 """
 from __future__ import annotations
@@ -40,6 +41,8 @@ def parse_setting(text: str) -> dict[str, object]:
         key, _, value = pair.partition("=")
         if key == "hidden":
             setting[key] = [int(width) for width in value.split("x")]
+        elif key == "log_features":
+            setting[key] = value.split("+")
         else:
             setting[key] = NUMBERS.get(key, str)(value)
     return setting

@@ -11,7 +11,7 @@ import pandas as pd
 
 from lightning_dpgan.data.csv_missing import missing_spellings
 from lightning_dpgan.data.dp_bounds import infer_schema_dp
-from lightning_dpgan.data.schema import LABEL_KINDS, SchemaError, TableSchema, as_schema_categories
+from lightning_dpgan.data.schema import LABEL_KINDS, SchemaError, TableSchema, as_schema_categories, column_names
 from lightning_dpgan.datamodules.tabular import TabularDataModule
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
 
@@ -67,9 +67,9 @@ class CSVDataModule(TabularDataModule):
         if csv is None:
             raise ValueError("the csv dataset needs the file: pass --data.csv PATH")
         self.csv_path = Path(csv).expanduser()
-        self.categorical = _names(categorical)
-        self.integer = _names(integer)
-        self.drop = _names(drop)
+        self.categorical = column_names(categorical)
+        self.integer = column_names(integer)
+        self.drop = column_names(drop)
         self.bounds_epsilon = bounds_epsilon
         self.bounds_delta = bounds_delta
         self._bounds_cost: dict[str, Any] | None = None
@@ -210,11 +210,3 @@ def _header_names(path: Path) -> list[str]:
         raise SchemaError(f"CSV file {path} names the columns {repeated} more than once in its header: give each "
                           "column its own name")
     return names
-
-
-def _names(value: Sequence[str] | str | None) -> list[str]:
-    """Column names from a list or a comma-separated string (as typed on the command line)."""
-    if value is None:
-        return []
-    items = value.split(",") if isinstance(value, str) else list(value)
-    return [str(item).strip() for item in items if str(item).strip()]

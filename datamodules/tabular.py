@@ -31,7 +31,14 @@ from lightning_dpgan.data.download import (
 from lightning_dpgan.data.dev_split import check_dev_fraction, check_held_out_split, dev_split
 from lightning_dpgan.data.partition import teacher_partitions
 from lightning_dpgan.privacy.composition import compose_costs
-from lightning_dpgan.data.schema import EncodingReport, SchemaError, TableSchema, encoding_layout, missing_value_counts
+from lightning_dpgan.data.schema import (
+    EncodingReport,
+    SchemaError,
+    TableSchema,
+    column_names,
+    encoding_layout,
+    missing_value_counts,
+)
 from lightning_dpgan.data.table_transformer import MODES, TableTransformer, checked_roles
 
 log = logging.getLogger(__name__)
@@ -178,8 +185,8 @@ class TabularDataModule(L.LightningDataModule):
             raise ValueError(f"exclude_label must be true or false, got {exclude_label!r}")
         self.save_hyperparameters()
         self.mixed = _mixed(mixed) if mixed is not None else _mixed(self.default_mixed)
-        self.log_columns = _names(log_columns) if log_columns is not None else list(self.default_log_columns)
-        self.discrete_columns = (_names(discrete_columns) if discrete_columns is not None
+        self.log_columns = column_names(log_columns) if log_columns is not None else list(self.default_log_columns)
+        self.discrete_columns = (column_names(discrete_columns) if discrete_columns is not None
                                  else list(self.default_discrete_columns))
         self.data_dir = data_folder(data_dir)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
@@ -599,12 +606,6 @@ def _mixed(mixed: Mapping[str, Sequence[float]]) -> dict[str, list[float]]:
             raise ValueError(f"mixed['{name}'] special values must be numbers, got {list(values)!r}")
         out[str(name)] = [float(v) for v in values]
     return out
-
-
-def _names(value: Sequence[str] | str) -> list[str]:
-    """Column names from a list or a comma-separated string (as typed on the command line)."""
-    items = value.split(",") if isinstance(value, str) else list(value)
-    return [str(item).strip() for item in items if str(item).strip()]
 
 
 def _part(cost: Mapping[str, Any] | None, name: str) -> dict[str, Any] | None:

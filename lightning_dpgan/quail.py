@@ -30,12 +30,14 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 from torch import nn
 
 from lightning_dpgan.config import DEFAULT_QUAIL_SYNTHESIZER
-from lightning_dpgan.data.schema import TableSchema
+from lightning_dpgan.data.dp_histogram import log_transform
+from lightning_dpgan.data.schema import TableSchema, column_names
 from lightning_dpgan.privacy.dp_label_model import ARCHITECTURES, DPSGDSettings, label_network, train_dp_label_model
 
 
@@ -45,6 +47,37 @@ LABEL_DRAWS = ("sample", "most-likely")
 def check_label_draw(labels: str) -> None:
     if labels not in LABEL_DRAWS:
         raise ValueError(f"quail.labels must be one of {LABEL_DRAWS}, got {labels!r}")
+
+
+def check_log_features(schema: TableSchema, names: Sequence[str]) -> None:
+    """Refuse ``--quail.log_features`` that are not numeric feature columns of ``schema``."""
+    numeric = [c.name for c in schema.columns if c.is_numeric and c.name != schema.label]
+    wrong = [name for name in names if name not in numeric]
+    if wrong:
+        raise ValueError(f"--quail.log_features names {wrong}, which are not numeric feature columns of the table "
+                         f"(the label cannot be one); its numeric features: {numeric}")
+
+
+def label_model_inputs(encoded: torch.Tensor, features: TableSchema, log_features: Sequence[str]) -> torch.Tensor:
+    """The label model's input: the features' min-max encoding, with each ``log_features`` column
+    re-scaled to ``log(x - low + 1) / log(high - low + 1)`` (still in [0, 1]).
+
+    Why: a linear model trained by DP-SGD takes small, clipped steps, and a long-tail column
+    (Adult's capital gain, bounds 0..99,999) min-max encoded puts nearly every row within 0.05
+    of 0: its weight would have to grow past what the steps reach before the column could count.
+    In log space the same column spreads over the unit interval. The map reads the column's
+    public bounds only (no statistic of any row), so it is free: a function of each record
+    before DP-SGD sees it. ``features`` is the schema without its label column.
+    """
+    if not log_features:
+        return encoded
+    inputs = encoded.clone()
+    for name in log_features:
+        low, high = features.column(name).bounds
+        position = features.column_slices[name].start
+        values = inputs[:, position].double().numpy() * (high - low) + low  # the clipped value itself
+        inputs[:, position] = torch.from_numpy(log_transform(values, low) / log_transform(np.array([high]), low)[0])
+    return inputs
 
 
 def label_model_budget(split: float, epsilon: float, delta: float, neighbours: str) -> tuple[float, float]:
@@ -81,6 +114,9 @@ class QUAIL:
             target's location and scale, by which it is standardized before DP-SGD (0: none).
         labels: how a synthetic row's class is drawn from the label model: ``sample`` (from its
             predicted probabilities) or ``most-likely`` (the class of highest score).
+        log_features: numeric feature columns the label model reads in log space
+            (:func:`label_model_inputs`; a list or a comma-separated string): a public choice,
+            free of budget. The synthesizer's encoding is not affected (``--data.log_columns`` is its own).
     """
 
     def __init__(
@@ -95,6 +131,7 @@ class QUAIL:
         max_grad_norm: float = 1.0,
         scale_share: float = 0.1,
         labels: str = "sample",
+        log_features: Sequence[str] | str = (),
     ) -> None:
         if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0.0 < split < 1.0:
             raise ValueError(f"--quail-split must be in (0, 1) (the label model's share of epsilon), got {split!r}")
@@ -109,6 +146,7 @@ class QUAIL:
         self.label_model = label_model
         self.hidden = hidden
         self.labels = labels
+        self.log_features = column_names(log_features)
         self.settings = DPSGDSettings(epochs=epochs, batch_size=batch_size, lr=lr, max_grad_norm=max_grad_norm,
                                      scale_share=scale_share)
 
@@ -122,7 +160,9 @@ class QUAIL:
         schema = datamodule.schema
         if schema.label is None:
             raise ValueError(f"QUAIL labels synthetic rows: dataset '{datamodule.name}' has no label column")
+        check_log_features(schema, self.log_features)  # before any row is read
         features, targets = datamodule.labelled_records()
+        features = label_model_inputs(features, schema.without_label(), self.log_features)
         label_epsilon, label_delta = label_model_budget(self.split, epsilon, delta, neighbours)
         hidden = self.hidden if self.label_model == "mlp" else []
         with torch.random.fork_rng():  # the initial weights from the seed, without touching the run's RNG
@@ -130,17 +170,19 @@ class QUAIL:
             network = label_network(self.label_model, features.shape[1], targets.shape[1], hidden)
         cost = train_dp_label_model(network, features, targets, label_epsilon, label_delta, self.settings)
         cost = {**cost, "split": self.split, "scale_share": self.settings.scale_share}
-        return QuailLabeler(network, self.label_model, hidden, schema, cost, self.labels)
+        return QuailLabeler(network, self.label_model, hidden, schema, cost, self.labels, self.log_features)
 
 
 class QuailLabeler:
     """The trained label model with what it takes to label decoded synthetic rows: the table's
-    (public) schema, whose min-max encoding of the features is the model's input, and how a
-    class is drawn (``labels``, see :class:`QUAIL`)."""
+    (public) schema, whose min-max encoding of the features (``log_features`` in log space) is
+    the model's input, and how a class is drawn (``labels``, see :class:`QUAIL`)."""
 
     def __init__(self, network: nn.Module, architecture: str, hidden: list[int], schema: TableSchema, cost: dict[str, Any],
-                 labels: str = "sample") -> None:
+                 labels: str = "sample", log_features: Sequence[str] = ()) -> None:
         check_label_draw(labels)
+        check_log_features(schema, list(log_features))
+        self.log_features = list(log_features)
         self.network = network.eval()
         self.labels = labels
         self.architecture = architecture
@@ -151,11 +193,12 @@ class QuailLabeler:
     def predict(self, rows: pd.DataFrame) -> torch.Tensor:
         """The model's raw output for each row (class scores, or the encoded regression value);
         a label column in ``rows`` is ignored."""
-        encoded, _ = self.schema.without_label().encode(rows, unknown="error")
+        features = self.schema.without_label()
+        encoded, _ = features.encode(rows, unknown="error")
         if len(encoded) != len(rows):
             raise ValueError("some rows could not be encoded for labelling")
         with torch.no_grad():
-            return self.network(encoded)
+            return self.network(label_model_inputs(encoded, features, self.log_features))
 
     def label(self, features: pd.DataFrame, generator: torch.Generator | None = None) -> pd.DataFrame:
         """``features`` (rows without the label) with a label inserted in its column's place: a
@@ -185,6 +228,7 @@ class QuailLabeler:
             "state": {name: tensor.tolist() for name, tensor in self.network.state_dict().items()},
             "cost": self.cost,
             "labels": self.labels,
+            "log_features": self.log_features,
         }
 
     @classmethod
@@ -193,5 +237,7 @@ class QuailLabeler:
         width = schema.label_column.width
         network = label_network(spec["architecture"], schema.encoded_dim - width, width, spec["hidden"])
         network.load_state_dict({name: torch.tensor(values) for name, values in spec["state"].items()})
-        # checkpoints written before labels were drawn took the most likely class
-        return cls(network, spec["architecture"], spec["hidden"], schema, spec["cost"], spec.get("labels", "most-likely"))
+        # checkpoints written before labels were drawn took the most likely class, and before
+        # log features read every feature min-max
+        return cls(network, spec["architecture"], spec["hidden"], schema, spec["cost"], spec.get("labels", "most-likely"),
+                   spec.get("log_features", []))

@@ -337,6 +337,10 @@ class Run:
         if self.released_info is not None:  # a QUAIL run's (resume_checkpoint made sure on resume)
             labeler = table_labeler(self.released_info)
         else:
+            if not getattr(self.datamodule, "estimates_schema", False):  # a public schema: checked before any row is read
+                from lightning_dpgan.quail import check_log_features
+
+                check_log_features(self.datamodule.schema, self.quail.log_features)
             self.datamodule.prepare_data()
             self.datamodule.setup("fit")
             delta = validate_delta(self.strategy.delta or DEFAULT_DELTA, self.datamodule.train_size)
@@ -353,6 +357,10 @@ class Run:
         if self.quail.labels != labeler.labels:  # the checkpoint's, which `sample` will use
             raise ConfigError(f"the checkpoint's label model draws its labels as --quail.labels {labeler.labels}, "
                               f"not {self.quail.labels}: resume with --quail.labels {labeler.labels}")
+        if self.quail.log_features != labeler.log_features:
+            raise ConfigError(f"the checkpoint's label model reads --quail.log_features {','.join(labeler.log_features) or '(none)'} "
+                              f"in log space, not {','.join(self.quail.log_features) or '(none)'}: resume with the same "
+                              "log features")
         self.strategy.prior_releases["quail_label_model"] = {
             key: labeler.cost[key] for key in ("epsilon", "delta", "neighbours", "mechanism")}
         self.module.run_info["quail"] = labeler.to_dict()

@@ -18,7 +18,7 @@ from lightning_dpgan.datamodules.adult import SCHEMA as ADULT_SCHEMA, AdultDataM
 from lightning_dpgan.datamodules.king import SCHEMA as KING_SCHEMA
 from lightning_dpgan.privacy.dp_label_model import DPSGDSettings, fold_into_last_layer, label_network, train_dp_label_model
 from lightning_dpgan.privacy.dp_standardization import LocationScale, scale_noise_std
-from lightning_dpgan.quail import QuailLabeler, label_model_budget
+from lightning_dpgan.quail import QuailLabeler, label_model_budget, label_model_inputs
 from lightning_dpgan.sampling import load_module, read_run_info, sample_to_file, table_decoder
 from run_helpers import read_json, record_calls
 
@@ -255,6 +255,70 @@ def test_sampled_labels_follow_the_models_probabilities_and_most_likely_takes_th
         QuailLabeler(network, "logistic", [], SCHEMA, {}, labels="mode")
 
 
+LONG_TAIL = TableSchema(
+    columns=(Column("gain", "integer", bounds=(0, 99)), Column("y", "categorical", categories=("no", "yes")),
+             Column("z", "continuous", bounds=(10.0, 1010.0))),
+    label="y", label_kind="binary",
+)
+
+
+def test_a_log_feature_enters_the_label_model_as_log_x_minus_low_plus_one_over_its_range_in_log_space():
+    features = LONG_TAIL.without_label()
+    rows = pd.DataFrame({"gain": [0, 9, 99, 500], "z": [10.0, 109.0, 1010.0, 510.0]})
+    encoded, _ = features.encode(rows)
+    inputs = label_model_inputs(encoded, features, ["gain"])
+    # log(9 + 1) / log(99 + 1) = 1/2; the bounds map to 0 and 1; 500 is clipped to 99 first
+    assert inputs[:, 0].tolist() == pytest.approx([0.0, 0.5, 1.0, 1.0], abs=1e-6)
+    assert torch.equal(inputs[:, 1], encoded[:, 1])  # z stays min-max
+    assert encoded[1, 0].item() == pytest.approx(9 / 99)  # the input map leaves the encoding as it was
+    logged_z = label_model_inputs(encoded, features, ["gain", "z"])[:, 1]
+    assert logged_z.tolist() == pytest.approx([0.0, math.log(100) / math.log(1001), 1.0, math.log(501) / math.log(1001)], abs=1e-6)
+    assert label_model_inputs(encoded, features, []) is encoded
+
+
+def test_the_labeler_reads_its_log_features_in_log_space_and_keeps_them_through_a_checkpoint():
+    network = label_network("logistic", 2, 2, [])
+    with torch.no_grad():  # logit(yes) - logit(no) = 8 (input of gain) - 4: "yes" above 1/2
+        network[0].weight.copy_(torch.tensor([[0.0, 0.0], [8.0, 0.0]]))
+        network[0].bias.copy_(torch.tensor([0.0, -4.0]))
+    rows = pd.DataFrame({"gain": [3, 20], "z": [10.0, 10.0]})  # min-max 0.03 and 0.2; log space 0.30 and 0.66
+    logged = QuailLabeler(network, "logistic", [], LONG_TAIL, {}, labels="most-likely", log_features=["gain"])
+    plain = QuailLabeler(network, "logistic", [], LONG_TAIL, {}, labels="most-likely")
+    assert list(logged.label(rows)["y"].astype(str)) == ["no", "yes"]
+    assert list(plain.label(rows)["y"].astype(str)) == ["no", "no"]
+    restored = QuailLabeler.from_dict(logged.to_dict())
+    assert restored.log_features == ["gain"]
+    pd.testing.assert_frame_equal(restored.label(rows), logged.label(rows))
+    older = {key: value for key, value in logged.to_dict().items() if key != "log_features"}
+    assert QuailLabeler.from_dict(older).log_features == []  # checkpoints before the option read min-max
+    with pytest.raises(ValueError, match="not numeric feature columns"):
+        QuailLabeler(network, "logistic", [], LONG_TAIL, {}, log_features=["y"])
+
+
+def test_fit_labeler_trains_the_label_model_on_the_log_scaled_features(monkeypatch):
+    from lightning_dpgan.quail import QUAIL
+
+    seen = []
+
+    def fake_train(network, features, targets, epsilon, delta, settings, noise_seed=None):
+        seen.append(features)
+        return {"epsilon": epsilon, "delta": delta, "neighbours": "add-remove", "mechanism": "fake"}
+
+    monkeypatch.setattr("lightning_dpgan.quail.train_dp_label_model", fake_train)
+    datamodule = AdultDataModule(data_dir=FIXTURES / "adult_tiny", download=False, batch_size=8)
+    datamodule.setup()
+    labeler = QUAIL(batch_size=8, log_features="capital-gain, capital-loss").fit_labeler(datamodule, 8.0, 1e-4, "add-remove")
+    assert labeler.log_features == ["capital-gain", "capital-loss"]
+    features = ADULT_SCHEMA.without_label()
+    plain, _ = datamodule.labelled_records()
+    gain = features.column_slices["capital-gain"].start
+    raw = datamodule.train_frame["capital-gain"].to_numpy(dtype=float)
+    assert raw.max() > 0, "the fixture needs a row with a capital gain"
+    assert seen[0][:, gain].tolist() == pytest.approx((torch.log1p(torch.tensor(raw)) / math.log1p(99_999)).tolist(), abs=1e-5)
+    untouched = [i for i in range(plain.shape[1]) if i not in (gain, features.column_slices["capital-loss"].start)]
+    assert torch.equal(seen[0][:, untouched], plain[:, untouched])
+
+
 def test_a_continuous_label_is_the_regression_output_clipped_into_its_bounds():
     schema = TableSchema(columns=(Column("x", "continuous", bounds=(0.0, 1.0)), Column("price", "continuous", bounds=(100.0, 200.0))),
                          label="price", label_kind="continuous")
@@ -357,13 +421,17 @@ def test_a_resumed_quail_run_reuses_its_label_model_and_pays_for_it_once(tmp_pat
     assert label_models[1]["state"] == label_models[0]["state"]
 
 
-def test_a_continuous_labels_model_is_resumed_only_with_the_scale_share_it_was_trained_with(tmp_path, capsys):
+def test_a_label_model_is_resumed_only_with_the_scale_share_and_log_features_it_was_trained_with(tmp_path, capsys):
     first = tmp_path / "first"
-    assert main(quail_args(first, "dpgan", "king")) == 0
+    assert main(quail_args(first, "dpgan", "king", 4, 8.0, "--quail.log_features", "sqft_lot")) == 0
+    assert read_run_info(first / "checkpoints" / "last.ckpt")["quail"]["log_features"] == ["sqft_lot"]
     checkpoint = str(first / "checkpoints" / "last.ckpt")
-    resumed = quail_args(tmp_path / "resumed", "dpgan", "king", 8, 8.0, "--resume", checkpoint, "--quail.scale_share", "0")
+    resumed = quail_args(tmp_path / "resumed", "dpgan", "king", 8, 8.0, "--resume", checkpoint,
+                         "--quail.log_features", "sqft_lot", "--quail.scale_share", "0")
     assert main(resumed) == 2
     assert "resume with --quail.scale_share 0.1" in capsys.readouterr().err
+    assert main(quail_args(tmp_path / "resumed", "dpgan", "king", 8, 8.0, "--resume", checkpoint)) == 2
+    assert "reads --quail.log_features sqft_lot in log space, not (none)" in capsys.readouterr().err
     assert not (tmp_path / "resumed" / "privacy.json").exists()
 
 
@@ -383,6 +451,9 @@ def test_quail_takes_its_synthesizers_presets_then_its_own():
     (["--quail.scale_share", "1"], "scale_share must be in [0, 1)"),
     (["--quail.depth", "3"], "unknown key(s) quail.depth"),
     (["--quail-split", "0.99"], "leave the synthesizer no budget"),  # modes' 0.1 + 0.99 x 8 > 8
+    (["--quail.log_features", "capital-gain,workclass"], "names ['workclass'], which are not numeric feature columns"),
+    (["--quail.log_features", "income"], "names ['income'], which are not numeric feature columns"),
+    (["--quail.log_features", "capital_gain"], "names ['capital_gain'], which are not numeric feature columns"),
 ])
 def test_bad_quail_settings_are_refused_before_anything_is_trained(extra, message, tmp_path, capsys):
     args = [arg for arg in quail_args(tmp_path / "run") if arg not in ("--epsilon", "8.0", "--delta", "1e-3")]

@@ -22,6 +22,8 @@ def test_a_setting_becomes_quails_arguments_with_their_types():
     quail = QUAIL(**setting)
     assert (quail.settings.epochs, quail.settings.batch_size, quail.settings.lr) == (30, 1024, 0.05)
     assert quail.hidden == [32, 16] and script.parse_setting("") == {}
+    logged = script.parse_setting("log_features=capital-gain+capital-loss,lr=0.05")
+    assert QUAIL(**logged).log_features == ["capital-gain", "capital-loss"]
 
 
 @pytest.mark.parametrize("fraction", ["0", "1"])
