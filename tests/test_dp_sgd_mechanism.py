@@ -199,3 +199,19 @@ def test_invalid_parameters_are_refused():
         DPSGDMechanism(-1.0, 1.0, 4)
     with pytest.raises(ValueError):
         DPSGDMechanism(1.0, 0.0, 4)
+
+
+def test_a_private_update_on_records_leaves_no_backward_hook_warning_in_the_log(mode):
+    """PyTorch's "Full backward hook is firing ... no inputs require gradients" fires on every
+    first layer fed records; it says nothing about Opacus' hooks, which read the output's
+    gradient, and buried each run's log. Other warnings still get through."""
+    import warnings
+
+    real, fake = _batch(4, 0), _batch(4, 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # shown once per place, as outside the tests
+        _private_update(_critic(mode), real, fake, sigma=1.0, clip=1.0, expected_batch=4, mode=mode)
+        warnings.warn("a warning of ours", UserWarning)
+    messages = [str(warning.message) for warning in caught]
+    assert not [message for message in messages if "Full backward hook is firing" in message], messages
+    assert "a warning of ours" in messages

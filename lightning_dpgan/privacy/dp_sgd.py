@@ -43,6 +43,7 @@ exactly when noise is released.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -61,6 +62,19 @@ from torch.optim import Optimizer
 
 from lightning_dpgan.distributed import is_distributed, world_size
 from lightning_dpgan.privacy.noise_source import NoiseSource
+
+
+@contextmanager
+def hook_warning_silenced() -> Iterator[None]:
+    """PyTorch warns when a full backward hook fires on a module whose inputs need no gradient:
+    a first layer fed records, in every network DP-SGD trains. Opacus' per-record hooks read
+    the gradient of the layer's output, which is there; the warning says nothing about this use
+    and only buried each run's log. Silenced for that message alone, around our backward passes."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed with "
+                                "respect to module outputs since no inputs require gradients", category=UserWarning)
+        yield
+
 
 MODES = ("auto", "hooks", "ghost")
 
@@ -244,10 +258,11 @@ class DPSGDMechanism:
         hooks: one backward, per-sample gradients recorded for the optimizer to clip.
         ghost: Opacus' two passes (norms, then the clipped sum into ``.grad``).
         """
-        if self.mode == "ghost":
-            DPTensorFastGradientClipping(self._hooks, self._optimizer, per_record_losses, "mean").backward()
-        else:
-            per_record_losses.mean().backward()
+        with hook_warning_silenced():
+            if self.mode == "ghost":
+                DPTensorFastGradientClipping(self._hooks, self._optimizer, per_record_losses, "mean").backward()
+            else:
+                per_record_losses.mean().backward()
 
     def backward_public(self, per_record_losses: Tensor) -> None:
         """Back-propagate the mean loss over generated records, each record's gradient clipped
@@ -267,7 +282,8 @@ class DPSGDMechanism:
         before = [None if p.grad is None else p.grad.detach().clone() for p in self._params]
         real_state = self._take_per_sample_state()
         try:
-            per_record_losses.mean().backward(retain_graph=self.mode == "ghost")
+            with hook_warning_silenced():
+                per_record_losses.mean().backward(retain_graph=self.mode == "ghost")
             factors = (self.max_grad_norm / (self._per_record_norms(n) + 1e-6)).clamp(max=1.0).detach()
             if self.mode == "hooks":
                 clipped_mean = [torch.tensordot(factors, p.grad_sample.detach(), dims=1) / n for p in self._params]
@@ -289,7 +305,8 @@ class DPSGDMechanism:
         before = [None if p.grad is None else p.grad.detach().clone() for p in self._params]
         self._hooks.disable_hooks()
         try:
-            yield
+            with hook_warning_silenced():
+                yield
         finally:
             self._hooks.enable_hooks()
             self._set_aside(before)
