@@ -36,6 +36,7 @@ from lightning_dpgan.config import (
 )
 from lightning_dpgan.ddp import PRIVATE_TRAINER_STRATEGIES, resolve_strategy
 from lightning_dpgan.distributed import launched_as_follower
+from lightning_dpgan.lineage import extended_lineage, new_run_id
 from lightning_dpgan.loggers import build_logger, publish_run
 from lightning_dpgan.data.download import default_data_dir
 from lightning_dpgan.data.schema import TableSchema, encoding_layout
@@ -189,6 +190,9 @@ class Run:
         self.resume_info, self.resumed_steps = (None, 0) if not config["resume"] else resume_checkpoint(
             config["resume"], model_name(config), config["data"]["name"], quail=config["model"]["name"] == QUAIL)
         self._check_resume_takes_steps()
+        #: the runs this run's training went through, this one last (lineage.py): in the
+        #: checkpoint and privacy.json, so that two branches resumed from one checkpoint show it
+        self.lineage = extended_lineage(self.resume_info, self.resumed_steps, new_run_id())
         #: the preprocessing already released for this run (DP bounds, DP modes, QUAIL's label
         #: model): the checkpoint's on resume, rank 0's in the other processes of a DDP run
         self.released_info = self.resume_info if self.resume_info is not None else self._rank_zero_release()
@@ -377,7 +381,7 @@ class Run:
             callbacks.append(StepLimit(self.config["max_steps"]))
         if grids_every:
             callbacks.append(SampleGrid(self.output_dir, grids_every, self.config["sample_columns"]))
-        callbacks.append(LambdaCallback(on_train_end=self._count_steps_per_rank))
+        callbacks.append(LambdaCallback(on_train_start=self._record_lineage, on_train_end=self._count_steps_per_rank))
         if self.strategy is not None:
             callbacks.append(self.strategy)
             if self.strategy.target_epsilon is not None:
@@ -386,6 +390,10 @@ class Run:
         # for one step), so a refused run leaves the folder's earlier config.yaml as it was
         callbacks.append(LambdaCallback(on_train_start=self._write_config))
         return callbacks
+
+    def _record_lineage(self, trainer: L.Trainer, module: Any) -> None:
+        """Into the module's run information, once a resumed checkpoint's has been loaded over it."""
+        module.run_info["lineage"] = [dict(segment) for segment in self.lineage]
 
     def _write_config(self, trainer: L.Trainer, module: Any) -> None:
         if trainer.is_global_zero:
@@ -600,9 +608,11 @@ class Run:
                 "stopped_by": self.stop_cause(),
                 "accountant": None,
                 "note": "trained without privacy: no (epsilon, delta) guarantee",
+                "lineage": self.lineage,
             }
         report = self.strategy.privacy_report()
         report["stopped_by"] = self.stop_cause()
+        report["lineage"] = self.lineage
         if self.labeler is not None:
             report["quail"] = {
                 "synthesizer": self.quail.synthesizer,

@@ -103,6 +103,35 @@ def test_resume_continues_the_step_count(gan_run, tiny_image_data_dir, tmp_path)
     assert json.loads((tmp_path / "resumed" / "metrics.json").read_text())["steps"] == 9
 
 
+def test_two_branches_resumed_from_one_checkpoint_show_the_run_they_share(gan_run, tiny_image_data_dir, tmp_path):
+    """Each report's lineage: the checkpoint's runs, then this one from the step it resumed at;
+    the checkpoint carries it on, and a checkpoint from before lineages starts "unrecorded"."""
+    from lightning_dpgan.sampling import read_run_info
+
+    parent = json.loads((gan_run / "privacy.json").read_text())["lineage"]
+    assert len(parent) == 1 and parent[0]["from_step"] == 0 and re.fullmatch(r"[0-9a-f]{32}", parent[0]["run_id"])
+    assert read_run_info(gan_run / "checkpoints" / "last.ckpt")["lineage"] == parent
+    checkpoint = str(gan_run / "checkpoints" / "last.ckpt")
+    branches = {}
+    for name in ("a", "b"):
+        assert main(tiny_run_args(tiny_image_data_dir, tmp_path / name, steps=8) + ["--resume", checkpoint]) == 0
+        branches[name] = json.loads((tmp_path / name / "privacy.json").read_text())["lineage"]
+        assert branches[name][0] == parent[0] and branches[name][1]["from_step"] == 6
+        assert read_run_info(tmp_path / name / "checkpoints" / "last.ckpt")["lineage"] == branches[name]
+    assert branches["a"][1]["run_id"] != branches["b"][1]["run_id"]  # same seed, same settings: two runs
+    grandchild = tmp_path / "c"
+    assert main(tiny_run_args(tiny_image_data_dir, grandchild, steps=9) + ["--resume", str(tmp_path / "a" / "checkpoints" / "last.ckpt")]) == 0
+    lineage = json.loads((grandchild / "privacy.json").read_text())["lineage"]
+    assert lineage[:2] == branches["a"] and lineage[2]["from_step"] == 8 and len(lineage) == 3
+
+    older = torch.load(checkpoint, weights_only=False)
+    del older["lightning_dpgan"]["run"]["lineage"]
+    torch.save(older, tmp_path / "older.ckpt")
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "d", steps=8) + ["--resume", str(tmp_path / "older.ckpt")]) == 0
+    lineage = json.loads((tmp_path / "d" / "privacy.json").read_text())["lineage"]
+    assert lineage[0] == {"run_id": "unrecorded", "from_step": 0} and lineage[1]["from_step"] == 6
+
+
 def test_wgan_on_fashion_mnist(tiny_image_data_dir, tmp_path):
     assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "wgan", model="wgan", dataset="fashion-mnist", steps=5)) == 0
     config = yaml.safe_load((tmp_path / "wgan" / "config.yaml").read_text())
