@@ -617,7 +617,8 @@ class Run:
             report["quail"] = {
                 "synthesizer": self.quail.synthesizer,
                 "split": self.labeler.cost["split"],
-                "label_model": {"architecture": self.labeler.architecture, "hidden": self.labeler.hidden, **self.labeler.cost},
+                "label_model": {"architecture": self.labeler.architecture, "hidden": self.labeler.hidden,
+                                "log_features": self.labeler.log_features, **self.labeler.cost},
                 "composition": "basic: epsilon = preprocessing (its parts: the data's and quail_label_model) "
                                "+ the synthesizer's training epsilon",
             }

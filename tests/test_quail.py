@@ -425,6 +425,7 @@ def test_a_label_model_is_resumed_only_with_the_scale_share_and_log_features_it_
     first = tmp_path / "first"
     assert main(quail_args(first, "dpgan", "king", 4, 8.0, "--quail.log_features", "sqft_lot")) == 0
     assert read_run_info(first / "checkpoints" / "last.ckpt")["quail"]["log_features"] == ["sqft_lot"]
+    assert read_json(first / "privacy.json")["quail"]["label_model"]["log_features"] == ["sqft_lot"]
     checkpoint = str(first / "checkpoints" / "last.ckpt")
     resumed = quail_args(tmp_path / "resumed", "dpgan", "king", 8, 8.0, "--resume", checkpoint,
                          "--quail.log_features", "sqft_lot", "--quail.scale_share", "0")
