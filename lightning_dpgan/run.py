@@ -362,9 +362,9 @@ class Run:
             raise ConfigError(f"the checkpoint's label model draws its labels as --quail.labels {labeler.labels}, "
                               f"not {self.quail.labels}: resume with --quail.labels {labeler.labels}")
         if self.quail.log_features != labeler.log_features:
-            raise ConfigError(f"the checkpoint's label model reads --quail.log_features {','.join(labeler.log_features) or '(none)'} "
-                              f"in log space, not {','.join(self.quail.log_features) or '(none)'}: resume with the same "
-                              "log features")
+            theirs, ours = (",".join(names) or "[]" for names in (labeler.log_features, self.quail.log_features))
+            raise ConfigError(f"the checkpoint's label model reads --quail.log_features {theirs} in log space, not "
+                              f"{ours}: resume with --quail.log_features {theirs}")
         self.strategy.prior_releases["quail_label_model"] = {
             key: labeler.cost[key] for key in ("epsilon", "delta", "neighbours", "mechanism")}
         self.module.run_info["quail"] = labeler.to_dict()

@@ -432,7 +432,14 @@ def test_a_label_model_is_resumed_only_with_the_scale_share_and_log_features_it_
     assert main(resumed) == 2
     assert "resume with --quail.scale_share 0.1" in capsys.readouterr().err
     assert main(quail_args(tmp_path / "resumed", "dpgan", "king", 8, 8.0, "--resume", checkpoint)) == 2
-    assert "reads --quail.log_features sqft_lot in log space, not (none)" in capsys.readouterr().err
+    assert "resume with --quail.log_features sqft_lot" in capsys.readouterr().err
+    second = quail_args(tmp_path / "second", "dpgan", "king")  # a checkpoint without log features, resumed with some
+    assert main(second) == 0
+    again = quail_args(tmp_path / "again", "dpgan", "king", 8, 8.0, "--quail.log_features", "sqft_lot", "--resume",
+                       str(tmp_path / "second" / "checkpoints" / "last.ckpt"))
+    assert main(again) == 2
+    assert "not sqft_lot: resume with --quail.log_features []" in capsys.readouterr().err
+    assert main(again[:-4] + ["--quail.log_features", "[]"] + again[-2:]) == 0  # as the message says
     assert not (tmp_path / "resumed" / "privacy.json").exists()
 
 

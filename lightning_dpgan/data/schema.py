@@ -52,7 +52,6 @@ LABEL_KINDS = ("binary", "categorical", "continuous")
 UNKNOWN_RULES = ("drop", "blank", "error")
 
 
-
 def column_names(value: Sequence[str] | str | None) -> list[str]:
     """Column names from a list or a comma-separated string (as typed on the command line);
     ``None`` is none."""
@@ -60,6 +59,7 @@ def column_names(value: Sequence[str] | str | None) -> list[str]:
         return []
     items = value.split(",") if isinstance(value, str) else list(value)
     return [str(item).strip() for item in items if str(item).strip()]
+
 
 class SchemaError(ValueError):
     """A schema that is inconsistent, or a frame that does not fit its schema.
