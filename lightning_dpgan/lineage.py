@@ -34,4 +34,3 @@ def extended_lineage(parent_info: Mapping[str, Any] | None, resumed_steps: int, 
     if parent_info is not None:
         earlier = parent_info.get("lineage") or [{"run_id": UNRECORDED, "from_step": 0}]
     return [*(dict(segment) for segment in earlier), {"run_id": run_id, "from_step": int(resumed_steps)}]
-

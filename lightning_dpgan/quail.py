@@ -30,7 +30,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 from torch import nn
@@ -76,7 +75,7 @@ def label_model_inputs(encoded: torch.Tensor, features: TableSchema, log_feature
         low, high = features.column(name).bounds
         position = features.column_slices[name].start
         values = inputs[:, position].double().numpy() * (high - low) + low  # the clipped value itself
-        inputs[:, position] = torch.from_numpy(log_transform(values, low) / log_transform(np.array([high]), low)[0])
+        inputs[:, position] = torch.from_numpy(log_transform(values, low) / math.log1p(high - low))
     return inputs
 
 

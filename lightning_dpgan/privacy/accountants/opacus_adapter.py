@@ -8,7 +8,6 @@ foreign) and hands it to ``opacus.accountants.RDPAccountant`` or ``PRVAccountant
 
 from __future__ import annotations
 
-import warnings
 from functools import lru_cache
 from typing import ClassVar, Literal
 
@@ -19,7 +18,7 @@ from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 from opacus.accountants.utils import get_noise_multiplier
 
 from lightning_dpgan.privacy.accountants.base import Accountant, Params
-from lightning_dpgan.privacy.analysis.rdp import DEFAULT_ORDERS
+from lightning_dpgan.privacy.analysis.rdp import DEFAULT_ORDERS, search_probe_warnings_silenced
 
 AccountantKind = Literal["rdp", "prv"]
 
@@ -131,8 +130,7 @@ def calibrate_noise_multiplier(
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
     orders = {"alphas": _ORDERS} if kind == "rdp" else {}
     try:
-        with warnings.catch_warnings():  # the search's far probes sit at the grid's edge; not a report
-            warnings.filterwarnings("ignore", message="Optimal order is the largest alpha", category=UserWarning)
+        with search_probe_warnings_silenced():
             sigma = get_noise_multiplier(
                 target_epsilon=target_epsilon,
                 target_delta=delta,

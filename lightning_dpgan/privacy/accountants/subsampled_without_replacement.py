@@ -16,14 +16,13 @@ without-replacement bound for replace-one neighbours is the one that fits.
 from __future__ import annotations
 
 import functools
-import warnings
 from typing import ClassVar
 
 import numpy as np
 
 from lightning_dpgan.privacy.accountants.base import Params
 from lightning_dpgan.privacy.accountants.rdp_curve import RDPCurveAccountant
-from lightning_dpgan.privacy.analysis.rdp import DEFAULT_ORDERS, rdp_to_epsilon
+from lightning_dpgan.privacy.analysis.rdp import DEFAULT_ORDERS, rdp_to_epsilon, search_probe_warnings_silenced
 from lightning_dpgan.privacy.analysis.subsampling import selected_critic_gaussian_rdp
 
 
@@ -70,8 +69,7 @@ def calibrate_selected_critic_noise(
         raise ValueError(f"steps must be at least 1, got {steps}")
 
     def epsilon(noise: float) -> float:
-        with warnings.catch_warnings():  # probes far from the answer sit at the grid's edge; not a report
-            warnings.simplefilter("ignore", UserWarning)
+        with search_probe_warnings_silenced():
             return rdp_to_epsilon(grid, steps * _curve(grid, noise, num_critics), delta)[0]
 
     low, high = 1e-3, 1.0
