@@ -11,15 +11,24 @@ Images
 Tables with a class label
   ``utility/{A,B,C}_auroc``, ``..._auprc``, ``..._accuracy``, ``..._f1``: PATE-GAN's settings
   (A train real / test real, B train synthetic / test real, C train and test synthetic) averaged
-  over its 12 classifiers (``utility/B_auroc/<classifier>``: each classifier's setting-B AUROC);
-  ``utility/sra``: synthetic ranking agreement of A and C (Eq. 8).
+  over its 12 classifiers (``utility/{A,B,C}_{auroc,auprc}/<classifier>``: each classifier's);
+  ``utility/difference_{auroc,auprc,accuracy,f1}``: A minus B (real-trained minus
+  synthetic-trained, as DP-SACTGAN's tables); ``utility/sra``: synthetic ranking agreement of A
+  and C (Eq. 8).
 Tables with a continuous label
   ``utility/real_{mae,r2,explained_variance}`` and ``utility/synthetic_...`` averaged over the
-  regressors, and ``utility/difference_...`` (real minus synthetic, as DP-SACTGAN's tables).
+  regressors, and ``utility/difference_...`` (real minus synthetic, as DP-SACTGAN's tables); each
+  also per regressor (``utility/real_r2/<regressor>``, ...).
+Tables with a binary or continuous label
+  ``utility/feature_agreement``: ranking agreement (Eq. 8) of the features' absolute Pearson
+  correlation with the label, real training rows against synthetic rows.
 Tables, fidelity
   ``fidelity/wasserstein_mean`` (continuous columns, scaled by the public bounds),
-  ``fidelity/jsd_mean`` (categorical columns), ``fidelity/correlation_difference``,
-  ``fidelity/pmse``, ``fidelity/pmse_ratio``; over the columns with few values (categorical,
+  ``fidelity/jsd_mean`` (categorical columns), each also per column
+  (``fidelity/wasserstein/<column>``, ``fidelity/jsd/<column>``), ``fidelity/correlation_difference``,
+  ``fidelity/pmse``, ``fidelity/pmse_ratio`` (logistic propensity model, closed-form null),
+  ``fidelity/pmse_cart``, ``fidelity/pmse_cart_ratio`` (a classification tree, permutation null);
+  over the columns with few values (categorical,
   integer or stepped with at most 1,000 values) ``fidelity/tv_mean`` (total-variation distance of the value frequencies) and
   ``fidelity/invented_share_mean`` (share of synthetic rows on a value no training row holds).
 Every run also gets ``report.md`` (with figures under ``report/``: epsilon over steps, samples,
@@ -285,9 +294,10 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
     figures; without it none are drawn."""
     from lightning_dpgan.evaluation import fidelity
     from lightning_dpgan.evaluation.membership import membership_inference
-    from lightning_dpgan.evaluation.ranking import synthetic_ranking_agreement
+    from lightning_dpgan.evaluation.ranking import feature_importance_agreement, synthetic_ranking_agreement
     from lightning_dpgan.evaluation.report import auroc_figure, correlation_figure, marginals_figure
-    from lightning_dpgan.evaluation.utility import regression_utility, settings_abc, utility_differences
+    from lightning_dpgan.evaluation.utility import (REGRESSION_METRICS, regression_utility, settings_abc,
+                                                    utility_differences)
 
     schema = datamodule.schema
     real_train = datamodule.train_frame
@@ -301,27 +311,39 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
             results[f"utility/real_{metric}"] = real["average"][metric]
             results[f"utility/synthetic_{metric}"] = synth["average"][metric]
             results[f"utility/difference_{metric}"] = difference["average"][metric]
+        for kind, result in (("real", real), ("synthetic", synth), ("difference", difference)):
+            for regressor, scores in result["per_regressor"].items():
+                results.update({f"utility/{kind}_{metric}/{regressor}": scores[metric] for metric in REGRESSION_METRICS})
     else:
         settings = settings_abc(real_train, synthetic, real_test, schema, seed=seed)
         for name, result in settings.items():
             for metric, value in result["average"].items():
                 results[f"utility/{name}_{metric}"] = value
-        for classifier, scores in settings["B"]["per_classifier"].items():  # for subsets (Adult's four)
-            results[f"utility/B_auroc/{classifier}"] = scores["auroc"]
+            for classifier, scores in result["per_classifier"].items():  # for subsets (Adult's four)
+                results.update({f"utility/{name}_{metric}/{classifier}": scores[metric] for metric in ("auroc", "auprc")})
+        for metric, value in utility_differences(settings["A"], settings["B"])["average"].items():
+            results[f"utility/difference_{metric}"] = value
         auroc = {setting: {k: v["auroc"] for k, v in settings[setting]["per_classifier"].items()} for setting in "AC"}
         results["utility/sra"] = synthetic_ranking_agreement(auroc["A"], auroc["C"])
         if save is not None:
             save(auroc_figure({name: result["per_classifier"] for name, result in settings.items()}),
                  "Classifiers trained on real vs synthetic data", "auroc.png")
+    if schema.label_kind in ("binary", "continuous"):
+        results["utility/feature_agreement"] = feature_importance_agreement(real_train, synthetic, schema)["agreement"]
     wasserstein = fidelity.wasserstein_per_column(real_train, synthetic, schema)
     jsd = fidelity.jensen_shannon_per_column(real_train, synthetic, schema)
     propensity = fidelity.pmse(real_train, synthetic, schema, seed=seed)
+    tree_propensity = fidelity.pmse(real_train, synthetic, schema, model="cart", seed=seed)
     results.update({
         "fidelity/wasserstein_mean": _mean(wasserstein.values()),
         "fidelity/jsd_mean": _mean(jsd.values()),
+        **{f"fidelity/wasserstein/{column}": value for column, value in wasserstein.items()},
+        **{f"fidelity/jsd/{column}": value for column, value in jsd.items()},
         "fidelity/correlation_difference": fidelity.correlation_difference(real_train, synthetic, schema),
         "fidelity/pmse": propensity.get("pmse"),
         "fidelity/pmse_ratio": propensity.get("pmse_ratio"),
+        "fidelity/pmse_cart": tree_propensity.get("pmse"),
+        "fidelity/pmse_cart_ratio": tree_propensity.get("pmse_ratio"),
         "fidelity/tv_mean": _mean(fidelity.total_variation_per_column(real_train, synthetic, schema).values()),
         "fidelity/invented_share_mean": _mean(fidelity.invented_share_per_column(real_train, synthetic, schema).values()),
     })

@@ -291,6 +291,9 @@ def test_the_report_of_a_private_run_draws_epsilon_over_steps(tmp_path):
     privacy = read_json(run / "privacy.json")
     assert f"epsilon: {privacy['epsilon']:.4g} (target 8)" in report
     assert privacy["accounting"] == "data-dependent" and "not itself differentially private" in report
+    evaluation = read_json(run / "evaluation.json")  # the formal guarantee beside the attack's AUC
+    assert evaluation["epsilon"] == privacy["epsilon"] > 0 and evaluation["delta"] == privacy["delta"] == 1e-3
+    assert "privacy_risk/mia_auc" in evaluation
 
 
 def test_a_private_run_logged_to_tensorboard_says_why_its_report_has_no_epsilon_figure(tmp_path, capsys):

@@ -6,6 +6,7 @@ from idx_fixture import tiny_image_dataset
 from torch import nn
 
 from lightning_dpgan.evaluation import SmallCNN, cnn_accuracy, load_synthetic_npz
+from lightning_dpgan.evaluation.images import evaluate
 
 SCHEDULE = {"epochs": 4, "batch_size": 32, "lr": 1e-3}
 
@@ -84,3 +85,20 @@ def test_cnn_accuracy_is_measured_on_the_test_records(bars):
     train_images, train_labels, test_images, test_labels = bars
     wrong = (test_labels + 1) % 10  # every test label wrong: a classifier that learnt the bars scores ~0
     assert cnn_accuracy(train_images, train_labels, test_images, wrong, **SCHEDULE)["accuracy"] <= 0.1
+
+
+class FirstPixelClassifier(nn.Module):
+    """Predicts the class written in an image's first pixel."""
+
+    def forward(self, images):
+        return nn.functional.one_hot(images[:, 0, 0, 0].long(), 10).float()
+
+
+def test_accuracy_accumulates_over_uneven_batches_record_by_record():
+    """250 records in batches of 100, 100 and 50, right on 100 + 0 + 50 of them: 150 / 250 = 0.6
+    (a mean of the batches' accuracies would say 2 / 3)."""
+    labels = torch.arange(250) % 10
+    images = torch.zeros(250, 1, 28, 28)
+    images[:, 0, 0, 0] = labels.float()
+    images[100:200, 0, 0, 0] = ((labels[100:200] + 1) % 10).float()  # the second batch all wrong
+    assert evaluate(FirstPixelClassifier(), images, labels, batch_size=100, device="cpu") == pytest.approx(0.6)

@@ -536,3 +536,82 @@ def test_the_reported_sra_ranks_setting_a_against_setting_c(monkeypatch):
     train = make_table(200, 1)
     results = evaluate_module.evaluate_table(NoTestSplit(SCHEMA, train), make_table(200, 3), held_out=make_table(100, 2))
     assert results["utility/sra"] == 1.0
+
+
+def test_the_reported_per_classifier_scores_and_differences_are_each_settings_own(monkeypatch):
+    def canned(scores):
+        per = {name: {"auroc": s, "auprc": s / 2, "accuracy": s, "f1": s, "degenerate": False} for name, s in scores.items()}
+        average = {m: float(np.mean([p[m] for p in per.values()])) for m in ("auroc", "auprc", "accuracy", "f1")}
+        return {"per_classifier": per, "average": average}
+
+    a, b, c = {"lr": 0.9, "dt": 0.8}, {"lr": 0.7, "dt": 0.5}, {"lr": 0.6, "dt": 0.4}
+    monkeypatch.setattr(utility, "settings_abc", lambda *args, **kwargs: {"A": canned(a), "B": canned(b), "C": canned(c)})
+    results = evaluate_module.evaluate_table(NoTestSplit(SCHEMA, make_table(200, 1)), make_table(200, 3),
+                                             held_out=make_table(100, 2))
+    assert results["utility/A_auroc/dt"] == 0.8 and results["utility/C_auprc/lr"] == 0.3
+    assert results["utility/B_auroc/lr"] == 0.7
+    assert results["utility/difference_auroc"] == pytest.approx(0.85 - 0.6)  # A minus B, averaged
+    assert results["utility/difference_auprc"] == pytest.approx((0.85 - 0.6) / 2)
+
+
+def test_the_reported_regression_scores_are_also_per_regressor():
+    train, dev, synthetic = regression_table(200, 1), regression_table(80, 2), regression_table(200, 3, noise=0.3)
+    results = evaluate_module.evaluate_table(NoTestSplit(REGRESSION_SCHEMA, train), synthetic, held_out=dev)
+    real = regression_utility(train, dev, REGRESSION_SCHEMA)["per_regressor"]
+    synthetic_scores = regression_utility(synthetic, dev, REGRESSION_SCHEMA)["per_regressor"]
+    assert set(real) == {name.split("/")[2] for name in results if name.startswith("utility/real_r2/")}
+    for regressor in real:
+        assert results[f"utility/real_r2/{regressor}"] == real[regressor]["r2"]
+        assert results[f"utility/difference_mae/{regressor}"] == pytest.approx(
+            real[regressor]["mae"] - synthetic_scores[regressor]["mae"])
+
+
+def test_the_reported_feature_agreement_and_per_column_fidelity_are_the_library_measures(monkeypatch):
+    monkeypatch.setattr(utility, "CLASSIFIERS", FAST)
+    train, dev = make_table(300, 1), make_table(100, 2)
+    unrelated = make_table(300, 3)
+    unrelated["y"] = np.where(unrelated["x2"] > 50, "yes", "no")  # y follows x2, not x1: the ranking changes
+    results = evaluate_module.evaluate_table(NoTestSplit(SCHEMA, train), unrelated, held_out=dev)
+    assert results["utility/feature_agreement"] == feature_importance_agreement(train, unrelated, SCHEMA)["agreement"] < 1.0
+    copied = evaluate_module.evaluate_table(NoTestSplit(SCHEMA, train), train.copy(), held_out=dev)
+    assert copied["utility/feature_agreement"] == 1.0
+    assert results["fidelity/wasserstein/x2"] == wasserstein_per_column(train, unrelated, SCHEMA)["x2"]
+    assert results["fidelity/jsd/color"] == jensen_shannon_per_column(train, unrelated, SCHEMA)["color"]
+    assert results["fidelity/jsd/y"] == jensen_shannon_per_column(train, unrelated, SCHEMA)["y"]
+    tree = pmse(train, unrelated, SCHEMA, model="cart")
+    assert results["fidelity/pmse_cart"] == tree["pmse"] and results["fidelity/pmse_cart_ratio"] == tree["pmse_ratio"]
+
+
+def test_a_multiclass_table_reports_no_feature_agreement(monkeypatch):
+    """Pearson r with a class index has no meaning for three or more unordered classes."""
+    monkeypatch.setattr(utility, "CLASSIFIERS", FAST)
+    results = evaluate_module.evaluate_table(NoTestSplit(MULTI, multi_table(300, 1)), multi_table(300, 3),
+                                             held_out=multi_table(100, 2))
+    assert "utility/feature_agreement" not in results and "utility/sra" in results
+
+
+def test_the_tree_pmse_ratio_is_one_for_a_fresh_sample_and_sees_a_lost_dependence_the_logistic_one_misses():
+    """The CART null is a permutation null (two exchangeable samples): a fresh sample of the real
+    distribution averages a ratio of 1. A table with the real marginals whose label no longer
+    follows x1 differs only jointly: the main-effects logistic model stays at its fresh-sample
+    level (1 / (1 - c) = 2), the tree sees it."""
+    fresh, lost_tree, lost_logistic = [], [], []
+    for seed in range(5):
+        real = make_table(1000, 10 + seed)
+        fresh.append(pmse(real, make_table(1000, 20 + seed), SCHEMA, model="cart", seed=seed)["pmse_ratio"])
+        unrelated = make_table(1000, 30 + seed, separable=False)
+        lost_tree.append(pmse(real, unrelated, SCHEMA, model="cart", seed=seed)["pmse_ratio"])
+        lost_logistic.append(pmse(real, unrelated, SCHEMA, seed=seed)["pmse_ratio"])
+    assert np.mean(fresh) == pytest.approx(1.0, abs=0.2)
+    assert np.mean(lost_tree) > 3 and np.mean(lost_logistic) < 3
+
+
+def test_the_tree_pmse_null_is_the_mean_over_relabellings_and_bad_settings_are_refused():
+    a, b = make_table(300, 1), make_table(300, 2, shift=3.0)
+    one, three = pmse(a, b, SCHEMA, model="cart", permutations=1), pmse(a, b, SCHEMA, model="cart", permutations=3)
+    assert one["pmse"] == three["pmse"] and one["pmse_null"] != three["pmse_null"]
+    assert three["pmse_ratio"] == pytest.approx(three["pmse"] / three["pmse_null"])
+    with pytest.raises(ValueError, match="at least one permutation"):
+        pmse(a, b, SCHEMA, model="cart", permutations=0)
+    with pytest.raises(ValueError, match="'logistic' or 'cart'"):
+        pmse(a, b, SCHEMA, model="forest")

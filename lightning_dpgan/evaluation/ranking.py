@@ -55,7 +55,9 @@ def synthetic_ranking_agreement(scores_a: Scores, scores_c: Scores) -> float:
 
 def _tie_aware_agreement(a: np.ndarray, c: np.ndarray) -> float:
     """Eq. 8 where a pair tied in *both* lists (to rounding) agrees; a tie in one list only
-    still disagrees."""
+    still disagrees. NaN for fewer than two items: there is no pair to rank."""
+    if len(a) < 2:
+        return float("nan")
     def order(x: np.ndarray, j: int, k: int) -> int:
         return 0 if np.isclose(x[j], x[k], rtol=1e-9, atol=1e-12) else int(np.sign(x[j] - x[k]))
 
@@ -82,7 +84,8 @@ def feature_importance_agreement(
     correlation. Needs a binary or continuous label (a class index of a multi-class label has no
     meaningful Pearson correlation). Features tied in both tables agree: the two categories of
     a binary column always have the same |r|, and constant features all have 0, so with the
-    strict Eq. 8 a table would not agree with its own copy. Returns ``{"agreement", "real",
+    strict Eq. 8 a table would not agree with its own copy. The agreement is NaN for a table
+    with a single feature (no pair to rank). Returns ``{"agreement", "real",
     "synthetic"}``, the last two mapping feature names to their |r|.
     """
     if schema.label_kind not in ("binary", "continuous"):
