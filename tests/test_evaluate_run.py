@@ -86,8 +86,10 @@ def test_evaluation_draws_its_images_a_chunk_at_a_time_with_every_class_balanced
 @pytest.mark.parametrize(
     "dataset,fixture,keys",
     [
-        ("adult", "adult_tiny", ["utility/A_auroc", "utility/B_auroc", "utility/C_auroc", "utility/sra", "fidelity/jsd_mean"]),
-        ("king", "king_tiny", ["utility/real_r2", "utility/synthetic_r2", "utility/difference_r2", "fidelity/wasserstein_mean"]),
+        ("adult", "adult_tiny", ["utility/A_auroc", "utility/B_auroc", "utility/C_auroc", "utility/sra", "fidelity/jsd_mean",
+                                 "utility/A_auroc/logistic_regression", "utility/difference_auroc", "fidelity/jsd/workclass"]),
+        ("king", "king_tiny", ["utility/real_r2", "utility/synthetic_r2", "utility/difference_r2", "fidelity/wasserstein_mean",
+                               "utility/synthetic_r2/ridge", "fidelity/wasserstein/sqft_living"]),
     ],
 )
 def test_evaluate_a_table_run(tmp_path, dataset, fixture, keys):
@@ -98,7 +100,8 @@ def test_evaluate_a_table_run(tmp_path, dataset, fixture, keys):
     assert main(args) == 0
     assert main(["evaluate", "--run", str(run)]) == 0
     evaluation = read_json(run / "evaluation.json")
-    for key in [*keys, "fidelity/correlation_difference", "fidelity/pmse", "privacy_risk/mia_auc"]:
+    for key in [*keys, "fidelity/correlation_difference", "fidelity/pmse", "fidelity/pmse_cart_ratio",
+                "utility/feature_agreement", "privacy_risk/mia_auc"]:
         assert key in evaluation, key
     assert 0.0 <= evaluation["privacy_risk/mia_auc"] <= 1.0
     files = real_and_synthetic(run)
@@ -113,6 +116,13 @@ def test_evaluate_a_table_run(tmp_path, dataset, fixture, keys):
         assert f"]({figure})" in report and (run / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", figure
     assert "report/epsilon.png" not in report  # a non-private run has no privacy curve to draw
     assert "| `utility/" in report and "epsilon: none (not private)" in report
+    measured = report.split("## Measured")[1].split("\n## ")[0]  # the summaries; the rest in tables per model / column
+    detail = next(key for key in keys if key.startswith("utility/") and key.count("/") == 2)
+    assert f"| `{keys[0]}` |" in measured and f"`{detail}`" not in measured
+    per_model = report.split("## Per model")[1].split("\n## ")[0]
+    _, measure, model = detail.split("/")
+    assert f"`{measure}`" in per_model and f"| {model} |" in per_model
+    assert "| sqft_living |" in report or "| workclass |" in report
     assert "- steps: 3 (stopped by: max-steps)" in report
 
 

@@ -13,6 +13,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import average_precision_score, roc_auc_score
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import label_binarize
+from sklearn.tree import DecisionTreeClassifier
 
 from lightning_dpgan import evaluate as evaluate_module
 from lightning_dpgan.data.schema import Column, TableSchema
@@ -561,9 +562,11 @@ def test_the_reported_regression_scores_are_also_per_regressor():
     synthetic_scores = regression_utility(synthetic, dev, REGRESSION_SCHEMA)["per_regressor"]
     assert set(real) == {name.split("/")[2] for name in results if name.startswith("utility/real_r2/")}
     for regressor in real:
-        assert results[f"utility/real_r2/{regressor}"] == real[regressor]["r2"]
-        assert results[f"utility/difference_mae/{regressor}"] == pytest.approx(
-            real[regressor]["mae"] - synthetic_scores[regressor]["mae"])
+        for metric in ("mae", "explained_variance", "r2"):
+            assert results[f"utility/real_{metric}/{regressor}"] == real[regressor][metric]
+            assert results[f"utility/synthetic_{metric}/{regressor}"] == synthetic_scores[regressor][metric]
+            assert results[f"utility/difference_{metric}/{regressor}"] == pytest.approx(
+                real[regressor][metric] - synthetic_scores[regressor][metric])
 
 
 def test_the_reported_feature_agreement_and_per_column_fidelity_are_the_library_measures(monkeypatch):
@@ -608,10 +611,27 @@ def test_the_tree_pmse_ratio_is_one_for_a_fresh_sample_and_sees_a_lost_dependenc
 
 def test_the_tree_pmse_null_is_the_mean_over_relabellings_and_bad_settings_are_refused():
     a, b = make_table(300, 1), make_table(300, 2, shift=3.0)
-    one, three = pmse(a, b, SCHEMA, model="cart", permutations=1), pmse(a, b, SCHEMA, model="cart", permutations=3)
-    assert one["pmse"] == three["pmse"] and one["pmse_null"] != three["pmse_null"]
-    assert three["pmse_ratio"] == pytest.approx(three["pmse"] / three["pmse_null"])
+    three = pmse(a, b, SCHEMA, model="cart", permutations=3, seed=7)
+    x = np.vstack([SCHEMA.encode(a)[0].numpy(), SCHEMA.encode(b)[0].numpy()]).astype(np.float64)
+    t = np.r_[np.zeros(300), np.ones(300)]
+
+    def tree_pmse(labels):
+        tree = DecisionTreeClassifier(max_leaf_nodes=32, min_samples_leaf=5, random_state=7).fit(x, labels)
+        return np.mean((tree.predict_proba(x)[:, 1] - 0.5) ** 2)
+
+    rng = np.random.default_rng(7)
+    assert three["pmse"] == pytest.approx(tree_pmse(t))
+    assert three["pmse_null"] == pytest.approx(np.mean([tree_pmse(rng.permutation(t)) for _ in range(3)]))
+    assert three["pmse_ratio"] == pytest.approx(tree_pmse(t) / three["pmse_null"]) and three["pmse_ratio"] > 1.5
     with pytest.raises(ValueError, match="at least one permutation"):
         pmse(a, b, SCHEMA, model="cart", permutations=0)
     with pytest.raises(ValueError, match="'logistic' or 'cart'"):
         pmse(a, b, SCHEMA, model="forest")
+
+
+def test_feature_agreement_is_undefined_where_a_label_is_constant():
+    """Every |r| is 0 against a constant label: no ranking, rather than 0 ("all reversed")."""
+    real = make_table(200, 1)
+    one_class = real.assign(y="no")
+    assert math.isnan(feature_importance_agreement(real, one_class, SCHEMA)["agreement"])
+    assert math.isnan(feature_importance_agreement(one_class, real, SCHEMA)["agreement"])

@@ -127,11 +127,11 @@ def write_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping[
         lines.append("")
     lines += ["## Measured", "", "| measure | value |", "|---|---|"]
     for key, value in evaluation.items():
-        if key in ("epsilon", "delta"):
-            continue
-        shown = "n/a" if value is None else (f"{value:.4g}" if isinstance(value, float) and math.isfinite(value) else value)
-        lines.append(f"| `{key}` | {shown} |")
+        if key not in ("epsilon", "delta") and key.count("/") <= 1:
+            lines.append(f"| `{key}` | {_shown(value)} |")
     lines.append("")
+    for section, title in (("utility", "Per model"), ("fidelity", "Per column")):
+        lines += _detail_table(evaluation, section, title)
     for title, name in figures.items():
         lines += [f"## {title}", "", f"![{title}]({name})", ""]
     if config_path.is_file():
@@ -139,6 +139,29 @@ def write_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping[
     path = run_dir / REPORT_FILE
     atomic_write(path, lambda handle: handle.write("\n".join(lines).encode()))
     return path
+
+
+def _shown(value: Any) -> Any:
+    return "n/a" if value is None else (f"{value:.4g}" if isinstance(value, float) and math.isfinite(value) else value)
+
+
+def _detail_table(evaluation: Mapping[str, Any], section: str, title: str) -> list[str]:
+    """The ``<section>/<measure>/<name>`` keys (a classifier's, a regressor's or a column's
+    figure) as one table, a row per name and a column per measure, so that the measures table
+    above keeps to the summaries."""
+    table: dict[str, dict[str, Any]] = {}
+    for key, value in evaluation.items():
+        parts = key.split("/")
+        if len(parts) == 3 and parts[0] == section:
+            table.setdefault(parts[1], {})[parts[2]] = value
+    if not table:
+        return []
+    names = list(dict.fromkeys(name for values in table.values() for name in values))
+    lines = [f"## {title}", "", "| | " + " | ".join(f"`{measure}`" for measure in table) + " |",
+             "|---" * (len(table) + 1) + "|"]
+    for name in names:
+        lines.append(f"| {name} | " + " | ".join(str(_shown(table[m].get(name))) for m in table) + " |")
+    return [*lines, ""]
 
 
 __all__ = ["auroc_figure", "correlation_figure", "epsilon_figure", "marginals_figure", "save_figure", "write_report"]
