@@ -526,27 +526,28 @@ def test_a_dev_evaluation_of_a_regression_table_reads_no_test_row(monkeypatch):
     assert torch.equal(non_members, REGRESSION_SCHEMA.encode(dev)[0])
 
 
-def test_the_reported_sra_ranks_setting_a_against_setting_c(monkeypatch):
+def canned_settings(monkeypatch, **aurocs):
+    """``settings_abc`` replaced by fixed results: per setting, each classifier's AUROC as given
+    (its AUPRC half of it, accuracy and F1 equal to it) and their averages."""
     def canned(scores):
-        per = {name: {"auroc": s, "auprc": s, "accuracy": s, "f1": s, "degenerate": False} for name, s in scores.items()}
-        return {"per_classifier": per, "average": {m: float(np.mean(list(scores.values()))) for m in ("auroc", "auprc", "accuracy", "f1")}}
+        per = {name: {"auroc": s, "auprc": s / 2, "accuracy": s, "f1": s, "degenerate": False} for name, s in scores.items()}
+        average = {m: float(np.mean([p[m] for p in per.values()])) for m in ("auroc", "auprc", "accuracy", "f1")}
+        return {"per_classifier": per, "average": average}
 
+    monkeypatch.setattr(utility, "settings_abc", lambda *args, **kwargs: {k: canned(v) for k, v in aurocs.items()})
+
+
+def test_the_reported_sra_ranks_setting_a_against_setting_c(monkeypatch):
     a, c = {"lr": 0.9, "dt": 0.8, "nb": 0.7}, {"lr": 0.6, "dt": 0.5, "nb": 0.4}  # the same ranking
     b = {"lr": 0.1, "dt": 0.2, "nb": 0.3}  # the reverse
-    monkeypatch.setattr(utility, "settings_abc", lambda *args, **kwargs: {"A": canned(a), "B": canned(b), "C": canned(c)})
+    canned_settings(monkeypatch, A=a, B=b, C=c)
     train = make_table(200, 1)
     results = evaluate_module.evaluate_table(NoTestSplit(SCHEMA, train), make_table(200, 3), held_out=make_table(100, 2))
     assert results["utility/sra"] == 1.0
 
 
 def test_the_reported_per_classifier_scores_and_differences_are_each_settings_own(monkeypatch):
-    def canned(scores):
-        per = {name: {"auroc": s, "auprc": s / 2, "accuracy": s, "f1": s, "degenerate": False} for name, s in scores.items()}
-        average = {m: float(np.mean([p[m] for p in per.values()])) for m in ("auroc", "auprc", "accuracy", "f1")}
-        return {"per_classifier": per, "average": average}
-
-    a, b, c = {"lr": 0.9, "dt": 0.8}, {"lr": 0.7, "dt": 0.5}, {"lr": 0.6, "dt": 0.4}
-    monkeypatch.setattr(utility, "settings_abc", lambda *args, **kwargs: {"A": canned(a), "B": canned(b), "C": canned(c)})
+    canned_settings(monkeypatch, A={"lr": 0.9, "dt": 0.8}, B={"lr": 0.7, "dt": 0.5}, C={"lr": 0.6, "dt": 0.4})
     results = evaluate_module.evaluate_table(NoTestSplit(SCHEMA, make_table(200, 1)), make_table(200, 3),
                                              held_out=make_table(100, 2))
     assert results["utility/A_auroc/dt"] == 0.8 and results["utility/C_auprc/lr"] == 0.3

@@ -150,9 +150,9 @@ def pmse(
 ) -> dict[str, float]:
     """Propensity-score MSE and its ratio to the null expectation (Snoke & Slavković 2018).
 
-    Stack the ``n_real`` and ``n_syn`` encoded rows, label
-    them ``t = 1`` for synthetic, fit a propensity model of ``t`` on the features and compute
-    ``pMSE = mean_i (p_i - c)^2`` with ``c = n_syn / N``. ``model`` is one of Snoke et al.'s two:
+    Stack the ``n_real`` and ``n_syn`` encoded rows, label them ``t = 1`` for synthetic, fit a
+    propensity model of ``t`` on the features and compute ``pMSE = mean_i (p_i - c)^2`` with
+    ``c = n_syn / N``. ``model`` is one of Snoke et al.'s two:
 
     ``"logistic"``: an *unpenalised* main-effects logistic regression (categorical columns
     reference-coded, so the design with an intercept is not collinear). ``pmse_null`` is their
@@ -166,15 +166,16 @@ def pmse(
     depends on ``c``: compare runs with the same number of synthetic rows.
 
     ``"cart"``: a classification tree, which also sees interactions and non-linear differences a
-    main-effects model misses (it reads every category's one-hot slot). A tree has no closed-form null, so ``pmse_null`` is Snoke et al.'s
-    permutation estimate: the mean pMSE of the same tree fitted to ``permutations`` random
-    relabellings of which rows are synthetic (seeded by ``seed``). That is the null of two
-    *exchangeable* samples, so here a fresh sample of the real distribution has a ratio of about
-    1, unlike the logistic ratio's ``1 / (1 - c)``. The tree has a fixed size
-    (at most :data:`CART_LEAVES` leaves of at least :data:`CART_MIN_LEAF` rows, grown best first) rather
-    than synthpop's rpart pruning at ``cp`` 1e-3: scikit-learn's cost-complexity pruning at that
-    level keeps about a hundred splits of pure noise on 2,000 rows, whose null then hides real
-    differences, and at 1e-2 it keeps none, leaving the ratio undefined.
+    main-effects model misses (it reads every category's one-hot slot). A tree has no closed-form
+    null, so ``pmse_null`` is Snoke et al.'s permutation estimate: the mean pMSE of the same tree
+    fitted to ``permutations`` random relabellings of which rows are synthetic (seeded by
+    ``seed``). That is the null of two *exchangeable* samples, so here a fresh sample of the real
+    distribution has a ratio of about 1, unlike the logistic ratio's ``1 / (1 - c)``. The tree
+    has a fixed size (at most :data:`CART_LEAVES` leaves of at least :data:`CART_MIN_LEAF` rows,
+    grown best first) rather than synthpop's rpart pruning at ``cp`` 1e-3: scikit-learn's
+    cost-complexity pruning at that level keeps about a hundred splits of pure noise on 2,000
+    rows, whose null then hides real differences, and at 1e-2 it keeps none, leaving the ratio
+    undefined.
     """
     x_real, x_synthetic = _encoded(real, schema), _encoded(synthetic, schema)
     x = np.vstack([x_real, x_synthetic])
