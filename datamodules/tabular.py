@@ -123,6 +123,7 @@ class TabularDataModule(L.LightningDataModule):
         histogram_threshold: float = 0.0,
         dev_fraction: float = 0.0,
         discrete_columns: Sequence[str] | str | None = None,
+        calibrate_marginals: bool = False,
     ) -> None:
         """
         Args:
@@ -171,6 +172,11 @@ class TabularDataModule(L.LightningDataModule):
                 come from the same DP histogram. ``None`` takes the dataset's
                 ``default_discrete_columns``. Decoded values and evaluation are unchanged: the
                 columns stay numbers.
+            calibrate_marginals: with ``modes="dp"``: every batch of generated records is decoded
+                with each numeric column moved onto the DP histogram its modes were fitted on,
+                the records' order within the column kept
+                (:mod:`~lightning_dpgan.data.marginal_calibration`; post-processing, free).
+                Training is unchanged; what is sampled (``synthetic.csv``, ``sample``) changes.
         """
         super().__init__()
         _check_int("batch_size", batch_size, minimum=1)
@@ -180,7 +186,7 @@ class TabularDataModule(L.LightningDataModule):
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
         check_dev_fraction(dev_fraction)
         _check_encoding_args(encoding, modes, modes_epsilon, max_modes, histogram_bins, mixed, log_columns,
-                             label_encoding, histogram_threshold, discrete_columns)
+                             label_encoding, histogram_threshold, discrete_columns, calibrate_marginals)
         if not isinstance(exclude_label, bool):
             raise ValueError(f"exclude_label must be true or false, got {exclude_label!r}")
         self.save_hyperparameters()
@@ -297,7 +303,7 @@ class TabularDataModule(L.LightningDataModule):
         transformer, cost = TableTransformer.fit_dp(
             self.train_frame, schema, h.modes_epsilon, max_modes=h.max_modes, bins=h.histogram_bins,
             mixed=mixed, log_columns=log_columns, label_scalar=self.label_scalar,
-            threshold=h.histogram_threshold, discrete=discrete,
+            threshold=h.histogram_threshold, discrete=discrete, calibrated=h.calibrate_marginals,
         )
         log.info("%s: mode-specific encoding fitted on a DP histogram (%s)", self.name, cost)
         return transformer, cost
@@ -338,7 +344,8 @@ class TabularDataModule(L.LightningDataModule):
         if restored.modes == "dp" and (not modes_cost or "epsilon" not in modes_cost):
             raise ValueError("the checkpoint does not record what its DP modes cost: resuming would under-report "
                              "epsilon. Start a new run, or use --data.modes bounds.")
-        self._transformer = restored
+        # calibration is post-processing of the released histogram: this run's setting applies
+        self._transformer = restored.with_calibration(self.hparams.calibrate_marginals)
         self._modes_cost = dict(modes_cost) if modes_cost else dict(BOUNDS_MODES_COST)
 
     # --- Lightning hooks ---------------------------------------------------------------------
@@ -565,6 +572,7 @@ def _check_encoding_args(
     encoding: str, modes: str, modes_epsilon: float, max_modes: int, histogram_bins: int,
     mixed: Mapping[str, Sequence[float]] | None, log_columns: Sequence[str] | str | None,
     label_encoding: str, histogram_threshold: float, discrete_columns: Sequence[str] | str | None = None,
+    calibrate_marginals: bool = False,
 ) -> None:
     """Argument checks that need no schema (column names are checked against it at the fit)."""
     if encoding not in ENCODINGS:
@@ -589,6 +597,11 @@ def _check_encoding_args(
         math.isfinite(histogram_threshold) and histogram_threshold >= 0
     ):
         raise ValueError(f"histogram_threshold must be a finite number >= 0, got {histogram_threshold!r}")
+    if not isinstance(calibrate_marginals, bool):
+        raise ValueError(f"calibrate_marginals must be true or false, got {calibrate_marginals!r}")
+    if calibrate_marginals and (encoding != "mode-specific" or modes != "dp"):
+        raise ValueError("calibrate_marginals moves generated columns onto the DP histogram of the mode-specific "
+                         "encoding: it needs encoding='mode-specific' with modes='dp'")
     if mixed is not None:
         _mixed(mixed)
 

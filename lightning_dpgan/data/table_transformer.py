@@ -56,6 +56,7 @@ from lightning_dpgan.data.dp_histogram import (
     log_transform,
     rows_in_schema,
 )
+from lightning_dpgan.data.marginal_calibration import Marginal
 from lightning_dpgan.data.modes import MAX_MODES, ModeSpecificNormalizer
 from lightning_dpgan.data.schema import Column, EncodingReport, SchemaError, TableSchema
 
@@ -109,6 +110,8 @@ class ColumnEncoder:
 
     ``normalizer``, ``special_values`` and ``log`` serve mode-specific columns; ``frequencies``
     (the DP category or grid-value frequencies, or uniform) serve categorical and discrete ones.
+    ``marginal`` is a numeric column's released distribution (the DP histogram it was fitted
+    on), which :meth:`TableTransformer.decode` calibrates generated values to when asked.
     """
 
     column: Column
@@ -117,6 +120,7 @@ class ColumnEncoder:
     special_values: tuple[float, ...] = ()
     log: bool = False
     frequencies: tuple[float, ...] | None = None
+    marginal: Marginal | None = None
 
     @property
     def spans(self) -> list[tuple[int, str]]:
@@ -183,17 +187,21 @@ class ColumnEncoder:
         block[np.flatnonzero(~regular), 1 + special[~regular]] = 1.0
         return block
 
-    def decode(self, block: np.ndarray) -> np.ndarray | pd.Categorical:
-        """Values from this column's block (argmax for softmax spans), clipped to the bounds."""
+    def decode(self, block: np.ndarray, tie_breaks: np.ndarray | None = None) -> np.ndarray | pd.Categorical:
+        """Values from this column's block (argmax for softmax spans), clipped to the bounds.
+        With ``tie_breaks`` (one uniform draw per row) a numeric column with a :attr:`marginal`
+        is calibrated to it (:meth:`Marginal.calibrate`) before it is rounded or put on its grid."""
         if self.encoding == CATEGORICAL:
             return pd.Categorical.from_codes(block.argmax(axis=1), categories=list(self.column.categories))
         if self.encoding == DISCRETE:
-            values = self.column.grid[block.argmax(axis=1)]
+            values = self.column.grid[block.argmax(axis=1)].astype(np.float64)
         elif self.encoding == LABEL_SCALAR:
             low, high = self._space_bounds()
             values = self._from_space((np.clip(block[:, 0], -1.0, 1.0) + 1.0) / 2.0 * (high - low) + low)
         else:
             values = self._decode_mode_specific(block)
+        if tie_breaks is not None and self.marginal is not None:
+            values = self.marginal.calibrate(values, tie_breaks)
         return self.column.typed(values)
 
     def _decode_mode_specific(self, block: np.ndarray) -> np.ndarray:
@@ -217,6 +225,8 @@ class ColumnEncoder:
             entry["log"] = True
         if self.frequencies is not None:
             entry["frequencies"] = list(self.frequencies)
+        if self.marginal is not None:
+            entry["marginal"] = self.marginal.to_dict()
         return entry
 
     @classmethod
@@ -240,6 +250,7 @@ class ColumnEncoder:
             special_values=tuple(float(v) for v in entry.get("special_values", ())),
             log=bool(entry.get("log", False)),
             frequencies=tuple(float(f) for f in frequencies) if frequencies is not None else None,
+            marginal=Marginal.from_dict(entry["marginal"]) if "marginal" in entry else None,
         )
 
 
@@ -248,15 +259,29 @@ class TableTransformer:
 
     Build it with :meth:`fit_dp` (modes and frequencies from a DP histogram; returns the cost)
     or :meth:`from_bounds` (no data read), or restore it with :meth:`from_dict`.
+    ``calibrated``: :meth:`decode` moves each numeric column with a released marginal onto it
+    (:mod:`lightning_dpgan.data.marginal_calibration`); it needs DP modes, whose histogram is
+    that marginal.
     """
 
-    def __init__(self, schema: TableSchema, encoders: Sequence[ColumnEncoder], modes: str) -> None:
+    def __init__(self, schema: TableSchema, encoders: Sequence[ColumnEncoder], modes: str, calibrated: bool = False) -> None:
         encoders = tuple(encoders)
         if [e.column.name for e in encoders] != schema.names:
             raise SchemaError(f"encoders {[e.column.name for e in encoders]} do not match the schema's columns {schema.names}")
         if modes not in MODES:
             raise ValueError(f"modes must be one of {MODES}, got {modes!r}")
-        self.schema, self.encoders, self.modes = schema, encoders, modes
+        if not isinstance(calibrated, bool):
+            raise ValueError(f"calibrated must be true or false, got {calibrated!r}")
+        if calibrated and not any(e.marginal is not None for e in encoders):
+            raise ValueError("calibrating the generated columns needs their released marginals: the DP histogram of "
+                             "--data.modes dp (a transformer from bounds has none, and one written before marginals "
+                             "were kept has none either: train again to calibrate)")
+        self.schema, self.encoders, self.modes, self.calibrated = schema, encoders, modes, calibrated
+
+    def with_calibration(self, calibrated: bool) -> TableTransformer:
+        """The same encoding, decoding with or without calibration (post-processing only: the
+        encoded records, the layout and the privacy cost do not change)."""
+        return TableTransformer(self.schema, self.encoders, self.modes, calibrated)
 
     # --- construction ------------------------------------------------------------------------
 
@@ -277,6 +302,7 @@ class TableTransformer:
         label_scalar: bool = True,
         threshold: float = 0.0,
         discrete: Iterable[str] = (),
+        calibrated: bool = False,
     ) -> tuple[TableTransformer, dict[str, Any]]:
         """Fit on an ε-DP histogram of ``frame`` (the train split only); return it and the cost.
 
@@ -286,7 +312,7 @@ class TableTransformer:
         the mixture fits, which are post-processing. ``label_scalar=False`` encodes a continuous
         label mode-specific, so it gets a histogram too (one more column in ``d``). ``discrete``
         columns are counted value by value over their public grid (one bin per value, the same
-        L1 sensitivity: a record still moves one bin of each column).
+        L1 sensitivity: a record still moves one bin of each column). ``calibrated``: see the class.
         ``threshold`` zeroes the numeric columns' noisy counts below that many Laplace scales
         before their modes are fitted (:meth:`NoisyHistogram.thresholded`; free post-processing).
         Category frequencies keep every count: a category below the cut is common (King's ZIP
@@ -304,7 +330,7 @@ class TableTransformer:
                       for name, histogram in histograms.items()}
         transformer = cls.from_histograms(schema, histograms, max_modes=max_modes, mixed=mixed,
                                           log_columns=log_columns, seed=seed, label_scalar=label_scalar,
-                                          discrete=discrete)
+                                          discrete=discrete, calibrated=calibrated)
         return transformer, cost
 
     @classmethod
@@ -319,8 +345,10 @@ class TableTransformer:
         seed: int = 0,
         label_scalar: bool = True,
         discrete: Iterable[str] = (),
+        calibrated: bool = False,
     ) -> TableTransformer:
-        """Modes and frequencies computed from released histograms alone (post-processing)."""
+        """Modes, frequencies and each numeric column's marginal computed from released
+        histograms alone (post-processing)."""
         discrete = set(discrete)
         mixed, log_columns = checked_roles(schema, mixed, log_columns, label_scalar, discrete)
         encoders = []
@@ -328,15 +356,17 @@ class TableTransformer:
             if _is_label_scalar(schema, column, label_scalar):
                 encoders.append(ColumnEncoder(column, LABEL_SCALAR, log=column.name in log_columns))
             elif column.name in discrete:
-                encoders.append(ColumnEncoder(column, DISCRETE, frequencies=_grid_frequencies(column, histograms[column.name])))
+                frequencies = _grid_frequencies(column, histograms[column.name])
+                encoders.append(ColumnEncoder(column, DISCRETE, frequencies=frequencies,
+                                              marginal=Marginal.from_grid(column.grid, frequencies)))
             elif not column.is_numeric:
                 encoders.append(ColumnEncoder(column, CATEGORICAL, frequencies=_frequencies(histograms[column.name].counts)))
             else:
                 histogram = histograms[column.name]
                 normalizer = ModeSpecificNormalizer.fit_histogram(histogram.edges, histogram.counts, max_modes, seed)
                 encoders.append(ColumnEncoder(column, MODE_SPECIFIC, normalizer, tuple(mixed.get(column.name, ())),
-                                              column.name in log_columns))
-        return cls(schema, encoders, "dp")
+                                              column.name in log_columns, marginal=Marginal.from_histogram(histogram, column.bounds[0])))
+        return cls(schema, encoders, "dp", calibrated)
 
     @classmethod
     def from_bounds(
@@ -431,12 +461,14 @@ class TableTransformer:
         encoded = np.concatenate(blocks, axis=1) if len(kept) else np.zeros((0, self.encoded_dim))
         return torch.from_numpy(encoded.astype(np.float32)), report
 
-    def decode(self, data: torch.Tensor | np.ndarray) -> pd.DataFrame:
+    def decode(self, data: torch.Tensor | np.ndarray, generator: torch.Generator | None = None) -> pd.DataFrame:
         """Encoded (e.g. generated) records back to a frame with the schema's columns, in order.
 
         Softmax spans are read by argmax, so raw logits, probabilities or one-hots all decode;
         numeric values are clipped to their bounds, integers rounded, categorical columns come
         back as a ``Categorical`` with the schema's categories (as :meth:`TableSchema.decode`).
+        A :attr:`calibrated` transformer calibrates the numeric columns of the whole batch to
+        their marginals, ties broken by draws from ``generator`` (torch's global one if None).
         """
         if isinstance(data, torch.Tensor):
             data = data.detach().cpu().double().numpy()
@@ -445,7 +477,11 @@ class TableTransformer:
             raise ValueError(f"expected an array of shape (n, {self.encoded_dim}), got {tuple(array.shape)}")
         if not np.isfinite(array).all():
             raise ValueError("cannot decode non-finite values (NaN/inf); the generator may have diverged")
-        out = {e.column.name: e.decode(array[:, self.column_slices[e.column.name]]) for e in self.encoders}
+        tie_breaks = (torch.rand((len(array), len(self.encoders)), generator=generator, dtype=torch.float64).numpy()
+                      if self.calibrated else None)
+        out = {e.column.name: e.decode(array[:, self.column_slices[e.column.name]],
+                                       None if tie_breaks is None else tie_breaks[:, index])
+               for index, e in enumerate(self.encoders)}
         return pd.DataFrame(out, columns=self.schema.names)
 
     # --- (de)serialisation -------------------------------------------------------------------
@@ -455,6 +491,7 @@ class TableTransformer:
         return {
             "format": FORMAT,
             "modes": self.modes,
+            "calibrated": self.calibrated,
             "schema": self.schema.to_dict(),
             "columns": [encoder.to_dict() for encoder in self.encoders],
         }
@@ -469,7 +506,7 @@ class TableTransformer:
         if missing or len(entries) != len(schema.names):
             raise ValueError(f"the transformer's columns {list(entries)} do not match its schema {schema.names}")
         encoders = [ColumnEncoder.from_dict(entries[c.name], c) for c in schema.columns]
-        return cls(schema, encoders, spec["modes"])
+        return cls(schema, encoders, spec["modes"], spec.get("calibrated", False))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TableTransformer):

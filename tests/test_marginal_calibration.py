@@ -1,0 +1,165 @@
+"""Marginal calibration: generated numeric columns moved onto their released DP histogram, ranks
+kept (closed-form quantiles on tiny histograms made here, a tiny transformer and a tiny run)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from test_ctgan_encoding import LOG, MIXED, SCHEMA, make_frame
+from test_ctgan_models import KING_SCHEMA, check_decoded, run_args
+
+from lightning_dpgan.cli import main
+from lightning_dpgan.data.dp_histogram import NoisyHistogram
+from lightning_dpgan.data.marginal_calibration import Marginal
+from lightning_dpgan.data.table_transformer import TableTransformer
+from lightning_dpgan.datamodules.adult import AdultDataModule
+from lightning_dpgan.sampling import read_run_info, sample_to_file
+
+
+def histogram(counts, edges, special_values=(), special_counts=(), log=False) -> NoisyHistogram:
+    return NoisyHistogram(name="c", counts=np.asarray(counts, float), edges=np.asarray(edges, float),
+                          special_values=tuple(special_values), special_counts=np.asarray(special_counts, float), log=log)
+
+
+def test_the_quantiles_of_a_histogram_are_uniform_within_its_bins_with_special_values_as_atoms():
+    # an atom of 2 at 0, then bins [0, 10) with 2 and [10, 20) with 4 (noise made one count negative: clipped)
+    marginal = Marginal.from_histogram(histogram([2.0, 4.0, -3.0], [0.0, 10.0, 20.0, 30.0], [0.0], [2.0]), low=0.0)
+    assert marginal.quantile(np.array([0.1, 0.25])).tolist() == [0.0, 0.0]  # the atom holds the first quarter
+    np.testing.assert_allclose(marginal.quantile(np.array([0.25 + 0.125, 0.5, 0.75, 1.0])), [5.0, 10.0, 15.0, 20.0])
+    assert len(marginal.weights) == 3  # the bin whose count the noise made negative holds nothing
+
+
+def test_a_long_tail_marginal_is_uniform_in_log_space():
+    low = 5.0
+    edges = np.log1p(np.array([0.0, 99.0, 9999.0]))  # log(x - low + 1) at x = 5, 104, 10004
+    marginal = Marginal.from_histogram(histogram([1.0, 1.0], edges, log=True), low=low)
+    np.testing.assert_allclose(marginal.quantile(np.array([0.0, 0.25, 0.5, 1.0])),
+                               [5.0, low + np.expm1(np.log1p(99.0) / 2), 104.0, 10004.0])
+
+
+def test_a_histogram_the_noise_left_empty_gives_no_marginal():
+    assert Marginal.from_histogram(histogram([-1.0, 0.0], [0.0, 1.0, 2.0]), low=0.0) is None
+    assert Marginal.from_grid([1, 2, 3], [0.0, 0.0, 0.0]) is None
+
+
+def test_calibration_keeps_the_order_of_the_records_and_gives_the_marginals_quantiles():
+    marginal = Marginal.from_grid([1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4])
+    values = np.array([7.5, -2.0, 3.3, 0.1, 9.0, 4.4, 2.2, 8.1, 5.0, 6.6])
+    calibrated = marginal.calibrate(values, np.zeros(len(values)))
+    order = np.argsort(values)
+    assert (np.diff(calibrated[order]) >= 0).all()  # a larger generated value never gets a smaller one
+    assert sorted(calibrated.tolist()) == [1, 2, 2, 3, 3, 3, 4, 4, 4, 4]  # (r + 1/2)/10 quantiles: the frequencies exactly
+
+
+def test_equal_generated_values_are_spread_over_the_marginal_in_the_order_of_their_tie_breaks():
+    """A collapsed column (every record 3 bedrooms) gets the marginal's spread; which record
+    gets which value follows the tie breaks, not the row order."""
+    marginal = Marginal.from_grid([1, 2, 3, 4], [0.25, 0.25, 0.25, 0.25])
+    tie_breaks = np.array([0.9, 0.1, 0.6, 0.3])
+    assert marginal.calibrate(np.full(4, 3.0), tie_breaks).tolist() == [4.0, 1.0, 3.0, 2.0]
+    with pytest.raises(ValueError, match="need as many tie breaks"):
+        marginal.calibrate(np.ones(4), np.ones(3))
+
+
+def test_a_marginal_reads_back_from_its_description_bit_for_bit_and_refuses_a_malformed_one():
+    marginal = Marginal.from_histogram(histogram([3.0, 1.0, 7.0], [0.0, 0.3, 0.7, 1.1], [0.0], [5.0]), low=0.0)
+    restored = Marginal.from_dict(json.loads(json.dumps(marginal.to_dict())))
+    assert restored == marginal and restored.weights.tolist() == marginal.weights.tolist()
+    for broken in ({"starts": [0.0], "ends": [1.0], "weights": [-1.0]}, {"starts": [1.0], "ends": [0.0], "weights": [1.0]},
+                   {"starts": [0.0, 1.0], "ends": [1.0], "weights": [1.0]}):
+        with pytest.raises(ValueError, match="a marginal"):
+            Marginal.from_dict(broken)
+
+
+@pytest.fixture(scope="module")
+def calibrated_transformer() -> TableTransformer:
+    transformer, _ = TableTransformer.fit_dp(make_frame(3000), SCHEMA, 50.0, mixed=MIXED, log_columns=LOG,
+                                             rng=np.random.default_rng(0), threshold=3.0, calibrated=True)
+    return transformer
+
+
+def test_a_calibrated_transformer_spreads_a_collapsed_batch_over_the_released_marginals(calibrated_transformer):
+    """What the option is for: a generator that gives every record the same row."""
+    collapsed = calibrated_transformer.encode(make_frame(1, seed=1))[0].repeat(2000, 1)
+    plain = calibrated_transformer.with_calibration(False).decode(collapsed)
+    assert (plain.nunique() == 1).all()
+    decoded = calibrated_transformer.decode(collapsed, generator=torch.Generator().manual_seed(0))
+    real = make_frame(3000)
+    for name in ("x", "rooms", "lot"):
+        marginal = calibrated_transformer.encoders[SCHEMA.names.index(name)].marginal
+        expected = SCHEMA.column(name).typed(marginal.quantile((np.arange(2000) + 0.5) / 2000))
+        np.testing.assert_allclose(np.sort(decoded[name].to_numpy(float)), np.sort(expected))
+        assert abs(decoded[name].median() - real[name].median()) < 0.1 * real[name].std()  # the histogram is the data's
+    assert (decoded["gain"] == 0).mean() == pytest.approx((real["gain"] == 0).mean(), abs=0.05)  # the special value's share
+    assert decoded["colour"].nunique() == 1  # categories are the generator's: calibration is for numbers
+
+
+def test_calibration_is_kept_in_the_description_and_needs_released_marginals(calibrated_transformer):
+    spec = calibrated_transformer.to_dict()
+    assert spec["calibrated"] is True and "marginal" in spec["columns"][0]
+    assert TableTransformer.from_dict(spec) == calibrated_transformer
+    older = {**spec, "columns": [{k: v for k, v in column.items() if k != "marginal"} for column in spec["columns"]]}
+    older.pop("calibrated")
+    assert TableTransformer.from_dict(older).calibrated is False  # written before calibration existed
+    with pytest.raises(ValueError, match="train again to calibrate"):
+        TableTransformer.from_dict(older).with_calibration(True)
+    with pytest.raises(ValueError, match="released marginals"):
+        TableTransformer.from_bounds(SCHEMA).with_calibration(True)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(calibrate_marginals=True), "needs encoding='mode-specific' with modes='dp'"),
+    (dict(encoding="mode-specific", modes="bounds", calibrate_marginals=True), "needs encoding='mode-specific'"),
+    (dict(encoding="mode-specific", calibrate_marginals="yes"), "calibrate_marginals must be true or false"),
+])
+def test_the_datamodule_refuses_calibration_without_a_dp_histogram(settings, message):
+    with pytest.raises(ValueError, match=message):
+        AdultDataModule(**settings)
+
+
+def test_a_resumed_datamodule_calibrates_as_this_run_asks(calibrated_transformer):
+    """Calibration is post-processing of the release: a resume may switch it either way."""
+    cost = {"epsilon": 0.1, "delta": 0.0, "mechanism": "laplace", "neighbours": "add-remove"}
+    released = calibrated_transformer.to_dict()
+    for wanted in (False, True):
+        datamodule = _tiny_datamodule(calibrate_marginals=wanted)
+        datamodule.restore_transformer(released, cost)
+        assert datamodule.table_transformer.calibrated is wanted
+
+
+def _tiny_datamodule(**settings):
+    from lightning_dpgan.datamodules.tabular import TabularDataModule
+
+    class Tiny(TabularDataModule):
+        name = "tiny"
+
+        def _build_schema(self):
+            return SCHEMA
+
+    return Tiny(encoding="mode-specific", mixed=MIXED, log_columns=LOG, **settings)
+
+
+def test_a_calibrated_run_writes_and_samples_the_released_marginals(tmp_path):
+    """(No threshold: at 40 rows the King preset's cut of 4 noise scales leaves no count, and a
+    column without a marginal keeps its generated values.)"""
+    output = tmp_path / "run"
+    assert main(run_args("dpctgan", "king", output, 2, "--data.calibrate_marginals", "true", "--num_synthetic", "400",
+                         "--data.histogram_threshold", "0")) == 0
+    synthetic = pd.read_csv(output / "synthetic.csv")
+    check_decoded(synthetic, KING_SCHEMA)
+    released = TableTransformer.from_dict(read_run_info(output / "checkpoints" / "last.ckpt")["table_transformer"])
+    assert released.calibrated
+    for name in ("sqft_living", "grade", "lat"):
+        marginal = released.encoders[KING_SCHEMA.names.index(name)].marginal
+        expected = KING_SCHEMA.column(name).typed(marginal.quantile((np.arange(400) + 0.5) / 400))
+        np.testing.assert_allclose(np.sort(synthetic[name].to_numpy(float)), np.sort(expected), rtol=1e-9)
+    report = json.loads((output / "privacy.json").read_text())
+    assert report["preprocessing"]["parts"]["modes"]["epsilon"] == pytest.approx(0.1)  # nothing more spent
+    published = sample_to_file(output / "checkpoints" / "last.ckpt", 40, tmp_path / "published.csv")
+    marginal = released.encoders[KING_SCHEMA.names.index("sqft_living")].marginal
+    expected = KING_SCHEMA.column("sqft_living").typed(marginal.quantile((np.arange(40) + 0.5) / 40))
+    np.testing.assert_allclose(np.sort(pd.read_csv(published)["sqft_living"].to_numpy(float)), np.sort(expected), rtol=1e-9)
