@@ -13,7 +13,7 @@ from test_ctgan_encoding import LOG, MIXED, SCHEMA, make_frame
 from test_ctgan_models import KING_SCHEMA, check_decoded, run_args
 
 from lightning_dpgan.cli import main
-from lightning_dpgan.data.dp_histogram import NoisyHistogram
+from lightning_dpgan.data.dp_histogram import NoisyHistogram, dp_column_histograms
 from lightning_dpgan.data.marginal_calibration import Marginal
 from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.datamodules.adult import AdultDataModule
@@ -80,6 +80,22 @@ def calibrated_transformer() -> TableTransformer:
     transformer, _ = TableTransformer.fit_dp(make_frame(3000), SCHEMA, 50.0, mixed=MIXED, log_columns=LOG,
                                              rng=np.random.default_rng(0), threshold=3.0, calibrated=True)
     return transformer
+
+
+def test_each_numeric_columns_marginal_is_the_release_the_modes_saw():
+    """The marginal is the noisy histogram after the threshold (not the raw counts, not a
+    recount of the rows), and a discrete column's is its released value frequencies."""
+    frame = make_frame(3000)
+    transformer, _ = TableTransformer.fit_dp(frame, SCHEMA, 5.0, mixed=MIXED, log_columns=LOG, rng=np.random.default_rng(7),
+                                             threshold=3.0, discrete=["rooms"])
+    released, _ = dp_column_histograms(frame, SCHEMA, 5.0, 64, LOG, MIXED, rng=np.random.default_rng(7), discrete=["rooms"])
+    for name in ("x", "gain", "lot"):
+        expected = Marginal.from_histogram(released[name].thresholded(3.0), SCHEMA.column(name).bounds[0])
+        assert transformer.encoders[SCHEMA.names.index(name)].marginal == expected
+        assert transformer.encoders[SCHEMA.names.index(name)].marginal != Marginal.from_histogram(released[name], 0.0)
+    rooms = transformer.encoders[SCHEMA.names.index("rooms")]
+    assert rooms.marginal == Marginal.from_grid(SCHEMA.column("rooms").grid, rooms.frequencies)
+    assert transformer.encoders[SCHEMA.names.index("colour")].marginal is None
 
 
 def test_a_calibrated_transformer_spreads_a_collapsed_batch_over_the_released_marginals(calibrated_transformer):
