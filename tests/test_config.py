@@ -171,3 +171,16 @@ def test_quails_king_synthesizer_spends_a_larger_histogram_share_at_epsilon_1_on
     assert resolve({"model": "dpctgan", "dataset": "king", "epsilon": 1.0}, {})["data"]["modes_epsilon"] == 0.1
     overridden = resolve({"model": "quail", "dataset": "king", "epsilon": 1.0}, {"data.modes_epsilon": 0.1})
     assert overridden["data"]["modes_epsilon"] == 0.1
+
+
+def test_quails_king_synthesizer_calibrates_its_columns_at_epsilon_1_only():
+    """At epsilon 1 (chosen on a dev split) QUAIL's King columns are decoded calibrated to a
+    histogram cut at 2 noise scales; elsewhere, and for DP-CTGAN alone, the dpctgan King preset's
+    cut of 4 stands and nothing is calibrated."""
+    at_one = resolve({"model": "quail", "dataset": "king", "epsilon": 1.0}, {})["data"]
+    assert at_one["calibrate_marginals"] is True and at_one["histogram_threshold"] == 2
+    for model, epsilon in [("quail", 10.0), ("quail", 0.1), ("dpctgan", 1.0)]:
+        data = resolve({"model": model, "dataset": "king", "epsilon": epsilon}, {})["data"]
+        assert "calibrate_marginals" not in data and data["histogram_threshold"] == 4
+    overridden = resolve({"model": "quail", "dataset": "king", "epsilon": 1.0}, {"data.calibrate_marginals": False})
+    assert overridden["data"]["calibrate_marginals"] is False
