@@ -70,7 +70,7 @@ def test_a_marginal_reads_back_from_its_description_bit_for_bit_and_refuses_a_ma
     restored = Marginal.from_dict(json.loads(json.dumps(marginal.to_dict())))
     assert restored == marginal and restored.weights.tolist() == marginal.weights.tolist()
     for broken in ({"starts": [0.0], "ends": [1.0], "weights": [-1.0]}, {"starts": [1.0], "ends": [0.0], "weights": [1.0]},
-                   {"starts": [0.0, 1.0], "ends": [1.0], "weights": [1.0]}):
+                   {"starts": [0.0, 1.0], "ends": [1.0], "weights": [1.0]}, {"starts": [0.0], "ends": [1.0]}):
         with pytest.raises(ValueError, match="a marginal"):
             Marginal.from_dict(broken)
 

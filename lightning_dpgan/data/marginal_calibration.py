@@ -110,6 +110,9 @@ class Marginal:
 
     @classmethod
     def from_dict(cls, entry: Mapping[str, Any]) -> Marginal:
+        missing = [key for key in ("starts", "ends", "weights") if key not in entry]
+        if missing:
+            raise ValueError(f"a marginal's description lacks {missing}")
         return cls(entry["starts"], entry["ends"], entry["weights"], bool(entry.get("log", False)), float(entry.get("low", 0.0)))
 
     def __eq__(self, other: object) -> bool:
