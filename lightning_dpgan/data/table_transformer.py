@@ -194,7 +194,7 @@ class ColumnEncoder:
         if self.encoding == CATEGORICAL:
             return pd.Categorical.from_codes(block.argmax(axis=1), categories=list(self.column.categories))
         if self.encoding == DISCRETE:
-            values = self.column.grid[block.argmax(axis=1)].astype(np.float64)
+            values = self.column.grid[block.argmax(axis=1)]
         elif self.encoding == LABEL_SCALAR:
             low, high = self._space_bounds()
             values = self._from_space((np.clip(block[:, 0], -1.0, 1.0) + 1.0) / 2.0 * (high - low) + low)
