@@ -17,6 +17,7 @@ from lightning_dpgan.data.dp_histogram import NoisyHistogram, dp_column_histogra
 from lightning_dpgan.data.marginal_calibration import Marginal
 from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.datamodules.adult import AdultDataModule
+from lightning_dpgan.datamodules.tabular import TabularDataModule
 from lightning_dpgan.sampling import read_run_info, sample_to_file
 
 
@@ -147,16 +148,17 @@ def test_a_resumed_datamodule_calibrates_as_this_run_asks(calibrated_transformer
         assert datamodule.table_transformer.calibrated is wanted
 
 
+class TinyDataModule(TabularDataModule):
+    """A table datamodule over the tiny schema (restored transformers only: it reads no file)."""
+
+    name = "tiny"
+
+    def _build_schema(self):
+        return SCHEMA
+
+
 def _tiny_datamodule(**settings):
-    from lightning_dpgan.datamodules.tabular import TabularDataModule
-
-    class Tiny(TabularDataModule):
-        name = "tiny"
-
-        def _build_schema(self):
-            return SCHEMA
-
-    return Tiny(encoding="mode-specific", mixed=MIXED, log_columns=LOG, **settings)
+    return TinyDataModule(encoding="mode-specific", mixed=MIXED, log_columns=LOG, **settings)
 
 
 def test_a_calibrated_run_writes_and_samples_the_released_marginals(tmp_path):
