@@ -294,6 +294,20 @@ def benchmark(argv: list[str]) -> Path:
 COMMANDS = {"train": train, "sample": sample, "evaluate": evaluate, "audit": audit, "benchmark": benchmark}
 
 
+def report_error(error: Exception) -> None:
+    """Print a refusal once for a whole DDP run. Every process of the run parses the same command
+    line, so a refusal drawn from it (a ValueError: a bad option, an incompatible model, a privacy
+    setting DDP cannot honour; Lightning's misconfigurations) is the same on every rank, and rank 0
+    prints it alone. A file error (missing or damaged data, a full disk) may be one machine's own,
+    so the other processes print theirs too, naming themselves."""
+    from lightning_dpgan.distributed import launched_as_follower, launched_process_name
+
+    if not launched_as_follower():
+        print(f"error: {error}", file=sys.stderr)
+    elif not isinstance(error, (ValueError, MisconfigurationException)):
+        print(f"error ({launched_process_name()}): {error}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     reuse_freed_memory()  # before any run: its large CPU tensors then cost no page faults each step
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -310,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             MisconfigurationException, yaml.YAMLError) as error:
         if os.environ.get("LIGHTNING_DPGAN_DEBUG"):
             raise
-        print(f"error: {error}", file=sys.stderr)
+        report_error(error)
         return 2
     from lightning_dpgan.distributed import launched_as_follower
 

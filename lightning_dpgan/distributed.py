@@ -40,6 +40,14 @@ def launched_as_follower() -> bool:
     return any(int(os.environ.get(name, "0") or 0) > 0 for name in ("LOCAL_RANK", "NODE_RANK", "RANK"))
 
 
+def launched_process_name() -> str:
+    """This DDP process as its launcher numbered it (``rank 3`` under torchrun, else ``node 1,
+    local rank 2``), for messages that only some processes may print."""
+    if os.environ.get("RANK"):
+        return f"rank {os.environ['RANK']}"
+    return f"node {os.environ.get('NODE_RANK') or 0}, local rank {os.environ.get('LOCAL_RANK') or 0}"
+
+
 def shard(total: int, index: int | None = None, count: int | None = None) -> slice:
     """This rank's contiguous share of ``total`` items (teachers), as ``torch.tensor_split``
     cuts them: the first ``total % count`` ranks hold one more. Every rank holds at least one."""

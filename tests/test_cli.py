@@ -582,3 +582,37 @@ def test_sample_decodes_with_the_released_schema_verbatim():
     assert (decoded["age"] == 200).all()
     quail = table_decoder({"model": "dpgan", "dataset": "adult", "schema": released, "quail": {}})
     assert quail.to_dict() == TableSchema.from_dict(released).without_label().to_dict()
+
+
+@pytest.mark.parametrize("launcher_env,name", [({"LOCAL_RANK": "1"}, "node 0, local rank 1"),
+                                               ({"NODE_RANK": "2", "LOCAL_RANK": "0"}, "node 2, local rank 0"),
+                                               ({"RANK": "5", "LOCAL_RANK": "1"}, "rank 5")])
+def test_a_ddp_follower_prints_only_the_errors_that_may_be_its_own(monkeypatch, capsys, launcher_env, name):
+    """Rank 0 prints every refusal. Another process of the run keeps quiet about a refusal drawn
+    from the command line (rank 0 printed the same one), and names itself on a file error, which
+    may be its machine's alone."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    from lightning_dpgan import cli
+    from lightning_dpgan.config import ConfigError
+    from lightning_dpgan.data.download import DataIntegrityError
+
+    for variable in ("LOCAL_RANK", "NODE_RANK", "RANK"):
+        monkeypatch.delenv(variable, raising=False)
+    errors = [ConfigError("--epsilon must be positive"), ValueError("incompatible model"),
+              MisconfigurationException("no GPU"), FileNotFoundError("adult.data is missing"),
+              DataIntegrityError("checksum mismatch")]
+
+    def printed(error: Exception) -> str:
+        def refuse(argv: list[str]) -> None:
+            raise error
+
+        monkeypatch.setitem(cli.COMMANDS, "train", refuse)
+        assert cli.main(["train"]) == 2
+        return capsys.readouterr().err
+
+    assert [printed(error) for error in errors] == [f"error: {error}\n" for error in errors]  # rank 0
+    for variable, value in launcher_env.items():
+        monkeypatch.setenv(variable, value)
+    assert [printed(error) for error in errors] == ["", "", "", f"error ({name}): adult.data is missing\n",
+                                                    f"error ({name}): checksum mismatch\n"]

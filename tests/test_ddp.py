@@ -141,6 +141,26 @@ def train(output: Path, *args: str, devices: int = 1, timeout: int = 240) -> dic
     return {name: json.loads((output / f"{name}.json").read_text()) for name in ("privacy", "metrics")}
 
 
+def test_a_refusal_raised_in_every_process_is_printed_once(tmp_path):
+    """Under DDP each process runs the strategy's setup, so a setting DDP cannot honour is refused
+    in both; the user reads the refusal once (rank 0's), and nothing is left behind."""
+    command = [
+        sys.executable, str(REPO / "train.py"), "--model", "dpgan", "--dataset", "adult", "--data-dir", str(ADULT),
+        "--output-dir", str(tmp_path / "run"), "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp",
+        "--privacy.poisson_sampling", "false", "--batch-size", "8", "--max-steps", "2",
+        "--trainer.enable_progress_bar", "false",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    env.pop("LOCAL_RANK", None)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env, cwd=REPO)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Starting with 2 processes" in result.stdout + result.stderr  # both reached the strategy's setup
+    refusals = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert refusals == ["error: --privacy.poisson_sampling false trains in one process only: under --strategy ddp "
+                        "each step must be one Poisson sample of all the records (the default)"]
+    assert not (tmp_path / "run").exists()
+
+
 def test_every_rank_stops_when_one_read_a_stale_preprocessing_release():
     """A release file left by a killed run, read by a node before rank 0 replaced it, would have
     two machines train on two DP releases: at setup each rank compares the digest of the bytes it
