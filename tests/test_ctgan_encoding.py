@@ -157,6 +157,32 @@ def test_thresholding_removes_the_modes_noise_invents_in_empty_bins():
     assert cut.condition_frequencies == plain.condition_frequencies
 
 
+def test_a_cut_that_leaves_a_sliver_of_a_thinly_spread_column_is_reported(caplog):
+    """2,000 records spread evenly over 64 bins (about 31 a bin) at a Laplace scale of 20: a cut
+    at 4 scales (80) drops nearly every real bin, so the modes and the marginal keep a sliver of
+    the column, and fit_dp warns, naming the column and the share kept. The same records packed
+    into a few bins, or the same spread with no cut, pass without a word."""
+    schema = TableSchema((Column("spread", "continuous", bounds=(0.0, 1000.0)),
+                          Column("packed", "continuous", bounds=(0.0, 1000.0)),
+                          Column("y", "categorical", categories=("a", "b"))), label="y", label_kind="binary")
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"spread": rng.uniform(0, 1000, 2000), "packed": rng.uniform(40, 60, 2000),
+                          "y": rng.choice(["a", "b"], 2000)})
+    epsilon = 3 / 20  # d = 3 columns: Laplace scale 20
+    with caplog.at_level("WARNING", logger="lightning_dpgan.data.table_transformer"):
+        cut, _ = TableTransformer.fit_dp(frame, schema, epsilon, threshold=4.0, calibrated=True, rng=np.random.default_rng(1))
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(warnings) == 1 and "the DP histogram of spread" in warnings[0], warnings
+    share = int(warnings[0].split("keeps ")[1].split("%")[0])
+    assert share < 20 and "of the 2000 training records" in warnings[0] and "calibrated values" in warnings[0]
+    spread = cut.encoders[0].marginal
+    assert spread.ends.max() - spread.starts.min() < 500  # what the warning is about: a sliver of [0, 1000]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="lightning_dpgan.data.table_transformer"):
+        TableTransformer.fit_dp(frame, schema, epsilon, rng=np.random.default_rng(1))
+    assert not caplog.records
+
+
 def test_the_datamodule_passes_its_threshold_to_the_fit(monkeypatch):
     seen = {}
     original = TableTransformer.fit_dp.__func__

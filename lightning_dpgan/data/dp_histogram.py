@@ -87,6 +87,18 @@ class NoisyHistogram:
         return replace(self, counts=np.where(self.counts < cut, 0.0, self.counts),
                        special_counts=np.where(self.special_counts < cut, 0.0, self.special_counts))
 
+    @property
+    def kept_mass(self) -> float:
+        """The records its counts (clipped at 0, special values included) still hold: after
+        :meth:`thresholded`, compared with the public record count, how much of the column the
+        modes and the calibration marginal read."""
+        return float(np.clip(self.counts, 0.0, None).sum() + np.clip(self.special_counts, 0.0, None).sum())
+
+    @property
+    def kept_bins(self) -> int:
+        """Bins and special values with a positive count."""
+        return int((self.counts > 0).sum() + (self.special_counts > 0).sum())
+
 
 def rows_in_schema(
     schema: TableSchema, frame: pd.DataFrame, unknown: str = "drop"
