@@ -125,7 +125,8 @@ def test_sanitizer_over_two_ranks_is_the_single_process_release():
 
 
 # ------------------------------------------------------------------- end to end
-def train(output: Path, *args: str, devices: int = 1, timeout: int = 240) -> dict:
+def run_train(output: Path, *args: str, devices: int = 1, timeout: int = 240) -> subprocess.CompletedProcess:
+    """``train.py`` on the tiny Adult table in its own process(es), ``--strategy ddp`` with several devices."""
     command = [
         sys.executable, str(REPO / "train.py"), "--dataset", "adult", "--data-dir", str(ADULT),
         "--output-dir", str(output), "--accelerator", "cpu", "--devices", str(devices),
@@ -135,7 +136,11 @@ def train(output: Path, *args: str, devices: int = 1, timeout: int = 240) -> dic
         command += ["--strategy", "ddp"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     env.pop("LOCAL_RANK", None)
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+
+
+def train(output: Path, *args: str, devices: int = 1, timeout: int = 240) -> dict:
+    result = run_train(output, *args, devices=devices, timeout=timeout)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("train: wrote") == 1  # rank 0 alone reports (and writes)
     return {name: json.loads((output / f"{name}.json").read_text()) for name in ("privacy", "metrics")}
@@ -144,15 +149,8 @@ def train(output: Path, *args: str, devices: int = 1, timeout: int = 240) -> dic
 def test_a_refusal_raised_in_every_process_is_printed_once(tmp_path):
     """Under DDP each process runs the strategy's setup, so a setting DDP cannot honour is refused
     in both; the user reads the refusal once (rank 0's), and nothing is left behind."""
-    command = [
-        sys.executable, str(REPO / "train.py"), "--model", "dpgan", "--dataset", "adult", "--data-dir", str(ADULT),
-        "--output-dir", str(tmp_path / "run"), "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp",
-        "--privacy.poisson_sampling", "false", "--batch-size", "8", "--max-steps", "2",
-        "--trainer.enable_progress_bar", "false",
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    env.pop("LOCAL_RANK", None)
-    result = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env, cwd=REPO)
+    result = run_train(tmp_path / "run", "--model", "dpgan", "--privacy.poisson_sampling", "false", "--batch-size", "8",
+                       "--max-steps", "2", devices=2)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Starting with 2 processes" in result.stdout + result.stderr  # both reached the strategy's setup
     refusals = [line for line in result.stderr.splitlines() if line.startswith("error")]

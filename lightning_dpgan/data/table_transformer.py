@@ -262,7 +262,7 @@ class ColumnEncoder:
 THIN_HISTOGRAM_SHARE = 0.5
 
 
-def warn_thin_histograms(histograms: Mapping[str, NoisyHistogram], records: int, threshold: float, calibrated: bool) -> list[str]:
+def warn_thin_histograms(histograms: Mapping[str, NoisyHistogram], records: int, threshold: float, calibrated: bool) -> None:
     """Warn, for the data holder, about each numeric column whose counts cut at ``threshold``
     noise scales keep under :data:`THIN_HISTOGRAM_SHARE` of the ``records`` (a public count).
 
@@ -271,21 +271,18 @@ def warn_thin_histograms(histograms: Mapping[str, NoisyHistogram], records: int,
     and ε = 0.1: about 270 records a bin against a cut of 800) then keeps one or two bins, its
     modes cover a few days or one year, and a calibrated decode puts every generated value there.
     What is counted is the released histogram and the public record count: post-processing,
-    free to print. Returns the warned columns' names."""
-    thin = []
+    free to print."""
     for name, histogram in histograms.items():
         if not histogram.is_numeric or records <= 0:
             continue
         share = histogram.kept_mass / records
         if share < THIN_HISTOGRAM_SHARE:
-            thin.append(name)
             total_bins = len(histogram.counts) + len(histogram.special_counts)
             log.warning(
                 "the DP histogram of %s, its counts cut at %g noise scales (--data.histogram_threshold), keeps %.0f%% of "
                 "the %d training records (%d of %d bins): its modes%s describe a sliver of the column. Lower the cut or "
                 "raise --data.modes_epsilon", name, threshold, 100 * share, records, histogram.kept_bins, total_bins,
                 " and the calibrated values (--data.calibrate_marginals)" if calibrated else "")
-    return thin
 
 
 class TableTransformer:
