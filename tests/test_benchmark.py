@@ -35,6 +35,18 @@ def test_every_suite_has_a_quick_size_smaller_than_its_full_one():
         assert len(full.seeds) >= 3, suite  # quoted figures are means over at least three seeds
 
 
+def test_every_peer_gan_has_its_namesake_in_the_tables_grid_on_the_peers_data():
+    """The peers table sets each smartnoise-synth synthesizer against our model of the same name
+    and falls back to our best model only where we have none (MST and MWEM, which are not GANs):
+    a GAN left out of the tables grid is compared with another model without anyone noticing."""
+    from lightning_dpgan.benchmark.suites import PEERS
+
+    tables, peers = suite_size("tables", quick=False), suite_size("peers", quick=False)
+    gans = [peer for peer in PEERS if peer not in ("mst", "mwem")]
+    assert gans and all(gan in tables.models for gan in gans), (gans, tables.models)
+    assert set(peers.datasets) <= set(tables.datasets) and set(peers.epsilons) <= set(tables.epsilons)
+
+
 @pytest.mark.parametrize("suite", ["tables", "images"])
 def test_every_full_cell_on_a_dataset_here_runs_a_preset_written_for_that_dataset(suite):
     """A cell without its dataset's preset silently runs the model's generic one: GS-WGAN on
