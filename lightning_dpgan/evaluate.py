@@ -170,6 +170,8 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
         print(f"evaluate: warning: {run_dir} has no privacy.json (the run did not finish writing its outputs): "
               "the report states no privacy guarantee", file=sys.stderr)
     results = {key: _plain(value) for key, value in results.items()}
+    if "utility/synthetic_label_classes" in results:
+        _warn_of_missing_label_classes(results, datamodule.schema)
     if report:
         epsilon_plot = epsilon_figure(run_dir / "logs" / "metrics.csv")
         if epsilon_plot is not None:
@@ -186,6 +188,20 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
     if replaced:
         print(f"evaluate: replaced the earlier {' and '.join(replaced)} of {run_dir}", file=sys.stderr)
     return results
+
+
+def _warn_of_missing_label_classes(results: dict[str, Any], schema: Any) -> None:
+    """A synthetic table whose label lost a class scores setting B by construction, not by skill:
+    with one class left every classifier predicts it (AUROC 0.5, the figure PATE-GAN's and
+    DPGAN's collapsed runs report), so say so where the figure is read."""
+    present = results["utility/synthetic_label_classes"]
+    if present >= schema.label_column.width:
+        return
+    consequence = (f"every classifier trained on it (setting B, {results['utility/B_degenerate_classifiers']} "
+                   "degenerate) predicts that class, so its AUROC is 0.5 by construction" if present == 1 else
+                   "the classifiers trained on it (setting B) never predict the missing ones")
+    print(f"evaluate: warning: the synthetic label {schema.label!r} holds {present} of its "
+          f"{schema.label_column.width} classes: {consequence}", file=sys.stderr)
 
 
 def _publish_figures(run_dir: Path) -> None:
@@ -323,6 +339,10 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
                 results.update({f"utility/{name}_{metric}/{classifier}": scores[metric] for metric in ("auroc", "auprc")})
         for metric, value in utility_differences(settings["A"], settings["B"])["average"].items():
             results[f"utility/difference_{metric}"] = value
+        # read off the release itself: how many label classes setting B's classifiers could learn
+        results["utility/synthetic_label_classes"] = int(synthetic[schema.label].nunique())
+        results["utility/B_degenerate_classifiers"] = sum(
+            bool(scores["degenerate"]) for scores in settings["B"]["per_classifier"].values())
         auroc = {setting: {k: v["auroc"] for k, v in settings[setting]["per_classifier"].items()} for setting in "AC"}
         results["utility/sra"] = synthetic_ranking_agreement(auroc["A"], auroc["C"])
         if save is not None:

@@ -314,3 +314,33 @@ def test_a_private_run_logged_to_tensorboard_says_why_its_report_has_no_epsilon_
                  "--trainer.enable_progress_bar", "false", "--evaluate"]) == 0
     assert not (run / "report" / "epsilon.png").exists()
     assert "no epsilon-over-steps figure" in capsys.readouterr().err
+
+
+def test_a_synthetic_label_left_with_one_class_is_counted_and_named_in_a_warning(tmp_path, capsys):
+    """DPGAN at epsilon 0.1 and PATE-GAN's collapsed runs release tables whose label holds one
+    class: setting B's 0.500 then says nothing of the model's skill, and the evaluation says so."""
+    import pandas as pd
+
+    from lightning_dpgan.evaluation import CLASSIFIERS
+
+    run = tmp_path / "run"
+    assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
+                 "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8", "--trainer.enable_progress_bar",
+                 "false", "--trainer.enable_model_summary", "false"]) == 0
+    synthetic = pd.read_csv(run / "synthetic.csv")
+    synthetic["income"] = ["<=50K", ">50K"] * (len(synthetic) // 2) + ["<=50K"] * (len(synthetic) % 2)
+    synthetic.to_csv(run / "synthetic.csv", index=False)
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(run)]) == 0
+    both = read_json(run / "evaluation.json")
+    assert both["utility/synthetic_label_classes"] == 2 and both["utility/B_degenerate_classifiers"] == 0
+    assert "synthetic label" not in capsys.readouterr().err
+
+    synthetic.assign(income="<=50K").to_csv(run / "synthetic.csv", index=False)
+    assert main(["evaluate", "--run", str(run)]) == 0
+    one = read_json(run / "evaluation.json")
+    assert one["utility/synthetic_label_classes"] == 1
+    assert one["utility/B_degenerate_classifiers"] == len(CLASSIFIERS) == 12 and one["utility/B_auroc"] == 0.5
+    err = capsys.readouterr().err
+    assert "the synthetic label 'income' holds 1 of its 2 classes" in err and "12 degenerate" in err
+    assert "| `utility/synthetic_label_classes` | 1 |" in (run / "report.md").read_text()
