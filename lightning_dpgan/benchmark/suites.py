@@ -64,8 +64,8 @@ class Size:
         return replace(self, **given)
 
 
-# dpgan on tables: the paper's settings (its EHR experiment reused the MNIST ones), with the
-# MLP pair that ``auto`` picks for records; smartnoise-synth's DPGAN is its peer
+# dpgan on tables: the paper's MNIST settings on the MLP pair ``auto`` picks for records (a dev
+# split kept them over its EHR settings: configs/dpgan_adult.yaml); smartnoise-synth's DPGAN is its peer
 TABLE_MODELS = ("pategan", "dpgan", "dpctgan", "patectgan", "dpsactgan", "quail")
 IMAGE_MODELS = ("gpate", "dpgan", "gswgan")
 PEERS = ("mst", "mwem", "pategan", "dpgan", "dpctgan", "patectgan")
