@@ -197,8 +197,8 @@ def _warn_of_missing_label_classes(results: dict[str, Any], schema: Any) -> None
     present = results["utility/synthetic_label_classes"]
     if present >= schema.label_column.width:
         return
-    consequence = (f"every classifier trained on it (setting B, {results['utility/B_degenerate_classifiers']} "
-                   "degenerate) predicts that class, so its AUROC is 0.5 by construction" if present == 1 else
+    consequence = ("every classifier trained on it (setting B) is degenerate: it predicts that class, so its "
+                   "AUROC is 0.5 by construction" if present == 1 else
                    "the classifiers trained on it (setting B) never predict the missing ones")
     print(f"evaluate: warning: the synthetic label {schema.label!r} holds {present} of its "
           f"{schema.label_column.width} classes: {consequence}", file=sys.stderr)
@@ -341,8 +341,6 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
             results[f"utility/difference_{metric}"] = value
         # read off the release itself: how many label classes setting B's classifiers could learn
         results["utility/synthetic_label_classes"] = int(synthetic[schema.label].nunique())
-        results["utility/B_degenerate_classifiers"] = sum(
-            bool(scores["degenerate"]) for scores in settings["B"]["per_classifier"].values())
         auroc = {setting: {k: v["auroc"] for k, v in settings[setting]["per_classifier"].items()} for setting in "AC"}
         results["utility/sra"] = synthetic_ranking_agreement(auroc["A"], auroc["C"])
         if save is not None:
