@@ -253,23 +253,40 @@ class TeacherStrategy(PrivacyStrategy):
         return []
 
     def accounting_warnings(self) -> list[str]:
-        """A warning that the reported epsilon is the data-dependent one: the papers' figure, but a
-        function of the private votes, not a proven guarantee; names the bound that is."""
-        if self.accountant is None or self.accountant.accounting != "data-dependent" or len(self.accountant) == 0:
+        """For the data holder, on the console: under data-dependent accounting, that the reported
+        epsilon is the papers' figure, a function of the private votes and not a proven guarantee,
+        with the bound that is one; under data-independent accounting, the data-dependent figure
+        that :meth:`accounting_report` leaves out of ``privacy.json``."""
+        if self.accountant is None or len(self.accountant) == 0:
             return []
         dependent = self.preprocessing["epsilon"] + self.accountant.epsilon_data_dependent(self.training_delta)
         independent = self.preprocessing["epsilon"] + self.accountant.epsilon_data_independent(self.training_delta)
+        if self.accountant.accounting == "data-independent":
+            return [f"the data-dependent epsilon of this run is {dependent:.4g}, for the data holder only: it is "
+                    "computed from the teachers' votes, so it is left out of privacy.json, whose epsilon "
+                    f"{independent:.4g} holds whatever the votes"]
         return [f"epsilon {dependent:.4g} is the data-dependent figure the PATE papers report: it is computed from the "
                 "teachers' votes, so it is not itself differentially private. The bound that holds whatever the votes is "
                 f"{independent:.4g} (epsilon_data_independent in privacy.json); --privacy.accounting data-independent "
                 "stops training on it"]
 
     def accounting_report(self) -> dict[str, Any]:
-        """Both epsilons of a PATE-style accountant, labelled, and which one stops training."""
+        """The accountant's epsilons, labelled, and which one stops training. Under data-independent
+        accounting the data-dependent figure is left out: it is a function of the private votes, and
+        without it every figure of the report holds whatever the votes (the answers it counts are
+        released outputs; the stop is decided on the data-independent bound)."""
+        independent = self.preprocessing["epsilon"] + self.accountant.epsilon_data_independent(self.training_delta)
+        if self.accountant.accounting == "data-independent":
+            return {
+                "accounting": self.accountant.accounting,
+                "epsilon_data_independent": independent,
+                "note": "epsilon_data_independent holds whatever the teachers' votes; the data-dependent figure, "
+                        "a function of the votes, is left out of this report (train prints it for the data holder).",
+            }
         return {
             "accounting": self.accountant.accounting,
             "epsilon_data_dependent": self.preprocessing["epsilon"] + self.accountant.epsilon_data_dependent(self.training_delta),
-            "epsilon_data_independent": self.preprocessing["epsilon"] + self.accountant.epsilon_data_independent(self.training_delta),
+            "epsilon_data_independent": independent,
             "note": "epsilon_data_dependent depends on the teachers' votes, hence on the private data; "
                     "it is not itself differentially private. epsilon_data_independent is a bound that holds "
                     "whatever the votes.",

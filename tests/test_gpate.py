@@ -295,7 +295,7 @@ def test_the_generator_learns_only_through_the_aggregator(tiny_image_data_dir):
     assert module.train_steps == 3
 
 
-def test_data_independent_accounting_stops_before_the_target(tiny_image_data_dir, tmp_path):
+def test_data_independent_accounting_stops_before_the_target(tiny_image_data_dir, tmp_path, capsys):
     args = ["train", *gpate_args(tiny_image_data_dir, tmp_path / "run", "--max-steps", "500", "--epsilon", "3",
                                  "--privacy.accounting", "data-independent", "--privacy.sigma1", "30",
                                  "--privacy.sigma2", "30")]
@@ -304,6 +304,8 @@ def test_data_independent_accounting_stops_before_the_target(tiny_image_data_dir
     assert 0 < report["steps"] < 500
     assert report["epsilon"] == pytest.approx(report["epsilon_data_independent"])
     assert report["accounting"] == "data-independent"
+    assert "epsilon_data_dependent" not in report  # a function of the votes: printed, not written
+    assert "data-dependent epsilon of this run is" in capsys.readouterr().err
     # Papernot et al. 2018 written out: every query's threshold check costs lambda / (2 sigma1^2),
     # every answered one's GNMax lambda / sigma2^2, composed by addition; Opacus' conversion
     from opacus.accountants.analysis.rdp import get_privacy_spent

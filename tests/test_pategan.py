@@ -242,6 +242,7 @@ def test_data_independent_accounting_stops_before_the_target(tmp_path):
     one_more = PATEMomentsAccountant("data-independent")
     one_more.load_state_dict(checkpoint_accountant_state(tmp_path / "di"))
     assert "gap_counts" not in json.dumps(report)  # not even when it is not what stops training
+    assert "epsilon_data_dependent" not in report  # a function of the votes: printed, not written
     assert one_more.epsilon_if_queries(1e-3, 5 * TEACHER_BATCH, LAMBDA) > 6.0
 
 
@@ -464,12 +465,21 @@ def test_train_warns_that_a_data_dependent_epsilon_is_not_a_proven_guarantee(acc
     strategy.accountant.step(0.5, np.full(64, TEACHERS))  # unanimous: cheap under the data-dependent bound
     strategy.answer_counts = np.array([32, 32])
     warnings = strategy.training_warnings()
-    if accounting == "data-independent":
-        assert warnings == []
-        return
     independent = strategy.accountant.epsilon_data_independent(1e-5)
-    assert len(warnings) == 1 and "not itself differentially private" in warnings[0]
-    assert f"{independent:.4g}" in warnings[0] and f"{strategy.accountant.epsilon_data_dependent(1e-5):.4g}" in warnings[0]
+    dependent = strategy.accountant.epsilon_data_dependent(1e-5)
+    assert dependent < independent  # unanimous votes: the two figures differ, so each can be told apart
+    assert len(warnings) == 1
+    assert f"{independent:.4g}" in warnings[0] and f"{dependent:.4g}" in warnings[0]
+    report = strategy.accounting_report()
+    assert report["epsilon_data_independent"] == pytest.approx(independent)
+    if accounting == "data-independent":
+        # the data holder sees the vote-dependent figure on the console; the report leaves it out
+        assert "left out of privacy.json" in warnings[0]
+        assert "epsilon_data_dependent" not in report
+        assert f"{dependent:.4g}" not in json.dumps(report)
+        return
+    assert "not itself differentially private" in warnings[0]
+    assert report["epsilon_data_dependent"] == pytest.approx(dependent)
 
 
 def test_an_accountant_that_charged_nothing_yet_is_saved_as_a_state_not_as_missing():
