@@ -621,6 +621,20 @@ def test_peers_are_not_timed_against_our_runs_that_shared_the_machine():
     assert line.endswith("| 1.00 |")
 
 
+def test_a_shared_tables_time_gives_way_to_the_speed_suites_on_the_same_schedule():
+    """The speed suite times each cell alone: where our tables cell shared the machine, its time
+    is the one compared with the peer's, if it ran the same number of steps."""
+    tables = {**result_file("tables", "full-subset", [run("pategan", s, 0.6) for s in range(3)]), "jobs": 2}
+    peers = result_file("peers", "full", [{**run("pategan", s, 0.5), "train_seconds": 30.0} for s in range(3)])
+    alone = [{**run("pategan", s, None), "train_seconds": 10.0} for s in range(3)]
+    speed = result_file("speed", "full", alone)
+    (line,) = [line for line in report.peer_comparison(peers, tables, speed) if line.startswith("| pategan")]
+    assert line.endswith("| 30 ± 0 (3) | 10 ± 0 (3) (speed suite) | 3.00 |")  # peer 30 s / ours alone 10 s
+    other_schedule = result_file("speed", "full", [{**r, "steps": 20} for r in alone])  # a preset changed since
+    (line,) = [line for line in report.peer_comparison(peers, tables, other_schedule) if line.startswith("| pategan")]
+    assert line.endswith("| 6 ± 1 (3) | – (ours shared the machine) |")  # the tables time, shown, not compared
+
+
 def test_every_full_tables_cell_leaves_budget_to_train():
     """The modes' DP histogram must cost less than the epsilon it shares with training (and,
     for QUAIL, less than the synthesizer's half): epsilon 0.1 has its own presets."""

@@ -186,10 +186,26 @@ def timed_sharing(result: dict[str, Any], row: dict[str, Any]) -> bool:
     return any(part.get("jobs", 1) > 1 for part in parts or [result])
 
 
-def peer_comparison(peers: dict[str, Any], tables: dict[str, Any] | None) -> list[str]:
+def unshared_time(speed: dict[str, Any] | None, mine: dict[str, Any]) -> dict[str, Any] | None:
+    """Our wall time for ``mine`` (a tables row) from the speed suite, which runs one cell at a
+    time: its row of the same model, dataset and epsilon, if it ran the same schedule (the same
+    mean number of steps: a preset changed since would not) alone on the machine; else None."""
+    if speed is None:
+        return None
+    for row in speed["summary"]:
+        same_cell = (row["model"], row["dataset"], row["target_epsilon"]) == (mine["model"], mine["dataset"], mine["target_epsilon"])
+        if (same_cell and row["train_seconds"]["mean"] and row["steps"]["mean"] == mine["steps"]["mean"]
+                and not timed_sharing(speed, row)):
+            return row["train_seconds"]
+    return None
+
+
+def peer_comparison(peers: dict[str, Any], tables: dict[str, Any] | None, speed: dict[str, Any] | None = None) -> list[str]:
     """Each peer next to our model of the same name, else our best model, at the same dataset
     and epsilon in our tables results on the same protocol: utility as ours / peer, wall time as
-    peer / ours (above 1: ours is faster)."""
+    peer / ours (above 1: ours is faster). Where our tables cell shared the machine (``--jobs``),
+    its wall time is not compared; the speed suite's, taken alone on the same schedule, is
+    (:func:`unshared_time`), and the row says so."""
     if tables is None:
         return [f"No tables results on the {peers['size']} protocol to compare the peers with.", ""]
     measure = "utility/B_auroc"
@@ -211,15 +227,19 @@ def peer_comparison(peers: dict[str, Any], tables: dict[str, Any] | None) -> lis
                          f"{fmt(row['measures'].get(measure))} | none measured | | | | | |")
             continue
         peer_value, our_value = row["measures"].get(measure, {}).get("mean"), mine["measures"][measure]["mean"]
-        peer_time, our_time = row["train_seconds"]["mean"], mine["train_seconds"]["mean"]
-        utility = f"{our_value / peer_value:.2f}" if peer_value else "–"
-        speed = f"{peer_time / our_time:.2f}" if peer_time and our_time else "–"
+        our_seconds, timed_by = mine["train_seconds"], ""
         if timed_sharing(tables, mine):
-            speed = "– (ours shared the machine)"
+            our_seconds = unshared_time(speed, mine)
+            timed_by = " (speed suite)"
+        peer_time, our_time = row["train_seconds"]["mean"], our_seconds["mean"] if our_seconds else None
+        utility = f"{our_value / peer_value:.2f}" if peer_value else "–"
+        ratio = f"{peer_time / our_time:.2f}" if peer_time and our_time else "–"
+        if our_seconds is None:
+            ratio, our_seconds, timed_by = "– (ours shared the machine)", mine["train_seconds"], ""
         label = mine["model"] if same else f"{mine['model']} (best)"
         lines.append(f"| {row['model']} | {row['dataset']} | {_epsilon(row['target_epsilon'])} | "
                      f"{fmt(row['measures'].get(measure))} | {label} | {fmt(mine['measures'].get(measure))} | {utility} | "
-                     f"{fmt(row['train_seconds'], 0)} | {fmt(mine['train_seconds'], 0)} | {speed} |")
+                     f"{fmt(row['train_seconds'], 0)} | {fmt(our_seconds, 0)}{timed_by} | {ratio} |")
     return [*lines, ""]
 
 
@@ -341,7 +361,8 @@ def generated_section(results_dir: Path, reference: dict[str, Any], suites: list
         if suite == "peers":  # against ours on the same protocol (full or full-subset), else of the same size
             same_protocol = result["size"] in PROTOCOL_SIZES
             tables = protocol_results(results_dir, "tables") if same_protocol else latest_results(results_dir, "tables", size=result["size"])
-            lines += peer_comparison(result, tables)
+            speed = protocol_results(results_dir, "speed") if same_protocol else None
+            lines += peer_comparison(result, tables, speed)
         for path in plot_suite(result, reference, results_dir / "plots"):
             lines += [f"![{path.stem}]({Path(os.path.relpath(path, relative_to)).as_posix()})", ""]
     if not found:
