@@ -32,6 +32,7 @@ __all__ = [
     "feature_importance_agreement",
     "feature_names",
     "features_and_label",
+    "invented_share_per_column",
     "jensen_shannon_per_column",
     "load_synthetic_npz",
     "membership_inference",
@@ -39,6 +40,7 @@ __all__ = [
     "regression_utility",
     "settings_abc",
     "synthetic_ranking_agreement",
+    "total_variation_per_column",
     "utility_differences",
     "wasserstein_per_column",
 ]
