@@ -18,7 +18,7 @@ from lightning_dpgan.benchmark import cli, report, results, runner
 from lightning_dpgan.benchmark.cli import benchmark, chosen_size, parse_args, unavailable_datasets
 from lightning_dpgan.benchmark.peers import export_split, load_datamodule, peer_command
 from lightning_dpgan.benchmark.runner import Settings, failed_run, portable, train_command, with_derived_measures
-from lightning_dpgan.benchmark.suites import SUITES, Cell, suite_size
+from lightning_dpgan.benchmark.suites import SUITES, Cell, delta_for, suite_size
 from preset_helpers import modes_epsilon
 from run_helpers import record_calls
 
@@ -60,6 +60,30 @@ def test_every_full_cell_on_a_dataset_here_runs_a_preset_written_for_that_datase
         if cell.model == "quail" or cell.dataset == "kaggle-credit":
             continue
         assert f"{cell.model}_{cell.dataset}.yaml" in preset_files(cell.model, cell.dataset, cell.epsilon), cell.name
+
+
+#: Kaggle credit's training rows: the published 284,807 less the seeded 20 % test split
+CREDIT_TRAIN_ROWS = 284_807 - round(284_807 * 0.2)
+
+
+@pytest.mark.parametrize("model", ["pategan", "dpgan", "dpctgan", "patectgan", "dpsactgan", "quail", "gpate", "gswgan"])
+def test_a_private_model_on_kaggle_credit_runs_at_a_delta_below_one_over_its_rows(model):
+    """delta >= 1/n is refused, and the papers' 1e-5 is not below 1/n for credit's 227,846
+    training rows: every cell of the credit column, and a plain ``train --dataset kaggle-credit``,
+    would have been refused before training. The presets and the harness agree on 1e-6."""
+    from lightning_dpgan.config import resolve
+    from lightning_dpgan.privacy.validation import validate_delta
+
+    assert CREDIT_TRAIN_ROWS == 227_846
+    with pytest.raises(ValueError, match="not below 1/n"):
+        validate_delta(1e-5, CREDIT_TRAIN_ROWS)
+    for epsilon in (0.1, 1.0, 10.0):
+        delta = resolve({"model": model, "dataset": "kaggle-credit", "epsilon": epsilon}, {})["delta"]
+        assert delta == delta_for("kaggle-credit") == validate_delta(delta, CREDIT_TRAIN_ROWS), (model, epsilon)
+    cell = Cell(model, "kaggle-credit", 1.0, 0)
+    command = " ".join(train_command(cell, suite_size("tables", quick=False), Settings(out_dir=Path("out"))))
+    assert "--delta 1e-06" in command
+    assert delta_for("adult") == delta_for("king") == 1e-5  # the issue's delta where it is below 1/n
 
 
 def test_command_line_overrides_replace_the_grid_and_reach_train():
