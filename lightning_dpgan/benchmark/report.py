@@ -227,15 +227,17 @@ def peer_comparison(peers: dict[str, Any], tables: dict[str, Any] | None, speed:
                          f"{fmt(row['measures'].get(measure))} | none measured | | | | | |")
             continue
         peer_value, our_value = row["measures"].get(measure, {}).get("mean"), mine["measures"][measure]["mean"]
-        our_seconds, timed_by = mine["train_seconds"], ""
+        our_seconds, timed_by, comparable = mine["train_seconds"], "", True
         if timed_sharing(tables, mine):
-            our_seconds = unshared_time(speed, mine)
-            timed_by = " (speed suite)"
-        peer_time, our_time = row["train_seconds"]["mean"], our_seconds["mean"] if our_seconds else None
+            alone = unshared_time(speed, mine)
+            comparable = alone is not None
+            if comparable:
+                our_seconds, timed_by = alone, " (speed suite)"
+        peer_time, our_time = row["train_seconds"]["mean"], our_seconds["mean"]
         utility = f"{our_value / peer_value:.2f}" if peer_value else "–"
         ratio = f"{peer_time / our_time:.2f}" if peer_time and our_time else "–"
-        if our_seconds is None:
-            ratio, our_seconds, timed_by = "– (ours shared the machine)", mine["train_seconds"], ""
+        if not comparable:
+            ratio = "– (ours shared the machine)"
         label = mine["model"] if same else f"{mine['model']} (best)"
         lines.append(f"| {row['model']} | {row['dataset']} | {_epsilon(row['target_epsilon'])} | "
                      f"{fmt(row['measures'].get(measure))} | {label} | {fmt(mine['measures'].get(measure))} | {utility} | "

@@ -25,7 +25,6 @@ def delta_for(dataset: str) -> float:
     return DATASET_DELTAS.get(dataset, DELTA)
 
 
-
 @dataclass(frozen=True)
 class Cell:
     """One training run of the grid."""
