@@ -15,7 +15,8 @@ over the seeds, its R² (a continuous label, in the evaluation's bounds-scaled t
 
 A setting is ``key=value`` pairs of :class:`lightning_dpgan.quail.QUAIL`'s arguments
 (``label_model``, ``epochs``, ``batch_size``, ``lr``, ``max_grad_norm``, ``scale_share``,
-``hidden`` as ``64x64``, ``log_features`` as ``capital-gain+capital-loss``); the others keep
+``hidden`` as ``64x64``, ``log_features`` as ``capital-gain+capital-loss``, ``log_label`` as
+``true``); the others keep
 QUAIL's defaults. The label model's noise draws from OS entropy,
 so repeated calls differ by that noise; ``--seeds`` set the initial weights.
 """
@@ -43,6 +44,10 @@ def parse_setting(text: str) -> dict[str, object]:
             setting[key] = [int(width) for width in value.split("x")]
         elif key == "log_features":
             setting[key] = value.split("+")
+        elif key == "log_label":
+            if value not in ("true", "false"):
+                raise ValueError(f"log_label=true or log_label=false, got log_label={value}")
+            setting[key] = value == "true"
         else:
             setting[key] = NUMBERS.get(key, str)(value)
     return setting

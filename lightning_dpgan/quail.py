@@ -8,7 +8,8 @@ on a DP synthesizer of the other columns, and label the synthetic rows with the 
    as in the text, ``split`` is the label model's share.
 2. **Train both.** The label model C (features -> label) by DP-SGD on the real rows
    (:mod:`lightning_dpgan.privacy.dp_label_model`; a continuous label is first standardized by
-   its DP location and scale, a tenth of C's share by default); the synthesizer M -- any private table
+   its DP location and scale, a tenth of C's share by default, and with ``log_label`` C learns it
+   in log space); the synthesizer M -- any private table
    model of this package -- on the rows without the label (``--data.exclude_label``).
 3. **Sample.** M's rows get a label from C, in the label's place: a full synthetic table. A class
    label is drawn from C's predicted class probabilities (``labels="sample"``, the default), so
@@ -35,7 +36,6 @@ import torch
 from torch import nn
 
 from lightning_dpgan.config import DEFAULT_QUAIL_SYNTHESIZER
-from lightning_dpgan.data.dp_histogram import log_transform
 from lightning_dpgan.data.schema import TableSchema, column_names
 from lightning_dpgan.privacy.dp_label_model import ARCHITECTURES, DPSGDSettings, label_network, train_dp_label_model
 
@@ -57,9 +57,24 @@ def check_log_features(schema: TableSchema, names: Sequence[str]) -> None:
                          f"(the label cannot be one); its numeric features: {numeric}")
 
 
+def log_scaled(encoded: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
+    """A column's min-max encoding ``t`` (in [0, 1]) re-scaled to ``log(x - low + 1) / log(high - low + 1)``,
+    where ``x = low + t (high - low)``: still in [0, 1], but a long tail spread over it."""
+    low, high = bounds
+    scaled = torch.log1p(encoded.double().clamp(0.0, 1.0) * (high - low)) / math.log1p(high - low)
+    return scaled.to(encoded.dtype)
+
+
+def log_unscaled(scaled: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
+    """Inverse of :func:`log_scaled`, ``scaled`` clipped to [0, 1] first (a model's output may leave it)."""
+    low, high = bounds
+    encoded = torch.expm1(scaled.double().clamp(0.0, 1.0) * math.log1p(high - low)) / (high - low)
+    return encoded.to(scaled.dtype)
+
+
 def label_model_inputs(encoded: torch.Tensor, features: TableSchema, log_features: Sequence[str]) -> torch.Tensor:
     """The label model's input: the features' min-max encoding, with each ``log_features`` column
-    re-scaled to ``log(x - low + 1) / log(high - low + 1)`` (still in [0, 1]).
+    re-scaled to ``log(x - low + 1) / log(high - low + 1)`` (still in [0, 1], :func:`log_scaled`).
 
     Why: a linear model trained by DP-SGD takes small, clipped steps, and a long-tail column
     (Adult's capital gain, bounds 0..99,999) min-max encoded puts nearly every row within 0.05
@@ -72,11 +87,16 @@ def label_model_inputs(encoded: torch.Tensor, features: TableSchema, log_feature
         return encoded
     inputs = encoded.clone()
     for name in log_features:
-        low, high = features.column(name).bounds
         position = features.column_slices[name].start
-        values = inputs[:, position].double().numpy() * (high - low) + low  # the clipped value itself
-        inputs[:, position] = torch.from_numpy(log_transform(values, low) / math.log1p(high - low))
+        inputs[:, position] = log_scaled(inputs[:, position], features.column(name).bounds)
     return inputs
+
+
+def check_log_label(schema: TableSchema, log_label: bool) -> None:
+    """Refuse ``--quail.log_label`` for a table whose label is not numeric."""
+    if log_label and not schema.label_column.is_numeric:
+        raise ValueError(f"--quail.log_label models a continuous label in log space, and the label "
+                         f"'{schema.label}' is categorical: drop --quail.log_label")
 
 
 def label_model_budget(split: float, epsilon: float, delta: float, neighbours: str) -> tuple[float, float]:
@@ -116,6 +136,11 @@ class QUAIL:
         log_features: numeric feature columns the label model reads in log space
             (:func:`label_model_inputs`; a list or a comma-separated string): a public choice,
             free of budget. The synthesizer's encoding is not affected (``--data.log_columns`` is its own).
+        log_label: for a continuous label, the label model learns it in log space
+            (:func:`log_scaled`, public bounds: free) and its predictions are mapped back. Why: a
+            long-tail target (King's prices) is heavy-tailed once standardized (its largest value 14
+            standard deviations out), a linear model of it fits the mass poorly, and DP-SGD's clipped
+            steps spend themselves on the tail; its log is close to linear in the features.
     """
 
     def __init__(
@@ -131,6 +156,7 @@ class QUAIL:
         scale_share: float = 0.1,
         labels: str = "sample",
         log_features: Sequence[str] | str = (),
+        log_label: bool = False,
     ) -> None:
         if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0.0 < split < 1.0:
             raise ValueError(f"--quail-split must be in (0, 1) (the label model's share of epsilon), got {split!r}")
@@ -146,6 +172,9 @@ class QUAIL:
         self.hidden = hidden
         self.labels = labels
         self.log_features = column_names(log_features)
+        if not isinstance(log_label, bool):
+            raise ValueError(f"quail.log_label must be true or false, got {log_label!r}")
+        self.log_label = log_label
         self.settings = DPSGDSettings(epochs=epochs, batch_size=batch_size, lr=lr, max_grad_norm=max_grad_norm,
                                      scale_share=scale_share)
 
@@ -160,8 +189,11 @@ class QUAIL:
         if schema.label is None:
             raise ValueError(f"QUAIL labels synthetic rows: dataset '{datamodule.name}' has no label column")
         check_log_features(schema, self.log_features)  # before any row is read
+        check_log_label(schema, self.log_label)
         features, targets = datamodule.labelled_records()
         features = label_model_inputs(features, schema.without_label(), self.log_features)
+        if self.log_label:
+            targets = log_scaled(targets, schema.label_column.bounds)
         label_epsilon, label_delta = label_model_budget(self.split, epsilon, delta, neighbours)
         hidden = self.hidden if self.label_model == "mlp" else []
         with torch.random.fork_rng():  # the initial weights from the seed, without touching the run's RNG
@@ -169,19 +201,22 @@ class QUAIL:
             network = label_network(self.label_model, features.shape[1], targets.shape[1], hidden)
         cost = train_dp_label_model(network, features, targets, label_epsilon, label_delta, self.settings)
         cost = {**cost, "split": self.split, "scale_share": self.settings.scale_share}
-        return QuailLabeler(network, self.label_model, hidden, schema, cost, self.labels, self.log_features)
+        return QuailLabeler(network, self.label_model, hidden, schema, cost, self.labels, self.log_features, self.log_label)
 
 
 class QuailLabeler:
     """The trained label model with what it takes to label decoded synthetic rows: the table's
     (public) schema, whose min-max encoding of the features (``log_features`` in log space) is
-    the model's input, and how a class is drawn (``labels``, see :class:`QUAIL`)."""
+    the model's input, how a class is drawn (``labels``, see :class:`QUAIL`), and whether a
+    continuous label's output is in log space (``log_label``)."""
 
     def __init__(self, network: nn.Module, architecture: str, hidden: list[int], schema: TableSchema, cost: dict[str, Any],
-                 labels: str = "sample", log_features: Sequence[str] = ()) -> None:
+                 labels: str = "sample", log_features: Sequence[str] = (), log_label: bool = False) -> None:
         check_label_draw(labels)
         check_log_features(schema, list(log_features))
+        check_log_label(schema, log_label)
         self.log_features = list(log_features)
+        self.log_label = log_label
         self.network = network.eval()
         self.labels = labels
         self.architecture = architecture
@@ -190,14 +225,16 @@ class QuailLabeler:
         self.cost = dict(cost)
 
     def predict(self, rows: pd.DataFrame) -> torch.Tensor:
-        """The model's raw output for each row (class scores, or the encoded regression value);
-        a label column in ``rows`` is ignored."""
+        """The model's output for each row: class scores, or the regression value in the label's
+        min-max encoding (mapped back from log space under ``log_label``); a label column in
+        ``rows`` is ignored."""
         features = self.schema.without_label()
         encoded, _ = features.encode(rows, unknown="error")
         if len(encoded) != len(rows):
             raise ValueError("some rows could not be encoded for labelling")
         with torch.no_grad():
-            return self.network(label_model_inputs(encoded, features, self.log_features))
+            outputs = self.network(label_model_inputs(encoded, features, self.log_features))
+        return log_unscaled(outputs, self.schema.label_column.bounds) if self.log_label else outputs
 
     def label(self, features: pd.DataFrame, generator: torch.Generator | None = None) -> pd.DataFrame:
         """``features`` (rows without the label) with a label inserted in its column's place: a
@@ -228,6 +265,7 @@ class QuailLabeler:
             "cost": self.cost,
             "labels": self.labels,
             "log_features": self.log_features,
+            "log_label": self.log_label,
         }
 
     @classmethod
@@ -236,7 +274,7 @@ class QuailLabeler:
         width = schema.label_column.width
         network = label_network(spec["architecture"], schema.encoded_dim - width, width, spec["hidden"])
         network.load_state_dict({name: torch.tensor(values) for name, values in spec["state"].items()})
-        # checkpoints written before labels were drawn took the most likely class, and before
-        # log features read every feature min-max
+        # checkpoints written before labels were drawn took the most likely class, before log
+        # features read every feature min-max, and before log labels learnt the label min-max
         return cls(network, spec["architecture"], spec["hidden"], schema, spec["cost"], spec.get("labels", "most-likely"),
-                   spec.get("log_features", []))
+                   spec.get("log_features", []), spec.get("log_label", False))

@@ -342,9 +342,10 @@ class Run:
             labeler = table_labeler(self.released_info)
         else:
             if not getattr(self.datamodule, "estimates_schema", False):  # a public schema: checked before any row is read
-                from lightning_dpgan.quail import check_log_features
+                from lightning_dpgan.quail import check_log_features, check_log_label
 
                 check_log_features(self.datamodule.schema, self.quail.log_features)
+                check_log_label(self.datamodule.schema, self.quail.log_label)
             self.datamodule.prepare_data()
             self.datamodule.setup("fit")
             delta = validate_delta(self.strategy.delta or DEFAULT_DELTA, self.datamodule.train_size)
@@ -365,6 +366,11 @@ class Run:
             theirs, ours = (",".join(names) or "[]" for names in (labeler.log_features, self.quail.log_features))
             raise ConfigError(f"the checkpoint's label model reads --quail.log_features {theirs} in log space, not "
                               f"{ours}: resume with --quail.log_features {theirs}")
+        if self.quail.log_label != labeler.log_label:
+            theirs = str(labeler.log_label).lower()
+            raise ConfigError(f"the checkpoint's label model learnt the label {'in log space' if labeler.log_label else 'min-max'}, "
+                              f"not as --quail.log_label {str(self.quail.log_label).lower()} asks: resume with "
+                              f"--quail.log_label {theirs}")
         self.strategy.prior_releases["quail_label_model"] = {
             key: labeler.cost[key] for key in ("epsilon", "delta", "neighbours", "mechanism")}
         self.module.run_info["quail"] = labeler.to_dict()
@@ -618,7 +624,8 @@ class Run:
                 "synthesizer": self.quail.synthesizer,
                 "split": self.labeler.cost["split"],
                 "label_model": {"architecture": self.labeler.architecture, "hidden": self.labeler.hidden,
-                                "log_features": self.labeler.log_features, **self.labeler.cost},
+                                "log_features": self.labeler.log_features, "log_label": self.labeler.log_label,
+                                **self.labeler.cost},
                 "composition": "basic: epsilon = preprocessing (its parts: the data's and quail_label_model) "
                                "+ the synthesizer's training epsilon",
             }

@@ -24,6 +24,10 @@ def test_a_setting_becomes_quails_arguments_with_their_types():
     assert quail.hidden == [32, 16] and script.parse_setting("") == {}
     logged = script.parse_setting("log_features=capital-gain+capital-loss,lr=0.05")
     assert QUAIL(**logged).log_features == ["capital-gain", "capital-loss"]
+    assert QUAIL(**script.parse_setting("log_label=true")).log_label is True
+    assert QUAIL(**script.parse_setting("log_label=false")).log_label is False
+    with pytest.raises(ValueError, match="log_label=true or log_label=false"):
+        script.parse_setting("log_label=yes")
 
 
 @pytest.mark.parametrize("fraction", ["0", "1"])
