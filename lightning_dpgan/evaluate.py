@@ -301,6 +301,21 @@ def read_synthetic_table(path: Path, schema: Any) -> pd.DataFrame:
     return as_schema_categories(table, schema)
 
 
+def refuse_unencodable(synthetic: pd.DataFrame, schema: Any) -> None:
+    """Refuse a synthetic table with a category outside the schema (a table made elsewhere, or
+    edited): the measures that encode rows (classifiers, WD, JSD, Diff-Corr, pMSE, membership)
+    would leave those rows out while the counting ones (TV, invented share) keep them, so the
+    figures would describe two different tables, and none would say so."""
+    from lightning_dpgan.data.schema import SchemaError
+
+    try:
+        schema.encode(synthetic, unknown="error")
+    except SchemaError as error:
+        raise ValueError(f"the synthetic table cannot be scored: {error}. Most measures encode rows by the dataset's "
+                         "schema and would leave those rows out; give every categorical column one of the schema's "
+                         "categories") from error
+
+
 def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
                    save: Callable[[Any, str, str], None] | None = None,
                    held_out: pd.DataFrame | None = None) -> dict[str, Any]:
@@ -316,6 +331,7 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
                                                     utility_differences)
 
     schema = datamodule.schema
+    refuse_unencodable(synthetic, schema)
     real_train = datamodule.train_frame
     real_test = datamodule.test_frame if held_out is None else held_out
     results: dict[str, Any] = {"synthetic_records": len(synthetic)}

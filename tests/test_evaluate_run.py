@@ -227,6 +227,24 @@ def test_evaluate_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
     assert "config.yaml" in capsys.readouterr().err
 
 
+def test_an_edited_synthetic_table_with_a_category_outside_the_schema_is_refused(tmp_path, capsys):
+    """Most measures encode rows by the schema and would drop those rows; the counting ones would
+    keep them: two different tables in one report. Refused instead, and nothing is written."""
+    import pandas as pd
+
+    run = tmp_path / "run"
+    assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
+                 "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8", "--trainer.enable_progress_bar",
+                 "false", "--trainer.enable_model_summary", "false"]) == 0
+    table = pd.read_csv(run / "synthetic.csv", dtype=str, keep_default_na=False)
+    table.loc[table.index[:5], "workclass"] = "Astronaut"
+    table.to_csv(run / "synthetic.csv", index=False)
+    assert main(["evaluate", "--run", str(run)]) == 2
+    error = capsys.readouterr().err
+    assert "the synthetic table cannot be scored" in error and "'workclass': 5" in error
+    assert not (run / "evaluation.json").exists()
+
+
 def test_evaluating_a_csv_run_reuses_its_released_schema(tmp_path, monkeypatch):
     """A csv run without a schema file paid for one DP estimate of its schema; evaluate must use
     the released one, never estimate again on the private rows."""

@@ -85,8 +85,8 @@ def test_sra_is_one_for_equal_rankings_and_zero_for_reversed() -> None:
 def test_sra_counts_agreeing_pairs_per_eq_8() -> None:
     # A ranks 1 > 2 > 3; C swaps models 2 and 3: pairs (1,2), (1,3) agree, (2,3) does not -> 4/6.
     assert synthetic_ranking_agreement([3.0, 2.0, 1.0], [3.0, 1.0, 2.0]) == pytest.approx(4 / 6)
-    # a tie is not an agreement (strict inequality in Eq. 8)
-    assert synthetic_ranking_agreement([1.0, 1.0], [1.0, 2.0]) == 0.0
+    # a tie is not an agreement (strict inequality in Eq. 8): the pair tied in A disagrees, the other two agree
+    assert synthetic_ranking_agreement([1.0, 1.0, 2.0], [1.0, 2.0, 3.0]) == pytest.approx(4 / 6)
 
 
 def test_sra_is_undefined_when_a_setting_has_no_score() -> None:
@@ -159,6 +159,14 @@ def test_jsd_hand_computed() -> None:
     a = pd.DataFrame({"x1": [1.0, 2.0], "x2": [0, 1], "color": ["red", "red"], "y": ["no", "yes"]})
     b = a.assign(color="green")
     assert jensen_shannon_per_column(a, b, SCHEMA)["color"] == pytest.approx(1.0)
+
+
+def test_jsd_is_the_divergence_not_the_distance_on_overlapping_supports() -> None:
+    # p = (1/2, 1/2, 0), q = (0, 1/2, 1/2): M = (1/4, 1/2, 1/4), KL(p || M) = KL(q || M) = 1/2 bit,
+    # so the divergence is 1/2 and the distance (its square root) 0.707
+    a = pd.DataFrame({"x1": [1.0] * 4, "x2": [0] * 4, "color": ["red", "red", "green", "green"], "y": ["no", "yes"] * 2})
+    b = a.assign(color=["green", "green", "blue", "blue"])
+    assert jensen_shannon_per_column(a, b, SCHEMA)["color"] == pytest.approx(0.5)
 
 
 def test_total_variation_and_invented_share_hand_computed() -> None:
@@ -244,6 +252,29 @@ def test_auroc_is_one_on_separable_data_and_half_on_random_labels() -> None:
         make_table(400, 7, separable=False), make_table(400, 8, separable=False), SCHEMA, FAST
     )
     assert random["average"]["auroc"] == pytest.approx(0.5, abs=0.1)
+
+
+def test_the_twelve_classifiers_are_the_papers_models() -> None:
+    """PATE-GAN's appendix list, each name built as the model it names."""
+    from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+    from sklearn.ensemble import AdaBoostClassifier, BaggingClassifier, GradientBoostingClassifier, RandomForestClassifier
+    from sklearn.naive_bayes import BernoulliNB, GaussianNB
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.svm import LinearSVC
+    from xgboost import XGBClassifier
+
+    expected = {"logistic_regression": LogisticRegression, "random_forest": RandomForestClassifier,
+                "gaussian_nb": GaussianNB, "bernoulli_nb": BernoulliNB, "linear_svm": LinearSVC,
+                "decision_tree": DecisionTreeClassifier, "lda": LinearDiscriminantAnalysis, "adaboost": AdaBoostClassifier,
+                "bagging": BaggingClassifier, "gradient_boosting": GradientBoostingClassifier, "mlp": MLPClassifier,
+                "xgboost": XGBClassifier}
+    assert set(CLASSIFIERS) == set(expected)
+    for name, factory in CLASSIFIERS.items():
+        model = factory(0)
+        assert isinstance(model, expected[name]), name
+        others = [kind for other, kind in expected.items() if other != name and not issubclass(expected[name], kind)]
+        assert not any(isinstance(model, kind) for kind in others), name  # not also another of the twelve
+    assert CLASSIFIERS["bernoulli_nb"](0).binarize == 0.5  # features in [0, 1]
 
 
 def test_all_twelve_classifiers_run() -> None:
@@ -451,6 +482,17 @@ def test_correlation_difference_is_the_frobenius_norm():
     assert correlation_difference(real, other, TWO_COLUMNS) == pytest.approx(math.sqrt(2), abs=1e-12)
 
 
+def test_correlation_difference_is_pearsons_not_a_rank_correlations():
+    """On a table where the two differ (one outlier): Spearman's rho is 1 here, Pearson's r is not."""
+    a = np.array([0.01, 0.02, 0.03, 0.04, 1.0])
+    b = np.array([0.1, 0.2, 0.3, 0.4, 0.5])
+    real = pd.DataFrame({"a": a, "b": b})
+    other = pd.DataFrame({"a": a, "b": b[::-1].copy()})
+    r_real, r_other = np.corrcoef(a, b)[0, 1], np.corrcoef(a, b[::-1])[0, 1]
+    assert correlation_difference(real, other, TWO_COLUMNS) == pytest.approx(math.sqrt(2) * abs(r_real - r_other), abs=1e-6)
+    assert abs(r_real) < 0.9  # the rank correlations would be +1 and -1: a difference of 2 sqrt(2)
+
+
 def noisy_labels(n, seed):
     """make_table's rows with a quarter of the labels flipped: classifiers that score differently."""
     frame = make_table(n, seed)
@@ -538,12 +580,12 @@ def canned_settings(monkeypatch, **aurocs):
 
 
 def test_the_reported_sra_ranks_setting_a_against_setting_c(monkeypatch):
-    a, c = {"lr": 0.9, "dt": 0.8, "nb": 0.7}, {"lr": 0.6, "dt": 0.5, "nb": 0.4}  # the same ranking
-    b = {"lr": 0.1, "dt": 0.2, "nb": 0.3}  # the reverse
+    a, c = {"lr": 0.9, "dt": 0.8, "nb": 0.7}, {"lr": 0.4, "dt": 0.6, "nb": 0.5}  # only dt > nb agrees
+    b = {"lr": 0.1, "dt": 0.2, "nb": 0.3}  # the reverse of A
     canned_settings(monkeypatch, A=a, B=b, C=c)
     train = make_table(200, 1)
     results = evaluate_module.evaluate_table(NoTestSplit(SCHEMA, train), make_table(200, 3), held_out=make_table(100, 2))
-    assert results["utility/sra"] == 1.0
+    assert results["utility/sra"] == pytest.approx(1 / 3)  # A against A would be 1, A against B 0
 
 
 def test_the_reported_per_classifier_scores_and_differences_are_each_settings_own(monkeypatch):
@@ -636,3 +678,34 @@ def test_feature_agreement_is_undefined_where_a_label_is_constant():
     one_class = real.assign(y="no")
     assert math.isnan(feature_importance_agreement(real, one_class, SCHEMA)["agreement"])
     assert math.isnan(feature_importance_agreement(one_class, real, SCHEMA)["agreement"])
+
+
+def test_a_setting_whose_scores_are_all_tied_ranks_nothing():
+    """Every classifier of C trained on one class scores 0.5: no ranking, so no agreement (not 0,
+    which would read as every ranking reversed)."""
+    assert math.isnan(synthetic_ranking_agreement([0.9, 0.8, 0.7], [0.5, 0.5, 0.5]))
+    assert math.isnan(synthetic_ranking_agreement([0.6, 0.6, 0.6], [0.9, 0.8, 0.7]))
+    assert synthetic_ranking_agreement([0.9, 0.8, 0.7], [0.6, 0.5, 0.5]) == pytest.approx(4 / 6)  # the tied pair disagrees
+
+
+def test_a_synthetic_table_of_one_row_is_scored_with_setting_c_undefined(monkeypatch):
+    monkeypatch.setattr(utility, "CLASSIFIERS", FAST)
+    results = evaluate_module.evaluate_table(NoTestSplit(SCHEMA, make_table(200, 1)), make_table(1, 3),
+                                             held_out=make_table(100, 2))
+    assert results["synthetic_records"] == 1 and math.isnan(results["utility/sra"])
+    assert math.isnan(results["utility/C_auroc"]) and results["utility/B_auroc"] == 0.5
+    result = settings_abc(make_table(200, 1), make_table(1, 3), make_table(100, 2), SCHEMA, FAST)
+    assert all(math.isnan(scores["auroc"]) for scores in result["C"]["per_classifier"].values())
+    assert math.isnan(result["C"]["average"]["auroc"])
+    assert all(scores["degenerate"] for scores in result["B"]["per_classifier"].values())  # one class to learn
+    assert result["A"]["average"]["auroc"] > 0.8
+
+
+def test_a_synthetic_category_outside_the_schema_is_refused_before_any_measure(monkeypatch):
+    monkeypatch.setattr(utility, "CLASSIFIERS", FAST)
+    attacked = record_calls(monkeypatch, membership, "membership_inference")
+    synthetic = make_table(300, 3)
+    synthetic.loc[synthetic.index[:150], "color"] = "purple"
+    with pytest.raises(ValueError, match=r"cannot be scored: values outside the schema's categories .*'color': 150"):
+        evaluate_module.evaluate_table(NoTestSplit(SCHEMA, make_table(300, 1)), synthetic, held_out=make_table(100, 2))
+    assert not attacked

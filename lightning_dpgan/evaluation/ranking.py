@@ -43,11 +43,14 @@ def synthetic_ranking_agreement(scores_a: Scores, scores_c: Scores) -> float:
     models: the fraction of ordered pairs ranked the same way in both settings. It is 1 when the
     rankings agree, 0 when one is the reverse of the other. A tie in either setting makes the
     product 0, so the pair counts as disagreeing (the paper's strict inequality). NaN if a score
-    is undefined (e.g. every AUROC of a setting whose test part holds one class): no pair can
-    be compared there, and 0 would read as "every ranking reversed".
+    is undefined (e.g. every AUROC of a setting whose test part holds one class), or if every
+    score of a setting is the same (e.g. each of its classifiers trained on one class scores
+    0.5): that setting ranks nothing, and 0 would read as "every ranking reversed".
     """
     a, c = _aligned(scores_a, scores_c)
     if not (np.isfinite(a).all() and np.isfinite(c).all()):
+        return float("nan")
+    if np.ptp(a) == 0.0 or np.ptp(c) == 0.0:
         return float("nan")
     agreed = sum((a[j] - a[k]) * (c[j] - c[k]) > 0 for j, k in permutations(range(len(a)), 2))
     return agreed / (len(a) * (len(a) - 1))
