@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from lightning_dpgan.data.csv_fields import ExtraFieldsError, read_csv_fields
 from lightning_dpgan.data.csv_missing import missing_spellings
 from lightning_dpgan.data.dp_bounds import infer_schema_dp
 from lightning_dpgan.data.schema import LABEL_KINDS, SchemaError, TableSchema, as_schema_categories, column_names
@@ -181,11 +182,13 @@ def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:
     unparseable or binary file by name."""
     try:
         header = _header_names(path)
-        frame = pd.read_csv(path, dtype={name: str for name in text_columns if name in header},
-                            keep_default_na=False, na_values=missing_spellings(header, text_columns))
+        frame = read_csv_fields(path, dtype={name: str for name in text_columns if name in header},
+                                keep_default_na=False, na_values=missing_spellings(header, text_columns))
     except pd.errors.EmptyDataError as err:
         raise SchemaError(f"CSV file {path} is empty: it needs a header row of column names, then one record "
                           "per line") from err
+    except ExtraFieldsError as err:
+        raise SchemaError(str(err)) from err
     except UnicodeDecodeError as err:
         raise SchemaError(f"CSV file {path} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8 "
                           "(e.g. 'CSV UTF-8' in a spreadsheet, or iconv -f latin1 -t utf-8)") from err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from lightning_dpgan.data.csv_fields import ExtraFieldsError, read_csv_fields
 from lightning_dpgan.data.download import DataIntegrityError, RemoteFile
 from lightning_dpgan.data.schema import Column, TableSchema
 from lightning_dpgan.datamodules.tabular import TabularDataModule
@@ -73,7 +74,13 @@ class KaggleCreditDataModule(TabularDataModule):
 
     def _read_split(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         path = self._resolve(CREDIT_FILE)
-        frame = pd.read_csv(path)
+        try:
+            frame = read_csv_fields(path)
+        except ExtraFieldsError as error:
+            raise DataIntegrityError(str(error)) from error
+        except pd.errors.ParserError as error:  # a row longer than the header, after the first
+            raise DataIntegrityError(f"{path} cannot be read as a CSV table ({' '.join(str(error).split())}): is it "
+                                     "the Kaggle creditcard.csv?") from error
         missing = [name for name in SCHEMA.names if name not in frame.columns]
         if missing:
             raise DataIntegrityError(f"{path}: columns {missing} missing; is this the Kaggle creditcard.csv?")

@@ -372,6 +372,7 @@ class TabularDataModule(L.LightningDataModule):
         if len(records) == self._report.rows_blanked:
             raise SchemaError(f"{self.name}: none of the {len(self.train_frame)} training rows fits the schema "
                               f"({self._report.summary()}): check the category lists against the data")
+        self._refuse_a_single_class()
         self.train_dataset = TensorDataset(records)
         log.info("%s train split: %s", self.name, self._report.summary())
         if self._report.rows_rejected or self._report.rows_blanked:  # for the data holder (private counts)
@@ -386,6 +387,22 @@ class TabularDataModule(L.LightningDataModule):
                         round(100 * CLIPPED_SHARE_WARNING), ", ".join(clipped),
                         ", ".join(f"{name} {count} of {self._report.rows_in}" for name, count in clipped.items()),
                         self._grid_end_hint(clipped) or self._estimate_hint())
+
+    def _refuse_a_single_class(self) -> None:
+        """A class label whose training rows all hold the same class: no classifier can be
+        trained on the table, nor scored (every setting's accuracy 1 by construction), and a
+        class-conditional generator has one class to draw. For the data holder: the count is
+        read from the private rows, and the refusal releases nothing."""
+        schema = self.schema
+        if schema.label is None or schema.label_column.is_numeric:
+            return
+        listed = {str(category) for category in schema.label_column.categories}
+        held = sorted({str(value) for value in self.train_frame[schema.label]} & listed)
+        if len(held) < 2:
+            raise SchemaError(
+                f"{self.name}: the label '{schema.label}' holds {f'one class ({held[0]!r})' if held else 'none of its classes'} "
+                f"in all {len(self.train_frame)} training rows: a class label needs rows of at least two classes. "
+                "Check that this is the right file and label column, or train without a label")
 
     def _estimate_hint(self) -> str:
         """What to do when the schema is a DP estimate: its bounds and category lists are noisy,

@@ -104,6 +104,32 @@ def _devices(text: str) -> int | str:
     return int(text)
 
 
+def _positive_int(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+def _seed(text: str) -> int:
+    """A seed every library here takes (scikit-learn's are in [0, 2^32))."""
+    if not text.strip().isdigit() or int(text) >= 2**32:
+        raise argparse.ArgumentTypeError(f"must be a whole number in [0, 2^32), got {text!r}")
+    return int(text)
+
+
+def _torch_device(text: str) -> str:
+    """A device torch knows and this machine has, checked before any work."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except RuntimeError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a torch device (cpu, cuda, cuda:1, ...)") from error
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"{text!r}: this machine's torch has no CUDA device; use cpu")
+    return text
+
+
 def parse_overrides(extra: list[str]) -> dict[str, Any]:
     """Turn ``--section.key value`` / ``--section.key=value`` pairs into a dict.
 
@@ -264,10 +290,10 @@ def evaluate(argv: list[str]) -> Path:
     )
     parser.add_argument("--run", required=True, help="the output folder of a train run")
     parser.add_argument("--data-dir", help="folder with the raw data (default: the run's)")
-    parser.add_argument("-n", type=int, help="synthetic images to draw (default: as many as training images)")
-    parser.add_argument("--cnn-epochs", type=int, default=10, help="epochs of the evaluation CNN (images)")
-    parser.add_argument("--device", default="cpu", help="device of the evaluation CNN")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("-n", type=_positive_int, help="synthetic images to draw (default: as many as training images)")
+    parser.add_argument("--cnn-epochs", type=_positive_int, default=10, help="epochs of the evaluation CNN (images)")
+    parser.add_argument("--device", type=_torch_device, default="cpu", help="device of the evaluation CNN")
+    parser.add_argument("--seed", type=_seed, default=0)
     parser.add_argument("--split", choices=HELD_OUT_SPLITS, default="test",
                         help="the real records scored on: the test split, or (for a run trained with "
                              "--data.dev_fraction) the dev records it held out of training, to choose settings "

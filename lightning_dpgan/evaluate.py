@@ -92,6 +92,10 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None) -> Any:
     restore_released_schema(datamodule, run_dir / LAST_CHECKPOINT, info)  # never a second DP estimate
     if getattr(datamodule, "kind", "image") != "image":
         datamodule.unknown_categories = "blank"  # the training split as the run trained on it: every row
+    csv_path = getattr(datamodule, "csv_path", None)
+    if csv_path is not None and not csv_path.is_file():  # train's remedy (--data.csv) is not evaluate's
+        raise FileNotFoundError(f"CSV file not found: {csv_path}, the file this run trained on ({config_path}, "
+                                "data.csv): put it back there to evaluate the run")
     datamodule.prepare_data()
     datamodule.setup()
     return datamodule
@@ -302,12 +306,17 @@ def read_synthetic_table(path: Path, schema: Any) -> pd.DataFrame:
 
 
 def refuse_unencodable(synthetic: pd.DataFrame, schema: Any) -> None:
-    """Refuse a synthetic table with a category outside the schema (a table made elsewhere, or
-    edited): the measures that encode rows (classifiers, WD, JSD, Diff-Corr, pMSE, membership)
-    would leave those rows out while the counting ones (TV, invented share) keep them, so the
-    figures would describe two different tables, and none would say so."""
+    """Refuse a synthetic table the schema cannot encode whole (a table made elsewhere, or
+    edited). An infinite value would be clipped to a bound. For a category outside the schema,
+    the measures that encode rows (classifiers, WD, JSD, Diff-Corr, pMSE, membership) would
+    leave those rows out while the counting ones (TV, invented share) keep them: the figures
+    would describe two different tables, and none would say so."""
     from lightning_dpgan.data.schema import SchemaError
 
+    try:
+        schema.validate_frame(synthetic)  # columns, missing and infinite values, types
+    except SchemaError as error:
+        raise ValueError(f"the synthetic table cannot be scored: {error}") from error
     try:
         schema.encode(synthetic, unknown="error")
     except SchemaError as error:

@@ -587,7 +587,9 @@ class Run:
         taken = self.resumed_steps  # 0 for a new run
         if limit is not None and limit < taken:
             raise ConfigError(f"--resume {self.config['resume']} has taken {taken} steps and --max-steps {limit} "
-                              f"counts them: it would take none. Raise --max-steps to {taken} or more.")
+                              f"counts them: it would take none. Raise --max-steps above {taken} to train on "
+                              f"({taken} itself takes no step: it only writes the outputs of a run stopped after its "
+                              "last checkpoint).")
 
     def _write_outputs(self, wall_time: float) -> None:
         """The released data first, ``privacy.json`` last: a run folder holding a fresh

@@ -72,11 +72,11 @@ def check_output_dir(folder: Path, resume: str | None, overwrite: bool) -> None:
     held = held_run_files(folder)
     if not held or overwrite or continues_run_in(folder, resume):
         return
-    continue_it = (f"continue it with --resume {folder / LAST_CHECKPOINT}, " if (folder / LAST_CHECKPOINT).is_file()
-                   else "(it has no checkpoint to continue: it stopped before its first) ")
+    continue_it = (f", continue it with --resume {folder / LAST_CHECKPOINT}" if (folder / LAST_CHECKPOINT).is_file()
+                   else "")
     raise ConfigError(
-        f"--output-dir {folder} already holds a run ({', '.join(held)}): choose another folder, {continue_it}"
-        "or replace it with --overwrite (its outputs are then moved to previous/)")
+        f"--output-dir {folder} already holds a run's files ({', '.join(held)}): choose another folder{continue_it}, "
+        "or replace them with --overwrite (they are then moved to previous/)")
 
 
 def set_aside_outputs(folder: Path, continued: bool) -> Path | None:

@@ -162,6 +162,15 @@ def with_third_class(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def with_infinite_amount(frame: pd.DataFrame) -> pd.DataFrame:
+    frame.loc[range(0, 80, 8), "amount"] = np.inf  # clipped to the bound, it would pass for the bound itself
+    return frame
+
+
+def with_one_class(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.assign(label="yes")
+
+
 def truncated(text: str) -> str:
     return text[: len(text) // 2 + 3]  # cut mid-line, as by a failed copy
 
@@ -189,6 +198,14 @@ CSV_CASES = {
     "unknown-label-class": (with_third_class, ["label 'label' must be binary", "fix or drop those rows"],
                             ["label 'label' must be binary", "fix or drop those rows"]),
     "missing-file": (None, ["CSV file not found", "--data.csv"], ["CSV file not found", "--data.csv"]),
+    "infinite-values": (with_infinite_amount, ["'amount' holds infinite values", "(data row 1)", "fix or drop"],
+                        ["'amount' holds infinite values", "(data row 1)", "fix or drop"]),
+    # pandas took each row's first field as its index and read the rest one column to the left
+    "an-extra-field-on-every-row": ("amount,visits,kind,label\n" + "1.0,2,a,no,9\n3.0,4,b,yes,8\n" * 20,
+                                    ["more fields than its header", "(line 2: 5 fields)", "delimiter"],
+                                    ["more fields than its header", "(line 2: 5 fields)", "delimiter"]),
+    "one-label-class": (with_one_class, ["label 'label' holds one class ('yes')", "at least two classes"],
+                        ["label 'label' must be binary (exactly 2 categories), but the schema lists 1"]),
 }
 
 
@@ -228,6 +245,56 @@ def test_a_bad_csv_is_a_clear_error_and_loses_nothing(tmp_path, capsys, schema_f
     assert_refused(csv_args(csv, out, schema_file if with_schema else None), capsys, *keywords)
     assert_nothing_lost(out)
     assert not (out / "checkpoints").exists()
+
+
+def test_a_trailing_comma_on_every_row_is_read_as_no_field(tmp_path, schema_file):
+    """A spreadsheet's habit: the rows end in an empty field. Read in place, not shifted one column."""
+    frame = table()
+    csv = write_case(tmp_path / "data.csv", "amount,visits,kind,label\n" + "".join(
+        f"{row.amount},{row.visits},{row.kind},{row.label},\n" for row in frame.itertuples()))
+    datamodule = CSVDataModule(csv=csv, schema=schema_file)
+    datamodule.setup()
+    read = pd.concat([datamodule.train_frame, datamodule.held_out("test")]).sort_index()
+    pd.testing.assert_frame_equal(read.reset_index(drop=True), frame, check_dtype=False)
+
+
+@pytest.mark.parametrize("bounds,shown", [(100, "got 100"), ([0, "abc"], "got [0, 'abc']"), ([0], "got [0]"),
+                                          ("0-100", "got '0-100'")])
+def test_a_schema_files_malformed_bounds_are_refused_by_column(tmp_path, capsys, bounds, shown):
+    spec = yaml.safe_load(yaml.safe_dump(CSV_SCHEMA))
+    spec["columns"][0]["bounds"] = bounds
+    schema = tmp_path / "schema.yaml"
+    schema.write_text(yaml.safe_dump(spec))
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame)
+    assert_refused(csv_args(csv, tmp_path / "out", schema), capsys, "column 'amount': bounds must be a list [low, high]",
+                   shown)
+
+
+def test_a_binary_label_whose_classes_yaml_read_as_booleans_says_to_quote_them(tmp_path, capsys):
+    schema = tmp_path / "schema.yaml"
+    schema.write_text(yaml.safe_dump(CSV_SCHEMA).replace("- 'no'\n  - 'yes'", "- no\n  - yes"))
+    assert yaml.safe_load(schema.read_text())["columns"][3]["categories"] == [False, True]
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame)
+    assert_refused(csv_args(csv, tmp_path / "out", schema), capsys, "YAML reads unquoted no/yes", "quote the classes")
+
+
+def test_a_label_of_one_listed_class_is_refused_by_the_schema():
+    from lightning_dpgan.data.schema import Column, TableSchema
+
+    with pytest.raises(SchemaError, match=r"label 'y' lists one class, \['yes'\]: a label to learn needs at least two"):
+        TableSchema((Column("x", "continuous", bounds=(0.0, 1.0)), Column("y", "categorical", categories=("yes",))),
+                    label="y", label_kind="categorical")
+
+
+def test_a_dp_estimated_binary_label_of_three_classes_is_told_to_be_categorical(tmp_path, capsys):
+    """Raising the budget (the generic remedy of a DP estimate) releases more classes, never fewer."""
+    frame = pd.concat([table(100, 1), table(100, 2), table(100, 3)], ignore_index=True)
+    frame["label"] = np.resize(["no", "yes", "maybe"], len(frame))
+    csv = tmp_path / "data.csv"
+    frame.to_csv(csv, index=False)
+    line = assert_refused(csv_args(csv, tmp_path / "out", None, "--data.bounds_epsilon", "20"), capsys,
+                          "the schema lists 3", "--data.label_kind categorical")
+    assert "raise --data.bounds_epsilon" not in line
 
 
 @pytest.mark.parametrize("with_schema", [True, False], ids=["schema-file", "dp-schema"])
@@ -311,7 +378,7 @@ def test_a_batch_of_one_for_a_batchnorm_generator_is_refused_before_anything_is_
     (half / "logs").mkdir(parents=True)
     (half / "config.yaml").write_text("model: {}\n")
     refusal = assert_refused([a if a != str(out) else str(half) for a in csv_args(csv, out, schema_file) if a != "--overwrite"],
-                             capsys, "already holds a run", "no checkpoint to continue")
+                             capsys, "already holds a run's files", "choose another folder, or replace them")
     assert "--resume" not in refusal
 
 
@@ -535,6 +602,35 @@ def test_evaluate_refuses_a_damaged_run_file_by_name_before_any_work(image_run, 
     monkeypatch.setattr(evaluate, "_evaluate_images", lambda *args, **kwargs: worked.append(1) or {})
     assert_refused(["evaluate", "--run", str(run)], capsys, str(run / name), "is damaged")
     assert not worked and not (run / "evaluation.json").exists()
+
+
+@pytest.mark.parametrize("option,value,message", [
+    ("-n", "-5", "argument -n: must be a whole number >= 1"),
+    ("-n", "0", "argument -n: must be a whole number >= 1"),
+    ("--cnn-epochs", "0", "argument --cnn-epochs: must be a whole number >= 1"),
+    ("--seed", "-1", "argument --seed: must be a whole number in [0, 2^32)"),
+    ("--seed", str(2**32), "argument --seed: must be a whole number in [0, 2^32)"),
+    ("--device", "foo", "argument --device: 'foo' is not a torch device"),
+])
+def test_evaluate_refuses_a_bad_option_before_any_work(image_run, tmp_path, capsys, monkeypatch, option, value, message):
+    from lightning_dpgan import evaluate
+
+    worked = []
+    monkeypatch.setattr(evaluate, "evaluate_run", lambda *args, **kwargs: worked.append(1))
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", "--run", str(image_run), option, value])
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+    assert not worked
+
+
+def test_evaluate_of_a_csv_run_whose_file_moved_says_where_it_was(tmp_path, capsys, schema_file):
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame)
+    out = tmp_path / "out"
+    assert main(csv_args(csv, out, schema_file)) == 0
+    csv.rename(tmp_path / "moved.csv")
+    line = assert_refused(["evaluate", "--run", str(out)], capsys, f"CSV file not found: {csv}",
+                          str(out / "config.yaml"), "put it back there")
+    assert "--data.csv" not in line  # train's remedy: evaluate takes no such option
 
 
 @pytest.mark.parametrize("kind", ["truncated", "text", "foreign", "bitflip"])

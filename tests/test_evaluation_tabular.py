@@ -701,6 +701,15 @@ def test_a_synthetic_table_of_one_row_is_scored_with_setting_c_undefined(monkeyp
     assert result["A"]["average"]["auroc"] > 0.8
 
 
+def test_a_synthetic_table_with_an_infinite_value_is_refused_before_any_measure(monkeypatch):
+    attacked = record_calls(monkeypatch, membership, "membership_inference")
+    synthetic = make_table(300, 3)
+    synthetic.loc[synthetic.index[7], "x1"] = -np.inf  # clipped to the lower bound, it would pass for 0
+    with pytest.raises(ValueError, match=r"cannot be scored: column 'x1' holds infinite values \(1 row: -inf \(data row 8\)\)"):
+        evaluate_module.evaluate_table(NoTestSplit(SCHEMA, make_table(300, 1)), synthetic, held_out=make_table(100, 2))
+    assert not attacked
+
+
 def test_a_synthetic_category_outside_the_schema_is_refused_before_any_measure(monkeypatch):
     monkeypatch.setattr(utility, "CLASSIFIERS", FAST)
     attacked = record_calls(monkeypatch, membership, "membership_inference")

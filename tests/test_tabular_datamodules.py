@@ -92,6 +92,24 @@ def test_credit_has_thirty_features_and_a_binary_label():
     assert len(datamodule.train_frame) == 48 and len(datamodule.test_frame) == 12
 
 
+@pytest.mark.parametrize("line,message", [
+    (1, r"more fields than its header \(line 2: \d+ fields\)"),  # pandas would shift every row one column over
+    (3, r"cannot be read as a CSV table \(Error tokenizing data. C error: Expected \d+ fields in line 4"),
+], ids=["first-row", "a-later-row"])
+@pytest.mark.parametrize(("cls", "folder"), BUILT_INS[1:], ids=IDS[1:])
+def test_a_row_with_an_extra_field_is_refused_not_read_one_column_over(cls, folder, tmp_path, line, message):
+    from lightning_dpgan.data.download import DataIntegrityError
+
+    source = next((FIXTURES / folder).glob("*.csv"))
+    lines = source.read_text().splitlines()
+    lines[line] += ",9"
+    copy = tmp_path / folder
+    copy.mkdir()
+    (copy / source.name).write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataIntegrityError, match=message):
+        cls(data_dir=copy, download=False).setup()
+
+
 @pytest.mark.parametrize(("cls", "folder"), BUILT_INS[1:], ids=IDS[1:])
 def test_seeded_split_is_fixed_disjoint_and_covering(cls, folder):
     first, again = loaded(cls, folder), loaded(cls, folder)

@@ -12,6 +12,7 @@ the command then exits with status 1. A dataset whose files are neither local no
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import datetime
@@ -85,12 +86,24 @@ def check_grid(args: argparse.Namespace, size: Size) -> None:
         repeated = sorted({str(v) for v in values if values.count(v) > 1})
         if repeated:
             raise SystemExit(f"benchmark: --{option} repeats {', '.join(repeated)}: each value once")
+    bad_epsilons = [e for e in size.epsilons if not (isinstance(e, (int, float)) and math.isfinite(e) and e > 0)]
+    if bad_epsilons:
+        raise SystemExit(f"benchmark: --epsilons {' '.join(map(str, bad_epsilons))}: each target epsilon must be a "
+                         "finite number above 0")
+    bad_seeds = [seed for seed in size.seeds if not isinstance(seed, int) or seed < 0]
+    if bad_seeds:
+        raise SystemExit(f"benchmark: --seeds {' '.join(map(str, bad_seeds))}: seeds are whole numbers from 0")
     if args.suite != "peers":
         for name in size.models:
             try:
-                registry.lookup("model", name)
+                entry = registry.lookup("model", name)
             except (KeyError, ValueError) as error:
                 raise SystemExit(f"benchmark: --models: {error}") from None
+            private = name == "quail" or getattr(entry.load(), "default_privacy", "none") != "none"
+            if not private and "--privacy" not in size.train_args:  # every cell is trained to a target epsilon
+                raise SystemExit(f"benchmark: --models {name} trains without privacy, and every cell of the suite "
+                                 f"trains to a target epsilon: choose a private model, or give it a strategy "
+                                 f"after -- (e.g. -- --privacy dp-sgd)")
     if args.results_dir.exists() and not args.results_dir.is_dir():
         raise SystemExit(f"benchmark: --results-dir {args.results_dir} is a file, not a folder")
 

@@ -279,5 +279,9 @@ def _labelled_schema(columns: list[Column], target: str, label_kind: str, drop: 
     try:
         return TableSchema(columns, label=target, label_kind=label_kind, drop=tuple(drop))
     except SchemaError as err:
+        label = next((column for column in columns if column.name == target), None)
+        if label_kind == "binary" and label is not None and len(label.categories or ()) > 2:  # no budget removes a class
+            raise SchemaError(f"{err} (DP estimate: the file's label holds more than two classes; declare it "
+                              "--data.label_kind categorical, or give a schema file with its classes)") from err
         raise SchemaError(f"{err} (DP estimate; classes rarer than the threshold are not released: "
                           f"{RAISE_BUDGET} with the public classes)") from err

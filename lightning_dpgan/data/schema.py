@@ -225,11 +225,25 @@ class Column:
         return cls(
             name=entry.get("name"),
             kind=entry.get("kind"),
-            bounds=tuple(float(b) for b in bounds) if bounds is not None else None,
+            bounds=_bounds_entry(entry.get("name"), bounds) if bounds is not None else None,
             categories=tuple(categories) if categories is not None else None,
             source=entry.get("source", ""),
             step=entry.get("step"),
         )
+
+
+def _bounds_entry(name: Any, bounds: Any) -> tuple[float, float]:
+    """A schema entry's ``bounds`` as two floats, refused by the column's name when they are not
+    a list of two numbers."""
+    wrong = SchemaError(f"column '{name}': bounds must be a list [low, high] of two numbers, got {bounds!r}")
+    if isinstance(bounds, (str, bytes, Mapping)) or not isinstance(bounds, Sequence) or len(bounds) != 2:
+        raise wrong
+    if any(isinstance(b, bool) for b in bounds):
+        raise wrong
+    try:
+        return tuple(float(b) for b in bounds)
+    except (TypeError, ValueError) as error:
+        raise wrong from error
 
 
 def encoding_layout(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -338,6 +352,9 @@ class TableSchema:
                 f"label '{self.label}' must be binary (exactly 2 categories), "
                 f"but the schema lists {column.width}: {list(column.categories)}"
             )
+        if self.label_kind == "categorical" and column.width < 2:
+            raise SchemaError(f"label '{self.label}' lists one class, {list(column.categories)}: a label to learn "
+                              "needs at least two (list all of its classes)")
 
     # --- layout -----------------------------------------------------------------------------
 
@@ -512,10 +529,13 @@ class TableSchema:
             return
         outside = int((codes[self.label] < 0).sum())
         if outside:
+            classes = list(self.label_column.categories)
+            yaml_booleans = ("; YAML reads unquoted no/yes, true/false and on/off as booleans: quote the classes "
+                             "in the schema file, e.g. ['no', 'yes']") if all(isinstance(c, bool) for c in classes) else ""
             raise SchemaError(
-                f"the label '{self.label}' must be binary with classes {list(self.label_column.categories)}, "
+                f"the label '{self.label}' must be binary with classes {classes}, "
                 f"but {outside} rows hold other values: fix or drop those rows, or declare the label "
-                "categorical with all its classes in the schema"
+                f"categorical with all its classes in the schema{yaml_booleans}"
             )
 
     def decode(self, data: torch.Tensor | np.ndarray) -> pd.DataFrame:
@@ -591,9 +611,13 @@ def _check_dtype(column: Column, series: pd.Series) -> None:
                       else "declare the column categorical in the schema if it is")
             raise SchemaError(f"column '{column.name}' is {column.kind} but holds non-numeric values "
                               f"({non_numeric_examples(series)}): fix those values in the data, or {remedy}")
+        values = series.to_numpy(dtype=np.float64)
+        finite = np.isfinite(values)
+        if not finite.all():  # clipped to a bound, an infinity would pass for the bound itself
+            count = int((~finite).sum())
+            raise SchemaError(f"column '{column.name}' holds infinite values ({count} row{'s' if count > 1 else ''}: "
+                              f"{row_examples(series[~finite])}): fix or drop those rows first")
         if column.kind == "integer":
-            values = series.to_numpy(dtype=np.float64)
-            finite = np.isfinite(values)
             fractional = int((values[finite] != np.round(values[finite])).sum())
             if fractional:
                 remedy = "leave it out of --data.integer" if estimated else "declare the column continuous in the schema"

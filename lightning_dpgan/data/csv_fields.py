@@ -1,0 +1,62 @@
+"""Reading a CSV table whose rows must have the header's fields, no more.
+
+pandas, given a row with one more field than the header, takes the row's first field as the
+row's *index* and reads every other value under the next column's name: a whole file whose
+rows end in an extra field trains silently on shifted columns. With ``index_col=False`` it
+keeps the columns in place and drops the extra fields, with a ``ParserWarning``; here that
+warning is an error naming the first such line, since a dropped value is data the user gave.
+(A trailing comma on every row, a spreadsheet's habit, is an empty last field that pandas
+reads as no field: accepted.)
+"""
+from __future__ import annotations
+
+import csv
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+#: compressed files pandas opens itself; the first long line is looked for in plain text only
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".zip", ".xz", ".zst", ".tar")
+
+
+class ExtraFieldsError(ValueError):
+    """A data row has more fields than the CSV file's header."""
+
+
+def read_csv_fields(path: Path | str, **kwargs: Any) -> pd.DataFrame:
+    """``pandas.read_csv(path, index_col=False, **kwargs)``, refusing rows longer than the header."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.ParserWarning)
+        try:
+            return pd.read_csv(path, index_col=False, **kwargs)
+        except pd.errors.ParserWarning as warning:
+            raise ExtraFieldsError(_extra_fields_message(Path(path))) from warning
+
+
+def _extra_fields_message(path: Path) -> str:
+    where = first_long_line(path)
+    at = f" (line {where[0]}: {where[1]} fields)" if where else ""
+    return (f"CSV file {path} has data rows with more fields than its header{at}: their values would be read "
+            "under other columns' names or dropped. Check the delimiter, the quoting of fields holding commas, "
+            "and that the header names every column")
+
+
+def first_long_line(path: Path) -> tuple[int, int] | None:
+    """``(line number, field count)`` of the first row with more non-empty fields than the header
+    of a plain-text CSV file, or None (a compressed file, or none found)."""
+    if path.suffix.lower() in COMPRESSED_SUFFIXES:
+        return None
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = csv.reader(handle)
+        width = len(next(rows, []))
+        for row in rows:
+            while row and row[-1] == "":
+                row = row[:-1]
+            if len(row) > width:
+                return rows.line_num, len(row)
+    return None
+
+
+__all__ = ["ExtraFieldsError", "first_long_line", "read_csv_fields"]
