@@ -3,6 +3,7 @@ one-hot, or CTGAN's mode-specific encoding with modes fitted under DP."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
@@ -511,6 +512,13 @@ class TabularDataModule(L.LightningDataModule):
             if len(dev):
                 train, self.dev_frame = train.iloc[kept], train.iloc[dev]
             self.train_frame = train
+
+    def train_rows_digest(self) -> str:
+        """SHA-256 of the training rows written as text, with their positions in the file. The
+        checkpoint keeps it (private, like the rows: a digest of private data is never released),
+        so that ``evaluate`` can tell that the file under a run changed after training."""
+        self._load_frames()
+        return hashlib.sha256(self.train_frame.to_csv(index=True).encode()).hexdigest()
 
     def held_out(self, split: str = "test") -> pd.DataFrame:
         """The raw rows a run is scored on: the ``"test"`` split, or the ``"dev"`` rows held out

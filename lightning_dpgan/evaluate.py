@@ -98,7 +98,20 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None) -> Any:
                                 "data.csv): put it back there to evaluate the run")
     datamodule.prepare_data()
     datamodule.setup()
+    check_same_training_rows(datamodule, info, config_path)
     return datamodule
+
+
+def check_same_training_rows(datamodule: Any, info: dict[str, Any] | None, config_path: Path) -> None:
+    """Refuse to score a table run against training rows other than those it trained on (the
+    file edited or replaced since): its utility and membership figures would be of other rows.
+    The checkpoint's digest of them is compared (runs trained before it was kept are not)."""
+    saved = (info or {}).get("train_rows_digest")
+    if saved is None or not hasattr(datamodule, "train_rows_digest") or datamodule.train_rows_digest() == saved:
+        return
+    raise ValueError(f"the training rows of {datamodule.name} are not those this run trained on (its checkpoint keeps "
+                     "their digest): the data changed after training, and the utility and membership figures would "
+                     f"be of other rows. Restore the data the run was trained on (see {config_path})")
 
 
 def checkpoint_of_this_run(run_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:

@@ -295,6 +295,7 @@ class Run:
             # Public by construction (or paid for with the DP-bounds budget): `sample` needs it to decode.
             module.run_info["schema"] = self.datamodule.schema.to_dict()
             module.run_info["preprocessing_cost"] = self.datamodule.privacy_cost()
+            module.run_info["train_rows_digest"] = self.datamodule.train_rows_digest()  # private: the checkpoint only
             if getattr(self.datamodule, "table_transformer", None) is not None:
                 # DP modes and frequencies (their cost is in preprocessing_cost): needed to decode.
                 module.run_info["table_transformer"] = self.datamodule.table_transformer.to_dict()

@@ -28,7 +28,7 @@ from lightning_dpgan.data.schema import SchemaError
 from lightning_dpgan.datamodules.csv import CSVDataModule
 from lightning_dpgan.outputs import OutputWriteError, atomic_write, write_csv, write_json, write_png, write_yaml
 from lightning_dpgan.sampling import CheckpointError, read_run_info, resume_checkpoint
-from run_helpers import tiny_run_args
+from run_helpers import record_calls, tiny_run_args
 
 #: What an earlier run left in the output folder: a failed run must not lose it. The runs below
 #: pass --overwrite (a folder holding a run is refused otherwise): the earlier outputs are set
@@ -621,6 +621,29 @@ def test_evaluate_refuses_a_bad_option_before_any_work(image_run, tmp_path, caps
         main(["evaluate", "--run", str(image_run), option, value])
     assert stop.value.code == 2 and message in capsys.readouterr().err
     assert not worked
+
+
+def test_evaluate_refuses_training_rows_changed_since_the_run(tmp_path, capsys, schema_file, monkeypatch):
+    """The labels of the file flipped after training: the utility and membership figures would be
+    of other rows. The digest that tells is in the (private) checkpoint only."""
+    from lightning_dpgan import evaluate
+
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame)
+    out = tmp_path / "out"
+    assert main(csv_args(csv, out, schema_file)) == 0
+    digest = read_run_info(out / "checkpoints" / "last.ckpt")["train_rows_digest"]
+    assert len(digest) == 64
+    public = [path for path in out.rglob("*") if path.is_file() and path.suffix != ".ckpt"]
+    assert public and not any(digest.encode() in path.read_bytes() for path in public)
+    edited = pd.read_csv(csv)
+    edited["label"] = edited["label"].map({"no": "yes", "yes": "no"})
+    edited.to_csv(csv, index=False)
+    assert_refused(["evaluate", "--run", str(out)], capsys, "the training rows of csv are not those this run trained on",
+                   str(out / "config.yaml"))
+    assert not (out / "evaluation.json").exists()
+    table().to_csv(csv, index=False)  # the rows it trained on, restored
+    scored = record_calls(monkeypatch, evaluate, "evaluate_table")
+    assert main(["evaluate", "--run", str(out)]) == 0 and scored
 
 
 def test_evaluate_of_a_csv_run_whose_file_moved_says_where_it_was(tmp_path, capsys, schema_file):
