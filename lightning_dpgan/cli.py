@@ -20,10 +20,13 @@ record, to bound its real epsilon from below (``audit.json``; see :mod:`lightnin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
+import signal
 import sys
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -276,7 +279,27 @@ def sample(argv: list[str]) -> Path:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists (else refused)")
     args = parser.parse_args(argv)
-    return sample_to_file(args.checkpoint, args.n, args.out, seed=args.seed, overwrite=args.overwrite)
+    with terminated_as_exit():
+        return sample_to_file(args.checkpoint, args.n, args.out, seed=args.seed, overwrite=args.overwrite)
+
+
+@contextlib.contextmanager
+def terminated_as_exit() -> Iterator[None]:
+    """Within the block, SIGTERM (``kill``, a scheduler's stop) raises ``SystemExit(143)`` instead of
+    ending the process at once, so that the file being written (``outputs.atomic_write``) removes
+    its temporary file rather than leave it, possibly gigabytes, beside ``--out``."""
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: leave the default
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def evaluate(argv: list[str]) -> Path:
@@ -352,6 +375,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         report_error(error)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: the file being written removed its temporary copy
+        if os.environ.get("LIGHTNING_DPGAN_DEBUG"):
+            raise
+        print(f"{command}: interrupted", file=sys.stderr)
+        return 130
     from lightning_dpgan.distributed import launched_as_follower
 
     if not launched_as_follower():  # a DDP run's files are rank 0's

@@ -623,6 +623,39 @@ def test_evaluate_refuses_a_bad_option_before_any_work(image_run, tmp_path, caps
     assert not worked
 
 
+def test_a_terminated_sample_leaves_no_temporary_file(tmp_path, schema_file):
+    """SIGTERM (a scheduler's stop, ``kill``) in the middle of a large table: the partial file,
+    which grows by gigabytes for a large -n, is removed, and the exit status says why."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame)
+    assert main(csv_args(csv, tmp_path / "run", schema_file)) == 0
+    out = tmp_path / "samples" / "table.csv"
+    out.parent.mkdir()
+    process = subprocess.Popen([sys.executable, "-m", "lightning_dpgan", "sample", "--checkpoint",
+                                str(tmp_path / "run" / "checkpoints" / "last.ckpt"), "-n", "1000000000", "--out", str(out)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not list(out.parent.glob(".table.csv.*.tmp")) and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.2)
+    assert list(out.parent.glob(".table.csv.*.tmp")), process.communicate()[1]
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 128 + signal.SIGTERM
+    assert not list(out.parent.iterdir())  # neither the temporary file nor a partial table
+
+
+def test_an_interrupted_command_says_so_without_a_traceback(monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("lightning_dpgan.sampling.sample_to_file", interrupted)
+    assert main(["sample", "--checkpoint", "c.ckpt", "-n", "5", "--out", "x.csv"]) == 130
+    assert capsys.readouterr().err.strip() == "sample: interrupted"
+
+
 def test_evaluate_refuses_training_rows_changed_since_the_run(tmp_path, capsys, schema_file, monkeypatch):
     """The labels of the file flipped after training: the utility and membership figures would be
     of other rows. The digest that tells is in the (private) checkpoint only."""
