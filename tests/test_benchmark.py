@@ -824,7 +824,6 @@ def never_run(*args, **kwargs):
     (["--epsilons", "nan"], r"--epsilons nan: each target epsilon"),
     (["--epsilons", "-1"], r"--epsilons -1.0: each target epsilon"),
     (["--seeds", "0", "-1"], r"--seeds -1: seeds are whole numbers from 0"),
-    (["--models", "dpgan", "gan"], r"--models gan trains without privacy"),
 ])
 def test_a_grid_with_repeats_or_unknown_models_is_refused_before_any_cell(tmp_path, monkeypatch, extra, message):
     monkeypatch.setattr(cli, "run_grid", never_run)
@@ -833,21 +832,6 @@ def test_a_grid_with_repeats_or_unknown_models_is_refused_before_any_cell(tmp_pa
         cli.benchmark(["--suite", "tables", *extra, "--results-dir", str(tmp_path), "--results-md",
                        str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
     assert not list(tmp_path.glob("tables-*.json"))
-
-
-def test_a_non_private_model_given_a_strategy_after_the_dashes_is_a_private_cell(tmp_path, monkeypatch):
-    class GridRan(Exception):
-        pass
-
-    def stop(*args, **kwargs):
-        raise GridRan
-
-    monkeypatch.setattr(cli, "run_grid", stop)
-    monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, data_dir: {})
-    with pytest.raises(GridRan):  # past the grid's checks
-        cli.benchmark(["--suite", "tables", "--models", "gan", "--datasets", "adult", "--results-dir", str(tmp_path),
-                       "--results-md", str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs"), "--",
-                       "--privacy", "dp-sgd"])
 
 
 def test_a_results_dir_that_is_a_file_is_refused_before_any_cell(tmp_path, monkeypatch):

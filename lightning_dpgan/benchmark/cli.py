@@ -96,14 +96,9 @@ def check_grid(args: argparse.Namespace, size: Size) -> None:
     if args.suite != "peers":
         for name in size.models:
             try:
-                entry = registry.lookup("model", name)
+                registry.lookup("model", name)
             except (KeyError, ValueError) as error:
                 raise SystemExit(f"benchmark: --models: {error}") from None
-            private = name == "quail" or getattr(entry.load(), "default_privacy", "none") != "none"
-            if not private and "--privacy" not in size.train_args:  # every cell is trained to a target epsilon
-                raise SystemExit(f"benchmark: --models {name} trains without privacy, and every cell of the suite "
-                                 f"trains to a target epsilon: choose a private model, or give it a strategy "
-                                 f"after -- (e.g. -- --privacy dp-sgd)")
     if args.results_dir.exists() and not args.results_dir.is_dir():
         raise SystemExit(f"benchmark: --results-dir {args.results_dir} is a file, not a folder")
 
