@@ -35,7 +35,7 @@ from scipy import stats
 from lightning_dpgan.data import dp_bounds, table_transformer
 from lightning_dpgan.data.dp_histogram import dp_column_histograms
 from lightning_dpgan.data.partition import PartitionedSampler, teacher_partitions
-from lightning_dpgan.data.schema import Column, TableSchema
+from lightning_dpgan.data.schema import Column, SchemaError, TableSchema
 from lightning_dpgan.datamodules import csv as csv_module
 from lightning_dpgan.datamodules.csv import CSVDataModule
 from lightning_dpgan.datamodules.king import KingDataModule
@@ -496,9 +496,9 @@ def odd_table(n: int) -> pd.DataFrame:
 
 def test_dp_histogram_extreme_records_move_each_of_the_d_column_histograms_by_one():
     """Protects the histograms' L1 sensitivity d: an added record -- typical, far outside the
-    bounds (a discrete column's too), on a special value, at +-inf -- moves the concatenated
-    true counts by exactly d (one bin per column); a record the schema drops (unknown category)
-    moves nothing."""
+    bounds (a discrete column's too), on a special value -- moves the concatenated true counts by
+    exactly d (one bin per column); a record the schema drops (unknown category) moves nothing;
+    a record at +-inf is refused before any count is taken."""
     base = table(300, 0)
 
     def counts(frame):
@@ -510,11 +510,13 @@ def test_dp_histogram_extreme_records_move_each_of_the_d_column_histograms_by_on
         {"x": 1.0, "gain": 5, "lot": 5000.0, "rooms": 3, "colour": "red", "y": "no"},
         {"x": 1e300, "gain": 10**15, "lot": 1e300, "rooms": 10**15, "colour": "blue", "y": "yes"},
         {"x": -1e300, "gain": -(10**15), "lot": -1e300, "rooms": -(10**15), "colour": "green", "y": "no"},
-        {"x": math.inf, "gain": 0, "lot": -math.inf, "rooms": 12, "colour": "red", "y": "yes"},
     ]
     for row in extremes:
         change = np.abs(counts(pd.concat([base, pd.DataFrame([row])], ignore_index=True)) - without).sum()
         assert change == d, row
+    infinite = {"x": math.inf, "gain": 0, "lot": -math.inf, "rooms": 12, "colour": "red", "y": "yes"}
+    with pytest.raises(SchemaError, match="holds infinite values"):
+        counts(pd.concat([base, pd.DataFrame([infinite])], ignore_index=True))
     dropped = {"x": 1e300, "gain": 7, "lot": 1.0, "rooms": 2, "colour": "purple", "y": "no"}
     assert np.abs(counts(pd.concat([base, pd.DataFrame([dropped])], ignore_index=True)) - without).sum() == 0
 

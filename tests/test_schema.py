@@ -107,7 +107,7 @@ def test_numeric_values_outside_the_bounds_are_clipped_and_counted():
     frame = make_frame(6)
     frame.loc[0, "height"] = 50.0
     frame.loc[1, "height"] = 1e9
-    frame.loc[2, "height"] = float("inf")
+    frame.loc[2, "height"] = 1e300
     frame.loc[3, "age"] = 150
     records, report = schema.encode(frame)
     assert report.clipped["height"] == {"below": 1, "above": 2}
@@ -115,6 +115,15 @@ def test_numeric_values_outside_the_bounds_are_clipped_and_counted():
     assert records[:3, 0].tolist() == [0.0, 1.0, 1.0]
     decoded = schema.decode(records)
     assert decoded.loc[1, "height"] == 220.0 and decoded.loc[3, "age"] == 120
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf")])
+def test_an_infinite_value_is_refused_not_clipped(value):
+    """Clipped, an infinity would pass for the bound itself: refused like a missing value."""
+    frame = make_frame(6)
+    frame.loc[2, "height"] = value
+    with pytest.raises(SchemaError, match=rf"column 'height' holds infinite values \(1 row: {value!r} \(data row 3\)\)"):
+        make_schema().encode(frame)
 
 
 def test_unknown_categories_reject_their_rows_and_are_counted():
