@@ -33,8 +33,13 @@ def test_small_cnn_has_the_papers_layers():
     model = SmallCNN()
     convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
     assert [conv.out_channels for conv in convs] == [32, 64]
-    assert any(isinstance(m, nn.Dropout) for m in model.modules())
-    assert any(isinstance(m, nn.ReLU) for m in model.modules())
+    assert [conv.kernel_size for conv in convs] == [(3, 3), (3, 3)]
+    assert [m.p for m in model.modules() if isinstance(m, nn.Dropout)] == [0.2, 0.25]  # the authors' script
+    assert [m.kernel_size for m in model.modules() if isinstance(m, nn.MaxPool2d)] == [2]
+    assert [(m.in_features, m.out_features) for m in model.modules() if isinstance(m, nn.Linear)] == [(64 * 11 * 11, 64),
+                                                                                                     (64, 10)]
+    assert sum(p.numel() for p in model.parameters()) == 515_146  # as the released script's model
+    assert sum(isinstance(m, nn.ReLU) for m in model.modules()) == 3
     assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
 
 
