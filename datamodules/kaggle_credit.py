@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lightning_dpgan.data.csv_fields import ExtraFieldsError, read_csv_fields
+from lightning_dpgan.data.csv_fields import read_dataset_csv
 from lightning_dpgan.data.download import DataIntegrityError, RemoteFile
 from lightning_dpgan.data.schema import Column, TableSchema
 from lightning_dpgan.datamodules.tabular import TabularDataModule
@@ -74,13 +74,7 @@ class KaggleCreditDataModule(TabularDataModule):
 
     def _read_split(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         path = self._resolve(CREDIT_FILE)
-        try:
-            frame = read_csv_fields(path)
-        except ExtraFieldsError as error:
-            raise DataIntegrityError(str(error)) from error
-        except pd.errors.ParserError as error:  # a row longer than the header, after the first
-            raise DataIntegrityError(f"{path} cannot be read as a CSV table ({' '.join(str(error).split())}): is it "
-                                     "the Kaggle creditcard.csv?") from error
+        frame = read_dataset_csv(path, "the Kaggle creditcard.csv")
         missing = [name for name in SCHEMA.names if name not in frame.columns]
         if missing:
             raise DataIntegrityError(f"{path}: columns {missing} missing; is this the Kaggle creditcard.csv?")

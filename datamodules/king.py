@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 from sklearn.datasets import fetch_openml
 
-from lightning_dpgan.data.csv_fields import ExtraFieldsError, read_csv_fields
+from lightning_dpgan.data.csv_fields import read_dataset_csv
 from lightning_dpgan.data.download import DataIntegrityError, DatasetNotFoundError, locate, warn_downloading
 from lightning_dpgan.data.schema import Column, SchemaError, TableSchema
 from lightning_dpgan.datamodules.tabular import TabularDataModule
@@ -113,13 +113,7 @@ class KingDataModule(TabularDataModule):
 
     def _read_split(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         path = self._local_file()
-        try:
-            raw = read_csv_fields(path) if path is not None else self._fetch_openml()
-        except ExtraFieldsError as error:
-            raise DataIntegrityError(str(error)) from error
-        except pd.errors.ParserError as error:  # a row longer than the header, after the first
-            raise DataIntegrityError(f"{path} cannot be read as a CSV table ({' '.join(str(error).split())}): is it "
-                                     "the Kaggle kc_house_data.csv?") from error
+        raw = read_dataset_csv(path, "the Kaggle kc_house_data.csv") if path is not None else self._fetch_openml()
         if path is not None and len(raw) != N_ROWS:
             log.warning("king: %s holds %d sales, not the Kaggle file's %d: training on it as it is", path, len(raw), N_ROWS)
         return self._seeded_split(to_schema_frame(raw, str(path or f"OpenML {OPENML_ID}")))

@@ -35,6 +35,20 @@ def read_csv_fields(path: Path | str, **kwargs: Any) -> pd.DataFrame:
             raise ExtraFieldsError(_extra_fields_message(Path(path))) from warning
 
 
+def read_dataset_csv(path: Path | str, expected: str) -> pd.DataFrame:
+    """A built-in dataset's CSV file, ``expected`` naming it ("the Kaggle creditcard.csv"): a row
+    longer than the header, the first or a later one, makes the file damaged, not the user's input."""
+    from lightning_dpgan.data.download import DataIntegrityError
+
+    try:
+        return read_csv_fields(path)
+    except ExtraFieldsError as error:
+        raise DataIntegrityError(f"{error}: is it {expected}?") from error
+    except pd.errors.ParserError as error:  # a row longer than the header, after the first
+        reason = " ".join(str(error).split())
+        raise DataIntegrityError(f"{path} cannot be read as a CSV table ({reason}): is it {expected}?") from error
+
+
 def _extra_fields_message(path: Path) -> str:
     where = first_long_line(path)
     at = f" (line {where[0]}: {where[1]} fields)" if where else ""
@@ -59,4 +73,4 @@ def first_long_line(path: Path) -> tuple[int, int] | None:
     return None
 
 
-__all__ = ["ExtraFieldsError", "first_long_line", "read_csv_fields"]
+__all__ = ["ExtraFieldsError", "first_long_line", "read_csv_fields", "read_dataset_csv"]
