@@ -131,6 +131,28 @@ def synthetic_rows(module: Any, decoder: Any, labeler: Any, n: int) -> Any:
 SAMPLE_CHUNK_ROWS = 100_000
 
 
+#: rows drawn to estimate a table's size on disk (from a random stream of their own)
+SIZE_PROBE_ROWS = 200
+
+
+def check_room_for_table(out: Path, n: int, module: Any, decoder: Any, labeler: Any) -> None:
+    """Refuse, before writing, a table of ``n`` rows that the disk holding ``out`` has no room
+    for: its size estimated from a few rows drawn aside (the draws of the table itself are those
+    of the same seed without the probe). A full disk would end the write anyway, after minutes or
+    hours, with nothing to show for it."""
+    import shutil
+
+    with torch.random.fork_rng():
+        probe = synthetic_rows(module, decoder, labeler, min(n, SIZE_PROBE_ROWS))
+    per_row = len(probe.to_csv(index=False, header=False).encode()) / len(probe)
+    needed = n * per_row
+    free = shutil.disk_usage(out.parent if out.parent.exists() else Path.cwd()).free
+    if needed > free:
+        raise ValueError(f"-n {n} rows would take about {needed / 2**30:.1f} GiB (about {per_row:.0f} bytes a row), "
+                         f"and the disk holding --out {out} has {free / 2**30:.1f} GiB free: draw fewer rows, or "
+                         "write them elsewhere")
+
+
 def synthetic_row_chunks(module: Any, decoder: Any, labeler: Any, n: int) -> Iterator[Any]:
     """:func:`synthetic_rows` of ``n`` rows, :data:`SAMPLE_CHUNK_ROWS` at a time."""
     chunk = SAMPLE_CHUNK_ROWS
@@ -177,7 +199,9 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
     module = load_module(checkpoint)
     torch.manual_seed(seed)
     if schema:
-        return write_csv_chunks(out, synthetic_row_chunks(module, table_decoder(info), table_labeler(info), n))
+        decoder, labeler = table_decoder(info), table_labeler(info)
+        check_room_for_table(out, n, module, decoder, labeler)
+        return write_csv_chunks(out, synthetic_row_chunks(module, decoder, labeler, n))
     labels = module.balanced_labels(n)
     images = images_to_uint8(module.sample(n, labels))
     if out.suffix == ".png":

@@ -636,7 +636,7 @@ def test_a_terminated_sample_leaves_no_temporary_file(tmp_path, schema_file):
     out = tmp_path / "samples" / "table.csv"
     out.parent.mkdir()
     process = subprocess.Popen([sys.executable, "-m", "lightning_dpgan", "sample", "--checkpoint",
-                                str(tmp_path / "run" / "checkpoints" / "last.ckpt"), "-n", "1000000000", "--out", str(out)],
+                                str(tmp_path / "run" / "checkpoints" / "last.ckpt"), "-n", "100000000", "--out", str(out)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not list(out.parent.glob(".table.csv.*.tmp")) and time.monotonic() < deadline and process.poll() is None:
@@ -645,6 +645,25 @@ def test_a_terminated_sample_leaves_no_temporary_file(tmp_path, schema_file):
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=60) == 128 + signal.SIGTERM
     assert not list(out.parent.iterdir())  # neither the temporary file nor a partial table
+
+
+def test_a_table_the_disk_has_no_room_for_is_refused_before_writing(tmp_path, capsys, schema_file, monkeypatch):
+    import shutil as shutil_module
+
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame)
+    assert main(csv_args(csv, tmp_path / "run", schema_file)) == 0
+    checkpoint = str(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    drawn = tmp_path / "drawn.csv"
+    assert main(["sample", "--checkpoint", checkpoint, "-n", "50", "--out", str(drawn)]) == 0
+    first = drawn.read_bytes()
+    assert main(["sample", "--checkpoint", checkpoint, "-n", "50", "--out", str(drawn), "--overwrite"]) == 0
+    assert drawn.read_bytes() == first  # the size probe draws aside: the same seed, the same rows
+    usage = shutil_module.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil_module, "disk_usage", lambda path: usage._replace(free=1000))
+    out = tmp_path / "big.csv"
+    assert_refused(["sample", "--checkpoint", checkpoint, "-n", "1000", "--out", str(out)], capsys,
+                   "-n 1000 rows would take about", "GiB free: draw fewer rows")
+    assert not out.exists() and not list(tmp_path.glob(".big.csv.*"))
 
 
 def test_an_interrupted_command_says_so_without_a_traceback(monkeypatch, capsys):
