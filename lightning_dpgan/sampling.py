@@ -137,13 +137,13 @@ SIZE_PROBE_ROWS = 200
 
 def check_room_for_table(out: Path, n: int, module: Any, decoder: Any, labeler: Any) -> None:
     """Refuse, before writing, a table of ``n`` rows that the disk holding ``out`` has no room
-    for: its size estimated from a few rows drawn aside (the draws of the table itself are those
-    of the same seed without the probe). A full disk would end the write anyway, after minutes or
-    hours, with nothing to show for it."""
+    for: its size estimated from a few rows drawn aside, a chunk at most (the table's own draws
+    are those of the same seed without the probe). A full disk would end the write anyway, after
+    minutes or hours, with nothing to show for it."""
     import shutil
 
     with torch.random.fork_rng():
-        probe = synthetic_rows(module, decoder, labeler, min(n, SIZE_PROBE_ROWS))
+        probe = synthetic_rows(module, decoder, labeler, min(n, SIZE_PROBE_ROWS, SAMPLE_CHUNK_ROWS))
     per_row = len(probe.to_csv(index=False, header=False).encode()) / len(probe)
     needed = n * per_row
     free = shutil.disk_usage(out.parent if out.parent.exists() else Path.cwd()).free
