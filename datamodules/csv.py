@@ -12,7 +12,8 @@ import pandas as pd
 from lightning_dpgan.data.csv_fields import ExtraFieldsError, read_csv_fields
 from lightning_dpgan.data.csv_missing import missing_spellings
 from lightning_dpgan.data.dp_bounds import infer_schema_dp
-from lightning_dpgan.data.schema import LABEL_KINDS, SchemaError, TableSchema, as_schema_categories, column_names
+from lightning_dpgan.data.schema import (LABEL_KINDS, SchemaError, TableSchema, as_schema_categories, column_names,
+                                         row_examples)
 from lightning_dpgan.datamodules.tabular import TabularDataModule
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
 
@@ -162,12 +163,39 @@ class CSVDataModule(TabularDataModule):
     def _read_split(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         self.prepare_data()
         frame = _read_csv(self.csv_path, self._categorical_columns())
+        self._refuse_text_in_numeric_columns(frame)
         if self._schema is not None:
             frame = as_schema_categories(frame, self._schema)
         missing = [name for name in self.drop if name not in frame.columns]
         if missing:
             raise SchemaError(f"columns to drop {missing} are not in {self.csv_path} (columns: {list(frame.columns)})")
         return self._seeded_split(frame.drop(columns=self.drop))
+
+
+    def _refuse_text_in_numeric_columns(self, frame: pd.DataFrame) -> None:
+        """Text in a numeric column, found in every row of the file before it is split: checked
+        on the training split alone, text in a held-out row could only be reported as "in other
+        rows of the file", without the value or the row."""
+        if self._schema is not None:
+            if not set(self._schema.names) <= set(frame.columns):
+                return  # other columns than the schema's: validate_frame says which, first
+            numeric = [column.name for column in self._schema.columns if column.is_numeric]
+        else:
+            if self.target not in frame.columns:
+                return  # the missing target (or a file read as one column) is the problem to report
+            text = set(self._categorical_columns()) | set(self.drop)
+            numeric = [name for name in frame.columns if name not in text]
+        for name in (name for name in numeric if frame[name].dtype == object):
+            series = frame[name]
+            bad = series[pd.to_numeric(series, errors="coerce").isna() & series.notna()]
+            if bad.empty:
+                continue
+            if self._schema is not None:
+                kind = self._schema.column(name).kind
+                raise SchemaError(f"column '{name}' is {kind} but holds non-numeric values ({row_examples(bad)}): "
+                                  "fix those values in the data, or declare the column categorical in the schema if it is")
+            raise SchemaError(f"column '{name}' holds non-numeric values ({row_examples(bad)}): fix those values in the "
+                              "data, or list the column with --data.categorical if it is categorical")
 
 
 def _check_bounds_budget(epsilon: Any, delta: Any) -> None:

@@ -298,6 +298,21 @@ def test_a_dp_estimated_binary_label_of_three_classes_is_told_to_be_categorical(
 
 
 @pytest.mark.parametrize("with_schema", [True, False], ids=["schema-file", "dp-schema"])
+def test_text_in_a_held_out_row_alone_is_named_with_its_value_and_row(tmp_path, capsys, schema_file, with_schema):
+    """Checked on the training split alone, the text could only be said to be "in other rows of
+    the file"; the whole file is read first, so the message names the value and its row."""
+    clean = write_case(tmp_path / "clean.csv", lambda frame: frame)
+    held_out = CSVDataModule(csv=clean, schema=schema_file).held_out("test").index
+    frame = table()
+    frame["amount"] = frame["amount"].astype(object)
+    frame.loc[held_out[0], "amount"] = "lots"
+    csv = write_case(tmp_path / "data.csv", lambda _: frame)
+    line = assert_refused(csv_args(csv, tmp_path / "out", schema_file if with_schema else None), capsys,
+                          "'amount'", f"'lots' (data row {held_out[0] + 1})", "fix those values")
+    assert "other rows of the file" not in line
+
+
+@pytest.mark.parametrize("with_schema", [True, False], ids=["schema-file", "dp-schema"])
 def test_a_gap_in_the_held_out_rows_alone_is_refused_before_training(tmp_path, capsys, schema_file, with_schema):
     """A missing value in a test-split row, the training rows clean: refused before any budget
     is spent, not at ``evaluate`` after training."""
