@@ -13,7 +13,7 @@ from lightning_dpgan.data.csv_fields import ExtraFieldsError, read_csv_fields
 from lightning_dpgan.data.csv_missing import missing_spellings
 from lightning_dpgan.data.dp_bounds import infer_schema_dp
 from lightning_dpgan.data.schema import (LABEL_KINDS, SchemaError, TableSchema, as_schema_categories, column_names,
-                                         row_examples)
+                                         non_numeric_values, row_examples)
 from lightning_dpgan.datamodules.tabular import TabularDataModule
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
 
@@ -186,8 +186,7 @@ class CSVDataModule(TabularDataModule):
             text = set(self._categorical_columns()) | set(self.drop)
             numeric = [name for name in frame.columns if name not in text]
         for name in (name for name in numeric if frame[name].dtype == object):
-            series = frame[name]
-            bad = series[pd.to_numeric(series, errors="coerce").isna() & series.notna()]
+            bad = non_numeric_values(frame[name])
             if bad.empty:
                 continue
             if self._schema is not None:

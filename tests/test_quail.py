@@ -295,16 +295,23 @@ def test_the_labeler_reads_its_log_features_in_log_space_and_keeps_them_through_
         QuailLabeler(network, "logistic", [], LONG_TAIL, {}, log_features=["y"])
 
 
-def test_fit_labeler_trains_the_label_model_on_the_log_scaled_features(monkeypatch):
-    from lightning_dpgan.quail import QUAIL
-
-    seen = []
+def label_model_inputs_seen(monkeypatch) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Replace QUAIL's DP-SGD training with a recorder: the list it returns gets the
+    ``(features, targets)`` of each label model QUAIL would train."""
+    trained = []
 
     def fake_train(network, features, targets, epsilon, delta, settings, noise_seed=None):
-        seen.append(features)
+        trained.append((features, targets))
         return {"epsilon": epsilon, "delta": delta, "neighbours": "add-remove", "mechanism": "fake"}
 
     monkeypatch.setattr("lightning_dpgan.quail.train_dp_label_model", fake_train)
+    return trained
+
+
+def test_fit_labeler_trains_the_label_model_on_the_log_scaled_features(monkeypatch):
+    from lightning_dpgan.quail import QUAIL
+
+    trained = label_model_inputs_seen(monkeypatch)
     datamodule = AdultDataModule(data_dir=FIXTURES / "adult_tiny", download=False, batch_size=8)
     datamodule.setup()
     labeler = QUAIL(batch_size=8, log_features="capital-gain, capital-loss").fit_labeler(datamodule, 8.0, 1e-4, "add-remove")
@@ -314,9 +321,9 @@ def test_fit_labeler_trains_the_label_model_on_the_log_scaled_features(monkeypat
     gain = features.column_slices["capital-gain"].start
     raw = datamodule.train_frame["capital-gain"].to_numpy(dtype=float)
     assert raw.max() > 0, "the fixture needs a row with a capital gain"
-    assert seen[0][:, gain].tolist() == pytest.approx((torch.log1p(torch.tensor(raw)) / math.log1p(99_999)).tolist(), abs=1e-5)
+    assert trained[0][0][:, gain].tolist() == pytest.approx((torch.log1p(torch.tensor(raw)) / math.log1p(99_999)).tolist(), abs=1e-5)
     untouched = [i for i in range(plain.shape[1]) if i not in (gain, features.column_slices["capital-loss"].start)]
-    assert torch.equal(seen[0][:, untouched], plain[:, untouched])
+    assert torch.equal(trained[0][0][:, untouched], plain[:, untouched])
 
 
 def test_a_continuous_label_is_the_regression_output_clipped_into_its_bounds():
@@ -359,23 +366,17 @@ def test_fit_labeler_trains_a_log_label_on_the_log_scaled_target(monkeypatch):
     from lightning_dpgan.datamodules.king import KingDataModule
     from lightning_dpgan.quail import QUAIL
 
-    seen = []
-
-    def fake_train(network, features, targets, epsilon, delta, settings, noise_seed=None):
-        seen.append(targets)
-        return {"epsilon": epsilon, "delta": delta, "neighbours": "add-remove", "mechanism": "fake"}
-
-    monkeypatch.setattr("lightning_dpgan.quail.train_dp_label_model", fake_train)
+    trained = label_model_inputs_seen(monkeypatch)
     datamodule = KingDataModule(data_dir=FIXTURES / "king_tiny", download=False, batch_size=8)
     datamodule.setup()
     assert QUAIL(batch_size=8, log_label=True).fit_labeler(datamodule, 8.0, 1e-4, "add-remove").log_label is True
     low, high = KING_SCHEMA.label_column.bounds
     price = torch.tensor(datamodule.train_frame["price"].to_numpy(dtype=float))
-    assert seen[0][:, 0].tolist() == pytest.approx((torch.log1p(price - low) / math.log1p(high - low)).tolist(), abs=1e-5)
+    assert trained[0][1][:, 0].tolist() == pytest.approx((torch.log1p(price - low) / math.log1p(high - low)).tolist(), abs=1e-5)
     with pytest.raises(ValueError, match="is categorical: drop --quail.log_label"):
         QUAIL(log_label=True).fit_labeler(AdultDataModule(data_dir=FIXTURES / "adult_tiny", download=False), 8.0, 1e-4,
                                           "add-remove")
-    assert len(seen) == 1  # refused before a row was read
+    assert len(trained) == 1  # refused before a row was read
 
 
 def test_a_dp_label_model_of_a_long_tail_target_fits_it_better_in_log_space():

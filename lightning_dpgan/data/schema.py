@@ -594,11 +594,15 @@ def row_examples(values: pd.Series, most: int = 3) -> str:
                      for index, value in values.head(most).items())
 
 
+def non_numeric_values(series: pd.Series) -> pd.Series:
+    """The values of ``series`` that are not numbers (missing values aside), with their index."""
+    return series[pd.to_numeric(series, errors="coerce").isna() & series.notna()]
+
+
 def non_numeric_examples(series: pd.Series, most: int = 3) -> str:
     """The first values of ``series`` that are not numbers (:func:`row_examples`). A column read
     as text for a value in another split (the held-out rows) shows none here."""
-    bad = series[pd.to_numeric(series, errors="coerce").isna() & series.notna()]
-    return row_examples(bad, most) or f"read as {series.dtype}: the text is in other rows of the file"
+    return row_examples(non_numeric_values(series), most) or f"read as {series.dtype}: the text is in other rows of the file"
 
 
 def _check_dtype(column: Column, series: pd.Series) -> None:
