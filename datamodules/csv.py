@@ -18,6 +18,9 @@ from lightning_dpgan.datamodules.tabular import TabularDataModule
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
 
 AUTO = "auto"
+#: The budget of the DP schema estimate when no schema file is given and no flag sets it.
+DEFAULT_BOUNDS_EPSILON = 0.1
+DEFAULT_BOUNDS_DELTA = 1e-6
 
 
 class CSVDataModule(TabularDataModule):
@@ -45,8 +48,8 @@ class CSVDataModule(TabularDataModule):
         label_kind: str = AUTO,
         integer: Sequence[str] | str | None = None,
         drop: Sequence[str] | str | None = None,
-        bounds_epsilon: float = 0.1,
-        bounds_delta: float = 1e-6,
+        bounds_epsilon: float | None = None,
+        bounds_delta: float | None = None,
         **kwargs: Any,
     ) -> None:
         """
@@ -61,8 +64,11 @@ class CSVDataModule(TabularDataModule):
             integer: numeric columns to decode as integers (only without ``schema``).
             drop: columns to ignore, e.g. identifiers (only without ``schema``, which has its
                 own ``drop`` list).
-            bounds_epsilon: ε spent estimating the schema (only without ``schema``).
-            bounds_delta: δ spent on the category lists (only without ``schema``).
+            bounds_epsilon: ε spent estimating the schema, default ``DEFAULT_BOUNDS_EPSILON`` (only
+                without ``schema``: with a schema file nothing is estimated, and a budget for it
+                is refused rather than ignored).
+            bounds_delta: δ spent on the category lists, default ``DEFAULT_BOUNDS_DELTA`` (only
+                without ``schema``).
             **kwargs: :class:`TabularDataModule` arguments (batch size, split, ...).
         """
         super().__init__(**kwargs)
@@ -72,10 +78,9 @@ class CSVDataModule(TabularDataModule):
         self.categorical = column_names(categorical)
         self.integer = column_names(integer)
         self.drop = column_names(drop)
-        self.bounds_epsilon = bounds_epsilon
-        self.bounds_delta = bounds_delta
         self._bounds_cost: dict[str, Any] | None = None
         if schema is not None:
+            _refuse_estimate_budget_with_a_schema(bounds_epsilon, bounds_delta)
             self._schema = self._public_schema(TableSchema.load(schema), target, label_kind)
             self.target, self.label_kind = self._schema.label, self._schema.label_kind
             self.drop = list(self._schema.drop)
@@ -88,7 +93,11 @@ class CSVDataModule(TabularDataModule):
                     "it is not guessed from the data, which would read private values"
                 )
             self.target, self.label_kind = target, label_kind
+            bounds_epsilon = DEFAULT_BOUNDS_EPSILON if bounds_epsilon is None else bounds_epsilon
+            bounds_delta = DEFAULT_BOUNDS_DELTA if bounds_delta is None else bounds_delta
             _check_bounds_budget(bounds_epsilon, bounds_delta)
+        self.bounds_epsilon = bounds_epsilon
+        self.bounds_delta = bounds_delta
 
     def _public_schema(self, schema: TableSchema, target: str | None, label_kind: str) -> TableSchema:
         """Check that the other arguments do not contradict the schema file, then use it."""
@@ -195,6 +204,19 @@ class CSVDataModule(TabularDataModule):
                                   "fix those values in the data, or declare the column categorical in the schema if it is")
             raise SchemaError(f"column '{name}' holds non-numeric values ({row_examples(bad)}): fix those values in the "
                               "data, or list the column with --data.categorical if it is categorical")
+
+
+def _refuse_estimate_budget_with_a_schema(epsilon: Any, delta: Any) -> None:
+    """A schema file means nothing is estimated, so a budget for the estimate would be ignored:
+    the user who set it believes some privacy was spent there, or that the bounds come from the
+    data. Refuse it by its flags, before the file is read."""
+    given = [flag for flag, value in (("--data.bounds_epsilon", epsilon), ("--data.bounds_delta", delta))
+             if value is not None]
+    if given:
+        raise ValueError(f"{' and '.join(given)} {'set' if len(given) > 1 else 'sets'} the budget of the DP estimate of "
+                         "the schema, and --data.schema gives the schema: nothing is estimated, so nothing would be "
+                         f"spent. Drop {' and '.join(given)}, or drop --data.schema to estimate the bounds and "
+                         "categories from the data")
 
 
 def _check_bounds_budget(epsilon: Any, delta: Any) -> None:

@@ -88,7 +88,10 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None) -> Any:
         config["data"]["data_dir"] = data_dir
     info = checkpoint_of_this_run(run_dir, config)
     cls = registry.lookup("dataset", config["data"]["name"]).load()
-    datamodule = cls(**section_arguments(config, "data", cls))
+    arguments = section_arguments(config, "data", cls)
+    if arguments.get("schema") is not None:  # earlier runs recorded the unused estimate budget beside a schema file
+        arguments = {key: value for key, value in arguments.items() if key not in ("bounds_epsilon", "bounds_delta")}
+    datamodule = cls(**arguments)
     restore_released_schema(datamodule, run_dir / LAST_CHECKPOINT, info)  # never a second DP estimate
     if getattr(datamodule, "kind", "image") != "image":
         datamodule.unknown_categories = "blank"  # the training split as the run trained on it: every row

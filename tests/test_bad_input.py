@@ -25,7 +25,7 @@ import yaml
 from lightning_dpgan import outputs
 from lightning_dpgan.cli import main
 from lightning_dpgan.data.schema import SchemaError
-from lightning_dpgan.datamodules.csv import CSVDataModule
+from lightning_dpgan.datamodules.csv import DEFAULT_BOUNDS_DELTA, DEFAULT_BOUNDS_EPSILON, CSVDataModule
 from lightning_dpgan.outputs import OutputWriteError, atomic_write, write_csv, write_json, write_png, write_yaml
 from lightning_dpgan.sampling import CheckpointError, read_run_info, resume_checkpoint
 from run_helpers import record_calls, tiny_run_args
@@ -375,6 +375,37 @@ def test_a_dp_schema_budget_that_cannot_work_is_refused_by_its_flag(tmp_path):
     csv = write_case(tmp_path / "data.csv", lambda frame: frame)  # 80 rows
     with pytest.raises(SchemaError, match=r"needs about \d+ training rows.*raise --data.bounds_epsilon"):
         CSVDataModule(csv=csv, **dp, bounds_epsilon=0.1).setup("fit")
+
+
+def test_a_dp_schema_budget_beside_a_schema_file_is_refused_not_ignored(tmp_path, capsys, schema_file):
+    """With a schema file nothing is estimated: a --data.bounds_epsilon/--data.bounds_delta beside it
+    used to be ignored in silence. It is refused by its flag before anything is written, and
+    without a schema file the estimate's default budget still applies."""
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame)
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    for extra, named in ((["--data.bounds_epsilon", "0.5"], "--data.bounds_epsilon sets"),
+                         (["--data.bounds_delta", "1e-7"], "--data.bounds_delta sets"),
+                         (["--data.bounds_epsilon", "0.5", "--data.bounds_delta", "1e-7"],
+                          "--data.bounds_epsilon and --data.bounds_delta set")):
+        assert_refused(csv_args(csv, out, schema_file, *extra), capsys, named, "nothing would be spent", "drop --data.schema")
+        assert_nothing_lost(out)
+    estimated = CSVDataModule(csv=csv, target="label", categorical="kind,label", label_kind="binary")
+    assert (estimated.bounds_epsilon, estimated.bounds_delta) == (DEFAULT_BOUNDS_EPSILON, DEFAULT_BOUNDS_DELTA) == (0.1, 1e-6)
+
+
+def test_a_run_whose_config_recorded_the_unused_estimate_budget_beside_its_schema_file_still_evaluates(tmp_path, schema_file):
+    """A run trained before the refusal with --data.bounds_epsilon/--data.bounds_delta beside its
+    schema file recorded them (unused) in config.yaml; evaluate rebuilds its datamodule without them."""
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame)
+    run = tmp_path / "run"
+    assert main(csv_args(csv, run, schema_file)) == 0
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert "bounds_epsilon" not in config["data"] and "bounds_delta" not in config["data"]
+    config["data"].update(bounds_epsilon=0.1, bounds_delta=1e-6)
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    assert main(["evaluate", "--run", str(run), "--device", "cpu"]) == 0
+    assert (run / "evaluation.json").is_file()
 
 
 def test_a_batch_of_one_for_a_batchnorm_generator_is_refused_before_anything_is_written(tmp_path, capsys, schema_file):
