@@ -824,6 +824,8 @@ def never_run(*args, **kwargs):
     (["--epsilons", "nan"], r"--epsilons nan: each target epsilon"),
     (["--epsilons", "-1"], r"--epsilons -1.0: each target epsilon"),
     (["--seeds", "0", "-1"], r"--seeds -1: seeds are whole numbers from 0"),
+    (["--models", "quail", "gan"], r"--models gan trains without privacy \(--privacy none\)"),
+    (["--models", "wgan", "dpgan", "ctgan"], r"--models wgan ctgan train without privacy.*-- --privacy dp-sgd"),
 ])
 def test_a_grid_with_repeats_or_unknown_models_is_refused_before_any_cell(tmp_path, monkeypatch, extra, message):
     monkeypatch.setattr(cli, "run_grid", never_run)
@@ -832,6 +834,15 @@ def test_a_grid_with_repeats_or_unknown_models_is_refused_before_any_cell(tmp_pa
         cli.benchmark(["--suite", "tables", *extra, "--results-dir", str(tmp_path), "--results-md",
                        str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
     assert not list(tmp_path.glob("tables-*.json"))
+
+
+def test_a_non_private_model_given_a_strategy_after_the_double_dash_is_not_refused():
+    """``-- --privacy dp-sgd`` makes a GAN private in every cell: the grid check lets it through."""
+    size = suite_size("tables", True).with_overrides(models=("gan", "dpgan"))
+    with pytest.raises(SystemExit, match="--models gan trains without privacy"):
+        cli.refuse_non_private_models(size)
+    for privacy in (["--privacy", "dp-sgd"], ["--privacy=dp-sgd"]):
+        cli.refuse_non_private_models(size.with_overrides(train_args=[*size.train_args, *privacy]))
 
 
 def test_a_results_dir_that_is_a_file_is_refused_before_any_cell(tmp_path, monkeypatch):

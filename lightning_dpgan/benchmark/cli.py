@@ -99,8 +99,25 @@ def check_grid(args: argparse.Namespace, size: Size) -> None:
                 registry.lookup("model", name)
             except (KeyError, ValueError) as error:
                 raise SystemExit(f"benchmark: --models: {error}") from None
+        refuse_non_private_models(size)
     if args.results_dir.exists() and not args.results_dir.is_dir():
         raise SystemExit(f"benchmark: --results-dir {args.results_dir} is a file, not a folder")
+
+
+def refuse_non_private_models(size: Size) -> None:
+    """A model that trains with ``--privacy none`` has no epsilon to be run at: each of its cells
+    would be refused by train, one after the other. Say so once, before any cell, unless the
+    train options after ``--`` give it a privacy strategy."""
+    from lightning_dpgan import registry
+
+    if any(word == "--privacy" or word.startswith("--privacy=") for word in size.train_args):
+        return
+    public = [name for name in size.models
+              if getattr(registry.lookup("model", name).load(), "default_privacy", None) == "none"]
+    if public:
+        raise SystemExit(f"benchmark: --models {' '.join(public)} {'trains' if len(public) == 1 else 'train'} without "
+                         "privacy (--privacy none), so no cell of it has an epsilon to run at: choose private models, "
+                         "or give a privacy strategy to every train command after -- (-- --privacy dp-sgd)")
 
 
 def chosen_size(args: argparse.Namespace) -> Size:
