@@ -27,7 +27,7 @@ PROTOCOL_SIZES = ("full", "full-subset")
 #: the measures a suite's table shows, in order (a column is left out when no row has it)
 COLUMNS: dict[str, tuple[str, ...]] = {
     "tables": ("utility/B_auroc", "utility/B_auroc_four", "utility/B_auprc", "utility/sra", "utility/difference_r2",
-               "utility/synthetic_r2", "fidelity/wasserstein_mean", "fidelity/jsd_mean",
+               "utility/difference_r2/ridge", "utility/synthetic_r2", "fidelity/wasserstein_mean", "fidelity/jsd_mean",
                "fidelity/correlation_difference", "fidelity/pmse", "privacy_risk/mia_auc"),
     "images": ("utility/cnn_accuracy", "privacy_risk/mia_auc"),
     "speed": (),
@@ -157,6 +157,8 @@ def goal_lines(results: list[dict[str, Any]], reference: dict[str, Any]) -> list
                  for row in result["summary"] if goal_reads(goal, row)]
         sign = "≥" if "at_least" in goal else "≤"
         name = f"{goal['dataset']} ε={goal['epsilon']:g} {goal['measure']} {sign} {target}"
+        if goal.get("reading"):  # how this goal reads an issue's figure, where another reading exists
+            name += f" ({goal['reading']})"
         enough = [item for item in found if item[0]["n"] >= GOAL_SEEDS]
         if not enough:
             few = max(found, key=lambda item: item[0]["n"], default=None)
