@@ -49,6 +49,9 @@ from lightning_dpgan.sampling import read_run_info, resume_checkpoint, synthetic
 MODEL_PROVIDED = ("data_shape", "num_classes", "table_layout")
 #: rank 0's released preprocessing, for the other processes of a DDP run (in the run folder)
 RANK_ZERO_RELEASE = ".released_preprocessing.pt"
+#: Run information about the private rows themselves, kept in the checkpoint only: never in the
+#: release file the other ranks read, which a killed run leaves in the run folder.
+PRIVATE_RUN_INFO = ("train_rows_digest",)
 #: how long a DDP process waits for it (other nodes start on their own)
 FOLLOWER_WAIT_S = 600
 DEFAULT_MAX_STEPS = 1000
@@ -178,6 +181,13 @@ def select_table_encoding(model_cls: type, data_args: dict[str, Any]) -> None:
         raise ConfigError(f"this model needs --data.encoding {needed}, got {chosen}")
 
 
+def shared_with_other_ranks(run_info: dict[str, Any]) -> dict[str, Any]:
+    """What rank 0 writes for the other DDP ranks to read: its run information (the DP
+    preprocessing releases, the schema, QUAIL's label model) without :data:`PRIVATE_RUN_INFO`,
+    which each rank computes from its own rows and only the checkpoint keeps."""
+    return {key: value for key, value in run_info.items() if key not in PRIVATE_RUN_INFO}
+
+
 class Run:
     """Everything ``train`` does, in the order it does it."""
 
@@ -295,7 +305,7 @@ class Run:
             # Public by construction (or paid for with the DP-bounds budget): `sample` needs it to decode.
             module.run_info["schema"] = self.datamodule.schema.to_dict()
             module.run_info["preprocessing_cost"] = self.datamodule.privacy_cost()
-            module.run_info["train_rows_digest"] = self.datamodule.train_rows_digest()  # private: the checkpoint only
+            module.run_info["train_rows_digest"] = self.datamodule.train_rows_digest()  # PRIVATE_RUN_INFO: the checkpoint only
             if getattr(self.datamodule, "table_transformer", None) is not None:
                 # DP modes and frequencies (their cost is in preprocessing_cost): needed to decode.
                 module.run_info["table_transformer"] = self.datamodule.table_transformer.to_dict()
@@ -478,7 +488,7 @@ class Run:
             return self._fit_and_write()
         if self.trainer.world_size <= 1:
             return self._fit_and_write()
-        release = write_torch(self.output_dir / RANK_ZERO_RELEASE, self.module.run_info)  # read by the other ranks
+        release = write_torch(self.output_dir / RANK_ZERO_RELEASE, shared_with_other_ranks(self.module.run_info))
         if self.resume_info is None:
             self.trainer.callbacks.append(SameRelease(release_digest(release.read_bytes()), RANK_ZERO_RELEASE))
         try:

@@ -291,6 +291,26 @@ def test_the_trainer_reads_a_resume_checkpoint_through_the_modules_share_reader(
     assert reader.module is run.module
 
 
+def test_the_release_file_the_other_ranks_read_holds_no_digest_of_the_private_rows(tmp_path, monkeypatch):
+    """Rank 0 writes its run information to the run folder for the other ranks (a killed run leaves
+    the file there): the DP releases they need, never the SHA-256 of the training rows, which only
+    the (private) checkpoint keeps."""
+    from lightning_dpgan.cli import build_config
+    from lightning_dpgan.run import RANK_ZERO_RELEASE, Run
+
+    run = Run(build_config(["--model", "dpctgan", "--dataset", "adult", "--data-dir", str(ADULT), "--accelerator", "cpu",
+                            "--devices", "2", "--strategy", "ddp", "--epsilon", "5"]), tmp_path)
+    assert run.trainer.world_size == 2 and len(run.module.run_info["train_rows_digest"]) == 64
+    read = []
+    monkeypatch.setattr(run, "_fit_and_write", lambda: read.append(torch.load(tmp_path / RANK_ZERO_RELEASE, weights_only=False)))
+    run.fit()
+    (release,) = read
+    assert "train_rows_digest" not in release
+    assert release == {key: value for key, value in run.module.run_info.items() if key != "train_rows_digest"}
+    assert "schema" in release and "table_transformer" in release
+    assert not (tmp_path / RANK_ZERO_RELEASE).exists()
+
+
 @pytest.mark.parametrize("scaling,private_ddp", [(["--devices", "2"], True), (["--devices", "1"], False),
                                                  (["--devices", "1", "--strategy", "single_device"], False)])
 def test_several_devices_without_a_strategy_train_with_the_private_ddp(tmp_path, scaling, private_ddp):
