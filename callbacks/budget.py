@@ -87,11 +87,7 @@ class PrivacyBudgetStopping(L.Callback):
         if decided_by_rank_zero(self.next_step_fits()):
             return
         if self.strategy.steps_taken() == 0:
-            raise BudgetTooSmallError(
-                f"a single training step would spend epsilon = {self.strategy.epsilon_if(1):.4g}, more than "
-                f"--epsilon {self.target_epsilon:g}: raise --epsilon, or make each step cheaper (more noise, "
-                "smaller batches: the strategy's --privacy.* settings, listed by --help)."
-            )
+            raise BudgetTooSmallError(self.strategy.first_step_refusal(self.target_epsilon))
         self._stop(trainer)  # resumed with the budget already spent
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:

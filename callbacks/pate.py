@@ -139,6 +139,19 @@ class PATEAggregation(TeacherStrategy):
         unanimous = None if self.accounting == "data-independent" else self.num_teachers
         return self.accountant.epsilon_if_queries(self.training_delta, queries, self.lap_inverse_scale, unanimous)
 
+    def first_step_refusal(self, target_epsilon: float) -> str:
+        """Under data-dependent accounting ``epsilon_if`` prices every vote unanimous, the cheapest
+        case, and more Laplace noise can make that case dearer: a unanimous vote's bound grows as
+        the noise does, until the data-independent bound, which falls with it, is below it."""
+        if self.accounting == "data-independent":
+            return super().first_step_refusal(target_epsilon)
+        return (f"a single training step would spend at least epsilon = {self.epsilon_if(1):.4g} (its "
+                f"{self.queries_per_step} queries all answered unanimously, the cheapest case), more than --epsilon "
+                f"{target_epsilon:g}: raise --epsilon, or ask fewer queries a step (a smaller "
+                "--privacy.teacher_batch_size, fewer --model.student_steps). More Laplace noise (a smaller "
+                "--privacy.lap_inverse_scale) can raise this figure: a unanimous vote costs more as the noise grows, "
+                "until the noise is large enough for the data-independent bound to be the smaller.")
+
     def report_parameters(self) -> dict[str, Any]:
         return {
             **self.accounting_report(),

@@ -259,6 +259,13 @@ class PrivacyStrategy(L.Callback):
         """Total epsilon after ``steps`` more training steps; the state is not changed."""
         return self.preprocessing["epsilon"] + self.training_epsilon_if(steps)
 
+    def first_step_refusal(self, target_epsilon: float) -> str:
+        """Why a run cannot take its first step under ``target_epsilon``, and what makes a step
+        cheaper (a strategy whose ``epsilon_if`` is a best case says so, with its own remedy)."""
+        return (f"a single training step would spend epsilon = {self.epsilon_if(1):.4g}, more than --epsilon "
+                f"{target_epsilon:g}: raise --epsilon, or make each step cheaper (more noise, smaller batches: the "
+                "strategy's --privacy.* settings, listed by --help).")
+
     def training_epsilon(self) -> float:
         return self.accountant.get_epsilon(self.training_delta)
 

@@ -318,11 +318,40 @@ class CanaryAudit:
         }
 
 
-def balanced_assignment(count: int, rng: np.random.Generator) -> list[bool]:
-    """Which trials get the canary: exactly half of them, in a random order."""
+def balanced_assignment(count: int, rng: np.random.Generator, flag: str = "--trials") -> list[bool]:
+    """Which trials get the canary: exactly half of them, in a random order (``flag`` names the
+    setting that gave ``count``, for its error)."""
     if count < 2 or count % 2:
-        raise ValueError(f"the number of trials must be even and at least 2, got {count}")
+        raise ValueError(f"{flag} must be even and at least 2 (half the trials hold the canary), got {count}")
     return [bool(x) for x in rng.permutation([True] * (count // 2) + [False] * (count // 2))]
+
+
+def check_threshold(threshold: float | None) -> None:
+    """A threshold given in advance is a distance: a finite number from 0 (NaN or a negative one
+    would make every guess "no canary", and the audit meaningless)."""
+    if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
+        raise ValueError(f"--threshold is a distance to the canary: a finite number from 0, got {threshold}")
+
+
+def one_process(config: dict[str, Any]) -> dict[str, Any]:
+    """The trials' configuration, trained in this one process. Each trial is a whole training run
+    started from inside this command, and a multi-process strategy would start the command again
+    in every process (each would run the audit). Several devices or nodes are refused;
+    ``--devices auto`` becomes 1."""
+    trainer = config.get("trainer", {})
+    devices, nodes, strategy = trainer.get("devices"), trainer.get("num_nodes"), trainer.get("strategy")
+    several = [flag for flag, given in (
+        (f"--devices {devices}", isinstance(devices, int) and devices > 1),
+        (f"--strategy {strategy}", isinstance(strategy, str) and strategy not in ("auto", "single_device")),
+        (f"--num-nodes {nodes}", isinstance(nodes, int) and nodes > 1)) if given]
+    if several:
+        raise ConfigError(
+            f"the audit trains each trial in this one process: drop {' and '.join(several)}. A DDP run spends what "
+            "one process does (docs/privacy.md), so the single-process audit covers its guarantee")
+    if config.get("evaluate"):
+        raise ConfigError("--evaluate: the audit scores each trial by its canary test, not by evaluate. Drop it; "
+                          "evaluate a trial's folder afterwards with `python -m lightning_dpgan evaluate --run DIR`")
+    return {**config, "trainer": {**trainer, "devices": 1 if devices in (None, "auto") else devices}}
 
 
 def check_private(config: dict[str, Any]) -> str:
@@ -390,6 +419,11 @@ def run_trial(
     return TrialRun(score, run.privacy_report(), canary, neighbours)
 
 
+def default_calibration_trials(trials: int) -> int:
+    """Half as many as the counted trials, rounded down to an even number, at least 2."""
+    return max(2, 2 * (trials // 4))
+
+
 def run_audit(
     config: dict[str, Any],
     output_dir: str | Path,
@@ -404,7 +438,7 @@ def run_audit(
 
     ``trials`` counted trials, half of them with the canary. The threshold is ``threshold`` if
     given, else chosen by :func:`choose_threshold` on ``calibration_trials`` separate trials
-    (default: half as many as ``trials``, at least 2) with seeds and a canary assignment of
+    (default :func:`default_calibration_trials`) with seeds and a canary assignment of
     their own, which are not counted. Writes ``audit.json`` into ``output_dir``, each counted
     trial's run into ``output_dir/trials/NNN`` and each calibration run into
     ``output_dir/calibration/NNN``. ``prepare_run`` is for tests only (see :func:`run_trial`).
@@ -413,14 +447,15 @@ def run_audit(
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
-    config = copy.deepcopy(config)
+    check_threshold(threshold)
+    config = one_process(copy.deepcopy(config))
     config["privacy"]["name"] = check_private(config)
     output_dir = Path(output_dir)
     rng = np.random.default_rng(int(config["seed"]))
     assignment = balanced_assignment(trials, rng)
     if threshold is None:
-        count = calibration_trials if calibration_trials is not None else max(2, 2 * (trials // 4))
-        calibration_assignment = balanced_assignment(count, rng)
+        count = calibration_trials if calibration_trials is not None else default_calibration_trials(trials)
+        calibration_assignment = balanced_assignment(count, rng, "--calibration-trials")
     else:
         calibration_assignment = []
     # distinct seeds for every run, calibration and counted alike: each trial is a fresh draw
@@ -462,7 +497,8 @@ def audit_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help=f"counted trials, even (default {DEFAULT_TRIALS})")
     parser.add_argument("--confidence", type=float, default=0.95, help="confidence of the Clopper-Pearson bound")
     parser.add_argument("--calibration-trials", dest="calibration_trials", type=int,
-                        help="extra trials that choose the threshold and are not counted (default trials/2)")
+                        help="extra trials that choose the threshold and are not counted, even "
+                             "(default: half the counted trials rounded down to an even number, at least 2)")
     parser.add_argument("--threshold", type=float,
                         help="fix the decision threshold in advance (distance); skips calibration")
     parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="records drawn per trial for the test")

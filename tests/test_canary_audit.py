@@ -15,7 +15,9 @@ from lightning_dpgan.canary_audit import (
     build_canary,
     canary_score,
     choose_threshold,
+    default_calibration_trials,
     insert_canary,
+    one_process,
     run_audit,
     set_up,
 )
@@ -167,6 +169,34 @@ def test_audit_refuses_quail_whose_label_model_it_does_not_cover(tmp_path, capsy
     assert main(args) == 2
     assert "audit its synthesizer (--model dpgan)" in capsys.readouterr().err
     assert not (tmp_path / AUDIT_FILE).exists()
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--devices", "2"], "the audit trains each trial in this one process: drop --devices 2."),
+    (["--strategy", "ddp"], "drop --strategy ddp."),
+    (["--num-nodes", "2", "--strategy", "ddp"], "drop --strategy ddp and --num-nodes 2."),
+    (["--evaluate"], "the audit scores each trial by its canary test, not by evaluate"),
+    (["--threshold", "nan"], "--threshold is a distance to the canary: a finite number from 0, got nan"),
+    (["--threshold", "-1"], "--threshold is a distance to the canary: a finite number from 0, got -1.0"),
+    (["--trials", "3"], "--trials must be even and at least 2 (half the trials hold the canary), got 3"),
+    (["--calibration-trials", "1"], "--calibration-trials must be even and at least 2 (half the trials hold the canary), got 1"),
+], ids=["devices", "ddp", "nodes", "evaluate", "nan-threshold", "negative-threshold", "odd-trials", "odd-calibration"])
+def test_an_audit_setting_it_cannot_honour_is_refused_by_its_flag_before_any_trial(tiny_table, tmp_path, capsys, extra, message):
+    """Each refused before a trial runs, naming the flag: several processes (each would restart the
+    audit, and rank 1 found rank 0's first trial folder and died without a word), --evaluate (it
+    was dropped in silence), a threshold that makes every guess "no canary", an odd trial count."""
+    out = tmp_path / "audit"
+    args = [*dp_sgd_args(tiny_table), "--trials", "2", "--samples", "50", "--max-steps", "2", "--output-dir", str(out),
+            "--accelerator", "cpu", *extra]
+    assert main(["audit", *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_the_trials_train_in_one_process_whatever_devices_auto_would_pick():
+    config = {"trainer": {"devices": "auto", "strategy": "auto", "accelerator": "gpu"}, "evaluate": False}
+    assert one_process(config)["trainer"]["devices"] == 1 and config["trainer"]["devices"] == "auto"
+    assert default_calibration_trials(20) == 10 and default_calibration_trials(6) == 2 and default_calibration_trials(2) == 2
 
 
 # ---------------------------------------------------------------- canaries and their paths

@@ -349,6 +349,16 @@ def test_bad_gpate_settings_are_refused(tiny_image_data_dir, tmp_path, capsys, e
     assert not (tmp_path / "bad" / "privacy.json").exists()
 
 
+def test_a_first_step_past_the_budget_is_priced_by_its_threshold_checks_alone(tiny_image_data_dir, tmp_path, capsys):
+    """Before the votes a step is priced as if no query were answered (its threshold checks only):
+    the refusal says "at least" and names the settings that make the checks cheaper."""
+    assert main(["train", *gpate_args(tiny_image_data_dir, tmp_path / "small", "--epsilon", "0.001")]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "a single training step would spend at least epsilon" in line and "threshold checks alone" in line
+    assert "--privacy.sigma1" in line and "--privacy.projection_dim" in line
+    assert not (tmp_path / "small" / "privacy.json").exists()
+
+
 def test_a_model_without_the_gradient_aggregator_slot_lists_gpate(tiny_image_data_dir, tmp_path, capsys):
     from run_helpers import tiny_run_args
 

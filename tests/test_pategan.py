@@ -529,3 +529,26 @@ def test_the_teacher_strategy_restores_its_samplers_draws_and_refuses_other_reco
     """A resumed run goes on with the sampler's next draws (not the first segment's again) and
     refuses a checkpoint of other records of the same count."""
     assert_resume_restores_sampler_draws(pate_strategy_over)
+
+
+def test_a_first_step_past_the_budget_is_priced_as_the_cheapest_case_and_more_noise_may_not_help(tmp_path, capsys):
+    """Under data-dependent accounting a step is priced before the votes as if every one were
+    unanimous: the refusal says "at least", and does not advise more Laplace noise, which raises
+    that figure here (four teachers: lap_inverse_scale 1 -> 0.5) before it lowers it (0.01).
+    Under data-independent accounting the figure is exact and more noise lowers it."""
+    import re
+
+    def refusal(scale: float, *extra: str) -> tuple[float, str]:
+        argv = ["train", "--model", "pategan", "--dataset", "adult", "--data-dir", str(ADULT), "--epsilon", "0.01",
+                "--max-steps", "2", "--privacy.num_teachers", "4", "--privacy.teacher_batch_size", "8",
+                "--privacy.lap_inverse_scale", str(scale), "--output-dir", str(tmp_path / f"run{scale}"), *extra]
+        assert main(argv) == 2
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        return float(re.search(r"epsilon = ([0-9.]+)", line).group(1)), line
+
+    (low_noise, line), (more_noise, _), (much_more_noise, _) = refusal(1.0), refusal(0.5), refusal(0.01)
+    assert "at least epsilon" in line and "40 queries all answered unanimously, the cheapest case" in line
+    assert "fewer --model.student_steps" in line and "can raise this figure" in line
+    assert more_noise > low_noise and much_more_noise < 1.0
+    exact, line = refusal(0.5, "--privacy.accounting", "data-independent")
+    assert "at least" not in line and "more noise" in line and exact > more_noise
