@@ -124,6 +124,7 @@ class ProjectedVoting(TeacherStrategy):
         if log_q is None or len(log_q) != votes.shape[0]:
             raise RuntimeError("charge() without a matching check(): the aggregator must check before it answers")
         self.accountant.step(self.sigma1, self.sigma2, len(log_q), log_q[answered.cpu().numpy()])
+        self.remember_charged(self.next_step_params())
 
     def next_step_params(self) -> dict[str, float]:
         return {"sigma1": self.sigma1, "sigma2": self.sigma2}
@@ -165,8 +166,7 @@ class ProjectedVoting(TeacherStrategy):
             "projection_dim": self.projection_dim,
             "bins": self.bins,
             "clip": self.clip,
-            "sigma1": self.sigma1,
-            "sigma2": self.sigma2,
+            **self.last_step_params(),  # sigma1, sigma2 of the last batch charged
             "threshold_fraction": self.threshold,
             "threshold_votes": self.threshold * self.num_teachers if self.num_teachers else None,
             "queries": queries,

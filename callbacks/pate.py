@@ -123,6 +123,7 @@ class PATEAggregation(TeacherStrategy):
             if after > self.training_target:
                 self.refuse(f"answering would spend epsilon {after:.4g} > {self.training_target:g} left")
         self.accountant.step(lap_inverse_scale, vote_gaps)
+        self.remember_charged({"lap_inverse_scale": float(lap_inverse_scale)})
 
     def next_step_params(self) -> dict[str, float]:
         return {"lap_inverse_scale": self.lap_inverse_scale}
@@ -155,8 +156,8 @@ class PATEAggregation(TeacherStrategy):
     def report_parameters(self) -> dict[str, Any]:
         return {
             **self.accounting_report(),
-            "lap_inverse_scale": self.lap_inverse_scale,
-            "laplace_scale": 1.0 / self.lap_inverse_scale,
+            "lap_inverse_scale": (used := self.last_step_params()["lap_inverse_scale"]),
+            "laplace_scale": 1.0 / used,
             "queries": len(self.accountant),
             "answers": dict(zip(ANSWER_CLASSES, (int(count) for count in self.answer_counts))),
             **({"answers_uncounted": self.uncounted_answers} if self.uncounted_answers else {}),

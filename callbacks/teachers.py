@@ -175,6 +175,9 @@ class TeacherStrategy(PrivacyStrategy):
         self.sampler: PartitionedSampler | None = None
         self._steps = 0  # before install, or restored from a checkpoint before the module is
         self._module: Any = None
+        #: the noise settings of the last query batch charged (None before the first): a resume
+        #: may change them, and the report's top level states the last ones that were used
+        self._last_charged: dict[str, float] | None = None
 
     def install(self, trainer: L.Trainer, pl_module: Any) -> None:
         self._module = pl_module
@@ -235,13 +238,24 @@ class TeacherStrategy(PrivacyStrategy):
     def steps_taken(self) -> int:
         return self.steps
 
+    def remember_charged(self, params: dict[str, float]) -> None:
+        """Record the noise settings of the query batch just charged (see :meth:`last_step_params`)."""
+        self._last_charged = dict(params)
+
+    def last_step_params(self) -> dict[str, float]:
+        """The noise settings of the last query batch charged, else the next step's: after a resume
+        that changed them and answered nothing, the report still states those that were used."""
+        return dict(self._last_charged) if self._last_charged is not None else self.next_step_params()
+
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "steps": self.steps, "sampler": self.sampler.state_dict() if self.sampler else None}
+        return {**super().state_dict(), "steps": self.steps, "sampler": self.sampler.state_dict() if self.sampler else None,
+                "last_charged": self._last_charged}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         self._steps = int(state_dict["steps"])
         self.sampler.load_state_dict(state_dict["sampler"])  # same partitions, same draws
+        self._last_charged = state_dict.get("last_charged")  # None in a checkpoint written before it was kept
 
     def training_warnings(self) -> list[str]:
         """What the data-dependent figure is, when it is the one reported, then what the answers

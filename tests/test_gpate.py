@@ -379,6 +379,17 @@ def test_a_run_whose_next_batch_could_pass_the_budget_stops_and_says_it_was_refu
     assert "that query batch was refused and nothing of it released" in capsys.readouterr().out
 
 
+def test_a_resume_that_answers_nothing_reports_the_noise_the_answers_had(gpate_run, tmp_path, tiny_image_data_dir):
+    """Other sigmas given to a resume that takes no step (its --max-steps already reached): the
+    report keeps those of the last batch charged."""
+    first = read_json(gpate_run / "privacy.json")
+    args = gpate_args(tiny_image_data_dir, tmp_path / "idle", "--resume", str(gpate_run / "checkpoints/last.ckpt"))
+    args[args.index("--privacy.sigma1") + 1], args[args.index("--privacy.sigma2") + 1] = "30", "40"
+    assert main(["train", *args]) == 0
+    idle = read_json(tmp_path / "idle" / "privacy.json")
+    assert idle["steps"] == first["steps"] and (idle["sigma1"], idle["sigma2"]) == (first["sigma1"], first["sigma2"]) == (20, 20)
+
+
 def test_resume_continues_the_spend(gpate_run, tmp_path, tiny_image_data_dir):
     first = read_json(gpate_run / "privacy.json")
     args = ["train", *gpate_args(tiny_image_data_dir, tmp_path / "resumed", "--max-steps", "9",

@@ -552,3 +552,23 @@ def test_a_first_step_past_the_budget_is_priced_as_the_cheapest_case_and_more_no
     assert more_noise > low_noise and much_more_noise < 1.0
     exact, line = refusal(0.5, "--privacy.accounting", "data-independent")
     assert "at least" not in line and "more noise" in line and exact > more_noise
+
+
+def test_the_report_states_the_noise_of_the_last_answers_after_a_resume_that_answered_nothing(tmp_path):
+    """A resume may change --privacy.lap_inverse_scale. One that then answers nothing (its
+    --max-steps already reached) reports the Laplace noise its answers were drawn with, not the
+    flag it was given; one that answers reports the new one."""
+    def run(output, steps, scale, *extra):
+        assert main(["train", "--model", "pategan", "--dataset", "adult", "--data-dir", str(ADULT), "--epsilon", "50",
+                     "--max-steps", str(steps), "--privacy.num_teachers", "4", "--privacy.teacher_batch_size", "8",
+                     "--privacy.lap_inverse_scale", str(scale), "--output-dir", str(tmp_path / output),
+                     "--trainer.enable_progress_bar", "false", *extra]) == 0
+        return read_json(tmp_path / output / "privacy.json")
+
+    first = run("first", 2, 0.1)
+    checkpoint = str(tmp_path / "first" / "checkpoints" / "last.ckpt")
+    idle = run("idle", 2, 0.05, "--resume", checkpoint)
+    assert idle["steps"] == first["steps"] == 2 and idle["epsilon"] == first["epsilon"]
+    assert (idle["lap_inverse_scale"], idle["laplace_scale"]) == (0.1, 10.0)
+    moved = run("moved", 3, 0.05, "--resume", checkpoint)
+    assert moved["steps"] == 3 and (moved["lap_inverse_scale"], moved["laplace_scale"]) == (0.05, 20.0)
