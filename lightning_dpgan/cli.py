@@ -181,8 +181,19 @@ def build_config(argv: list[str]) -> dict[str, Any]:
     config = resolve(flags, parse_overrides(extra), config_file=args.config)
     for kind, section in (("model", "model"), ("dataset", "data")):
         if not config[section]["name"]:
-            raise ConfigError(f"--{kind} is required. Valid {kind} names: {', '.join(registry.TABLES[kind])}.")
+            raise ConfigError(f"--{kind} is required{_resume_hint(config.get('resume'))}. "
+                              f"Valid {kind} names: {', '.join(registry.TABLES[kind])}.")
     return config
+
+
+def _resume_hint(resume: str | None) -> str:
+    """For a ``--resume`` given alone: a checkpoint holds the networks and the accountant, not the
+    run's flags, which its run's ``config.yaml`` does."""
+    if not resume:
+        return ""
+    config = Path(resume).expanduser().parent.parent / "config.yaml"
+    example = f"--config {config} --resume {resume}" if config.is_file() else f"--config RUN/config.yaml --resume {resume}"
+    return f" with --resume too (a checkpoint holds the networks, not the run's flags): give them again, e.g. {example}"
 
 
 #: the default run folder rank 0 chose, inherited by the processes Lightning's DDP launcher starts

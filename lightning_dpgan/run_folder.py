@@ -72,7 +72,8 @@ def check_output_dir(folder: Path, resume: str | None, overwrite: bool) -> None:
     held = held_run_files(folder)
     if not held or overwrite or continues_run_in(folder, resume):
         return
-    continue_it = (f", continue it with --resume {folder / LAST_CHECKPOINT}" if (folder / LAST_CHECKPOINT).is_file()
+    settings = f"--config {folder / 'config.yaml'} " if (folder / "config.yaml").is_file() else ""
+    continue_it = (f", continue it with {settings}--resume {folder / LAST_CHECKPOINT}" if (folder / LAST_CHECKPOINT).is_file()
                    else "")
     raise ConfigError(
         f"--output-dir {folder} already holds a run's files ({', '.join(held)}): choose another folder{continue_it}, "
