@@ -11,12 +11,16 @@ noise comes from fresh OS entropy -- noise from a published seed can be subtract
 
 Mechanisms:
 
-- :func:`dp_numeric_bounds` -- Laplace histogram over a fixed geometric grid, pure ε-DP.
-- :func:`dp_categories` -- stability-based histogram, (ε, δ)-DP (Korolova, Kenthapadi, Mishra
+- :func:`dp_numeric_bounds` -- Laplace histogram over a fixed geometric grid, pure ε-DP: L1
+  sensitivity 1 (one record moves one bin count by 1), Laplace(1/ε) on every bin.
+- :func:`dp_categories` -- stability-based histogram, (ε, δ)-DP: Laplace(1/ε) on each observed
+  value's count (sensitivity 1), released above a threshold a count of 1 passes with
+  probability ≤ δ (Korolova, Kenthapadi, Mishra
   & Ntoulas, "Releasing search queries and clicks privately", WWW 2009; Bun, Nissim & Stemmer,
   "Simultaneous private learning of multiple concepts", ITCS 2016; Vadhan, "The complexity of
   differential privacy", 2017, sec. 3.3).
-- :func:`infer_schema_dp` -- one of the two per column, ε split evenly (basic composition).
+- :func:`infer_schema_dp` -- one of the two per column, ε split evenly (basic composition): each
+  of the m columns spends ε/m, so its noise scale is m/ε.
 """
 
 from __future__ import annotations

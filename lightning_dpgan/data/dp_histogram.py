@@ -6,6 +6,9 @@ private rows, both leak: a mixture component can sit on one outlier, and a frequ
 whether a rare category is present. Here the only thing read from the rows is one noisy count
 histogram per column, released under ε-DP by the Laplace mechanism; the modes and the
 frequencies are then computed from that release alone (post-processing, no further cost).
+Sensitivity and noise (:func:`dp_column_histograms`): one record moves one bin of each of the
+``d`` columns by 1, so the d histograms together have L1 sensitivity ``d``, and every bin,
+empty or not, gets Laplace noise of scale ``d / ε``.
 
 Neighbouring datasets differ by adding or removing one record, as in
 :mod:`lightning_dpgan.data.dp_bounds`. Noise comes from ``rng``; leave it ``None`` in real use
