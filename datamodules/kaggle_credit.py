@@ -66,6 +66,9 @@ class KaggleCreditDataModule(TabularDataModule):
     """
 
     name = "kaggle-credit"
+    #: δ when no --delta is given, whatever the model: the 227,846 training rows (the seeded 80/20
+    #: split of the public 284,807) put 1/n at 4.4e-6, and δ must be below it; 1e-5 is not
+    default_delta = 1e-6
     subdirs = ("kaggle-credit",)
     files = (CREDIT_FILE,)
 

@@ -311,6 +311,13 @@ class Run:
                 module.run_info["table_transformer"] = self.datamodule.table_transformer.to_dict()
         return module
 
+    def default_delta(self) -> float | None:
+        """``--delta``, else the dataset's own default where it has one (a built-in table whose
+        public size puts 1/n below the strategies' 1e-5), else None: the strategy's default."""
+        if self.config["delta"] is not None:
+            return self.config["delta"]
+        return getattr(self.datamodule, "default_delta", None)
+
     def _build_privacy(self) -> L.Callback | None:
         section = self.config["privacy"]
         name = privacy_name(self.config, type(self.module))
@@ -336,7 +343,7 @@ class Run:
                     "or a private model, or drop those settings.")
             return None
         args = section_arguments(self.config, "privacy", cls, provided=PRIVACY_PROVIDED)
-        strategy = cls(target_epsilon=self.config["epsilon"], delta=self.config["delta"], **args)
+        strategy = cls(target_epsilon=self.config["epsilon"], delta=self.default_delta(), **args)
         strategy.check_compatible(self.module)
         return strategy
 

@@ -593,3 +593,23 @@ def test_the_seeded_split_depends_on_the_row_count_alone(tmp_path):
     assert splits[0] == splits[1]
     order = np.random.default_rng(4).permutation(200)
     assert splits[0] == (sorted(order[40:].tolist()), sorted(order[:40].tolist()))
+
+
+@pytest.mark.parametrize("model", [["--model", "gan", "--privacy", "dp-sgd"], ["--model", "wgan", "--privacy", "dp-sgd"],
+                                   ["--model", "dpgan"]], ids=["gan+dp-sgd", "wgan+dp-sgd", "dpgan"])
+def test_kaggle_credit_runs_at_its_own_delta_whatever_the_model(tmp_path, model):
+    """Without --delta, credit trains at 1e-6 (1e-5 is not below 1/n for its full 227,846 rows),
+    also for a model composed with a strategy, which has no credit preset; --delta still wins."""
+    import json
+
+    from lightning_dpgan.benchmark.suites import delta_for
+    from lightning_dpgan.cli import main
+
+    def delta(output, *extra):
+        assert main(["train", *model, "--dataset", "kaggle-credit", "--data-dir", str(FIXTURES / "credit_tiny"),
+                     "--epsilon", "5", "--max-steps", "2", "--batch-size", "8", "--output-dir", str(tmp_path / output),
+                     "--trainer.enable_progress_bar", "false", *extra]) == 0
+        return json.loads((tmp_path / output / "privacy.json").read_text())["delta"]
+
+    assert delta("default") == KaggleCreditDataModule.default_delta == delta_for("kaggle-credit") == 1e-6
+    assert delta("given", "--delta", "1e-7") == 1e-7
