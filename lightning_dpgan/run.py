@@ -212,7 +212,8 @@ class Run:
         self.datamodule = self._build_datamodule()
         self.module = self._build_module()
         self.strategy = self._build_privacy()
-        self._check_generated_batch()
+        self._check_quail_is_private()
+        self._check_batch_size()
         if not self.is_image:
             # every row of the split trains, a category outside the schema's list left blank: the
             # number of training records must not depend on a value. Under replace-one it would
@@ -225,14 +226,31 @@ class Run:
         self.labeler = self._build_labeler()
 
     # ------------------------------------------------------------------ parts
-    def _check_generated_batch(self) -> None:
-        """Refuse, before anything is written, a step of one generated record for a generator
-        with BatchNorm (the MLP generators'): training would fail at its first step with
-        PyTorch's "Expected more than 1 value per channel", leaving a folder without a checkpoint."""
+    def _check_quail_is_private(self) -> None:
+        """QUAIL's budget split needs a target and a private synthesizer: refused before the other
+        settings checks, whose remedies would not matter."""
+        if self.quail is not None and (self.strategy is None or self.strategy.target_epsilon is None):
+            raise ConfigError("QUAIL splits --epsilon between its label model and a private synthesizer: "
+                              "give --epsilon, and a synthesizer with a privacy strategy")
+
+    def _check_batch_size(self) -> None:
+        """Refuse, before anything is written, a batch size the networks cannot train on: one
+        generated record a step for a generator with BatchNorm (the MLP generators'; PyTorch's
+        "Expected more than 1 value per channel"), or a batch CTGAN's discriminator cannot cut
+        into packs of ``pac``. Either failed at the first step, leaving a folder without a checkpoint."""
         generated = self.module.generated_batch_size or getattr(getattr(self.datamodule, "hparams", None), "batch_size", None)
         if self.module.generator_normalizes_batches and isinstance(generated, int) and generated < 2:
             raise ConfigError(f"the {self.config['model']['name']} generator normalizes each batch (BatchNorm), which needs "
                               f"at least 2 generated records a step, and this run generates {generated}: use --batch-size 2 or more")
+        pac = getattr(getattr(self.module, "hparams", None), "pac", 1)
+        batch = getattr(getattr(self.datamodule, "hparams", None), "batch_size", None)
+        if isinstance(pac, int) and pac > 1 and isinstance(batch, int) and batch % pac:
+            # CTGAN's discriminator judges packs of pac consecutive records: training would fail at
+            # its first step, after the run folder was made
+            multiple = max(pac, batch - batch % pac)
+            raise ConfigError(f"--batch-size {batch} is not a multiple of the {model_name(self.config)} discriminator's "
+                              f"pac = {pac} (it judges packs of {pac} records): use --batch-size {multiple}, or set "
+                              "--model.pac to a divisor of the batch size")
 
     def _rank_zero_release(self) -> dict[str, Any] | None:
         """In a DDP process other than rank 0: what rank 0 released before training (read from
@@ -353,9 +371,6 @@ class Run:
         paid for once and is not trained again)."""
         if self.quail is None:
             return None
-        if self.strategy is None or self.strategy.target_epsilon is None:
-            raise ConfigError("QUAIL splits --epsilon between its label model and a private synthesizer: "
-                              "give --epsilon, and a synthesizer with a privacy strategy")
         if self.released_info is not None:  # a QUAIL run's (resume_checkpoint made sure on resume)
             labeler = table_labeler(self.released_info)
         else:

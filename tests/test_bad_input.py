@@ -428,6 +428,21 @@ def test_a_batch_of_one_for_a_batchnorm_generator_is_refused_before_anything_is_
     assert "--resume" not in refusal
 
 
+def test_a_batch_that_ctgan_cannot_pack_is_refused_before_anything_is_written(tmp_path, capsys, schema_file):
+    """CTGAN's discriminator judges packs of pac = 10 records: --batch-size 32 failed at the first
+    step, after the folder was made, and the corrected rerun was refused for that folder."""
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame)
+    args = [*csv_args(csv, out, schema_file), "--model", "ctgan"]
+    args[args.index("--batch-size") + 1] = "32"
+    assert_refused(args, capsys, "--batch-size 32 is not a multiple of the ctgan discriminator's pac = 10",
+                   "use --batch-size 30", "--model.pac")
+    assert_nothing_lost(out)
+    args[args.index("--batch-size") + 1] = "10"
+    assert main(args) == 0
+
+
 def test_a_label_written_otherwise_than_its_numeric_classes_says_which_values_and_how(tmp_path):
     """Classes [0, 1] in the schema and 0.0/1.0 in the file: the values are numbers, so "holds
     non-numeric values" misled; the message shows the values and the spelling it matches."""
