@@ -39,6 +39,7 @@ from lightning_dpgan.data.schema import (
     column_names,
     encoding_layout,
     missing_value_counts,
+    row_examples,
 )
 from lightning_dpgan.data.table_transformer import MODES, TableTransformer, checked_roles
 
@@ -374,6 +375,7 @@ class TabularDataModule(L.LightningDataModule):
             raise SchemaError(f"{self.name}: none of the {len(self.train_frame)} training rows fits the schema "
                               f"({self._report.summary()}): check the category lists against the data")
         self._refuse_a_single_class()
+        self._refuse_held_out_labels_outside_the_classes()
         self.train_dataset = TensorDataset(records)
         log.info("%s train split: %s", self.name, self._report.summary())
         if self._report.rows_rejected or self._report.rows_blanked:  # for the data holder (private counts)
@@ -404,6 +406,20 @@ class TabularDataModule(L.LightningDataModule):
                 f"{self.name}: the label '{schema.label}' holds {f'one class ({held[0]!r})' if held else 'none of its classes'} "
                 f"in all {len(self.train_frame)} training rows: a class label needs rows of at least two classes. "
                 "Check that this is the right file and label column, or train without a label")
+
+    def _refuse_held_out_labels_outside_the_classes(self) -> None:
+        """A binary label holding another value in a held-out row (test or dev) would be refused
+        only by ``evaluate``, after the budget was spent; encoding refuses it in the training rows.
+        Every row is checked before training, as for gaps; refusing releases nothing."""
+        schema = self.schema
+        for split, frame in (("test", self.test_frame), ("dev", self.dev_frame)):
+            bad = schema.label_values_outside_classes(frame) if frame is not None else ()
+            if len(bad):
+                raise SchemaError(
+                    f"{self.name}: the label '{schema.label}' must be binary with classes "
+                    f"{list(schema.label_column.categories)}, but {len(bad)} {split} rows hold other values "
+                    f"({row_examples(bad)}): fix or drop those rows (every row is checked before training, the held-out "
+                    "ones too), or, with a schema file, declare the label categorical with all its classes there")
 
     def _estimate_hint(self) -> str:
         """What to do when the schema is a DP estimate: its bounds and category lists are noisy,

@@ -443,6 +443,46 @@ def test_a_batch_that_ctgan_cannot_pack_is_refused_before_anything_is_written(tm
     assert main(args) == 0
 
 
+@pytest.mark.parametrize("dev", [False, True], ids=["test-row", "dev-row"])
+def test_a_binary_label_outside_its_classes_in_a_held_out_row_is_refused_before_training(tmp_path, capsys, schema_file, dev):
+    """One held-out row's label is neither class: it was refused only by evaluate, after training
+    had spent the budget (encoding refuses it in the training rows alone). Now every row is
+    checked before training, with the split, the value and its row."""
+    extra = ["--data.dev_fraction", "0.25"] if dev else []
+    probe = CSVDataModule(csv=write_case(tmp_path / "probe.csv", lambda frame: frame), schema=schema_file,
+                          dev_fraction=0.25 if dev else 0.0)
+    probe.setup()
+    row = int(probe.held_out("dev" if dev else "test").index[0])
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame.astype({"label": object}).assign(
+        label=lambda f: f["label"].where(f.index != row, "maybe")))
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    assert_refused([*csv_args(csv, out, schema_file), *extra], capsys, "must be binary with classes ['no', 'yes']",
+                   f"1 {'dev' if dev else 'test'} rows hold other values ('maybe' (data row {row + 1}))",
+                   "every row is checked before training, the held-out ones too")
+    assert_nothing_lost(out)
+
+
+def test_a_kaggle_credit_file_whose_held_out_row_has_a_third_class_is_refused_before_training(tmp_path, capsys):
+    """The built-in credit schema is not the user's to edit: the refusal comes before training and
+    names the row, and its remedy is to fix the row (a schema file's is only for a schema file)."""
+    from lightning_dpgan.datamodules.kaggle_credit import KaggleCreditDataModule
+
+    source = Path(__file__).parent / "fixtures" / "credit_tiny"
+    probe = KaggleCreditDataModule(data_dir=source)
+    probe.setup()
+    row = int(probe.held_out("test").index[0])
+    frame = pd.read_csv(source / "creditcard.csv")
+    frame.loc[row, "Class"] = 2
+    (tmp_path / "credit").mkdir()
+    frame.to_csv(tmp_path / "credit" / "creditcard.csv", index=False)
+    line = assert_refused(["train", "--model", "dpgan", "--dataset", "kaggle-credit", "--data-dir", str(tmp_path / "credit"),
+                           "--max-steps", "2", "--output-dir", str(tmp_path / "out")], capsys,
+                          "kaggle-credit: the label 'Class' must be binary", f"1 test rows hold other values (2 (data row {row + 1}))",
+                          "fix or drop those rows")
+    assert "with a schema file" in line and not (tmp_path / "out").exists()
+
+
 def test_a_label_written_otherwise_than_its_numeric_classes_says_which_values_and_how(tmp_path):
     """Classes [0, 1] in the schema and 0.0/1.0 in the file: the values are numbers, so "holds
     non-numeric values" misled; the message shows the values and the spelling it matches."""

@@ -524,6 +524,14 @@ class TableSchema:
         codes = {c.name: _category_codes(c, frame[c.name]) for c in self.columns if not c.is_numeric}
         return _kept_rows(codes, len(frame), unknown)[0]
 
+    def label_values_outside_classes(self, frame: pd.DataFrame) -> pd.Series:
+        """The values of a binary label in ``frame`` that are neither of its two classes, with
+        their index (empty for another kind of label, or without one)."""
+        if self.label_kind != "binary" or self.label not in frame:
+            return pd.Series([], dtype=object)
+        codes = _category_codes(self.label_column, frame[self.label])
+        return frame[self.label][codes < 0]
+
     def _check_label_codes(self, codes: dict[str, np.ndarray]) -> None:
         if self.label_kind != "binary":
             return
@@ -534,8 +542,8 @@ class TableSchema:
                              "in the schema file, e.g. ['no', 'yes']") if all(isinstance(c, bool) for c in classes) else ""
             raise SchemaError(
                 f"the label '{self.label}' must be binary with classes {classes}, "
-                f"but {outside} rows hold other values: fix or drop those rows, or declare the label "
-                f"categorical with all its classes in the schema{yaml_booleans}"
+                f"but {outside} rows hold other values: fix or drop those rows, or, with a schema file, declare the "
+                f"label categorical with all its classes there{yaml_booleans}"
             )
 
     def decode(self, data: torch.Tensor | np.ndarray) -> pd.DataFrame:
@@ -612,7 +620,7 @@ def _check_dtype(column: Column, series: pd.Series) -> None:
     if column.is_numeric:
         if not numeric:
             remedy = ("list the column with --data.categorical if it is categorical" if estimated
-                      else "declare the column categorical in the schema if it is")
+                      else "with a schema file, declare the column categorical there if it is")
             raise SchemaError(f"column '{column.name}' is {column.kind} but holds non-numeric values "
                               f"({non_numeric_examples(series)}): fix those values in the data, or {remedy}")
         values = series.to_numpy(dtype=np.float64)
