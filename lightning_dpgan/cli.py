@@ -325,8 +325,8 @@ def evaluate(argv: list[str]) -> Path:
     parser.add_argument("--run", required=True, help="the output folder of a train run")
     parser.add_argument("--data-dir", help="folder with the raw data (default: the run's)")
     parser.add_argument("-n", type=_positive_int, help="synthetic images to draw (default: as many as training images)")
-    parser.add_argument("--cnn-epochs", type=_positive_int, default=10, help="epochs of the evaluation CNN (images)")
-    parser.add_argument("--device", type=_torch_device, default="cpu", help="device of the evaluation CNN")
+    parser.add_argument("--cnn-epochs", type=_positive_int, help="epochs of the evaluation CNN (images; default 10)")
+    parser.add_argument("--device", type=_torch_device, help="device of the evaluation CNN (images; default cpu)")
     parser.add_argument("--seed", type=_seed, default=0)
     parser.add_argument("--split", choices=HELD_OUT_SPLITS, default="test",
                         help="the real records scored on: the test split, or (for a run trained with "

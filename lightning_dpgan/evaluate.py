@@ -145,27 +145,51 @@ def evaluate_run(
     run_dir: str | Path,
     data_dir: str | None = None,
     n_synthetic: int | None = None,
-    cnn_epochs: int = 10,
+    cnn_epochs: int | None = None,
     seed: int = 0,
-    device: str = "cpu",
+    device: str | None = None,
     split: str = "test",
 ) -> dict[str, Any]:
     """Evaluate the run in ``run_dir`` on its held-out ``split``, write its
     :data:`~lightning_dpgan.run_folder.EVALUATION_FILES` entry there (and, for the test split,
     ``report.md`` and ``report/``) and return its content; an earlier evaluation's files are
-    replaced, and the user told so."""
+    replaced, and the user told so. ``n_synthetic``, ``cnn_epochs`` (default
+    :data:`DEFAULT_CNN_EPOCHS`) and ``device`` (default cpu) are an image run's: refused for a
+    table run, which is scored on its ``synthetic.csv`` as written."""
     run_dir = Path(run_dir)
     privacy_path = run_dir / "privacy.json"
     privacy = read_run_file(privacy_path, json.loads) if privacy_path.is_file() else None
     if privacy is not None and not isinstance(privacy, dict):
         raise ValueError(f"{privacy_path} is damaged (not a privacy report): restore it from the run, or rerun train")
     datamodule = load_run_datamodule(run_dir, data_dir)
+    if getattr(datamodule, "kind", "image") != "image":
+        refuse_image_options(run_dir, n_synthetic=n_synthetic, cnn_epochs=cnn_epochs, device=device)
+    cnn_epochs = DEFAULT_CNN_EPOCHS if cnn_epochs is None else cnn_epochs
+    device = "cpu" if device is None else device
     held_out = datamodule.held_out(split)  # refuses a dev split the run did not hold out, before any work
     shutil.rmtree(run_dir / STAGED_FIGURES, ignore_errors=True)  # a failed evaluation's leftovers
     try:
         return _evaluate_and_write(run_dir, datamodule, held_out, privacy, n_synthetic, cnn_epochs, seed, device, split)
     finally:  # published by then, or a failure's: either way nothing is left half-way
         shutil.rmtree(run_dir / STAGED_FIGURES, ignore_errors=True)
+
+
+#: epochs of G-PATE's evaluation CNN on an image run's synthetic images (``--cnn-epochs``)
+DEFAULT_CNN_EPOCHS = 10
+#: evaluate's options that only an image run uses, by flag
+IMAGE_OPTIONS = {"n_synthetic": "-n", "cnn_epochs": "--cnn-epochs", "device": "--device"}
+
+
+def refuse_image_options(run_dir: Path, **given: Any) -> None:
+    """An image run's options given for a table run, which would be ignored in silence: its
+    synthetic.csv is scored as written (as many rows as it holds), by scikit-learn models."""
+    flags = [IMAGE_OPTIONS[name] for name, value in given.items() if value is not None]
+    if flags:
+        raise ValueError(
+            f"{', '.join(flags)} {'is' if len(flags) == 1 else 'are'} for image runs (the images drawn and the evaluation "
+            f"CNN); {run_dir} is a table run, scored on its synthetic.csv as written: drop {' and '.join(flags)}. To "
+            f"score another number of rows, write them first: python -m lightning_dpgan sample --checkpoint "
+            f"{run_dir / LAST_CHECKPOINT} -n N --out {run_dir / 'synthetic.csv'} --overwrite")
 
 
 def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: dict[str, Any] | None,
@@ -282,8 +306,13 @@ def _evaluate_table(run_dir: Path, datamodule: Any, held_out: pd.DataFrame, seed
     """The table measures against ``held_out``; the report's figures drawn into ``figures``
     unless it is None."""
     synthetic_path = run_dir / "synthetic.csv"
-    if not synthetic_path.is_file():
-        raise FileNotFoundError(f"{run_dir} has no synthetic.csv")
+    if not synthetic_path.is_file():  # a run killed before its end writes it
+        checkpoint = run_dir / LAST_CHECKPOINT
+        remedy = (f": continue the run (train --config {run_dir / 'config.yaml'} --resume {checkpoint}), or draw the table "
+                  f"from its last checkpoint (python -m lightning_dpgan sample --checkpoint {checkpoint} -n N --out "
+                  f"{synthetic_path}; without the run's privacy.json its report states no guarantee)") if checkpoint.is_file() else (
+                  ": it has no checkpoint either; train the run again")
+        raise FileNotFoundError(f"{run_dir} has no synthetic.csv (the run did not finish){remedy}")
 
     def save(figure: Any, title: str, name: str) -> None:
         figures[title] = _save(figure, run_dir, name)

@@ -996,7 +996,15 @@ def test_resume_refuses_folders_left_with_other_settings_before_any_cell_runs(tm
     full = quick.with_overrides(max_steps=0)  # the full size: the presets' own schedule
     why = runner.resume_mismatch(cell, full, settings)
     assert cell.name in why and "--max-steps 20" in why and "train command" in why
-    assert "evaluate command" in runner.resume_mismatch(cell, quick.with_overrides(cnn_epochs=3), settings)
+    # a table's evaluation takes no image option; an image cell's does, and a change is refused
+    assert runner.evaluate_command(cell, quick.with_overrides(cnn_epochs=3), settings) == runner.evaluate_command(cell, quick, settings)
+    images = suite_size("images", quick=True)
+    (image_cell,) = images.cells()
+    (tmp_path / image_cell.name).mkdir()
+    (tmp_path / image_cell.name / "privacy.json").write_text("{}")
+    (tmp_path / image_cell.name / "evaluation.json").write_text("{}")
+    runner.settings_file(image_cell, settings).write_text(json.dumps(runner.settings_record(image_cell, images, settings)))
+    assert "evaluate command" in runner.resume_mismatch(image_cell, images.with_overrides(cnn_epochs=3), settings)
     with pytest.raises(RuntimeError, match="cannot take up"):
         runner.run_cell(cell, full, replace(settings, resume=True))
 

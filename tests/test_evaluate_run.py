@@ -245,6 +245,31 @@ def test_an_edited_synthetic_table_with_a_category_outside_the_schema_is_refused
     assert not (run / "evaluation.json").exists()
 
 
+def test_an_image_option_for_a_table_run_is_refused_and_a_run_without_its_table_is_told_how_to_get_one(tmp_path, capsys):
+    """-n, --cnn-epochs and --device were ignored in silence for a table run, which is scored on
+    its synthetic.csv as written; a run killed before writing synthetic.csv is told the commands
+    that continue it or draw the table from its checkpoint."""
+    run = tmp_path / "run"
+    assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
+                 "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8", "--trainer.enable_progress_bar",
+                 "false", "--trainer.enable_model_summary", "false"]) == 0
+    capsys.readouterr()
+    for flags, named in ((["-n", "100"], "-n is for image runs"), (["--cnn-epochs", "3", "--device", "cpu"],
+                                                                  "--cnn-epochs, --device are for image runs")):
+        assert main(["evaluate", "--run", str(run), *flags]) == 2
+        error = capsys.readouterr().err
+        assert named in error and "scored on its synthetic.csv as written" in error and "sample --checkpoint" in error
+        assert not (run / "evaluation.json").exists()
+    (run / "synthetic.csv").unlink()
+    assert main(["evaluate", "--run", str(run)]) == 2
+    error = capsys.readouterr().err
+    assert "has no synthetic.csv (the run did not finish)" in error
+    assert f"--resume {run / 'checkpoints' / 'last.ckpt'}" in error and f"--out {run / 'synthetic.csv'}" in error
+    assert main(["sample", "--checkpoint", str(run / "checkpoints" / "last.ckpt"), "-n", "40", "--out",
+                 str(run / "synthetic.csv")]) == 0  # the remedy, followed
+    assert main(["evaluate", "--run", str(run)]) == 0 and read_json(run / "evaluation.json")["synthetic_records"] == 40
+
+
 def test_evaluating_a_csv_run_reuses_its_released_schema(tmp_path, monkeypatch):
     """A csv run without a schema file paid for one DP estimate of its schema; evaluate must use
     the released one, never estimate again on the private rows."""

@@ -164,12 +164,18 @@ def resume_mismatch(cell: Cell, size: Size, settings: Settings) -> str | None:
 
 
 def evaluate_command(cell: Cell, size: Size, settings: Settings) -> list[str]:
+    """The cell's ``evaluate``: the image options (images drawn, the CNN's epochs and device) for
+    an image dataset only, which evaluate refuses for a table run."""
+    from lightning_dpgan import registry
+
     command = [sys.executable, "-m", "lightning_dpgan", "evaluate", "--run", str(settings.out_dir / cell.name),
-               "--seed", str(cell.seed), "--cnn-epochs", str(size.cnn_epochs)]
-    if size.n_synthetic:
-        command += ["-n", str(size.n_synthetic)]
-    if settings.accelerator in ("gpu", "cuda"):
-        command += ["--device", "cuda"]
+               "--seed", str(cell.seed)]
+    if getattr(registry.lookup("dataset", cell.dataset).load(), "kind", "image") == "image":
+        command += ["--cnn-epochs", str(size.cnn_epochs)]
+        if size.n_synthetic:
+            command += ["-n", str(size.n_synthetic)]
+        if settings.accelerator in ("gpu", "cuda"):
+            command += ["--device", "cuda"]
     if settings.split != "test":
         command += ["--split", settings.split]
     return command
