@@ -287,7 +287,7 @@ def sample(argv: list[str]) -> Path:
     parser.add_argument("--checkpoint", required=True, help="a checkpoint written by train (checkpoints/last.ckpt)")
     parser.add_argument("-n", type=int, required=True, help="number of records to draw")
     parser.add_argument("--out", required=True, help="output file: .csv (tables), .png grid or .npz (images + labels)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=_seed, default=0)
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists (else refused)")
     args = parser.parse_args(argv)
     with terminated_as_exit():

@@ -86,6 +86,9 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None) -> Any:
         raise ValueError(f"{config_path} is damaged (no data section): restore it from the run, or rerun train")
     if data_dir is not None:
         config["data"]["data_dir"] = data_dir
+    elif (recorded := config["data"].get("data_dir")) and not Path(recorded).expanduser().is_dir():
+        raise FileNotFoundError(f"the data folder this run trained from, {recorded} ({config_path}, data.data_dir), is not "
+                                "there any more: pass evaluate --data-dir with the folder that holds the data now")
     info = checkpoint_of_this_run(run_dir, config)
     cls = registry.lookup("dataset", config["data"]["name"]).load()
     arguments = section_arguments(config, "data", cls)

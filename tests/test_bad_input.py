@@ -809,6 +809,26 @@ def test_evaluate_of_a_csv_run_whose_file_moved_says_where_it_was(tmp_path, caps
     assert "--data.csv" not in line  # train's remedy: evaluate takes no such option
 
 
+def test_evaluate_of_a_run_whose_data_folder_moved_names_the_recorded_folder_and_the_flag(tmp_path, capsys):
+    """The run's data folder is config.yaml's, not a --data-dir the user gave evaluate: the
+    refusal said "--data-dir X is not a folder". Now it names where X came from and the remedy,
+    which works; sample's --seed is checked as evaluate's is."""
+    data = Path(shutil.copytree(Path(__file__).parent / "fixtures" / "adult_tiny", tmp_path / "data"))
+    out = tmp_path / "out"
+    assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(data), "--output-dir", str(out),
+                 "--max-steps", "2", "--batch-size", "8", *TINY_MLP, "--trainer.enable_progress_bar", "false"]) == 0
+    data.rename(tmp_path / "moved")
+    assert_refused(["evaluate", "--run", str(out)], capsys, f"the data folder this run trained from, {data} (",
+                   "config.yaml, data.data_dir), is not there any more: pass evaluate --data-dir")
+    assert main(["evaluate", "--run", str(out), "--data-dir", str(tmp_path / "moved")]) == 0
+    for seed in ("-1", str(2**64)):
+        with pytest.raises(SystemExit) as stop:  # argparse's refusal, as evaluate's --seed
+            main(["sample", "--checkpoint", str(out / "checkpoints" / "last.ckpt"), "-n", "5", "--out",
+                  str(tmp_path / "x.csv"), "--seed", seed])
+        assert stop.value.code == 2 and "argument --seed: must be a whole number in [0, 2^32)" in capsys.readouterr().err
+        assert not (tmp_path / "x.csv").exists()
+
+
 @pytest.mark.parametrize("kind", ["truncated", "text", "foreign", "bitflip"])
 def test_evaluate_refuses_a_damaged_checkpoint(image_run, tmp_path, capsys, kind):
     run = Path(shutil.copytree(image_run, tmp_path / "run"))
