@@ -255,7 +255,10 @@ class TeacherStrategy(PrivacyStrategy):
         super().load_state_dict(state_dict)
         self._steps = int(state_dict["steps"])
         self.sampler.load_state_dict(state_dict["sampler"])  # same partitions, same draws
-        self._last_charged = state_dict.get("last_charged")  # None in a checkpoint written before it was kept
+        self._last_charged = state_dict.get("last_charged")
+        if self._last_charged is None:  # a checkpoint written before it was kept: known if one setting was ever used
+            used = self.accountant.noise_settings()
+            self._last_charged = used[0] if len(used) == 1 else None
 
     def training_warnings(self) -> list[str]:
         """What the data-dependent figure is, when it is the one reported, then what the answers

@@ -191,8 +191,11 @@ def _resume_hint(resume: str | None) -> str:
     run's flags, which its run's ``config.yaml`` does."""
     if not resume:
         return ""
-    config = Path(resume).expanduser().parent.parent / "config.yaml"
-    example = f"--config {config} --resume {resume}" if config.is_file() else f"--config RUN/config.yaml --resume {resume}"
+    from lightning_dpgan.run_folder import LAST_CHECKPOINT, continue_command
+
+    run = Path(resume).expanduser().parent.parent
+    example = (continue_command(run) if (run / "config.yaml").is_file() and run / LAST_CHECKPOINT == Path(resume).expanduser()
+               else f"--config RUN/config.yaml --resume {resume} --output-dir RUN")
     return f" with --resume too (a checkpoint holds the networks, not the run's flags): give them again, e.g. {example}"
 
 

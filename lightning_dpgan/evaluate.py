@@ -62,7 +62,7 @@ from lightning_dpgan import registry
 from lightning_dpgan.config import QUAIL, section_arguments
 from lightning_dpgan.outputs import write_json
 from lightning_dpgan.run import restore_released_schema
-from lightning_dpgan.run_folder import EVALUATION_FILES, LAST_CHECKPOINT
+from lightning_dpgan.run_folder import EVALUATION_FILES, LAST_CHECKPOINT, continue_command
 
 
 def read_run_file(path: Path, parse: Any) -> Any:
@@ -87,7 +87,7 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None) -> Any:
     if data_dir is not None:
         config["data"]["data_dir"] = data_dir
     elif (recorded := config["data"].get("data_dir")) and not Path(recorded).expanduser().is_dir():
-        raise FileNotFoundError(f"the data folder this run trained from, {recorded} ({config_path}, data.data_dir), is not "
+        raise FileNotFoundError(f"the data folder recorded for this run, {recorded} ({config_path}, data.data_dir), is not "
                                 "there any more: pass evaluate --data-dir with the folder that holds the data now")
     info = checkpoint_of_this_run(run_dir, config)
     cls = registry.lookup("dataset", config["data"]["name"]).load()
@@ -191,8 +191,8 @@ def refuse_image_options(run_dir: Path, **given: Any) -> None:
         raise ValueError(
             f"{', '.join(flags)} {'is' if len(flags) == 1 else 'are'} for image runs (the images drawn and the evaluation "
             f"CNN); {run_dir} is a table run, scored on its synthetic.csv as written: drop {' and '.join(flags)}. To "
-            f"score another number of rows, write them first: python -m lightning_dpgan sample --checkpoint "
-            f"{run_dir / LAST_CHECKPOINT} -n N --out {run_dir / 'synthetic.csv'} --overwrite")
+            f"score another number of rows, move its synthetic.csv aside and write them in its place: python -m "
+            f"lightning_dpgan sample --checkpoint {run_dir / LAST_CHECKPOINT} -n N --out {run_dir / 'synthetic.csv'}")
 
 
 def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: dict[str, Any] | None,
@@ -311,7 +311,7 @@ def _evaluate_table(run_dir: Path, datamodule: Any, held_out: pd.DataFrame, seed
     synthetic_path = run_dir / "synthetic.csv"
     if not synthetic_path.is_file():  # a run killed before its end writes it
         checkpoint = run_dir / LAST_CHECKPOINT
-        remedy = (f": continue the run (train --config {run_dir / 'config.yaml'} --resume {checkpoint}), or draw the table "
+        remedy = (f": continue the run (train {continue_command(run_dir)}), or draw the table "
                   f"from its last checkpoint (python -m lightning_dpgan sample --checkpoint {checkpoint} -n N --out "
                   f"{synthetic_path}; without the run's privacy.json its report states no guarantee)") if checkpoint.is_file() else (
                   ": it has no checkpoint either; train the run again")

@@ -244,6 +244,10 @@ class Run:
                               f"at least 2 generated records a step, and this run generates {generated}: use --batch-size 2 or more")
         pac = getattr(getattr(self.module, "hparams", None), "pac", 1)
         batch = getattr(getattr(self.datamodule, "hparams", None), "batch_size", None)
+        if isinstance(pac, int) and pac > 1 and self.config["privacy"].get("name") == "dp-sgd":
+            # the module refuses this too, at setup: said first here, as no batch size can help
+            raise ConfigError(f"pac = {pac} under DP-SGD would let one record change many packs: "
+                              "set --model.pac 1 (DP-CTGAN's setting)")
         if isinstance(pac, int) and pac > 1 and isinstance(batch, int) and batch % pac:
             # CTGAN's discriminator judges packs of pac consecutive records: training would fail at
             # its first step, after the run folder was made

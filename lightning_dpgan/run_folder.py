@@ -66,15 +66,22 @@ def refuse_a_file(folder: Path) -> None:
         raise ConfigError(f"--output-dir {folder} is a file: give a folder (it is created if missing)")
 
 
+def continue_command(folder: Path) -> str:
+    """The ``train`` options that continue the run in ``folder`` there: its settings (a checkpoint
+    holds the networks and the accountant, not the run's flags), its last checkpoint, and the
+    folder itself (config.yaml records no output folder for the default one, which would be a
+    new timestamped folder)."""
+    settings = f"--config {folder / 'config.yaml'} " if (folder / "config.yaml").is_file() else ""
+    return f"{settings}--resume {folder / LAST_CHECKPOINT} --output-dir {folder}"
+
+
 def check_output_dir(folder: Path, resume: str | None, overwrite: bool) -> None:
     """Refuse a file, or a folder holding a run that is neither continued nor to be replaced."""
     refuse_a_file(folder)
     held = held_run_files(folder)
     if not held or overwrite or continues_run_in(folder, resume):
         return
-    settings = f"--config {folder / 'config.yaml'} " if (folder / "config.yaml").is_file() else ""
-    continue_it = (f", continue it with {settings}--resume {folder / LAST_CHECKPOINT}" if (folder / LAST_CHECKPOINT).is_file()
-                   else "")
+    continue_it = f", continue it with {continue_command(folder)}" if (folder / LAST_CHECKPOINT).is_file() else ""
     raise ConfigError(
         f"--output-dir {folder} already holds a run's files ({', '.join(held)}): choose another folder{continue_it}, "
         "or replace them with --overwrite (they are then moved to previous/)")

@@ -404,7 +404,7 @@ def test_a_run_whose_config_recorded_the_unused_estimate_budget_beside_its_schem
     assert "bounds_epsilon" not in config["data"] and "bounds_delta" not in config["data"]
     config["data"].update(bounds_epsilon=0.1, bounds_delta=1e-6)
     (run / "config.yaml").write_text(yaml.safe_dump(config))
-    assert main(["evaluate", "--run", str(run), "--device", "cpu"]) == 0
+    assert main(["evaluate", "--run", str(run)]) == 0
     assert (run / "evaluation.json").is_file()
 
 
@@ -439,6 +439,8 @@ def test_a_batch_that_ctgan_cannot_pack_is_refused_before_anything_is_written(tm
     assert_refused(args, capsys, "--batch-size 32 is not a multiple of the ctgan discriminator's pac = 10",
                    "use --batch-size 30", "--model.pac")
     assert_nothing_lost(out)
+    # under DP-SGD no batch size helps: pac must be 1, said first
+    assert_refused([*args, "--privacy", "dp-sgd", "--epsilon", "5"], capsys, "pac = 10 under DP-SGD", "--model.pac 1")
     args[args.index("--batch-size") + 1] = "10"
     assert main(args) == 0
 
@@ -818,7 +820,7 @@ def test_evaluate_of_a_run_whose_data_folder_moved_names_the_recorded_folder_and
     assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(data), "--output-dir", str(out),
                  "--max-steps", "2", "--batch-size", "8", *TINY_MLP, "--trainer.enable_progress_bar", "false"]) == 0
     data.rename(tmp_path / "moved")
-    assert_refused(["evaluate", "--run", str(out)], capsys, f"the data folder this run trained from, {data} (",
+    assert_refused(["evaluate", "--run", str(out)], capsys, f"the data folder recorded for this run, {data} (",
                    "config.yaml, data.data_dir), is not there any more: pass evaluate --data-dir")
     assert main(["evaluate", "--run", str(out), "--data-dir", str(tmp_path / "moved")]) == 0
     for seed in ("-1", str(2**64)):

@@ -465,6 +465,10 @@ def test_a_recorded_peer_command_names_the_venv_and_folders_not_their_paths(tmp_
     recorded = portable(command, None, str(venv), out_dir=tmp_path)
     assert recorded.startswith("PEERS_VENV/bin/python ") and "OUT_DIR/split/train.csv" in recorded
     assert str(tmp_path) not in recorded
+    # the peers run at our delta for the dataset: 1e-6 on kaggle-credit, whose 1/n is below 1e-5
+    credit = peer_command(venv / "bin" / "python", Cell("mst", "kaggle-credit", 1.0, 0), tmp_path / "train.csv",
+                          tmp_path / "spec.json", 10, suite_size("peers", quick=True), tmp_path / "mst")
+    assert command[command.index("--delta") + 1] == "1e-05" and credit[credit.index("--delta") + 1] == "1e-06"
 
 
 def test_the_recorded_commit_is_the_one_the_runs_started_from(tmp_path, monkeypatch):
@@ -827,6 +831,9 @@ def never_run(*args, **kwargs):
     (["--seeds", "0", "-1"], r"--seeds -1: seeds are whole numbers from 0"),
     (["--models", "quail", "gan"], r"--models gan trains without privacy \(--privacy none\)"),
     (["--models", "wgan", "dpgan", "ctgan"], r"--models wgan ctgan train without privacy.*-- --privacy dp-sgd"),
+    (["--datasets", "adult", "adlut"], "--datasets: .*adlut"),
+    (["--cnn-epochs", "3"], "--cnn-epochs set how image runs are scored, and the grid has no image dataset"),
+    (["--n-synthetic", "50", "--cnn-epochs", "3"], "--n-synthetic and --cnn-epochs set how image runs are scored"),
 ])
 def test_a_grid_with_repeats_or_unknown_models_is_refused_before_any_cell(tmp_path, monkeypatch, extra, message):
     monkeypatch.setattr(cli, "run_grid", never_run)
@@ -842,8 +849,11 @@ def test_a_non_private_model_given_a_strategy_after_the_double_dash_is_not_refus
     size = suite_size("tables", True).with_overrides(models=("gan", "dpgan"))
     with pytest.raises(SystemExit, match="--models gan trains without privacy"):
         cli.refuse_non_private_models(size)
-    for privacy in (["--privacy", "dp-sgd"], ["--privacy=dp-sgd"]):
+    for privacy in (["--privacy", "dp-sgd"], ["--privacy=dp-sgd"], ["--privacy.name", "dp-sgd"], ["--privacy.name=dp-sgd"],
+                    ["--config", "settings.yaml"]):  # a config file may name one: train decides
         cli.refuse_non_private_models(size.with_overrides(train_args=[*size.train_args, *privacy]))
+    with pytest.raises(SystemExit, match="--models gan dpgan train without privacy"):  # --privacy none: every model
+        cli.refuse_non_private_models(size.with_overrides(train_args=[*size.train_args, "--privacy", "none"]))
 
 
 def test_a_results_dir_that_is_a_file_is_refused_before_any_cell(tmp_path, monkeypatch):
@@ -998,6 +1008,10 @@ def test_resume_refuses_folders_left_with_other_settings_before_any_cell_runs(tm
     assert cell.name in why and "--max-steps 20" in why and "train command" in why
     # a table's evaluation takes no image option; an image cell's does, and a change is refused
     assert runner.evaluate_command(cell, quick.with_overrides(cnn_epochs=3), settings) == runner.evaluate_command(cell, quick, settings)
+    older = runner.settings_record(cell, quick, settings)  # as recorded before: the table's evaluate with --cnn-epochs
+    older["evaluate"] = [*older["evaluate"], "--cnn-epochs", "10"]
+    runner.settings_file(cell, settings).write_text(json.dumps(older))
+    assert runner.resume_mismatch(cell, quick, settings) is None
     images = suite_size("images", quick=True)
     (image_cell,) = images.cells()
     (tmp_path / image_cell.name).mkdir()
@@ -1161,20 +1175,18 @@ def test_an_at_most_goal_takes_the_smallest_gap_and_is_met_below_its_bound():
     assert "| 0.100 ± 0.010 (3) | better | 3 | yes |" in line
 
 
-def test_a_goal_read_two_ways_names_its_reading_and_each_reading_stands_on_its_own_measure():
-    """King's gap goal: the three-regressor average and the paper's ridge alone are two goal lines
-    (the reference names both), each met or not on its own measure."""
+def test_a_goal_names_its_reading_and_king_is_read_as_the_three_regressor_average():
+    """A goal may say how it reads an issue's figure; King's gap is the average over linear, ridge
+    and random forest (the ridge-alone gap is a column, not a second goal)."""
     reference = report.load_reference(REFERENCE)
-    king = [goal for goal in reference["goals"] if goal["dataset"] == "king"]
-    assert {goal["measure"] for goal in king} == {"utility/difference_r2", "utility/difference_r2/ridge"}
+    (king,) = [goal for goal in reference["goals"] if goal["dataset"] == "king"]
+    assert king["measure"] == "utility/difference_r2" and king["reading"] == "average of LR, ridge and random forest"
     row = {"model": "quail", "dataset": "king", "target_epsilon": 1.0,
            "measures": {"utility/difference_r2": {"mean": 0.18, "std": 0.01, "n": 3},
                         "utility/difference_r2/ridge": {"mean": 0.06, "std": 0.01, "n": 3}}}
-    lines = report.goal_lines([{"suite": "tables", "size": "full", "summary": [row]}], {"goals": king})[2:]
-    average, ridge = sorted(lines, key=lambda line: "ridge alone" in line)
-    assert "(average of LR, ridge and random forest)" in average and average.endswith("| quail | 3 | no |")
-    assert "(ridge alone, as DP-SACTGAN's Table 2)" in ridge and ridge.endswith("| quail | 3 | yes |")
-    assert "0.060 ± 0.010 (3)" in ridge
+    (line,) = report.goal_lines([{"suite": "tables", "size": "full", "summary": [row]}], {"goals": [king]})[2:]
+    assert "≤ 0.15 (average of LR, ridge and random forest) | 0.180 ± 0.010 (3) | quail | 3 | no |" in line
+    assert "utility/difference_r2/ridge" in report.COLUMNS["tables"]
 
 
 def test_an_at_most_goal_above_its_bound_is_not_met():

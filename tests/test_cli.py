@@ -618,21 +618,24 @@ def test_a_ddp_follower_prints_only_the_errors_that_may_be_its_own(monkeypatch, 
                                                     f"error ({name}): checksum mismatch\n"]
 
 
-def test_a_resume_given_alone_and_a_held_folder_name_the_command_that_continues_the_run(tmp_path, capsys):
+def test_a_resume_given_alone_and_a_held_folder_name_the_command_that_continues_the_run(tmp_path, capsys, monkeypatch):
     """A checkpoint holds the networks, not the run's flags: ``--resume CKPT`` alone is refused with
-    the command that continues it (its run's config.yaml plus the checkpoint), as is training
-    into the run's folder, and that command does continue it."""
-    run, adult = tmp_path / "run", Path(__file__).parent / "fixtures" / "adult_tiny"
+    the command that continues it (its run's config.yaml, the checkpoint and the folder), as is
+    training into the run's folder, and that command continues it there, also for a run in the
+    default folder (config.yaml records none: it would have started a new timestamped one)."""
+    monkeypatch.chdir(tmp_path)
+    adult = Path(__file__).parent / "fixtures" / "adult_tiny"
     args = ["train", "--model", "dpgan", "--dataset", "adult", "--data-dir", str(adult), "--epsilon", "5",
-            "--max-steps", "2", "--batch-size", "8", "--privacy.noise_multiplier", "2", "--output-dir", str(run),
-            "--trainer.enable_progress_bar", "false"]
+            "--max-steps", "2", "--batch-size", "8", "--privacy.noise_multiplier", "2", "--trainer.enable_progress_bar", "false"]
     assert main(args) == 0
+    (run,) = (tmp_path / "outputs").iterdir()
+    args += ["--output-dir", str(run)]
     checkpoint = run / "checkpoints" / "last.ckpt"
-    continue_it = f"--config {run / 'config.yaml'} --resume {checkpoint}"
+    continue_it = f"--config {run / 'config.yaml'} --resume {checkpoint} --output-dir {run}"
     capsys.readouterr()
     assert main(["train", "--resume", str(checkpoint), "--max-steps", "4"]) == 2
     assert "--model is required with --resume too" in (err := capsys.readouterr().err) and continue_it in err
     assert main(args) == 2
     assert f"continue it with {continue_it}," in capsys.readouterr().err
     assert main(["train", *continue_it.split(), "--max-steps", "4"]) == 0
-    assert json.loads((run / "privacy.json").read_text())["steps"] == 4
+    assert json.loads((run / "privacy.json").read_text())["steps"] == 4 and [run] == list((tmp_path / "outputs").iterdir())

@@ -258,13 +258,14 @@ def test_an_image_option_for_a_table_run_is_refused_and_a_run_without_its_table_
                                                                   "--cnn-epochs, --device are for image runs")):
         assert main(["evaluate", "--run", str(run), *flags]) == 2
         error = capsys.readouterr().err
-        assert named in error and "scored on its synthetic.csv as written" in error and "sample --checkpoint" in error
+        assert named in error and "scored on its synthetic.csv as written" in error and "move its synthetic.csv aside" in error
+        assert "sample --checkpoint" in error and "--overwrite" not in error  # the run's own table is not replaced
         assert not (run / "evaluation.json").exists()
     (run / "synthetic.csv").unlink()
     assert main(["evaluate", "--run", str(run)]) == 2
     error = capsys.readouterr().err
     assert "has no synthetic.csv (the run did not finish)" in error
-    assert f"--resume {run / 'checkpoints' / 'last.ckpt'}" in error and f"--out {run / 'synthetic.csv'}" in error
+    assert f"--resume {run / 'checkpoints' / 'last.ckpt'} --output-dir {run})" in error and f"--out {run / 'synthetic.csv'}" in error
     assert main(["sample", "--checkpoint", str(run / "checkpoints" / "last.ckpt"), "-n", "40", "--out",
                  str(run / "synthetic.csv")]) == 0  # the remedy, followed
     assert main(["evaluate", "--run", str(run)]) == 0 and read_json(run / "evaluation.json")["synthetic_records"] == 40

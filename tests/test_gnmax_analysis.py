@@ -331,3 +331,15 @@ def test_malformed_or_foreign_states_are_refused_and_leave_the_accountant_unchan
     doubled = edited(lambda s: s["noise_pairs"].append(s["noise_pairs"][0]))
     restored.load_state_dict(doubled)
     assert len(restored) == 20 and restored.answered == 6
+
+
+def test_the_accountant_lists_the_noise_settings_it_charged():
+    """What a resume from a checkpoint written before the strategy kept its last noise reads: the
+    one (sigma1, sigma2) charged, or several (then the last is not known from the accountant)."""
+    accountant = ConfidentGNMaxAccountant()
+    assert accountant.noise_settings() == []
+    accountant.step(600.0, 100.0, 30, np.array([-5.0, -3.0]))
+    accountant.step(600.0, 100.0, 30)
+    assert accountant.noise_settings() == [{"sigma1": 600.0, "sigma2": 100.0}]
+    accountant.step(700.0, 100.0, 30)
+    assert sorted(setting["sigma1"] for setting in accountant.noise_settings()) == [600.0, 700.0]

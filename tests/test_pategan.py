@@ -572,3 +572,10 @@ def test_the_report_states_the_noise_of_the_last_answers_after_a_resume_that_ans
     assert (idle["lap_inverse_scale"], idle["laplace_scale"]) == (0.1, 10.0)
     moved = run("moved", 3, 0.05, "--resume", checkpoint)
     assert moved["steps"] == 3 and (moved["lap_inverse_scale"], moved["laplace_scale"]) == (0.05, 20.0)
+    # a checkpoint written before the last noise was kept: its accountant knows the one scale it used
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    (state,) = [value for value in saved["callbacks"].values() if isinstance(value, dict) and "last_charged" in value]
+    del state["last_charged"]
+    torch.save(saved, tmp_path / "older.ckpt")
+    older = run("older", 2, 0.05, "--resume", str(tmp_path / "older.ckpt"))
+    assert older["steps"] == 2 and older["lap_inverse_scale"] == 0.1

@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 from lightning_dpgan.benchmark.paths import BENCHMARKS, check_benchmarks_folder
 from lightning_dpgan.benchmark.results import ResultsFile, ResultsFileError, commit, machine
-from lightning_dpgan.benchmark.runner import Settings, failed_run, portable, resume_mismatch, run_cell, skip_reason
+from lightning_dpgan.benchmark.runner import (Settings, failed_run, is_image_dataset, portable, resume_mismatch, run_cell,
+                                              skip_reason)
 from lightning_dpgan.benchmark.suites import SUITES, Cell, Size, suite_size
 from lightning_dpgan.data.dev_split import check_dev_fraction
 from lightning_dpgan.data.download import default_data_dir
@@ -99,7 +100,17 @@ def check_grid(args: argparse.Namespace, size: Size) -> None:
                 registry.lookup("model", name)
             except (KeyError, ValueError) as error:
                 raise SystemExit(f"benchmark: --models: {error}") from None
+        for name in size.datasets:
+            try:
+                registry.lookup("dataset", name)
+            except (KeyError, ValueError) as error:
+                raise SystemExit(f"benchmark: --datasets: {error}") from None
         refuse_non_private_models(size)
+        image_options = [flag for flag, value in (("--n-synthetic", args.n_synthetic), ("--cnn-epochs", args.cnn_epochs))
+                         if value is not None]
+        if image_options and not any(is_image_dataset(dataset) for dataset in size.datasets):
+            raise SystemExit(f"benchmark: {' and '.join(image_options)} set how image runs are scored, and the grid has no "
+                             "image dataset (a table run is scored on its synthetic.csv as written): drop them")
     if args.results_dir.exists() and not args.results_dir.is_dir():
         raise SystemExit(f"benchmark: --results-dir {args.results_dir} is a file, not a folder")
 
@@ -110,14 +121,30 @@ def refuse_non_private_models(size: Size) -> None:
     train options after ``--`` give it a privacy strategy."""
     from lightning_dpgan import registry
 
-    if any(word == "--privacy" or word.startswith("--privacy=") for word in size.train_args):
+    if any(word == "--config" or word.startswith("--config=") for word in size.train_args):
+        return  # a config file may name a strategy: train decides, cell by cell
+    given = privacy_given(size.train_args)
+    if given not in (None, "none"):
         return
-    public = [name for name in size.models
-              if getattr(registry.lookup("model", name).load(), "default_privacy", None) == "none"]
+    public = [name for name in size.models if given == "none"
+              or getattr(registry.lookup("model", name).load(), "default_privacy", None) == "none"]
     if public:
         raise SystemExit(f"benchmark: --models {' '.join(public)} {'trains' if len(public) == 1 else 'train'} without "
                          "privacy (--privacy none), so no cell of it has an epsilon to run at: choose private models, "
                          "or give a privacy strategy to every train command after -- (-- --privacy dp-sgd)")
+
+
+def privacy_given(train_args: list[str]) -> str | None:
+    """The privacy strategy the train options name (``--privacy X``, ``--privacy=X``,
+    ``--privacy.name X`` or ``--privacy.name=X``; the last one given), else None."""
+    named = None
+    for index, word in enumerate(train_args):
+        for flag in ("--privacy", "--privacy.name"):
+            if word == flag and index + 1 < len(train_args):
+                named = train_args[index + 1]
+            elif word.startswith(flag + "="):
+                named = word.split("=", 1)[1]
+    return named
 
 
 def chosen_size(args: argparse.Namespace) -> Size:

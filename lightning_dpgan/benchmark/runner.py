@@ -122,15 +122,7 @@ def settings_record(cell: Cell, size: Size, settings: Settings) -> dict[str, Any
     one) and its evaluate command, without this machine's paths or the device."""
     def comparable(command: list[str]) -> list[str]:
         words = shlex.split(portable(command, settings.data_dir, out_dir=settings.out_dir))[1:]  # not the interpreter
-        kept, skip = [], False
-        for word in words:
-            if skip:
-                skip = False
-            elif word in DEVICE_OPTIONS:
-                skip = True
-            else:
-                kept.append(word)
-        return kept
+        return without_options(words, DEVICE_OPTIONS)
 
     return {"train": comparable(train_command(cell, size, settings)),
             "evaluate": comparable(evaluate_command(cell, size, settings)) if settings.evaluate else None}
@@ -156,6 +148,9 @@ def resume_mismatch(cell: Cell, size: Size, settings: Settings) -> str | None:
     except (OSError, ValueError):
         return f"{cell.name}: no record of the settings it ran with ({path.name} is missing or unreadable)"
     expected = settings_record(cell, size, settings)
+    if recorded.get("evaluate") and not is_image_dataset(cell.dataset):
+        # recorded before evaluate refused image options for a table run (they changed nothing)
+        recorded = {**recorded, "evaluate": without_options(recorded["evaluate"], IMAGE_EVALUATE_OPTIONS)}
     for part in ("train", "evaluate"):
         if expected[part] is not None and recorded.get(part) != expected[part]:
             return (f"{cell.name}: its {part} command was `{shlex.join(recorded.get(part) or [])}`, "
@@ -163,14 +158,35 @@ def resume_mismatch(cell: Cell, size: Size, settings: Settings) -> str | None:
     return None
 
 
+#: evaluate's options of an image run (each takes a value), refused for a table run
+IMAGE_EVALUATE_OPTIONS = ("--cnn-epochs", "-n", "--device")
+
+
+def is_image_dataset(dataset: str) -> bool:
+    from lightning_dpgan import registry
+
+    return getattr(registry.lookup("dataset", dataset).load(), "kind", "image") == "image"
+
+
+def without_options(words: list[str], options: tuple[str, ...]) -> list[str]:
+    """``words`` without each of ``options`` and the value after it."""
+    kept, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in options:
+            skip = True
+        else:
+            kept.append(word)
+    return kept
+
+
 def evaluate_command(cell: Cell, size: Size, settings: Settings) -> list[str]:
     """The cell's ``evaluate``: the image options (images drawn, the CNN's epochs and device) for
     an image dataset only, which evaluate refuses for a table run."""
-    from lightning_dpgan import registry
-
     command = [sys.executable, "-m", "lightning_dpgan", "evaluate", "--run", str(settings.out_dir / cell.name),
                "--seed", str(cell.seed)]
-    if getattr(registry.lookup("dataset", cell.dataset).load(), "kind", "image") == "image":
+    if is_image_dataset(cell.dataset):
         command += ["--cnn-epochs", str(size.cnn_epochs)]
         if size.n_synthetic:
             command += ["-n", str(size.n_synthetic)]

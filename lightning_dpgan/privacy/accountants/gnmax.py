@@ -93,6 +93,10 @@ class ConfidentGNMaxAccountant:
                 histogram[key] = histogram.get(key, 0) + count
         self._curves = None
 
+    def noise_settings(self) -> list[dict[str, float]]:
+        """Each ``(sigma1, sigma2)`` queries were charged at, in no particular order."""
+        return [{"sigma1": float(sigma1), "sigma2": float(sigma2)} for sigma1, sigma2 in self._queries]
+
     def __len__(self) -> int:
         """Threshold checks so far: every query, answered or not."""
         return sum(self._queries.values())

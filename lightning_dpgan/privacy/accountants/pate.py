@@ -71,6 +71,10 @@ class PATEMomentsAccountant:
         self._dependent += (data_dependent_moments(lam, gaps, self.orders) * counts[:, None]).sum(axis=0)
         self._independent += data_independent_moments(lam, self.orders) * counts.sum()
 
+    def noise_settings(self) -> list[dict[str, float]]:
+        """Each ``lap_inverse_scale`` queries were charged at, in no particular order."""
+        return [{"lap_inverse_scale": float(lam)} for lam in self._gap_counts]
+
     def __len__(self) -> int:
         """Queries answered so far."""
         return sum(sum(histogram.values()) for histogram in self._gap_counts.values())
