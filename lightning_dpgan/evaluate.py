@@ -62,7 +62,7 @@ from lightning_dpgan import registry
 from lightning_dpgan.config import QUAIL, section_arguments
 from lightning_dpgan.outputs import write_json
 from lightning_dpgan.run import restore_released_schema
-from lightning_dpgan.run_folder import EVALUATION_FILES, LAST_CHECKPOINT, continue_command
+from lightning_dpgan.run_folder import EVALUATION_FILES, IMAGE_EVALUATE_OPTIONS, LAST_CHECKPOINT, continue_command
 
 
 def read_run_file(path: Path, parse: Any) -> Any:
@@ -179,14 +179,12 @@ def evaluate_run(
 
 #: epochs of G-PATE's evaluation CNN on an image run's synthetic images (``--cnn-epochs``)
 DEFAULT_CNN_EPOCHS = 10
-#: evaluate's options that only an image run uses, by flag
-IMAGE_OPTIONS = {"n_synthetic": "-n", "cnn_epochs": "--cnn-epochs", "device": "--device"}
 
 
 def refuse_image_options(run_dir: Path, **given: Any) -> None:
     """An image run's options given for a table run, which would be ignored in silence: its
     synthetic.csv is scored as written (as many rows as it holds), by scikit-learn models."""
-    flags = [IMAGE_OPTIONS[name] for name, value in given.items() if value is not None]
+    flags = [IMAGE_EVALUATE_OPTIONS[name] for name, value in given.items() if value is not None]
     if flags:
         raise ValueError(
             f"{', '.join(flags)} {'is' if len(flags) == 1 else 'are'} for image runs (the images drawn and the evaluation "

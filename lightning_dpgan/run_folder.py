@@ -31,6 +31,9 @@ from lightning_dpgan.config import ConfigError
 
 #: What ``evaluate`` writes for each held-out split it scores (``--split``).
 EVALUATION_FILES = {"test": "evaluation.json", "dev": "evaluation-dev.json"}
+#: ``evaluate``'s options that only an image run takes, by argument name (each flag takes a value);
+#: refused for a table run, which is scored on its synthetic.csv as written (the harness reads them too)
+IMAGE_EVALUATE_OPTIONS = {"n_synthetic": "-n", "cnn_epochs": "--cnn-epochs", "device": "--device"}
 #: What a run writes besides its checkpoints (moved aside when the folder is reused).
 OUTPUTS = ("privacy.json", "metrics.json", "synthetic.csv", "samples.png", *EVALUATION_FILES.values(),
            "report.md", "report", "epsilon.png", "config.yaml", "logs")

@@ -23,7 +23,7 @@ from lightning_dpgan.benchmark.suites import Cell, Size, delta_for
 from lightning_dpgan.data.download import DATA_DIR_ENV, default_cache_dir
 from lightning_dpgan.data.dev_split import scored_split
 from lightning_dpgan.outputs import write_json
-from lightning_dpgan.run_folder import EVALUATION_FILES, LAST_CHECKPOINT
+from lightning_dpgan.run_folder import EVALUATION_FILES, IMAGE_EVALUATE_OPTIONS, LAST_CHECKPOINT
 
 #: the thread counts of the libraries a cell's processes compute with: torch's OpenMP pool, and
 #: MKL and OpenBLAS under numpy and scikit-learn
@@ -150,16 +150,12 @@ def resume_mismatch(cell: Cell, size: Size, settings: Settings) -> str | None:
     expected = settings_record(cell, size, settings)
     if recorded.get("evaluate") and not is_image_dataset(cell.dataset):
         # recorded before evaluate refused image options for a table run (they changed nothing)
-        recorded = {**recorded, "evaluate": without_options(recorded["evaluate"], IMAGE_EVALUATE_OPTIONS)}
+        recorded = {**recorded, "evaluate": without_options(recorded["evaluate"], tuple(IMAGE_EVALUATE_OPTIONS.values()))}
     for part in ("train", "evaluate"):
         if expected[part] is not None and recorded.get(part) != expected[part]:
             return (f"{cell.name}: its {part} command was `{shlex.join(recorded.get(part) or [])}`, "
                     f"this invocation's is `{shlex.join(expected[part])}`")
     return None
-
-
-#: evaluate's options of an image run (each takes a value), refused for a table run
-IMAGE_EVALUATE_OPTIONS = ("--cnn-epochs", "-n", "--device")
 
 
 def is_image_dataset(dataset: str) -> bool:
@@ -187,11 +183,12 @@ def evaluate_command(cell: Cell, size: Size, settings: Settings) -> list[str]:
     command = [sys.executable, "-m", "lightning_dpgan", "evaluate", "--run", str(settings.out_dir / cell.name),
                "--seed", str(cell.seed)]
     if is_image_dataset(cell.dataset):
-        command += ["--cnn-epochs", str(size.cnn_epochs)]
+        flag = IMAGE_EVALUATE_OPTIONS
+        command += [flag["cnn_epochs"], str(size.cnn_epochs)]
         if size.n_synthetic:
-            command += ["-n", str(size.n_synthetic)]
+            command += [flag["n_synthetic"], str(size.n_synthetic)]
         if settings.accelerator in ("gpu", "cuda"):
-            command += ["--device", "cuda"]
+            command += [flag["device"], "cuda"]
     if settings.split != "test":
         command += ["--split", settings.split]
     return command
