@@ -415,11 +415,9 @@ class TabularDataModule(L.LightningDataModule):
         for split, frame in (("test", self.test_frame), ("dev", self.dev_frame)):
             bad = schema.label_values_outside_classes(frame) if frame is not None else ()
             if len(bad):
-                raise SchemaError(
-                    f"{self.name}: the label '{schema.label}' must be binary with classes "
-                    f"{list(schema.label_column.categories)}, but {len(bad)} {split} rows hold other values "
-                    f"({row_examples(bad)}): fix or drop those rows (every row is checked before training, the held-out "
-                    "ones too), or, with a schema file, declare the label categorical with all its classes there")
+                error = schema.labels_outside_classes_error(f"{len(bad)} {split} rows", row_examples(bad),
+                                                            "every row is checked before training, the held-out ones too")
+                raise SchemaError(f"{self.name}: {error}")
 
     def _estimate_hint(self) -> str:
         """What to do when the schema is a DP estimate: its bounds and category lists are noisy,

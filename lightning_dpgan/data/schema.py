@@ -537,14 +537,19 @@ class TableSchema:
             return
         outside = int((codes[self.label] < 0).sum())
         if outside:
-            classes = list(self.label_column.categories)
-            yaml_booleans = ("; YAML reads unquoted no/yes, true/false and on/off as booleans: quote the classes "
-                             "in the schema file, e.g. ['no', 'yes']") if all(isinstance(c, bool) for c in classes) else ""
-            raise SchemaError(
-                f"the label '{self.label}' must be binary with classes {classes}, "
-                f"but {outside} rows hold other values: fix or drop those rows, or, with a schema file, declare the "
-                f"label categorical with all its classes there{yaml_booleans}"
-            )
+            raise self.labels_outside_classes_error(f"{outside} rows")
+
+    def labels_outside_classes_error(self, rows: str, examples: str = "", note: str = "") -> SchemaError:
+        """The refusal of a binary label holding values outside its two classes in ``rows`` (e.g.
+        "3 test rows"), with ``examples`` of them and a ``note`` on when the rows were checked."""
+        classes = list(self.label_column.categories)
+        yaml_booleans = ("; YAML reads unquoted no/yes, true/false and on/off as booleans: quote the classes "
+                         "in the schema file, e.g. ['no', 'yes']") if all(isinstance(c, bool) for c in classes) else ""
+        return SchemaError(
+            f"the label '{self.label}' must be binary with classes {classes}, but {rows} hold other values"
+            f"{f' ({examples})' if examples else ''}: fix or drop those rows{f' ({note})' if note else ''}, or, with a "
+            f"schema file, declare the label categorical with all its classes there{yaml_booleans}"
+        )
 
     def decode(self, data: torch.Tensor | np.ndarray) -> pd.DataFrame:
         """Map encoded records (e.g. generator output) back to a frame like the original.
