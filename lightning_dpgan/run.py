@@ -248,13 +248,28 @@ class Run:
             # the module refuses this too, at setup: said first here, as no batch size can help
             raise ConfigError(f"pac = {pac} under DP-SGD would let one record change many packs: "
                               "set --model.pac 1 (DP-CTGAN's setting)")
-        if isinstance(pac, int) and pac > 1 and isinstance(batch, int) and batch % pac:
-            # CTGAN's discriminator judges packs of pac consecutive records: training would fail at
-            # its first step, after the run folder was made
+        if not (isinstance(pac, int) and pac > 1 and isinstance(batch, int)):
+            return
+        # CTGAN's discriminator judges packs of pac consecutive records: training would fail at
+        # its first step, after the run folder was made
+        rows = self._training_rows()
+        if rows is not None and rows < batch and rows % pac:
+            # the loader then gives every step all the rows (tabular.py's train_dataloader)
+            raise ConfigError(f"the training table has {rows} rows, fewer than --batch-size {batch}, so each step "
+                              f"trains on all {rows}: not a multiple of the {model_name(self.config)} discriminator's "
+                              f"pac = {pac} (it judges packs of {pac} records). Set --model.pac to a divisor of {rows} "
+                              "(1 always is), or train on more rows")
+        if batch % pac:
             multiple = max(pac, batch - batch % pac)
             raise ConfigError(f"--batch-size {batch} is not a multiple of the {model_name(self.config)} discriminator's "
                               f"pac = {pac} (it judges packs of {pac} records): use --batch-size {multiple}, or set "
                               "--model.pac to a divisor of the batch size")
+
+    def _training_rows(self) -> int | None:
+        """The training split's row count for a table (every row trains, see ``__init__``), or
+        None for images. A count the run releases anyway, in privacy.json's ``train_records``."""
+        frame = getattr(self.datamodule, "train_frame", None)
+        return None if self.is_image or frame is None else len(frame)
 
     def _rank_zero_release(self) -> dict[str, Any] | None:
         """In a DDP process other than rank 0: what rank 0 released before training (read from

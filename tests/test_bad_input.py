@@ -441,6 +441,16 @@ def test_a_batch_that_ctgan_cannot_pack_is_refused_before_anything_is_written(tm
     assert_nothing_lost(out)
     # under DP-SGD no batch size helps: pac must be 1, said first
     assert_refused([*args, "--privacy", "dp-sgd", "--epsilon", "5"], capsys, "pac = 10 under DP-SGD", "--model.pac 1")
+    # a table smaller than the batch trains on all its rows each step: they must pack too
+    probe = CSVDataModule(csv=csv, schema=schema_file)
+    probe.setup()
+    rows = len(probe.train_dataset)
+    assert rows % 10 and rows < 100
+    args[args.index("--batch-size") + 1] = "100"
+    assert_refused(args, capsys, f"the training table has {rows} rows, fewer than --batch-size 100",
+                   f"--model.pac to a divisor of {rows}")
+    assert_nothing_lost(out)
+    assert main([*args, "--model.pac", "2"]) == 0
     args[args.index("--batch-size") + 1] = "10"
     assert main(args) == 0
 
