@@ -26,6 +26,7 @@ from lightning_dpgan.data.download import (
 )
 from lightning_dpgan.data.dev_split import check_dev_fraction, check_held_out_split, dev_split
 from lightning_dpgan.data.idx import read_idx
+from lightning_dpgan.distributed import rows_per_process
 from lightning_dpgan.data.partition import teacher_partitions
 from lightning_dpgan.outputs import images_to_uint8
 
@@ -133,10 +134,13 @@ class IDXImageDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         """Shuffled full batches of the train split (drop_last keeps batch sizes constant)."""
         dataset = self._require(self.train_dataset, "train")
-        if len(dataset) < self.hparams.batch_size:
+        processes = self.trainer.world_size if self.trainer is not None else 1
+        share = rows_per_process(len(dataset), processes)  # the records each DDP process reads
+        if share < self.hparams.batch_size:
+            of = "" if processes == 1 else f" (each of the {processes} processes reads {share})"
             raise ValueError(
                 f"batch_size={self.hparams.batch_size} exceeds the {len(dataset)} training records "
-                f"of {self.name}; pass a smaller batch_size."
+                f"of {self.name}{of}; pass a smaller batch_size."
             )
         return self._loader(dataset, shuffle=True, drop_last=True)
 

@@ -29,6 +29,7 @@ from lightning_dpgan.data.download import (
     verify_file,
     warn_downloading,
 )
+from lightning_dpgan.distributed import rows_per_process
 from lightning_dpgan.data.dev_split import check_dev_fraction, check_held_out_split, dev_split
 from lightning_dpgan.data.partition import teacher_partitions
 from lightning_dpgan.privacy.composition import compose_costs
@@ -450,14 +451,16 @@ class TabularDataModule(L.LightningDataModule):
         return self.encoded_schema.encode(frame, unknown=unknown)
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled batches of encoded train records; full batches only when there are enough."""
+        """Shuffled batches of encoded train records; full batches only when each process's share
+        has enough (else each step takes the whole share: dropping it would leave no batch)."""
         dataset = self._require_dataset()
         workers = self.hparams.num_workers
+        processes = self.trainer.world_size if self.trainer is not None else 1
         return DataLoader(
             dataset,
             batch_size=self.hparams.batch_size,
             shuffle=True,
-            drop_last=len(dataset) >= self.hparams.batch_size,
+            drop_last=rows_per_process(len(dataset), processes) >= self.hparams.batch_size,
             num_workers=workers,
             persistent_workers=workers > 0,
         )

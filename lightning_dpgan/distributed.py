@@ -8,6 +8,7 @@ path serves both.
 """
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 
@@ -46,6 +47,12 @@ def launched_process_name() -> str:
     if os.environ.get("RANK"):
         return f"rank {os.environ['RANK']}"
     return f"node {os.environ.get('NODE_RANK') or 0}, local rank {os.environ.get('LOCAL_RANK') or 0}"
+
+
+def rows_per_process(rows: int, processes: int) -> int:
+    """The training records each of ``processes`` reads through Lightning's distributed sampler:
+    ceil(rows / processes) (it pads the last share with repeats), all of them in one process."""
+    return math.ceil(rows / processes)
 
 
 def shard(total: int, index: int | None = None, count: int | None = None) -> slice:
@@ -136,5 +143,5 @@ def gather_shards_on_rank_zero(tensor: Tensor, total: int) -> Tensor:
 
 __all__ = [
     "average_gradients", "decided_by_rank_zero", "drawn_by_rank_zero", "from_rank_zero", "gather_shards_on_rank_zero", "is_distributed",
-    "is_rank_zero", "launched_as_follower", "rank", "shard", "sum_across_ranks", "world_size",
+    "is_rank_zero", "launched_as_follower", "rank", "rows_per_process", "shard", "sum_across_ranks", "world_size",
 ]

@@ -35,7 +35,7 @@ from lightning_dpgan.config import (
     with_absolute_paths,
 )
 from lightning_dpgan.ddp import PRIVATE_TRAINER_STRATEGIES, resolve_strategy
-from lightning_dpgan.distributed import launched_as_follower
+from lightning_dpgan.distributed import launched_as_follower, rows_per_process
 from lightning_dpgan.lineage import extended_lineage, new_run_id
 from lightning_dpgan.loggers import build_logger, publish_run
 from lightning_dpgan.data.download import default_data_dir
@@ -213,7 +213,6 @@ class Run:
         self.module = self._build_module()
         self.strategy = self._build_privacy()
         self._check_quail_is_private()
-        self._check_batch_size()
         if not self.is_image:
             # every row of the split trains, a category outside the schema's list left blank: the
             # number of training records must not depend on a value. Under replace-one it would
@@ -223,6 +222,7 @@ class Run:
         if not config["max_steps"] and not config["max_epochs"]:
             config["max_steps"] = DEFAULT_MAX_STEPS
         self.trainer = self._build_trainer()  # its options are checked before the label model reads a row
+        self._check_batch_size()  # after the trainer: a table's rows are shared among its processes
         self.labeler = self._build_labeler()
 
     # ------------------------------------------------------------------ parts
@@ -255,10 +255,13 @@ class Run:
         rows = self._training_rows()
         if rows is not None and rows < batch and rows % pac:
             # the loader then gives every step all the rows (tabular.py's train_dataloader)
-            raise ConfigError(f"the training table has {rows} rows, fewer than --batch-size {batch}, so each step "
-                              f"trains on all {rows}: not a multiple of the {model_name(self.config)} discriminator's "
-                              f"pac = {pac} (it judges packs of {pac} records). Set --model.pac to a divisor of {rows} "
-                              "(1 always is), or train on more rows")
+            processes = self.trainer.world_size
+            table = (f"the training table has {rows} rows" if processes == 1 else
+                     f"each of the {processes} processes reads {rows} of the training table's rows")
+            raise ConfigError(f"{table}, fewer than --batch-size {batch}, so each step trains on all {rows}: not a "
+                              f"multiple of the {model_name(self.config)} discriminator's pac = {pac} (it judges packs "
+                              f"of {pac} records). Set --model.pac to a divisor of {rows} (1 always is), or train on "
+                              "more rows")
         if batch % pac:
             multiple = max(pac, batch - batch % pac)
             raise ConfigError(f"--batch-size {batch} is not a multiple of the {model_name(self.config)} discriminator's "
@@ -266,10 +269,10 @@ class Run:
                               "--model.pac to a divisor of the batch size")
 
     def _training_rows(self) -> int | None:
-        """The training split's row count for a table (every row trains, see ``__init__``), or
-        None for images. A count the run releases anyway, in privacy.json's ``train_records``."""
+        """The training rows each process reads for a table (every row trains, see ``__init__``),
+        or None for images. From a count the run releases anyway, privacy.json's ``train_records``."""
         frame = getattr(self.datamodule, "train_frame", None)
-        return None if self.is_image or frame is None else len(frame)
+        return None if self.is_image or frame is None else rows_per_process(len(frame), self.trainer.world_size)
 
     def _rank_zero_release(self) -> dict[str, Any] | None:
         """In a DDP process other than rank 0: what rank 0 released before training (read from

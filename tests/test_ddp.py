@@ -246,6 +246,32 @@ def test_every_family_trains_on_two_processes_within_its_budget(tmp_path, model)
     assert not (tmp_path / "run" / ".released_preprocessing.pt").exists()
 
 
+def test_a_table_whose_share_per_process_is_smaller_than_the_batch_still_trains(tmp_path):
+    """The loader dropped short batches whenever the whole table held a batch: two processes
+    reading 18 of the 36 rows each with --batch-size 32 took no step (Lightning: "no training
+    batches") and the run reported a trainer limit. Each step now takes a process's whole share."""
+    result = train(tmp_path / "run", "--model", "gan", "--batch-size", "32", "--max-steps", "3", devices=2)
+    assert result["metrics"]["train_records"] == 36
+    assert result["metrics"]["steps_per_rank"] == [3, 3]
+
+
+def test_a_share_per_process_that_ctgan_cannot_pack_is_refused_before_anything_is_written(tmp_path):
+    """Each step trains on a process's whole share when it is smaller than the batch: 18 rows a
+    process do not cut into CTGAN's packs of 10, which failed at the first step."""
+    from lightning_dpgan.cli import build_config
+    from lightning_dpgan.config import ConfigError
+    from lightning_dpgan.run import Run
+
+    args = ["--model", "ctgan", "--dataset", "adult", "--data-dir", str(ADULT), "--accelerator", "cpu", "--strategy", "ddp"]
+    with pytest.raises(ConfigError, match="each of the 2 processes reads 18 of the training table's rows, fewer than "
+                                          "--batch-size 500.*--model.pac to a divisor of 18"):
+        Run(build_config([*args, "--devices", "2"]), tmp_path / "two")
+    with pytest.raises(ConfigError, match="the training table has 36 rows"):
+        Run(build_config([*args, "--devices", "1"]), tmp_path / "one")
+    Run(build_config([*args, "--devices", "2", "--model.pac", "2"]), tmp_path / "packs")
+    assert not any(tmp_path.iterdir())
+
+
 def test_a_rank_resuming_has_its_shard_built_before_lightning_reads_the_checkpoint(tmp_path, monkeypatch):
     """What the share reader relies on: Lightning runs the strategy's setup, which builds this
     rank's shard of the teachers, before it reads the ``--resume`` checkpoint, so the reader cuts

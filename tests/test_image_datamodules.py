@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -77,6 +78,17 @@ def test_batch_size_larger_than_train_set_is_rejected(tiny_image_data_dir: Path,
     dm = _ready(MNISTDataModule, tiny_image_data_dir, tmp_path, batch_size=161)
 
     with pytest.raises(ValueError, match="batch_size=161 exceeds the 160 training records"):
+        dm.train_dataloader()
+
+
+def test_a_batch_larger_than_each_ddp_process_share_is_rejected(tiny_image_data_dir: Path, tmp_path: Path) -> None:
+    """Two processes read 80 of the 160 records each: full batches of 100 would give them none
+    (Lightning then stops with "no training batches" and the run would report zero steps)."""
+    dm = _ready(MNISTDataModule, tiny_image_data_dir, tmp_path, batch_size=100)
+    assert len(dm.train_dataloader()) == 1
+    dm.trainer = SimpleNamespace(world_size=2)
+    with pytest.raises(ValueError, match=r"batch_size=100 exceeds the 160 training records of mnist \(each of the 2 "
+                                         r"processes reads 80\)"):
         dm.train_dataloader()
 
 
