@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -239,13 +240,32 @@ def _remove_made_folder(output_dir: Path, made: Path) -> None:
         parent.rmdir()
 
 
+#: rank 0's settings as it resolved them, inherited by the processes Lightning's DDP launcher
+#: starts: they must not read the command line's --config again, a file rank 0 may have set aside
+#: by then (a run continued in its own folder has its config.yaml moved to previous/)
+RUN_CONFIG_ENV = "LIGHTNING_DPGAN_RUN_CONFIG"
+
+
 def train(argv: list[str]) -> Path:
     """Run ``train`` and return the output directory."""
+    from lightning_dpgan.distributed import launched_as_follower
+
+    if launched_as_follower():
+        inherited = os.environ.get(RUN_CONFIG_ENV)  # absent under torchrun, which starts every process itself
+        return _train(json.loads(inherited) if inherited else build_config(argv))
+    config = build_config(argv)
+    os.environ[RUN_CONFIG_ENV] = json.dumps(config)  # before Run adds its own entries to config
+    try:
+        return _train(config)
+    finally:
+        os.environ.pop(RUN_CONFIG_ENV, None)
+
+
+def _train(config: dict[str, Any]) -> Path:
     from lightning_dpgan.distributed import launched_as_follower
     from lightning_dpgan.run import Run
     from lightning_dpgan import run_folder
 
-    config = build_config(argv)
     output_dir, previous, created = _output_dir(config), None, None
     continued = run_folder.continues_run_in(output_dir, config["resume"])
     if not launched_as_follower():  # a DDP run's other processes share rank 0's folder

@@ -246,6 +246,19 @@ def test_every_family_trains_on_two_processes_within_its_budget(tmp_path, model)
     assert not (tmp_path / "run" / ".released_preprocessing.pt").exists()
 
 
+def test_a_run_continued_in_its_own_folder_by_two_processes_reads_its_settings_once(tmp_path):
+    """The continue command (--config RUN/config.yaml --resume ... --output-dir RUN) with two
+    processes: rank 0 sets the folder's config.yaml aside before Lightning starts rank 1, which
+    read the command line again, found no config file and died (exit 137, no message, the folder
+    left without its privacy.json). The other processes now take rank 0's settings."""
+    run = tmp_path / "run"
+    train(run, "--model", "gan", "--batch-size", "8", "--max-steps", "2")
+    continued = train(run, "--config", str(run / "config.yaml"), "--resume", str(run / "checkpoints" / "last.ckpt"),
+                      "--max-steps", "4", devices=2)
+    assert continued["metrics"]["steps_per_rank"] == [4, 4] and continued["privacy"]["steps"] == 4
+    assert (run / "previous" / "config.yaml").is_file() and (run / "config.yaml").is_file()
+
+
 def test_a_table_whose_share_per_process_is_smaller_than_the_batch_still_trains(tmp_path):
     """The loader dropped short batches whenever the whole table held a batch: two processes
     reading 18 of the 36 rows each with --batch-size 32 took no step (Lightning: "no training
