@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -53,6 +54,22 @@ def rows_per_process(rows: int, processes: int) -> int:
     """The training records each of ``processes`` reads through Lightning's distributed sampler:
     ceil(rows / processes) (it pads the last share with repeats), all of them in one process."""
     return math.ceil(rows / processes)
+
+
+def own_share_of_draw(draw: Callable[[int], Any], n: int) -> Any:
+    """This process's ``n`` rows of a random draw of ``n`` per process (a tensor, a tuple of
+    tensors, or None). ``--seed`` seeds every process alike, so ``draw(n)`` in each would give
+    them all the same rows: a batch generated in W shares would hold each row W times. Each
+    process draws the rows of all W and keeps its own, so the shares are distinct rows, as one
+    process's batch is, and the random states stay in step. In one process: ``draw(n)``."""
+    processes = world_size()
+    if processes == 1:
+        return draw(n)
+    own = slice(rank() * n, (rank() + 1) * n)
+    drawn = draw(n * processes)
+    if isinstance(drawn, tuple):
+        return tuple(None if part is None else part[own] for part in drawn)
+    return None if drawn is None else drawn[own]
 
 
 def shard(total: int, index: int | None = None, count: int | None = None) -> slice:
@@ -143,5 +160,5 @@ def gather_shards_on_rank_zero(tensor: Tensor, total: int) -> Tensor:
 
 __all__ = [
     "average_gradients", "decided_by_rank_zero", "drawn_by_rank_zero", "from_rank_zero", "gather_shards_on_rank_zero", "is_distributed",
-    "is_rank_zero", "launched_as_follower", "rank", "rows_per_process", "shard", "sum_across_ranks", "world_size",
+    "is_rank_zero", "launched_as_follower", "own_share_of_draw", "rank", "rows_per_process", "shard", "sum_across_ranks", "world_size",
 ]

@@ -34,7 +34,7 @@ from lightning_dpgan.config import (
     section_arguments,
     with_absolute_paths,
 )
-from lightning_dpgan.ddp import PRIVATE_TRAINER_STRATEGIES, resolve_strategy
+from lightning_dpgan.ddp import PRIVATE_TRAINER_STRATEGIES, PrivateDDPStrategy, resolve_strategy
 from lightning_dpgan.distributed import launched_as_follower, rows_per_process
 from lightning_dpgan.lineage import extended_lineage, new_run_id
 from lightning_dpgan.loggers import build_logger, publish_run
@@ -498,15 +498,21 @@ class Run:
         options["plugins"] = self._plugins(options.get("plugins"), options.get("strategy"))
         logger_options = {k: v for k, v in self.config["logger"].items() if k != "name"}
         logger = build_logger(self.config["logger"]["name"], self.output_dir, logger_options, self.output_dir.name)
-        return L.Trainer(
+        settings = dict(
             max_steps=-1,  # counted in batches by StepLimit: see callbacks/step_limit.py
             max_epochs=self.config["max_epochs"] or -1,
             callbacks=self._callbacks(),
             logger=logger,
             default_root_dir=str(self.output_dir),
             enable_checkpointing=False,  # LastCheckpoint saves, in training batches
-            **options,
         )
+        trainer = L.Trainer(**settings, **options)
+        if isinstance(trainer.strategy, PrivateDDPStrategy) and trainer.world_size == 1:
+            # --strategy ddp in one process (e.g. a DDP run's config.yaml resumed with --devices 1):
+            # Lightning's DDP would still put its distributed sampler, which --seed orders, in place
+            # of a private one (DP-SGD's Poisson batches: a TypeError; its secret shuffle: replayable)
+            trainer = L.Trainer(**settings, **{**options, "strategy": "auto"})
+        return trainer
 
     def _plugins(self, given: Any, strategy: Any) -> list[Any]:
         """The trainer's plugins (``trainer.plugins``, if any) and the checkpoint reader with

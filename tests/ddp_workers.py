@@ -246,3 +246,13 @@ def answer_worker(rank: int) -> list[int]:
     module.selected_critic_iteration = lambda trained, answer, records, labels: seen.append(answer)
     module.training_step({"critic": 0, "answer": rank + 1, "records": torch.zeros(1, 2, 6), "labels": None}, 0)
     return seen
+
+
+def generated_share_worker(rank: int, n: int) -> tuple:
+    """A training step's generated labels and latent codes on this rank, every rank seeded alike
+    (as --seed seeds them), and the state of the random stream afterwards."""
+    from lightning_dpgan.modules.gan import GAN
+
+    torch.manual_seed(7)
+    labels, latent = GAN((6,), num_classes=3).generated_share(n)
+    return labels, latent, torch.rand(1)

@@ -351,7 +351,8 @@ def test_the_release_file_the_other_ranks_read_holds_no_digest_of_the_private_ro
 
 
 @pytest.mark.parametrize("scaling,private_ddp", [(["--devices", "2"], True), (["--devices", "1"], False),
-                                                 (["--devices", "1", "--strategy", "single_device"], False)])
+                                                 (["--devices", "1", "--strategy", "single_device"], False),
+                                                 (["--devices", "1", "--strategy", "ddp"], False)])
 def test_several_devices_without_a_strategy_train_with_the_private_ddp(tmp_path, scaling, private_ddp):
     """Lightning's own pick for several devices fails on a GAN's alternating updates (parameters
     unused in a step); --devices N alone now means --strategy ddp, and a strategy named stays
@@ -362,6 +363,29 @@ def test_several_devices_without_a_strategy_train_with_the_private_ddp(tmp_path,
     run = Run(build_config(["--model", "gan", "--dataset", "adult", "--data-dir", str(ADULT), "--accelerator", "cpu",
                             *scaling]), tmp_path)
     assert isinstance(run.trainer.strategy, PrivateDDPStrategy) is private_ddp
+
+
+@pytest.mark.parametrize("sampling", ["poisson", "shuffle"])
+def test_ddp_in_one_process_trains_on_the_strategys_own_batches(tmp_path, sampling):
+    """--strategy ddp with one device (a DDP run's config.yaml resumed with --devices 1): Lightning's
+    DDP put its distributed sampler in place of DP-SGD's. Opacus' Poisson batches failed with a
+    TypeError; the secret shuffle was replaced by an order --seed fixes, which gets no
+    amplification. One process now trains as one process does."""
+    from lightning_dpgan.cli import build_config
+    from lightning_dpgan.run import Run
+
+    args = ["--model", "dpgan", "--dataset", "adult", "--data-dir", str(ADULT), "--accelerator", "cpu", "--devices", "1",
+            "--strategy", "ddp", "--batch-size", "8", "--epsilon", "5", "--max-steps", "2",
+            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+    run = Run(build_config([*args, "--privacy.poisson_sampling", str(sampling == "poisson").lower()]), tmp_path)
+    run.fit()
+    assert run.module.train_steps == 2
+    sampler = run.trainer.train_dataloader.sampler
+    if sampling == "shuffle":
+        assert isinstance(sampler, torch.utils.data.RandomSampler)
+        assert sampler.generator is run.strategy.noise.generator("cpu")
+    else:
+        assert not isinstance(sampler, torch.utils.data.DistributedSampler)
 
 
 def test_scaling_flags_reach_the_trainer():
@@ -404,6 +428,28 @@ def test_teacher_query_inputs_are_rank_zeros_on_every_rank():
         torch.testing.assert_close(latent1, latent0)
         if labels0 is not None:
             torch.testing.assert_close(labels1, labels0)
+
+
+def test_ranks_seeded_alike_generate_the_single_process_batch_in_distinct_shares():
+    """Every process is seeded alike (--seed), so each drew the same latent codes: the shares of a
+    generated batch (DP-SGD's critic, the sanitizer's B / W) repeated one another's rows. Each now
+    keeps its own rows of one draw for all: together the rows one process draws for the batch,
+    with the random streams still in step."""
+    from lightning_dpgan.modules.gan import GAN
+
+    zero, one = workers.run_on_ranks(workers.generated_share_worker, 4)
+    torch.manual_seed(7)
+    module = GAN((6,), num_classes=3)
+    labels, latent = module.sample_labels(8), module.sample_latent(8)
+    torch.testing.assert_close(torch.cat([zero[1], one[1]]), latent)
+    torch.testing.assert_close(torch.cat([zero[0], one[0]]), labels)
+    assert not torch.equal(zero[1], one[1])
+    torch.testing.assert_close(zero[2], one[2])
+    torch.manual_seed(7)
+    single = GAN((6,), num_classes=3).generated_share(4)  # one process: its own draw of 4, as before
+    torch.manual_seed(7)
+    module = GAN((6,), num_classes=3)
+    torch.testing.assert_close(single, (module.sample_labels(4), module.sample_latent(4)))
 
 
 def test_every_rank_steps_the_generator_through_rank_zeros_answering_critic():

@@ -17,6 +17,7 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
+from lightning_dpgan.distributed import own_share_of_draw
 from lightning_dpgan.nets import build_networks
 from lightning_dpgan.privacy.slots import GradientPrivatizer, GradientSanitizer
 
@@ -116,6 +117,12 @@ class GANModule(L.LightningModule):
             return torch.rand(n, self.hparams.latent_dim, device=self.device)
         return torch.randn(n, self.hparams.latent_dim, device=self.device)
 
+    def generated_share(self, n: int) -> tuple[Tensor | None, Tensor]:
+        """Labels and latent codes of this process's ``n`` generated records in a training step:
+        under DDP, its own share of the step's batch, distinct from the other processes' rows
+        (:func:`~lightning_dpgan.distributed.own_share_of_draw`)."""
+        return own_share_of_draw(lambda count: (self.sample_labels(count), self.sample_latent(count)), n)
+
     def sample_labels(self, n: int) -> Tensor | None:
         """Uniform random class labels for generated records; reads no private data."""
         if self.num_classes is None:
@@ -194,9 +201,9 @@ class GANModule(L.LightningModule):
         no noise), so that it never shares a clipped row with a real record.
         """
         opt_d = self.optimizers()[1]
-        fake_labels = self.sample_labels(n_generated)
+        fake_labels, latent = self.generated_share(n_generated)
         with torch.no_grad():
-            fake = self.generator(self.sample_latent(n_generated), fake_labels)
+            fake = self.generator(latent, fake_labels)
         opt_d.zero_grad()
         real_loss = real.new_zeros(())
         if real.shape[0] > 0:  # Poisson sampling can draw an empty batch; the noise still comes
@@ -231,11 +238,11 @@ class GANModule(L.LightningModule):
     def generator_step(self, n: int) -> Tensor:
         """One generator update; the discriminator is frozen so none of its gradients form."""
         opt_g = self.optimizers()[0]
-        labels = self.sample_labels(n)
+        labels, latent = self.generated_share(n)
         self.discriminator.requires_grad_(False)
         try:
             with self.public_pass():
-                fake = self.sanitize_generated(self.generator(self.sample_latent(n), labels))
+                fake = self.sanitize_generated(self.generator(latent, labels))
                 loss = self.generator_loss(self.discriminator(fake, labels))
                 opt_g.zero_grad()
                 self.manual_backward(loss)

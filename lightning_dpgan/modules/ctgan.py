@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lightning_dpgan.distributed import own_share_of_draw
 from lightning_dpgan.modules.base import GANModule
 from lightning_dpgan.modules.conditional_table import ConditionalTableMixin, check_table_layout
 from lightning_dpgan.modules.wgan import gradient_penalty
@@ -105,13 +106,13 @@ class CTGAN(ConditionalTableMixin, GANModule):
         GradientSanitizer fills the slot), plus the condition cross-entropy on the logits
         (it reads no data and no private network, so it needs no sanitizing)."""
         opt_g = self.optimizers()[0]
-        cond, column = self.generator_conditions(n)
+        cond, column, latent = own_share_of_draw(lambda count: (*self.generator_conditions(count), self.sample_latent(count)), n)
         private = list(self.private_networks().values())
         for network in private:
             network.requires_grad_(False)
         try:
             with self.public_pass():
-                logits = self.generator.logits(self.sample_latent(n), cond)
+                logits = self.generator.logits(latent, cond)
                 fake = self.sanitize_generated(self.generator.activate(logits))
                 loss = self.adversarial_generator_loss(fake, cond) + self.condition_loss(logits, cond, column)
                 opt_g.zero_grad()
