@@ -86,7 +86,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from lightning_dpgan.callbacks.strategy import CalibratedNoiseStrategy
 from lightning_dpgan.callbacks.teachers import available_memory
 from lightning_dpgan.data.partition import PartitionedSampler
-from lightning_dpgan.distributed import rows_per_process, world_size
+from lightning_dpgan.distributed import batches_per_process, world_size
 from lightning_dpgan.privacy.accountants import (
     GaussianAccountant,
     SelectedCriticGaussianAccountant,
@@ -287,11 +287,10 @@ class GradientSanitizer(CalibratedNoiseStrategy):
             effective = calibrate_selected_critic_noise(self.training_target, self.training_delta, steps,
                                                         self.num_critics, tuple(self.accountant.orders.tolist()))
         else:
-            # each of W processes reads its own share of the records (Lightning's distributed
-            # sampler: ceil(N / W) each), --batch-size of them a batch: planning N / batch batches
-            # an epoch under DDP calibrated sigma for W times the steps the run takes
-            per_rank = rows_per_process(self.train_records, world_size())
-            batches = self.planned_batches(trainer, math.ceil(per_rank / batch_size))
+            # each of W processes reads its own share of the records, --batch-size of them a batch,
+            # a short last batch dropped: planning N / batch batches an epoch calibrated sigma for
+            # W times the steps a DDP run takes, and rounding up for a step never taken
+            batches = self.planned_batches(trainer, batches_per_process(self.train_records, world_size(), batch_size))
             steps = max(1, batches // getattr(pl_module.hparams, "discriminator_steps", 1))
             effective = calibrate_noise_multiplier(self.training_target, self.training_delta, 1.0, steps)
         self.calibrated_for_steps = steps

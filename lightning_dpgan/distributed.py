@@ -56,6 +56,14 @@ def rows_per_process(rows: int, processes: int) -> int:
     return math.ceil(rows / processes)
 
 
+def batches_per_process(rows: int, processes: int, batch_size: int) -> int:
+    """Batches each process takes in an epoch of the datamodules' training loaders: the full
+    batches of its share (they drop a short last one), or its whole share as one batch when
+    that is smaller than a batch (the table loader; the image loader refuses it)."""
+    share = rows_per_process(rows, processes)
+    return share // batch_size if share >= batch_size else 1
+
+
 def own_share_of_draw(draw: Callable[[int], Any], n: int) -> Any:
     """This process's ``n`` rows of a random draw of ``n`` per process (a tensor, a tuple of
     tensors, or None). ``--seed`` seeds every process alike, so ``draw(n)`` in each would give
@@ -160,5 +168,5 @@ def gather_shards_on_rank_zero(tensor: Tensor, total: int) -> Tensor:
 
 __all__ = [
     "average_gradients", "decided_by_rank_zero", "drawn_by_rank_zero", "from_rank_zero", "gather_shards_on_rank_zero", "is_distributed",
-    "is_rank_zero", "launched_as_follower", "own_share_of_draw", "rank", "rows_per_process", "shard", "sum_across_ranks", "world_size",
+    "is_rank_zero", "batches_per_process", "launched_as_follower", "own_share_of_draw", "rank", "rows_per_process", "shard", "sum_across_ranks", "world_size",
 ]
