@@ -115,7 +115,8 @@ class ProjectedVoting(TeacherStrategy):
         if self.training_target is not None:
             worst = self.accountant.epsilon_if_answered(self.training_delta, self.sigma1, self.sigma2, len(log_q), log_q)
             if worst > self.training_target:
-                self.refuse(f"answering would spend epsilon up to {worst:.4g} > {self.training_target:g} left")
+                self.refuse(f"answering would spend epsilon up to {worst:.4g} on training in all, past its share "
+                            f"{self.training_target:g} (--epsilon less preprocessing)")
         self._pending_log_q = log_q
 
     def _charge(self, votes: Tensor, answered: Tensor) -> None:

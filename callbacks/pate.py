@@ -121,7 +121,8 @@ class PATEAggregation(TeacherStrategy):
         if self.training_target is not None:
             after = self.accountant.epsilon_if_answered(self.training_delta, lap_inverse_scale, vote_gaps)
             if after > self.training_target:
-                self.refuse(f"answering would spend epsilon {after:.4g} > {self.training_target:g} left")
+                self.refuse(f"answering would spend epsilon {after:.4g} on training in all, past its share "
+                            f"{self.training_target:g} (--epsilon less preprocessing)")
         self.accountant.step(lap_inverse_scale, vote_gaps)
         self.remember_charged({"lap_inverse_scale": float(lap_inverse_scale)})
 

@@ -189,7 +189,7 @@ def test_strategy_refuses_a_batch_that_could_pass_the_target():
     with pytest.raises(PrivacyBudgetExhausted):
         strategy._check(torch.tensor([[5, 5]] * 50))
     assert len(strategy.accountant) == 0
-    assert "> 0.5 left" in strategy.refusal  # kept, for the run's warning if no step was taken
+    assert "past its share 0.5 " in strategy.refusal  # kept, for the run's warning if no step was taken
 
 
 @pytest.mark.parametrize("preprocessing, refused", [(0.0, False), (1.0, True)])
@@ -204,7 +204,7 @@ def test_the_refusal_counts_what_preprocessing_spent(preprocessing, refused):
     if refused:
         with pytest.raises(PrivacyBudgetExhausted):
             strategy._check(votes)
-        assert f"> {worst - 0.5:g} left" in strategy.refusal
+        assert f"past its share {worst - 0.5:g} " in strategy.refusal
     else:
         strategy._check(votes)  # fits the whole target
         assert strategy.refusal is None

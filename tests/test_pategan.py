@@ -511,7 +511,7 @@ def test_the_refusal_counts_what_preprocessing_spent(preprocessing, refused):
     if refused:
         with pytest.raises(PrivacyBudgetExhausted):
             strategy._charge(0.05, gaps)
-        assert len(strategy.accountant) == 0 and f"> {cost - 0.5:g} left" in strategy.refusal
+        assert len(strategy.accountant) == 0 and f"past its share {cost - 0.5:g} " in strategy.refusal
     else:
         strategy._charge(0.05, gaps)
         assert len(strategy.accountant) == 60 and strategy.epsilon() == pytest.approx(cost)
