@@ -80,6 +80,19 @@ def test_with_too_little_budget_the_largest_noisy_bin_is_returned():
     assert (low, high) == (64.0, 128.0)  # without noise, the data's own bin
 
 
+def test_an_empty_bin_passing_the_threshold_by_chance_does_not_stretch_a_small_tables_bounds():
+    """300 ages: an empty bin far out that the noise lifts just over the threshold weighed its whole
+    noisy count, more than alpha of the mass in a table this small, and the bounds stretched
+    across the grid to cover it (-2^21 for an 18-89 column, in about 3 % of estimates). Only its
+    count above the threshold weighs now."""
+    from lightning_dpgan.data import dp_bounds
+
+    ages = np.random.default_rng(0).integers(18, 90, 300).astype(float)
+    threshold = math.log((len(geometric_grid()) - 1) / (2 * dp_bounds._FALSE_BIN_PROBABILITY))  # epsilon 1
+    (low, high), _ = dp_numeric_bounds(ages, epsilon=1.0, rng=FixedNoise({bin_of(-2.0**20 - 1): threshold + 1}))
+    assert (low, high) == (16.0, 128.0)
+
+
 def test_the_noisy_counts_not_the_true_ones_set_the_bounds():
     """The noise reaches the release: a noisy bin far above the data widens the bounds to it,
     and noise that sinks the data's top bin below the threshold narrows them."""
