@@ -239,6 +239,9 @@ def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:
     except ExtraFieldsError as err:
         raise SchemaError(str(err)) from err
     except UnicodeDecodeError as err:
+        kind = _not_text_kind(path)
+        if kind is not None:
+            raise SchemaError(f"CSV file {path} is {kind}, not a CSV text file") from err
         raise SchemaError(f"CSV file {path} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8 "
                           "(e.g. 'CSV UTF-8' in a spreadsheet, or iconv -f latin1 -t utf-8)") from err
     except pd.errors.ParserError as err:
@@ -251,12 +254,36 @@ def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:
     return frame
 
 
+#: What a file that is not text starts with, and what to tell its owner (pandas reads a
+#: compressed file by its name's ending: ``data.csv.gz`` is read, ``data.csv`` holding gzip is not)
+_FILE_SIGNATURES = (
+    (b"\x1f\x8b", "gzip-compressed: name it with the .gz ending (e.g. data.csv.gz) or decompress it"),
+    (b"PK\x03\x04", "a zip archive (an Excel .xlsx workbook is one): export the sheet as 'CSV UTF-8', "
+                     "or unzip the CSV file"),
+    (b"\xff\xfe", "UTF-16 text: save it as UTF-8 ('CSV UTF-8' in a spreadsheet, or iconv -f utf-16 -t utf-8)"),
+    (b"\xfe\xff", "UTF-16 text: save it as UTF-8 ('CSV UTF-8' in a spreadsheet, or iconv -f utf-16 -t utf-8)"),
+)
+
+
+def _not_text_kind(path: Path) -> str | None:
+    """What a file that pandas could not decode is, from its first bytes, with the fix; None if
+    it is none of the known kinds."""
+    with open(path, "rb") as handle:
+        start = handle.read(4)
+    return next((kind for signature, kind in _FILE_SIGNATURES if start.startswith(signature)), None)
+
+
 def _header_names(path: Path) -> list[str]:
     """The column names of the file's header as written, refusing a name given twice: pandas
     would rename the second ``a`` to ``a.1``, and the synthetic table would come back under a
     name the file never had. Read as pandas reads the file (compression, UTF-8)."""
     first_row = pd.read_csv(path, header=None, nrows=1, dtype=str)
     names = first_row.iloc[0].tolist() if len(first_row) else []
+    unnamed = [position + 1 for position, name in enumerate(names) if pd.isna(name)]
+    if unnamed:  # pandas would call it 'Unnamed: 0', a name the file never had, and train on it
+        raise SchemaError(f"CSV file {path} has no name for column {', '.join(map(str, unnamed))} of its header "
+                          "(a saved row index, as pandas' to_csv writes without index=False?): name it in the header, "
+                          "or save the file without it")
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
         raise SchemaError(f"CSV file {path} names the columns {repeated} more than once in its header: give each "

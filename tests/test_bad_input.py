@@ -204,6 +204,16 @@ CSV_CASES = {
     "an-extra-field-on-every-row": ("amount,visits,kind,label\n" + "1.0,2,a,no,9\n3.0,4,b,yes,8\n" * 20,
                                     ["more fields than its header", "(line 2: 5 fields)", "delimiter"],
                                     ["more fields than its header", "(line 2: 5 fields)", "delimiter"]),
+    # not text at all: the fix is the file's kind, not an encoding
+    "gzip-named-csv": (gzip.compress(table().to_csv(index=False).encode()),
+                       ["is gzip-compressed", ".gz ending"], ["is gzip-compressed", ".gz ending"]),
+    "excel-workbook": (b"PK\x03\x04\x14\x00\x06\x00\x08\x00\x00\x00!\x00\xa4\xc3\xd2\x8b",
+                       ["is a zip archive", "Excel", "'CSV UTF-8'"], ["is a zip archive", "Excel", "'CSV UTF-8'"]),
+    "utf-16": (table().to_csv(index=False).encode("utf-16"), ["is UTF-16 text", "save it as UTF-8"],
+               ["is UTF-16 text", "save it as UTF-8"]),
+    # pandas' to_csv without index=False: the header's first name is empty
+    "saved-row-index": (table().to_csv(), ["has no name for column 1 of its header", "row index"],
+                        ["has no name for column 1 of its header", "row index"]),
     "one-label-class": (with_one_class, ["label 'label' holds one class ('yes')", "at least two classes"],
                         ["label 'label' must be binary (exactly 2 categories), but the schema lists 1"]),
 }
