@@ -11,7 +11,7 @@ import pandas as pd
 
 from lightning_dpgan.data.csv_fields import ExtraFieldsError, read_csv_fields
 from lightning_dpgan.data.csv_missing import missing_spellings
-from lightning_dpgan.data.dp_bounds import infer_schema_dp
+from lightning_dpgan.data.dp_bounds import check_listed_columns, infer_schema_dp
 from lightning_dpgan.data.schema import (LABEL_KINDS, SchemaError, TableSchema, as_schema_categories, column_names,
                                          non_numeric_values, row_examples)
 from lightning_dpgan.datamodules.tabular import TabularDataModule
@@ -172,12 +172,11 @@ class CSVDataModule(TabularDataModule):
     def _read_split(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         self.prepare_data()
         frame = _read_csv(self.csv_path, self._categorical_columns())
+        if self._schema is None:  # the flags name columns: a typo said first, not as a column's values
+            check_listed_columns(frame, self.target, self.categorical, self.integer, self.drop)
         self._refuse_text_in_numeric_columns(frame)
         if self._schema is not None:
             frame = as_schema_categories(frame, self._schema)
-        missing = [name for name in self.drop if name not in frame.columns]
-        if missing:
-            raise SchemaError(f"columns to drop {missing} are not in {self.csv_path} (columns: {list(frame.columns)})")
         return self._seeded_split(frame.drop(columns=self.drop))
 
 

@@ -40,6 +40,7 @@ from lightning_dpgan.data.schema import (
     column_names,
     encoding_layout,
     missing_value_counts,
+    missing_values_remedy,
     row_examples,
 )
 from lightning_dpgan.data.table_transformer import MODES, TableTransformer, checked_roles
@@ -522,8 +523,9 @@ class TabularDataModule(L.LightningDataModule):
                 # every row, the held-out ones too: a gap there would surface only at evaluate,
                 # after the budget was spent. Refusing reads nothing into any release
                 if counts := missing_value_counts(frame):
-                    raise SchemaError(f"{self.name}: missing values (NaN) in the {split} rows, columns: {counts}; drop "
-                                      "or impute those rows first (every row is checked before training, the held-out ones too)")
+                    raise SchemaError(f"{self.name}: missing values (NaN) in the {split} rows, columns: {counts}; "
+                                      f"{missing_values_remedy(frame)} (every row is checked before training, the "
+                                      "held-out ones too)")
             self.test_frame = test
             kept, dev = dev_split(len(train), self.hparams.dev_fraction, self.hparams.split_seed)
             if len(dev):

@@ -257,6 +257,26 @@ def test_a_bad_csv_is_a_clear_error_and_loses_nothing(tmp_path, capsys, schema_f
     assert not (out / "checkpoints").exists()
 
 
+@pytest.mark.parametrize("flags,content,said", [
+    # 'kind' holds text: the misspelt name was reported as text in a numeric column 'kind'
+    (["--data.categorical", "knd,label"], lambda frame: frame, "categorical columns ['knd'] are not in the data"),
+    # the target dropped was reported as missing from the file
+    (["--data.drop", "label"], lambda frame: frame, "the target 'label' cannot be dropped"),
+    # a column with no value at all: dropping its rows would drop every row
+    ([], lambda frame: frame.assign(notes=np.nan), "'notes' holds no value at all: drop the column instead (--data.drop"),
+], ids=["misspelt-categorical", "dropped-target", "empty-column"])
+def test_a_dp_schema_flag_naming_the_wrong_column_is_said_first(tmp_path, capsys, flags, content, said):
+    """Without a schema file the flags name the columns; their mistakes are reported as such, not
+    as what the file's values then look like."""
+    csv = write_case(tmp_path / "data.csv", content)
+    args = csv_args(csv, tmp_path / "out", None)
+    categorical = args.index("--data.categorical")
+    if "--data.categorical" in flags:
+        del args[categorical : categorical + 2]
+    assert_refused([*args, *flags], capsys, said)
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_trailing_comma_on_every_row_is_read_as_no_field(tmp_path, schema_file):
     """A spreadsheet's habit: the rows end in an empty field. Read in place, not shifted one column."""
     frame = table()

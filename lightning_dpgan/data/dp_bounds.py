@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lightning_dpgan.data.schema import LABEL_KINDS, Column, SchemaError, TableSchema, non_numeric_examples, single_field_hint
+from lightning_dpgan.data.schema import (LABEL_KINDS, Column, SchemaError, TableSchema, missing_values_remedy,
+                                         non_numeric_examples, single_field_hint)
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
 
 log = logging.getLogger(__name__)
@@ -223,10 +224,13 @@ def infer_schema_dp(
     return schema, cost
 
 
-def _schema_columns(
+def check_listed_columns(
     frame: pd.DataFrame, target: str, categorical: Sequence[str], integer: Sequence[str], drop: Sequence[str]
-) -> list[str]:
-    """The columns to describe, after checks that need no statistic beyond clean-data errors."""
+) -> None:
+    """Refuse a target that is dropped or absent, and a listed column the file does not have (a
+    typo), before any check of the columns' values, whose messages would mislead."""
+    if target in drop:
+        raise SchemaError(f"the target '{target}' cannot be dropped")
     if target not in frame.columns:
         raise SchemaError(f"the target column '{target}' is missing from the data (columns: {list(frame.columns)})"
                           + single_field_hint(frame))
@@ -237,14 +241,19 @@ def _schema_columns(
     both = sorted(set(categorical) & set(integer))
     if both:
         raise SchemaError(f"columns {both} are listed both as categorical and as integer")
-    if target in drop:
-        raise SchemaError(f"the target '{target}' cannot be dropped")
+
+
+def _schema_columns(
+    frame: pd.DataFrame, target: str, categorical: Sequence[str], integer: Sequence[str], drop: Sequence[str]
+) -> list[str]:
+    """The columns to describe, after checks that need no statistic beyond clean-data errors."""
+    check_listed_columns(frame, target, categorical, integer, drop)
     names = [str(name) for name in frame.columns if name not in drop]
     nans = frame[names].isna().sum()
     nans = nans[nans > 0]
     if len(nans):
         counts = ", ".join(f"{name} ({count} rows)" for name, count in nans.items())
-        raise SchemaError(f"missing values (NaN) in columns: {counts}; drop or impute those rows first")
+        raise SchemaError(f"missing values (NaN) in columns: {counts}; {missing_values_remedy(frame[names])}")
     return names
 
 

@@ -474,7 +474,7 @@ class TableSchema:
             )
         counts = missing_value_counts(frame[self.names])
         if counts:
-            raise SchemaError(f"missing values (NaN) in columns: {counts}; drop or impute those rows first")
+            raise SchemaError(f"missing values (NaN) in columns: {counts}; {missing_values_remedy(frame[self.names])}")
         for column in self.columns:
             _check_dtype(column, frame[column.name])
 
@@ -578,6 +578,17 @@ def missing_value_counts(frame: pd.DataFrame) -> str:
     and how many; empty when there are none."""
     gaps = frame.isna().sum()
     return ", ".join(f"{name} ({count} rows)" for name, count in gaps[gaps > 0].items())
+
+
+def missing_values_remedy(frame: pd.DataFrame) -> str:
+    """What to do about the missing values of ``frame``: drop or impute those rows, or, for a
+    column holding no value at all (where dropping its rows would drop them all), the column."""
+    empty = [str(name) for name in frame.columns if len(frame) and frame[name].isna().all()]
+    remedy = "drop or impute those rows first"
+    if empty:
+        remedy += (f"; {', '.join(repr(name) for name in empty)} {'holds' if len(empty) == 1 else 'hold'} no value "
+                   "at all: drop the column instead (--data.drop, or the schema file's 'drop' list)")
+    return remedy
 
 
 def as_schema_categories(frame: pd.DataFrame, schema: TableSchema) -> pd.DataFrame:
