@@ -202,7 +202,8 @@ class CSVDataModule(TabularDataModule):
                 raise SchemaError(f"column '{name}' is {kind} but holds non-numeric values ({row_examples(bad)}): "
                                   "fix those values in the data, or declare the column categorical in the schema if it is")
             raise SchemaError(f"column '{name}' holds non-numeric values ({row_examples(bad)}): fix those values in the "
-                              "data, or list the column with --data.categorical if it is categorical")
+                              "data, list the column with --data.categorical if it is categorical, or leave it out with "
+                              f"--data.drop {name} (a date or free text)")
 
 
 def _refuse_estimate_budget_with_a_schema(epsilon: Any, delta: Any) -> None:

@@ -307,5 +307,6 @@ def _labelled_schema(columns: list[Column], target: str, label_kind: str, drop: 
         if label_kind == "binary" and label is not None and len(label.categories or ()) > 2:  # no budget removes a class
             raise SchemaError(f"{err} (DP estimate: the file's label holds more than two classes; declare it "
                               "--data.label_kind categorical, or give a schema file with its classes)") from err
-        raise SchemaError(f"{err} (DP estimate; classes rarer than the threshold are not released: "
-                          f"{RAISE_BUDGET} with the public classes)") from err
+        raise SchemaError(f"{err} (DP estimate; classes rarer than the threshold are not released: if the file "
+                          f"holds more classes, {RAISE_BUDGET} with the public classes; a label the file gives one "
+                          "class only cannot be learnt)") from err
