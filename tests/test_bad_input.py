@@ -537,6 +537,14 @@ def test_a_label_written_otherwise_than_its_numeric_classes_says_which_values_an
         CSVDataModule(csv=csv, schema=tmp_path / "schema.yaml").setup("fit")
     message = str(refused.value)
     assert "numeric categories [0, 1]" in message and ".0' (data row" in message and "as the schema writes it (0, 1)" in message
+    # a value that is no category at all is not a spelling to fix: it is named as outside the list
+    frame = table().assign(label=lambda f: ["1" if value == "yes" else "2" for value in f["label"]])
+    csv = write_case(tmp_path / "other.csv", lambda _: frame)
+    with pytest.raises(SchemaError) as refused:
+        CSVDataModule(csv=csv, schema=tmp_path / "schema.yaml").setup("fit")
+    message = str(refused.value)
+    assert "numeric categories [0, 1] and holds other values ('2' (data row" in message
+    assert "add them to the column's categories" in message and "write the values that way" not in message
 
 
 def test_a_column_beyond_the_dp_grid_is_named_as_such_not_sent_to_a_larger_budget(tmp_path, caplog):

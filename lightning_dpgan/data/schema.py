@@ -657,7 +657,14 @@ def _check_dtype(column: Column, series: pd.Series) -> None:
     numeric_categories = all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in column.categories)
     if numeric_categories and not numeric:
         written = {str(category) for category in column.categories}
-        examples = row_examples(series[series.notna() & ~series.astype(str).isin(written)])
+        unwritten = series[series.notna() & ~series.astype(str).isin(written)]
+        as_numbers = pd.to_numeric(unwritten, errors="coerce")
+        if len(unwritten) and not as_numbers.isin([float(c) for c in column.categories]).any():
+            # "2" where the schema lists 0 and 1: a value outside the list, not a category misspelt
+            raise SchemaError(
+                f"column '{column.name}' has numeric categories {list(column.categories)} and holds other values "
+                f"({row_examples(unwritten)}): add them to the column's categories in the schema, or fix those rows")
+        examples = row_examples(unwritten)
         raise SchemaError(
             f"column '{column.name}' has numeric categories {list(column.categories)} but holds values not written as "
             f"one of them ({examples or f'read as {series.dtype}'}): a category is matched as the schema writes it "
