@@ -36,6 +36,7 @@ from lightning_dpgan.privacy.composition import compose_costs
 from lightning_dpgan.data.schema import (
     EncodingReport,
     SchemaError,
+    YAML_BOOLEANS,
     TableSchema,
     column_names,
     encoding_layout,
@@ -374,8 +375,10 @@ class TabularDataModule(L.LightningDataModule):
         self._load_frames()
         records, self._report = self.encode(self.train_frame, unknown=self.unknown_categories)
         if len(records) == self._report.rows_blanked:
+            booleans = [name for name in self.schema.boolean_category_columns() if self._report.rejected.get(name)]
             raise SchemaError(f"{self.name}: none of the {len(self.train_frame)} training rows fits the schema "
-                              f"({self._report.summary()}): check the category lists against the data")
+                              f"({self._report.summary()}): check the category lists against the data"
+                              + (f"; {booleans} list booleans: {YAML_BOOLEANS}" if booleans else ""))
         self._refuse_a_single_class()
         self._refuse_held_out_labels_outside_the_classes()
         self.train_dataset = TensorDataset(records)

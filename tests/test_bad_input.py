@@ -242,6 +242,13 @@ def test_a_csv_none_of_whose_rows_fits_the_schema_says_so(tmp_path, capsys, sche
     csv = write_case(tmp_path / "data.csv", lambda frame: frame.assign(kind="c"))  # the schema lists a and b
     assert_refused(csv_args(csv, tmp_path / "out", schema_file), capsys, "none of the", "training rows fits the schema",
                    "blanked rows per column: {'kind'", "check the category lists")
+    # categories written yes/no unquoted: YAML read them as booleans, which no value of the file matches
+    yaml_text = schema_file.read_text().replace("- a\n", "- yes\n").replace("- b\n", "- no\n")
+    assert "- yes\n" in yaml_text
+    (tmp_path / "booleans.yaml").write_text(yaml_text)
+    csv = write_case(tmp_path / "yes-no.csv", lambda frame: frame.assign(kind=np.where(frame.index % 2, "yes", "no")))
+    assert_refused(csv_args(csv, tmp_path / "out", tmp_path / "booleans.yaml"), capsys, "training rows fits the schema",
+                   "['kind'] list booleans: YAML reads unquoted no/yes", "quote the classes")
 
 
 @pytest.mark.parametrize("with_schema", [True, False], ids=["schema-file", "dp-schema"])

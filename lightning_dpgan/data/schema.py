@@ -299,6 +299,11 @@ class EncodingReport:
         )
 
 
+#: Why a schema file's yes/no categories may match no value of the data, and the fix.
+YAML_BOOLEANS = ("YAML reads unquoted no/yes, true/false and on/off as booleans: quote the classes in the schema "
+                 "file, e.g. ['no', 'yes']")
+
+
 @dataclass(frozen=True)
 class TableSchema:
     """The public description of a table: columns in order, the label and its kind.
@@ -539,12 +544,17 @@ class TableSchema:
         if outside:
             raise self.labels_outside_classes_error(f"{outside} rows")
 
+    def boolean_category_columns(self) -> list[str]:
+        """Categorical columns whose categories are all booleans: in a schema file, most likely
+        unquoted yes/no that YAML read as True/False (see :data:`YAML_BOOLEANS`)."""
+        return [column.name for column in self.columns
+                if not column.is_numeric and all(isinstance(c, bool) for c in column.categories)]
+
     def labels_outside_classes_error(self, rows: str, examples: str = "", note: str = "") -> SchemaError:
         """The refusal of a binary label holding values outside its two classes in ``rows`` (e.g.
         "3 test rows"), with ``examples`` of them and a ``note`` on when the rows were checked."""
         classes = list(self.label_column.categories)
-        yaml_booleans = ("; YAML reads unquoted no/yes, true/false and on/off as booleans: quote the classes "
-                         "in the schema file, e.g. ['no', 'yes']") if all(isinstance(c, bool) for c in classes) else ""
+        yaml_booleans = f"; {YAML_BOOLEANS}" if self.label in self.boolean_category_columns() else ""
         return SchemaError(
             f"the label '{self.label}' must be binary with classes {classes}, but {rows} hold other values"
             f"{f' ({examples})' if examples else ''}: fix or drop those rows{f' ({note})' if note else ''}, or, with a "
