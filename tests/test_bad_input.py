@@ -211,6 +211,10 @@ CSV_CASES = {
                        ["is a zip archive", "Excel", "'CSV UTF-8'"], ["is a zip archive", "Excel", "'CSV UTF-8'"]),
     "utf-16": (table().to_csv(index=False).encode("utf-16"), ["is UTF-16 text", "save it as UTF-8"],
                ["is UTF-16 text", "save it as UTF-8"]),
+    # a space after each comma: ' label' is not 'label'
+    "spaces-after-commas": ("amount, visits, kind, label\n" + "1.0, 2, a, no\n3.0, 4, b, yes\n" * 20,
+                            ["is missing from the data", "have spaces around them", "remove them from the header"],
+                            ["target column 'label' is missing", "have spaces around them", "remove them from the header"]),
     # pandas' to_csv without index=False: the header's first name is empty
     "saved-row-index": (table().to_csv(), ["has no name for column 1 of its header", "row index"],
                         ["has no name for column 1 of its header", "row index"]),

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from lightning_dpgan.data.schema import (LABEL_KINDS, Column, SchemaError, TableSchema, missing_values_remedy,
-                                         non_numeric_examples, single_field_hint)
+                                         non_numeric_examples, header_hint)
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
 
 log = logging.getLogger(__name__)
@@ -233,7 +233,7 @@ def check_listed_columns(
         raise SchemaError(f"the target '{target}' cannot be dropped")
     if target not in frame.columns:
         raise SchemaError(f"the target column '{target}' is missing from the data (columns: {list(frame.columns)})"
-                          + single_field_hint(frame))
+                          + header_hint(frame))
     for role, listed in (("categorical", categorical), ("integer", integer), ("drop", drop)):
         missing = [name for name in listed if name not in frame.columns]
         if missing:

@@ -467,11 +467,11 @@ class TableSchema:
         if self.label is not None and self.label not in frame.columns:
             raise SchemaError(
                 f"the target column '{self.label}' is missing from the data (columns: {list(frame.columns)})"
-                + single_field_hint(frame)
+                + header_hint(frame)
             )
         missing = [n for n in self.names if n not in frame.columns]
         if missing:
-            raise SchemaError(f"columns missing from the data: {missing}" + single_field_hint(frame))
+            raise SchemaError(f"columns missing from the data: {missing}" + header_hint(frame))
         unknown = [str(c) for c in frame.columns if c not in self.names and c not in self.drop]
         if unknown:
             raise SchemaError(
@@ -614,10 +614,15 @@ def as_schema_categories(frame: pd.DataFrame, schema: TableSchema) -> pd.DataFra
     return frame
 
 
-def single_field_hint(frame: pd.DataFrame) -> str:
-    """A hint when the header read as one column: the file is likely not comma-separated."""
+def header_hint(frame: pd.DataFrame) -> str:
+    """A hint for a column the data seems to lack: the header read as one column (the file is
+    likely not comma-separated), or names with spaces around them (``age, label``)."""
     if len(frame.columns) == 1 and any(mark in str(frame.columns[0]) for mark in ";\t|"):
         return "; the header read as a single column: the file must be comma-separated (convert it first)"
+    spaced = [str(name) for name in frame.columns if str(name) != str(name).strip()]
+    if spaced:
+        return (f"; the header's names {spaced} have spaces around them, which are part of a name: remove them "
+                "from the header")
     return ""
 
 
