@@ -80,17 +80,24 @@ def test_with_too_little_budget_the_largest_noisy_bin_is_returned():
     assert (low, high) == (64.0, 128.0)  # without noise, the data's own bin
 
 
-def test_an_empty_bin_passing_the_threshold_by_chance_does_not_stretch_a_small_tables_bounds():
-    """300 ages: an empty bin far out that the noise lifts just over the threshold weighed its whole
-    noisy count, more than alpha of the mass in a table this small, and the bounds stretched
-    across the grid to cover it (-2^21 for an 18-89 column, in about 3 % of estimates). Only its
-    count above the threshold weighs now."""
+def test_an_empty_bin_passing_the_threshold_by_chance_is_rare_enough_not_to_stretch_bounds_often():
+    """300 ages: an empty bin far out, lifted by the noise over a threshold that let such bins
+    through with probability 0.05, weighed more than alpha of the mass in a table this small, and
+    the bounds stretched across the grid to cover it (-2^21 for an 18-89 column, in about 3 % of
+    estimates). The threshold now lets one through with probability 0.01: that noise stays
+    below it, and noise above it still counts."""
     from lightning_dpgan.data import dp_bounds
 
+    bins = len(geometric_grid()) - 1
+    assert dp_bounds._FALSE_BIN_PROBABILITY == 0.01
     ages = np.random.default_rng(0).integers(18, 90, 300).astype(float)
-    threshold = math.log((len(geometric_grid()) - 1) / (2 * dp_bounds._FALSE_BIN_PROBABILITY))  # epsilon 1
-    (low, high), _ = dp_numeric_bounds(ages, epsilon=1.0, rng=FixedNoise({bin_of(-2.0**20 - 1): threshold + 1}))
+    far = bin_of(-2.0**20 - 1)
+    passing_the_old_threshold = math.log(bins / (2 * 0.05)) + 1  # epsilon 1
+    (low, high), _ = dp_numeric_bounds(ages, epsilon=1.0, rng=FixedNoise({far: passing_the_old_threshold}))
     assert (low, high) == (16.0, 128.0)
+    passing_the_threshold = math.log(bins / (2 * 0.01)) + 1
+    (low, high), _ = dp_numeric_bounds(ages, epsilon=1.0, rng=FixedNoise({far: passing_the_threshold}))
+    assert low == -(2.0**21) and high == 128.0
 
 
 def test_the_noisy_counts_not_the_true_ones_set_the_bounds():
