@@ -53,9 +53,10 @@ RAISE_BUDGET = "raise --data.bounds_epsilon (split evenly over the columns) or p
 #: anywhere on the grid, and in a small table its noisy count passes ``alpha`` of the kept mass,
 #: so the bounds stretch across the grid to cover it: at 0.05, bounds of an 18-89 column of 300
 #: rows reached about -2e6 in 3 % of estimates (thousands of draws, epsilon 0.25 and 1 per
-#: column). At 0.01 such bounds are rare (0.1-0.4 % of estimates) and real thin bins are kept
-#: about as often; weighing bins by their count above the threshold instead clipped many more
-#: real values of a long-tailed column.
+#: column); at 0.01 in about 0.5 %. The price: thin real tail bins are dropped more often (a
+#: gamma-distributed column of 300 rows at epsilon 0.25 keeps 89 % of its values inside on
+#: average, against 92 %; at epsilon 1, 97 % either way). Weighing bins by their count above the
+#: threshold instead clipped far more of such a column.
 _FALSE_BIN_PROBABILITY = 0.01
 
 
