@@ -177,6 +177,9 @@ class CSVDataModule(TabularDataModule):
         self._refuse_text_in_numeric_columns(frame)
         if self._schema is not None:
             frame = as_schema_categories(frame, self._schema)
+        missing = [name for name in self.drop if name not in frame.columns]  # a schema file's drop list, a resume's
+        if missing:
+            raise SchemaError(f"columns to drop {missing} are not in {self.csv_path} (columns: {list(frame.columns)})")
         return self._seeded_split(frame.drop(columns=self.drop))
 
 
@@ -241,7 +244,7 @@ def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:
     except UnicodeDecodeError as err:
         kind = _not_text_kind(path)
         if kind is not None:
-            raise SchemaError(f"CSV file {path} is {kind}, not a CSV text file") from err
+            raise SchemaError(f"CSV file {path} is not a CSV text file: it is {kind}") from err
         raise SchemaError(f"CSV file {path} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8 "
                           "(e.g. 'CSV UTF-8' in a spreadsheet, or iconv -f latin1 -t utf-8)") from err
     except pd.errors.ParserError as err:
@@ -260,6 +263,8 @@ _FILE_SIGNATURES = (
     (b"\x1f\x8b", "gzip-compressed: name it with the .gz ending (e.g. data.csv.gz) or decompress it"),
     (b"PK\x03\x04", "a zip archive (an Excel .xlsx workbook is one): export the sheet as 'CSV UTF-8', "
                      "or unzip the CSV file"),
+    (b"\xff\xfe\x00\x00", "UTF-32 text: save it as UTF-8 ('CSV UTF-8' in a spreadsheet, or iconv -f utf-32 -t utf-8)"),
+    (b"\x00\x00\xfe\xff", "UTF-32 text: save it as UTF-8 ('CSV UTF-8' in a spreadsheet, or iconv -f utf-32 -t utf-8)"),
     (b"\xff\xfe", "UTF-16 text: save it as UTF-8 ('CSV UTF-8' in a spreadsheet, or iconv -f utf-16 -t utf-8)"),
     (b"\xfe\xff", "UTF-16 text: save it as UTF-8 ('CSV UTF-8' in a spreadsheet, or iconv -f utf-16 -t utf-8)"),
 )
@@ -277,9 +282,9 @@ def _header_names(path: Path) -> list[str]:
     """The column names of the file's header as written, refusing a name given twice: pandas
     would rename the second ``a`` to ``a.1``, and the synthetic table would come back under a
     name the file never had. Read as pandas reads the file (compression, UTF-8)."""
-    first_row = pd.read_csv(path, header=None, nrows=1, dtype=str)
+    first_row = pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False)  # 'NA' may be a name
     names = first_row.iloc[0].tolist() if len(first_row) else []
-    unnamed = [position + 1 for position, name in enumerate(names) if pd.isna(name)]
+    unnamed = [position + 1 for position, name in enumerate(names) if not str(name).strip()]
     if unnamed:  # pandas would call it 'Unnamed: 0', a name the file never had, and train on it
         raise SchemaError(f"CSV file {path} has no name for column {', '.join(map(str, unnamed))} of its header "
                           "(a saved row index, as pandas' to_csv writes without index=False?): name it in the header, "

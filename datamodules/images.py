@@ -137,11 +137,10 @@ class IDXImageDataModule(L.LightningDataModule):
         processes = self.trainer.world_size if self.trainer is not None else 1
         share = rows_per_process(len(dataset), processes)  # the records each DDP process reads
         if share < self.hparams.batch_size:
-            of = "" if processes == 1 else f" (each of the {processes} processes reads {share})"
-            raise ValueError(
-                f"batch_size={self.hparams.batch_size} exceeds the {len(dataset)} training records "
-                f"of {self.name}{of}; pass a smaller batch_size."
-            )
+            records = (f"the {len(dataset)} training records of {self.name}" if processes == 1 else
+                       f"the {share} training records each of the {processes} processes reads ({len(dataset)} "
+                       f"in all, of {self.name})")
+            raise ValueError(f"batch_size={self.hparams.batch_size} exceeds {records}; pass a smaller batch_size.")
         return self._loader(dataset, shuffle=True, drop_last=True)
 
     def test_dataloader(self) -> DataLoader:

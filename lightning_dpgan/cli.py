@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -252,16 +251,26 @@ def train(argv: list[str]) -> Path:
 
     if launched_as_follower():
         inherited = os.environ.get(RUN_CONFIG_ENV)  # absent under torchrun, which starts every process itself
-        return _train(json.loads(inherited) if inherited else build_config(argv))
+        return _train(yaml.safe_load(inherited) if inherited else build_config(argv))
     config = build_config(argv)
-    os.environ[RUN_CONFIG_ENV] = json.dumps(config)  # before Run adds its own entries to config
     try:
-        return _train(config)
+        return _train(config, shared=_settings_text(config))  # before Run adds its own entries to config
     finally:
         os.environ.pop(RUN_CONFIG_ENV, None)
 
 
-def _train(config: dict[str, Any]) -> Path:
+def _settings_text(config: dict[str, Any]) -> str | None:
+    """``config`` as YAML that reads back to the same values, for :data:`RUN_CONFIG_ENV`; None if
+    some value has no such form (the other processes then parse the command line)."""
+    try:
+        text = yaml.safe_dump(config)
+    except yaml.YAMLError:
+        return None
+    return text if yaml.safe_load(text) == config else None
+
+
+def _train(config: dict[str, Any], shared: str | None = None) -> Path:
+    """``train`` in this process; ``shared``: rank 0's settings for the processes its trainer starts."""
     from lightning_dpgan.distributed import launched_as_follower
     from lightning_dpgan.run import Run
     from lightning_dpgan import run_folder
@@ -274,6 +283,8 @@ def _train(config: dict[str, Any]) -> Path:
         created = _first_missing_folder(output_dir)
     try:
         run = Run(config, output_dir)
+        if shared is not None and run.trainer.world_size > 1:
+            os.environ[RUN_CONFIG_ENV] = shared  # Lightning's launcher starts the others in run.fit()
         run.fit()
     except BaseException:
         if not run_folder.training_started(output_dir):  # refused before training: the folder as it was

@@ -498,20 +498,20 @@ class Run:
         options["plugins"] = self._plugins(options.get("plugins"), options.get("strategy"))
         logger_options = {k: v for k, v in self.config["logger"].items() if k != "name"}
         logger = build_logger(self.config["logger"]["name"], self.output_dir, logger_options, self.output_dir.name)
+        callbacks = self._callbacks()
         settings = dict(
             max_steps=-1,  # counted in batches by StepLimit: see callbacks/step_limit.py
             max_epochs=self.config["max_epochs"] or -1,
-            callbacks=self._callbacks(),
             logger=logger,
             default_root_dir=str(self.output_dir),
             enable_checkpointing=False,  # LastCheckpoint saves, in training batches
         )
-        trainer = L.Trainer(**settings, **options)
+        trainer = L.Trainer(callbacks=list(callbacks), **settings, **options)  # a copy: Lightning adds its own
         if isinstance(trainer.strategy, PrivateDDPStrategy) and trainer.world_size == 1:
             # --strategy ddp in one process (e.g. a DDP run's config.yaml resumed with --devices 1):
             # Lightning's DDP would still put its distributed sampler, which --seed orders, in place
             # of a private one (DP-SGD's Poisson batches: a TypeError; its secret shuffle: replayable)
-            trainer = L.Trainer(**settings, **{**options, "strategy": "auto"})
+            trainer = L.Trainer(callbacks=list(callbacks), **settings, **{**options, "strategy": "auto"})
         return trainer
 
     def _plugins(self, given: Any, strategy: Any) -> list[Any]:

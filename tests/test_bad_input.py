@@ -211,6 +211,8 @@ CSV_CASES = {
                        ["is a zip archive", "Excel", "'CSV UTF-8'"], ["is a zip archive", "Excel", "'CSV UTF-8'"]),
     "utf-16": (table().to_csv(index=False).encode("utf-16"), ["is UTF-16 text", "save it as UTF-8"],
                ["is UTF-16 text", "save it as UTF-8"]),
+    "utf-32": (table().to_csv(index=False).encode("utf-32"), ["is UTF-32 text", "iconv -f utf-32"],
+               ["is UTF-32 text", "iconv -f utf-32"]),
     # a space after each comma: ' label' is not 'label'
     "spaces-after-commas": ("amount, visits, kind, label\n" + "1.0, 2, a, no\n3.0, 4, b, yes\n" * 20,
                             ["is missing from the data", "have spaces around them", "remove them from the header"],
@@ -286,6 +288,24 @@ def test_a_dp_schema_flag_naming_the_wrong_column_is_said_first(tmp_path, capsys
         del args[categorical : categorical + 2]
     assert_refused([*args, *flags], capsys, said)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_schema_files_drop_list_naming_a_column_the_file_lacks_is_refused_by_name(tmp_path, capsys):
+    """The check of the flags' names moved before the values' checks; a schema file's drop list
+    (and a resume's restored one) still needs its own: without it pandas raised a KeyError."""
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump({**CSV_SCHEMA, "drop": ["customer_id"]}))
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame)
+    assert_refused(csv_args(csv, tmp_path / "out", tmp_path / "schema.yaml"), capsys,
+                   "columns to drop ['customer_id'] are not in")
+
+
+def test_a_column_named_like_a_missing_value_is_a_name_not_a_blank_one(tmp_path):
+    """'NA', 'null', 'None' are names a header may hold: only an empty name is refused as a saved
+    row index (pandas' default missing spellings made 'NA' read as no name)."""
+    from lightning_dpgan.datamodules.csv import _header_names
+
+    csv = write_case(tmp_path / "data.csv", "amount,NA,null,label\n1.0,2,3,no\n")
+    assert _header_names(csv) == ["amount", "NA", "null", "label"]
 
 
 def test_a_trailing_comma_on_every_row_is_read_as_no_field(tmp_path, schema_file):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 import ddp_workers as workers
 from run_helpers import opacus_epsilon
@@ -266,6 +267,20 @@ def test_a_run_continued_in_its_own_folder_by_two_processes_reads_its_settings_o
     assert (run / "previous" / "config.yaml").is_file() and (run / "config.yaml").is_file()
 
 
+def test_the_settings_handed_to_the_other_processes_read_back_as_given():
+    """Rank 0 hands its settings over as YAML text, only where they read back to the same values
+    (a date stays a date); otherwise the other processes parse the command line as before. Every
+    run made that text as JSON, which refused a date with a TypeError, one process or several."""
+    import datetime
+
+    from lightning_dpgan.cli import _settings_text, build_config
+
+    config = build_config(["--model", "gan", "--dataset", "adult", "--logger", "wandb", "--logger.version", "2024-06-01"])
+    assert config["logger"]["version"] == datetime.date(2024, 6, 1)
+    assert yaml.safe_load(_settings_text(config)) == config
+    assert _settings_text({**config, "extra": (1, 2)}) is None  # a tuple would come back a list
+
+
 def test_a_table_whose_share_per_process_is_smaller_than_the_batch_still_trains(tmp_path):
     """The loader dropped short batches whenever the whole table held a batch: two processes
     reading 18 of the 36 rows each with --batch-size 32 took no step (Lightning: "no training
@@ -385,6 +400,8 @@ def test_ddp_in_one_process_trains_on_the_strategys_own_batches(tmp_path, sampli
             "--strategy", "ddp", "--batch-size", "8", "--epsilon", "5", "--max-steps", "2",
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
     run = Run(build_config([*args, "--privacy.poisson_sampling", str(sampling == "poisson").lower()]), tmp_path)
+    kinds = [type(callback).__name__ for callback in run.trainer.callbacks if type(callback).__name__ != "LambdaCallback"]
+    assert len(kinds) == len(set(kinds))  # the trainer built again holds each callback once
     run.fit()
     assert run.module.train_steps == 2
     sampler = run.trainer.train_dataloader.sampler
@@ -457,6 +474,27 @@ def test_ranks_seeded_alike_generate_the_single_process_batch_in_distinct_shares
     torch.manual_seed(7)
     module = GAN((6,), num_classes=3)
     torch.testing.assert_close(single, (module.sample_labels(4), module.sample_latent(4)))
+
+
+@pytest.mark.parametrize("model", [["--model", "gan"], ["--model", "ctgan", "--model.pac", "2"]], ids=["gan", "ctgan"])
+def test_every_training_step_generates_this_processs_share(tmp_path, monkeypatch, model):
+    """The discriminator and generator steps (CTGAN's own generator step too) draw their generated
+    records through own_share_of_draw, so that under DDP the shares differ (see the test above)."""
+    from lightning_dpgan.cli import main
+    from lightning_dpgan.distributed import own_share_of_draw
+    from lightning_dpgan.modules import base, ctgan
+
+    calls = []
+
+    def recording(draw, n):
+        calls.append(n)
+        return own_share_of_draw(draw, n)
+
+    monkeypatch.setattr(base, "own_share_of_draw", recording)
+    monkeypatch.setattr(ctgan, "own_share_of_draw", recording)
+    assert main(["train", *model, "--dataset", "adult", "--data-dir", str(ADULT), "--output-dir", str(tmp_path / "run"),
+                 "--batch-size", "8", "--max-steps", "3", "--trainer.enable_progress_bar", "false"]) == 0
+    assert calls == [8] * 6  # a discriminator step and a generator step each, three times
 
 
 def test_every_rank_steps_the_generator_through_rank_zeros_answering_critic():

@@ -87,8 +87,8 @@ def test_a_batch_larger_than_each_ddp_process_share_is_rejected(tiny_image_data_
     dm = _ready(MNISTDataModule, tiny_image_data_dir, tmp_path, batch_size=100)
     assert len(dm.train_dataloader()) == 1
     dm.trainer = SimpleNamespace(world_size=2)
-    with pytest.raises(ValueError, match=r"batch_size=100 exceeds the 160 training records of mnist \(each of the 2 "
-                                         r"processes reads 80\)"):
+    with pytest.raises(ValueError, match=r"batch_size=100 exceeds the 80 training records each of the 2 processes "
+                                         r"reads \(160 in all, of mnist\)"):
         dm.train_dataloader()
 
 
