@@ -568,14 +568,29 @@ def test_a_label_written_otherwise_than_its_numeric_classes_says_which_values_an
         CSVDataModule(csv=csv, schema=tmp_path / "schema.yaml").setup("fit")
     message = str(refused.value)
     assert "numeric categories [0, 1]" in message and ".0' (data row" in message and "as the schema writes it (0, 1)" in message
-    # a value that is no category at all is not a spelling to fix: it is named as outside the list
+    # a value that is no category at all is not a spelling to fix: an unknown category, under the
+    # rules of any other (a binary label's third class is refused, as such)
     frame = table().assign(label=lambda f: ["1" if value == "yes" else "2" for value in f["label"]])
     csv = write_case(tmp_path / "other.csv", lambda _: frame)
     with pytest.raises(SchemaError) as refused:
         CSVDataModule(csv=csv, schema=tmp_path / "schema.yaml").setup("fit")
     message = str(refused.value)
-    assert "numeric categories [0, 1] and holds other values ('2' (data row" in message
-    assert "add them to the column's categories" in message and "write the values that way" not in message
+    assert "must be binary with classes [0, 1]" in message and "write the values that way" not in message
+
+
+def test_a_value_outside_a_columns_numeric_categories_is_an_unknown_category_left_blank(tmp_path):
+    """Categories [1, 2] and a row holding 3: refused as if misspelt, where an unknown text category
+    is kept with its column blank (docs/architecture.md, "CSV category outside the schema")."""
+    spec = {**CSV_SCHEMA, "columns": [c if c["name"] != "kind" else {**c, "categories": [1, 2]}
+                                      for c in CSV_SCHEMA["columns"]]}
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(spec))
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame.assign(kind=[str(1 + index % 3) for index in frame.index]))
+    datamodule = CSVDataModule(csv=csv, schema=tmp_path / "schema.yaml")
+    datamodule.unknown_categories = "blank"  # as a run sets it
+    datamodule.setup("fit")
+    threes = int((datamodule.train_frame["kind"] == "3").sum())
+    assert threes and {name: count for name, count in datamodule._report.rejected.items() if count} == {"kind": threes}
+    assert len(datamodule.train_dataset) == len(datamodule.train_frame)
 
 
 def test_a_column_beyond_the_dp_grid_is_named_as_such_not_sent_to_a_larger_budget(tmp_path, caplog):

@@ -675,10 +675,9 @@ def _check_dtype(column: Column, series: pd.Series) -> None:
         unwritten = series[series.notna() & ~series.astype(str).isin(written)]
         as_numbers = pd.to_numeric(unwritten, errors="coerce")
         if len(unwritten) and not as_numbers.isin([float(c) for c in column.categories]).any():
-            # "2" where the schema lists 0 and 1: a value outside the list, not a category misspelt
-            raise SchemaError(
-                f"column '{column.name}' has numeric categories {list(column.categories)} and holds other values "
-                f"({row_examples(unwritten)}): add them to the column's categories in the schema, or fix those rows")
+            # "2" where the schema lists 0 and 1: a category outside the list, as unknown as a text
+            # one (left blank, or refused by the rules for a label), not a category misspelt
+            return
         examples = row_examples(unwritten)
         raise SchemaError(
             f"column '{column.name}' has numeric categories {list(column.categories)} but holds values not written as "
