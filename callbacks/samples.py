@@ -46,7 +46,7 @@ class SampleGrid(L.Callback):
             return
         picture = sample_grid(pl_module, self.columns)
         write_png(self.directory / f"step_{step:07d}.png", picture)
-        log_image(trainer, "samples", picture, step)
+        log_image(trainer, "samples", picture, step - 1)  # the batch it follows, as the loggers number the scalars
 
 
 def log_image(trainer: L.Trainer, key: str, picture: np.ndarray, step: int) -> None:

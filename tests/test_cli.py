@@ -639,3 +639,34 @@ def test_a_resume_given_alone_and_a_held_folder_name_the_command_that_continues_
     assert f"continue it with {continue_it}," in capsys.readouterr().err
     assert main(["train", *continue_it.split(), "--max-steps", "4"]) == 0
     assert json.loads((run / "privacy.json").read_text())["steps"] == 4 and [run] == list((tmp_path / "outputs").iterdir())
+
+
+@pytest.mark.parametrize("model,setting,value", [
+    ("gswgan", "num_critics", 2), ("pategan", "num_teachers", 3),
+], ids=["critics", "teachers"])
+def test_the_loggers_record_the_teachers_and_critics_the_strategy_built(tmp_path, model, setting, value):
+    """Lightning hands the loggers the module's settings as constructed: a 2-critic GS-WGAN run was
+    logged with num_critics 1 (W&B, TensorBoard, hparams.yaml), a PATE-GAN run with no teachers."""
+    adult = Path(__file__).parent / "fixtures" / "adult_tiny"
+    extra = ["--privacy.num_critics", "2"] if setting == "num_critics" else ["--privacy.num_teachers", "3"]
+    assert main(["train", "--model", model, "--dataset", "adult", "--data-dir", str(adult), "--output-dir",
+                 str(tmp_path / "run"), "--batch-size", "4", "--epsilon", "5000", "--max-steps", "2",
+                 "--trainer.enable_progress_bar", "false", *extra]) == 0
+    logged = yaml.unsafe_load((tmp_path / "run" / "logs" / "hparams.yaml").read_text())  # Lightning writes tuples
+    assert logged[setting] == value
+
+
+def test_sample_grids_are_logged_at_the_step_of_the_scalars_they_follow(tiny_image_data_dir, tmp_path):
+    """The grid drawn after the 2nd batch was logged at step 2 while that batch's scalars are at
+    step 1 (the loggers number batches from 0): each picture sat one step after its figures."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = tmp_path / "run"
+    assert main(tiny_run_args(tiny_image_data_dir, run, steps=4) + ["--sample_every_n_steps", "2", "--logger", "tensorboard",
+                                                                    "--trainer.log_every_n_steps", "1"]) == 0
+    (events,) = {path.parent for path in (run / "logs").rglob("events.out.tfevents.*")}
+    accumulator = EventAccumulator(str(events), size_guidance={"images": 0, "scalars": 0})
+    accumulator.Reload()
+    assert [event.step for event in accumulator.Images("samples")] == [1, 3]
+    assert {1, 3} <= {event.step for event in accumulator.Scalars("loss/discriminator")}
+    assert sorted(path.name for path in (run / "samples").iterdir()) == ["step_0000002.png", "step_0000004.png"]

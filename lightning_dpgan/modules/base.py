@@ -117,6 +117,14 @@ class GANModule(L.LightningModule):
             return torch.rand(n, self.hparams.latent_dim, device=self.device)
         return torch.randn(n, self.hparams.latent_dim, device=self.device)
 
+    def set_hparam(self, name: str, value: Any) -> None:
+        """Set a hyper-parameter that a privacy strategy decides when it installs (the number of
+        teachers or critics): in the saved settings, and in the copy Lightning gives the loggers
+        (``hparams_initial``, which would keep the constructor's value: 1 critic for 2)."""
+        self.hparams[name] = value
+        if hasattr(self, "_hparams_initial"):
+            self._hparams_initial[name] = value
+
     def generated_share(self, n: int) -> tuple[Tensor | None, Tensor]:
         """Labels and latent codes of this process's ``n`` generated records in a training step:
         under DDP, its own share of the step's batch, distinct from the other processes' rows

@@ -179,7 +179,7 @@ class GSWGAN(WGAN):
                 # the answering critic's forward pass would update them: a state that records the secret selection
                 raise ValueError("GS-WGAN's critics must not keep running statistics (BatchNorm): use GroupNorm or LayerNorm")
             self.discriminator = CriticBank([critic] + [fresh_copy(critic) for _ in range(num_critics - 1)])
-        self.hparams["num_critics"] = num_critics
+        self.set_hparam("num_critics", num_critics)
         return self.critics
 
     @classmethod

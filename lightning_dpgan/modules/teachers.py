@@ -42,7 +42,7 @@ class TeacherModel(GANModule):
         if self.teachers is None:
             self.teachers = build_teacher_ensemble(num_teachers, self.data_shape, self.num_classes, keep=keep,
                                                    **self.teacher_ensemble_kwargs())
-            self.hparams["num_teachers"] = num_teachers
+            self.set_hparam("num_teachers", num_teachers)
         elif self.hparams.get("num_teachers", self.teachers.num_teachers) != num_teachers:
             raise ValueError(f"this model already has {self.hparams['num_teachers']} teachers, not {num_teachers}")
         elif self.teacher_shard is not None and keep != self.teacher_shard:
