@@ -191,9 +191,7 @@ class CSVDataModule(TabularDataModule):
             if not set(self._schema.names) <= set(frame.columns):
                 return  # other columns than the schema's: validate_frame says which, first
             numeric = [column.name for column in self._schema.columns if column.is_numeric]
-        else:
-            if self.target not in frame.columns:
-                return  # the missing target (or a file read as one column) is the problem to report
+        else:  # the flags' names were checked first (check_listed_columns): the target is there
             text = set(self._categorical_columns()) | set(self.drop)
             numeric = [name for name in frame.columns if name not in text]
         for name in (name for name in numeric if frame[name].dtype == object):

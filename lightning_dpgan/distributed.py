@@ -167,6 +167,7 @@ def gather_shards_on_rank_zero(tensor: Tensor, total: int) -> Tensor:
 
 
 __all__ = [
-    "average_gradients", "decided_by_rank_zero", "drawn_by_rank_zero", "from_rank_zero", "gather_shards_on_rank_zero", "is_distributed",
-    "is_rank_zero", "batches_per_process", "launched_as_follower", "own_share_of_draw", "rank", "rows_per_process", "shard", "sum_across_ranks", "world_size",
+    "average_gradients", "batches_per_process", "decided_by_rank_zero", "drawn_by_rank_zero", "from_rank_zero",
+    "gather_shards_on_rank_zero", "is_distributed", "is_rank_zero", "launched_as_follower", "own_share_of_draw", "rank",
+    "rows_per_process", "shard", "sum_across_ranks", "world_size",
 ]
