@@ -198,11 +198,13 @@ class CSVDataModule(TabularDataModule):
             bad = non_numeric_values(frame[name])
             if bad.empty:
                 continue
+            gaps = int(frame[name].isna().sum())  # read as missing ('', 'n/a'): said now, not in a second refusal
+            values = f"({row_examples(bad)}){f' and {gaps} missing values' if gaps else ''}"
             if self._schema is not None:
                 kind = self._schema.column(name).kind
-                raise SchemaError(f"column '{name}' is {kind} but holds non-numeric values ({row_examples(bad)}): "
+                raise SchemaError(f"column '{name}' is {kind} but holds non-numeric values {values}: "
                                   "fix those values in the data, or declare the column categorical in the schema if it is")
-            raise SchemaError(f"column '{name}' holds non-numeric values ({row_examples(bad)}): fix those values in the "
+            raise SchemaError(f"column '{name}' holds non-numeric values {values}: fix those values in the "
                               "data, list the column with --data.categorical if it is categorical, or leave it out with "
                               f"--data.drop {name} (a date or free text)")
 

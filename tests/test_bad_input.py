@@ -191,6 +191,11 @@ CSV_CASES = {
     "semicolons": ("amount;visits;kind;label\n" + "1.0;2;a;no\n3.0;4;b;yes\n" * 20,
                    ["the header read as a single column", "comma-separated"],
                    ["the header read as a single column", "comma-separated"]),
+    # '?' and blanks in one column: both said in one refusal, not the blanks after '?' is fixed
+    "text-and-blanks": (lambda frame: with_text_amount(frame).assign(
+                            amount=lambda f: f["amount"].where(f.index % 8 != 1, None)),
+                        ["'amount' is continuous but holds non-numeric", "'lots' (data row 1)", "and 10 missing values"],
+                        ["'amount' holds non-numeric values", "'lots' (data row 1)", "and 10 missing values"]),
     "wrong-dtype": (with_text_amount, ["'amount' is continuous but holds non-numeric", "'lots' (data row", "fix those values"],
                     ["'amount' holds non-numeric values", "'lots' (data row", "fix those values", "--data.categorical"]),
     "repeated-column": ("amount,visits,amount,label\n1.0,2,3.0,no\n3.0,4,5.0,yes\n",
