@@ -383,6 +383,14 @@ class TrialRun:
     neighbours: str
 
 
+def trial_run_name(given: str | None, trial_dir: Path) -> str:
+    """A trial's W&B run name: the audit's (``--wandb-name``, else its folder's name), then the
+    trial's kind and number, ``audit/trials/003`` or ``audit/calibration/003``. The folder's name
+    alone, a run's default, named a counted and a calibration trial alike (``003``)."""
+    trial_dir = Path(trial_dir)
+    return f"{given or trial_dir.parent.parent.name}/{trial_dir.parent.name}/{trial_dir.name}"
+
+
 def run_trial(
     config: dict[str, Any],
     output_dir: Path,
@@ -404,6 +412,8 @@ def run_trial(
     trial_config["seed"] = seed
     trial_config["output_dir"] = str(output_dir)
     trial_config["evaluate"] = False
+    if trial_config.get("logger", {}).get("name") == "wandb":
+        trial_config["logger"]["run_name"] = trial_run_name(trial_config["logger"].get("run_name"), output_dir)
     run = Run(trial_config, output_dir)
     if run.strategy is None:
         raise ConfigError("this run has no privacy strategy: nothing to audit")

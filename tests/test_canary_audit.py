@@ -264,3 +264,26 @@ def test_threshold_separates_calibration_scores():
     # one outlier on each side: the threshold still maximises TPR - FPR
     threshold = choose_threshold([0.1, 0.2, 0.3, 1.5], [0.25, 0.9, 1.0, 1.1])
     assert 0.3 <= threshold < 0.9
+
+
+def test_an_audits_wandb_trials_are_named_by_their_kind_and_number(tiny_table, tmp_path, monkeypatch):
+    """Under --logger wandb every trial was a run named after its folder, '000', '001', ..., the
+    counted trials and the calibration ones alike. Each is now named audit/kind/number."""
+    from lightning_dpgan.canary_audit import run_trial
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    names = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(run):
+        names.append(run.config["logger"]["run_name"])
+        raise Stop
+
+    for given, folder in ((None, "calibration"), ("nightly", "trials")):
+        extra = ["--logger", "wandb"] + ([] if given is None else ["--wandb-name", given])
+        with pytest.raises(Stop):
+            run_trial(build_config(dp_sgd_args(tiny_table, *extra)), tmp_path / "my-audit" / folder / "003", True, 1, 1,
+                      prepare_run=capture)
+    assert names == ["my-audit/calibration/003", "nightly/trials/003"]
