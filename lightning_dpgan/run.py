@@ -246,8 +246,9 @@ class Run:
         batch = getattr(getattr(self.datamodule, "hparams", None), "batch_size", None)
         if isinstance(pac, int) and pac > 1 and self.config["privacy"].get("name") == "dp-sgd":
             # the module refuses this too, at setup: said first here, as no batch size can help
-            raise ConfigError(f"pac = {pac} under DP-SGD would let one record change many packs: "
-                              "set --model.pac 1 (DP-CTGAN's setting)")
+            from lightning_dpgan.modules.ctgan import pac_under_dp_sgd
+
+            raise ConfigError(pac_under_dp_sgd(pac))
         if not (isinstance(pac, int) and pac > 1 and isinstance(batch, int)):
             return
         # CTGAN's discriminator judges packs of pac consecutive records: training would fail at

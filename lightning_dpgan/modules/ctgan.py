@@ -28,6 +28,11 @@ from lightning_dpgan.nets.ctgan import CTGANDiscriminator, CTGANGenerator
 LOSSES = ("wasserstein", "cross_entropy")
 
 
+def pac_under_dp_sgd(pac: int) -> str:
+    """The refusal of ``pac`` > 1 under DP-SGD, with its fix (the module's, and train's up front)."""
+    return f"pac = {pac} under DP-SGD would let one record change many packs: set --model.pac 1 (DP-CTGAN's setting)"
+
+
 class CTGAN(ConditionalTableMixin, GANModule):
     """CTGAN: conditional tabular GAN with mode-specific normalization (not private)."""
 
@@ -78,8 +83,7 @@ class CTGAN(ConditionalTableMixin, GANModule):
             # Packs are consecutive records of a batch: adding or removing one record shifts every
             # later record into another pack, so one record would change many "samples" whose
             # gradients DP-SGD clips one by one -- the clipping would no longer bound a record.
-            raise ValueError(f"pac = {self.hparams.pac} under DP-SGD would let one record change many packs: "
-                             "set --model.pac 1 (DP-CTGAN's setting)")
+            raise ValueError(pac_under_dp_sgd(self.hparams.pac))
 
     # ------------------------------------------------------------------- losses
     def discriminator_real_loss(self, real_scores: Tensor) -> Tensor:
