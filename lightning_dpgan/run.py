@@ -55,6 +55,9 @@ PRIVATE_RUN_INFO = ("train_rows_digest",)
 #: how long a DDP process waits for it (other nodes start on their own)
 FOLLOWER_WAIT_S = 600
 DEFAULT_MAX_STEPS = 1000
+#: Lightning's 16-bit mixed precision, whose GradScaler skips a whole optimizer step (every
+#: teacher of an ensemble, every parameter of a DP-SGD step) when one gradient overflows
+LOSS_SCALED_PRECISIONS = ("16", "16-mixed")
 
 
 def model_name(config: dict[str, Any]) -> str:
@@ -480,6 +483,12 @@ class Run:
                 # budget's stop, or after a refused batch of answers
                 raise ConfigError(f"trainer.{floor} would make training go on after the privacy budget stops it: "
                                   "set the run's length with --max-steps or --max-epochs instead")
+        if self.strategy is not None and str(options.get("precision")) in LOSS_SCALED_PRECISIONS:
+            raise ConfigError(
+                f"trainer.precision {options['precision']} cannot train a private model: its loss scaler skips the "
+                "update of every network when one gradient overflows, so one record could decide whether a step "
+                "happens (and, for teachers, change the others' training), which no accountant counts. "
+                "Use --trainer.precision bf16-mixed (no loss scaler) or leave it out")
         chosen = options.get("strategy", "auto")
         if isinstance(chosen, str) and chosen not in PRIVATE_TRAINER_STRATEGIES:
             # Lightning's other strategies average gradients before a mechanism could clip them, wrap

@@ -685,6 +685,19 @@ def test_a_model_without_the_strategys_slot_is_refused(tiny_image_data_dir, tmp_
     assert_nothing_lost(out)
 
 
+@pytest.mark.parametrize("model", ["dpgan", "gswgan"])
+@pytest.mark.parametrize("precision", ["16-mixed", "16"])
+def test_a_loss_scaled_precision_is_refused_for_a_private_model(tiny_image_data_dir, tmp_path, capsys, model, precision):
+    """fp16's loss scaler skips every network's update when one gradient overflows: one record
+    could decide whether a DP-SGD step happens, or stop every teacher's update."""
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    args = image_args(tiny_image_data_dir, out, "--epsilon", "1", "--trainer.precision", precision, model=model)
+    assert_refused(args, capsys, f"trainer.precision {precision} cannot train a private model",
+                   "--trainer.precision bf16-mixed")
+    assert_nothing_lost(out)
+
+
 @pytest.mark.parametrize(
     "config,keywords",
     [
