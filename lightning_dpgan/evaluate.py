@@ -249,6 +249,19 @@ def _warn_of_missing_label_classes(results: dict[str, Any], schema: Any) -> None
           f"{schema.label_column.width} classes: {consequence}", file=sys.stderr)
 
 
+def _warn_of_unfitted_classifiers(settings: dict[str, Any]) -> None:
+    """Classifiers that could not learn from a table with both classes (a collapsed generator's
+    repeated rows) are scored as a constant prediction, AUROC 0.5: said, so that a 0.5 is read
+    as what the table did to them. (A table of one class has its own warning.)"""
+    for setting, result in settings.items():
+        unfitted = {name: scores["degenerate_reason"] for name, scores in result["per_classifier"].items()
+                    if scores["degenerate"] and scores["degenerate_reason"] != "one label class"}
+        if unfitted:
+            listed = "; ".join(f"{name} {reason}" for name, reason in unfitted.items())
+            print(f"evaluate: warning: setting {setting}: {listed}. Each is scored as a constant prediction "
+                  "(its training table's class shares: AUROC 0.5), kept in the averages", file=sys.stderr)
+
+
 def _publish_figures(run_dir: Path) -> None:
     """The staged figures become ``report/``, the earlier evaluation's figures going with it."""
     from lightning_dpgan.evaluation.report import FIGURES
@@ -403,6 +416,7 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
                 results.update({f"utility/{kind}_{metric}/{regressor}": scores[metric] for metric in REGRESSION_METRICS})
     else:
         settings = settings_abc(real_train, synthetic, real_test, schema, seed=seed)
+        _warn_of_unfitted_classifiers(settings)
         for name, result in settings.items():
             for metric, value in result["average"].items():
                 results[f"utility/{name}_{metric}"] = value
@@ -412,6 +426,8 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
             results[f"utility/difference_{metric}"] = value
         # read off the release itself: how many label classes setting B's classifiers could learn
         results["utility/synthetic_label_classes"] = int(synthetic[schema.label].nunique())
+        if schema.label_kind == "binary":  # AUPRC and F1 score this class; the schema's order decides it
+            results["utility/positive_class"] = str(schema.label_column.categories[1])
         auroc = {setting: {k: v["auroc"] for k, v in settings[setting]["per_classifier"].items()} for setting in "AC"}
         results["utility/sra"] = synthetic_ranking_agreement(auroc["A"], auroc["C"])
         if save is not None:

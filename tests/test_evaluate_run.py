@@ -389,3 +389,26 @@ def test_a_synthetic_label_left_with_one_class_is_counted_and_named_in_a_warning
     err = capsys.readouterr().err
     assert "the synthetic label 'income' holds 1 of its 2 classes" in err and "is degenerate" in err
     assert "| `utility/synthetic_label_classes` | 1 |" in (run / "report.md").read_text()
+
+
+def test_a_collapsed_table_of_one_repeated_row_is_scored_not_a_crash(tmp_path, capsys):
+    """A collapsed generator repeats one row (both label classes): Gaussian NB's probabilities
+    are NaN and LDA refuses it. The evaluation scores them as a constant (AUROC 0.5) and names
+    them, where it used to end with "Input contains NaN" and no evaluation.json."""
+    import pandas as pd
+
+    run = tmp_path / "run"
+    assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
+                 "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8", "--trainer.enable_progress_bar",
+                 "false", "--trainer.enable_model_summary", "false"]) == 0
+    synthetic = pd.read_csv(run / "synthetic.csv")
+    collapsed = pd.concat([synthetic.iloc[:1]] * 40, ignore_index=True).assign(income=["<=50K", ">50K"] * 20)
+    collapsed.to_csv(run / "synthetic.csv", index=False)
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(run)]) == 0
+    scores = read_json(run / "evaluation.json")
+    assert scores["utility/B_auroc/gaussian_nb"] == 0.5 and scores["utility/B_auroc/lda"] == 0.5
+    assert scores["utility/positive_class"] == ">50K"  # the schema's second class: what AUPRC and F1 score
+    warning = [line for line in capsys.readouterr().err.splitlines() if "setting B:" in line]
+    assert len(warning) == 1 and "gaussian_nb gave non-finite probabilities" in warning[0]
+    assert "lda could not be fitted" in warning[0] and "scored as a constant prediction" in warning[0]

@@ -352,13 +352,33 @@ def test_setting_c_holds_out_a_rare_class_on_both_sides() -> None:
     assert all(math.isfinite(scores["auroc"]) for scores in result["C"]["per_classifier"].values())
 
 
+@pytest.mark.parametrize("name", ["gaussian_nb", "lda", "adaboost"])
+def test_a_classifier_that_cannot_learn_from_repeated_rows_scores_as_a_constant(name) -> None:
+    """A collapsed generator's table: one feature row repeated, both classes (5 "yes" of 10).
+    Gaussian NB gives NaN probabilities, LDA and AdaBoost raise; each must score as a constant
+    prediction (AUROC 0.5), flagged with why, not end the evaluation."""
+    one_row = make_table(1, 11)
+    train = pd.concat([one_row] * 10, ignore_index=True).assign(y=["yes"] * 5 + ["no"] * 5)
+    test = make_table(200, 12)
+    positive_rate = (test["y"] == "yes").mean()
+    scores = classification_utility(train, test, SCHEMA, {name: CLASSIFIERS[name]})["per_classifier"][name]
+    assert scores["degenerate"] is True and scores["degenerate_reason"] != "one label class"
+    assert scores["auroc"] == 0.5 and scores["auprc"] == pytest.approx(positive_rate)
+    assert scores["accuracy"] == pytest.approx(1 - positive_rate)  # a tie: the first class, "no"
+
+
+def test_a_classifier_that_learns_is_not_flagged() -> None:
+    scores = classification_utility(make_table(200, 11), make_table(200, 12), SCHEMA, FAST)["per_classifier"]
+    assert all(not s["degenerate"] and s["degenerate_reason"] is None for s in scores.values())
+
+
 def test_single_class_training_frame_is_degenerate() -> None:
     train = make_table(100, 11).assign(y="no")
     test = make_table(200, 12)
     positive_rate = (test["y"] == "yes").mean()
     result = classification_utility(train, test, SCHEMA, FAST)
     for scores in result["per_classifier"].values():
-        assert scores["degenerate"] is True
+        assert scores["degenerate"] is True and scores["degenerate_reason"] == "one label class"
         assert scores["auroc"] == 0.5
         assert scores["auprc"] == pytest.approx(positive_rate)
         assert scores["accuracy"] == pytest.approx(1 - positive_rate)

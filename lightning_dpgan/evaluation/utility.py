@@ -171,28 +171,40 @@ def features_and_label(frame: pd.DataFrame, schema: TableSchema) -> tuple[np.nda
 
 def _fit_predict_proba(
     factory: Factory, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, n_classes: int, seed: int
-) -> tuple[np.ndarray, bool]:
-    """Class probabilities ``(n_test, n_classes)`` and whether the training set was degenerate.
+) -> tuple[np.ndarray, str | None]:
+    """Class probabilities ``(n_test, n_classes)`` and why the classifier is degenerate (None: it is not).
 
     Classes absent from the training set get probability 0 (models are fitted on the classes
-    present, re-indexed to 0..m-1 as XGBoost requires). With a single class present no model can
-    be fitted: the prediction is that class with probability 1 -- a constant score, whose AUROC
-    is 0.5 and whose average precision is the test set's positive rate.
+    present, re-indexed to 0..m-1 as XGBoost requires). A training set no model of this kind
+    can learn from -- a single class, or rows a collapsed generator repeated (LDA and AdaBoost
+    refuse them, Gaussian NB returns NaN) -- gets a constant prediction, the training set's class
+    shares: its AUROC is 0.5 and its average precision the test set's positive rate.
     """
     present, y_index = np.unique(y_train, return_inverse=True)
-    proba = np.zeros((len(x_test), n_classes))
     if len(present) < 2:
-        proba[:, present[0]] = 1.0
-        return proba, True
+        return _class_shares(y_train, len(x_test), n_classes), "one label class"
     model = factory(seed)
     params = model.get_params()
     if params.get("early_stopping") and not stratified_split_possible(y_index, params["validation_fraction"]):
         # Early stopping holds out a stratified share of the training rows, which a class with a
         # single row or a tiny table (rare, poor synthetic data) cannot be split into: train the full schedule.
         model.set_params(early_stopping=False)
-    model.fit(x_train, y_index)
-    proba[:, present] = model.predict_proba(x_test)
-    return proba, False
+    try:
+        model.fit(x_train, y_index)
+        fitted = model.predict_proba(x_test)
+    except (ValueError, IndexError, np.linalg.LinAlgError) as error:
+        return _class_shares(y_train, len(x_test), n_classes), f"could not be fitted ({str(error).splitlines()[0]})"
+    if not np.isfinite(fitted).all():
+        return _class_shares(y_train, len(x_test), n_classes), "gave non-finite probabilities"
+    proba = np.zeros((len(x_test), n_classes))
+    proba[:, present] = fitted
+    return proba, None
+
+
+def _class_shares(y_train: np.ndarray, rows: int, n_classes: int) -> np.ndarray:
+    """The constant prediction of a classifier that learned nothing: each class's training share."""
+    shares = np.bincount(y_train, minlength=n_classes) / len(y_train)
+    return np.tile(shares, (rows, 1))
 
 
 def stratified_split_possible(y: np.ndarray, test_fraction: float) -> bool:
@@ -242,10 +254,11 @@ def classification_utility(
 
     Returns ``{"per_classifier": {name: {auroc, auprc, accuracy, f1, degenerate}}, "average":
     {metric: mean over classifiers}}``. For a binary label the positive class is the schema's
-    second category. **Degenerate rule**: a training frame with a single class (poor synthetic
-    data can have one) cannot fit a classifier; that classifier predicts the one class with
-    probability 1, so its AUROC is 0.5 and its AUPRC the test set's positive rate, and it is
-    flagged ``"degenerate": True``. It stays in the averages: a generator that loses a class
+    second category. **Degenerate rule**: a training frame a classifier cannot learn from (a
+    single class, which poor synthetic data can have, or repeated rows it refuses) gets a
+    constant prediction, the frame's class shares, so its AUROC is 0.5 and its AUPRC the test
+    set's positive rate, and it is flagged ``"degenerate": True`` with its
+    ``"degenerate_reason"``. It stays in the averages: a generator that loses a class or collapses
     should be scored down, not skipped. Averages ignore NaN (undefined on a one-class test set).
     """
     if schema.label_kind not in ("binary", "categorical"):
@@ -258,8 +271,8 @@ def classification_utility(
     score = _binary_scores if n_classes == 2 else _multiclass_scores
     per_classifier = {}
     for name, factory in classifiers.items():
-        proba, degenerate = _fit_predict_proba(factory, x_train, y_train, x_test, n_classes, seed)
-        per_classifier[name] = {**score(y_test, proba), "degenerate": degenerate}
+        proba, reason = _fit_predict_proba(factory, x_train, y_train, x_test, n_classes, seed)
+        per_classifier[name] = {**score(y_test, proba), "degenerate": reason is not None, "degenerate_reason": reason}
     return {"per_classifier": per_classifier, "average": _average(per_classifier, CLASSIFICATION_METRICS)}
 
 
@@ -296,7 +309,8 @@ def settings_abc(
     }
     if len(synthetic) < 2:
         names = CLASSIFIERS if classifiers is None else classifiers
-        undefined = {name: {**dict.fromkeys(CLASSIFICATION_METRICS, float("nan")), "degenerate": False} for name in names}
+        undefined = {name: {**dict.fromkeys(CLASSIFICATION_METRICS, float("nan")), "degenerate": False,
+                            "degenerate_reason": None} for name in names}
         return {**scores, "C": {"per_classifier": undefined, "average": _average(undefined, CLASSIFICATION_METRICS)}}
     labels = synthetic[schema.label].astype(str).to_numpy()
     stratify = labels if stratified_split_possible(labels, synthetic_test_fraction) else None
