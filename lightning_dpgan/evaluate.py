@@ -452,8 +452,8 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
         "fidelity/tv_mean": _mean(fidelity.total_variation_per_column(real_train, synthetic, schema).values()),
         "fidelity/invented_share_mean": _mean(fidelity.invented_share_per_column(real_train, synthetic, schema).values()),
     })
-    members, _ = schema.encode(real_train)
-    non_members, _ = schema.encode(real_test)
+    members, _ = schema.encode(real_train, unknown="blank")  # every row, as training encoded it
+    non_members, _ = schema.encode(real_test, unknown="blank")
     released, _ = schema.encode(synthetic)
     if save is not None:
         save(marginals_figure(real_train, synthetic, schema), "Marginals, real vs synthetic", "marginals.png")

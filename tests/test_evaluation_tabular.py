@@ -185,6 +185,38 @@ def test_total_variation_and_invented_share_hand_computed() -> None:
     assert invented_share_per_column(real.assign(color="red"), disjoint, SCHEMA)["color"] == 1.0
 
 
+def real_rows_with_a_category_outside_the_schema() -> pd.DataFrame:
+    """Half the real rows' colour ("purple") is outside the schema, as a rare category a
+    DP-estimated list left out; training keeps such rows with the colour blank."""
+    return pd.DataFrame({"x1": [1.0, 2.0, 7.0, 8.0], "x2": [0, 1, 2, 3], "color": ["red", "red", "purple", "purple"],
+                         "y": ["no", "no", "yes", "yes"]})
+
+
+def test_the_measures_keep_real_rows_whose_category_is_outside_the_schema() -> None:
+    """Every measure scores the rows training kept, not fewer: the purple rows are all positive,
+    so leaving them out changed the task (and every utility figure) without a word."""
+    real = real_rows_with_a_category_outside_the_schema()
+    features, labels = features_and_label(real, SCHEMA)
+    assert len(features) == 4 and labels.tolist() == [0, 0, 1, 1]
+    colour = slice(2, 5)  # after x1 and x2: red, green, blue
+    assert features[2:, colour].sum() == 0 and features[:2, colour].tolist() == [[1, 0, 0], [1, 0, 0]]
+    # JSD counts the rows outside the schema as one more value, as TV does: (1/2, 0, 0, 1/2) against (1, 0, 0, 0)
+    synthetic = real.assign(color="red")
+    m = np.array([0.75, 0.25])
+    expected = 0.5 * (0.5 * np.log2(0.5 / m[0]) + 0.5 * np.log2(0.5 / m[1])) + 0.5 * np.log2(1 / m[0])
+    assert jensen_shannon_per_column(real, synthetic, SCHEMA)["color"] == pytest.approx(expected)
+    assert total_variation_per_column(real, synthetic, SCHEMA)["color"] == pytest.approx(0.5)
+    assert wasserstein_per_column(real, real.copy(), SCHEMA)["x1"] == 0.0
+
+
+def test_a_real_row_whose_label_is_outside_the_classes_is_left_out_of_utility() -> None:
+    schema = TableSchema(SCHEMA.columns[:3] + (Column("y", "categorical", categories=("no", "yes", "maybe")),),
+                         label="y", label_kind="categorical")
+    real = real_rows_with_a_category_outside_the_schema().assign(color="red", y=["no", "yes", "never", "maybe"])
+    features, labels = features_and_label(real, schema)
+    assert labels.tolist() == [0, 1, 2] and len(features) == 3
+
+
 def test_total_variation_reads_a_stepped_column_on_its_grid() -> None:
     """Off-grid synthetic values (another tool's table) count at the nearest grid value."""
     schema = TableSchema((Column("floors", "continuous", bounds=(1.0, 4.0), step=0.5),))

@@ -30,7 +30,9 @@ from lightning_dpgan.data.schema import Column, TableSchema, _category_codes
 
 
 def _encoded(frame: pd.DataFrame, schema: TableSchema) -> np.ndarray:
-    return schema.encode(frame)[0].numpy().astype(np.float64)
+    """Every row, as training encoded it: a category outside the schema (a real row's rare
+    category that a DP-estimated list left out) leaves its column blank, an all-zero block."""
+    return schema.encode(frame, unknown="blank")[0].numpy().astype(np.float64)
 
 
 def wasserstein_per_column(real: pd.DataFrame, synthetic: pd.DataFrame, schema: TableSchema) -> dict[str, float]:
@@ -53,8 +55,9 @@ def jensen_shannon_per_column(real: pd.DataFrame, synthetic: pd.DataFrame, schem
 
     DP-SACTGAN names the metric the Jensen-Shannon divergence, so this returns the squared
     ``scipy.spatial.distance.jensenshannon`` distance; frequencies are over the schema's full
-    category list, so a category the synthetic data never produces still counts. (CTAB-GAN's
-    code reports the unsquared distance, base 2: take ``sqrt`` to compare.)
+    category list, so a category the synthetic data never produces still counts, and so do the
+    rows of categories outside the list (one more value, as :func:`total_variation_per_column`
+    counts them). (CTAB-GAN's code reports the unsquared distance, base 2: take ``sqrt`` to compare.)
     Returns ``{column: JSD}``.
     """
     x_real, x_synthetic = _encoded(real, schema), _encoded(synthetic, schema)
@@ -63,9 +66,15 @@ def jensen_shannon_per_column(real: pd.DataFrame, synthetic: pd.DataFrame, schem
         if column.is_numeric:
             continue
         block = schema.column_slices[column.name]
-        p, q = x_real[:, block].mean(axis=0), x_synthetic[:, block].mean(axis=0)
+        p, q = _with_outside_share(x_real[:, block]), _with_outside_share(x_synthetic[:, block])
         out[column.name] = float(jensenshannon(p, q, base=2) ** 2)
     return out
+
+
+def _with_outside_share(one_hot: np.ndarray) -> np.ndarray:
+    """A categorical column's frequencies, the share of blank rows (outside the schema) last."""
+    shares = one_hot.mean(axis=0)
+    return np.append(shares, max(0.0, 1.0 - shares.sum()))
 
 
 def _value_codes(column: Column, series: pd.Series) -> pd.Series:

@@ -150,18 +150,21 @@ def features_and_label(frame: pd.DataFrame, schema: TableSchema) -> tuple[np.nda
     """Encode ``frame`` with the schema's fixed public map; return features ``X`` and label ``y``.
 
     Uses :meth:`TableSchema.encode`: numeric columns clipped to their public bounds and scaled to
-    [0, 1], categorical columns one-hot in the schema's category order. Rows holding a category
-    outside the schema are dropped (the schema's stated rule). ``y`` is the class index in the
-    label's category list for a categorical/binary label (so the positive class of a binary
-    label, index 1, is the schema's *second* category), and the bounds-scaled value in [0, 1]
-    for a continuous label.
+    [0, 1], categorical columns one-hot in the schema's category order. A feature holding a
+    category outside the schema is left blank (an all-zero block), as training encoded the row;
+    a row whose *label* is outside the schema's classes has no class to learn or score and is
+    left out. ``y`` is the class index in the label's category list for a categorical/binary
+    label (so the positive class of a binary label, index 1, is the schema's *second*
+    category), and the bounds-scaled value in [0, 1] for a continuous label.
     """
     if schema.label is None:
         raise ValueError("utility needs a schema with a label column")
-    encoded = schema.encode(frame)[0].numpy().astype(np.float64)
+    encoded = schema.encode(frame, unknown="blank")[0].numpy().astype(np.float64)
     block = schema.label_slice
-    features = np.delete(encoded, np.arange(block.start, block.stop), axis=1)
     label = encoded[:, block]
+    if not schema.label_column.is_numeric:
+        encoded, label = encoded[label.sum(axis=1) > 0], label[label.sum(axis=1) > 0]
+    features = np.delete(encoded, np.arange(block.start, block.stop), axis=1)
     y = label[:, 0] if schema.label_column.is_numeric else label.argmax(axis=1)
     return features, y
 
