@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 
 def save_checkpoint_atomically(trainer: L.Trainer, path: str | Path) -> Path:
@@ -56,3 +57,11 @@ class LastCheckpoint(L.Callback):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         save_checkpoint_atomically(trainer, self.path)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: Any, exception: BaseException) -> None:
+        """SIGTERM (``kill``, a scheduler's stop): Lightning stops between two training batches,
+        where the networks and the accountant are whole, so the steps since the last save are
+        kept rather than trained again. (Ctrl-C can land inside a batch: nothing is saved then.
+        In several processes a save is a collective that a stopping peer may not join: not tried.)"""
+        if isinstance(exception, SIGTERMException) and trainer.world_size == 1:
+            save_checkpoint_atomically(trainer, self.path)

@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightning_dpgan import registry
 from lightning_dpgan.config import CODE_DEFAULTS, PRIVACY_PROVIDED, ConfigError, parse_value, resolve
@@ -420,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         report_error(error)
         return 2
+    except SIGTERMException:  # Lightning's stop on SIGTERM (train said what it kept): the shell's status for it
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:  # Ctrl-C: the file being written removed its temporary copy
         if os.environ.get("LIGHTNING_DPGAN_DEBUG"):
             raise

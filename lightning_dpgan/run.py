@@ -14,6 +14,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import LambdaCallback
 from lightning.pytorch.plugins.io import CheckpointIO
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightning_dpgan import registry
 from lightning_dpgan.callbacks.budget import PrivacyBudgetStopping
@@ -562,6 +563,14 @@ class Run:
         started = time.perf_counter()
         try:
             self.trainer.fit(self.module, datamodule=self.datamodule, ckpt_path=self.config["resume"])
+        except SIGTERMException:
+            if self.trainer.is_global_zero:
+                print(f"train: {self.terminated_sentence()}", file=sys.stderr)
+            raise
+        except SystemExit:
+            if self.trainer.interrupted:  # Lightning turns Ctrl-C into exit status 1: said as an interruption
+                raise KeyboardInterrupt from None
+            raise
         except RuntimeError as error:
             if self.config["resume"] and "Error(s) in loading state_dict" in str(error):
                 raise ConfigError(
@@ -615,6 +624,16 @@ class Run:
                     "other": "a trainer limit or a signal (e.g. --trainer.max_time)"}[cause]
         of = f" of {self.config['max_steps']}" if self.config["max_steps"] else ""
         return f"training stopped after {self.module.train_steps}{of} steps: {said}"
+
+    def terminated_sentence(self) -> str:
+        """The user's line when SIGTERM stopped the run: what is kept, what is not written, and
+        how to go on."""
+        checkpoint = self.output_dir / LAST_CHECKPOINT
+        kept = (f"{checkpoint} holds them, with the privacy accountant" if self.trainer.world_size == 1 else
+                f"{checkpoint} holds the steps up to its last periodic save")
+        return (f"stopped by SIGTERM after {self.module.train_steps} steps: {kept}; privacy.json, metrics.json and "
+                f"the samples are written when the run ends. Continue it with: --config {self.output_dir / 'config.yaml'} "
+                f"--resume {checkpoint} --output-dir {self.output_dir}")
 
     def untrained_reason(self) -> str:
         """Why a run took no generator step. Its outputs are still written (they are what was

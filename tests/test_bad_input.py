@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import gzip
+import json
 import os
 import shutil
 import stat
@@ -1170,3 +1171,62 @@ def test_a_refused_runs_new_folder_holding_more_than_logs_is_kept(tmp_path):
     (out / "data").mkdir()
     _remove_made_folder(out, tmp_path / "new")
     assert (out / "data").is_dir() and (out / "logs").is_dir()
+
+
+def test_sigterm_during_training_keeps_its_steps_and_exits_143(tiny_image_data_dir, tmp_path, capsys, monkeypatch):
+    """A scheduler's stop (``kill``) mid-run: Lightning stops between two batches. The steps
+    since the last periodic save are kept in the checkpoint, with the accountant, the exit
+    status is 143 (it was 0, as if the run had finished), and a resume takes up from there."""
+    import signal
+
+    import lightning as L
+
+    from lightning_dpgan.run import Run
+
+    class TermAtStepTwo(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, *args):
+            if pl_module.train_steps == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    built = Run._callbacks
+    monkeypatch.setattr(Run, "_callbacks", lambda self: [*built(self), TermAtStepTwo()])
+    out = tmp_path / "out"
+    args = tiny_run_args(tiny_image_data_dir, out, model="dpgan", steps=6) + [
+        "--epsilon", "5", "--checkpoint_every_n_steps", "0"]
+    assert main(args) == 128 + signal.SIGTERM
+    err = capsys.readouterr().err
+    assert "train: stopped by SIGTERM after 2 steps" in err and f"--resume {out / 'checkpoints' / 'last.ckpt'}" in err
+    saved = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert saved["lightning_dpgan"]["train_steps"] == 2
+    assert not (out / "privacy.json").exists()
+
+    monkeypatch.setattr(Run, "_callbacks", built)
+    resumed = tmp_path / "resumed"
+    assert main(tiny_run_args(tiny_image_data_dir, resumed, model="dpgan", steps=6) + [
+        "--epsilon", "5", "--resume", str(out / "checkpoints" / "last.ckpt")]) == 0
+    report = json.loads((resumed / "privacy.json").read_text())
+    assert report["steps"] == 6 and report["epsilon"] <= 5
+
+
+def test_ctrl_c_during_training_says_so_and_exits_130(tiny_image_data_dir, tmp_path, capsys, monkeypatch):
+    """Lightning turns Ctrl-C into exit status 1, the status of a failure: train says it was
+    interrupted and exits 130, as sample and evaluate do."""
+    import signal
+
+    import lightning as L
+
+    from lightning_dpgan.run import Run
+
+    class InterruptAtStepTwo(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, *args):
+            if pl_module.train_steps == 2:
+                raise KeyboardInterrupt
+
+    built = Run._callbacks
+    monkeypatch.setattr(Run, "_callbacks", lambda self: [*built(self), InterruptAtStepTwo()])
+    sigint = signal.getsignal(signal.SIGINT)
+    try:
+        assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "out", steps=6)) == 130
+    finally:
+        signal.signal(signal.SIGINT, sigint)  # Lightning ignores a second Ctrl-C while it shuts down
+    assert capsys.readouterr().err.strip().endswith("train: interrupted")
