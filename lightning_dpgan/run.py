@@ -369,6 +369,12 @@ class Run:
         section["name"] = name
         self.module.run_info["privacy"] = name
         cls = registry.lookup("privacy", name).load()
+        earlier = (self.resume_info or {}).get("privacy", "none")
+        if cls is None and earlier != "none":
+            raise ConfigError(
+                f"the checkpoint {self.config['resume']} was trained with --privacy {earlier}: resumed with --privacy "
+                "none, training would go on without privacy, and the model would carry no guarantee. Resume with "
+                f"--privacy {earlier} and an --epsilon (its run's config.yaml holds both: pass it with --config)")
         if cls is None:
             if self.config["epsilon"] is not None or self.config["delta"] is not None:
                 trained = model_name(self.config)

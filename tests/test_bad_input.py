@@ -1230,3 +1230,16 @@ def test_ctrl_c_during_training_says_so_and_exits_130(tiny_image_data_dir, tmp_p
     finally:
         signal.signal(signal.SIGINT, sigint)  # Lightning ignores a second Ctrl-C while it shuts down
     assert capsys.readouterr().err.strip().endswith("train: interrupted")
+
+
+def test_a_private_checkpoint_resumed_without_its_privacy_is_refused(tiny_image_data_dir, tmp_path, capsys):
+    """The other way round (a non-private checkpoint under DP-SGD) was refused already: the
+    budget it spent cannot be known. This way the run trained on without privacy, unwarned."""
+    private = tmp_path / "private"
+    assert main(tiny_run_args(tiny_image_data_dir, private, model="wgan", steps=2) + [
+        "--privacy", "dp-sgd", "--epsilon", "5"]) == 0
+    out = tmp_path / "out"
+    args = tiny_run_args(tiny_image_data_dir, out, model="wgan", steps=4) + [
+        "--resume", str(private / "checkpoints" / "last.ckpt")]
+    assert_refused(args, capsys, "was trained with --privacy dp-sgd", "Resume with --privacy dp-sgd")
+    assert not (out / "checkpoints").exists()
