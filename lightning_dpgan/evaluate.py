@@ -285,15 +285,11 @@ def _save(figure: Any, run_dir: Path, name: str) -> str:
     return f"{FIGURES}/{name}"
 
 
-#: Images drawn per generator call when evaluating (a GPU's memory for the activations).
-SAMPLE_CHUNK = 10_000
-
-
 def _evaluate_images(run_dir: Path, datamodule: Any, held_out: Any, n: int | None, cnn_epochs: int, seed: int,
                      device: str) -> dict[str, Any]:
     from lightning_dpgan.evaluation.images import cnn_accuracy
     from lightning_dpgan.evaluation.membership import membership_inference
-    from lightning_dpgan.sampling import load_module
+    from lightning_dpgan.sampling import draw_images, load_module
 
     module = load_module(run_dir / LAST_CHECKPOINT).to(device)
     train_images, _ = datamodule.train_dataset.tensors
@@ -301,11 +297,8 @@ def _evaluate_images(run_dir: Path, datamodule: Any, held_out: Any, n: int | Non
     n = n or len(train_images)
     torch.manual_seed(seed)
     labels = module.balanced_labels(n)
-    # drawn on the evaluation device (G-PATE's 60,000 images took 21 s on 2 CPU threads), a chunk
-    # at a time so that a GPU shared with other runs holds one chunk's activations
-    synthetic = torch.cat([module.sample(min(SAMPLE_CHUNK, n - start),
-                                         None if labels is None else labels[start:start + SAMPLE_CHUNK]).cpu()
-                           for start in range(0, n, SAMPLE_CHUNK)])
+    # drawn on the evaluation device (G-PATE's 60,000 images took 21 s on 2 CPU threads)
+    synthetic = draw_images(module, n, labels)
     labels = None if labels is None else labels.cpu()
     results: dict[str, Any] = {"synthetic_records": n}
     if labels is not None:

@@ -56,7 +56,7 @@ def test_evaluation_draws_its_images_a_chunk_at_a_time_with_every_class_balanced
                                                                                  monkeypatch):
     """The generator is called a chunk at a time (160 images in chunks of 64: 64, 64, 32) and the
     CNN gets every image, on the CPU, with the balanced labels 0, 1, ..., 9, 0, ... in order."""
-    from lightning_dpgan import evaluate
+    from lightning_dpgan import sampling
     from lightning_dpgan.evaluation import images
     from lightning_dpgan.modules.base import GANModule
 
@@ -72,7 +72,7 @@ def test_evaluation_draws_its_images_a_chunk_at_a_time_with_every_class_balanced
         seen.update(images=synthetic, labels=labels)
         return {"accuracy": 0.5}
 
-    monkeypatch.setattr(evaluate, "SAMPLE_CHUNK", 64)
+    monkeypatch.setattr(sampling, "IMAGE_CHUNK", 64)
     monkeypatch.setattr(GANModule, "sample", spy_sample)
     monkeypatch.setattr(images, "cnn_accuracy", spy_cnn)
     assert main(["evaluate", "--run", str(tmp_path / "run"), "--data-dir", str(tiny_image_data_dir)]) == 0

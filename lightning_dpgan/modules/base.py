@@ -148,7 +148,8 @@ class GANModule(L.LightningModule):
         """Draw ``n`` synthetic records (in the model's [-1, 1] or [0, 1] scale).
 
         For a conditional model ``labels`` picks the classes (default: balanced classes).
-        This is the public way to draw synthetic data; it never reads training data.
+        This is the public way to draw synthetic data; it never reads training data. No
+        autograd graph is kept: a draw is for writing out, not for training.
         """
         if n < 1:
             raise ValueError(f"n must be at least 1, got {n}")
@@ -163,7 +164,8 @@ class GANModule(L.LightningModule):
         was_training = self.generator.training
         self.generator.eval()
         try:
-            return self.generator(self.sample_latent(n), labels)
+            with torch.no_grad():
+                return self.generator(self.sample_latent(n), labels)
         finally:
             self.generator.train(was_training)
 
