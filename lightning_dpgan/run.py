@@ -588,7 +588,7 @@ class Run:
         if self.trainer.is_global_zero:
             self._write_outputs(wall_time)
             print(f"train: {self.stop_sentence()}")
-            if self.module.train_steps == 0:
+            if self.module.generator_updates == 0:
                 print(f"train: warning: {self.untrained_reason()}", file=sys.stderr)
             for warning in [] if self.strategy is None else self.strategy.training_warnings():
                 print(f"train: warning: {warning}", file=sys.stderr)
@@ -645,6 +645,12 @@ class Run:
         """Why a run took no generator step. Its outputs are still written (they are what was
         released), but a user must not mistake the random initialisation for a trained model."""
         message = "no generator update was taken: the saved generator and its samples are its random initialisation"
+        every = self.module.hparams.get("discriminator_steps", 1)
+        if self.module.train_steps > 0 and self.module.generator_updates == 0:
+            epsilon = 0.0 if self.strategy is None else self.strategy.epsilon()
+            spent = f" (and spent epsilon {epsilon:.4g} on them all the same)" if epsilon > 0 else ""
+            return (f"{message}. The generator steps once every {every} training steps (--model.discriminator_steps), "
+                    f"and the run took {self.module.train_steps}{spent}: train for more steps")
         refusal = None if self.strategy is None else self.strategy.refusal
         if refusal is None:  # stopped for another reason (e.g. --trainer.max_time)
             return message

@@ -1243,3 +1243,16 @@ def test_a_private_checkpoint_resumed_without_its_privacy_is_refused(tiny_image_
         "--resume", str(private / "checkpoints" / "last.ckpt")]
     assert_refused(args, capsys, "was trained with --privacy dp-sgd", "Resume with --privacy dp-sgd")
     assert not (out / "checkpoints").exists()
+
+
+def test_a_run_too_short_for_one_generator_step_warns(tiny_image_data_dir, tmp_path, capsys):
+    """DPGAN's critic takes 5 steps per generator step: 4 training steps spend the budget and
+    leave the generator as initialised, which the run used to release without a word."""
+    out = tmp_path / "out"
+    assert main(tiny_run_args(tiny_image_data_dir, out, model="dpgan", steps=4) + ["--epsilon", "5"]) == 0
+    warning = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train: warning: no generator")]
+    assert len(warning) == 1
+    assert "once every 5 training steps" in warning[0] and "took 4" in warning[0] and "spent epsilon" in warning[0]
+    five = tmp_path / "five"
+    assert main(tiny_run_args(tiny_image_data_dir, five, model="dpgan", steps=5) + ["--epsilon", "5"]) == 0
+    assert "no generator update" not in capsys.readouterr().err

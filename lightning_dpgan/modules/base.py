@@ -185,6 +185,11 @@ class GANModule(L.LightningModule):
             records, labels = batch, None
         return records, labels
 
+    @property
+    def generator_updates(self) -> int:
+        """Generator steps in ``train_steps`` training steps: one every ``discriminator_steps``."""
+        return self.train_steps // self.hparams.discriminator_steps
+
     def training_step(self, batch: Any, batch_idx: int) -> None:
         real, labels = self.unpack_batch(batch)
         n_generated = self.generated_batch_size or real.shape[0]

@@ -203,6 +203,11 @@ class GSWGAN(WGAN):
                              f"--privacy sanitizer --privacy.num_critics {self.num_critics}")
 
     # ----------------------------------------------------------------- training
+    @property
+    def generator_updates(self) -> int:
+        """N critics: one generator step per training step (its critic's steps are within it)."""
+        return self.train_steps if self.num_critics > 1 else super().generator_updates
+
     def training_step(self, batch: Any, batch_idx: int) -> None:
         """One critic: the base class's alternation. N critics: ``batch`` is one GS-WGAN
         iteration from the strategy's loader, ``{"critic": trained, "answer": answering,
