@@ -202,6 +202,10 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
     out = Path(out)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"-n must be a whole number >= 1, got {n!r}")
+    if out.exists() and Path(checkpoint).exists() and out.samefile(checkpoint):
+        raise ValueError(f"--out {out} is the checkpoint itself: give another file")
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder: give a file in it (e.g. {out / 'synthetic.csv'})")
     if out.exists() and not overwrite:
         raise ValueError(f"--out {out} exists: give another file, or --overwrite to replace it")
     info = read_run_info(checkpoint)

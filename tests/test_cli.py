@@ -107,6 +107,21 @@ def test_sample_draws_images_a_chunk_at_a_time_keeping_no_graph(gan_run, tmp_pat
     assert np.load(out)["images"].shape == (20, 1, 28, 28)
 
 
+def test_sample_refuses_to_write_over_its_checkpoint_or_into_a_folder_name(gan_run, tmp_path, capsys):
+    """A checkpoint saved under a name ending in .npz, and --out naming it with --overwrite:
+    the checkpoint was replaced by the images."""
+    import shutil
+
+    checkpoint = tmp_path / "model.npz"
+    shutil.copy(gan_run / "checkpoints/last.ckpt", checkpoint)
+    before = checkpoint.read_bytes()
+    args = ["sample", "--checkpoint", str(checkpoint), "-n", "3", "--out", str(checkpoint), "--overwrite"]
+    assert main(args) == 2
+    assert "is the checkpoint itself" in capsys.readouterr().err and checkpoint.read_bytes() == before
+    assert main(["sample", "--checkpoint", str(checkpoint), "-n", "3", "--out", str(tmp_path)]) == 2
+    assert "is a folder: give a file in it" in capsys.readouterr().err
+
+
 def test_sample_refuses_corrupt_and_foreign_checkpoints(gan_run, tmp_path, capsys):
     corrupt = tmp_path / "corrupt.ckpt"
     corrupt.write_bytes((gan_run / "checkpoints/last.ckpt").read_bytes()[:1000])
