@@ -365,16 +365,19 @@ def refuse_unencodable(synthetic: pd.DataFrame, schema: Any) -> None:
     would describe two different tables, and none would say so."""
     from lightning_dpgan.data.schema import SchemaError
 
+    # the data's remedies (declare a column otherwise in the schema) would change the run: a
+    # synthetic table is written again instead
+    again = ("it is not as train writes it: write it again with python -m lightning_dpgan sample --checkpoint "
+             "RUN/checkpoints/last.ckpt -n N --out RUN/synthetic.csv --overwrite")
     try:
         schema.validate_frame(synthetic)  # columns, missing and infinite values, types
     except SchemaError as error:
-        raise ValueError(f"the synthetic table cannot be scored: {error}") from error
+        raise ValueError(f"the synthetic table cannot be scored: {error.problem}; {again}") from error
     try:
         schema.encode(synthetic, unknown="error")
     except SchemaError as error:
-        raise ValueError(f"the synthetic table cannot be scored: {error}. Most measures encode rows by the dataset's "
-                         "schema and would leave those rows out; give every categorical column one of the schema's "
-                         "categories") from error
+        raise ValueError(f"the synthetic table cannot be scored: {error.problem}. Most measures encode rows by the "
+                         f"dataset's schema and would leave those rows out; {again}") from error
 
 
 def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,

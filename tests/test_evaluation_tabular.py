@@ -770,3 +770,19 @@ def test_a_synthetic_category_outside_the_schema_is_refused_before_any_measure(m
     with pytest.raises(ValueError, match=r"cannot be scored: values outside the schema's categories .*'color': 150"):
         evaluate_module.evaluate_table(NoTestSplit(SCHEMA, make_table(300, 1)), synthetic, held_out=make_table(100, 2))
     assert not attacked
+
+
+@pytest.mark.parametrize("damage,problem", [
+    (lambda table: table.assign(x2=table["x2"].astype(float) + 0.5), "column 'x2' is integer but 300 rows hold fractional"),
+    (lambda table: table.assign(x1=["abc"] + list(table["x1"][1:])), "column 'x1' is continuous but holds non-numeric"),
+    (lambda table: table.assign(y=["maybe"] + list(table["y"][1:])), "the label 'y' must be binary"),
+], ids=["fraction-in-integer", "text-in-numeric", "third-label-class"])
+def test_a_damaged_synthetic_table_is_told_to_be_written_again_not_the_schema_changed(damage, problem):
+    """The data's remedies ("declare the column continuous in the schema") would change a
+    finished run: a synthetic table that train did not write is to be sampled again."""
+    with pytest.raises(ValueError) as refused:
+        evaluate_module.evaluate_table(NoTestSplit(SCHEMA, make_table(300, 1)), damage(make_table(300, 3)),
+                                       held_out=make_table(100, 2))
+    message = str(refused.value)
+    assert problem in message and "write it again with python -m lightning_dpgan sample" in message
+    assert "declare" not in message and "schema file" not in message

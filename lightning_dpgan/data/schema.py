@@ -65,8 +65,17 @@ class SchemaError(ValueError):
     """A schema that is inconsistent, or a frame that does not fit its schema.
 
     Messages name the offending columns (and row counts) so the data holder can fix the data or
-    the schema without guessing.
+    the schema without guessing. ``problem`` is the message without its remedy, for a caller
+    whose remedy differs (a synthetic table is written again, not fixed in a schema).
     """
+
+    def __init__(self, message: str, problem: str | None = None) -> None:
+        super().__init__(message)
+        self.problem = message if problem is None else problem
+
+
+def _refusal(problem: str, remedy: str) -> SchemaError:
+    return SchemaError(f"{problem}: {remedy}", problem=problem)
 
 
 def _python_scalar(value: Any) -> Any:
@@ -555,9 +564,10 @@ class TableSchema:
         "3 test rows"), with ``examples`` of them and a ``note`` on when the rows were checked."""
         classes = list(self.label_column.categories)
         yaml_booleans = f"; {YAML_BOOLEANS}" if self.label in self.boolean_category_columns() else ""
-        return SchemaError(
+        return _refusal(
             f"the label '{self.label}' must be binary with classes {classes}, but {rows} hold other values"
-            f"{f' ({examples})' if examples else ''}: fix or drop those rows{f' ({note})' if note else ''}, or, with a "
+            f"{f' ({examples})' if examples else ''}",
+            f"fix or drop those rows{f' ({note})' if note else ''}, or, with a "
             f"schema file, declare the label categorical with all its classes there{yaml_booleans}"
         )
 
@@ -652,20 +662,20 @@ def _check_dtype(column: Column, series: pd.Series) -> None:
         if not numeric:
             remedy = ("list the column with --data.categorical if it is categorical" if estimated
                       else "with a schema file, declare the column categorical there if it is")
-            raise SchemaError(f"column '{column.name}' is {column.kind} but holds non-numeric values "
-                              f"({non_numeric_examples(series)}): fix those values in the data, or {remedy}")
+            raise _refusal(f"column '{column.name}' is {column.kind} but holds non-numeric values "
+                           f"({non_numeric_examples(series)})", f"fix those values in the data, or {remedy}")
         values = series.to_numpy(dtype=np.float64)
         finite = np.isfinite(values)
         if not finite.all():  # clipped to a bound, an infinity would pass for the bound itself
             count = int((~finite).sum())
-            raise SchemaError(f"column '{column.name}' holds infinite values ({count} row{'s' if count > 1 else ''}: "
-                              f"{row_examples(series[~finite])}): fix or drop those rows first")
+            raise _refusal(f"column '{column.name}' holds infinite values ({count} row{'s' if count > 1 else ''}: "
+                           f"{row_examples(series[~finite])})", "fix or drop those rows first")
         if column.kind == "integer":
             fractional = int((values[finite] != np.round(values[finite])).sum())
             if fractional:
                 remedy = "leave it out of --data.integer" if estimated else "declare the column continuous in the schema"
-                raise SchemaError(f"column '{column.name}' is integer but {fractional} rows hold fractional values: "
-                                  f"round them in the data, or {remedy}")
+                raise _refusal(f"column '{column.name}' is integer but {fractional} rows hold fractional values",
+                               f"round them in the data, or {remedy}")
         return
     if all(isinstance(c, str) for c in column.categories) and numeric:
         raise SchemaError(f"column '{column.name}' has string categories but holds numbers (dtype {series.dtype})")
