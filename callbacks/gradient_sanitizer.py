@@ -74,6 +74,7 @@ critic steps + one generator step); with one critic it stays one critic step.
 """
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
@@ -84,7 +85,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_dpgan.callbacks.strategy import CalibratedNoiseStrategy
-from lightning_dpgan.callbacks.teachers import available_memory
+from lightning_dpgan.callbacks.teachers import available_memory, drawn_with_replacement
 from lightning_dpgan.data.partition import PartitionedSampler
 from lightning_dpgan.distributed import batches_per_process, world_size
 from lightning_dpgan.privacy.accountants import (
@@ -98,6 +99,8 @@ from lightning_dpgan.privacy.analysis.subsampling import selected_critic_gaussia
 from lightning_dpgan.privacy.gradient_sanitizer import GradientSanitizerMechanism, effective_noise_multiplier
 from lightning_dpgan.privacy.slots import GradientSanitizer as GradientSanitizerSlot
 from lightning_dpgan.privacy.validation import validate_positive
+
+log = logging.getLogger(__name__)
 
 #: Peak memory of N critics in multiples of their parameters' bytes: the parameters and Adam's two
 #: moments (gradients exist for the critic in training only).
@@ -244,6 +247,8 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         datamodule = trainer.datamodule
         partitions = datamodule.partitions(self.num_critics, self.partition_seed)
         smallest = min(len(part) for part in partitions)
+        if batch_size > smallest:
+            log.warning(drawn_with_replacement("critic", batch_size, smallest, "--batch-size"))
         records, *rest = datamodule.train_dataset.tensors
         labels = rest[0] if rest and getattr(pl_module, "num_classes", None) else None
         self.sampler = CriticSampler(records, partitions, batch_size, labels=labels,

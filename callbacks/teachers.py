@@ -120,6 +120,14 @@ def check_teacher_memory(teachers: int, per_teacher: int, device: torch.device, 
         f"{ways_out}")
 
 
+def drawn_with_replacement(member: str, batch_size: int, smallest: int, flag: str) -> str:
+    """The warning for minibatches larger than a partition (teachers', GS-WGAN's critics'):
+    each is drawn from its own records with replacement, so it repeats some of them."""
+    return (f"each {member}'s minibatch of {batch_size} records is drawn with replacement from its partition, the "
+            f"smallest of which holds {smallest}: records repeat within a minibatch. A {flag} of at most "
+            f"{smallest} draws without")
+
+
 def train_chunk(batch_size: int) -> int:
     """Teachers per slice when they train a slice at a time (:data:`TRAIN_CHUNK_RECORDS` records)."""
     return max(1, TRAIN_CHUNK_RECORDS // max(1, batch_size))
@@ -190,6 +198,8 @@ class TeacherStrategy(PrivacyStrategy):
         smallest = min(len(part) for part in partitions)
         if self.teacher_batch_size is None:
             self.teacher_batch_size = self.default_teacher_batch_size(smallest)
+        if self.teacher_batch_size > smallest:
+            log.warning(drawn_with_replacement("teacher", self.teacher_batch_size, smallest, "--privacy.teacher_batch_size"))
         records, *rest = datamodule.train_dataset.tensors
         labels = rest[0] if rest and getattr(pl_module, "num_classes", None) else None
         self.sampler = PartitionedSampler(records, partitions, self.teacher_batch_size, labels=labels,

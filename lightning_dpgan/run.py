@@ -216,6 +216,7 @@ class Run:
         self.datamodule = self._build_datamodule()
         self.module = self._build_module()
         self.strategy = self._build_privacy()
+        self._warn_of_unused_batch_size()
         self._check_quail_is_private()
         if not self.is_image:
             # every row of the split trains, a category outside the schema's list left blank: the
@@ -230,6 +231,18 @@ class Run:
         self.labeler = self._build_labeler()
 
     # ------------------------------------------------------------------ parts
+    def _warn_of_unused_batch_size(self) -> None:
+        """A teacher strategy's loader replaces the datamodule's: each teacher trains on
+        ``--privacy.teacher_batch_size`` records a step, whatever ``--batch-size`` says."""
+        from lightning_dpgan.callbacks.teachers import TeacherStrategy
+
+        given = self.config["data"].get("batch_size")
+        if not isinstance(self.strategy, TeacherStrategy) or given is None or given == self.strategy.teacher_batch_size:
+            return
+        used = self.strategy.teacher_batch_size or "its default"
+        print(f"train: warning: --batch-size {given} is not used by --privacy {self.strategy.name}: each teacher "
+              f"trains on --privacy.teacher_batch_size records a step ({used})", file=sys.stderr)
+
     def _check_quail_is_private(self) -> None:
         """QUAIL's budget split needs a target and a private synthesizer: refused before the other
         settings checks, whose remedies would not matter."""

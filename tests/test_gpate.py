@@ -711,3 +711,18 @@ def test_the_memory_check_reserves_more_on_the_host_than_on_a_gpu(monkeypatch):
     teachers.check_teacher_memory(k, per_teacher, torch.device("cuda"))  # 8x needed: fits
     with pytest.raises(teachers.TeacherMemoryError, match=r"10x their parameters"):
         teachers.check_teacher_memory(k, per_teacher, torch.device("cpu"))
+
+
+def test_a_batch_size_the_teachers_never_read_and_minibatches_larger_than_a_partition_are_said(
+        tiny_image_data_dir, tmp_path, capsys, caplog):
+    """--batch-size does not reach G-PATE's teachers (their loader draws teacher_batch_size records
+    from each partition), and 30 records from partitions of 20 repeat some: both were silent."""
+    args = gpate_args(tiny_image_data_dir, tmp_path / "run", "--batch-size", "1000", "--max-steps", "1",
+                      "--epsilon", "50")
+    args[args.index("--privacy.teacher_batch_size") + 1] = "30"
+    with caplog.at_level("WARNING"):
+        assert main(["train", *args]) == 0
+    assert ("--batch-size 1000 is not used by --privacy gpate: each teacher trains on --privacy.teacher_batch_size "
+            "records a step (30)") in capsys.readouterr().err
+    assert "each teacher's minibatch of 30 records is drawn with replacement" in caplog.text
+    assert "smallest of which holds 20" in caplog.text

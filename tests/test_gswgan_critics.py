@@ -517,3 +517,13 @@ def test_the_critic_strategy_restores_its_samplers_draws_and_refuses_other_recor
         return strategy
 
     assert_resume_restores_sampler_draws(strategy_over)
+
+
+def test_critic_minibatches_larger_than_a_partition_are_said_to_repeat_records(tiny_image_data_dir, tmp_path, caplog):
+    """160 records among the critics leave each fewer than a --batch-size of 64: their minibatches
+    are drawn with replacement, which used to happen without a word."""
+    args = critic_args(tiny_image_data_dir, tmp_path / "run", 1)
+    args[args.index("--batch-size") + 1] = "64"
+    with caplog.at_level("WARNING"):
+        assert main(args) == 0
+    assert "each critic's minibatch of 64 records is drawn with replacement" in caplog.text
