@@ -513,6 +513,36 @@ def test_calibration_reports_an_unreachable_target():
         calibrate_noise_multiplier(1e-4, DELTA, sample_rate=1.0, steps=100)
 
 
+def test_a_target_below_what_the_rdp_orders_can_certify_names_that_floor_not_fewer_steps():
+    """However much noise, zero Renyi divergence converts (Balle et al. 2020, as Opacus does) to
+    min over orders of -(log delta + log a)/(a - 1) + log((a - 1)/a): about 0.0035 at 1e-5 with
+    orders up to 1024. One step at q = 1e-4 cannot go below it either, so 'train for fewer steps
+    or with a smaller sample rate' was advice that could not help."""
+    from lightning_dpgan.privacy.accountants.opacus_adapter import rdp_epsilon_floor
+    from lightning_dpgan.privacy.analysis.rdp import DEFAULT_ORDERS
+
+    orders = np.asarray(DEFAULT_ORDERS, dtype=float)
+    expected = np.min(-(np.log(DELTA) + np.log(orders)) / (orders - 1) + np.log((orders - 1) / orders))
+    assert rdp_epsilon_floor(DELTA) == pytest.approx(expected, rel=1e-9)
+    with pytest.raises(ValueError) as refused:
+        calibrate_noise_multiplier(0.001, DELTA, sample_rate=1e-4, steps=1)
+    assert f"certifies no less than epsilon {expected:.3g}" in str(refused.value)
+    assert "fewer steps" not in str(refused.value)
+
+
+def test_the_selected_critic_calibration_probes_warn_of_no_order():
+    """Its bisection's small-noise probes reach their best epsilon at the grid's smallest order:
+    Opacus' "Optimal order is the smallest alpha" spoke of a probe in every N-critic run's log."""
+    import warnings
+
+    from lightning_dpgan.privacy.accountants.subsampled_without_replacement import calibrate_selected_critic_noise
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        calibrate_selected_critic_noise(10, 1e-5, 8, 10)
+    assert not [w for w in caught if "Optimal order" in str(w.message)]
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [

@@ -104,6 +104,14 @@ def _one_step_rdp(noise_multiplier: float, sample_rate: float) -> np.ndarray:
     return rdp
 
 
+def rdp_epsilon_floor(delta: float) -> float:
+    """The smallest epsilon the RDP accountant reports at ``delta``, whatever the noise: its
+    conversion of zero Rényi divergence on the order grid (about log(1/delta) / max order)."""
+    with search_probe_warnings_silenced():  # the largest order is the best one here by construction
+        epsilon, _ = get_privacy_spent(orders=_ORDERS, rdp=np.zeros(len(_ORDERS)), delta=delta)
+    return max(float(epsilon), 0.0)
+
+
 def calibrate_noise_multiplier(
     target_epsilon: float,
     delta: float,
@@ -141,6 +149,12 @@ def calibrate_noise_multiplier(
                 **orders,
             )
     except ValueError as error:
+        floor = rdp_epsilon_floor(delta) if kind == "rdp" else 0.0
+        if target_epsilon <= floor:  # no noise, steps or sample rate can help: the orders end there
+            raise ValueError(
+                f"cannot reach epsilon={target_epsilon} at delta={delta}: however much noise is added, the RDP "
+                f"accountant (orders up to {max(_ORDERS):g}) certifies no less than epsilon {floor:.3g} at that delta. "
+                "Raise the target epsilon to more than that, or the delta") from error
         raise ValueError(
             f"cannot reach epsilon={target_epsilon} at delta={delta} with {steps} steps at "
             f"sample rate {sample_rate} ({kind} accounting): even a noise multiplier of 1e6 "

@@ -35,11 +35,12 @@ DEFAULT_ORDERS: tuple[float, ...] = tuple(float(a) for a in RDPAccountant.DEFAUL
 
 @contextmanager
 def search_probe_warnings_silenced() -> Iterator[None]:
-    """Around a search for σ: its probes far from the answer reach their best ε at the grid's
-    last order, and Opacus' "Optimal order is the largest alpha" then speaks of a probe, not of
-    any reported figure. Silenced for that message alone; a report on the σ found still warns."""
+    """Around a search for σ: its probes far from the answer reach their best ε at one end of
+    the order grid, and Opacus' "Optimal order is the largest alpha" (or "smallest") then
+    speaks of a probe, not of any reported figure. Silenced for those messages alone; a report
+    on the σ found still warns."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Optimal order is the largest alpha", category=UserWarning)
+        warnings.filterwarnings("ignore", message="Optimal order is the (largest|smallest) alpha", category=UserWarning)
         yield
 
 
