@@ -146,6 +146,39 @@ def check_same_preprocessing_cost(current: dict[str, Any], saved: dict[str, Any]
     )
 
 
+#: datamodule settings that shape what a table's DP preprocessing released (the estimated schema,
+#: the DP modes): a resume reuses the checkpoint's release, so another value would go unused
+RELEASE_SETTINGS = ("bounds_epsilon", "bounds_delta", "modes_epsilon", "max_modes", "histogram_bins",
+                    "histogram_threshold", "calibrate_marginals")
+
+
+def release_settings(datamodule: Any, quail: Any) -> dict[str, Any]:
+    """The settings behind a table run's released preprocessing and QUAIL's label model, as
+    ``{"data.modes_epsilon": 0.1, "quail.epochs": 10, ...}`` (the values in effect, defaults included)."""
+    hparams = dict(getattr(datamodule, "hparams", None) or {})
+    settings = {f"data.{key}": getattr(datamodule, key, hparams.get(key)) for key in RELEASE_SETTINGS}
+    if quail is not None:
+        trained = quail.settings
+        settings.update({"quail.label_model": quail.label_model, "quail.hidden": list(quail.hidden),
+                         "quail.epochs": trained.epochs, "quail.batch_size": trained.batch_size,
+                         "quail.lr": trained.lr, "quail.max_grad_norm": trained.max_grad_norm})
+    return {key: value for key, value in settings.items() if value is not None}
+
+
+def check_same_release_settings(current: dict[str, Any], saved: dict[str, Any] | None, checkpoint: str | Path) -> None:
+    """Refuse a resume that gives the released preprocessing or label model other settings: the
+    checkpoint's release is reused (at no further cost), so they would go unused while this
+    run's config.yaml recorded them. Checkpoints written before the settings were kept pass."""
+    if saved is None:
+        return
+    differing = [f"--{key} {current[key]} (the checkpoint's: {saved[key]})" for key in sorted(saved)
+                 if key in current and current[key] != saved[key]]
+    if differing:
+        raise ConfigError(
+            f"the checkpoint {checkpoint} reuses the preprocessing (or label model) it released, so this resume's "
+            f"{', '.join(differing)} would not be used: resume with the checkpoint's settings (its run's config.yaml has them)")
+
+
 #: datamodule settings that decide which records are trained on (and which are held out for the
 #: test and dev splits): a resumed run must keep them, or records scored as held out were trained on
 SPLIT_SETTINGS = ("dev_fraction", "split_seed", "test_fraction")
@@ -345,6 +378,8 @@ class Run:
                 check_same_encoding(datamodule, self.resume_info.get("table_transformer"), self.config["resume"])
                 check_same_preprocessing_cost(datamodule.privacy_cost(), self.resume_info.get("preprocessing_cost"),
                                               self.config["resume"])
+                check_same_release_settings(release_settings(datamodule, self.quail),
+                                            self.resume_info.get("release_settings"), self.config["resume"])
         return datamodule
 
     def _build_module(self) -> Any:
@@ -363,6 +398,7 @@ class Run:
             # Public by construction (or paid for with the DP-bounds budget): `sample` needs it to decode.
             module.run_info["schema"] = self.datamodule.schema.to_dict()
             module.run_info["preprocessing_cost"] = self.datamodule.privacy_cost()
+            module.run_info["release_settings"] = release_settings(self.datamodule, self.quail)
             module.run_info["train_rows_digest"] = self.datamodule.train_rows_digest()  # PRIVATE_RUN_INFO: the checkpoint only
             if getattr(self.datamodule, "table_transformer", None) is not None:
                 # DP modes and frequencies (their cost is in preprocessing_cost): needed to decode.

@@ -142,6 +142,21 @@ def test_a_resume_under_other_encoding_declarations_is_refused(tmp_path, capsys)
                          "--data.discrete_columns", "grade")) == 0
 
 
+def test_a_resume_giving_the_released_dp_modes_other_settings_is_refused(tmp_path, capsys):
+    """The checkpoint's DP modes are reused at no further cost: a resume's --data.modes_epsilon
+    0.5 was ignored while its config.yaml recorded it, as if the modes had been estimated again."""
+    first = tmp_path / "first"
+    assert main(run_args("dpctgan", "king", first, 2)) == 0
+    resume = ("--resume", str(first / "checkpoints" / "last.ckpt"))
+    other = tmp_path / "other"
+    assert main(run_args("dpctgan", "king", other, 4, *resume, "--data.modes_epsilon", "0.5",
+                         "--data.histogram_threshold", "3")) == 2
+    err = capsys.readouterr().err
+    assert "--data.modes_epsilon 0.5 (the checkpoint's: 0.1)" in err and "--data.histogram_threshold 3" in err
+    assert not (other / "checkpoints").exists()
+    assert main(run_args("dpctgan", "king", tmp_path / "same", 4, *resume)) == 0
+
+
 def test_models_that_need_the_mode_specific_encoding_refuse_images_and_other_encodings(tmp_path, capsys):
     assert main(run_args("dpctgan", "adult", tmp_path / "a", 4, "--data.encoding", "minmax")) != 0
     assert "needs --data.encoding mode-specific" in capsys.readouterr().err
