@@ -270,13 +270,20 @@ def _settings_text(config: dict[str, Any]) -> str | None:
     return text if yaml.safe_load(text) == config else None
 
 
+def _prepend_earlier_steps(run: Any, output_dir: Path, previous: Path | None) -> None:
+    """A continued run's step log after ``run`` trained in ``output_dir`` (the earlier one's in ``previous``)."""
+    from lightning_dpgan import run_folder
+
+    run_folder.prepend_earlier_steps(output_dir, previous, took_steps=run.module.train_steps > run.resumed_steps)
+
+
 def _train(config: dict[str, Any], shared: str | None = None) -> Path:
     """``train`` in this process; ``shared``: rank 0's settings for the processes its trainer starts."""
     from lightning_dpgan.distributed import launched_as_follower
     from lightning_dpgan.run import Run
     from lightning_dpgan import run_folder
 
-    output_dir, previous, created = _output_dir(config), None, None
+    output_dir, previous, created, run = _output_dir(config), None, None, None
     continued = run_folder.continues_run_in(output_dir, config["resume"])
     if not launched_as_follower():  # a DDP run's other processes share rank 0's folder
         run_folder.check_output_dir(output_dir, config["resume"], config["overwrite"])
@@ -293,9 +300,14 @@ def _train(config: dict[str, Any], shared: str | None = None) -> Path:
                 run_folder.restore_outputs(output_dir, previous)
             elif created is not None:
                 _remove_made_folder(output_dir, created)
+        elif continued and run is not None and run.trainer.is_global_zero:
+            # an interrupted continuation (Ctrl-C, SIGTERM): its step log starts with the earlier
+            # run's steps all the same, so that the next continuation carries them on
+            with contextlib.suppress(Exception):
+                _prepend_earlier_steps(run, output_dir, previous)
         raise
     if continued and run.trainer.is_global_zero:
-        run_folder.prepend_earlier_steps(output_dir, previous, took_steps=run.module.train_steps > run.resumed_steps)
+        _prepend_earlier_steps(run, output_dir, previous)
     if config["evaluate"] and run.trainer.is_global_zero:
         from lightning_dpgan.evaluate import evaluate_run
 
