@@ -635,8 +635,10 @@ class Run:
             raise
         wall_time = time.perf_counter() - started
         if self.trainer.is_global_zero:
-            self._write_outputs(wall_time)
+            report = self._write_outputs(wall_time)
             print(f"train: {self.stop_sentence()}")
+            if report.get("epsilon") is not None:
+                print(f"train: {self.privacy_sentence(report)}")
             if self.module.generator_updates == 0:
                 print(f"train: warning: {self.untrained_reason()}", file=sys.stderr)
             for warning in [] if self.strategy is None else self.strategy.training_warnings():
@@ -679,6 +681,12 @@ class Run:
                     "other": "a trainer limit or a signal (e.g. --trainer.max_time)"}[cause]
         of = f" of {self.config['max_steps']}" if self.config["max_steps"] else ""
         return f"training stopped after {self.module.train_steps}{of} steps: {said}"
+
+    def privacy_sentence(self, report: dict[str, Any]) -> str:
+        """The user's line on what the run spent (the figure ``privacy.json`` reports, unrounded there)."""
+        target = report.get("target_epsilon")
+        of = f" of --epsilon {target:g}" if target is not None else ""
+        return f"privacy: epsilon {report['epsilon']:.4g}{of} at delta {report['delta']:g} ({self.output_dir / 'privacy.json'})"
 
     def terminated_sentence(self) -> str:
         """The user's line when SIGTERM stopped the run: what is kept, what is not written, and
@@ -742,9 +750,10 @@ class Run:
                               f"({taken} itself takes no step: it only writes the outputs of a run stopped after its "
                               "last checkpoint).")
 
-    def _write_outputs(self, wall_time: float) -> None:
+    def _write_outputs(self, wall_time: float) -> dict[str, Any]:
         """The released data first, ``privacy.json`` last: a run folder holding a fresh
-        ``privacy.json`` is complete, even after a failed write (e.g. a full disk)."""
+        ``privacy.json`` is complete, even after a failed write (e.g. a full disk). Returns the
+        privacy report written."""
         metrics = self.metrics(wall_time)
         if self.is_image:
             write_png(self.output_dir / "samples.png", sample_grid(self.module, self.config["sample_columns"]))
@@ -753,8 +762,10 @@ class Run:
             chunks = synthetic_row_chunks(self.module, self.datamodule, self.labeler, rows)
             write_csv_chunks(self.output_dir / "synthetic.csv", chunks)
         write_json(self.output_dir / "metrics.json", metrics)
-        write_json(self.output_dir / "privacy.json", self.privacy_report())
+        report = self.privacy_report()
+        write_json(self.output_dir / "privacy.json", report)
         publish_run(self.trainer.logger, self.output_dir, metrics)
+        return report
 
     def privacy_report(self) -> dict[str, Any]:
         if self.strategy is None:

@@ -616,3 +616,19 @@ def test_the_mechanism_clips_to_the_reported_bound_and_divides_by_the_charged_ba
     assert report["max_grad_norm"] == 0.7 and report["sample_rate"] == pytest.approx(BATCH / TRAIN_RECORDS)
     assert mechanism.max_grad_norm == 0.7 and mechanism._optimizer.max_grad_norm == 0.7
     assert mechanism.expected_batch_size == BATCH and mechanism._optimizer.expected_batch_size == BATCH
+
+
+def test_train_ends_with_the_epsilon_it_spent(tiny_image_data_dir, tmp_path, capsys):
+    """DPGAN and GS-WGAN printed no epsilon at the end: the figure was in privacy.json and the
+    progress bar alone (rounded there, 5.000 for 4.996)."""
+    import json
+
+    from lightning_dpgan.cli import main
+    from run_helpers import tiny_run_args
+
+    out = tmp_path / "run"
+    assert main(tiny_run_args(tiny_image_data_dir, out, model="dpgan", steps=5) + ["--epsilon", "5"]) == 0
+    report = json.loads((out / "privacy.json").read_text())
+    line = [line for line in capsys.readouterr().out.splitlines() if line.startswith("train: privacy:")]
+    assert line == [f"train: privacy: epsilon {report['epsilon']:.4g} of --epsilon 5 at delta {report['delta']:g} "
+                    f"({out / 'privacy.json'})"]
