@@ -36,11 +36,14 @@ def _checkpoint_record(path: str | Path) -> dict[str, Any]:
                               f"e.g. {path / LAST_CHECKPOINT}")
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
+    if not zipfile.is_zipfile(path):  # torch.load's own words would advise re-saving it for mmap
+        raise CheckpointError(f"{path} is not a readable checkpoint (corrupt or truncated?): it "
+                              f"is not the zip archive torch.save writes. {_CHECKPOINT_HINT}")
     try:
         checkpoint = read_checkpoint(path)
     except Exception as error:  # torch.load of a foreign file: RuntimeError, UnpicklingError, KeyError, ...
-        raise CheckpointError(f"{path} is not a readable checkpoint (corrupt or truncated?): {type(error).__name__}: {error}. "
-                              f"{_CHECKPOINT_HINT}") from error
+        raise CheckpointError(f"{path} is not a readable checkpoint (corrupt or truncated?): {type(error).__name__}: "
+                              f"{_first_line(error)}. {_CHECKPOINT_HINT}") from error
     info = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
     if not isinstance(info, dict) or not isinstance(info.get("run"), dict) or "model" not in info["run"]:
         raise CheckpointError(f"{path} was not written by lightning-dpgan's train (no run information in it). "
@@ -49,6 +52,11 @@ def _checkpoint_record(path: str | Path) -> dict[str, Any]:
 
 
 _CHECKPOINT_HINT = "Pass the checkpoints/last.ckpt that train wrote in its --output-dir."
+
+
+def _first_line(error: BaseException) -> str:
+    """A library's error, quoted inside a sentence of ours: its first line, without a final period."""
+    return (str(error).splitlines() or [""])[0].rstrip(". ")
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -73,9 +81,10 @@ def verify_checkpoint_bytes(path: str | Path) -> None:
             damaged = archive.testzip()
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
         raise CheckpointError(f"{path} is not a readable checkpoint (corrupt or truncated?): {type(error).__name__}: "
-                              f"{error}. {_CHECKPOINT_HINT}") from error
+                              f"{_first_line(error)}. {_CHECKPOINT_HINT}") from error
     if damaged is not None:
-        raise CheckpointError(f"{path} is corrupt: its record {damaged} does not match the checksum it was written "
+        record = damaged.split("/", 1)[-1]  # under the archive's folder, named after the file torch.save wrote
+        raise CheckpointError(f"{path} is corrupt: its record {record} does not match the checksum it was written "
                               "with, so its weights cannot be trusted. Restore the file from a copy, or train again.")
 
 

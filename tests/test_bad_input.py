@@ -737,7 +737,8 @@ def damaged_checkpoints(image_run: Path, folder: Path) -> dict[str, tuple[Path, 
     (folder / "bitflip.ckpt").write_bytes(with_a_bit_flipped_in_its_largest_tensor(good))
     return {
         "truncated": (folder / "truncated.ckpt", "is not a readable checkpoint (corrupt or truncated?)"),
-        "text": (folder / "text.ckpt", "is not a readable checkpoint (corrupt or truncated?)"),
+        "text": (folder / "text.ckpt", "is not a readable checkpoint (corrupt or truncated?): it is not the zip archive "
+                                       "torch.save writes. Pass the checkpoints/last.ckpt"),  # not torch's mmap advice
         "foreign": (folder / "foreign.ckpt", "was not written by lightning-dpgan's train"),
         "missing": (folder / "absent.ckpt", "checkpoint not found"),
         "bitflip": (folder / "bitflip.ckpt", "does not match the checksum it was written with"),
@@ -774,6 +775,7 @@ def test_resume_checkpoint_check_refuses_damaged_and_foreign_files(image_run, tm
     assert message in str(excinfo.value) and str(path) in str(excinfo.value)
     if kind == "bitflip":
         assert "Restore the file from a copy, or train again" in str(excinfo.value)
+        assert "its record data/" in str(excinfo.value) and ".tmp" not in str(excinfo.value)  # not the file saved to
     elif kind != "missing":
         assert "checkpoints/last.ckpt" in str(excinfo.value)  # what to pass instead
 
