@@ -102,9 +102,10 @@ def resume_checkpoint(path: str | Path, model: str, dataset: str, quail: bool = 
                               "with the model it was trained with (--model quail for a QUAIL run), or drop --resume.")
     theirs = (info.get("model"), info.get("dataset"))
     if theirs != (model, dataset):
+        flag = "--model quail --quail-synthesizer" if quail else "--model"  # a QUAIL run's model is its synthesizer
         raise CheckpointError(
-            f"--resume {path} is a checkpoint of --model {theirs[0]} --dataset {theirs[1]}, but this run is "
-            f"--model {model} --dataset {dataset}. Resume with the model and dataset it was trained with, "
+            f"--resume {path} is a checkpoint of {flag} {theirs[0]} --dataset {theirs[1]}, but this run is "
+            f"{flag} {model} --dataset {dataset}. Resume with the model and dataset it was trained with, "
             "or drop --resume to start a new run."
         )
     verify_checkpoint_bytes(path)

@@ -482,6 +482,10 @@ def test_a_resumed_quail_run_reuses_its_label_model_and_pays_for_it_once(tmp_pat
              "--resume", checkpoint]
     assert main(alone) == 2
     assert "is a QUAIL run's checkpoint" in capsys.readouterr().err
+    # another synthesizer is named by the flag that chose it
+    assert main(quail_args(tmp_path / "other", "dpgan", "adult", 8, 8.0, "--resume", checkpoint)) == 2
+    assert ("a checkpoint of --model quail --quail-synthesizer dpctgan --dataset adult, but this run is --model quail "
+            "--quail-synthesizer dpgan") in capsys.readouterr().err
 
     def retrain(*args, **kwargs):
         raise AssertionError("the label model was trained again on resume")
