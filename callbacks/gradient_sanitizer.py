@@ -354,12 +354,20 @@ class GradientSanitizer(CalibratedNoiseStrategy):
             self.selector.set_state(state_dict["selector"])
 
     # --------------------------------------------------------------- report
+    def segment(self) -> dict[str, Any]:
+        """Also the noise multiplier and B this segment's generator steps were sanitized with."""
+        return {**super().segment(), "noise_multiplier": self.noise_multiplier,
+                "generated_batch_size": self.generated_batch_size}
+
     def report_parameters(self) -> dict[str, Any]:
         effective = self.last_step_params()["noise_multiplier"] if self.generated_batch_size else None
+        # the last segment that took steps (a resume that took none adds no segment): its sigma
+        # and B are those of the effective multiplier beside them, not this resume's settings
+        last = self.segments()[-1] if self.segments() else {}
         report = {
-            "noise_multiplier": self.noise_multiplier,
+            "noise_multiplier": last.get("noise_multiplier", self.noise_multiplier),
             "max_norm": self.max_norm,
-            "generated_batch_size": self.generated_batch_size,
+            "generated_batch_size": last.get("generated_batch_size", self.generated_batch_size),
             "effective_noise_multiplier": effective,
             "calibrated_for_steps": self.calibrated_for_steps,
             "generator_steps": len(self.accountant),
