@@ -786,3 +786,14 @@ def test_a_damaged_synthetic_table_is_told_to_be_written_again_not_the_schema_ch
     message = str(refused.value)
     assert problem in message and "write it again with python -m lightning_dpgan sample" in message
     assert "declare" not in message and "schema file" not in message
+
+
+def test_synthetic_values_outside_the_bounds_are_scored_clipped_and_said(capsys):
+    """train never writes them: a table made elsewhere, or edited. A synthetic x1 of 500 (bounds
+    0 to 10) used to be scored as 10 without a word."""
+    synthetic = make_table(300, 3)
+    synthetic.loc[synthetic.index[:4], "x1"] = 500.0
+    evaluate_module.refuse_unencodable(synthetic, SCHEMA)
+    assert "values outside the schema's bounds (per column: {'x1': 4})" in capsys.readouterr().err
+    evaluate_module.refuse_unencodable(make_table(300, 3), SCHEMA)
+    assert "bounds" not in capsys.readouterr().err
