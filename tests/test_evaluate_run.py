@@ -412,3 +412,15 @@ def test_a_collapsed_table_of_one_repeated_row_is_scored_not_a_crash(tmp_path, c
     warning = [line for line in capsys.readouterr().err.splitlines() if "setting B:" in line]
     assert len(warning) == 1 and "gaussian_nb gave non-finite probabilities" in warning[0]
     assert "lda could not be fitted" in warning[0] and "scored as a constant prediction" in warning[0]
+
+
+def test_the_reports_per_column_table_keeps_a_column_whose_name_holds_a_slash(tmp_path):
+    """``fidelity/wasserstein/speed km/h`` split at every slash had four parts and was dropped
+    from report.md's per-column table."""
+    from lightning_dpgan.evaluation.report import write_report
+
+    evaluation = {"fidelity/wasserstein/speed km/h": 0.25, "fidelity/wasserstein/age": 0.5,
+                  "fidelity/jsd/speed km/h": 0.125}
+    report = write_report(tmp_path, evaluation, None, {}).read_text()
+    per_column = report.split("## Per column")[1]
+    assert "| speed km/h | 0.25 | 0.125 |" in per_column and "| age | 0.5 | n/a |" in per_column

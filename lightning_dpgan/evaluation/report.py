@@ -151,7 +151,7 @@ def _detail_table(evaluation: Mapping[str, Any], section: str, title: str) -> li
     above keeps to the summaries."""
     table: dict[str, dict[str, Any]] = {}
     for key, value in evaluation.items():
-        parts = key.split("/")
+        parts = key.split("/", 2)  # a column's name may hold a slash itself ("speed km/h")
         if len(parts) == 3 and parts[0] == section:
             table.setdefault(parts[1], {})[parts[2]] = value
     if not table:
