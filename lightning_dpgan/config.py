@@ -10,7 +10,8 @@ section then holds the synthesizer's arguments and a ``quail`` section QUAIL's.
 A run's length is set as a whole: when the user's ``--config`` or flags give ``max_steps`` or
 ``max_epochs``, the presets' length settings are dropped, so ``--max-epochs 500`` runs 500 epochs
 rather than stopping at a preset's ``max_steps`` (the two limits otherwise both apply, whichever
-comes first).
+comes first); flags giving either drop the ``--config`` file's too, so that a run continued with
+its ``config.yaml`` and ``--max-epochs 2`` is not held to the ``max_steps`` that file recorded.
 
 The resolved configuration has four sections, each a ``name`` plus the keyword arguments of
 the class that name selects -- ``model``, ``data``, ``privacy`` and ``logger`` -- a ``trainer``
@@ -230,6 +231,8 @@ def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str |
         config = merge(config, _preset_for(load_preset(name), privacy))
     if any(source.get(key) is not None for source in (user, cli) for key in RUN_LENGTH):
         config.update({key: CODE_DEFAULTS[key] for key in RUN_LENGTH})
+    if any(cli.get(key) is not None for key in RUN_LENGTH):  # the flags' length replaces the file's too
+        user = {key: value for key, value in user.items() if key not in RUN_LENGTH}
     config = merge(merge(config, user), cli)
     config["presets"] = presets
     check_top_level(config)

@@ -35,6 +35,18 @@ def test_a_run_length_the_user_gives_replaces_the_presets(flags, steps, epochs, 
     assert (again["max_steps"], again["max_epochs"]) == (steps, epochs)
 
 
+def test_a_run_length_flag_replaces_the_config_files_length(tmp_path):
+    """Continuing a run with its config.yaml (max_steps: 7) and --max-epochs 2 took no step and
+    said '--max-steps reached', a flag the user never gave."""
+    saved = tmp_path / "config.yaml"
+    saved.write_text(yaml.safe_dump({"model": {"name": "dpctgan"}, "data": {"name": "adult"}, "max_steps": 7}))
+    assert (build_config(["--config", str(saved)])["max_steps"], build_config(["--config", str(saved)])["max_epochs"]) == (7, None)
+    config = build_config(["--config", str(saved), "--max-epochs", "2"])
+    assert (config["max_steps"], config["max_epochs"]) == (None, 2)
+    both = build_config(["--config", str(saved), "--max-epochs", "2", "--max-steps", "30"])
+    assert (both["max_steps"], both["max_epochs"]) == (30, 2)
+
+
 def test_precedence_preset_then_config_file_then_flag_then_dotted(tmp_path):
     user = tmp_path / "user.yaml"
     user.write_text(yaml.safe_dump({"model": {"latent_dim": 32, "lr_generator": 1e-3}, "data": {"batch_size": 16}, "seed": 5}))
