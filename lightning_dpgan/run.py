@@ -674,6 +674,11 @@ class Run:
         cause = self.stop_cause()
         if cause == "refused":
             said = f"the privacy budget ({self.strategy.refusal}): that query batch was refused and nothing of it released"
+        elif cause == "budget" and self._budget_ran_out_as_planned():
+            planned = self.strategy.calibrated_for_steps
+            unit = ("generator " if planned != self.module.train_steps else "") + ("step" if planned == 1 else "steps")
+            said = (f"the privacy budget, as planned: the noise was calibrated for the {planned} {unit} taken (one more "
+                    "would spend more than --epsilon)")
         else:
             said = {"budget": "the privacy budget (one more step would spend more than --epsilon)",
                     "max-steps": "--max-steps reached",
@@ -681,6 +686,13 @@ class Run:
                     "other": "a trainer limit or a signal (e.g. --trainer.max_time)"}[cause]
         of = f" of {self.config['max_steps']}" if self.config["max_steps"] else ""
         return f"training stopped after {self.module.train_steps}{of} steps: {said}"
+
+    def _budget_ran_out_as_planned(self) -> bool:
+        """Whether the noise was calibrated for exactly the steps charged: the one-critic
+        sanitizer charges generator steps, and its last batches of a planned epoch would train
+        the critic alone, so the budget ends the run there rather than the run's length."""
+        planned = getattr(self.strategy, "calibrated_for_steps", None)
+        return planned is not None and planned == self.strategy.steps_taken()
 
     def privacy_sentence(self, report: dict[str, Any]) -> str:
         """The user's line on what the run spent (the figure ``privacy.json`` reports, unrounded there)."""

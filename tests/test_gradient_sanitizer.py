@@ -227,3 +227,16 @@ def test_a_resume_that_takes_no_step_reports_the_noise_its_steps_had(gswgan_run,
     assert idle["noise_multiplier"] == first["noise_multiplier"] != 1
     assert idle["effective_noise_multiplier"] == pytest.approx(
         idle["noise_multiplier"] / (2 * idle["generated_batch_size"] ** 0.5), rel=1e-12)
+
+
+def test_a_one_critic_run_ended_by_its_calibrated_budget_says_so_as_planned(tiny_image_data_dir, tmp_path, capsys):
+    """--max-epochs 1 of 8 batches plans 1 generator step (the critic takes 5 a step): after it the
+    3 remaining batches would train the critic alone, so the budget ends the run there. The line
+    said 'one more step would spend more', as if the run had been cut short."""
+    args = gswgan_args(tiny_image_data_dir, tmp_path / "run", 1, "--max-epochs", "1", "--batch-size", "20")
+    del args[args.index("--max-steps"):args.index("--max-steps") + 2]
+    assert main(args) == 0
+    report = read_json(tmp_path / "run" / "privacy.json")
+    assert report["stopped_by"] == "budget" and report["calibrated_for_steps"] == report["generator_steps"] == 1
+    assert ("training stopped after 5 steps: the privacy budget, as planned: the noise was calibrated for the 1 "
+            "generator step taken") in capsys.readouterr().out
