@@ -355,3 +355,24 @@ def test_dpctgan_on_credit_keeps_the_papers_300_epochs_and_calibrates_sigma(epsi
     assert paper.epsilon_if(1e-5, steps) < 1.0 - 0.1  # the paper's run at epsilon 1 ends at its cap
     calibrated = calibrate_noise_multiplier(epsilon - modes_epsilon(config), 1e-5, sample_rate, steps)
     assert calibrated == pytest.approx(sigma, rel=0.05)
+
+
+def test_draws_on_real_records_leave_the_runs_stream_where_a_batch_of_any_size_would():
+    """CTGAN's real conditions and its critic's dropout masks take draws per real record; under
+    Poisson sampling the count is private, and on the run's (seeded, public) stream it would
+    move the next generated records and latents by a private amount. After a discriminator
+    step on 5 or on 9 real records, the run's stream is at the same place."""
+    module = CTGAN((7,), table_layout=layout(), latent_dim=4, generator_hidden=(8,), discriminator_hidden=(8,), pac=1)
+    opt_g, opt_d = module.build_optimizers()
+    module.optimizers = lambda: [opt_g, opt_d]
+    module.manual_backward = lambda loss: loss.backward()
+    module.log_dict = lambda *args, **kwargs: None
+    module.generated_batch_size = 4  # as DP-SGD sets it: the expected batch, not the drawn one
+    records = torch.rand(9, 7)
+
+    def next_draw_after(rows: int) -> torch.Tensor:
+        torch.manual_seed(0)
+        module.training_step(records[:rows], 0)
+        return torch.rand(3)
+
+    assert torch.equal(next_draw_after(5), next_draw_after(9))

@@ -9,8 +9,8 @@ mechanism on the discriminator covers everything that touches private records.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import Any, ClassVar
 
 import lightning as L
@@ -190,8 +190,22 @@ class GANModule(L.LightningModule):
         """Generator steps in ``train_steps`` training steps: one every ``discriminator_steps``."""
         return self.train_steps // self.hparams.discriminator_steps
 
+    @contextmanager
+    def real_records_stream(self) -> Iterator[None]:
+        """Random draws on real records (CTGAN's conditions, dropout masks, a gradient penalty's
+        weights) number one or more per record, and under Poisson sampling the number of
+        records is private. Drawn from the run's stream, which ``--seed`` (public) starts, they
+        would shift every later draw -- the generated records, the generator's latents -- by a
+        private amount. They come from a stream of their own, seeded by one draw from the run's,
+        which then goes on as if they had not happened."""
+        seed = int(torch.randint(0, 2**62, (1,)))
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(seed)
+            yield
+
     def training_step(self, batch: Any, batch_idx: int) -> None:
-        real, labels = self.unpack_batch(batch)
+        with self.real_records_stream():
+            real, labels = self.unpack_batch(batch)
         n_generated = self.generated_batch_size or real.shape[0]
         losses = {"loss/discriminator": self.discriminator_step(real, labels, n_generated)}
         if (self.train_steps + 1) % self.hparams.discriminator_steps == 0:
@@ -222,9 +236,10 @@ class GANModule(L.LightningModule):
         opt_d.zero_grad()
         real_loss = real.new_zeros(())
         if real.shape[0] > 0:  # Poisson sampling can draw an empty batch; the noise still comes
-            per_record = self.discriminator_real_loss(self.discriminator(real, labels))
-            per_record = per_record + self.discriminator_penalty(real, labels, fake, fake_labels)
-            self.backward_real(per_record)
+            with self.real_records_stream():
+                per_record = self.discriminator_real_loss(self.discriminator(real, labels))
+                per_record = per_record + self.discriminator_penalty(real, labels, fake, fake_labels)
+                self.backward_real(per_record)
             real_loss = per_record.detach().mean()
         fake_per_record = self.discriminator_fake_loss(self.discriminator(fake, fake_labels))
         self.backward_generated(fake_per_record)

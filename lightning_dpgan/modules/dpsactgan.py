@@ -108,8 +108,9 @@ class DPSACTGAN(CTGAN):
         if self.classifier is not None and real.shape[0] > 0:
             opt_c = self.optimizers()[2]
             opt_c.zero_grad()
-            classifier_loss = self.classifier_loss(real)
-            self.manual_backward(classifier_loss)
+            with self.real_records_stream():  # its dropout masks number one per real record
+                classifier_loss = self.classifier_loss(real)
+                self.manual_backward(classifier_loss)
             opt_c.step()
             self.log("loss/classifier", classifier_loss.detach(), batch_size=real.shape[0])
         return loss
