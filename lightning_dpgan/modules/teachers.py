@@ -30,6 +30,11 @@ class TeacherModel(GANModule):
         """Keyword arguments of :func:`build_teacher_ensemble` (architecture and sizes)."""
         raise NotImplementedError
 
+    @property
+    def generator_updates(self) -> int:
+        """One generator step per training step (a refused one is not counted as a step)."""
+        return self.train_steps
+
     def build_teachers(self, num_teachers: int, keep: slice | None = None) -> TeacherEnsemble:
         """Create the K teachers (once; the count is saved with the hyper-parameters).
 
