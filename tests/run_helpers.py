@@ -1,5 +1,7 @@
 """Command lines for tiny end-to-end runs on the fixture data (see conftest.tiny_image_data_dir)."""
+import contextlib
 import json
+import signal
 from pathlib import Path
 
 
@@ -108,3 +110,33 @@ def assert_resume_restores_sampler_draws(strategy_over) -> None:
     assert not torch.equal(got[0], first_draws[0])  # not the first segment's draws replayed
     with pytest.raises(ValueError, match="other training records"):
         strategy_over(torch.randn(60, 4)).load_state_dict(saved)
+
+
+def act_after_training_step(monkeypatch, step: int, action) -> None:
+    """Runs built from now on call ``action()`` (a Ctrl-C, a SIGTERM) once their module has taken
+    ``step`` training steps."""
+    import lightning as L
+
+    from lightning_dpgan.run import Run
+
+    class Act(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, *args):
+            if pl_module.train_steps == step:
+                action()
+
+    built = Run._callbacks
+    monkeypatch.setattr(Run, "_callbacks", lambda self: [*built(self), Act()])
+
+
+def press_ctrl_c() -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigint_restored():
+    """Lightning ignores a second Ctrl-C while it shuts down after one: the handler is put back."""
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -29,7 +29,7 @@ from lightning_dpgan.data.schema import SchemaError
 from lightning_dpgan.datamodules.csv import DEFAULT_BOUNDS_DELTA, DEFAULT_BOUNDS_EPSILON, CSVDataModule
 from lightning_dpgan.outputs import OutputWriteError, atomic_write, write_csv, write_json, write_png, write_yaml
 from lightning_dpgan.sampling import CheckpointError, read_run_info, resume_checkpoint
-from run_helpers import record_calls, tiny_run_args
+from run_helpers import act_after_training_step, press_ctrl_c, record_calls, sigint_restored, tiny_run_args
 
 #: What an earlier run left in the output folder: a failed run must not lose it. The runs below
 #: pass --overwrite (a folder holding a run is refused otherwise): the earlier outputs are set
@@ -1181,17 +1181,7 @@ def test_sigterm_during_training_keeps_its_steps_and_exits_143(tiny_image_data_d
     status is 143 (it was 0, as if the run had finished), and a resume takes up from there."""
     import signal
 
-    import lightning as L
-
-    from lightning_dpgan.run import Run
-
-    class TermAtStepTwo(L.Callback):
-        def on_train_batch_end(self, trainer, pl_module, *args):
-            if pl_module.train_steps == 2:
-                os.kill(os.getpid(), signal.SIGTERM)
-
-    built = Run._callbacks
-    monkeypatch.setattr(Run, "_callbacks", lambda self: [*built(self), TermAtStepTwo()])
+    act_after_training_step(monkeypatch, 2, lambda: os.kill(os.getpid(), signal.SIGTERM))
     out = tmp_path / "out"
     args = tiny_run_args(tiny_image_data_dir, out, model="dpgan", steps=6) + [
         "--epsilon", "5", "--checkpoint_every_n_steps", "0"]
@@ -1202,7 +1192,7 @@ def test_sigterm_during_training_keeps_its_steps_and_exits_143(tiny_image_data_d
     assert saved["lightning_dpgan"]["train_steps"] == 2
     assert not (out / "privacy.json").exists()
 
-    monkeypatch.setattr(Run, "_callbacks", built)
+    monkeypatch.undo()
     resumed = tmp_path / "resumed"
     assert main(tiny_run_args(tiny_image_data_dir, resumed, model="dpgan", steps=6) + [
         "--epsilon", "5", "--resume", str(out / "checkpoints" / "last.ckpt")]) == 0
@@ -1213,24 +1203,9 @@ def test_sigterm_during_training_keeps_its_steps_and_exits_143(tiny_image_data_d
 def test_ctrl_c_during_training_says_so_and_exits_130(tiny_image_data_dir, tmp_path, capsys, monkeypatch):
     """Lightning turns Ctrl-C into exit status 1, the status of a failure: train says it was
     interrupted and exits 130, as sample and evaluate do."""
-    import signal
-
-    import lightning as L
-
-    from lightning_dpgan.run import Run
-
-    class InterruptAtStepTwo(L.Callback):
-        def on_train_batch_end(self, trainer, pl_module, *args):
-            if pl_module.train_steps == 2:
-                raise KeyboardInterrupt
-
-    built = Run._callbacks
-    monkeypatch.setattr(Run, "_callbacks", lambda self: [*built(self), InterruptAtStepTwo()])
-    sigint = signal.getsignal(signal.SIGINT)
-    try:
+    act_after_training_step(monkeypatch, 2, press_ctrl_c)
+    with sigint_restored():
         assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "out", steps=6)) == 130
-    finally:
-        signal.signal(signal.SIGINT, sigint)  # Lightning ignores a second Ctrl-C while it shuts down
     assert capsys.readouterr().err.strip().endswith("train: interrupted")
 
 

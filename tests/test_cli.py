@@ -712,29 +712,16 @@ def test_sample_grids_are_logged_at_the_step_of_the_scalars_they_follow(tiny_ima
 def test_an_interrupted_continuation_keeps_the_earlier_steps_in_its_log(tiny_image_data_dir, tmp_path, monkeypatch):
     """Ctrl-C in a run continued in place left a step log of its own steps only, the earlier
     ones in previous/ alone: the next continuation then carried on from that, and lost them."""
-    import signal
-
-    import lightning as L
     import pandas as pd
 
-    from lightning_dpgan.run import Run
+    from run_helpers import act_after_training_step, press_ctrl_c, sigint_restored
 
     run = tmp_path / "run"
     logged = ["--trainer.log_every_n_steps", "1"]
     assert main(tiny_run_args(tiny_image_data_dir, run, steps=3) + logged) == 0
-
-    class InterruptAtStepFive(L.Callback):
-        def on_train_batch_end(self, trainer, pl_module, *args):
-            if pl_module.train_steps == 5:
-                raise KeyboardInterrupt
-
-    built = Run._callbacks
-    monkeypatch.setattr(Run, "_callbacks", lambda self: [*built(self), InterruptAtStepFive()])
+    act_after_training_step(monkeypatch, 5, press_ctrl_c)
     resume = ["--resume", str(run / "checkpoints" / "last.ckpt"), "--checkpoint_every_n_steps", "1", *logged]
-    sigint = signal.getsignal(signal.SIGINT)
-    try:
+    with sigint_restored():
         assert main(tiny_run_args(tiny_image_data_dir, run, steps=8) + resume) == 130
-    finally:
-        signal.signal(signal.SIGINT, sigint)  # Lightning ignores a second Ctrl-C while it shuts down
     steps = pd.read_csv(run / "logs" / "metrics.csv")["step"].dropna().astype(int).tolist()
     assert min(steps) < 3 and 3 in steps and steps == sorted(steps)  # the first run's steps, then this one's
