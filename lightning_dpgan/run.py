@@ -707,7 +707,7 @@ class Run:
         kept = (f"{checkpoint} holds them, with the privacy accountant" if self.trainer.world_size == 1 else
                 f"{checkpoint} holds the steps up to its last periodic save")
         return (f"stopped by SIGTERM after {self.module.train_steps} steps: {kept}; privacy.json, metrics.json and "
-                f"the samples are written when the run ends. Continue it with: --config {self.output_dir / 'config.yaml'} "
+                f"the synthetic data are written when the run ends. Continue it with: --config {self.output_dir / 'config.yaml'} "
                 f"--resume {checkpoint} --output-dir {self.output_dir}")
 
     def untrained_reason(self) -> str:
