@@ -145,6 +145,10 @@ class PrivacyStrategy(L.Callback):
         relation = cost.get("neighbours", "add-remove")
         if epsilon == 0.0 and delta == 0.0 or relation == self.neighbours:
             return {"epsilon": epsilon, "delta": delta, "neighbours": self.neighbours}
+        if cost.get("parts"):  # a composition (the data's schema and modes): each part restated, then added up
+            restated = [self._in_own_neighbours(part) for part in cost["parts"].values()]
+            return {"epsilon": sum(part["epsilon"] for part in restated), "delta": sum(part["delta"] for part in restated),
+                    "neighbours": self.neighbours, "as_spent": {"epsilon": epsilon, "delta": delta, "neighbours": relation}}
         if (relation, self.neighbours) != ("add-remove", "replace-one"):
             raise ValueError(f"cannot restate a {relation} preprocessing cost for {self.neighbours} neighbours")
         return {"epsilon": 2.0 * epsilon, "delta": (1.0 + math.exp(epsilon)) * delta, "neighbours": self.neighbours,

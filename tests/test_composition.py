@@ -30,3 +30,20 @@ def test_parts_for_different_neighbouring_relations_are_refused():
 def test_a_free_part_does_not_set_the_relation():
     composed = compose_costs({"a": cost(1.0, 0.0, "x", neighbours="replace-one"), "free": cost(0.0, 0.0, "public")})
     assert composed["neighbours"] == "replace-one"
+
+
+def test_a_composite_cost_is_restated_for_replace_one_part_by_part():
+    """A DP schema (2, 1e-6) and DP modes (0.1, 0), both add/remove: under PATE's replace-one each
+    is (2 eps, (1 + e^eps) delta) by group privacy, then they add up -- delta (1 + e^2) 1e-6, not
+    the (1 + e^2.1) 1e-6 of restating their sum, which left training less of its delta."""
+    import math
+
+    from lightning_dpgan.callbacks.pate import PATEAggregation
+
+    data = compose_costs({"schema": {"epsilon": 2.0, "delta": 1e-6, "mechanism": "bounds"},
+                          "modes": {"epsilon": 0.1, "delta": 0.0, "mechanism": "histogram"}})
+    composed = PATEAggregation(target_epsilon=10.0, delta=1e-4).composed_preprocessing(data, {})
+    assert composed["epsilon"] == pytest.approx(4.2)
+    assert composed["delta"] == pytest.approx((1 + math.exp(2.0)) * 1e-6)
+    assert composed["as_spent"] == {"epsilon": 2.1, "delta": 1e-6, "neighbours": "add-remove"}
+    assert composed["neighbours"] == "replace-one"
