@@ -157,6 +157,19 @@ def result_file(suite: str, size: str, runs: list[dict]) -> dict:
             "commit": {"sha": "abc", "dirty": False}, "runs": runs, "summary": results.aggregate(runs), "skipped": {}}
 
 
+def test_a_data_dependent_epsilon_is_shown_as_such_with_its_data_independent_bound():
+    """PATE-GAN's 'spent' epsilon was the data-dependent figure (a function of the teachers'
+    votes) beside DP-SGD's, with nothing to tell them apart: 0.557 against PATE's 6,400."""
+    pate = [{**run("pategan", seed, 0.5), "epsilon": 0.4 + seed / 10, "epsilon_data_independent": 6400.01}
+            for seed in range(3)]
+    dpgan = [run("dpgan", seed, 0.7) for seed in range(3)]
+    table = report.measure_table(result_file("tables", "full", pate + dpgan))
+    pate_row = next(line for line in table if line.startswith("| pategan"))
+    dpgan_row = next(line for line in table if line.startswith("| dpgan"))
+    assert "| 0.500 ± 0.100 (3) data-dependent; data-independent 6400 ± 0 (3) |" in pate_row
+    assert "| 0.900 ± 0.000 (3) |" in dpgan_row and "data-" not in dpgan_row
+
+
 def test_the_generated_section_replaces_only_itself(tmp_path):
     markdown = tmp_path / "RESULTS.md"
     markdown.write_text(f"# Results\n\nHand-written analysis.\n\n{report.BEGIN}\nold figures\n{report.END}\n\nMore prose.\n")
@@ -1192,3 +1205,21 @@ def test_a_goal_names_its_reading_and_king_is_read_as_the_three_regressor_averag
 def test_an_at_most_goal_above_its_bound_is_not_met():
     line = at_most_goal_lines(king_gap_row("only", 0.30))[2]
     assert "| 0.300 ± 0.010 (3) | only | 3 | no |" in line
+
+
+@pytest.mark.parametrize("accounting,kept", [("data-dependent", 6400.01), ("data-independent", None)])
+def test_a_cell_keeps_the_data_independent_bound_beside_a_data_dependent_epsilon(tmp_path, accounting, kept):
+    """A PATE cell read back from its run folder: under data-dependent accounting the bound that
+    holds whatever the votes is recorded beside the epsilon; under data-independent accounting
+    the epsilon is that bound, and nothing is added."""
+    size = suite_size("tables", quick=True).with_overrides(models=["pategan"], seeds=[0])
+    (cell,) = size.cells()
+    settings = Settings(out_dir=tmp_path, resume=True, evaluate=False)
+    folder = tmp_path / cell.name
+    folder.mkdir()
+    (folder / "privacy.json").write_text(json.dumps({"epsilon": 0.48, "accounting": accounting,
+                                                     "epsilon_data_independent": 6400.01}))
+    (folder / "metrics.json").write_text(json.dumps({"steps": 10}))
+    runner.settings_file(cell, settings).write_text(json.dumps(runner.settings_record(cell, size, settings)))
+    record = runner.run_cell(cell, size, settings)
+    assert record["epsilon"] == 0.48 and record["epsilon_data_independent"] == kept

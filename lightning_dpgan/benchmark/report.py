@@ -52,6 +52,20 @@ def fmt(summary: dict[str, Any] | None, digits: int = 3) -> str:
     return f"{text} ({summary['n']})"
 
 
+def _spent(row: dict[str, Any]) -> str:
+    """The spent epsilon; a data-dependent one (PATE's, G-PATE's: a function of the teachers'
+    votes, not itself private) says so, with the bound that holds whatever the votes."""
+    independent = row.get("epsilon_data_independent")
+    if not independent or independent.get("mean") is None:
+        return fmt(row["epsilon"])
+    return f"{fmt(row['epsilon'])} data-dependent; data-independent {fmt(independent, _digits_of(independent))}"
+
+
+def _digits_of(summary: dict[str, Any]) -> int:
+    """3 decimals, none for a bound in the thousands (PATE's data-independent 6,400)."""
+    return 0 if abs(summary["mean"]) >= 1000 else 3
+
+
 def _epsilon(value: float | None) -> str:
     return "∞" if value is None else f"{value:g}"
 
@@ -117,7 +131,7 @@ def measure_table(result: dict[str, Any], goals: list[dict[str, Any]] = ()) -> l
     head = ["model", "dataset", "target ε", "spent ε", "steps", "train s", "fit s", *columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in sorted(rows, key=lambda r: (r["dataset"], r["model"], r["target_epsilon"] or math.inf)):
-        cells = [row["model"], row["dataset"], _epsilon(row["target_epsilon"]), fmt(row["epsilon"]),
+        cells = [row["model"], row["dataset"], _epsilon(row["target_epsilon"]), _spent(row),
                  fmt(row["steps"], 0), fmt(row["train_seconds"], 0), fmt(row["fit_seconds"], 0),
                  *(fmt(row["measures"].get(c), goal_digits(goals, row, c)) for c in columns)]
         lines.append("| " + " | ".join(cells) + " |")

@@ -89,7 +89,7 @@ def summarize(values: list[float | None]) -> dict[str, Any]:
     }
 
 
-SUMMARIZED = ("epsilon", "steps", "train_seconds", "fit_seconds")
+SUMMARIZED = ("epsilon", "epsilon_data_independent", "steps", "train_seconds", "fit_seconds")
 
 
 def cell_key(record: dict[str, Any]) -> tuple[str, str, float | None]:

@@ -309,6 +309,11 @@ def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
     return {
         **cell.record,
         "epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"),
+        # PATE and G-PATE stop on the data-dependent epsilon by default, a function of the votes:
+        # the bound that holds whatever the votes is kept beside it (under data-independent
+        # accounting it is the epsilon itself)
+        "epsilon_data_independent": (privacy.get("epsilon_data_independent")
+                                     if privacy.get("accounting") == "data-dependent" else None),
         "steps": metrics.get("steps", privacy.get("steps")), "stopped_by": privacy.get("stopped_by"),
         "train_seconds": train_seconds, "fit_seconds": metrics.get("wall_time_s") if timed else None,
         "measures": with_derived_measures(read_json(run_dir / EVALUATION_FILES[settings.split])) if settings.evaluate else {},
