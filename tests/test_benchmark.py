@@ -168,6 +168,10 @@ def test_a_data_dependent_epsilon_is_shown_as_such_with_its_data_independent_bou
     dpgan_row = next(line for line in table if line.startswith("| dpgan"))
     assert "| 0.500 ± 0.100 (3) data-dependent; data-independent 6400 ± 0 (3) |" in pate_row
     assert "| 0.900 ± 0.000 (3) |" in dpgan_row and "data-" not in dpgan_row
+    # a peer's accounting that passed its target (smartnoise's DP-CTGAN: 1.001 of 1) is marked
+    peer = [{**run("dpctgan", seed, 0.6), "epsilon": 1.001} for seed in range(3)]
+    peer_row = next(line for line in report.measure_table(result_file("peers", "full", peer)) if line.startswith("| dpctgan"))
+    assert "| 1.001 ± 0.000 (3) (above the target) |" in peer_row
 
 
 def test_the_generated_section_replaces_only_itself(tmp_path):

@@ -55,10 +55,13 @@ def fmt(summary: dict[str, Any] | None, digits: int = 3) -> str:
 def _spent(row: dict[str, Any]) -> str:
     """The spent epsilon; a data-dependent one (PATE's, G-PATE's: a function of the teachers'
     votes, not itself private) says so, with the bound that holds whatever the votes."""
-    independent = row.get("epsilon_data_independent")
+    independent, spent, target = row.get("epsilon_data_independent"), row["epsilon"], row["target_epsilon"]
+    text = fmt(spent)
+    if spent and spent.get("mean") is not None and target is not None and spent["mean"] > target:
+        text += " (above the target)"  # a peer's own accounting: ours never passes it
     if not independent or independent.get("mean") is None:
-        return fmt(row["epsilon"])
-    return f"{fmt(row['epsilon'])} data-dependent; data-independent {fmt(independent, _digits_of(independent))}"
+        return text
+    return f"{text} data-dependent; data-independent {fmt(independent, _digits_of(independent))}"
 
 
 def _digits_of(summary: dict[str, Any]) -> int:
