@@ -404,13 +404,15 @@ def test_a_peers_virtualenv_that_cannot_be_made_says_how_to_go_on(tmp_path, monk
 
 
 def test_plots_no_results_md_names_are_removed_and_the_others_kept(tmp_path):
+    """The harness's own plots that RESULTS.md no longer names go; a picture the harness did not
+    draw stays, named or not (a user's figure in the folder was deleted)."""
     plots = tmp_path / "plots"
     plots.mkdir()
-    for name in ("tables-new-adult.png", "tables-old-adult.png", "hand-drawn.png"):
+    for name in ("tables-2026-01-02-adult.png", "tables-2026-01-01-3-adult.png", "hand-drawn.png", "my-own-figure.png"):
         (plots / name).write_bytes(b"png")
-    markdown = "![a](results/plots/tables-new-adult.png)\nprose: see plots/hand-drawn.png\n"
-    assert cli.remove_unreferenced_plots(plots, markdown) == ["tables-old-adult.png"]
-    assert sorted(p.name for p in plots.iterdir()) == ["hand-drawn.png", "tables-new-adult.png"]
+    markdown = "![a](results/plots/tables-2026-01-02-adult.png)\nprose: see plots/hand-drawn.png\n"
+    assert cli.remove_unreferenced_plots(plots, markdown) == ["tables-2026-01-01-3-adult.png"]
+    assert sorted(p.name for p in plots.iterdir()) == ["hand-drawn.png", "my-own-figure.png", "tables-2026-01-02-adult.png"]
     assert cli.remove_unreferenced_plots(tmp_path / "none", markdown) == []
 
 

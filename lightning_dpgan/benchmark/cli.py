@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import datetime
@@ -266,10 +267,16 @@ def regenerate(args: argparse.Namespace) -> None:
         print(f"benchmark: removed {len(stale)} plot(s) RESULTS.md no longer shows: {', '.join(stale)}")
 
 
+#: the names the harness gives its plots: ``<suite>-<date>[-N][-<dataset>].png`` (report.plot_suite)
+HARNESS_PLOT = re.compile(r"(tables|images|speed|peers)-\d{4}-\d{2}-\d{2}(-\d+)?(-[\w.+-]+)?\.png")
+
+
 def remove_unreferenced_plots(plots: Path, markdown: str) -> list[str]:
     """The harness's plots that ``markdown`` (generated and hand-written parts alike) names
-    nowhere: drawn for results a newer file has replaced, they would pile up in the checkout."""
-    stale = sorted(path.name for path in plots.glob("*.png") if path.name not in markdown) if plots.is_dir() else []
+    nowhere: drawn for results a newer file has replaced, they would pile up in the checkout.
+    Any other picture in the folder is the user's, and stays."""
+    stale = sorted(path.name for path in plots.glob("*.png")
+                   if HARNESS_PLOT.fullmatch(path.name) and path.name not in markdown) if plots.is_dir() else []
     for name in stale:
         (plots / name).unlink()
     return stale
