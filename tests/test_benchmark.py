@@ -185,6 +185,13 @@ def test_the_generated_section_replaces_only_itself(tmp_path):
     fresh.write_text("# Title\nbody\n")
     report.update_results_markdown(fresh, f"{report.BEGIN}\nx\n{report.END}")
     assert fresh.read_text().startswith("# Title\n") and "body" in fresh.read_text()
+    # one marker lost: a second section went after the title, the orphan and old text stayed for good
+    damaged = tmp_path / "DAMAGED.md"
+    damaged.write_text(f"# Results\n\nIntro.\n\n{report.BEGIN}\nold figures\n\nMore prose.\n")
+    before = damaged.read_bytes()
+    with pytest.raises(ValueError, match="without the other"):
+        report.update_results_markdown(damaged, f"{report.BEGIN}\nnew\n{report.END}")
+    assert damaged.read_bytes() == before
 
 
 def test_goals_count_only_full_size_results_and_say_whether_they_are_met():
@@ -881,6 +888,17 @@ def test_a_results_dir_that_is_a_file_is_refused_before_any_cell(tmp_path, monke
     with pytest.raises(SystemExit, match="is a file, not a folder"):
         cli.benchmark(["--suite", "images", "--quick", "--results-dir", str(tmp_path / "afile"),
                        "--results-md", str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
+
+
+@pytest.mark.parametrize("report_only", [False, True])
+def test_a_results_md_in_a_folder_that_does_not_exist_is_refused_before_any_work(tmp_path, monkeypatch, report_only):
+    """It failed at the very end, after every cell (or the plots) had been written."""
+    monkeypatch.setattr(cli, "run_grid", never_run)
+    extra = ["--report-only"] if report_only else ["--out-dir", str(tmp_path / "runs")]
+    with pytest.raises(SystemExit, match="the folder of --results-md .* does not exist"):
+        cli.benchmark(["--suite", "images", "--quick", "--results-dir", str(tmp_path / "results"),
+                       "--results-md", str(tmp_path / "nodir" / "RESULTS.md"), *extra])
+    assert not (tmp_path / "results").exists()
 
 
 def test_a_suite_with_no_dataset_at_hand_writes_nothing(tmp_path, monkeypatch):

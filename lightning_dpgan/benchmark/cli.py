@@ -285,6 +285,9 @@ def remove_unreferenced_plots(plots: Path, markdown: str) -> list[str]:
 def benchmark(argv: list[str]) -> Path:
     args = parse_args(argv)
     check_benchmarks_folder()
+    if not args.results_md.parent.is_dir():  # found at the end, after hours of cells, it would fail there
+        raise SystemExit(f"benchmark: the folder of --results-md {args.results_md} does not exist: create it, or give "
+                         "another file")
     if args.report_only:
         regenerate(args)
         return args.results_md

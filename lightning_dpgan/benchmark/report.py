@@ -19,6 +19,7 @@ import yaml
 
 from lightning_dpgan.benchmark.paths import REPO
 from lightning_dpgan.benchmark.results import cell_key, finished_summary, latest_results, protocol_results
+from lightning_dpgan.outputs import atomic_write
 
 BEGIN, END = "<!-- benchmark:begin -->", "<!-- benchmark:end -->"
 #: sizes whose runs follow the full protocol (the goals read only these)
@@ -400,16 +401,21 @@ def shown_folder(folder: Path) -> str:
 
 
 def update_results_markdown(markdown: Path, section: str) -> None:
-    """Replace the generated section of ``markdown`` (or add it after the title)."""
+    """Replace the generated section of ``markdown`` (or add it after the title), through a
+    temporary file: the hand-written analysis around it is never left half written. A file
+    holding one of the two markers without the other is refused: what lies between is unknown."""
     text = markdown.read_text() if markdown.is_file() else "# Results\n"
-    if BEGIN in text and END in text:
+    if (BEGIN in text) != (END in text):
+        raise ValueError(f"{markdown} holds one of the generated section's markers ({BEGIN} ... {END}) without the "
+                         "other: put the missing one back around the generated section, then regenerate")
+    if BEGIN in text:
         before, rest = text.split(BEGIN, 1)
         after = rest.split(END, 1)[1]
         text = before + section + after
     else:
         title, _, body = text.partition("\n")
         text = f"{title}\n\n{section}\n{body}"
-    markdown.write_text(text)
+    atomic_write(markdown, lambda handle: handle.write(text.encode()))
 
 
 __all__ = ["BEGIN", "END", "figure_at", "generated_section", "goal_lines", "load_reference", "markers_for", "measure_table", "peer_comparison", "plot_suite",
