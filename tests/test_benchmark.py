@@ -901,18 +901,36 @@ def test_a_results_md_in_a_folder_that_does_not_exist_is_refused_before_any_work
     assert not (tmp_path / "results").exists()
 
 
-def test_a_suite_with_no_dataset_at_hand_writes_nothing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("suite", ["tables", "peers"])
+def test_a_suite_with_no_dataset_at_hand_writes_nothing(tmp_path, monkeypatch, suite):
     """Every dataset skipped: before, an empty file marked complete replaced the suite's newest
-    full run and emptied its tables in RESULTS.md, and the command exited 0."""
+    full run and emptied its tables in RESULTS.md, and the command exited 0 (the peers suite did
+    so still, after building its virtualenv)."""
+    from lightning_dpgan.benchmark import peers
+
     monkeypatch.setattr(cli, "run_grid", never_run)
+    monkeypatch.setattr(peers, "run_peers", never_run)
     monkeypatch.setattr(cli, "unavailable_datasets",
                         lambda datasets, data_dir: {name: "FileNotFoundError: not here" for name in datasets})
     markdown = tmp_path / "RESULTS.md"
     markdown.write_text("kept\n")
     with pytest.raises(SystemExit, match="nothing ran and nothing was written"):
-        cli.benchmark(["--suite", "tables", "--results-dir", str(tmp_path), "--results-md", str(markdown),
+        cli.benchmark(["--suite", suite, "--results-dir", str(tmp_path), "--results-md", str(markdown),
                        "--out-dir", str(tmp_path / "runs")])
-    assert not list(tmp_path.glob("tables-*.json")) and markdown.read_text() == "kept\n"
+    assert not list(tmp_path.glob(f"{suite}-*.json")) and markdown.read_text() == "kept\n"
+
+
+@pytest.mark.parametrize("flag,value,said", [("--models", "nosuch", "--models nosuch: the peers suite runs"),
+                                             ("--datasets", "nosuch", "--datasets:")])
+def test_the_peers_suite_refuses_an_unknown_model_or_dataset_before_any_work(tmp_path, monkeypatch, flag, value, said):
+    """They went through to the virtualenv: a failed cell, or a results file marked complete with no run."""
+    from lightning_dpgan.benchmark import peers
+
+    monkeypatch.setattr(peers, "run_peers", never_run)
+    with pytest.raises(SystemExit, match=said):
+        cli.benchmark(["--suite", "peers", "--quick", flag, value, "--results-dir", str(tmp_path),
+                       "--results-md", str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
+    assert not list(tmp_path.glob("peers-*.json"))
 
 
 def test_report_only_with_a_missing_results_dir_leaves_results_md_alone(tmp_path):

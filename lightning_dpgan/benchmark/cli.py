@@ -95,17 +95,24 @@ def check_grid(args: argparse.Namespace, size: Size) -> None:
     bad_seeds = [seed for seed in size.seeds if not isinstance(seed, int) or seed < 0]
     if bad_seeds:
         raise SystemExit(f"benchmark: --seeds {' '.join(map(str, bad_seeds))}: seeds are whole numbers from 0")
-    if args.suite != "peers":
+    for name in size.datasets:
+        try:
+            registry.lookup("dataset", name)
+        except (KeyError, ValueError) as error:
+            raise SystemExit(f"benchmark: --datasets: {error}") from None
+    if args.suite == "peers":
+        from lightning_dpgan.benchmark.suites import PEERS
+
+        unknown = [name for name in size.models if name not in PEERS]
+        if unknown:
+            raise SystemExit(f"benchmark: --models {' '.join(unknown)}: the peers suite runs smartnoise-synth's "
+                             f"{', '.join(PEERS)}")
+    else:
         for name in size.models:
             try:
                 registry.lookup("model", name)
             except (KeyError, ValueError) as error:
                 raise SystemExit(f"benchmark: --models: {error}") from None
-        for name in size.datasets:
-            try:
-                registry.lookup("dataset", name)
-            except (KeyError, ValueError) as error:
-                raise SystemExit(f"benchmark: --datasets: {error}") from None
         refuse_non_private_models(size)
         image_options = [flag for flag, value in (("--n-synthetic", args.n_synthetic), ("--cnn-epochs", args.cnn_epochs))
                          if value is not None]
@@ -317,7 +324,7 @@ def benchmark(argv: list[str]) -> Path:
     settings = Settings(out_dir=out_dir, data_dir=args.data_dir, accelerator=args.accelerator,
                         evaluate=args.suite != "speed", jobs=args.jobs, resume=args.resume,
                         dev_fraction=args.dev_fraction)
-    skipped = unavailable_datasets(size.datasets, args.data_dir) if args.suite != "peers" else {}
+    skipped = unavailable_datasets(size.datasets, args.data_dir)
     if skipped and set(skipped) >= set(size.datasets):  # nothing to run: no file that would read as a finished suite
         reasons = "; ".join(f"{name}: {reason}" for name, reason in skipped.items())
         raise SystemExit(f"benchmark: no dataset of the {args.suite} suite is at hand, so nothing ran and nothing "
@@ -342,7 +349,8 @@ def benchmark(argv: list[str]) -> Path:
     if args.suite == "peers":
         from lightning_dpgan.benchmark.peers import run_peers
 
-        runs, skipped = run_peers(size, settings, args.peers_venv, on_run=save_partial)
+        runs, also_skipped = run_peers(size, settings, args.peers_venv, on_run=save_partial)
+        skipped = {**skipped, **also_skipped}
     else:
         runs = run_grid(size, settings, skipped, on_run=save_partial)
     if args.suite == "speed":
