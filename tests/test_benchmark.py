@@ -850,6 +850,7 @@ def never_run(*args, **kwargs):
 @pytest.mark.parametrize("extra,message", [
     (["--seeds", "0", "0", "1"], "--seeds repeats 0"),
     (["--epsilons", "1", "1"], "--epsilons repeats 1.0"),
+    (["--epsilons", "1", "1.0000001"], r"--epsilons holds values written alike \(1\)"),  # one folder, one --epsilon
     (["--models", "quail", "pategn"], "unknown model 'pategn'"),
     (["--epsilons", "1", "0"], r"--epsilons 0.0: each target epsilon must be a finite number above 0"),
     (["--epsilons", "nan"], r"--epsilons nan: each target epsilon"),
