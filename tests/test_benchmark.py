@@ -512,7 +512,17 @@ def test_the_recorded_commit_is_the_one_the_runs_started_from(tmp_path, monkeypa
     monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, data_dir: {})
     path = cli.benchmark(["--suite", "tables", "--quick", "--results-dir", str(tmp_path), "--results-md",
                           str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
-    assert json.loads(path.read_text())["commit"] == {"sha": "before", "dirty": False}
+    content = json.loads(path.read_text())
+    assert content["commit"] == {"sha": "before", "dirty": False}
+    # each cell imports the tree as it is when it starts: a change meanwhile is recorded and said
+    assert content["commit_at_end"] == {"sha": "after", "dirty": False}
+    assert "**The code changed while the suite ran**: commit `after`" in "\n".join(report._header({**content,
+                                                                                                 "file": path.name}))
+    state["ran"] = False
+    monkeypatch.setattr(cli, "run_grid", lambda size, settings, skipped, on_run: [run("gan", 0, 0.5)])  # no commit
+    steady = cli.benchmark(["--suite", "tables", "--quick", "--results-dir", str(tmp_path), "--results-md",
+                            str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs2")])
+    assert "commit_at_end" not in json.loads(steady.read_text())
 
 
 def test_the_results_file_records_the_thread_count_of_cells_run_together(tmp_path, monkeypatch):

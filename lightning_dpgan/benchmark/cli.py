@@ -362,7 +362,9 @@ def benchmark(argv: list[str]) -> Path:
         from lightning_dpgan.benchmark.speed import micro_benchmarks
 
         extras = micro_benchmarks(args.quick, args.data_dir, args.accelerator, out_dir)
-    path = results_file.save(runs, complete=True, skipped=skipped, extras=extras)
+    ended = commit(own_output=args.results_md, own_folders=(args.results_dir,))
+    changed = {} if ended == code else {"commit_at_end": ended}  # each cell ran the tree as it was when it started
+    path = results_file.save(runs, complete=True, skipped=skipped, extras=extras, **changed)
     print(f"benchmark: wrote {path}", flush=True)
     regenerate(args)
     if any(run.get("status") == "failed" for run in runs):

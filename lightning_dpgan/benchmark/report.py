@@ -90,6 +90,11 @@ def _header(result: dict[str, Any], list_cells: bool = True) -> list[str]:
     if result["size"] not in ("full", "full-subset", "dev"):
         lines.append(f"- Size {result['size']}: not the full protocol (a quick size is a smoke test of the harness: "
                      "few steps, one seed); its figures say nothing of the models.")
+    ended = result.get("commit_at_end")
+    if ended:
+        lines.append(f"- **The code changed while the suite ran**: commit `{(ended.get('sha') or 'unknown')[:10]}`"
+                     f"{' with uncommitted changes' if ended.get('dirty') else ''} at its end; each cell ran the tree "
+                     "as it was when the cell started.")
     if result.get("jobs", 1) > 1:
         threads = f", OMP_NUM_THREADS={result['threads_per_job']} in each" if "threads_per_job" in result else ""
         lines.append(f"- {result['jobs']} cells ran at a time (`--jobs`{threads}): their wall times shared the machine.")
