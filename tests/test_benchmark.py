@@ -271,6 +271,24 @@ def test_each_papers_source_is_one_legend_entry_over_its_epsilons(tmp_path, monk
     assert len(star_colours) == len(expected) and not line_colours & star_colours
 
 
+def test_a_quick_runs_plot_draws_no_paper_figure_and_each_plot_names_its_datasets_delta(tmp_path, monkeypatch):
+    """A quick run's 2,000 images and one CNN epoch compare nothing with a paper's protocol, and
+    kaggle-credit runs at delta 1e-6: its axis said 1e-5."""
+    from matplotlib.collections import PathCollection
+
+    drawn = []  # (x label, stars drawn)
+    monkeypatch.setattr(report, "_save", lambda figure, path: drawn.append(
+        (figure.axes[0].get_xlabel(), sum(isinstance(c, PathCollection) for c in figure.axes[0].collections))) or path)
+    reference = report.load_reference(REFERENCE)
+    mnist = [{**run("gpate", s, None), "dataset": "mnist", "measures": {"utility/cnn_accuracy": 0.5}} for s in range(2)]
+    credit = [{**run("pategan", s, 0.6), "dataset": "kaggle-credit"} for s in range(2)]
+    report.plot_suite(result_file("images", "quick", mnist), reference, tmp_path)
+    report.plot_suite(result_file("images", "full", mnist), reference, tmp_path)
+    report.plot_suite(result_file("tables", "full", credit), reference, tmp_path)
+    assert drawn[0] == ("target ε (δ = 1e-05)", 0) and drawn[1][1] > 0  # the full run's stars
+    assert drawn[2][0] == "target ε (δ = 1e-06)"
+
+
 def test_a_plot_whose_values_reach_the_hundreds_keeps_the_small_ones_readable(tmp_path, monkeypatch):
     """King's R² gaps: 0.2-3 for most models and ~160 for one whose tables make a regression
     extrapolate; a linear axis would flatten the others onto zero."""

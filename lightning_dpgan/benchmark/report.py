@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from lightning_dpgan.benchmark.paths import REPO
+from lightning_dpgan.benchmark.suites import delta_for
 from lightning_dpgan.benchmark.results import cell_key, finished_summary, latest_results, protocol_results
 from lightning_dpgan.outputs import atomic_write
 
@@ -320,7 +321,8 @@ def plot_suite(result: dict[str, Any], reference: dict[str, Any], plots_dir: Pat
             axes.errorbar([eps for eps, _ in points], [s["mean"] for _, s in points],
                           yerr=[s["std"] or 0 for _, s in points], marker="o", capsize=3, label=model)
         stars: dict[str, list[tuple[float, float]]] = defaultdict(list)
-        for marker in markers_for(reference, dataset, measure):
+        # the papers' figures are of their full protocols: beside a quick or custom run's they compare nothing
+        for marker in markers_for(reference, dataset, measure) if result["size"] in PROTOCOL_SIZES else []:
             stars[marker["label"]].append((marker["epsilon"], marker["value"]))
         # one legend entry per source, at every ε, in a colour after the models' (scatter keeps a
         # colour cycle of its own, which would repeat theirs)
@@ -332,7 +334,7 @@ def plot_suite(result: dict[str, Any], reference: dict[str, Any], plots_dir: Pat
             # one seed's table can make a regression extrapolate (R² gaps of hundreds): on a linear
             # axis the other models' gaps of 0.2-3 would lie flat on zero
             axes.set_yscale("symlog", linthresh=1.0)
-        axes.set_xlabel("target ε (δ = 1e-5)")
+        axes.set_xlabel(f"target ε (δ = {delta_for(dataset):g})")
         axes.set_ylabel(measure)
         axes.set_title(f"{result['suite']}: {dataset}")
         axes.legend(fontsize=7)
