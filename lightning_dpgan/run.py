@@ -146,17 +146,22 @@ def check_same_preprocessing_cost(current: dict[str, Any], saved: dict[str, Any]
     )
 
 
-#: datamodule settings that shape what a table's DP preprocessing released (the estimated schema,
-#: the DP modes): a resume reuses the checkpoint's release, so another value would go unused
-RELEASE_SETTINGS = ("bounds_epsilon", "bounds_delta", "modes_epsilon", "max_modes", "histogram_bins",
-                    "histogram_threshold", "calibrate_marginals")
+#: datamodule settings that shape what a table's DP preprocessing released: the estimated schema
+#: of a CSV without a schema file, and the DP modes. A resume reuses the checkpoint's release, so
+#: another value would go unused. (``calibrate_marginals`` post-processes the release on resume
+#: too, and is the resuming run's to choose.)
+SCHEMA_RELEASE_SETTINGS = ("bounds_epsilon", "bounds_delta")
+MODES_RELEASE_SETTINGS = ("modes_epsilon", "max_modes", "histogram_bins", "histogram_threshold")
 
 
 def release_settings(datamodule: Any, quail: Any) -> dict[str, Any]:
     """The settings behind a table run's released preprocessing and QUAIL's label model, as
-    ``{"data.modes_epsilon": 0.1, "quail.epochs": 10, ...}`` (the values in effect, defaults included)."""
+    ``{"data.modes_epsilon": 0.1, "quail.epochs": 10, ...}``: the values in effect, defaults
+    included, of the releases the run makes (none for a schema file, or modes from the bounds)."""
     hparams = dict(getattr(datamodule, "hparams", None) or {})
-    settings = {f"data.{key}": getattr(datamodule, key, hparams.get(key)) for key in RELEASE_SETTINGS}
+    keys = [*(SCHEMA_RELEASE_SETTINGS if getattr(datamodule, "bounds_epsilon", None) is not None else ()),
+            *(MODES_RELEASE_SETTINGS if hparams.get("encoding") == "mode-specific" and hparams.get("modes") == "dp" else ())]
+    settings = {f"data.{key}": getattr(datamodule, key, hparams.get(key)) for key in keys}
     if quail is not None:
         trained = quail.settings
         settings.update({"quail.label_model": quail.label_model, "quail.hidden": list(quail.hidden),
@@ -165,18 +170,19 @@ def release_settings(datamodule: Any, quail: Any) -> dict[str, Any]:
     return {key: value for key, value in settings.items() if value is not None}
 
 
-def check_same_release_settings(current: dict[str, Any], saved: dict[str, Any] | None, checkpoint: str | Path) -> None:
-    """Refuse a resume that gives the released preprocessing or label model other settings: the
-    checkpoint's release is reused (at no further cost), so they would go unused while this
-    run's config.yaml recorded them. Checkpoints written before the settings were kept pass."""
-    if saved is None:
-        return
-    differing = [f"--{key} {current[key]} (the checkpoint's: {saved[key]})" for key in sorted(saved)
-                 if key in current and current[key] != saved[key]]
-    if differing:
-        raise ConfigError(
-            f"the checkpoint {checkpoint} reuses the preprocessing (or label model) it released, so this resume's "
-            f"{', '.join(differing)} would not be used: resume with the checkpoint's settings (its run's config.yaml has them)")
+def adopt_release_settings(config: dict[str, Any], current: dict[str, Any], saved: dict[str, Any] | None) -> list[str]:
+    """On resume, the checkpoint's settings of the preprocessing and label model it reuses (at no
+    further cost) replace this run's in ``config``, so that its config.yaml records what was used
+    (a raised --epsilon resolves other presets: DP-CTGAN's modes_epsilon is 0.01 at 0.1, 0.1 at 1).
+    Returns a note for each that differed. Checkpoints written before the settings were kept: none."""
+    notes = []
+    for key, value in sorted((saved or {}).items()):
+        if key in current and current[key] != value:
+            notes.append(f"--{key} {current[key]} gave way to the checkpoint's {value}: its release is reused")
+        section, name = key.split(".", 1)
+        if section in config and isinstance(config[section], dict):
+            config[section][name] = value
+    return notes
 
 
 #: datamodule settings that decide which records are trained on (and which are held out for the
@@ -378,8 +384,9 @@ class Run:
                 check_same_encoding(datamodule, self.resume_info.get("table_transformer"), self.config["resume"])
                 check_same_preprocessing_cost(datamodule.privacy_cost(), self.resume_info.get("preprocessing_cost"),
                                               self.config["resume"])
-                check_same_release_settings(release_settings(datamodule, self.quail),
-                                            self.resume_info.get("release_settings"), self.config["resume"])
+                for note in adopt_release_settings(self.config, release_settings(datamodule, self.quail),
+                                                   self.resume_info.get("release_settings")):
+                    print(f"train: note: {note}", file=sys.stderr)
         return datamodule
 
     def _build_module(self) -> Any:

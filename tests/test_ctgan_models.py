@@ -18,7 +18,7 @@ from lightning_dpgan.privacy.accountants import OpacusAccountant, calibrate_nois
 from lightning_dpgan.privacy.gradient_sanitizer import GradientSanitizerMechanism
 from lightning_dpgan.sampling import read_run_info, sample_to_file
 from preset_helpers import modes_epsilon
-from run_helpers import opacus_epsilon, sanitizer_epsilon
+from run_helpers import opacus_epsilon, read_json, sanitizer_epsilon
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DATA = {"adult": (FIXTURES / "adult_tiny", ADULT_SCHEMA), "king": (FIXTURES / "king_tiny", KING_SCHEMA)}
@@ -142,19 +142,28 @@ def test_a_resume_under_other_encoding_declarations_is_refused(tmp_path, capsys)
                          "--data.discrete_columns", "grade")) == 0
 
 
-def test_a_resume_giving_the_released_dp_modes_other_settings_is_refused(tmp_path, capsys):
+def test_a_resume_records_the_settings_of_the_dp_modes_it_reuses_not_its_own(tmp_path, capsys):
     """The checkpoint's DP modes are reused at no further cost: a resume's --data.modes_epsilon
-    0.5 was ignored while its config.yaml recorded it, as if the modes had been estimated again."""
+    0.5 went unused while its config.yaml recorded it, as if the modes had been estimated again.
+    It gives way to the checkpoint's 0.1, which config.yaml records, with a note; a setting that
+    post-processes the release (calibrate_marginals) stays the resuming run's own."""
+    import yaml
+
     first = tmp_path / "first"
     assert main(run_args("dpctgan", "king", first, 2)) == 0
     resume = ("--resume", str(first / "checkpoints" / "last.ckpt"))
     other = tmp_path / "other"
     assert main(run_args("dpctgan", "king", other, 4, *resume, "--data.modes_epsilon", "0.5",
-                         "--data.histogram_threshold", "3")) == 2
+                         "--data.histogram_threshold", "3", "--data.calibrate_marginals", "true")) == 0
     err = capsys.readouterr().err
-    assert "--data.modes_epsilon 0.5 (the checkpoint's: 0.1)" in err and "--data.histogram_threshold 3" in err
-    assert not (other / "checkpoints").exists()
-    assert main(run_args("dpctgan", "king", tmp_path / "same", 4, *resume)) == 0
+    trained = yaml.safe_load((first / "config.yaml").read_text())["data"]  # the preset's threshold
+    assert "train: note: --data.modes_epsilon 0.5 gave way to the checkpoint's 0.1" in err
+    assert f"--data.histogram_threshold 3 gave way to the checkpoint's {trained['histogram_threshold']}" in err
+    assert "calibrate_marginals" not in err
+    recorded = yaml.safe_load((other / "config.yaml").read_text())["data"]
+    assert (recorded["modes_epsilon"], recorded["histogram_threshold"]) == (0.1, trained["histogram_threshold"])
+    assert recorded["calibrate_marginals"] is True
+    assert read_json(other / "privacy.json")["preprocessing"]["epsilon"] == pytest.approx(0.1)
 
 
 def test_models_that_need_the_mode_specific_encoding_refuse_images_and_other_encodings(tmp_path, capsys):

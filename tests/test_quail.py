@@ -494,11 +494,12 @@ def test_a_resumed_quail_run_reuses_its_label_model_and_pays_for_it_once(tmp_pat
     resumed = tmp_path / "resumed"
     assert main(quail_args(resumed, "dpctgan", "adult", 8, 8.0, "--resume", checkpoint, "--quail.labels", "most-likely")) == 2
     assert "resume with --quail.labels sample" in capsys.readouterr().err  # as the checkpoint (and `sample`) draws them
-    # the label model is reused: other training settings would go unused (its config.yaml recorded them)
+    # the label model is reused: another training setting gives way to the checkpoint's, which
+    # config.yaml records (it recorded the unused 5)
     assert main(quail_args(resumed, "dpctgan", "adult", 8, 8.0, *fixed_noise, "--resume", checkpoint,
-                           "--quail.epochs", "5")) == 2
-    assert "--quail.epochs 5 (the checkpoint's: 10)" in capsys.readouterr().err
-    assert main(quail_args(resumed, "dpctgan", "adult", 8, 8.0, *fixed_noise, "--resume", checkpoint)) == 0
+                           "--quail.epochs", "5")) == 0
+    assert "--quail.epochs 5 gave way to the checkpoint's 10" in capsys.readouterr().err
+    assert yaml.safe_load((resumed / "config.yaml").read_text())["quail"]["epochs"] == 10
     before, after = read_json(first / "privacy.json"), read_json(resumed / "privacy.json")
     assert after["steps"] == 8 and before["steps"] == 4
     assert after["preprocessing"] == before["preprocessing"]
