@@ -44,7 +44,7 @@ from lightning_dpgan.data.schema import TableSchema, encoding_layout
 from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.outputs import write_csv_chunks, write_json, write_png, write_torch, write_yaml
 from lightning_dpgan.privacy.validation import validate_delta
-from lightning_dpgan.run_folder import LAST_CHECKPOINT
+from lightning_dpgan.run_folder import LAST_CHECKPOINT, continue_command
 from lightning_dpgan.sampling import read_run_info, resume_checkpoint, synthetic_row_chunks, table_labeler
 
 MODEL_PROVIDED = ("data_shape", "num_classes", "table_layout")
@@ -279,8 +279,9 @@ class Run:
         if not isinstance(self.strategy, TeacherStrategy) or given is None or given == self.strategy.teacher_batch_size:
             return
         used = self.strategy.teacher_batch_size or "its default"
-        print(f"train: warning: --batch-size {given} is not used by --privacy {self.strategy.name}: each teacher "
-              f"trains on --privacy.teacher_batch_size records a step ({used})", file=sys.stderr)
+        print(f"train: warning: data.batch_size {given} (--batch-size, a config file or a preset) is not used by "
+              f"--privacy {self.strategy.name}: each teacher trains on --privacy.teacher_batch_size records a step "
+              f"({used})", file=sys.stderr)
 
     def _check_quail_is_private(self) -> None:
         """QUAIL's budget split needs a target and a private synthesizer: refused before the other
@@ -629,8 +630,10 @@ class Run:
             if self.trainer.is_global_zero:
                 print(f"train: {self.terminated_sentence()}", file=sys.stderr)
             raise
-        except SystemExit:
-            if self.trainer.interrupted:  # Lightning turns Ctrl-C into exit status 1: said as an interruption
+        except SystemExit as exit_:
+            # Lightning turns Ctrl-C into exit status 1 (its sys.exit within the handling of the
+            # KeyboardInterrupt): said as an interruption; another exit from training passes on as it is
+            if isinstance(exit_.__context__, KeyboardInterrupt):
                 raise KeyboardInterrupt from None
             raise
         except RuntimeError as error:
@@ -705,7 +708,7 @@ class Run:
         """The user's line on what the run spent (the figure ``privacy.json`` reports, unrounded there)."""
         target = report.get("target_epsilon")
         of = f" of --epsilon {target:g}" if target is not None else ""
-        return f"privacy: epsilon {report['epsilon']:.4g}{of} at delta {report['delta']:g} ({self.output_dir / 'privacy.json'})"
+        return f"privacy: epsilon {report['epsilon']:.6g}{of} at delta {report['delta']:g} ({self.output_dir / 'privacy.json'})"
 
     def terminated_sentence(self) -> str:
         """The user's line when SIGTERM stopped the run: what is kept, what is not written, and
@@ -714,8 +717,7 @@ class Run:
         kept = (f"{checkpoint} holds them, with the privacy accountant" if self.trainer.world_size == 1 else
                 f"{checkpoint} holds the steps up to its last periodic save")
         return (f"stopped by SIGTERM after {self.module.train_steps} steps: {kept}; privacy.json, metrics.json and "
-                f"the synthetic data are written when the run ends. Continue it with: --config {self.output_dir / 'config.yaml'} "
-                f"--resume {checkpoint} --output-dir {self.output_dir}")
+                f"the synthetic data are written when the run ends. Continue it with: {continue_command(self.output_dir)}")
 
     def untrained_reason(self) -> str:
         """Why a run took no generator step. Its outputs are still written (they are what was

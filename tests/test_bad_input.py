@@ -1181,7 +1181,12 @@ def test_sigterm_during_training_keeps_its_steps_and_exits_143(tiny_image_data_d
     status is 143 (it was 0, as if the run had finished), and a resume takes up from there."""
     import signal
 
-    act_after_training_step(monkeypatch, 2, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    def terminate() -> None:
+        # Lightning's handler is installed on the main thread only: without it the signal would end pytest
+        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None), "Lightning's SIGTERM handler is not installed"
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    act_after_training_step(monkeypatch, 2, terminate)
     out = tmp_path / "out"
     args = tiny_run_args(tiny_image_data_dir, out, model="dpgan", steps=6) + [
         "--epsilon", "5", "--checkpoint_every_n_steps", "0"]
@@ -1233,3 +1238,14 @@ def test_a_run_too_short_for_one_generator_step_warns(tiny_image_data_dir, tmp_p
     five = tmp_path / "five"
     assert main(tiny_run_args(tiny_image_data_dir, five, model="dpgan", steps=5) + ["--epsilon", "5"]) == 0
     assert "no generator update" not in capsys.readouterr().err
+
+
+def test_another_exit_from_within_training_is_not_taken_for_ctrl_c(tiny_image_data_dir, tmp_path, monkeypatch):
+    """Lightning marks its trainer interrupted for any exception: only its own exit after a
+    Ctrl-C is said as an interruption, a callback's sys.exit(3) passes on as it is."""
+    import sys
+
+    act_after_training_step(monkeypatch, 2, lambda: sys.exit(3))
+    with pytest.raises(SystemExit) as exited:
+        main(tiny_run_args(tiny_image_data_dir, tmp_path / "out", steps=6))
+    assert exited.value.code == 3

@@ -370,7 +370,7 @@ def test_draws_on_real_records_leave_the_runs_stream_where_a_batch_of_any_size_w
     """CTGAN's real conditions and its critic's dropout masks take draws per real record; under
     Poisson sampling the count is private, and on the run's (seeded, public) stream it would
     move the next generated records and latents by a private amount. After a discriminator
-    step on 5 or on 9 real records, the run's stream is at the same place."""
+    step on 0, 5 or 9 real records, the run's stream is at the same place."""
     module = CTGAN((7,), table_layout=layout(), latent_dim=4, generator_hidden=(8,), discriminator_hidden=(8,), pac=1)
     opt_g, opt_d = module.build_optimizers()
     module.optimizers = lambda: [opt_g, opt_d]
@@ -385,3 +385,4 @@ def test_draws_on_real_records_leave_the_runs_stream_where_a_batch_of_any_size_w
         return torch.rand(3)
 
     assert torch.equal(next_draw_after(5), next_draw_after(9))
+    assert torch.equal(next_draw_after(0), next_draw_after(9))  # an empty Poisson batch as well

@@ -630,5 +630,5 @@ def test_train_ends_with_the_epsilon_it_spent(tiny_image_data_dir, tmp_path, cap
     assert main(tiny_run_args(tiny_image_data_dir, out, model="dpgan", steps=5) + ["--epsilon", "5"]) == 0
     report = json.loads((out / "privacy.json").read_text())
     line = [line for line in capsys.readouterr().out.splitlines() if line.startswith("train: privacy:")]
-    assert line == [f"train: privacy: epsilon {report['epsilon']:.4g} of --epsilon 5 at delta {report['delta']:g} "
+    assert line == [f"train: privacy: epsilon {report['epsilon']:.6g} of --epsilon 5 at delta {report['delta']:g} "
                     f"({out / 'privacy.json'})"]

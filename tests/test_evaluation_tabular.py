@@ -399,6 +399,14 @@ def test_a_classifier_that_cannot_learn_from_repeated_rows_scores_as_a_constant(
     assert scores["accuracy"] == pytest.approx(1 - positive_rate)  # a tie: the first class, "no"
 
 
+def test_a_classifier_that_fails_on_real_rows_is_an_error_not_a_score() -> None:
+    """Setting A trains on real rows: a failure there is a fault to see, not a table's to score."""
+    one_row = make_table(1, 11)
+    train = pd.concat([one_row] * 10, ignore_index=True).assign(y=["yes"] * 5 + ["no"] * 5)
+    with pytest.raises(Exception):
+        classification_utility(train, make_table(200, 12), SCHEMA, {"lda": CLASSIFIERS["lda"]}, synthetic=False)
+
+
 def test_a_classifier_that_learns_is_not_flagged() -> None:
     scores = classification_utility(make_table(200, 11), make_table(200, 12), SCHEMA, FAST)["per_classifier"]
     assert all(not s["degenerate"] and s["degenerate_reason"] is None for s in scores.values())
@@ -433,8 +441,8 @@ def test_settings_train_and_test_on_the_frames_the_paper_names(monkeypatch) -> N
 
     calls = []
     original = utility.classification_utility
-    monkeypatch.setattr(utility, "classification_utility",
-                        lambda train, test, *args: calls.append((train, test)) or original(train, test, *args))
+    monkeypatch.setattr(utility, "classification_utility", lambda train, test, *args, **kwargs:
+                        calls.append((train, test)) or original(train, test, *args, **kwargs))
     real_train, real_test = make_table(400, 13), make_table(300, 14)
     synthetic = make_table(1000, 15)
     synthetic["y"] = np.where(synthetic["y"] == "yes", "no", "yes")

@@ -722,7 +722,7 @@ def test_a_batch_size_the_teachers_never_read_and_minibatches_larger_than_a_part
     args[args.index("--privacy.teacher_batch_size") + 1] = "30"
     with caplog.at_level("WARNING"):
         assert main(["train", *args]) == 0
-    assert ("--batch-size 1000 is not used by --privacy gpate: each teacher trains on --privacy.teacher_batch_size "
-            "records a step (30)") in capsys.readouterr().err
+    assert ("data.batch_size 1000 (--batch-size, a config file or a preset) is not used by --privacy gpate: each "
+            "teacher trains on --privacy.teacher_batch_size records a step (30)") in capsys.readouterr().err
     assert "each teacher's minibatch of 30 records is drawn with replacement" in caplog.text
     assert "smallest of which holds 20" in caplog.text

@@ -324,8 +324,10 @@ def benchmark(argv: list[str]) -> Path:
         raise SystemExit(f"benchmark: the {args.suite} suite compares wall times, each run alone; "
                          "--jobs would have them share the machine")
     started = datetime.now()
-    code = commit(own_output=args.results_md, own_folders=(args.results_dir,))  # the code that runs: taken now
     out_dir = args.out_dir or Path("runs") / "benchmark" / f"{args.suite}-{started:%Y%m%d-%H%M%S}"
+    # the harness's own outputs are no change of code (the runs too, were they inside the checkout)
+    own = {"own_output": args.results_md, "own_folders": (args.results_dir, out_dir)}
+    code = commit(**own)  # the code that runs: taken now
     settings = Settings(out_dir=out_dir, data_dir=args.data_dir, accelerator=args.accelerator,
                         evaluate=args.suite != "speed", jobs=args.jobs, resume=args.resume,
                         dev_fraction=args.dev_fraction)
@@ -362,7 +364,7 @@ def benchmark(argv: list[str]) -> Path:
         from lightning_dpgan.benchmark.speed import micro_benchmarks
 
         extras = micro_benchmarks(args.quick, args.data_dir, args.accelerator, out_dir)
-    ended = commit(own_output=args.results_md, own_folders=(args.results_dir,))
+    ended = commit(**own)
     changed = {} if ended == code else {"commit_at_end": ended}  # each cell ran the tree as it was when it started
     path = results_file.save(runs, complete=True, skipped=skipped, extras=extras, **changed)
     print(f"benchmark: wrote {path}", flush=True)

@@ -173,7 +173,8 @@ def features_and_label(frame: pd.DataFrame, schema: TableSchema) -> tuple[np.nda
 
 
 def _fit_predict_proba(
-    factory: Factory, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, n_classes: int, seed: int
+    factory: Factory, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, n_classes: int, seed: int,
+    synthetic: bool = True,
 ) -> tuple[np.ndarray, str | None]:
     """Class probabilities ``(n_test, n_classes)`` and why the classifier is degenerate (None: it is not).
 
@@ -181,7 +182,8 @@ def _fit_predict_proba(
     present, re-indexed to 0..m-1 as XGBoost requires). A training set no model of this kind
     can learn from -- a single class, or rows a collapsed generator repeated (LDA and AdaBoost
     refuse them, Gaussian NB returns NaN) -- gets a constant prediction, the training set's class
-    shares: its AUROC is 0.5 and its average precision the test set's positive rate.
+    shares: its AUROC is 0.5 and its average precision the test set's positive rate. Only a
+    ``synthetic`` training set is given that allowance: a failure on real rows is raised.
     """
     present, y_index = np.unique(y_train, return_inverse=True)
     if len(present) < 2:
@@ -196,8 +198,12 @@ def _fit_predict_proba(
         model.fit(x_train, y_index)
         fitted = model.predict_proba(x_test)
     except (ValueError, IndexError, np.linalg.LinAlgError) as error:
+        if not synthetic:
+            raise
         return _class_shares(y_train, len(x_test), n_classes), f"could not be fitted ({str(error).splitlines()[0]})"
     if not np.isfinite(fitted).all():
+        if not synthetic:
+            raise ValueError(f"{type(model).__name__} gave non-finite probabilities on real training rows")
         return _class_shares(y_train, len(x_test), n_classes), "gave non-finite probabilities"
     proba = np.zeros((len(x_test), n_classes))
     proba[:, present] = fitted
@@ -252,8 +258,10 @@ def classification_utility(
     schema: TableSchema,
     classifiers: Mapping[str, Factory] | None = None,
     seed: int = 0,
+    synthetic: bool = True,
 ) -> dict[str, Any]:
-    """Train each classifier on ``train_frame``, test on ``test_frame`` (PATE-GAN Table 1).
+    """Train each classifier on ``train_frame``, test on ``test_frame`` (PATE-GAN Table 1);
+    ``synthetic``: whether ``train_frame`` is synthetic (see the degenerate rule).
 
     Returns ``{"per_classifier": {name: {auroc, auprc, accuracy, f1, degenerate}}, "average":
     {metric: mean over classifiers}}``. For a binary label the positive class is the schema's
@@ -262,7 +270,9 @@ def classification_utility(
     constant prediction, the frame's class shares, so its AUROC is 0.5 and its AUPRC the test
     set's positive rate, and it is flagged ``"degenerate": True`` with its
     ``"degenerate_reason"``. It stays in the averages: a generator that loses a class or collapses
-    should be scored down, not skipped. Averages ignore NaN (undefined on a one-class test set).
+    should be scored down, not skipped. A fit that fails on real rows (``synthetic=False``,
+    setting A) is raised instead: there it would be a fault, not the table's. Averages ignore NaN
+    (undefined on a one-class test set).
     """
     if schema.label_kind not in ("binary", "categorical"):
         raise ValueError(f"classification needs a binary or categorical label, got {schema.label_kind!r}")
@@ -274,7 +284,7 @@ def classification_utility(
     score = _binary_scores if n_classes == 2 else _multiclass_scores
     per_classifier = {}
     for name, factory in classifiers.items():
-        proba, reason = _fit_predict_proba(factory, x_train, y_train, x_test, n_classes, seed)
+        proba, reason = _fit_predict_proba(factory, x_train, y_train, x_test, n_classes, seed, synthetic)
         per_classifier[name] = {**score(y_test, proba), "degenerate": reason is not None, "degenerate_reason": reason}
     return {"per_classifier": per_classifier, "average": _average(per_classifier, CLASSIFICATION_METRICS)}
 
@@ -307,7 +317,7 @@ def settings_abc(
     one row cannot be split: C is then undefined, every score NaN.
     """
     scores = {
-        "A": classification_utility(real_train, real_test, schema, classifiers, seed),
+        "A": classification_utility(real_train, real_test, schema, classifiers, seed, synthetic=False),
         "B": classification_utility(synthetic, real_test, schema, classifiers, seed),
     }
     if len(synthetic) < 2:

@@ -148,8 +148,8 @@ class GANModule(L.LightningModule):
         """Draw ``n`` synthetic records (in the model's [-1, 1] or [0, 1] scale).
 
         For a conditional model ``labels`` picks the classes (default: balanced classes).
-        This is the public way to draw synthetic data; it never reads training data. No
-        autograd graph is kept: a draw is for writing out, not for training.
+        This is the public way to draw synthetic data; it never reads training data (and, under
+        ``no_grad``, keeps no autograd graph).
         """
         if n < 1:
             raise ValueError(f"n must be at least 1, got {n}")
@@ -164,8 +164,7 @@ class GANModule(L.LightningModule):
         was_training = self.generator.training
         self.generator.eval()
         try:
-            with torch.no_grad():
-                return self.generator(self.sample_latent(n), labels)
+            return self.generator(self.sample_latent(n), labels)
         finally:
             self.generator.train(was_training)
 
@@ -199,7 +198,9 @@ class GANModule(L.LightningModule):
         private amount. They come from a stream of their own, seeded by one draw from the run's,
         which then goes on as if they had not happened."""
         seed = int(torch.randint(0, 2**62, (1,)))
-        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+        kind = self.device.type  # an accelerator's generator is reseeded too, so it is saved and put back as well
+        with torch.random.fork_rng(devices=[] if kind == "cpu" else [self.device],
+                                   device_type="cuda" if kind == "cpu" else kind):
             torch.manual_seed(seed)
             yield
 
@@ -235,12 +236,12 @@ class GANModule(L.LightningModule):
             fake = self.generator(latent, fake_labels)
         opt_d.zero_grad()
         real_loss = real.new_zeros(())
-        if real.shape[0] > 0:  # Poisson sampling can draw an empty batch; the noise still comes
-            with self.real_records_stream():
+        with self.real_records_stream():  # entered for an empty batch too: whether it was empty is private
+            if real.shape[0] > 0:  # Poisson sampling can draw an empty batch; the noise still comes
                 per_record = self.discriminator_real_loss(self.discriminator(real, labels))
                 per_record = per_record + self.discriminator_penalty(real, labels, fake, fake_labels)
                 self.backward_real(per_record)
-            real_loss = per_record.detach().mean()
+                real_loss = per_record.detach().mean()
         fake_per_record = self.discriminator_fake_loss(self.discriminator(fake, fake_labels))
         self.backward_generated(fake_per_record)
         fake_loss = fake_per_record.detach().mean()

@@ -105,14 +105,16 @@ class DPSACTGAN(CTGAN):
     def discriminator_step(self, real: Tensor, labels: Tensor | None, n_generated: int) -> Tensor:
         """The discriminator's update, then the auxiliary network's on the same real records."""
         loss = super().discriminator_step(real, labels, n_generated)
-        if self.classifier is not None and real.shape[0] > 0:
-            opt_c = self.optimizers()[2]
-            opt_c.zero_grad()
-            with self.real_records_stream():  # its dropout masks number one per real record
+        if self.classifier is None:
+            return loss
+        with self.real_records_stream():  # its dropout masks number one per real record; an empty batch none
+            if real.shape[0] > 0:
+                opt_c = self.optimizers()[2]
+                opt_c.zero_grad()
                 classifier_loss = self.classifier_loss(real)
                 self.manual_backward(classifier_loss)
-            opt_c.step()
-            self.log("loss/classifier", classifier_loss.detach(), batch_size=real.shape[0])
+                opt_c.step()
+                self.log("loss/classifier", classifier_loss.detach(), batch_size=real.shape[0])
         return loss
 
     def adversarial_generator_loss(self, fake: Tensor, cond: Tensor | None) -> Tensor:
