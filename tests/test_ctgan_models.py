@@ -386,3 +386,25 @@ def test_draws_on_real_records_leave_the_runs_stream_where_a_batch_of_any_size_w
 
     assert torch.equal(next_draw_after(5), next_draw_after(9))
     assert torch.equal(next_draw_after(0), next_draw_after(9))  # an empty Poisson batch as well
+
+
+def test_dp_sactgans_classifier_draws_on_real_records_leave_the_runs_stream_in_place():
+    """DP-SACTGAN's auxiliary classifier trains on the same real records, with dropout: its masks
+    too come from the stream of the real records, whatever their number."""
+    module = DPSACTGAN((7,), table_layout=layout(label={"start": 5, "width": 2, "kind": "binary"}), latent_dim=4,
+                       classifier_hidden=(8,), generator_kwargs={"tokens": 2}, discriminator_kwargs={"tokens": 2})
+    optimizers = module.configure_optimizers()
+    module.optimizers = lambda: optimizers
+    module.manual_backward = lambda loss: loss.backward()
+    module.log = module.log_dict = lambda *args, **kwargs: None
+    module.generated_batch_size = 4
+    records = torch.zeros(9, 7)
+    records[:, 2] = records[:, 5] = 1  # every record in category 0 of both blocks
+
+    def next_draw_after(rows: int) -> torch.Tensor:
+        torch.manual_seed(0)
+        module.training_step(records[:rows], 0)
+        return torch.rand(3)
+
+    assert torch.equal(next_draw_after(5), next_draw_after(9))
+    assert torch.equal(next_draw_after(0), next_draw_after(9))

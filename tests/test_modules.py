@@ -97,6 +97,27 @@ def test_wgan_gradient_penalty_is_positive_and_differentiable():
     assert first_layer.weight.grad is not None and first_layer.weight.grad.abs().sum() > 0
 
 
+def test_a_gradient_penaltys_weights_leave_the_runs_stream_where_a_batch_of_any_size_would():
+    """WGAN-GP draws one interpolation weight per real record: under Poisson sampling a private
+    count. After a discriminator step on 0, 5 or 9 real records the run's stream is at the same
+    place (as test_ctgan_models checks for CTGAN's conditions and dropout)."""
+    module = WGAN((6,), None, gradient_penalty=10.0, latent_dim=4)
+    opt_g, opt_d = module.build_optimizers()
+    module.optimizers = lambda: [opt_g, opt_d]
+    module.manual_backward = lambda loss: loss.backward()
+    module.log_dict = lambda *args, **kwargs: None
+    module.generated_batch_size = 4  # as DP-SGD sets it
+    records = torch.randn(9, 6)
+
+    def next_draw_after(rows: int) -> torch.Tensor:
+        torch.manual_seed(0)
+        module.training_step(records[:rows], 0)
+        return torch.rand(3)
+
+    assert torch.equal(next_draw_after(5), next_draw_after(9))
+    assert torch.equal(next_draw_after(0), next_draw_after(9))
+
+
 def test_generator_step_leaves_discriminator_without_gradients(tiny_image_data_dir):
     """``generator_step`` must not deposit gradients on the discriminator: under DP-SGD such
     gradients would bypass clipping and noise. It must also hand the discriminator back trainable."""
