@@ -140,3 +140,23 @@ def sigint_restored():
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def stream_after_training_steps(module, records, sizes=(0, 5, 9)) -> list:
+    """The run's next draw after one training step of ``module`` on the first ``n`` of ``records``,
+    for each ``n`` of ``sizes``, from the same seed: equal draws mean the draws made on real records
+    left the run's (public) stream where a batch of any size would. The module trains outside a
+    Trainer, generating a fixed batch as DP-SGD has it generate (not the private batch's size)."""
+    import torch
+
+    optimizers = module.configure_optimizers()
+    module.optimizers = lambda: optimizers
+    module.manual_backward = lambda loss: loss.backward()
+    module.log = module.log_dict = lambda *args, **kwargs: None
+    module.generated_batch_size = 4
+    draws = []
+    for rows in sizes:
+        torch.manual_seed(0)
+        module.training_step(records[:rows], 0)
+        draws.append(torch.rand(3))
+    return draws

@@ -18,7 +18,7 @@ from lightning_dpgan.privacy.accountants import OpacusAccountant, calibrate_nois
 from lightning_dpgan.privacy.gradient_sanitizer import GradientSanitizerMechanism
 from lightning_dpgan.sampling import read_run_info, sample_to_file
 from preset_helpers import modes_epsilon
-from run_helpers import opacus_epsilon, read_json, sanitizer_epsilon
+from run_helpers import opacus_epsilon, read_json, sanitizer_epsilon, stream_after_training_steps
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DATA = {"adult": (FIXTURES / "adult_tiny", ADULT_SCHEMA), "king": (FIXTURES / "king_tiny", KING_SCHEMA)}
@@ -372,20 +372,8 @@ def test_draws_on_real_records_leave_the_runs_stream_where_a_batch_of_any_size_w
     move the next generated records and latents by a private amount. After a discriminator
     step on 0, 5 or 9 real records, the run's stream is at the same place."""
     module = CTGAN((7,), table_layout=layout(), latent_dim=4, generator_hidden=(8,), discriminator_hidden=(8,), pac=1)
-    opt_g, opt_d = module.build_optimizers()
-    module.optimizers = lambda: [opt_g, opt_d]
-    module.manual_backward = lambda loss: loss.backward()
-    module.log_dict = lambda *args, **kwargs: None
-    module.generated_batch_size = 4  # as DP-SGD sets it: the expected batch, not the drawn one
-    records = torch.rand(9, 7)
-
-    def next_draw_after(rows: int) -> torch.Tensor:
-        torch.manual_seed(0)
-        module.training_step(records[:rows], 0)
-        return torch.rand(3)
-
-    assert torch.equal(next_draw_after(5), next_draw_after(9))
-    assert torch.equal(next_draw_after(0), next_draw_after(9))  # an empty Poisson batch as well
+    empty, five, nine = stream_after_training_steps(module, torch.rand(9, 7))
+    assert torch.equal(five, nine) and torch.equal(empty, nine)  # an empty Poisson batch as well
 
 
 def test_dp_sactgans_classifier_draws_on_real_records_leave_the_runs_stream_in_place():
@@ -393,18 +381,7 @@ def test_dp_sactgans_classifier_draws_on_real_records_leave_the_runs_stream_in_p
     too come from the stream of the real records, whatever their number."""
     module = DPSACTGAN((7,), table_layout=layout(label={"start": 5, "width": 2, "kind": "binary"}), latent_dim=4,
                        classifier_hidden=(8,), generator_kwargs={"tokens": 2}, discriminator_kwargs={"tokens": 2})
-    optimizers = module.configure_optimizers()
-    module.optimizers = lambda: optimizers
-    module.manual_backward = lambda loss: loss.backward()
-    module.log = module.log_dict = lambda *args, **kwargs: None
-    module.generated_batch_size = 4
     records = torch.zeros(9, 7)
     records[:, 2] = records[:, 5] = 1  # every record in category 0 of both blocks
-
-    def next_draw_after(rows: int) -> torch.Tensor:
-        torch.manual_seed(0)
-        module.training_step(records[:rows], 0)
-        return torch.rand(3)
-
-    assert torch.equal(next_draw_after(5), next_draw_after(9))
-    assert torch.equal(next_draw_after(0), next_draw_after(9))
+    empty, five, nine = stream_after_training_steps(module, records)
+    assert torch.equal(five, nine) and torch.equal(empty, nine)

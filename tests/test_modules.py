@@ -101,21 +101,11 @@ def test_a_gradient_penaltys_weights_leave_the_runs_stream_where_a_batch_of_any_
     """WGAN-GP draws one interpolation weight per real record: under Poisson sampling a private
     count. After a discriminator step on 0, 5 or 9 real records the run's stream is at the same
     place (as test_ctgan_models checks for CTGAN's conditions and dropout)."""
+    from run_helpers import stream_after_training_steps
+
     module = WGAN((6,), None, gradient_penalty=10.0, latent_dim=4)
-    opt_g, opt_d = module.build_optimizers()
-    module.optimizers = lambda: [opt_g, opt_d]
-    module.manual_backward = lambda loss: loss.backward()
-    module.log_dict = lambda *args, **kwargs: None
-    module.generated_batch_size = 4  # as DP-SGD sets it
-    records = torch.randn(9, 6)
-
-    def next_draw_after(rows: int) -> torch.Tensor:
-        torch.manual_seed(0)
-        module.training_step(records[:rows], 0)
-        return torch.rand(3)
-
-    assert torch.equal(next_draw_after(5), next_draw_after(9))
-    assert torch.equal(next_draw_after(0), next_draw_after(9))
+    empty, five, nine = stream_after_training_steps(module, torch.randn(9, 6))
+    assert torch.equal(five, nine) and torch.equal(empty, nine)
 
 
 def test_generator_step_leaves_discriminator_without_gradients(tiny_image_data_dir):
