@@ -363,7 +363,8 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         effective = self.last_step_params()["noise_multiplier"] if self.generated_batch_size else None
         # the last segment that took steps (a resume that took none adds no segment): its sigma
         # and B are those of the effective multiplier beside them, not this resume's settings
-        last = self.segments()[-1] if self.segments() else {}
+        segments = self.segments()
+        last = segments[-1] if segments else {}
         report = {
             "noise_multiplier": last.get("noise_multiplier", self.noise_multiplier),
             "max_norm": self.max_norm,

@@ -170,9 +170,10 @@ def synthetic_row_chunks(module: Any, decoder: Any, labeler: Any, n: int) -> Ite
         yield synthetic_rows(module, decoder, labeler, min(chunk, n - start))
 
 
-#: Images drawn per generator call: one chunk's activations are in memory at a time. 60,000
-#: MNIST images from a DCGAN took about 19 GiB at once with autograd on; 20,000 in chunks of
-#: 10,000 without it 3.9 GiB, and in chunks of 1,000 0.8 GiB, and faster (2-core CPU).
+#: Images drawn per generator call: one chunk's activations are in memory at a time (``sample``
+#: keeps no graph). 60,000 MNIST images from a DCGAN in one call took about 19 GiB (0.32 GB per
+#: 1,000); 20,000 in chunks of 10,000 peaked at 3.9 GiB, in chunks of 1,000 at 0.8 GiB, and
+#: faster (2-core CPU).
 IMAGE_CHUNK = 1_000
 
 
