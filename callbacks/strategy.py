@@ -76,15 +76,17 @@ class PrivacyStrategy(L.Callback):
 
     # -------------------------------------------------------------- checks
     def check_compatible(self, module: Any) -> None:
-        """Refuse a module that lacks this strategy's slot, naming the models that have it."""
-        if getattr(module, "privacy_slot", None) is self.slot:
+        """Refuse a module (or a module class: ``train`` checks before building it) that lacks
+        this strategy's slot, naming the models that have it."""
+        model = module if isinstance(module, type) else type(module)
+        if getattr(model, "privacy_slot", None) is self.slot:
             return
         from lightning_dpgan import registry
 
         compatible = registry.models_with_slot(self.slot)
         raise IncompatibleModelError(
             f"--privacy {self.name} needs a model with a {self.slot.__name__} slot, and "
-            f"{type(module).__name__} has {getattr(getattr(module, 'privacy_slot', None), '__name__', 'none')}. "
+            f"{model.__name__} has {getattr(getattr(model, 'privacy_slot', None), '__name__', 'none')}. "
             f"Models that take --privacy {self.name}: {', '.join(compatible) or 'none yet'}."
         )
 

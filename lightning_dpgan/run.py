@@ -253,10 +253,13 @@ class Run:
         self.steps_per_rank: list[int] | None = None
         self.quail = self._build_quail()
         self.datamodule = self._build_datamodule()
-        self.module = self._build_module()
+        # the settings that need no data, checked before the model is built: its width may need a
+        # DP release drawn from the rows (a DP-estimated schema, a mode-specific table's histogram)
         self.strategy = self._build_privacy()
-        self._warn_of_unused_batch_size()
         self._check_quail_is_private()
+        self._check_trainer_options()
+        self.module = self._build_module()
+        self._warn_of_unused_batch_size()
         if not self.is_image:
             # every row of the split trains, a category outside the schema's list left blank: the
             # number of training records must not depend on a value. Under replace-one it would
@@ -401,7 +404,7 @@ class Run:
             raise ConfigError(f"model '{self.config['model']['name']}' refused its settings: {error}") from error
         # The checkpoint's module is the synthesizer's: `sample` rebuilds it by this name.
         module.run_info = {"model": model_name(self.config), "dataset": self.config["data"]["name"],
-                           "split": split_settings(self.datamodule)}
+                           "split": split_settings(self.datamodule), "privacy": self.config["privacy"]["name"]}
         if not self.is_image:
             # Public by construction (or paid for with the DP-bounds budget): `sample` needs it to decode.
             module.run_info["schema"] = self.datamodule.schema.to_dict()
@@ -422,9 +425,8 @@ class Run:
 
     def _build_privacy(self) -> L.Callback | None:
         section = self.config["privacy"]
-        name = privacy_name(self.config, type(self.module))
+        name = privacy_name(self.config, model_class(self.config))
         section["name"] = name
-        self.module.run_info["privacy"] = name
         cls = registry.lookup("privacy", name).load()
         earlier = (self.resume_info or {}).get("privacy", "none")
         if cls is None and earlier != "none":
@@ -452,7 +454,7 @@ class Run:
             return None
         args = section_arguments(self.config, "privacy", cls, provided=PRIVACY_PROVIDED)
         strategy = cls(target_epsilon=self.config["epsilon"], delta=self.default_delta(), **args)
-        strategy.check_compatible(self.module)
+        strategy.check_compatible(model_class(self.config))
         return strategy
 
     def _build_labeler(self) -> Any:
@@ -533,8 +535,9 @@ class Run:
                 kept = {**kept, "data": {**kept["data"], "data_dir": str(found)}}
             write_yaml(self.output_dir / "config.yaml", with_absolute_paths(kept))
 
-    def _build_trainer(self) -> L.Trainer:
-        options = dict(self.config["trainer"])
+    def _check_trainer_options(self) -> None:
+        """Refuse the trainer options that cannot train this run, before any row is read."""
+        options = self.config["trainer"]
         unknown = sorted(set(options) - set(init_arguments(L.Trainer)))
         if unknown:
             raise ConfigError(f"unknown Lightning Trainer argument(s): {', '.join('trainer.' + k for k in unknown)}")
@@ -562,6 +565,9 @@ class Run:
             what = "a private model" if self.strategy is not None else "a GAN's alternating updates"
             raise ConfigError(f"--strategy {chosen} cannot train {what}: use --strategy ddp for several "
                               f"processes (or leave --strategy out); allowed: {', '.join(PRIVATE_TRAINER_STRATEGIES)}")
+
+    def _build_trainer(self) -> L.Trainer:
+        options = dict(self.config["trainer"])
         several = any(isinstance(options.get(key), int) and options[key] > 1 for key in ("devices", "num_nodes"))
         if several and options.get("strategy", "auto") == "auto":
             # Lightning's own choice for several devices (its DDP) cannot train a GAN's alternating

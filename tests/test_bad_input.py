@@ -686,6 +686,36 @@ def test_a_model_without_the_strategys_slot_is_refused(tiny_image_data_dir, tmp_
     assert_nothing_lost(out)
 
 
+DATA_FREE_REFUSALS = {
+    "epsilon-zero": (["--privacy", "dp-sgd", "--epsilon", "0"], EPSILON_FIX[0]),
+    "delta-one": (["--privacy", "dp-sgd", "--epsilon", "1", "--delta", "1"], DELTA_FIX[0]),
+    "no-slot": (["--privacy", "pate", "--epsilon", "1"], "--privacy pate needs a model with a"),
+    "loss-scaled": (["--privacy", "dp-sgd", "--epsilon", "1", "--trainer.precision", "16-mixed"],
+                    "trainer.precision 16-mixed cannot train a private model"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DATA_FREE_REFUSALS))
+def test_settings_that_need_no_data_are_refused_before_a_dp_release_reads_the_rows(tmp_path, capsys, monkeypatch, case):
+    """A DP-estimated schema and a mode-specific table's DP histogram read the private rows.
+    A run refused for a setting that needs no data (epsilon, delta, the model's slot, the
+    precision) used to draw them first, since the model's width needs them: it must refuse
+    before, so that a refused run reads nothing."""
+    from lightning_dpgan.data import table_transformer
+    from lightning_dpgan.datamodules import csv as csv_datamodule
+
+    extra, message = DATA_FREE_REFUSALS[case]
+    estimated = record_calls(monkeypatch, csv_datamodule, "infer_schema_dp")
+    histograms = record_calls(monkeypatch, table_transformer, "dp_column_histograms")
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame)
+    assert_refused(csv_args(csv, tmp_path / "estimated", None, *extra), capsys, message)
+    adult = ["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(Path(__file__).parent / "fixtures" / "adult_tiny"),
+             "--output-dir", str(tmp_path / "modes"), "--data.encoding", "mode-specific", "--data.modes_epsilon", "1",
+             "--max-steps", "2", "--batch-size", "8", *TINY_MLP, *extra]
+    assert_refused(adult, capsys, message)
+    assert estimated == [] and histograms == []
+
+
 @pytest.mark.parametrize("model", ["dpgan", "gswgan"])
 @pytest.mark.parametrize("precision", ["16-mixed", "16"])
 def test_a_loss_scaled_precision_is_refused_for_a_private_model(tiny_image_data_dir, tmp_path, capsys, model, precision):
