@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+import torch
 
 from lightning_dpgan.callbacks.strategy import PrivacyStrategy
 from lightning_dpgan.distributed import decided_by_rank_zero
@@ -95,7 +96,10 @@ class PrivacyBudgetStopping(L.Callback):
         stop = decided_by_rank_zero(not self.next_step_fits())
         if stop or trainer.should_stop or pl_module.train_steps % max(trainer.log_every_n_steps, 1) == 0:
             # Lightning writes it to the loggers after this hook: at its cadence, or as training stops
-            pl_module.log("privacy/epsilon", self.strategy.epsilon(), prog_bar=True)
+            # a float64 tensor: Lightning stores a float as float32, whose rounding can put the
+            # logged figure above the target (0.29999999 is 0.30000001 in float32)
+            epsilon = torch.tensor(self.strategy.epsilon(), dtype=torch.float64)
+            pl_module.log("privacy/epsilon", epsilon, prog_bar=True)
             self._written_at = pl_module.train_steps
         if stop:
             self._stop(trainer)
