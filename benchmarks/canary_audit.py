@@ -1,10 +1,12 @@
 """Full-size end-to-end audits: the CI audit (tests/test_canary_audit.py) with many more trials,
 at several claimed epsilons, for DP-SGD as implemented and with its noise switched off.
 
-With n trials per side a perfect membership test can show at most about ln(n) at 95%, so the
-CI test (12 per side) can only catch a broken mechanism claiming less than 1. Here the trial
-count is a flag: at 100 per side a broken run claiming up to ~3 is caught, and a sound run's
-lower bound shows how close the test gets to the claim.
+With n trials per side a perfect membership test can show at most about ln(n / ln(2 / α)) at
+confidence 1 - α (1.02 for n = 12, 2.57 for 50, 3.28 for 100 at 95%), so the CI test (12 per
+side) can only catch a broken mechanism claiming less than 1. Here the trial count is a flag:
+at 100 per side a broken run claiming up to ~3 is caught, and a sound run's lower bound shows
+how close the test gets to the claim. A folder of ``--out-dir`` that already holds an audit is
+refused before any trial runs.
 
     python benchmarks/canary_audit.py --trials 200 --epsilons 0.25 1 2 --out-dir runs/canary_audit
 
@@ -22,6 +24,7 @@ import pandas as pd
 import torch
 import yaml
 
+from lightning_dpgan import run_folder
 from lightning_dpgan.canary_audit import run_audit
 from lightning_dpgan.cli import build_config
 
@@ -50,17 +53,28 @@ def without_noise(run) -> None:
     run.strategy.install = broken_install
 
 
+def audit_folder(out_dir: Path, epsilon: float, variant: str) -> Path:
+    return out_dir / f"eps{epsilon:g}_{variant.replace(' ', '_')}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.25, 1.0, 2.0])
     parser.add_argument("--out-dir", type=Path, default=Path("runs/canary_audit"))
     args = parser.parse_args()
+    variants = (("sound", None), ("no noise", without_noise))
+    held = [folder for folder in (audit_folder(args.out_dir, epsilon, variant) for epsilon in args.epsilons
+                                  for variant, _ in variants)
+            if any((folder / name).exists() for name in run_folder.AUDIT_OUTPUTS)]
+    if held:  # refused before the first trial: a new audit would write its trials over these
+        holds = "holds" if len(held) == 1 else "hold"
+        parser.error(f"{', '.join(map(str, held))} {holds} an audit already: choose another --out-dir")
     torch.set_num_threads(1)  # tiny nets: threads only add waiting
     data = tiny_table(args.out_dir / "data")
     print(f"{'claimed':>8} {'variant':8} {'eps_lower':>9} {'TP':>4} {'FP':>4} {'per side':>8} {'threshold':>9}")
     for epsilon in args.epsilons:
-        for variant, hook in (("sound", None), ("no noise", without_noise)):
+        for variant, hook in variants:
             config = build_config([
                 "--model", "gan", "--privacy", "dp-sgd", *data, "--epsilon", str(epsilon), "--max-steps", "40",
                 "--batch-size", str(TRAIN_RECORDS), "--accelerator", "cpu", "--model.latent_dim", "8",
@@ -68,7 +82,7 @@ def main() -> None:
                 "--privacy.max_grad_norm", "100", "--model.lr_generator", "5e-3", "--model.lr_discriminator", "5e-3",
                 "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
             ])
-            out = args.out_dir / f"eps{epsilon:g}_{variant.replace(' ', '_')}"
+            out = audit_folder(args.out_dir, epsilon, variant)
             audit = run_audit(config, out, trials=args.trials, samples=1000, prepare_run=hook).to_dict()
             print(f"{audit['claimed_epsilon']:8.3f} {variant:8} {audit['epsilon_lower']:9.3f} {audit['true_positives']:4d} "
                   f"{audit['false_positives']:4d} {args.trials // 2:8d} {audit['threshold']:9.4f}", flush=True)

@@ -27,13 +27,20 @@ Choosing it on the counted trials would bias the bound upwards.
 What it shows: ``epsilon_lower > claimed ε`` proves (at the stated confidence) that the
 implementation does not give its claimed guarantee. ``epsilon_lower <= claimed ε`` proves
 nothing: it is a lower bound from one canary, one test and few trials (with n trials per side,
-even a perfect test shows little: 0.81 at n = 10, 2.57 at n = 50, at 95 % confidence).
+even a perfect test shows little: 0.81 at n = 10, 2.57 at n = 50, at 95 % confidence;
+``largest_detectable_epsilon`` in ``audit.json``).
+
+The claim audited is training's own (ε, δ), ``privacy.json``'s ``epsilon_training`` and
+``delta_training``: the canary is inserted after the preprocessing that reads the rows, so
+that preprocessing's share of the total ε is not under test, and comparing with the total
+would pass a training that leaks up to that share more than it claims.
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +61,9 @@ DEFAULT_TRIALS = 20
 DEFAULT_SAMPLES = 2000
 #: How a trial's score becomes a guess (written into audit.json).
 DECISION = "canary guessed when score <= threshold (score: distance from the canary to its nearest generated record)"
+#: Below this confidence a sound mechanism is often called a violation (at 0.5, a randomized
+#: response exactly at its ε with 50 trials per side is, about one audit in five).
+MIN_CONFIDENCE = 0.9
 
 
 # ------------------------------------------------------------------------------------ canaries
@@ -207,15 +217,20 @@ def canary_score(module: Any, datamodule: Any, canary: Canary, samples: int, see
 def choose_threshold(with_canary: Sequence[float], without_canary: Sequence[float]) -> float:
     """The threshold (guess canary when score <= it) that best separates calibration scores:
     largest TPR - FPR, the middle of the best run of candidates on ties, candidates midway
-    between consecutive distinct scores."""
+    between consecutive distinct scores. TPR - FPR is compared in whole counts (scaled by both
+    sides' sizes), so that ties are ties and not float rounding."""
     if not with_canary or not without_canary:
         raise ValueError("calibration needs trials with and without the canary")
+    if not all(math.isfinite(score) for score in [*with_canary, *without_canary]):
+        raise ValueError("a calibration trial's canary score is not a number (its generator drew NaN or inf "
+                         "records): no threshold can be chosen from it")
     values = sorted(set(with_canary) | set(without_canary))
     candidates = [values[0] - 1.0] + [(a + b) / 2 for a, b in zip(values, values[1:])] + [values[-1] + 1.0]
     with_array, without_array = np.asarray(with_canary), np.asarray(without_canary)
 
-    def advantage(threshold: float) -> float:
-        return float((with_array <= threshold).mean() - (without_array <= threshold).mean())
+    def advantage(threshold: float) -> int:
+        return (int((with_array <= threshold).sum()) * len(without_array)
+                - int((without_array <= threshold).sum()) * len(with_array))
 
     gains = [advantage(t) for t in candidates]
     best = [t for t, g in zip(candidates, gains) if g == max(gains)]
@@ -232,6 +247,12 @@ class Trial:
     epsilon: float | None
     delta: float | None
     output_dir: str
+    #: training's own (epsilon, delta), the claim under test (see the module's docstring)
+    epsilon_training: float | None = None
+    delta_training: float | None = None
+    #: the canary record of this trial, for a table (it depends on the schema, a DP estimate of
+    #: its own for a CSV without schema file); None for images, whose canary is fixed
+    canary_record: Any = None
     guess: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -254,12 +275,20 @@ class CanaryAudit:
 
     @property
     def claimed_epsilon(self) -> float | None:
+        """Training's ε, the largest among the counted trials (None: one is unbounded)."""
+        values = [t.epsilon_training for t in self.trials]
+        return None if any(v is None or not math.isfinite(v) for v in values) else max(values)
+
+    @property
+    def claimed_epsilon_total(self) -> float | None:
+        """``privacy.json``'s ε (preprocessing + training), the largest among the counted trials."""
         values = [t.epsilon for t in self.trials]
         return None if any(v is None for v in values) else max(values)
 
     @property
     def delta(self) -> float:
-        return max(t.delta or 0.0 for t in self.trials)
+        """Training's δ, the largest among the counted trials."""
+        return max(t.delta_training or 0.0 for t in self.trials)
 
     @property
     def trials_per_side(self) -> int:
@@ -278,6 +307,18 @@ class CanaryAudit:
         return epsilon_lower_bound(self.true_positives, self.false_positives, self.trials_per_side, self.delta, self.confidence)
 
     @property
+    def largest_detectable_epsilon(self) -> float:
+        """The bound a perfect test (every trial right) would give: no claim at or above it could
+        be contradicted by these trials."""
+        n = self.trials_per_side
+        return epsilon_lower_bound(n, 0, n, self.delta, self.confidence)
+
+    @property
+    def could_detect_a_violation(self) -> bool:
+        claimed = self.claimed_epsilon
+        return claimed is not None and claimed < self.largest_detectable_epsilon
+
+    @property
     def consistent(self) -> bool:
         claimed = self.claimed_epsilon
         return claimed is None or self.epsilon_lower <= claimed
@@ -285,9 +326,18 @@ class CanaryAudit:
     def summary(self) -> str:
         claimed = "unbounded" if self.claimed_epsilon is None else f"{self.claimed_epsilon:.4g}"
         verdict = "consistent" if self.consistent else "VIOLATION: the claimed epsilon is too small"
-        return (f"audit: epsilon_lower {self.epsilon_lower:.3f} vs claimed {claimed} (delta {self.delta:g}, "
+        return (f"audit: epsilon_lower {self.epsilon_lower:.3f} vs training's claimed {claimed} (delta {self.delta:g}, "
                 f"{self.confidence:.0%} confidence; TP {self.true_positives}/{self.trials_per_side}, "
-                f"FP {self.false_positives}/{self.trials_per_side}): {verdict}")
+                f"FP {self.false_positives}/{self.trials_per_side}; a perfect test could show at most "
+                f"{self.largest_detectable_epsilon:.3f}): {verdict}")
+
+    def undetectable_warning(self) -> str | None:
+        """Said when no outcome of these trials could have contradicted the claim."""
+        if self.could_detect_a_violation or self.claimed_epsilon is None:
+            return None
+        return (f"audit: warning: with {self.trials_per_side} trials per side a perfect test shows at most epsilon "
+                f"{self.largest_detectable_epsilon:.3f}, not above the claimed {self.claimed_epsilon:.4g}: this audit "
+                "could not have found a violation. Use more --trials")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -296,8 +346,13 @@ class CanaryAudit:
             "privacy": self.config["privacy"]["name"],
             "neighbours": self.neighbours,
             "claimed_epsilon": self.claimed_epsilon,
+            "claimed": "training's (epsilon_training, delta_training of privacy.json), the largest among the counted "
+                       "trials: the canary is inserted after the preprocessing that reads the rows",
+            "claimed_epsilon_total": self.claimed_epsilon_total,
             "delta": self.delta,
             "epsilon_lower": self.epsilon_lower,
+            "largest_detectable_epsilon": self.largest_detectable_epsilon,
+            "could_detect_a_violation": self.could_detect_a_violation,
             "confidence": self.confidence,
             "consistent": self.consistent,
             "true_positives": self.true_positives,
@@ -453,11 +508,14 @@ def run_audit(
     trial's run into ``output_dir/trials/NNN`` and each calibration run into
     ``output_dir/calibration/NNN``. ``prepare_run`` is for tests only (see :func:`run_trial`).
     """
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if not MIN_CONFIDENCE <= confidence < 1:
+        raise ValueError(f"--confidence must be in [{MIN_CONFIDENCE}, 1), got {confidence}: below {MIN_CONFIDENCE} "
+                         "a sound mechanism is often reported as a violation")
     if samples < 1:
-        raise ValueError(f"samples must be at least 1, got {samples}")
+        raise ValueError(f"--samples must be at least 1, got {samples}")
     check_threshold(threshold)
+    if threshold is not None and calibration_trials is not None:
+        raise ValueError("--calibration-trials choose the threshold, and --threshold gives it: drop one of them")
     config = one_process(copy.deepcopy(config))
     config["privacy"]["name"] = check_private(config)
     output_dir = Path(output_dir)
@@ -475,9 +533,20 @@ def run_audit(
     def trial(index: int, canary: bool, folder: str) -> Trial:
         seed = next(seeds)
         where = output_dir / folder / f"{index:03d}"
-        result = run_trial(config, where, canary, seed, samples, prepare_run)
+        try:
+            result = run_trial(config, where, canary, seed, samples, prepare_run)
+        except Exception:
+            print(f"audit: trial {folder}/{index:03d} ({'with' if canary else 'without'} the canary, which an "
+                  "add/remove strategy appends to the training records) stopped:", file=sys.stderr)
+            raise
+        if not math.isfinite(result.score):
+            raise ValueError(f"audit trial {where}: the canary score is {result.score} (its generator drew NaN or "
+                             "inf records), so no guess can be made from it")
         runs.append(result)
-        return Trial(index, canary, seed, result.score, result.privacy.get("epsilon"), result.privacy.get("delta"), str(where))
+        privacy = result.privacy
+        return Trial(index, canary, seed, result.score, privacy.get("epsilon"), privacy.get("delta"), str(where),
+                     privacy.get("epsilon_training"), privacy.get("delta_training"),
+                     result.canary.description.get("record"))
 
     calibration = [trial(i, c, "calibration") for i, c in enumerate(calibration_assignment)]
     if threshold is None:
@@ -488,11 +557,23 @@ def run_audit(
     counted = [trial(i, c, "trials") for i, c in enumerate(assignment)]  # threshold fixed before these run
     for t in calibration + counted:
         t.guess = bool(t.score <= threshold)
-    audit = CanaryAudit(config, runs[0].canary.description, runs[0].neighbours, confidence, float(threshold), rule,
+    audit = CanaryAudit(config, canary_description(runs), runs[0].neighbours, confidence, float(threshold), rule,
                         samples, counted, calibration)
     output_dir.mkdir(parents=True, exist_ok=True)
     write_json(output_dir / AUDIT_FILE, audit.to_dict())
     return audit
+
+
+def canary_description(runs: Sequence[TrialRun]) -> dict[str, Any]:
+    """``audit.json``'s canary: the trials' one, or, where their canaries differ (each trial's
+    schema is a DP estimate of its own for a CSV without schema file), the rule without a
+    record, each trial's being in its ``canary_record``."""
+    first = runs[0].canary.description
+    if all(run.canary.description == first for run in runs):
+        return first
+    return {**{key: value for key, value in first.items() if key != "record"}, "record": None,
+            "note": "the canary differs between trials (each trial's schema bounds are a DP estimate of its own): "
+                    "each trial's is its canary_record"}
 
 
 # ----------------------------------------------------------------------------- command line
@@ -505,7 +586,8 @@ def audit_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     parser.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help=f"counted trials, even (default {DEFAULT_TRIALS})")
-    parser.add_argument("--confidence", type=float, default=0.95, help="confidence of the Clopper-Pearson bound")
+    parser.add_argument("--confidence", type=float, default=0.95,
+                        help=f"confidence of the Clopper-Pearson bound, in [{MIN_CONFIDENCE}, 1) (default 0.95)")
     parser.add_argument("--calibration-trials", dest="calibration_trials", type=int,
                         help="extra trials that choose the threshold and are not counted, even "
                              "(default: half the counted trials rounded down to an even number, at least 2)")
@@ -532,10 +614,15 @@ def audit_command(argv: list[str]) -> Path:
         audit = run_audit(config, output_dir, args.trials, args.confidence, args.threshold,
                           args.calibration_trials, args.samples)
     except BaseException:
-        if previous is not None and not run_folder.audit_started(output_dir):
-            run_folder.restore_outputs(output_dir, previous)  # refused before its first trial: the folder as it was
+        if not run_folder.audit_started(output_dir):  # refused before a trial trained: the folder as it was
+            run_folder.remove_audit_trials(output_dir)
+            if previous is not None:
+                run_folder.restore_outputs(output_dir, previous)
         raise
     print(audit.summary())
+    warning = audit.undetectable_warning()
+    if warning:
+        print(warning, file=sys.stderr)
     return output_dir / AUDIT_FILE
 
 

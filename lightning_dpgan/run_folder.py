@@ -107,8 +107,16 @@ def check_audit_dir(folder: Path, overwrite: bool) -> None:
 
 
 def audit_started(folder: Path) -> bool:
-    """Whether an audit in ``folder`` got as far as its first trial."""
-    return any((folder / name).exists() for name in AUDIT_TRIALS)
+    """Whether an audit in ``folder`` got a trial past its checks (see :func:`training_started`)."""
+    return any(training_started(trial) for name in AUDIT_TRIALS if (folder / name).is_dir()
+               for trial in (folder / name).iterdir())
+
+
+def remove_audit_trials(folder: Path) -> None:
+    """Remove the trial folders of an audit refused before any trial trained (a refused trial
+    leaves its logger's files): the next audit in ``folder`` would be refused for them."""
+    for name in AUDIT_TRIALS:
+        shutil.rmtree(folder / name, ignore_errors=True)
 
 
 def set_aside(folder: Path, names: tuple[str, ...]) -> Path | None:

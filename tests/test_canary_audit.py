@@ -9,8 +9,11 @@ import pytest
 import torch
 import yaml
 
+from lightning_dpgan import canary_audit
 from lightning_dpgan.canary_audit import (
     AUDIT_FILE,
+    Canary,
+    TrialRun,
     balanced_assignment,
     build_canary,
     canary_score,
@@ -24,7 +27,7 @@ from lightning_dpgan.canary_audit import (
 from lightning_dpgan.cli import build_config, main
 from lightning_dpgan.privacy.audit import epsilon_lower_bound
 from lightning_dpgan.run import Run
-from run_helpers import read_json, tiny_run_args
+from run_helpers import read_json, record_calls, tiny_run_args
 
 CLAIMED = 0.25
 TRIALS = 24  # 12 per side: a perfect test would show epsilon >= 1.02 at 95%, four times the claim
@@ -110,7 +113,7 @@ def test_dp_sgd_without_noise_is_caught(tiny_table, tmp_path):
 def test_audit_command_writes_audit_json(tiny_table, tmp_path, capsys):
     out = tmp_path / "audit"
     assert main(["audit", *dp_sgd_args(tiny_table), "--trials", "4", "--calibration-trials", "2", "--samples", "200",
-                 "--output-dir", str(out), "--seed", "3"]) == 0
+                 "--output-dir", str(out), "--seed", "3", "--confidence", "0.9"]) == 0
     assert "audit: epsilon_lower" in capsys.readouterr().out
     report = read_json(out / AUDIT_FILE)
     for key in ("claimed_epsilon", "delta", "epsilon_lower", "confidence", "true_positives", "false_positives",
@@ -126,11 +129,22 @@ def test_audit_command_writes_audit_json(tiny_table, tmp_path, capsys):
                                                    [t["score"] for t in calibration if not t["canary"]])
     seeds = [t["seed"] for t in calibration + report["per_trial"]]
     assert len(set(seeds)) == len(seeds) == 6
+    privacies = []
     for trial in report["per_trial"]:
         privacy = read_json(f"{trial['output_dir']}/privacy.json")
-        assert privacy["epsilon"] == trial["epsilon"]
+        privacies.append(privacy)
+        assert privacy["epsilon"] == trial["epsilon"] and privacy["epsilon_training"] == trial["epsilon_training"]
         assert privacy["train_records"] == TRAIN_RECORDS + trial["canary"]
         assert trial["guess"] == (trial["score"] <= report["threshold"])
+    # the bound, recomputed from the trials' own guesses, at the --confidence given and training's delta
+    guesses = [(t["canary"], t["guess"]) for t in report["per_trial"]]
+    assert report["true_positives"] == guesses.count((True, True))
+    assert report["false_positives"] == guesses.count((False, True))
+    assert report["confidence"] == 0.9 and report["delta"] == max(p["delta_training"] for p in privacies)
+    assert report["epsilon_lower"] == epsilon_lower_bound(report["true_positives"], report["false_positives"], 2,
+                                                          report["delta"], 0.9)
+    assert report["claimed_epsilon"] == max(p["epsilon_training"] for p in privacies)
+    assert report["largest_detectable_epsilon"] == epsilon_lower_bound(2, 0, 2, report["delta"], 0.9)
 
 
 def test_a_folder_holding_an_audit_is_refused_unless_overwritten(tiny_table, tmp_path, capsys):
@@ -145,6 +159,16 @@ def test_a_folder_holding_an_audit_is_refused_unless_overwritten(tiny_table, tmp
     # refused before its first trial (a bad setting): the old audit stays where it was
     assert main(["audit", *short, "--overwrite", "--samples", "0"]) == 2
     assert read_json(out / AUDIT_FILE) == first and not (out / "previous").exists()
+    # refused inside its first trial, before it trained (a batch larger than the six records and
+    # the canary): the old audit is put back, and the refused trial's logger files are gone
+    capsys.readouterr()
+    assert main(["audit", *short, "--overwrite", "--batch-size", "100"]) == 2
+    assert "audit: trial trials/000 (with" in capsys.readouterr().err
+    assert read_json(out / AUDIT_FILE) == first and not (out / "previous").exists()
+    assert sorted(p.name for p in (out / "trials").iterdir()) == ["000", "001"]
+    fresh = tmp_path / "fresh"
+    assert main(["audit", *short[:-1], str(fresh), "--batch-size", "100"]) == 2
+    assert not (fresh / "trials").exists()  # else the corrected rerun would be refused for it
     assert main(["audit", *short, "--overwrite", "--seed", "5"]) == 0
     assert read_json(out / "previous" / AUDIT_FILE) == first  # set aside, not lost
     assert sorted(p.name for p in (out / "previous" / "trials").iterdir()) == ["000", "001"]
@@ -180,7 +204,11 @@ def test_audit_refuses_quail_whose_label_model_it_does_not_cover(tmp_path, capsy
     (["--threshold", "-1"], "--threshold is a distance to the canary: a finite number from 0, got -1.0"),
     (["--trials", "3"], "--trials must be even and at least 2 (half the trials hold the canary), got 3"),
     (["--calibration-trials", "1"], "--calibration-trials must be even and at least 2 (half the trials hold the canary), got 1"),
-], ids=["devices", "ddp", "nodes", "evaluate", "nan-threshold", "negative-threshold", "odd-trials", "odd-calibration"])
+    (["--confidence", "0.5"], "--confidence must be in [0.9, 1), got 0.5: below 0.9 a sound mechanism is often reported"),
+    (["--samples", "0"], "--samples must be at least 1, got 0"),
+    (["--threshold", "0.5", "--calibration-trials", "2"], "--calibration-trials choose the threshold, and --threshold gives it"),
+], ids=["devices", "ddp", "nodes", "evaluate", "nan-threshold", "negative-threshold", "odd-trials", "odd-calibration",
+        "low-confidence", "no-samples", "threshold-and-calibration"])
 def test_an_audit_setting_it_cannot_honour_is_refused_by_its_flag_before_any_trial(tiny_table, tmp_path, capsys, extra, message):
     """Each refused before a trial runs, naming the flag: several processes (each would restart the
     audit, and rank 1 found rank 0's first trial folder and died without a word), --evaluate (it
@@ -264,6 +292,68 @@ def test_threshold_separates_calibration_scores():
     # one outlier on each side: the threshold still maximises TPR - FPR
     threshold = choose_threshold([0.1, 0.2, 0.3, 1.5], [0.25, 0.9, 1.0, 1.1])
     assert 0.3 <= threshold < 0.9
+    # three candidates tie at TPR - FPR = 1/3 (0.15, 0.55, 0.95): the middle one, where float
+    # rounding (1 - 2/3 > 1/3) used to pick the last
+    assert choose_threshold([0.1, 0.5, 0.9], [0.2, 0.6, 1.0]) == pytest.approx(0.55)
+    with pytest.raises(ValueError, match="not a number"):
+        choose_threshold([float("nan"), 0.1], [0.2, 0.3])
+
+
+# ------------------------------------------------- the audit's record, with stand-in trials
+def stand_in_trials(monkeypatch, score, record=lambda seed: {"x": 1.0}, training=(1.0, 1e-6), total=(2.0, 2e-6)):
+    """``run_trial`` replaced: ``score(with_canary)`` and a privacy report whose training claim is
+    below its total, as when preprocessing (DP bounds, DP modes) read the rows first."""
+    def run_trial(config, output_dir, with_canary, seed, samples, prepare_run=None):
+        canary = Canary("table", (torch.zeros(1, 2),), torch.zeros(2), {"kind": "table", "rule": "test", "record": record(seed)})
+        privacy = {"epsilon": total[0], "delta": total[1], "epsilon_training": training[0], "delta_training": training[1]}
+        return TrialRun(score(with_canary), privacy, canary, "add-remove")
+
+    monkeypatch.setattr(canary_audit, "run_trial", run_trial)
+
+
+def test_the_claim_audited_is_trainings_own_not_the_total_with_preprocessing(tiny_table, tmp_path, monkeypatch):
+    """The canary is inserted after preprocessing: a training leaking between its own epsilon
+    (1.0) and the total (2.0) was reported consistent against the total."""
+    stand_in_trials(monkeypatch, lambda canary: 0.0 if canary else 1.0)  # a perfect test
+    audit = run_audit(build_config(dp_sgd_args(tiny_table)), tmp_path, 40, confidence=0.97, calibration_trials=2)
+    report = read_json(tmp_path / AUDIT_FILE)
+    assert report["claimed_epsilon"] == 1.0 and report["claimed_epsilon_total"] == 2.0 and report["delta"] == 1e-6
+    assert report["epsilon_lower"] == epsilon_lower_bound(20, 0, 20, 1e-6, 0.97) == audit.largest_detectable_epsilon
+    assert 1.0 < report["epsilon_lower"] < 2.0
+    assert report["consistent"] is False and "VIOLATION" in audit.summary()
+    assert report["could_detect_a_violation"] is True and audit.undetectable_warning() is None
+
+
+def test_trials_whose_canaries_differ_record_each_one(tiny_table, tmp_path, monkeypatch):
+    """A CSV without schema file estimates each trial's bounds under DP, so each trial's canary
+    is its own: audit.json described the first calibration trial's for all of them."""
+    stand_in_trials(monkeypatch, lambda canary: 0.5, record=lambda seed: {"x": float(seed)})
+    run_audit(build_config(dp_sgd_args(tiny_table)), tmp_path, 4, calibration_trials=2)
+    report = read_json(tmp_path / AUDIT_FILE)
+    assert report["canary"]["record"] is None and "differs between trials" in report["canary"]["note"]
+    assert [t["canary_record"] for t in report["per_trial"]] == [{"x": float(t["seed"])} for t in report["per_trial"]]
+    stand_in_trials(monkeypatch, lambda canary: 0.5)
+    run_audit(build_config(dp_sgd_args(tiny_table)), tmp_path / "same", 4, calibration_trials=2)
+    assert read_json(tmp_path / "same" / AUDIT_FILE)["canary"]["record"] == {"x": 1.0}
+
+
+def test_an_audit_too_small_to_contradict_its_claim_says_so(tiny_table, tmp_path, monkeypatch, capsys):
+    """2 trials per side can show at most 0 at 95%: "consistent" there was true by construction."""
+    stand_in_trials(monkeypatch, lambda canary: 0.0 if canary else 1.0, training=(0.25, 1e-6))
+    assert main(["audit", *dp_sgd_args(tiny_table), "--trials", "4", "--output-dir", str(tmp_path / "small")]) == 0
+    assert "could not have found a violation. Use more --trials" in capsys.readouterr().err
+    report = read_json(tmp_path / "small" / AUDIT_FILE)
+    assert report["largest_detectable_epsilon"] == 0.0 and report["could_detect_a_violation"] is False
+    assert main(["audit", *dp_sgd_args(tiny_table), "--trials", "40", "--output-dir", str(tmp_path / "large")]) == 0
+    assert "could not have found" not in capsys.readouterr().err
+
+
+def test_a_trial_whose_generator_drew_nan_is_refused(tiny_table, tmp_path, monkeypatch, capsys):
+    stand_in_trials(monkeypatch, lambda canary: float("nan"))
+    assert main(["audit", *dp_sgd_args(tiny_table), "--trials", "2", "--threshold", "0.5",
+                 "--output-dir", str(tmp_path / "nan")]) == 2
+    assert "the canary score is nan (its generator drew NaN or inf records)" in capsys.readouterr().err
+    assert not (tmp_path / "nan" / AUDIT_FILE).exists()
 
 
 def test_an_audits_wandb_trials_are_named_by_their_kind_and_number(tiny_table, tmp_path, monkeypatch):
@@ -287,3 +377,17 @@ def test_an_audits_wandb_trials_are_named_by_their_kind_and_number(tiny_table, t
             run_trial(build_config(dp_sgd_args(tiny_table, *extra)), tmp_path / "my-audit" / folder / "003", True, 1, 1,
                       prepare_run=capture)
     assert names == ["my-audit/calibration/003", "nightly/trials/003"]
+
+
+def test_the_full_size_benchmark_refuses_an_out_dir_holding_an_audit_before_any_trial(tmp_path, monkeypatch, capsys):
+    """Its trials were written over an earlier audit's."""
+    from test_dev_split import load_benchmark_script
+
+    script = load_benchmark_script("canary_audit")
+    (tmp_path / "eps1_no_noise" / "trials").mkdir(parents=True)
+    trained = record_calls(monkeypatch, script, "run_audit")
+    monkeypatch.setattr("sys.argv", ["canary_audit.py", "--trials", "2", "--epsilons", "1", "--out-dir", str(tmp_path)])
+    with pytest.raises(SystemExit) as stop:
+        script.main()
+    assert stop.value.code == 2 and trained == []
+    assert f"{tmp_path / 'eps1_no_noise'} holds an audit already: choose another --out-dir" in capsys.readouterr().err
