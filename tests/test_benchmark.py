@@ -864,9 +864,21 @@ def test_the_harness_own_markdown_does_not_make_the_tree_dirty(tmp_path):
     assert results.commit(tmp_path, own_output=tmp_path / "RESULTS.md", own_folders=(tmp_path / "results",))["dirty"] is False
     (tmp_path / "preset.yaml").write_text("lr: 1\n")  # a file git has not seen changes a run too
     assert results.commit(tmp_path, own_output=tmp_path / "RESULTS.md", own_folders=(tmp_path / "results",))["dirty"] is True
+    with_preset = results.commit(tmp_path, own_output=tmp_path / "RESULTS.md", own_folders=(tmp_path / "results",))
+    (tmp_path / "preset.yaml").write_text("lr: 2\n")  # the same unseen file, edited
+    assert results.commit(tmp_path, own_output=tmp_path / "RESULTS.md", own_folders=(tmp_path / "results",)) != with_preset
     (tmp_path / "preset.yaml").unlink()
     (tmp_path / "code.py").write_text("b\n")
-    assert results.commit(tmp_path, own_output=tmp_path / "RESULTS.md")["dirty"] is True
+    edited = results.commit(tmp_path, own_output=tmp_path / "RESULTS.md")
+    assert edited["dirty"] is True and "changes" in edited
+    (tmp_path / "code.py").write_text("c\n")  # a tree dirty already, edited again: same sha, same dirty
+    again = results.commit(tmp_path, own_output=tmp_path / "RESULTS.md")
+    assert again["sha"] == edited["sha"] and again["dirty"] is True and again != edited
+    (tmp_path / "RESULTS.md").write_text("c\n")  # the harness's own file does not count
+    assert results.commit(tmp_path, own_output=tmp_path / "RESULTS.md") == again
+    (tmp_path / "code.py").write_text("a\n")
+    clean = results.commit(tmp_path, own_output=tmp_path / "RESULTS.md", own_folders=(tmp_path / "results",))
+    assert clean["dirty"] is False and "changes" not in clean
     # a RESULTS.md outside the tree: git refuses it as a pathspec, which read as "unknown" (None)
     assert results.commit(tmp_path, own_output=tmp_path.parent / "elsewhere" / "RESULTS.md")["dirty"] is True
 

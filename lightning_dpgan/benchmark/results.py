@@ -8,6 +8,7 @@ day gets ``-2``, ``-3``, ... rather than replacing the first. The file is rewrit
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -59,7 +60,10 @@ def commit(repo: Path | None = None, own_output: Path | None = None, own_folders
     file git does not ignore and has not seen (an untracked preset in ``configs/`` changes a run
     as much as an edited one). The harness's own outputs -- ``own_output`` (the RESULTS.md it
     rewrites) and ``own_folders`` (its results folder, whose new files wait to be committed) --
-    do not count. ``dirty`` is None where git cannot tell (outside a git tree)."""
+    do not count. ``dirty`` is None where git cannot tell (outside a git tree). A dirty tree
+    also gets ``changes``, a digest of its differences (the diff against HEAD, and each file git
+    has not seen, by content): an edit to a tree already dirty changes it, where sha and dirty
+    stay the same (``commit_at_end`` compares the whole record)."""
     def git(*args: str) -> str | None:
         try:
             return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
@@ -76,7 +80,15 @@ def commit(repo: Path | None = None, own_output: Path | None = None, own_folders
     own = [path for path in ([own_output] if own_output is not None else []) + list(own_folders) if inside(path)]
     excluded = [f":(exclude){path.resolve()}" for path in own]
     status = git("status", "--porcelain", "--untracked-files=all", "--", ".", *excluded)
-    return {"sha": head, "dirty": bool(status) if status is not None else None}
+    record: dict[str, Any] = {"sha": head, "dirty": bool(status) if status is not None else None}
+    if status:
+        diff = git("diff", "HEAD", "--binary", "--", ".", *excluded)
+        unseen = git("ls-files", "--others", "--exclude-standard", "-z", "--", ".", *excluded)
+        contents = git("hash-object", "--", *unseen.split("\0")[:-1]) if unseen else ""
+        if diff is not None and contents is not None:
+            digest = hashlib.sha256("\0".join([diff, unseen or "", contents]).encode())
+            record["changes"] = digest.hexdigest()[:16]
+    return record
 
 
 def summarize(values: list[float | None]) -> dict[str, Any]:
