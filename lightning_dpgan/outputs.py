@@ -2,10 +2,13 @@
 crash never leaves a half-written privacy report or sample file that looks complete."""
 from __future__ import annotations
 
+import contextlib
 import errno
+import glob
 import json
 import math
 import os
+import socket
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -45,16 +48,49 @@ def file_creation_mask() -> int:
     return mask
 
 
+def _temporary_prefix(path: Path, pid: int | None = None) -> str:
+    """``.NAME.HOST-PID.``: the writer's host and process, so that a later write can tell a
+    temporary file whose writer was killed (SIGKILL, a lost node) from one still being written."""
+    return f".{path.name}.{socket.gethostname()}-{os.getpid() if pid is None else pid}."
+
+
+def _writer_is_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process: alive
+        return False
+    return False
+
+
+def remove_orphaned_temporaries(path: Path) -> list[Path]:
+    """Remove the temporary files of ``path`` left by a writer on this host that no longer runs
+    (a SIGKILL leaves them: nothing in the process can run). Those of live writers, and of
+    other hosts (whose processes cannot be seen from here), are kept. Returns those removed."""
+    host = socket.gethostname()
+    removed = []
+    for candidate in path.parent.glob(f".{glob.escape(path.name)}.{glob.escape(host)}-*.tmp"):
+        pid_text = candidate.name[len(f".{path.name}.{host}-"):].split(".", 1)[0]
+        pid = int(pid_text) if pid_text.isdigit() else 0
+        if pid > 0 and pid != os.getpid() and _writer_is_gone(pid):  # 0 would signal this process group
+            candidate.unlink(missing_ok=True)
+            removed.append(candidate)
+    return removed
+
+
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
     """Call ``write(file)`` on a temporary file beside ``path``, then rename it into place.
 
     If anything fails (a full disk, say), the temporary file is removed and ``path`` is left
-    as it was; an ``OSError`` is raised again as :class:`OutputWriteError`, naming ``path``."""
+    as it was; an ``OSError`` is raised again as :class:`OutputWriteError`, naming ``path``.
+    Once written, the temporary files an earlier, killed writer of ``path`` left are removed
+    (:func:`remove_orphaned_temporaries`)."""
     path = Path(path)
     tmp_name = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp_name = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
@@ -67,6 +103,8 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
         if isinstance(error, OSError) and not isinstance(error, OutputWriteError):
             raise OutputWriteError(path, error) from error
         raise
+    with contextlib.suppress(OSError):  # tidying: the file itself is written
+        remove_orphaned_temporaries(path)
     return path
 
 

@@ -1081,6 +1081,29 @@ def test_a_write_that_fails_half_way_removes_what_it_wrote(tmp_path):
     assert path.read_text() == '{"epsilon": 1.0}\n'
 
 
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_write_of_that_file(tmp_path):
+    """SIGKILL (the OOM killer, a lost node) gives the writer no chance to remove its temporary
+    file: a run's folder kept a hidden `.synthetic.csv.*.tmp` of gigabytes. The next write of the
+    same file removes those whose writer, on this host, is gone; a live writer's, another host's
+    and another file's are kept."""
+    import socket
+    import subprocess
+    import sys
+
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    host = socket.gethostname()
+    orphan = tmp_path / f".synthetic.csv.{host}-{finished.pid}.k3j2.tmp"
+    kept = [tmp_path / f".synthetic.csv.{host}-{os.getppid()}.a1b2.tmp",  # a live process
+            tmp_path / f".synthetic.csv.{host}x-{finished.pid}.c3d4.tmp",  # another host
+            tmp_path / f".privacy.json.{host}-{finished.pid}.e5f6.tmp"]  # another file
+    for path in [orphan, *kept]:
+        path.write_text("partial")
+    write_csv(tmp_path / "synthetic.csv", pd.DataFrame({"a": [1]}))
+    assert not orphan.exists() and all(path.exists() for path in kept)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["synthetic.csv", *(p.name for p in kept)])
+
+
 def test_other_failures_while_writing_also_remove_the_temporary_file(tmp_path):
     def interrupted(handle):
         handle.write(b"half")
