@@ -404,8 +404,7 @@ class TabularDataModule(L.LightningDataModule):
         schema = self.schema
         if schema.label is None or schema.label_column.is_numeric:
             return
-        listed = {str(category) for category in schema.label_column.categories}
-        held = sorted({str(value) for value in self.train_frame[schema.label]} & listed)
+        held = schema.label_classes_held(self.train_frame)
         if len(held) < 2:
             raise SchemaError(
                 f"{self.name}: the label '{schema.label}' holds {f'one class ({held[0]!r})' if held else 'none of its classes'} "

@@ -85,6 +85,19 @@ def test_king_drops_id_converts_dates_and_counts_clipping():
     assert datamodule.decode(datamodule.train_dataset.tensors[0])["bedrooms"].max() <= 15
 
 
+def test_a_credit_file_resaved_with_float_classes_trains_as_the_original(tmp_path):
+    """Class written 0.0/1.0 (the file re-saved through pandas with a float column): encoding
+    matches 1.0 to the class 1, but the one-class check compared the text "1.0" with "1" and
+    refused the file as holding none of its classes."""
+    frame = pd.read_csv(FIXTURES / "credit_tiny" / "creditcard.csv")
+    (tmp_path / "credit").mkdir()
+    frame.assign(Class=frame["Class"].astype(float)).to_csv(tmp_path / "credit" / "creditcard.csv", index=False)
+    resaved = KaggleCreditDataModule(data_dir=tmp_path / "credit", batch_size=8, download=False)
+    resaved.setup()
+    original = loaded(KaggleCreditDataModule, "credit_tiny")
+    assert torch.equal(resaved.train_dataset.tensors[0], original.train_dataset.tensors[0])
+
+
 def test_credit_has_thirty_features_and_a_binary_label():
     datamodule = loaded(KaggleCreditDataModule, "credit_tiny")
     assert datamodule.schema.encoded_dim == 30 + 2

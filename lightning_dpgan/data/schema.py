@@ -546,6 +546,13 @@ class TableSchema:
         codes = _category_codes(self.label_column, frame[self.label])
         return frame[self.label][codes < 0]
 
+    def label_classes_held(self, frame: pd.DataFrame) -> list[Any]:
+        """The classes of a categorical label that ``frame`` holds, matched as encoding matches
+        them (a float 1.0 is the class 1), in the schema's order."""
+        codes = _category_codes(self.label_column, frame[self.label])
+        held = set(codes[codes >= 0].tolist())
+        return [category for code, category in enumerate(self.label_column.categories) if code in held]
+
     def _check_label_codes(self, codes: dict[str, np.ndarray]) -> None:
         if self.label_kind != "binary":
             return
