@@ -166,8 +166,22 @@ def release_settings(datamodule: Any, quail: Any) -> dict[str, Any]:
         trained = quail.settings
         settings.update({"quail.label_model": quail.label_model, "quail.hidden": list(quail.hidden),
                          "quail.epochs": trained.epochs, "quail.batch_size": trained.batch_size,
-                         "quail.lr": trained.lr, "quail.max_grad_norm": trained.max_grad_norm})
+                         "quail.lr": trained.lr, "quail.max_grad_norm": trained.max_grad_norm,
+                         # what the stored model is (checkpoints written before these were kept
+                         # are resumed only with the same values: _build_labeler's checks)
+                         "quail.split": quail.split, "quail.scale_share": trained.scale_share,
+                         "quail.labels": quail.labels, "quail.log_features": list(quail.log_features),
+                         "quail.log_label": quail.log_label})
     return {key: value for key, value in settings.items() if value is not None}
+
+
+def as_flag_value(value: Any) -> str:
+    """``value`` as a flag takes it: ``true``, ``a,b`` (``[]`` for none), ``0.1``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value)) or "[]"
+    return str(value)
 
 
 def adopt_release_settings(config: dict[str, Any], current: dict[str, Any], saved: dict[str, Any] | None) -> list[str]:
@@ -178,7 +192,8 @@ def adopt_release_settings(config: dict[str, Any], current: dict[str, Any], save
     notes = []
     for key, value in sorted((saved or {}).items()):
         if key in current and current[key] != value:
-            notes.append(f"--{key} {current[key]} gave way to the checkpoint's {value}: its release is reused")
+            notes.append(f"--{key} {as_flag_value(current[key])} gave way to the checkpoint's {as_flag_value(value)}: "
+                         "its release is reused")
         section, name = key.split(".", 1)
         if section in config and isinstance(config[section], dict):
             config[section][name] = value
@@ -391,6 +406,8 @@ class Run:
                 for note in adopt_release_settings(self.config, release_settings(datamodule, self.quail),
                                                    self.resume_info.get("release_settings")):
                     print(f"train: note: {note}", file=sys.stderr)
+                if self.quail is not None:
+                    self.quail = self._build_quail()  # with the checkpoint's label model settings
         return datamodule
 
     def _build_module(self) -> Any:

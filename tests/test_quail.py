@@ -492,14 +492,15 @@ def test_a_resumed_quail_run_reuses_its_label_model_and_pays_for_it_once(tmp_pat
 
     monkeypatch.setattr("lightning_dpgan.quail.train_dp_label_model", retrain)
     resumed = tmp_path / "resumed"
-    assert main(quail_args(resumed, "dpctgan", "adult", 8, 8.0, "--resume", checkpoint, "--quail.labels", "most-likely")) == 2
-    assert "resume with --quail.labels sample" in capsys.readouterr().err  # as the checkpoint (and `sample`) draws them
-    # the label model is reused: another training setting gives way to the checkpoint's, which
-    # config.yaml records (it recorded the unused 5)
+    # the label model is reused: another setting of it gives way to the checkpoint's, which
+    # config.yaml records (it recorded the unused 5, and most-likely, which `sample` would not use)
     assert main(quail_args(resumed, "dpctgan", "adult", 8, 8.0, *fixed_noise, "--resume", checkpoint,
-                           "--quail.epochs", "5")) == 0
-    assert "--quail.epochs 5 gave way to the checkpoint's 10" in capsys.readouterr().err
-    assert yaml.safe_load((resumed / "config.yaml").read_text())["quail"]["epochs"] == 10
+                           "--quail.epochs", "5", "--quail.labels", "most-likely")) == 0
+    err = capsys.readouterr().err
+    assert "--quail.epochs 5 gave way to the checkpoint's 10" in err
+    assert "--quail.labels most-likely gave way to the checkpoint's sample" in err
+    recorded = yaml.safe_load((resumed / "config.yaml").read_text())["quail"]
+    assert recorded["epochs"] == 10 and recorded["labels"] == "sample"
     before, after = read_json(first / "privacy.json"), read_json(resumed / "privacy.json")
     assert after["steps"] == 8 and before["steps"] == 4
     assert after["preprocessing"] == before["preprocessing"]
@@ -507,7 +508,33 @@ def test_a_resumed_quail_run_reuses_its_label_model_and_pays_for_it_once(tmp_pat
     assert label_models[1]["state"] == label_models[0]["state"]
 
 
-def test_a_label_model_is_resumed_only_with_the_scale_share_and_log_features_it_was_trained_with(tmp_path, capsys):
+def test_a_label_model_is_resumed_with_the_scale_share_and_log_features_it_was_trained_with(tmp_path, capsys):
+    """A raised --epsilon resolves another QUAIL preset, with other log features: the resume was
+    refused. The checkpoint's settings of its label model now give way to it, with a note."""
+    first = tmp_path / "first"
+    assert main(quail_args(first, "dpgan", "king", 4, 8.0, "--quail.log_features", "sqft_lot")) == 0
+    checkpoint = str(first / "checkpoints" / "last.ckpt")
+    resumed = quail_args(tmp_path / "adopted", "dpgan", "king", 8, 9.0, "--resume", checkpoint, "--quail.scale_share", "0",
+                         "--quail-split", "0.4")
+    assert main(resumed) == 0
+    err = capsys.readouterr().err
+    for note in ("--quail.scale_share 0 gave way to the checkpoint's 0.1", "--quail.log_features [] gave way to the "
+                 "checkpoint's sqft_lot", "--quail.split 0.4 gave way to the checkpoint's 0.5"):
+        assert note in err, note
+    recorded = yaml.safe_load((tmp_path / "adopted" / "config.yaml").read_text())["quail"]
+    assert (recorded["scale_share"], recorded["log_features"], recorded["split"]) == (0.1, ["sqft_lot"], 0.5)
+    assert read_json(tmp_path / "adopted" / "privacy.json")["quail"]["split"] == 0.5
+
+
+def test_a_label_model_from_before_its_settings_were_kept_is_resumed_only_with_them(tmp_path, capsys, monkeypatch):
+    """A checkpoint whose release settings do not hold the label model's split, log features,
+    scale share or labels: a resume with other values is refused, naming the checkpoint's."""
+    from lightning_dpgan import run as run_module
+
+    kept = ("quail.split", "quail.scale_share", "quail.labels", "quail.log_features", "quail.log_label")
+    recent = run_module.release_settings
+    monkeypatch.setattr(run_module, "release_settings",
+                        lambda *args: {k: v for k, v in recent(*args).items() if k not in kept})
     first = tmp_path / "first"
     assert main(quail_args(first, "dpgan", "king", 4, 8.0, "--quail.log_features", "sqft_lot")) == 0
     assert read_run_info(first / "checkpoints" / "last.ckpt")["quail"]["log_features"] == ["sqft_lot"]
@@ -535,11 +562,8 @@ def test_a_label_model_learnt_in_log_space_is_reported_and_resumed_only_as_such(
     checkpoint = first / "checkpoints" / "last.ckpt"
     assert read_run_info(checkpoint)["quail"]["log_label"] is True
     assert read_json(first / "privacy.json")["quail"]["label_model"]["log_label"] is True
-    assert main(quail_args(tmp_path / "resumed", "dpgan", "king", 8, 8.0, "--resume", str(checkpoint))) == 2
-    assert "learnt the label in log space, not as --quail.log_label false asks: resume with --quail.log_label true" in \
-        capsys.readouterr().err
-    assert main(quail_args(tmp_path / "resumed", "dpgan", "king", 8, 8.0, "--quail.log_label", "true",
-                           "--resume", str(checkpoint))) == 0
+    assert main(quail_args(tmp_path / "resumed", "dpgan", "king", 8, 8.0, "--resume", str(checkpoint))) == 0
+    assert "--quail.log_label false gave way to the checkpoint's true" in capsys.readouterr().err
     # the labels of the synthetic table are the log-space model's: within the price bounds, and the same function of
     # the features as the checkpoint's labeler gives
     table = pd.read_csv(tmp_path / "resumed" / "synthetic.csv")
