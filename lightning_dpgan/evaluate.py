@@ -249,6 +249,30 @@ def _warn_of_missing_label_classes(results: dict[str, Any], schema: Any) -> None
           f"{schema.label_column.width} classes: {consequence}", file=sys.stderr)
 
 
+#: Fewer held-out rows of a class than this, and the AUROCs rest on a handful of rows: said.
+THIN_CLASS_ROWS = 10
+
+
+def _warn_of_a_thin_held_out_class(real_test: pd.DataFrame, schema: Any) -> dict[str, int]:
+    """The held-out rows' count per class, with a warning where a class has none (AUROC, AUPRC and
+    SRA of settings A and B are then undefined, n/a, and accuracy is that share) or fewer than
+    :data:`THIN_CLASS_ROWS` (the AUROCs rest on those few rows): a rare class, as credit's frauds,
+    in a small file. The split is not stratified, by design (docs/privacy.md)."""
+    counts = {str(category): count for category, count in schema.label_class_counts(real_test).items()}
+    absent = [name for name, count in counts.items() if count == 0]
+    thin = {name: count for name, count in counts.items() if 0 < count < THIN_CLASS_ROWS}
+    if absent:
+        print(f"evaluate: warning: the {len(real_test)} held-out rows hold no row of class "
+              f"{', '.join(map(repr, absent))} of the label {schema.label!r}: the AUROC and AUPRC of settings A "
+              "and B are undefined there (n/a), and accuracy is the other classes' share. Hold out more rows "
+              "(--data.test_fraction) or train on a larger file", file=sys.stderr)
+    elif thin:
+        listed = ", ".join(f"{count} of class {name!r}" for name, count in thin.items())
+        print(f"evaluate: warning: the {len(real_test)} held-out rows hold only {listed} (label {schema.label!r}): "
+              "the AUROCs of settings A and B rest on those few rows", file=sys.stderr)
+    return counts
+
+
 def _warn_of_unfitted_classifiers(settings: dict[str, Any]) -> None:
     """Classifiers that could not learn from a table with both classes (a collapsed generator's
     repeated rows) are scored as a constant prediction, AUROC 0.5: said, so that a 0.5 is read
@@ -418,6 +442,8 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
     else:
         settings = settings_abc(real_train, synthetic, real_test, schema, seed=seed)
         _warn_of_unfitted_classifiers(settings)
+        for name, count in _warn_of_a_thin_held_out_class(real_test, schema).items():
+            results[f"utility/held_out_rows/{name}"] = count
         for name, result in settings.items():
             for metric, value in result["average"].items():
                 results[f"utility/{name}_{metric}"] = value

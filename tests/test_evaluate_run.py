@@ -414,6 +414,40 @@ def test_a_collapsed_table_of_one_repeated_row_is_scored_not_a_crash(tmp_path, c
     assert "lda could not be fitted" in warning[0] and "scored as a constant prediction" in warning[0]
 
 
+def test_a_held_out_split_without_a_rare_class_says_why_its_aurocs_are_undefined(tmp_path, capsys):
+    """A small credit file's test split can hold no fraud (the split is not stratified): every
+    AUROC of settings A and B was n/a, beside an accuracy near 1, without a word."""
+    import pandas as pd
+
+    from lightning_dpgan.datamodules.kaggle_credit import KaggleCreditDataModule
+
+    source = FIXTURES / "credit_tiny" / "creditcard.csv"
+    probe = KaggleCreditDataModule(data_dir=source.parent)
+    probe.setup()
+    test_rows = list(probe.held_out("test").index)
+    frame = pd.read_csv(source)
+    frame.loc[test_rows, "Class"] = 0
+    data = tmp_path / "credit"
+    data.mkdir()
+    frame.to_csv(data / "creditcard.csv", index=False)
+    run = tmp_path / "run"
+    assert main(["train", "--model", "gan", "--dataset", "kaggle-credit", "--data-dir", str(data), "--output-dir",
+                 str(run), "--max-steps", "2", "--batch-size", "8", "--trainer.enable_progress_bar", "false"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(run)]) == 0
+    scores = read_json(run / "evaluation.json")
+    assert scores["utility/held_out_rows/0"] == len(test_rows) and scores["utility/held_out_rows/1"] == 0
+    assert scores["utility/A_auroc"] is None and scores["utility/B_auroc"] is None
+    err = capsys.readouterr().err
+    assert f"the {len(test_rows)} held-out rows hold no row of class '1' of the label 'Class'" in err
+    assert "AUROC and AUPRC of settings A and B are undefined" in err
+    frame.loc[test_rows[0], "Class"] = 1  # one fraud held out: an AUROC resting on one row
+    frame.to_csv(data / "creditcard.csv", index=False)
+    assert main(["evaluate", "--run", str(run)]) == 0
+    assert read_json(run / "evaluation.json")["utility/held_out_rows/1"] == 1
+    assert f"the {len(test_rows)} held-out rows hold only 1 of class '1'" in capsys.readouterr().err
+
+
 def test_the_reports_per_column_table_keeps_a_column_whose_name_holds_a_slash(tmp_path):
     """``fidelity/wasserstein/speed km/h`` split at every slash had four parts and was dropped
     from report.md's per-column table."""

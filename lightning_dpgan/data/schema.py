@@ -546,12 +546,16 @@ class TableSchema:
         codes = _category_codes(self.label_column, frame[self.label])
         return frame[self.label][codes < 0]
 
-    def label_classes_held(self, frame: pd.DataFrame) -> list[Any]:
-        """The classes of a categorical label that ``frame`` holds, matched as encoding matches
-        them (a float 1.0 is the class 1), in the schema's order."""
+    def label_class_counts(self, frame: pd.DataFrame) -> dict[Any, int]:
+        """Rows of ``frame`` per class of a categorical label, matched as encoding matches them (a
+        float 1.0 is the class 1), every class in the schema's order (0 for one it lacks)."""
         codes = _category_codes(self.label_column, frame[self.label])
-        held = set(codes[codes >= 0].tolist())
-        return [category for code, category in enumerate(self.label_column.categories) if code in held]
+        counts = np.bincount(codes[codes >= 0], minlength=len(self.label_column.categories))
+        return {category: int(count) for category, count in zip(self.label_column.categories, counts)}
+
+    def label_classes_held(self, frame: pd.DataFrame) -> list[Any]:
+        """The classes of a categorical label that ``frame`` holds (see :meth:`label_class_counts`)."""
+        return [category for category, count in self.label_class_counts(frame).items() if count]
 
     def _check_label_codes(self, codes: dict[str, np.ndarray]) -> None:
         if self.label_kind != "binary":
