@@ -1007,7 +1007,7 @@ def disk_full_for(monkeypatch):
     def arm(*names: str) -> list[Path]:
         def mkstemp(prefix="", suffix="", dir=None):
             fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=dir)
-            if any(prefix == f".{target}." for target in names):
+            if any(prefix.startswith(f".{target}.") for target in names):
                 os.close(fd)
                 fd = os.open("/dev/full", os.O_WRONLY)
                 handed_out.append(Path(name))
