@@ -81,4 +81,9 @@ class KaggleCreditDataModule(TabularDataModule):
         missing = [name for name in SCHEMA.names if name not in frame.columns]
         if missing:
             raise DataIntegrityError(f"{path}: columns {missing} missing; is this the Kaggle creditcard.csv?")
+        extra = [str(name) for name in frame.columns if name not in SCHEMA.names]
+        if extra:  # the built-in schema is not the user's to edit: the schema's own refusal sent them there
+            raise DataIntegrityError(
+                f"{path}: columns {extra} are not the Kaggle creditcard.csv's (Time, V1-V28, Amount, Class): remove "
+                "them, or train on the file as any table (--dataset csv --data.csv FILE --data.target Class)")
         return self._seeded_split(frame)

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_dpgan.data.download import (
     DATA_DIR_ENV,
+    DataIntegrityError,
     DatasetNotFoundError,
     RemoteFile,
     data_folder,
@@ -209,6 +210,7 @@ class TabularDataModule(L.LightningDataModule):
         self._report: EncodingReport | None = None
         self._transformer: TableTransformer | None = None
         self._modes_cost: dict[str, Any] | None = None
+        self._resolved: dict[str, Path] = {}  # the local path of each file, once found (see _resolve)
 
     # --- what subclasses provide -------------------------------------------------------------
 
@@ -555,6 +557,8 @@ class TabularDataModule(L.LightningDataModule):
         row number in the file), so the split is reproducible and checkable.
         """
         n_rows = len(frame)
+        if n_rows == 0:
+            raise DataIntegrityError(f"{self.name}: the data file holds no rows, only its header")
         n_test = int(round(n_rows * self.hparams.test_fraction))
         if not 0 < n_test < n_rows:
             raise ValueError(
@@ -572,6 +576,12 @@ class TabularDataModule(L.LightningDataModule):
         on fewer records, and privacy.json reports that count); cached and downloaded copies are
         verified by md5 and size.
         """
+        if remote.name in self._resolved:  # once a run: the check hashes the whole file, and warns
+            return self._resolved[remote.name]
+        self._resolved[remote.name] = self._locate_or_fetch(remote)
+        return self._resolved[remote.name]
+
+    def _locate_or_fetch(self, remote: RemoteFile) -> Path:
         if self.data_dir is not None and (found := locate(remote.name, self.data_dir, self.subdirs)):
             if not is_valid_copy(found, remote):
                 log.warning("%s: %s is not the canonical %s (its content's md5 differs from %s): training on it as "

@@ -13,7 +13,7 @@ import yaml
 from run_helpers import empty_folder, record_calls
 from sklearn.utils import Bunch
 
-from lightning_dpgan.data.download import DatasetNotFoundError
+from lightning_dpgan.data.download import DataIntegrityError, DatasetNotFoundError
 from lightning_dpgan.data.schema import SchemaError, TableSchema
 from lightning_dpgan.datamodules import csv as csv_module
 from lightning_dpgan.datamodules import king as king_module
@@ -111,7 +111,6 @@ def test_credit_has_thirty_features_and_a_binary_label():
 ], ids=["first-row", "a-later-row"])
 @pytest.mark.parametrize(("cls", "folder"), BUILT_INS[1:], ids=IDS[1:])
 def test_a_row_with_an_extra_field_is_refused_not_read_one_column_over(cls, folder, tmp_path, line, message):
-    from lightning_dpgan.data.download import DataIntegrityError
 
     source = next((FIXTURES / folder).glob("*.csv"))
     lines = source.read_text().splitlines()
@@ -565,7 +564,6 @@ def test_bounds_that_clip_many_training_values_are_warned_with_the_remedy_for_a_
 ])
 def test_a_damaged_adult_file_is_named_with_its_lines(tmp_path, damage, message):
     """A short row's fields came back empty and trained; a header line failed inside pandas."""
-    from lightning_dpgan.data.download import DataIntegrityError
     from lightning_dpgan.datamodules.adult import read_adult
 
     lines = (FIXTURES / "adult_tiny" / "adult.data").read_text().splitlines()
@@ -579,9 +577,27 @@ def test_a_data_dir_file_that_is_not_the_canonical_one_trains_with_a_warning(cap
     """A truncated copy trains on fewer records (the count privacy.json reports): say so."""
     datamodule = AdultDataModule(data_dir=FIXTURES / "adult_tiny", batch_size=4)
     with caplog.at_level("WARNING"):
+        datamodule.prepare_data()  # as Lightning calls it, before setup
         datamodule.setup()
     assert f"{FIXTURES / 'adult_tiny' / 'adult.data'} is not the canonical adult.data" in caplog.text
+    assert caplog.text.count("is not the canonical adult.data") == 1  # said (and the file hashed) once, not twice
     assert datamodule.train_size == 36  # trained on as it is
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda frame: frame.assign(Extra=1), "columns ['Extra'] are not the Kaggle creditcard.csv's (Time, V1-V28, "
+                                          "Amount, Class): remove them, or train on the file as any table (--dataset csv"),
+    (lambda frame: frame.iloc[:0], "kaggle-credit: the data file holds no rows, only its header"),
+], ids=["extra-column", "header-only"])
+def test_a_credit_file_with_an_extra_column_or_no_rows_is_refused_with_what_to_do(tmp_path, damage, message):
+    """An extra column was refused with "add them to the schema or list them in its 'drop'
+    list", which a built-in schema does not let a user do; a header alone blamed test_fraction."""
+    frame = pd.read_csv(FIXTURES / "credit_tiny" / "creditcard.csv")
+    (tmp_path / "credit").mkdir()
+    damage(frame).to_csv(tmp_path / "credit" / "creditcard.csv", index=False)
+    with pytest.raises(DataIntegrityError) as refused:
+        KaggleCreditDataModule(data_dir=tmp_path / "credit", batch_size=8).setup()
+    assert message in str(refused.value)
 
 
 def test_the_seeded_split_depends_on_the_row_count_alone(tmp_path):
