@@ -57,10 +57,12 @@ def held_run_files(folder: Path) -> list[str]:
 
 
 def continues_run_in(folder: Path, resume: str | None) -> bool:
-    """Whether ``resume`` names a checkpoint inside ``folder``."""
+    """Whether ``resume`` is the checkpoint the run in ``folder`` keeps up to date: continuing it
+    writes over that file. Another checkpoint in the folder (an earlier run's in ``previous/``, a
+    copy) starts another run there, which would write over the folder's own."""
     if not resume:
         return False
-    return folder.resolve() in Path(resume).resolve().parents
+    return Path(resume).resolve() == (folder / LAST_CHECKPOINT).resolve()
 
 
 def refuse_a_file(folder: Path) -> None:
@@ -79,9 +81,15 @@ def continue_command(folder: Path) -> str:
 
 
 def check_output_dir(folder: Path, resume: str | None, overwrite: bool) -> None:
-    """Refuse a file, or a folder holding a run that is neither continued nor to be replaced."""
+    """Refuse a file, or a folder holding a run that is neither continued nor to be replaced; and
+    a replacement that would move away the checkpoint it resumes."""
     refuse_a_file(folder)
     held = held_run_files(folder)
+    if held and overwrite and resume and not continues_run_in(folder, resume):
+        moved = [name for name in OUTPUTS + TRAINING_STATE if (folder / name).resolve() in Path(resume).resolve().parents]
+        if moved:
+            raise ConfigError(f"--resume {resume} lies in {folder / moved[0]}, which --overwrite moves to previous/ with the "
+                              f"rest of the run: copy the checkpoint out of {folder} first, or give another --output-dir")
     if not held or overwrite or continues_run_in(folder, resume):
         return
     continue_it = f", continue it with {continue_command(folder)}" if (folder / LAST_CHECKPOINT).is_file() else ""

@@ -324,6 +324,23 @@ def test_a_folder_holding_a_run_is_refused_unless_continued_or_replaced(tiny_ima
     assert {name: (run / "previous-2" / name).read_bytes() for name in resumed} == resumed
     assert not {"overwrite", "resume"} & set(yaml.safe_load((run / "config.yaml").read_text()))
 
+    # an earlier run's checkpoint, set aside in previous-2/, resumed into the folder: not the folder's
+    # run continued, whose checkpoint it wrote over (its report went to previous-3/ without it)
+    current = {name: (run / name).read_bytes() for name in ("privacy.json", "checkpoints/last.ckpt")}
+    earlier = ["--resume", str(run / "previous-2" / "checkpoints" / "last.ckpt")]
+    assert main(tiny_run_args(tiny_image_data_dir, run, steps=8) + earlier) == 2
+    assert "already holds a run's files" in capsys.readouterr().err
+    assert {name: (run / name).read_bytes() for name in current} == current
+    # nor may --overwrite move away the checkpoint it resumes
+    (run / "checkpoints" / "copy.ckpt").write_bytes(current["checkpoints/last.ckpt"])
+    copy = ["--resume", str(run / "checkpoints" / "copy.ckpt"), "--overwrite"]
+    assert main(tiny_run_args(tiny_image_data_dir, run, steps=8) + copy) == 2
+    assert "which --overwrite moves to previous/ with the rest of the run: copy the checkpoint out" in capsys.readouterr().err
+    assert {name: (run / name).read_bytes() for name in current} == current and not (run / "previous-3").exists()
+    assert main(tiny_run_args(tiny_image_data_dir, run, steps=8) + earlier + ["--overwrite"]) == 0
+    assert {name: (run / "previous-3" / name).read_bytes() for name in current} == current  # kept whole
+    assert json.loads((run / "metrics.json").read_text())["steps"] == 8
+
 
 @pytest.mark.parametrize("devices", ["0", "-1", "two"])
 def test_a_device_count_below_one_is_refused_by_the_parser(tiny_image_data_dir, tmp_path, capsys, devices):
