@@ -172,7 +172,8 @@ def preset_files(model: str | None, dataset: str | None, epsilon: Any = None) ->
 
     Papers tune some settings per privacy level (G-PATE: more teachers and more noise at
     epsilon 1 than at 10); ``<model>_<dataset>_eps<epsilon>.yaml`` holds those, applied when
-    ``--epsilon`` has that value.
+    the run's ε has that value (``--epsilon``, a ``--config`` file's, else the presets' own:
+    :func:`preset_epsilon`).
     """
     names = []
     if model:
@@ -198,6 +199,14 @@ def load_preset(name: str) -> dict[str, Any]:
         return load_yaml(path)
 
 
+def preset_epsilon(names: list[str], privacy: str | None) -> Any:
+    """The ε the presets ``names`` set (the last one that sets it), or None."""
+    epsilon = None
+    for name in names:
+        epsilon = _preset_for(load_preset(name), privacy).get("epsilon", epsilon)
+    return epsilon
+
+
 def _preset_for(preset: dict[str, Any], privacy: str | None) -> dict[str, Any]:
     """A preset's ``privacy`` section names the strategy it is for; another chosen strategy
     does not inherit its settings (they would be unknown keys to it)."""
@@ -220,13 +229,17 @@ def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str |
     dataset = get_dotted(cli, "data.name") or get_dotted(user, "data.name")
     privacy = get_dotted(cli, "privacy.name") or get_dotted(user, "privacy.name")
     config = copy.deepcopy(CODE_DEFAULTS)
-    epsilon = get_dotted(cli, "epsilon") if get_dotted(cli, "epsilon") is not None else get_dotted(user, "epsilon")
-    presets = preset_files(model, dataset, epsilon)
+    # the models whose presets apply: QUAIL's synthesizer's first (its model, data and privacy
+    # settings), then QUAIL's own
+    models = [model]
     if model == QUAIL:
-        # The synthesizer's presets first (its model, data and privacy settings), then QUAIL's.
         synthesizer = get_dotted(cli, "quail.synthesizer") or get_dotted(user, "quail.synthesizer") or DEFAULT_QUAIL_SYNTHESIZER
         set_dotted(cli, "quail.synthesizer", synthesizer)
-        presets = preset_files(synthesizer, dataset, epsilon) + presets
+        models = [synthesizer, model]
+    epsilon = get_dotted(cli, "epsilon") if get_dotted(cli, "epsilon") is not None else get_dotted(user, "epsilon")
+    if epsilon is None:  # the presets' own: the same ε resolves the same settings, typed or not
+        epsilon = preset_epsilon([name for each in models for name in preset_files(each, dataset)], privacy)
+    presets = [name for each in models for name in preset_files(each, dataset, epsilon)]
     for name in presets:
         config = merge(config, _preset_for(load_preset(name), privacy))
     if any(source.get(key) is not None for source in (user, cli) for key in RUN_LENGTH):

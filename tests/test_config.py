@@ -159,6 +159,17 @@ def test_quails_label_model_rate_is_set_at_epsilon_1_only(dataset):
     assert resolve({"model": "quail", "dataset": dataset, "epsilon": 1.0}, {"quail.lr": 0.01})["quail"]["lr"] == 0.01
 
 
+@pytest.mark.parametrize("model,dataset", [("quail", "adult"), ("quail", "king"), ("gpate", "mnist"), ("dpctgan", "adult")])
+def test_the_presets_epsilon_resolves_the_same_settings_as_typing_it(model, dataset):
+    """QUAIL's default epsilon of 1 (its synthesizer's preset) left out quail_<dataset>_eps1.yaml:
+    the same run took other settings with --epsilon 1 typed than without it."""
+    untyped = resolve({"model": model, "dataset": dataset}, {})
+    typed = resolve({"model": model, "dataset": dataset, "epsilon": untyped["epsilon"]}, {})
+    assert untyped == typed
+    if model == "quail":
+        assert f"quail_{dataset}_eps1.yaml" in untyped["presets"] and untyped["quail"]["lr"] == 0.05
+
+
 def test_quails_adult_label_model_reads_its_long_tail_columns_in_log_space_at_each_epsilon():
     """Chosen on a dev split at epsilon 0.1, 1 and 10 (benchmarks/RESULTS.md); not at a level no
     rule ran at, and King's label model is not given any (its long-tail columns in log space
