@@ -392,10 +392,17 @@ def audit(argv: list[str]) -> Path:
 
 
 def benchmark(argv: list[str]) -> Path:
-    """The benchmark harness (:mod:`lightning_dpgan.benchmark`)."""
+    """The benchmark harness (:mod:`lightning_dpgan.benchmark`). Its refusals (a ``SystemExit``
+    with a message) reach the user as every command's do:
+    ``error: ...``, exit 2. A suite whose runs failed still exits 1."""
     from lightning_dpgan.benchmark.cli import benchmark as run_benchmark
 
-    return run_benchmark(argv)
+    try:
+        return run_benchmark(argv)
+    except SystemExit as stop:
+        if isinstance(stop.code, str):
+            raise ConfigError(stop.code.removeprefix("benchmark: ")) from None
+        raise
 
 
 COMMANDS = {"train": train, "sample": sample, "evaluate": evaluate, "audit": audit, "benchmark": benchmark}

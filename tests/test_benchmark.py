@@ -942,6 +942,27 @@ def test_a_results_md_in_a_folder_that_does_not_exist_is_refused_before_any_work
     assert not (tmp_path / "results").exists()
 
 
+def test_a_new_results_dir_holds_its_results_md_and_is_not_refused_for_it(tmp_path, monkeypatch):
+    """--results-dir NEW without --results-md: its RESULTS.md goes in NEW, made with the results
+    file; it was refused as "the folder of --results-md NEW/RESULTS.md does not exist", a flag
+    the user had not given."""
+    monkeypatch.setattr(cli, "run_grid", never_run)
+    monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, data_dir: {})
+    with pytest.raises(AssertionError, match="a cell ran"):  # past every check
+        cli.benchmark(["--suite", "tables", "--quick", "--results-dir", str(tmp_path / "new"), "--out-dir",
+                       str(tmp_path / "runs")])
+
+
+def test_a_benchmark_refusal_reaches_the_user_as_every_commands_do(tmp_path, capsys):
+    """error: ..., exit 2 (docs/architecture.md, "Bad input"): it was "benchmark: ...", exit 1."""
+    from lightning_dpgan.cli import main
+
+    assert main(["benchmark", "--suite", "tables", "--models", "dpgn", "--results-dir", str(tmp_path),
+                 "--out-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --models: unknown model 'dpgn'") and "dpgan" in err
+
+
 @pytest.mark.parametrize("suite", ["tables", "peers"])
 def test_a_suite_with_no_dataset_at_hand_writes_nothing(tmp_path, monkeypatch, suite):
     """Every dataset skipped: before, an empty file marked complete replaced the suite's newest

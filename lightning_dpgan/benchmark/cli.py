@@ -297,7 +297,8 @@ def remove_unreferenced_plots(plots: Path, markdown: str) -> list[str]:
 def benchmark(argv: list[str]) -> Path:
     args = parse_args(argv)
     check_benchmarks_folder()
-    if not args.results_md.parent.is_dir():  # found at the end, after hours of cells, it would fail there
+    made_with_the_results = args.results_md.parent == args.results_dir and not args.report_only
+    if not args.results_md.parent.is_dir() and not made_with_the_results:  # found at the end, after hours of cells
         raise SystemExit(f"benchmark: the folder of --results-md {args.results_md} does not exist: create it, or give "
                          "another file")
     if args.report_only:
