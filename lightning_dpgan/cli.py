@@ -406,6 +406,15 @@ def benchmark(argv: list[str]) -> Path:
 
 
 COMMANDS = {"train": train, "sample": sample, "evaluate": evaluate, "audit": audit, "benchmark": benchmark}
+#: One line per command for ``python -m lightning_dpgan --help``.
+COMMAND_HELP = {
+    "train": "train a model until --max-steps or the privacy budget; writes a run folder (same as train.py)",
+    "sample": "draw synthetic records or images from a run's checkpoint",
+    "evaluate": "score a run's synthetic data against the real held-out rows (utility, fidelity, risk)",
+    "audit": "re-train with and without a canary record and bound the run's epsilon from below",
+    "benchmark": "run a benchmark suite (tables, images, speed, peers) and regenerate RESULTS.md",
+}
+USAGE = f"usage: python -m lightning_dpgan {{{','.join(COMMANDS)}}} [options]  (--help after a command for its options)"
 
 
 def report_error(error: Exception) -> None:
@@ -425,8 +434,13 @@ def report_error(error: Exception) -> None:
 def main(argv: list[str] | None = None) -> int:
     reuse_freed_memory()  # before any run: its large CPU tensors then cost no page faults each step
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(USAGE + "\n\ncommands:")
+        for name, text in COMMAND_HELP.items():
+            print(f"  {name:<10} {text}")
+        return 0
     if not argv or argv[0] not in COMMANDS:
-        print(f"usage: python -m lightning_dpgan {{{','.join(COMMANDS)}}} [options]  (--help after a command for its options)", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     command, rest = argv[0], argv[1:]
     try:

@@ -742,3 +742,16 @@ def test_an_interrupted_continuation_keeps_the_earlier_steps_in_its_log(tiny_ima
         assert main(tiny_run_args(tiny_image_data_dir, run, steps=8) + resume) == 130
     steps = pd.read_csv(run / "logs" / "metrics.csv")["step"].dropna().astype(int).tolist()
     assert min(steps) < 3 and 3 in steps and steps == sorted(steps)  # the first run's steps, then this one's
+
+
+def test_the_package_help_lists_every_command_and_exits_0(capsys):
+    """`python -m lightning_dpgan --help` printed the usage line to stderr and exited 2."""
+    from lightning_dpgan.cli import COMMANDS
+
+    for flag in ("--help", "-h"):
+        assert main([flag]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("usage: python -m lightning_dpgan")
+        listed = [line.split()[0] for line in out.split("commands:")[1].strip().splitlines()]
+        assert listed == list(COMMANDS)
+    assert main([]) == 2 and "usage:" in capsys.readouterr().err  # no command: still an error
