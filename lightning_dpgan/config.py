@@ -289,6 +289,8 @@ def check_setting_values(config: dict[str, Any]) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             flag = f"--{key.replace('_', '-')}" if key in FLAG_KEYS else key
             raise ConfigError(f"{flag} must be a whole number >= {minimum}{' (or left out)' if optional else ''}, got {value!r}")
+    if config.get("seed", 0) >= 2**32:  # numpy's and Lightning's seeds; refused after the trainer was built before
+        raise ConfigError(f"--seed must be below 2^32 = {2**32}, got {config['seed']}")
     for key in BOOLEAN_SETTINGS:
         if not isinstance(config.get(key), bool):
             raise ConfigError(f"{key} must be true or false, got {config.get(key)!r}")

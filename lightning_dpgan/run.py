@@ -2,6 +2,7 @@
 from a resolved configuration, fits them, and writes the run's files."""
 from __future__ import annotations
 
+import difflib
 import io
 import json
 import math
@@ -14,6 +15,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import LambdaCallback
 from lightning.pytorch.plugins.io import CheckpointIO
+from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightning_dpgan import registry
@@ -574,6 +576,10 @@ class Run:
                 "happens (and, for teachers, change the others' training), which no accountant counts. "
                 "Use --trainer.precision bf16-mixed (no loss scaler) or leave it out")
         chosen = options.get("strategy", "auto")
+        if isinstance(chosen, str) and chosen not in PRIVATE_TRAINER_STRATEGIES and chosen not in StrategyRegistry:
+            close = difflib.get_close_matches(chosen, PRIVATE_TRAINER_STRATEGIES, n=1)
+            raise ConfigError(f"--strategy {chosen} is not a Lightning strategy{f'; did you mean {close[0]}?' if close else ''} "
+                              f"Allowed: {', '.join(PRIVATE_TRAINER_STRATEGIES)}")
         if isinstance(chosen, str) and chosen not in PRIVATE_TRAINER_STRATEGIES:
             # Lightning's other strategies average gradients before a mechanism could clip them, wrap
             # the module in DistributedDataParallel, which refuses a GAN's alternating updates
