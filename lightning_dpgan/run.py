@@ -458,7 +458,9 @@ class Run:
                 trained = model_name(self.config)
                 subject = (f"QUAIL's synthesizer '{trained}'" if self.quail is not None else f"model '{trained}'")
                 remedy = ("give a private --quail-synthesizer" if self.quail is not None else
-                          "choose a private model or a privacy strategy (see --help), or drop --epsilon/--delta")
+                          "choose a private model or a privacy strategy (see --help), or drop --epsilon/--delta "
+                          "(a private model's preset sets them: for a non-private baseline, train the non-private "
+                          "model it builds on, gan, wgan or ctgan)")
                 raise ConfigError(
                     f"an epsilon/delta is set (by a flag, a config file or a preset: epsilon {self.config['epsilon']}, "
                     f"delta {self.config['delta']}), but {subject} trains with --privacy none, so its output would "

@@ -236,6 +236,8 @@ def test_only_path_settings_given_as_text_are_made_absolute(tmp_path, monkeypatc
     "extra,message",
     [
         (["--epsilon", "1.0"], "no privacy guarantee"),
+        (["--model", "dpgan", "--privacy", "none"], "a private model's preset sets them: for a non-private baseline, "
+                                                     "train the non-private model it builds on"),
         (["--privacy.noise_multiplier", "1.0"], "--privacy.noise_multiplier set (by a flag, a config file or a preset), "
                                                 "but model 'gan' trains with --privacy none"),
         (["--privacy.poisson_sampling", "maybe", "--privacy.nonexistent", "3"],
