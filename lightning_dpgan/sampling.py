@@ -215,13 +215,14 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
         raise ValueError(f"-n must be a whole number >= 1, got {n!r}")
     if out.exists() and Path(checkpoint).exists() and out.samefile(checkpoint):
         raise ValueError(f"--out {out} is the checkpoint itself: give another file")
-    if out.is_dir():
-        raise ValueError(f"--out {out} is a folder: give a file in it (e.g. {out / 'synthetic.csv'})")
-    if out.exists() and not overwrite:
-        raise ValueError(f"--out {out} exists: give another file, or --overwrite to replace it")
     info = read_run_info(checkpoint)
     schema = info.get("schema")
     allowed = (".csv",) if schema else (".png", ".npz")
+    if out.is_dir():
+        example = out / ("synthetic.csv" if schema else "samples.png")
+        raise ValueError(f"--out {out} is a folder: give a file in it (e.g. {example})")
+    if out.exists() and not overwrite:
+        raise ValueError(f"--out {out} exists: give another file, or --overwrite to replace it")
     if out.suffix not in allowed:
         kind = "a table model" if schema else "an image model"
         raise ValueError(f"--out for {kind} must end in {' or '.join(allowed)}, got {out.name}")
