@@ -12,9 +12,10 @@ on a DP synthesizer of the other columns, and label the synthetic rows with the 
    in log space); the synthesizer M -- any private table
    model of this package -- on the rows without the label (``--data.exclude_label``).
 3. **Sample.** M's rows get a label from C, in the label's place: a full synthetic table. A class
-   label is drawn from C's predicted class probabilities (``labels="sample"``, the default), so
-   the table is a sample of M's features times C's conditional -- taking the most likely class
-   instead (``"most-likely"``) collapses every uncertain row onto the majority class and skews
+   label is drawn from C's predicted class probabilities (``labels="sample"``, the default; a
+   departure from the paper, whose Algorithm 1 sets r_i = C(s_i)), so the table is a sample of
+   M's features times C's conditional -- taking the most likely class instead (``"most-likely"``,
+   the paper's) collapses every uncertain row onto the majority class and skews
    the label's marginal (on Adult: 3.5 % of rows ">50K" against about 25 % in the data). A
    continuous label is C's prediction either way. Drawing is post-processing: it costs nothing.
 
