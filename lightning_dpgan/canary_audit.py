@@ -593,7 +593,8 @@ def audit_parser() -> argparse.ArgumentParser:
                              "(default: half the counted trials rounded down to an even number, at least 2)")
     parser.add_argument("--threshold", type=float,
                         help="fix the decision threshold in advance (distance); skips calibration")
-    parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="records drawn per trial for the test")
+    parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES,
+                        help=f"records drawn per trial for the test (default {DEFAULT_SAMPLES})")
     return parser
 
 

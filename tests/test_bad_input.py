@@ -1245,7 +1245,8 @@ def test_sigterm_during_training_keeps_its_steps_and_exits_143(tiny_image_data_d
         "--epsilon", "5", "--checkpoint_every_n_steps", "0"]
     assert main(args) == 128 + signal.SIGTERM
     err = capsys.readouterr().err
-    assert "train: stopped by SIGTERM after 2 steps" in err and f"--resume {out / 'checkpoints' / 'last.ckpt'}" in err
+    assert "train: stopped by SIGTERM after 2 steps" in err
+    assert f"Continue it with: python train.py --config {out / 'config.yaml'} --resume {out / 'checkpoints' / 'last.ckpt'}" in err
     saved = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert saved["lightning_dpgan"]["train_steps"] == 2
     assert not (out / "privacy.json").exists()

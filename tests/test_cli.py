@@ -430,6 +430,10 @@ def test_missing_data_names_the_files_and_data_dir(tmp_path, capsys):
     assert main(tiny_run_args(tmp_path / "mnsit", tmp_path / "out")) == 2
     assert f"--data-dir {tmp_path / 'mnsit'} is not a folder" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+    # an empty one (an unset shell variable, --data-dir "$DATA"): it read the current folder, then downloaded
+    assert main(tiny_run_args("", tmp_path / "out")) == 2
+    assert "--data-dir is empty: give a folder, or leave it out" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_help_lists_models_datasets_privacy_and_loggers():

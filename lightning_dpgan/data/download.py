@@ -75,6 +75,8 @@ def data_folder(data_dir: str | os.PathLike[str] | None) -> Path | None:
 
     A folder that does not exist (a typo) is refused: the files would otherwise be downloaded
     instead, or looked for in the cache, with nothing telling the user their own were not read."""
+    if data_dir is not None and not str(data_dir).strip():  # Path("") is the current folder, in silence
+        raise DatasetNotFoundError(f"--data-dir is empty: give a folder, or leave it out (${DATA_DIR_ENV} is used then)")
     folder = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
     if folder is not None and not folder.is_dir():
         given = "--data-dir" if data_dir is not None else f"${DATA_DIR_ENV}"
