@@ -376,8 +376,15 @@ class Run:
         from lightning_dpgan.quail import QUAIL as QuailSettings
 
         self.config.setdefault(QUAIL, {})
-        if self.config[QUAIL].get("synthesizer") == QUAIL:
+        synthesizer = self.config[QUAIL].get("synthesizer")
+        if synthesizer == QUAIL:
             raise ConfigError("--quail-synthesizer names the model that generates the features; it cannot be quail")
+        if synthesizer is not None and synthesizer not in registry.MODELS:
+            names = [name for name in registry.MODELS if name != QUAIL]
+            close = difflib.get_close_matches(synthesizer, names, n=1)
+            hint = f" Did you mean {close[0]}?" if close else ""
+            raise ConfigError(f"--quail-synthesizer {synthesizer} is not a model.{hint} It takes a table model that trains "
+                              f"privately (its own strategy or --privacy): {', '.join(names)}")
         return QuailSettings(**section_arguments(self.config, QUAIL, QuailSettings))
 
     def _build_datamodule(self) -> L.LightningDataModule:
