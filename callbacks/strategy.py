@@ -29,6 +29,31 @@ class IncompatibleModelError(ValueError):
     """The model has no slot for this privacy strategy."""
 
 
+#: How to spend less on each release made before training, by its part's name in ``preprocessing``.
+SPEND_LESS = {
+    "schema": "a schema file (--data.schema) instead of a CSV's DP bounds (--data.bounds_epsilon, --data.bounds_delta)",
+    "modes": "a smaller --data.modes_epsilon, or --data.modes bounds for modes from the public bounds",
+    "quail_label_model": "a smaller --quail-split for QUAIL's label model",
+}
+
+
+def spend_less(cost: dict[str, Any], budget: str) -> str:
+    """The remedy for preprocessing that spent all of ``budget`` ("epsilon" or "delta"): for each
+    part that spent some, how to spend less, and that a resumed run's releases are spent already."""
+    def spending(parts: dict[str, Any]) -> list[str]:
+        found = []
+        for name, part in parts.items():
+            if part.get("parts"):
+                found += spending(part["parts"])
+            elif float(part.get(budget, 0.0)) > 0 and name in SPEND_LESS:
+                found.append(SPEND_LESS[name])
+        return found
+
+    ways = spending(cost.get("parts") or {}) or list(SPEND_LESS.values())
+    return (f"spend less before training ({'; '.join(ways)}). A resumed run's preprocessing is its checkpoint's, spent "
+            f"already: there only a larger --{budget} helps")
+
+
 class PrivacyStrategy(L.Callback):
     """Base class: slot check, delta, accountant state in checkpoints, the privacy report."""
 
@@ -113,16 +138,14 @@ class PrivacyStrategy(L.Callback):
         self.preprocessing = self.composed_preprocessing(dict(getattr(datamodule, "privacy_cost", lambda: {})()))
         if self.preprocessing["delta"] >= self.delta:
             raise ValueError(f"preprocessing already spent delta {self.preprocessing['delta']:g} of --delta {self.delta:g}, "
-                             "leaving training nothing: raise --delta, or spend less before training (a CSV's DP "
-                             "bounds take --data.bounds_delta; a schema file, --data.schema, spends none)")
+                             f"leaving training nothing: raise --delta, or {spend_less(self.preprocessing, 'delta')}")
         if self.target_epsilon is not None and self.preprocessing["epsilon"] >= self.target_epsilon:
             parts = self.preprocessing.get("parts") or {"preprocessing": self.preprocessing}
             spent = ", ".join(f"{name} {part.get('epsilon', 0):g} ({part.get('mechanism', '?')})" for name, part in parts.items())
             raise ValueError(
                 f"preprocessing already spent epsilon {self.preprocessing['epsilon']:g} of --epsilon "
-                f"{self.target_epsilon:g}, leaving training nothing ({spent}): raise --epsilon, or spend less before "
-                "training (--data.modes_epsilon, or --data.modes bounds for modes from the public bounds; a schema "
-                "file, --data.schema, instead of DP bounds of a CSV)"
+                f"{self.target_epsilon:g}, leaving training nothing ({spent}): raise --epsilon, or "
+                f"{spend_less(self.preprocessing, 'epsilon')}"
             )
 
     def composed_preprocessing(self, data_cost: dict[str, Any], releases: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -1174,9 +1174,11 @@ def test_fractional_values_in_an_integer_column_name_the_remedy_that_fits(tmp_pa
 def test_a_delta_that_the_csvs_dp_bounds_use_up_names_the_option_that_spends_it(tmp_path, capsys):
     csv = write_case(tmp_path / "data.csv", lambda frame: frame)
     out = tmp_path / "out"
-    assert_refused(csv_args(csv, out, None, "--data.bounds_delta", "1e-6", "--delta", "1e-7", "--epsilon", "10",
-                            "--model", "dpctgan"),
-                   capsys, "preprocessing already spent delta 1e-06 of --delta 1e-07", "--data.bounds_delta")
+    line = assert_refused(csv_args(csv, out, None, "--data.bounds_delta", "1e-6", "--delta", "1e-7", "--epsilon", "10",
+                                   "--model", "dpctgan"),
+                          capsys, "preprocessing already spent delta 1e-06 of --delta 1e-07", "--data.bounds_delta",
+                          "only a larger --delta helps")
+    assert "--data.modes_epsilon" not in line  # the DP modes' histogram spends no delta
 
 
 def test_a_refusal_before_training_leaves_no_folder_it_made(tiny_image_data_dir, tmp_path, capsys):

@@ -404,6 +404,8 @@ def test_a_budget_preprocessing_uses_up_names_the_parts_and_the_settings_that_sp
     error = capsys.readouterr().err
     assert "preprocessing already spent epsilon 0.1 of --epsilon 0.001" in error and "modes 0.1 (laplace" in error
     assert "--data.modes bounds" in error and not (tmp_path / "run" / "checkpoints").exists()
+    assert "--data.schema" not in error  # the remedies of what spent it alone (Adult's schema is public)
+    assert "A resumed run's preprocessing is its checkpoint's, spent already: there only a larger --epsilon helps" in error
 
 
 def test_a_failed_evaluation_after_training_says_the_run_was_written(tiny_image_data_dir, tmp_path, capsys, monkeypatch):
