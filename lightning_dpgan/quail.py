@@ -201,7 +201,9 @@ class QUAIL:
             torch.manual_seed(seed)
             network = label_network(self.label_model, features.shape[1], targets.shape[1], hidden)
         cost = train_dp_label_model(network, features, targets, label_epsilon, label_delta, self.settings)
-        cost = {**cost, "split": self.split, "scale_share": self.settings.scale_share}
+        # the target it had its share of: a resume may raise --epsilon, and split is of this one
+        cost = {**cost, "split": self.split, "of_epsilon": epsilon, "of_delta": delta,
+                "scale_share": self.settings.scale_share}
         return QuailLabeler(network, self.label_model, hidden, schema, cost, self.labels, self.log_features, self.log_label)
 
 

@@ -846,6 +846,8 @@ class Run:
             report["quail"] = {
                 "synthesizer": self.quail.synthesizer,
                 "split": self.labeler.cost["split"],
+                # the split is of the target the label model was trained under (a resume may raise it)
+                **({"split_of_epsilon": self.labeler.cost["of_epsilon"]} if "of_epsilon" in self.labeler.cost else {}),
                 "label_model": {"architecture": self.labeler.architecture, "hidden": self.labeler.hidden,
                                 "log_features": self.labeler.log_features, "log_label": self.labeler.log_label,
                                 **self.labeler.cost},
