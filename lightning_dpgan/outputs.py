@@ -8,8 +8,10 @@ import glob
 import json
 import math
 import os
+import re
 import socket
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -64,19 +66,36 @@ def _writer_is_gone(pid: int) -> bool:
     return False
 
 
+#: A temporary file untouched this long, whose writer's pid is gone, is an orphan. The age keeps
+#: a live writer safe where a pid cannot tell (containers sharing a host name and a folder, not
+#: their processes): a writer writes its file without pauses this long.
+ORPHAN_AGE_S = 600
+
+
 def remove_orphaned_temporaries(path: Path) -> list[Path]:
     """Remove the temporary files of ``path`` left by a writer on this host that no longer runs
-    (a SIGKILL leaves them: nothing in the process can run). Those of live writers, and of
-    other hosts (whose processes cannot be seen from here), are kept. Returns those removed."""
-    host = socket.gethostname()
+    (a SIGKILL leaves them: nothing in the process can run), untouched for :data:`ORPHAN_AGE_S`.
+    Those of live writers, and of other hosts (whose processes cannot be seen from here), are
+    kept. Returns those removed. Not on Windows, where ``os.kill(pid, 0)`` would interrupt."""
+    if os.name == "nt":
+        return []
+    # the whole name: mkstemp's part has no dot or dash, so a host "node" never matches "node-7.x"'s files
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.{re.escape(socket.gethostname())}-(\d+)\.[A-Za-z0-9_]+\.tmp")
     removed = []
-    for candidate in path.parent.glob(f".{glob.escape(path.name)}.{glob.escape(host)}-*.tmp"):
-        pid_text = candidate.name[len(f".{path.name}.{host}-"):].split(".", 1)[0]
-        pid = int(pid_text) if pid_text.isdigit() else 0
-        if pid > 0 and pid != os.getpid() and _writer_is_gone(pid):  # 0 would signal this process group
-            candidate.unlink(missing_ok=True)
+    for candidate in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        match = pattern.fullmatch(candidate.name)
+        pid = int(match.group(1)) if match else 0
+        if pid > 0 and pid != os.getpid() and _writer_is_gone(pid) and _untouched_for(candidate, ORPHAN_AGE_S):
+            candidate.unlink(missing_ok=True)  # pid 0 would have signalled this process group
             removed.append(candidate)
     return removed
+
+
+def _untouched_for(path: Path, seconds: float) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime >= seconds
+    except FileNotFoundError:
+        return False
 
 
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:

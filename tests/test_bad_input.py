@@ -1084,11 +1084,13 @@ def test_a_write_that_fails_half_way_removes_what_it_wrote(tmp_path):
 def test_a_killed_writers_temporary_file_is_removed_by_the_next_write_of_that_file(tmp_path):
     """SIGKILL (the OOM killer, a lost node) gives the writer no chance to remove its temporary
     file: a run's folder kept a hidden `.synthetic.csv.*.tmp` of gigabytes. The next write of the
-    same file removes those whose writer, on this host, is gone; a live writer's, another host's
-    and another file's are kept."""
+    same file removes those whose writer, on this host, is gone and which were left untouched
+    for ten minutes; a live writer's, another host's (one whose name starts with this host's
+    too), a recent one's and another file's are kept."""
     import socket
     import subprocess
     import sys
+    import time
 
     finished = subprocess.Popen([sys.executable, "-c", "pass"])
     finished.wait()
@@ -1096,10 +1098,17 @@ def test_a_killed_writers_temporary_file_is_removed_by_the_next_write_of_that_fi
     orphan = tmp_path / f".synthetic.csv.{host}-{finished.pid}.k3j2.tmp"
     kept = [tmp_path / f".synthetic.csv.{host}-{os.getppid()}.a1b2.tmp",  # a live process
             tmp_path / f".synthetic.csv.{host}x-{finished.pid}.c3d4.tmp",  # another host
+            tmp_path / f".synthetic.csv.{host}-{finished.pid}.cluster-{finished.pid}.g7h8.tmp",  # host "HOST-PID.cluster"
             tmp_path / f".privacy.json.{host}-{finished.pid}.e5f6.tmp"]  # another file
-    for path in [orphan, *kept]:
+    recent = tmp_path / f".synthetic.csv.{host}-{finished.pid}.r9s0.tmp"
+    long_ago = time.time() - outputs.ORPHAN_AGE_S - 1
+    for path in [orphan, *kept, recent]:
         path.write_text("partial")
+        if path is not recent:
+            os.utime(path, (long_ago, long_ago))
     write_csv(tmp_path / "synthetic.csv", pd.DataFrame({"a": [1]}))
+    assert recent.exists()  # its writer may be a live one in another container of this host name
+    recent.unlink()
     assert not orphan.exists() and all(path.exists() for path in kept)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["synthetic.csv", *(p.name for p in kept)])
 
