@@ -443,7 +443,7 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
         settings = settings_abc(real_train, synthetic, real_test, schema, seed=seed)
         _warn_of_unfitted_classifiers(settings)
         for name, count in _warn_of_a_thin_held_out_class(real_test, schema).items():
-            results[f"utility/held_out_rows/{name}"] = count
+            results[f"utility/held_out_rows_{name}"] = count  # one slash: not a per-classifier measure in report.md
         for name, result in settings.items():
             for metric, value in result["average"].items():
                 results[f"utility/{name}_{metric}"] = value

@@ -29,6 +29,7 @@ from lightning_dpgan.callbacks.strategy import DEFAULT_DELTA
 from lightning_dpgan.checkpoint_io import ShareReadingCheckpointIO
 from lightning_dpgan.config import (
     DEFAULT_QUAIL_SYNTHESIZER,
+    FLAG_KEYS,
     INVOCATION_ONLY,
     PRIVACY_PROVIDED,
     QUAIL,
@@ -177,6 +178,13 @@ def release_settings(datamodule: Any, quail: Any) -> dict[str, Any]:
     return {key: value for key, value in settings.items() if value is not None}
 
 
+def flag_for(dotted: str) -> str:
+    """The flag that sets a dotted setting: its own flag where it has one (``quail.split``:
+    ``--quail-split``), else the dotted override."""
+    flags = [flag for flag, key in FLAG_KEYS.items() if key == dotted]
+    return f"--{flags[0].replace('_', '-')}" if flags else f"--{dotted}"
+
+
 def as_flag_value(value: Any) -> str:
     """``value`` as a flag takes it: ``true``, ``a,b`` (``[]`` for none), ``0.1``."""
     if isinstance(value, bool):
@@ -194,8 +202,8 @@ def adopt_release_settings(config: dict[str, Any], current: dict[str, Any], save
     notes = []
     for key, value in sorted((saved or {}).items()):
         if key in current and current[key] != value:
-            notes.append(f"--{key} {as_flag_value(current[key])} gave way to the checkpoint's {as_flag_value(value)}: "
-                         "its release is reused")
+            notes.append(f"{flag_for(key)} {as_flag_value(current[key])} gave way to the checkpoint's "
+                         f"{as_flag_value(value)}: its release is reused")
         section, name = key.split(".", 1)
         if section in config and isinstance(config[section], dict):
             config[section][name] = value
@@ -587,7 +595,8 @@ class Run:
         chosen = options.get("strategy", "auto")
         if isinstance(chosen, str) and chosen not in PRIVATE_TRAINER_STRATEGIES and chosen not in StrategyRegistry:
             close = difflib.get_close_matches(chosen, PRIVATE_TRAINER_STRATEGIES, n=1)
-            raise ConfigError(f"--strategy {chosen} is not a Lightning strategy{f'; did you mean {close[0]}?' if close else ''} "
+            hint = f"; did you mean {close[0]}?" if close else "."
+            raise ConfigError(f"--strategy {chosen} is not a Lightning strategy{hint} "
                               f"Allowed: {', '.join(PRIVATE_TRAINER_STRATEGIES)}")
         if isinstance(chosen, str) and chosen not in PRIVATE_TRAINER_STRATEGIES:
             # Lightning's other strategies average gradients before a mechanism could clip them, wrap

@@ -1188,6 +1188,10 @@ def test_a_delta_that_the_csvs_dp_bounds_use_up_names_the_option_that_spends_it(
                           capsys, "preprocessing already spent delta 1e-06 of --delta 1e-07", "--data.bounds_delta",
                           "only a larger --delta helps")
     assert "--data.modes_epsilon" not in line  # the DP modes' histogram spends no delta
+    # a min-max table's cost is its schema's alone, without parts: named all the same, and nothing else
+    line = assert_refused(csv_args(csv, out, None, "--data.bounds_epsilon", "20", "--epsilon", "10", "--model", "dpgan"),
+                          capsys, "preprocessing already spent epsilon 20 of --epsilon 10", "--data.bounds_epsilon")
+    assert "--data.modes_epsilon" not in line and "--quail-split" not in line
 
 
 def test_a_refusal_before_training_leaves_no_folder_it_made(tiny_image_data_dir, tmp_path, capsys):

@@ -436,15 +436,16 @@ def test_a_held_out_split_without_a_rare_class_says_why_its_aurocs_are_undefined
     capsys.readouterr()
     assert main(["evaluate", "--run", str(run)]) == 0
     scores = read_json(run / "evaluation.json")
-    assert scores["utility/held_out_rows/0"] == len(test_rows) and scores["utility/held_out_rows/1"] == 0
+    assert scores["utility/held_out_rows_0"] == len(test_rows) and scores["utility/held_out_rows_1"] == 0
     assert scores["utility/A_auroc"] is None and scores["utility/B_auroc"] is None
     err = capsys.readouterr().err
     assert f"the {len(test_rows)} held-out rows hold no row of class '1' of the label 'Class'" in err
     assert "AUROC and AUPRC of settings A and B are undefined" in err
+    assert "held_out_rows" not in (run / "report.md").read_text().split("Per model")[-1]  # not a classifier's measure
     frame.loc[test_rows[0], "Class"] = 1  # one fraud held out: an AUROC resting on one row
     frame.to_csv(data / "creditcard.csv", index=False)
     assert main(["evaluate", "--run", str(run)]) == 0
-    assert read_json(run / "evaluation.json")["utility/held_out_rows/1"] == 1
+    assert read_json(run / "evaluation.json")["utility/held_out_rows_1"] == 1
     assert f"the {len(test_rows)} held-out rows hold only 1 of class '1'" in capsys.readouterr().err
 
 

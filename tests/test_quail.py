@@ -519,7 +519,7 @@ def test_a_label_model_is_resumed_with_the_scale_share_and_log_features_it_was_t
     assert main(resumed) == 0
     err = capsys.readouterr().err
     for note in ("--quail.scale_share 0 gave way to the checkpoint's 0.1", "--quail.log_features [] gave way to the "
-                 "checkpoint's sqft_lot", "--quail.split 0.4 gave way to the checkpoint's 0.5"):
+                 "checkpoint's sqft_lot", "--quail-split 0.4 gave way to the checkpoint's 0.5"):
         assert note in err, note
     recorded = yaml.safe_load((tmp_path / "adopted" / "config.yaml").read_text())["quail"]
     assert (recorded["scale_share"], recorded["log_features"], recorded["split"]) == (0.1, ["sqft_lot"], 0.5)
