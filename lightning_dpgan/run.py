@@ -231,6 +231,24 @@ def check_same_split(current: dict[str, Any], saved: dict[str, Any] | None, chec
                           "the same data settings (its run's config.yaml has them), or drop --resume to start anew")
 
 
+def check_accelerator(accelerator: Any, devices: Any) -> None:
+    """Refuse, by its flag and before any row is read, an accelerator this machine lacks or more
+    GPUs than it has (Lightning says so only when the trainer is built: "No supported gpu backend
+    found!")."""
+    from lightning.pytorch.accelerators import CUDAAccelerator, MPSAccelerator
+
+    available = {"cuda": CUDAAccelerator.is_available(), "mps": MPSAccelerator.is_available()}
+    available["gpu"] = available["cuda"] or available["mps"]
+    if isinstance(accelerator, str) and accelerator in available and not available[accelerator]:
+        kind = "GPU" if accelerator == "gpu" else accelerator.upper()
+        raise ConfigError(f"--accelerator {accelerator}: this machine has no {kind} that torch can use: use "
+                          "--accelerator cpu, or auto")
+    if accelerator in ("gpu", "cuda") and available["cuda"] and isinstance(devices, int):
+        present = CUDAAccelerator.auto_device_count()
+        if devices > present:
+            raise ConfigError(f"--devices {devices}: this machine has {present} GPU{'s' if present != 1 else ''}")
+
+
 def check_model_fits_dataset(model_cls: type, dataset_cls: type, dataset: str) -> None:
     """Refuse a table-only model (one that needs a table encoding) on an image dataset."""
     if getattr(model_cls, "table_encoding", None) and getattr(dataset_cls, "kind", "image") != "table":
@@ -592,6 +610,7 @@ class Run:
                 "update of every network when one gradient overflows, so one record could decide whether a step "
                 "happens (and, for teachers, change the others' training), which no accountant counts. "
                 "Use --trainer.precision bf16-mixed (no loss scaler) or leave it out")
+        check_accelerator(options.get("accelerator"), options.get("devices"))
         chosen = options.get("strategy", "auto")
         if isinstance(chosen, str) and chosen not in PRIVATE_TRAINER_STRATEGIES and chosen not in StrategyRegistry:
             close = difflib.get_close_matches(chosen, PRIVATE_TRAINER_STRATEGIES, n=1)

@@ -716,6 +716,26 @@ def test_settings_that_need_no_data_are_refused_before_a_dp_release_reads_the_ro
     assert estimated == [] and histograms == []
 
 
+def test_an_accelerator_the_machine_lacks_is_refused_by_its_flag_before_the_rows_are_read(tmp_path, capsys, monkeypatch):
+    """Lightning said "No supported gpu backend found!" once the trainer was built, after a CSV's
+    DP schema estimate had read the rows."""
+    from lightning.pytorch.accelerators import CUDAAccelerator, MPSAccelerator
+
+    from lightning_dpgan.datamodules import csv as csv_datamodule
+
+    estimated = record_calls(monkeypatch, csv_datamodule, "infer_schema_dp")
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame)
+    monkeypatch.setattr(MPSAccelerator, "is_available", staticmethod(lambda: False))
+    monkeypatch.setattr(CUDAAccelerator, "is_available", staticmethod(lambda: False))
+    assert_refused(csv_args(csv, tmp_path / "out", None, "--accelerator", "gpu"), capsys,
+                   "--accelerator gpu: this machine has no GPU that torch can use: use --accelerator cpu")
+    monkeypatch.setattr(CUDAAccelerator, "is_available", staticmethod(lambda: True))
+    monkeypatch.setattr(CUDAAccelerator, "auto_device_count", staticmethod(lambda: 1))
+    assert_refused(csv_args(csv, tmp_path / "out", None, "--accelerator", "gpu", "--devices", "2"), capsys,
+                   "--devices 2: this machine has 1 GPU")
+    assert estimated == [] and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("model", ["dpgan", "gswgan"])
 @pytest.mark.parametrize("precision", ["16-mixed", "16"])
 def test_a_loss_scaled_precision_is_refused_for_a_private_model(tiny_image_data_dir, tmp_path, capsys, model, precision):
