@@ -196,7 +196,7 @@ def _resume_hint(resume: str | None) -> str:
 
     run = Path(resume).expanduser().parent.parent
     example = (continue_command(run) if (run / "config.yaml").is_file() and run / LAST_CHECKPOINT == Path(resume).expanduser()
-               else f"--config RUN/config.yaml --resume {resume} --output-dir RUN")
+               else f"python train.py --config RUN/config.yaml --resume {resume} --output-dir RUN")
     return f" with --resume too (a checkpoint holds the networks, not the run's flags): give them again, e.g. {example}"
 
 

@@ -339,7 +339,7 @@ def _evaluate_table(run_dir: Path, datamodule: Any, held_out: pd.DataFrame, seed
     synthetic_path = run_dir / "synthetic.csv"
     if not synthetic_path.is_file():  # a run killed before its end writes it
         checkpoint = run_dir / LAST_CHECKPOINT
-        remedy = (f": continue the run (train {continue_command(run_dir)}), or draw the table "
+        remedy = (f": continue the run ({continue_command(run_dir)}), or draw the table "
                   f"from its last checkpoint (python -m lightning_dpgan sample --checkpoint {checkpoint} -n N --out "
                   f"{synthetic_path}; without the run's privacy.json its report states no guarantee)") if checkpoint.is_file() else (
                   ": it has no checkpoint either; train the run again")

@@ -783,7 +783,7 @@ class Run:
         kept = (f"{checkpoint} holds them, with the privacy accountant" if self.trainer.world_size == 1 else
                 f"{checkpoint} holds the steps up to its last periodic save")
         return (f"stopped by SIGTERM after {self.module.train_steps} steps: {kept}; privacy.json, metrics.json and "
-                f"the synthetic data are written when the run ends. Continue it with: python train.py {continue_command(self.output_dir)}")
+                f"the synthetic data are written when the run ends. Continue it with: {continue_command(self.output_dir)}")
 
     def untrained_reason(self) -> str:
         """Why a run took no generator step. Its outputs are still written (they are what was

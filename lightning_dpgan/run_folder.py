@@ -77,7 +77,7 @@ def continue_command(folder: Path) -> str:
     folder itself (config.yaml records no output folder for the default one, which would be a
     new timestamped folder)."""
     settings = f"--config {folder / 'config.yaml'} " if (folder / "config.yaml").is_file() else ""
-    return f"{settings}--resume {folder / LAST_CHECKPOINT} --output-dir {folder}"
+    return f"python train.py {settings}--resume {folder / LAST_CHECKPOINT} --output-dir {folder}"
 
 
 def check_output_dir(folder: Path, resume: str | None, overwrite: bool) -> None:

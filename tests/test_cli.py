@@ -701,7 +701,7 @@ def test_a_resume_given_alone_and_a_held_folder_name_the_command_that_continues_
     assert main(["train", "--resume", str(checkpoint), "--max-steps", "4"]) == 2
     assert "--model is required with --resume too" in (err := capsys.readouterr().err) and continue_it in err
     assert main(args) == 2
-    assert f"continue it with {continue_it}," in capsys.readouterr().err
+    assert f"continue it with python train.py {continue_it}," in capsys.readouterr().err
     assert main(["train", *continue_it.split(), "--max-steps", "4"]) == 0
     assert json.loads((run / "privacy.json").read_text())["steps"] == 4 and [run] == list((tmp_path / "outputs").iterdir())
 
