@@ -55,12 +55,59 @@ def test_gan_training_updates_both_nets_and_discriminator_learns(tiny_image_data
             fake = module.generator(module.sample_latent(64), fake_labels)
             return module.discriminator_loss(module.discriminator(real, labels), module.discriminator(fake, fake_labels)).item()
 
-    loss_before = discriminator_loss()
+    def separation():
+        """How much more real the discriminator finds real records than generated ones, in
+        probability: measured outside the loss it trains on."""
+        with torch.no_grad(), torch.random.fork_rng():
+            torch.manual_seed(1)
+            fake_labels = module.sample_labels(64)
+            fake = module.generator(module.sample_latent(64), fake_labels)
+            real_p = torch.sigmoid(module.discriminator(real, labels)).mean()
+            return (real_p - torch.sigmoid(module.discriminator(fake, fake_labels)).mean()).item()
+
+    loss_before, separation_before = discriminator_loss(), separation()
     trainer, _ = _fit(module, tiny_image_data_dir, steps=15)
     assert module.train_steps == 15
     assert _changed(g_before, module.generator) and _changed(d_before, module.discriminator)
     assert {"loss/discriminator", "loss/generator"} <= set(trainer.callback_metrics)
-    assert discriminator_loss() < loss_before
+    assert discriminator_loss() < loss_before and separation() > separation_before
+
+
+@pytest.mark.parametrize("cls", [GAN, WGAN])
+def test_each_loss_moves_its_network_the_way_a_gan_needs(cls):
+    """A few plain gradient steps on each loss alone, the other network fixed: the
+    discriminator's raises its scores of real records over generated ones, the generator's raises
+    the scores of its records. A swapped target or sign passes every "parameters changed" check."""
+    torch.manual_seed(0)
+    module = cls((6,), None, latent_dim=4)
+    real, latent = torch.randn(64, 6) + 2.0, module.sample_latent(64)
+    generator, discriminator = module.generator, module.discriminator
+
+    def gap():
+        with torch.no_grad():
+            return (discriminator(real, None).mean() - discriminator(generator(latent, None), None).mean()).item()
+
+    def fake_score():
+        with torch.no_grad():
+            return discriminator(generator(latent, None), None).mean().item()
+
+    before = gap()
+    optimizer = torch.optim.SGD(discriminator.parameters(), lr=0.01)
+    for _ in range(5):
+        optimizer.zero_grad()
+        fake = generator(latent, None).detach()
+        loss = module.discriminator_real_loss(discriminator(real, None)).mean() + \
+            module.discriminator_fake_loss(discriminator(fake, None)).mean()
+        loss.backward()
+        optimizer.step()
+    assert gap() > before
+    before = fake_score()
+    optimizer = torch.optim.SGD(generator.parameters(), lr=0.01)
+    for _ in range(5):
+        optimizer.zero_grad()
+        module.generator_loss(discriminator(generator(latent, None), None)).backward()
+        optimizer.step()
+    assert fake_score() > before
 
 
 def test_wgan_critic_separates_real_from_fake_and_weights_stay_clipped(tiny_image_data_dir):
@@ -78,10 +125,57 @@ def test_wgan_critic_separates_real_from_fake_and_weights_stay_clipped(tiny_imag
 
     gap_before = critic_gap()
     g_before = _copy_params(module.generator)
-    _fit(module, tiny_image_data_dir, steps=10)
+    changed_at = []
+
+    class GeneratorSteps(L.Callback):
+        """The batches after which the generator's weights had moved."""
+
+        def __init__(self):
+            self.last = _copy_params(module.generator)
+
+        def on_train_batch_end(self, trainer, pl_module, *args):
+            if _changed(self.last, module.generator):
+                changed_at.append(pl_module.train_steps)
+            self.last = _copy_params(module.generator)
+
+    trainer = L.Trainer(max_steps=-1, max_epochs=-1, callbacks=[StepLimit(10), GeneratorSteps()], logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        accelerator="cpu")
+    trainer.fit(module, datamodule=MNISTDataModule(data_dir=tiny_image_data_dir, batch_size=32, verify_checksums=False))
     assert critic_gap() > gap_before
-    assert _changed(g_before, module.generator)  # 10 batches, 5 critic steps each: 2 generator steps
+    assert _changed(g_before, module.generator)
+    assert changed_at == [5, 10]  # 10 batches, 5 critic steps to each generator step
     assert max(p.abs().max().item() for p in module.discriminator.parameters()) <= 0.05 + 1e-7
+
+
+class LinearCritic(torch.nn.Module):
+    """D(x) = w . x (gradient w everywhere) or, ``quadratic``, |x|^2 / 2 (gradient x)."""
+
+    def __init__(self, w, quadratic=False):
+        super().__init__()
+        self.w, self.quadratic = torch.nn.Parameter(w), quadratic
+
+    def forward(self, x, labels=None):
+        return 0.5 * (x * x).sum(1) if self.quadratic else x @ self.w
+
+
+def test_wgan_gradient_penalty_has_its_closed_form_at_the_interpolated_records():
+    """WGAN-GP's lambda (|grad D(x_mix)| - 1)^2, x_mix = a real + (1 - a) fake: for a linear
+    critic lambda (|w| - 1)^2 for every record; for |x|^2 / 2, whose gradient is x_mix itself,
+    real = v and fake = -v give lambda (|2a - 1| |v| - 1)^2 with the penalty's own draws of a."""
+    from lightning_dpgan.modules.wgan import gradient_penalty
+
+    w = torch.tensor([3.0, 4.0, 0.0])  # |w| = 5
+    real, fake = torch.randn(8, 3), torch.randn(8, 3)
+    linear = gradient_penalty(LinearCritic(w), real, None, fake, 10.0)
+    assert torch.allclose(linear, torch.full((8,), 10.0 * 16.0))
+    v = torch.tensor([[1.0, 2.0, 2.0]]).repeat(8, 1)  # |v| = 3
+    torch.manual_seed(3)
+    alpha = torch.rand(8, 1)
+    torch.manual_seed(3)
+    quadratic = gradient_penalty(LinearCritic(w, quadratic=True), v, None, -v, 10.0)
+    expected = 10.0 * ((2 * alpha[:, 0] - 1).abs() * 3.0 - 1) ** 2
+    assert torch.allclose(quadratic, expected, atol=1e-5)
 
 
 def test_wgan_gradient_penalty_is_positive_and_differentiable():
