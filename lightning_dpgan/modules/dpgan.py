@@ -5,6 +5,13 @@ The paper's Algorithm 1 adds Gaussian noise to the critic's gradients and clips 
 per-record gradients are clipped explicitly (Opacus), which gives the sensitivity bound
 directly and needs no assumption about the network; weight clipping stays, as the WGAN
 critic's Lipschitz constraint. ``--model wgan --privacy dp-sgd`` composes the same thing.
+
+Other departures from the paper: its Lemma 1 sets the noise for the critic steps of one outer
+loop and states the guarantee for the data that loop reads; here every critic step of the run is
+composed by the accountant (Opacus' RDP or PRV), which is what a guarantee for the whole
+training needs. Its latent code is drawn from a bounded interval and both networks get an L2
+weight penalty; here ``z ~ N(0, 1)`` (``--model.latent_distribution uniform`` draws U[0, 1]) and
+RMSProp runs without weight decay.
 """
 from __future__ import annotations
 

@@ -14,6 +14,11 @@ per-span activations, and conditions -- the student and the generator take condi
 vectors (the DP category frequencies), and the generator pays CTGAN's condition
 cross-entropy. The teachers judge records alone: a real record's condition is a function of
 the record, so it would tell them nothing new.
+
+Departures from the paper's PATE-CTGAN (its Fig. 7): one conditional generator, where the paper
+starts k, one per data subset; PATE-GAN's scheme trains one generator against one student, and
+only the teachers need the partitions. The teachers are the presets' logistic regressions
+(configs/patectgan.yaml), where the paper's are CTGAN discriminators.
 """
 from __future__ import annotations
 

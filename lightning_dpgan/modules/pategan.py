@@ -12,7 +12,8 @@ Per training step (one generator iteration):
 
 Only the teachers read real records; what leaves them is the noisy-argmax labels. Networks as
 in the paper's appendix: generator and student of depth 3 with widths d, d/2, d (d = record
-width), teachers of depth 1 (logistic regression), ReLU, sigmoid outputs, Adam at 1e-4,
+width), teachers of depth 1 (logistic regression), ReLU in the generator (the student is the
+package's MLP discriminator, LeakyReLU(0.2), where the paper has ReLU), sigmoid outputs, Adam at 1e-4,
 generator input z ~ U[0, 1]^d, Xavier-initialised generator. The generator minimises the
 non-saturating loss -log S(G(z)) (same fixed point as the paper's log(1 - S(G(z))), stronger
 early gradients).
