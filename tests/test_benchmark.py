@@ -168,6 +168,30 @@ def test_a_data_dependent_epsilon_is_shown_as_such_with_its_data_independent_bou
     dpgan_row = next(line for line in table if line.startswith("| dpgan"))
     assert "| 0.500 ± 0.100 (3) data-dependent; data-independent 6400 ± 0 (3) |" in pate_row
     assert "| 0.900 ± 0.000 (3) |" in dpgan_row and "data-" not in dpgan_row
+    # runs recorded before the bound was kept (no such key at all): their epsilon is still said
+    # to be data-dependent, unless their command chose the data-independent accounting
+    older = [{**run("patectgan", seed, 0.5), "commands": ["python -m lightning_dpgan train --model patectgan"]}
+             for seed in range(2)]
+    chosen = [{**run("gpate", seed, 0.5), "commands": ["train --model gpate --privacy.accounting data-independent"]}
+              for seed in range(2)]
+    current = [{**run("pategan", seed, 0.5), "epsilon_data_independent": None} for seed in range(2)]  # data-independent
+    rows = {line.split("|")[1].strip(): line for line in report.measure_table(result_file("tables", "full",
+                                                                                           older + chosen + current))
+            if line.startswith("| ")}
+    assert "| 0.900 ± 0.000 (2) data-dependent (no data-independent bound recorded) |" in rows["patectgan"]
+    assert "data-" not in rows["gpate"] and "data-" not in rows["pategan"]
+
+
+def test_a_results_file_written_before_the_mark_gets_it_when_read(tmp_path):
+    """Its stored summary predates data_dependent_unrecorded: RESULTS.md's published PATE rows
+    stood beside DP-SGD's epsilon unmarked."""
+    older = [{**run("pategan", seed, 0.5), "commands": ["train --model pategan"]} for seed in range(2)]
+    summary = [{key: value for key, value in row.items() if key != "data_dependent_unrecorded"}
+               for row in results.aggregate(older)]
+    path = results.results_path(tmp_path, "tables")
+    path.write_text(json.dumps({"size": "full", "runs": older, "summary": summary}))
+    (row,) = results.latest_results(tmp_path, "tables")["summary"]
+    assert row["data_dependent_unrecorded"] is True
     # a peer's accounting that passed its target (smartnoise's DP-CTGAN: 1.001 of 1) is marked
     peer = [{**run("dpctgan", seed, 0.6), "epsilon": 1.0004} for seed in range(3)]
     peer_row = next(line for line in report.measure_table(result_file("peers", "full", peer)) if line.startswith("| dpctgan"))

@@ -123,7 +123,27 @@ def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row.update({key: summarize([run.get(key) for run in members]) for key in SUMMARIZED})
         row["measures"] = {key: summarize([run["measures"].get(key) for run in members]) for key in keys}
         rows.append(row)
-    return rows
+    return marked_data_dependent(rows, runs)
+
+
+def marked_data_dependent(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with ``data_dependent_unrecorded`` on the cells one of whose runs
+    :func:`data_dependent_unrecorded` finds (a file's stored summary predates the mark too)."""
+    flagged = {cell_key(run) for run in runs if run.get("status", "ok") == "ok" and data_dependent_unrecorded(run)}
+    return [{**row, "data_dependent_unrecorded": True} if cell_key(row) in flagged else row for row in rows]
+
+
+#: Our models whose strategy stops on a data-dependent epsilon unless told otherwise.
+DATA_DEPENDENT_BY_DEFAULT = ("pategan", "patectgan", "gpate")
+
+
+def data_dependent_unrecorded(run: dict[str, Any]) -> bool:
+    """A run recorded before results kept ``epsilon_data_independent``, of a model whose epsilon
+    is data-dependent by default (its commands not asking for the data-independent accounting):
+    its spent epsilon is a function of the votes, and no bound beside it says so."""
+    commands = " ".join(run.get("commands", []))
+    return ("epsilon_data_independent" not in run and run["model"] in DATA_DEPENDENT_BY_DEFAULT
+            and "data-independent" not in commands)
 
 
 def _is_number(value: Any) -> bool:
@@ -199,7 +219,7 @@ def _load(path: Path) -> dict[str, Any]:
     missing = [field for field in REQUIRED_FIELDS if field not in content] if isinstance(content, dict) else ["content"]
     if missing:
         raise ResultsFileError(f"{path} is not a results file: it has no {', '.join(missing)}")
-    return {**content, "file": path.name}
+    return {**content, "file": path.name, "summary": marked_data_dependent(content["summary"], content["runs"])}
 
 
 def latest_results(results_dir: Path, suite: str, size: str | None = None) -> dict[str, Any] | None:
