@@ -168,6 +168,15 @@ def test_a_run_whose_answers_were_all_one_class_says_its_generator_learned_nothi
     # the default data-dependent figure is named for what it is, with the bound that holds
     assert "is the data-dependent figure the PATE papers report" in warning
     assert f"{report['epsilon_data_independent']:.4g} (epsilon_data_independent" in warning
+    # and it is PATE-GAN's data-dependent moments of these votes, written out: every query's gap is
+    # the forced unanimous one, so Q times one query's moment at each order, then the tail bound
+    from lightning_dpgan.privacy.analysis.pate import DEFAULT_MOMENT_ORDERS as orders
+    from test_pate_analysis import hand_moment
+
+    low = orders[orders <= 60]  # exp(2 lambda l) in plain floats; the minimum lies below
+    moments = np.array([queries * hand_moment(5.0, TEACHERS, l) for l in low])
+    by_hand = np.min((moments + math.log(1 / report["delta_training"])) / low)
+    assert report["epsilon_training"] == pytest.approx(by_hand, rel=1e-9)
 
 
 def test_the_strategy_counts_the_noisy_labels_it_released_not_the_votes():
