@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import textwrap
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,10 +86,14 @@ def lookup(kind: str, name: str) -> Entry:
     table = TABLES[kind]
     if name in table:
         return table[name]
-    close = difflib.get_close_matches(name, table, n=1)
-    hint = f" Did you mean '{close[0]}'?" if close else ""
     valid = ", ".join(table)
-    raise UnknownNameError(f"unknown {kind} '{name}'.{hint} Valid {kind} names: {valid}.")
+    raise UnknownNameError(f"unknown {kind} '{name}'.{did_you_mean(name, table)} Valid {kind} names: {valid}.")
+
+
+def did_you_mean(name: str, names: Iterable[str]) -> str:
+    """`` Did you mean 'x'?`` for the one of ``names`` closest to a misspelt ``name``, else ''."""
+    close = difflib.get_close_matches(name, list(names), n=1)
+    return f" Did you mean '{close[0]}'?" if close else ""
 
 
 def models_with_slot(slot: type) -> list[str]:

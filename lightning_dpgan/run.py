@@ -2,7 +2,6 @@
 from a resolved configuration, fits them, and writes the run's files."""
 from __future__ import annotations
 
-import difflib
 import io
 import json
 import math
@@ -407,8 +406,7 @@ class Run:
             raise ConfigError("--quail-synthesizer names the model that generates the features; it cannot be quail")
         if synthesizer is not None and synthesizer not in registry.MODELS:
             names = [name for name in registry.MODELS if name != QUAIL]
-            close = difflib.get_close_matches(synthesizer, names, n=1)
-            hint = f" Did you mean {close[0]}?" if close else ""
+            hint = registry.did_you_mean(synthesizer, names)
             raise ConfigError(f"--quail-synthesizer {synthesizer} is not a model.{hint} It takes a table model that trains "
                               f"privately (its own strategy or --privacy): {', '.join(names)}")
         return QuailSettings(**section_arguments(self.config, QUAIL, QuailSettings))
@@ -613,9 +611,8 @@ class Run:
         check_accelerator(options.get("accelerator"), options.get("devices"))
         chosen = options.get("strategy", "auto")
         if isinstance(chosen, str) and chosen not in PRIVATE_TRAINER_STRATEGIES and chosen not in StrategyRegistry:
-            close = difflib.get_close_matches(chosen, PRIVATE_TRAINER_STRATEGIES, n=1)
-            hint = f"; did you mean {close[0]}?" if close else "."
-            raise ConfigError(f"--strategy {chosen} is not a Lightning strategy{hint} "
+            hint = registry.did_you_mean(chosen, PRIVATE_TRAINER_STRATEGIES)
+            raise ConfigError(f"--strategy {chosen} is not a Lightning strategy.{hint} "
                               f"Allowed: {', '.join(PRIVATE_TRAINER_STRATEGIES)}")
         if isinstance(chosen, str) and chosen not in PRIVATE_TRAINER_STRATEGIES:
             # Lightning's other strategies average gradients before a mechanism could clip them, wrap

@@ -260,7 +260,7 @@ def test_only_path_settings_given_as_text_are_made_absolute(tmp_path, monkeypatc
         (["--sample_columns", "abc"], "sample_columns must be a whole number >= 1, got 'abc'"),
         (["--seed", "-1"], "--seed must be a whole number >= 0, got -1"),
         (["--seed", "4294967296"], "--seed must be below 2^32 = 4294967296, got 4294967296"),
-        (["--strategy", "dpp"], "--strategy dpp is not a Lightning strategy; did you mean ddp? Allowed: auto, single_device, ddp"),
+        (["--strategy", "dpp"], "--strategy dpp is not a Lightning strategy. Did you mean 'ddp'? Allowed: auto, single_device, ddp"),
         (["--strategy", "zzz"], "--strategy zzz is not a Lightning strategy. Allowed: auto"),
         (["--overwrite", "maybe"], "unrecognized argument 'maybe'"),
     ],

@@ -587,7 +587,7 @@ def test_quail_takes_its_synthesizers_presets_then_its_own():
     (["--quail-split", "1.5"], "--quail-split must be in (0, 1)"),
     (["--quail-split", "0"], "--quail-split must be in (0, 1)"),
     (["--quail-synthesizer", "ctgan"], "give --epsilon, and a synthesizer with a privacy strategy"),
-    (["--quail-synthesizer", "dpctgn"], "--quail-synthesizer dpctgn is not a model. Did you mean dpctgan? It takes a "
+    (["--quail-synthesizer", "dpctgn"], "--quail-synthesizer dpctgn is not a model. Did you mean 'dpctgan'? It takes a "
                                         "table model that trains privately"),
     (["--quail-synthesizer", "quail"], "it cannot be quail"),
     (["--quail.label_model", "forest"], "quail.label_model must be one of"),
