@@ -4,6 +4,7 @@ re-initialised teachers, uncharged unanimous queries, an ignored delta, epsilon 
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import lightning as L
 import numpy as np
@@ -193,6 +194,23 @@ def test_the_strategy_counts_the_noisy_labels_it_released_not_the_votes():
     assert len(released) == 1 and torch.equal(released[0], labels)
     assert 0 < int(labels.sum()) < 200  # Laplace scale 20 against a gap of 2: some answers say "real"
     assert strategy.answer_counts.tolist() == [200 - int(labels.sum()), int(labels.sum())]
+
+
+def test_the_installed_aggregator_flips_a_vote_as_often_as_its_laplace_scale_says():
+    """The noise as drawn, through the strategy's own aggregator: with Laplace noise of inverse
+    scale lambda on each count, the released label differs from a plurality of gap g with
+    probability (2 + lambda g) / (4 e^{lambda g}) (the difference of two Laplace draws; PATE-GAN's
+    q, which the accountant charges). A noise scale off by a factor of 2 either way moves it by
+    far more than four standard errors of 4,000 queries."""
+    lam, gap = 0.5, 2
+    strategy, module, charged = PATEAggregation(lap_inverse_scale=lam, noise_seed=0), SimpleNamespace(), []
+    strategy._charge = lambda lam_, gaps: charged.append(len(gaps))
+    strategy.teacher_batch_size = 1
+    module.hparams = SimpleNamespace(student_steps=1)
+    strategy.install_aggregator(None, module)
+    labels = module.privacy.aggregate(torch.tensor([[6, 4]] * 4000))  # the plurality says "generated"
+    q = (2 + lam * gap) / (4 * math.exp(lam * gap))
+    assert charged == [4000] and float(labels.float().mean()) == pytest.approx(q, abs=4 * math.sqrt(q * (1 - q) / 4000))
 
 
 @pytest.mark.parametrize("counts, warned", [([990, 10], True), ([989, 11], False), ([0, 5], True), ([0, 0], False)])
