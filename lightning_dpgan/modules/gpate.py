@@ -19,7 +19,8 @@ perturbations are private. Networks (appendix A.5): images get
 at every layer) and :class:`~lightning_dpgan.nets.ensemble.ConvTeacher` teachers (conv 32 x 5x5
 stride 2 + FC 256, label planes; no BatchNorm, which batched teachers cannot hold); tables get
 MLPs (generator widths d, d/2, d with a sigmoid output as PATE-GAN's; teachers one hidden layer
-of width d). Adam at 1e-3 for both, as the paper.
+of width d, our choice: the paper says only "the same architecture as PATE-GAN", whose teachers
+this package reads as logistic regressions). Adam at 1e-3 for both, as the paper.
 """
 from __future__ import annotations
 
