@@ -50,10 +50,10 @@ def file_creation_mask() -> int:
     return mask
 
 
-def _temporary_prefix(path: Path, pid: int | None = None) -> str:
+def _temporary_prefix(path: Path) -> str:
     """``.NAME.HOST-PID.``: the writer's host and process, so that a later write can tell a
     temporary file whose writer was killed (SIGKILL, a lost node) from one still being written."""
-    return f".{path.name}.{socket.gethostname()}-{os.getpid() if pid is None else pid}."
+    return f".{path.name}.{socket.gethostname()}-{os.getpid()}."
 
 
 def _writer_is_gone(pid: int) -> bool:
