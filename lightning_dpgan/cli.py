@@ -41,6 +41,16 @@ from lightning_dpgan.data.download import DataIntegrityError
 from lightning_dpgan.host_memory import reuse_freed_memory
 
 
+def _train_prog() -> str:
+    """The command the user typed, for ``--help`` and argparse's errors: ``train.py`` runs the same
+    parser as ``python -m lightning_dpgan train`` and the ``lightning-dpgan train`` script."""
+    if Path(sys.argv[0]).name == "train.py":
+        return "train.py"
+    if Path(sys.argv[0]).name == "lightning-dpgan":
+        return "lightning-dpgan train"
+    return "python -m lightning_dpgan train"
+
+
 def _train_parser() -> argparse.ArgumentParser:
     epilog = "\n\n".join(
         [
@@ -59,7 +69,7 @@ def _train_parser() -> argparse.ArgumentParser:
         ]
     )
     parser = argparse.ArgumentParser(
-        prog="train.py",
+        prog=_train_prog(),
         description="Train a (differentially private) GAN and write its checkpoint, samples, privacy report and metrics.",
         epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,

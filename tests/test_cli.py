@@ -462,6 +462,16 @@ def test_help_lists_each_privacy_strategys_settings_from_its_constructor():
     assert "--privacy.lap_inverse_scale" in lines["pate"] and "--privacy.target_epsilon" not in text
 
 
+def test_train_help_names_the_command_the_user_typed():
+    """train.py and ``python -m lightning_dpgan train`` share one parser; its usage line names each."""
+    through_module = subprocess.run([sys.executable, "-m", "lightning_dpgan", "train", "--help"],
+                                    capture_output=True, text=True, check=True, cwd=REPO)
+    through_script = subprocess.run([sys.executable, str(REPO / "train.py"), "--help"],
+                                    capture_output=True, text=True, check=True)
+    assert through_module.stdout.startswith("usage: python -m lightning_dpgan train [-h]")
+    assert through_script.stdout.startswith("usage: train.py [-h]")
+
+
 def test_unknown_model_through_train_py(tmp_path):
     result = subprocess.run([sys.executable, str(REPO / "train.py"), "--model", "nope", "--dataset", "mnist"],
                             capture_output=True, text=True)
