@@ -34,6 +34,12 @@ def column_marginals(run: Path, data_dir: str | None) -> dict[str, dict[str, flo
                    "synthetic_values": float(synthetic[name].nunique())} for name in distances}
 
 
+def run_label(run: Path) -> str:
+    """The run folder and its parent (``bench/dpctgan-king-eps1-seed0``), also for a relative ``--run``."""
+    run = run.resolve()
+    return f"{run.parent.name}/{run.name}"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, action="append", required=True, help="output dir of a table run (repeatable)")
@@ -45,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in next(iter(results.values())):
         for run, columns in results.items():
             m = columns[name]
-            print(f"| {name} | {run.parent.name}/{run.name} | {m['real_values']:.0f} | {m['synthetic_values']:.0f} | {m['tv']:.3f} | "
+            print(f"| {name} | {run_label(run)} | {m['real_values']:.0f} | {m['synthetic_values']:.0f} | {m['tv']:.3f} | "
                   f"{m['invented']:.3f} |")
         if len(results) > 1:
             tv = np.mean([columns[name]["tv"] for columns in results.values()])

@@ -80,8 +80,13 @@ def label_model_scores(run: Path, datamodule) -> dict[str, float]:
 
 
 def summary(rows: list[dict[str, float]]) -> dict[str, str]:
+    """Mean ± sample standard deviation (ddof 1) per figure, as the harness reports its cells."""
     keys = rows[0].keys()
-    return {key: f"{np.mean([r[key] for r in rows]):.4f} ± {np.std([r[key] for r in rows]):.4f}" for key in keys}
+    return {key: f"{np.mean([r[key] for r in rows]):.4f} ± {spread([r[key] for r in rows]):.4f}" for key in keys}
+
+
+def spread(values: list[float]) -> float:
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
 
 def main() -> None:

@@ -30,7 +30,12 @@ def run_datamodule(run: Path, dataset: str | None, data_dir: str | None):
     config = yaml.safe_load((run / "config.yaml").read_text())
     if dataset is not None and dataset != config["data"]["name"]:
         raise SystemExit(f"--dataset {dataset}: the run at {run} was trained on {config['data']['name']}")
-    return load_run_datamodule(run, data_dir)
+    datamodule = load_run_datamodule(run, data_dir)
+    kind = datamodule.schema.label_kind
+    if kind not in ("binary", "categorical"):
+        raise SystemExit(f"the run at {run} has {'no' if kind is None else 'a ' + kind} label: this script scores "
+                         "classifiers (benchmarks/regression_gap.py scores a regression run)")
+    return datamodule
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """benchmarks/column_marginals.py: per-column total variation and invented values of a table run."""
 import re
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -32,3 +33,11 @@ def test_each_few_valued_column_is_scored_against_the_runs_training_rows(tmp_pat
     assert tv == pytest.approx(0.5 * p.sub(q, fill_value=0).abs().sum(), abs=1e-3)
     assert invented == pytest.approx((~synthetic["zipcode"].isin(train["zipcode"])).mean(), abs=1e-3)
     assert rows[("zipcode", "mean of 2")] == (tv, invented)
+
+
+def test_a_relative_run_is_named_by_its_folder_and_parent(tmp_path, monkeypatch):
+    """``--run king_dpctgan`` typed in the runs' folder: named ``<that folder>/king_dpctgan``, not ``/king_dpctgan``."""
+    (tmp_path / "runs" / "king_dpctgan").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "runs")
+    assert script.run_label(Path("king_dpctgan")) == "runs/king_dpctgan"
+    assert script.run_label(tmp_path / "runs" / "king_dpctgan") == "runs/king_dpctgan"
