@@ -227,6 +227,14 @@ class QuailLabeler:
         self.schema = schema
         self.cost = dict(cost)
 
+    @property
+    def fits(self) -> str:
+        """What the network is, in words, for the privacy report: ``logistic`` is one linear layer,
+        which for a continuous label (King's price) is a linear regression, not a logistic one."""
+        if self.architecture == "mlp":
+            return "MLP regression" if self.schema.label_column.is_numeric else "MLP classifier"
+        return "linear regression" if self.schema.label_column.is_numeric else "logistic regression"
+
     def predict(self, rows: pd.DataFrame) -> torch.Tensor:
         """The model's output for each row: class scores, or the regression value in the label's
         min-max encoding (mapped back from log space under ``log_label``); a label column in

@@ -873,7 +873,8 @@ class Run:
                 "split": self.labeler.cost["split"],
                 # the split is of the target the label model was trained under (a resume may raise it)
                 **({"split_of_epsilon": self.labeler.cost["of_epsilon"]} if "of_epsilon" in self.labeler.cost else {}),
-                "label_model": {"architecture": self.labeler.architecture, "hidden": self.labeler.hidden,
+                "label_model": {"architecture": self.labeler.architecture, "fits": self.labeler.fits,
+                                "hidden": self.labeler.hidden,
                                 "log_features": self.labeler.log_features, "log_label": self.labeler.log_label,
                                 **self.labeler.cost},
                 "composition": "basic: epsilon = preprocessing (its parts: the data's and quail_label_model) "
