@@ -4,7 +4,7 @@ Weights & Biases (``--logger wandb``) gets the run's full configuration, the log
 ``privacy/epsilon``, and at the end the sample grid as an image, the final metrics in the run
 summary and ``privacy.json`` as an artifact (:func:`publish_run`). Without an API key (neither
 ``WANDB_API_KEY`` nor a ``~/.netrc`` entry) and without ``WANDB_MODE``, it logs offline with a
-warning instead of failing: ``wandb sync <dir>`` uploads the run later.
+warning instead of failing: ``wandb sync DIR/logs/wandb/offline-run-*`` uploads the run later.
 """
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def _wandb_logger(save_dir: Path, options: dict[str, Any], run_name: str) -> Log
     options = {"project": "lightning-dpgan", "name": options.pop("run_name", None) or run_name, **options}
     if not os.environ.get("WANDB_MODE") and not _has_wandb_credentials() and "offline" not in options:
         warnings.warn("no W&B API key (WANDB_API_KEY or ~/.netrc) and no WANDB_MODE: logging offline; "
-                      "upload later with `wandb sync <run dir>`", stacklevel=2)
+                      f"upload later with `wandb sync {save_dir / 'wandb'}/offline-run-*`", stacklevel=2)
         options["offline"] = True
     # W&B uploads the console by default, and the console carries what is for the data holder alone:
     # the datamodule's warnings count private rows (blanked categories, clipped values)
