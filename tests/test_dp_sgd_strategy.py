@@ -160,18 +160,26 @@ def test_resume_with_corrupt_accountant_state_is_refused(fixed_noise_run, tiny_i
     assert "history" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("missing", ["all", "one"])
 def test_resume_with_an_accountant_that_charged_fewer_steps_than_were_taken_is_refused(
-        fixed_noise_run, tiny_image_data_dir, tmp_path, capsys):
-    """An emptied history would restart the budget at zero under networks that already spent it."""
+        fixed_noise_run, tiny_image_data_dir, tmp_path, capsys, missing):
+    """An emptied history would restart the budget at zero under networks that already spent it;
+    one step short would under-report by a step (one charge per training step, no fewer)."""
     checkpoint = torch.load(fixed_noise_run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     (key,) = [k for k in checkpoint["callbacks"] if "DPSGD" in k]
-    checkpoint["callbacks"][key]["accountant"]["history"] = []
-    torch.save(checkpoint, tmp_path / "emptied.ckpt")
-    code = dpgan(tiny_image_data_dir, tmp_path / "out", 12, "--privacy.noise_multiplier", "1.3",
-                 "--resume", str(tmp_path / "emptied.ckpt"))
-    assert code == 2
+    history = checkpoint["callbacks"][key]["accountant"]["history"]
     taken = checkpoint["lightning_dpgan"]["train_steps"]
-    assert f"accountant charged 0 steps, but its networks took {taken} training steps" in capsys.readouterr().err
+    assert [entry["steps"] for entry in history] == [taken]
+    if missing == "all":
+        history.clear()
+    else:
+        history[0]["steps"] -= 1
+    charged = 0 if missing == "all" else taken - 1
+    torch.save(checkpoint, tmp_path / "short.ckpt")
+    code = dpgan(tiny_image_data_dir, tmp_path / "out", 12, "--privacy.noise_multiplier", "1.3",
+                 "--resume", str(tmp_path / "short.ckpt"))
+    assert code == 2
+    assert f"accountant charged {charged} steps, but its networks took {taken} training steps" in capsys.readouterr().err
     assert not (tmp_path / "out" / "privacy.json").exists()
 
 
@@ -595,7 +603,7 @@ def test_a_run_with_shuffled_batches_trains_on_the_secret_order(tiny_image_data_
     assert read_json(tmp_path / "run" / "privacy.json")["sampling"] == "shuffle"
 
 
-def test_the_mechanism_clips_to_the_reported_bound_and_divides_by_the_charged_batch(tiny_image_data_dir, tmp_path,
+def test_the_mechanism_clips_and_noises_as_reported_and_divides_by_the_charged_batch(tiny_image_data_dir, tmp_path,
                                                                                      monkeypatch):
     """What privacy.json reports (C, q) is what the mechanism and Opacus' optimizer use: a
     mechanism clipping at another C, or averaging over another batch, would go unnoticed otherwise."""
@@ -616,6 +624,10 @@ def test_the_mechanism_clips_to_the_reported_bound_and_divides_by_the_charged_ba
     assert report["max_grad_norm"] == 0.7 and report["sample_rate"] == pytest.approx(BATCH / TRAIN_RECORDS)
     assert mechanism.max_grad_norm == 0.7 and mechanism._optimizer.max_grad_norm == 0.7
     assert mechanism.expected_batch_size == BATCH and mechanism._optimizer.expected_batch_size == BATCH
+    # and the noise it adds is the noise charged: a fresh run's mechanism built with another sigma
+    # than the accountant's went unnoticed (only a resume, which restores sigma, was checked)
+    assert report["noise_multiplier"] == 1.3
+    assert mechanism.noise_multiplier == 1.3 and mechanism._optimizer.noise_multiplier == 1.3
 
 
 def test_train_ends_with_the_epsilon_it_spent(tiny_image_data_dir, tmp_path, capsys):
