@@ -44,6 +44,17 @@ def test_noise_standard_deviation_is_sigma_c_over_b():
     grad = released_gradient(GradientSanitizerMechanism(clip, sigma), torch.zeros(batch, 5000), lambda g: (0 * g).sum())
     assert grad.std().item() == pytest.approx(sigma * clip / batch, rel=0.02)
     assert abs(grad.mean().item()) < 0.02 * sigma * clip / batch
+    # each row's noise is its own: one draw shared by every row would release the rows'
+    # differences without any noise (the pooled spread above cannot tell)
+    assert (grad[0] - grad[1]).std().item() == pytest.approx(math.sqrt(2) * sigma * clip / batch, rel=0.05)
+
+
+def test_each_sanitized_batch_is_charged_once_for_its_size_even_of_one_record():
+    releases = []
+    mechanism = GradientSanitizerMechanism(1.0, 1.0, on_release=releases.append)
+    for batch in (1, 4):
+        released_gradient(mechanism, torch.randn(batch, 3), lambda g: g.sum())
+    assert releases == [1, 4]
 
 
 def test_one_step_costs_two_b_lambda_over_sigma_squared():
