@@ -134,6 +134,25 @@ def _continued(seed: int, steps: int) -> NoiseSource:
     return source
 
 
+def test_a_second_resume_does_not_replay_the_first_resumes_draws():
+    """Each continuation's stream is its own: resumed after 5 steps, then after 9."""
+    after_five, after_nine = (torch.rand(4, generator=_continued(3, steps).generator("cpu")) for steps in (5, 9))
+    assert not torch.equal(after_five, after_nine)
+
+
+@pytest.mark.parametrize("steps", [0, 5])
+def test_processes_of_a_fixed_seed_run_draw_apart(monkeypatch, steps):
+    """Under DDP each rank draws its own noise share and batch sample: one stream for all would
+    add the same noise on every rank (and sample the same records)."""
+    from lightning_dpgan.privacy import noise_source
+
+    draws = []
+    for process in (0, 1):
+        monkeypatch.setattr(noise_source, "rank", lambda process=process: process)
+        draws.append(torch.rand(4, generator=_continued(3, steps).generator("cpu")))
+    assert not torch.equal(*draws)
+
+
 def test_continuing_re_seeds_a_generator_already_handed_out():
     """DP-SGD's batch sampler takes its generator before the checkpoint is read."""
     source = NoiseSource(3)
