@@ -114,10 +114,12 @@ def test_the_noisy_counts_not_the_true_ones_pick_the_categories():
     """A value seen once is released when its noise lifts it over the threshold, and a common
     one is withheld when its noise sinks it (counts in order of first appearance)."""
     values = ["a"] * 300 + ["b"] * 200 + ["rare"]
-    epsilon, delta = 1.0, 1e-6
+    epsilon, delta = 0.5, 1e-6
     lift = stability_threshold(epsilon, delta)  # 1 + lift is above the threshold
-    released, _ = dp_categories(values, epsilon, delta, rng=FixedNoise({2: lift}))
+    noise = FixedNoise({2: lift})
+    released, _ = dp_categories(values, epsilon, delta, rng=noise)
     assert released == ["a", "b", "rare"]
+    assert noise.scales == [pytest.approx(1 / epsilon)]  # Laplace(1 / epsilon): a count's sensitivity is 1
     released, _ = dp_categories(values, epsilon, delta, rng=FixedNoise({0: -300.0}))
     assert released == ["b"]
 
