@@ -61,7 +61,8 @@ SCHEMA = TableSchema(
         Column("grade", "integer", bounds=(1, 13), source=f"{_ASSESSOR}: building grade 1 to 13"),
         Column("sqft_above", "continuous", bounds=(0.0, 20_000.0), source=_AREA),
         Column("sqft_basement", "continuous", bounds=(0.0, 10_000.0), source=_AREA),
-        Column("yr_built", "integer", bounds=(1900, 2015), source=f"{_ASSESSOR}: years from 1900; {_KAGGLE}"),
+        Column("yr_built", "integer", bounds=(1850, 2015),
+               source=f"King County was founded in 1852: a generous round bound below it (older years are clipped); {_KAGGLE}"),
         Column("yr_renovated", "integer", bounds=(0, 2015), source=f"0 = never renovated, else a year; {_KAGGLE}"),
         Column(
             "zipcode",
