@@ -9,8 +9,16 @@ import pandas as pd
 import pytest
 import torch
 from run_helpers import record_calls
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import average_precision_score, roc_auc_score
+from sklearn.linear_model import LinearRegression, LogisticRegression
+from sklearn.metrics import (
+    accuracy_score,
+    average_precision_score,
+    explained_variance_score,
+    f1_score,
+    mean_absolute_error,
+    r2_score,
+    roc_auc_score,
+)
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import label_binarize
 from sklearn.tree import DecisionTreeClassifier
@@ -130,6 +138,9 @@ def test_feature_importance_counts_pairs_tied_in_both_tables_as_agreeing() -> No
     assert result["real"]["sex=f"] == pytest.approx(result["real"]["sex=m"])
     assert result["agreement"] == 1.0
     flipped = real.assign(y=np.where(sex == "m", "yes", "no"))  # the label follows sex, not x
+    importances = feature_importance_agreement(real, flipped, BINARY_FEATURE_SCHEMA)
+    assert importances["real"]["x"] > importances["real"]["sex=f"]  # each table's own ranking
+    assert importances["synthetic"]["sex=f"] > importances["synthetic"]["x"]
     # ordered pairs: (x, sex=f), (x, sex=m) and their reverses disagree; (sex=f, sex=m) both ways agree
     assert feature_importance_agreement(real, flipped, BINARY_FEATURE_SCHEMA)["agreement"] == pytest.approx(2 / 6)
 
@@ -412,6 +423,41 @@ def test_a_classifier_that_learns_is_not_flagged() -> None:
     assert all(not s["degenerate"] and s["degenerate_reason"] is None for s in scores.values())
 
 
+def noisy_table(n: int, seed: int) -> pd.DataFrame:
+    """y = "yes" iff x1 plus noise passes 5: a classifier ranks rows imperfectly."""
+    frame = make_table(n, seed)
+    noise = np.random.default_rng(seed + 100).normal(0, 2.5, n)
+    return frame.assign(y=np.where(frame["x1"] + noise > 5, "yes", "no"))
+
+
+def test_binary_scores_are_the_library_metrics_of_the_fitted_probabilities() -> None:
+    """On rows a model ranks imperfectly, each figure is scikit-learn's on the class-1 probability
+    (AUROC, AUPRC) or the predicted class (accuracy, F1 of class 1): an AUPRC of hard predictions
+    matches on separable rows only."""
+    train, test = noisy_table(400, 21), noisy_table(300, 22)
+    scores = classification_utility(train, test, SCHEMA, {"lr": CLASSIFIERS["logistic_regression"]})["per_classifier"]["lr"]
+    x, y = features_and_label(train, SCHEMA)
+    x_test, y_test = features_and_label(test, SCHEMA)
+    proba = LogisticRegression(max_iter=1000, random_state=0).fit(x, y).predict_proba(x_test)
+    assert 0.6 < roc_auc_score(y_test, proba[:, 1]) < 0.95  # imperfect, as the test needs
+    assert scores["auroc"] == pytest.approx(roc_auc_score(y_test, proba[:, 1]), abs=1e-12)
+    assert scores["auprc"] == pytest.approx(average_precision_score(y_test, proba[:, 1]), abs=1e-12)
+    assert scores["accuracy"] == pytest.approx(accuracy_score(y_test, proba.argmax(axis=1)), abs=1e-12)
+    assert scores["f1"] == pytest.approx(f1_score(y_test, proba.argmax(axis=1)), abs=1e-12)
+
+
+def test_a_training_frame_of_the_positive_class_alone_predicts_it_for_every_row() -> None:
+    """The constant prediction takes the training frame's class shares: all "yes" rows predict
+    "yes", so accuracy is the positive rate and F1 is 2p / (1 + p)."""
+    train = make_table(100, 11).assign(y="yes")
+    test = make_table(200, 12)
+    positive_rate = (test["y"] == "yes").mean()
+    for scores in classification_utility(train, test, SCHEMA, FAST)["per_classifier"].values():
+        assert scores["degenerate_reason"] == "one label class"
+        assert scores["accuracy"] == pytest.approx(positive_rate)
+        assert scores["f1"] == pytest.approx(2 * positive_rate / (1 + positive_rate))
+
+
 def test_single_class_training_frame_is_degenerate() -> None:
     train = make_table(100, 11).assign(y="no")
     test = make_table(200, 12)
@@ -473,6 +519,19 @@ def test_regression_r2_of_a_perfect_linear_relation_is_one() -> None:
     assert linear["explained_variance"] == pytest.approx(1.0, abs=1e-9)
     assert linear["mae"] == pytest.approx(0.0, abs=1e-9)
     assert result["per_regressor"]["random_forest"]["r2"] > 0.95
+
+
+def test_regression_scores_are_the_library_metrics_of_an_imperfect_fit() -> None:
+    """R² and explained variance are not symmetric in their arguments: the truth goes first."""
+    train, test = regression_table(300, 4, noise=0.4), regression_table(200, 5, noise=0.4)
+    linear = regression_utility(train, test, REGRESSION_SCHEMA)["per_regressor"]["linear_regression"]
+    x, y = features_and_label(train, REGRESSION_SCHEMA)
+    x_test, y_test = features_and_label(test, REGRESSION_SCHEMA)
+    predicted = LinearRegression().fit(x, y).predict(x_test)
+    assert abs(r2_score(y_test, predicted) - r2_score(predicted, y_test)) > 0.05
+    assert linear["r2"] == pytest.approx(r2_score(y_test, predicted), abs=1e-12)
+    assert linear["explained_variance"] == pytest.approx(explained_variance_score(y_test, predicted), abs=1e-12)
+    assert linear["mae"] == pytest.approx(mean_absolute_error(y_test, predicted), abs=1e-12)
 
 
 def test_utility_differences_are_real_minus_synthetic() -> None:
@@ -574,10 +633,10 @@ MULTI = TableSchema((Column("x1", "continuous", bounds=(0.0, 10.0), source="test
                     label="y", label_kind="categorical")
 
 
-def multi_table(n, seed):
+def multi_table(n, seed, cuts=(3, 7)):
     rng = np.random.default_rng(seed)
     x1 = rng.uniform(0, 10, n)
-    y = np.select([x1 < 3, x1 < 7], ["a", "b"], "c")
+    y = np.select([x1 < cuts[0], x1 < cuts[1]], ["a", "b"], "c")
     flip = rng.random(n) < 0.3
     y[flip] = rng.choice(["a", "b", "c"], flip.sum())
     return pd.DataFrame({"x1": x1, "y": y})
@@ -592,6 +651,17 @@ def test_multiclass_auroc_and_auprc_are_one_vs_rest_macro_averages():
     assert result["auroc"] == pytest.approx(roc_auc_score(y_test, proba, multi_class="ovr", average="macro"), abs=1e-12)
     assert result["auprc"] == pytest.approx(
         average_precision_score(label_binarize(y_test, classes=[0, 1, 2]), proba, average="macro"), abs=1e-12)
+
+def test_multiclass_f1_is_the_macro_average_over_classes():
+    """On imbalanced classes (about 12 / 73 / 15 %), macro F1 differs from micro F1, which is the accuracy."""
+    train, test = multi_table(400, 1, cuts=(1, 8.5)), multi_table(300, 2, cuts=(1, 8.5))
+    result = classification_utility(train, test, MULTI, {"lr": CLASSIFIERS["logistic_regression"]})["per_classifier"]["lr"]
+    x, y = features_and_label(train, MULTI)
+    x_test, y_test = features_and_label(test, MULTI)
+    proba = LogisticRegression(max_iter=1000, random_state=0).fit(x, y).predict_proba(x_test)
+    macro, accuracy = f1_score(y_test, proba.argmax(axis=1), average="macro"), accuracy_score(y_test, proba.argmax(axis=1))
+    assert abs(macro - accuracy) > 0.01
+    assert result["f1"] == pytest.approx(macro, abs=1e-12) and result["accuracy"] == pytest.approx(accuracy, abs=1e-12)
 
 
 class NoTestSplit:
