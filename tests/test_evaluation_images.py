@@ -107,3 +107,36 @@ def test_accuracy_accumulates_over_uneven_batches_record_by_record():
     images[:, 0, 0, 0] = labels.float()
     images[100:200, 0, 0, 0] = ((labels[100:200] + 1) % 10).float()  # the second batch all wrong
     assert evaluate(FirstPixelClassifier(), images, labels, batch_size=100, device="cpu") == pytest.approx(0.6)
+
+
+def test_accuracy_is_over_records_not_averaged_over_classes():
+    """90 records of class 0 right, 10 of class 1 wrong: 0.9 (a per-class average would say 0.5)."""
+    labels = torch.tensor([0] * 90 + [1] * 10)
+    images = torch.zeros(100, 1, 28, 28)  # first pixel 0: class 0 predicted for every record
+    assert evaluate(FirstPixelClassifier(), images, labels, batch_size=64, device="cpu") == pytest.approx(0.9)
+
+
+class TrainingModeProbe(FirstPixelClassifier):
+    """Records whether it was in training mode (dropout on) when scoring."""
+
+    def __init__(self):
+        super().__init__()
+        self.modes = []
+
+    def forward(self, images):
+        self.modes.append(self.training)
+        return super().forward(images)
+
+
+def test_the_classifier_is_scored_with_dropout_off():
+    probe = TrainingModeProbe().train()
+    evaluate(probe, torch.zeros(10, 1, 28, 28), torch.zeros(10, dtype=torch.long), batch_size=4, device="cpu")
+    assert probe.modes == [False, False, False]
+
+
+def test_the_callers_random_state_is_left_as_it_was(bars):
+    train_images, train_labels, test_images, test_labels = bars
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    cnn_accuracy(train_images[:20], train_labels[:20], test_images[:10], test_labels[:10], epochs=1, batch_size=8)
+    assert torch.equal(torch.get_rng_state(), before)
