@@ -10,6 +10,7 @@ import pytest
 import torch
 import yaml
 from dp_accounting.rdp import rdp_privacy_accountant
+from torch.nn import Linear, ReLU
 
 from lightning_dpgan.cli import main
 from lightning_dpgan.config import resolve
@@ -306,6 +307,24 @@ def label_model_inputs_seen(monkeypatch) -> list[tuple[torch.Tensor, torch.Tenso
 
     monkeypatch.setattr("lightning_dpgan.quail.train_dp_label_model", fake_train)
     return trained
+
+
+@pytest.mark.parametrize("label_model,hidden,layers", [("mlp", [6], [Linear, ReLU, Linear]), ("logistic", [], [Linear])])
+def test_fit_labeler_builds_the_label_model_asked_for_without_touching_the_runs_random_state(
+        monkeypatch, label_model, hidden, layers):
+    """--quail.label_model mlp builds the MLP (a logistic model ignored it unseen), and its seeded
+    initial weights leave the run's random state, which trains the synthesizer next, as it was."""
+    from lightning_dpgan.quail import QUAIL
+
+    label_model_inputs_seen(monkeypatch)
+    datamodule = AdultDataModule(data_dir=FIXTURES / "adult_tiny", download=False, batch_size=8)
+    datamodule.setup()
+    torch.manual_seed(99)
+    before = torch.get_rng_state()
+    labeler = QUAIL(batch_size=8, label_model=label_model, hidden=[6]).fit_labeler(datamodule, 8.0, 1e-4, "add-remove")
+    assert torch.equal(torch.get_rng_state(), before)
+    assert [type(layer) for layer in labeler.network] == layers
+    assert labeler.hidden == hidden and labeler.network[0].out_features == (hidden or [2])[0]
 
 
 def test_fit_labeler_trains_the_label_model_on_the_log_scaled_features(monkeypatch):
