@@ -55,6 +55,16 @@ def test_read_idx_rejects_truncated_payload_naming_the_file(tmp_path: Path, writ
         read_idx(truncated)
 
 
+def test_read_idx_rejects_a_payload_longer_than_its_header(tmp_path: Path, write_idx) -> None:
+    """Bytes past the announced shape are damage too (two files joined, a wrong header)."""
+    path = write_idx(tmp_path / "full", np.zeros((4, 28, 28), dtype=np.uint8))
+    padded = tmp_path / "padded-idx3-ubyte"
+    padded.write_bytes(path.read_bytes() + b"\0" * 10)
+
+    with pytest.raises(DataIntegrityError, match="padded-idx3-ubyte: header announces shape .* holds 3146 payload bytes"):
+        read_idx(padded)
+
+
 def test_read_idx_rejects_truncated_gzip_stream(tmp_path: Path, write_idx) -> None:
     path = write_idx(tmp_path / "full.gz", np.arange(4000, dtype=np.uint8).reshape(4000 // 4, 4) % 7)
     cut = tmp_path / "cut.gz"
