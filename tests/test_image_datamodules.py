@@ -34,6 +34,19 @@ def _ready(cls: type[IDXImageDataModule], data_dir: Path, tmp_path: Path, **kwar
 
 
 @pytest.mark.parametrize("cls", DATAMODULES)
+def test_the_pinned_sizes_are_of_the_decompressed_idx_files(cls) -> None:
+    """60,000 train and 10,000 test records: 16 header bytes + 784 pixels each for images, 8 + 1
+    each for labels. The md5s beside them are of the same decompressed bytes (not the gz, whose
+    bytes differ between mirrors), 32 hex digits, one per file."""
+    expected = {"train-images-idx3-ubyte.gz": 16 + 60_000 * 784, "train-labels-idx1-ubyte.gz": 8 + 60_000,
+                "t10k-images-idx3-ubyte.gz": 16 + 10_000 * 784, "t10k-labels-idx1-ubyte.gz": 8 + 10_000}
+    files = [remote for split in ("train", "test") for remote in cls.files[split]]
+    assert {remote.name: remote.size for remote in files} == expected
+    assert all(len(remote.md5) == 32 and int(remote.md5, 16) >= 0 for remote in files)
+    assert len({remote.md5 for remote in files}) == 4
+
+
+@pytest.mark.parametrize("cls", DATAMODULES)
 def test_setup_loads_scaled_images_and_keeps_splits_apart(cls, tiny_image_data_dir: Path, tmp_path: Path) -> None:
     dm = _ready(cls, tiny_image_data_dir, tmp_path)
     raw_train = read_idx(tiny_image_data_dir / cls.name / "train-images-idx3-ubyte.gz")
