@@ -99,6 +99,18 @@ def test_the_stop_counts_what_preprocessing_spent():
     assert len(strategy.accountant) == len(alone.accountant)
 
 
+def test_a_resume_under_a_target_below_training_plus_preprocessing_is_refused():
+    """A checkpoint whose training spend alone fits the new --epsilon, but not with what its
+    preprocessing spent: its report would pass the target, so the resume is refused."""
+    strategy = PreprocessedStubStrategy(1.0, 0.05, preprocessing_epsilon=1.0)
+    run_until_stopped(strategy, 3.0)
+    training, total = strategy.training_epsilon(), strategy.epsilon()
+    between = (training + total) / 2
+    assert training < between < total
+    with pytest.raises(BudgetTooSmallError, match=f"already spent epsilon = {total:.4g}, more than --epsilon {between:g}"):
+        run_until_stopped(strategy, between)
+
+
 def test_changed_step_parameters_trigger_a_new_plan():
     strategy = StubStrategy(2.0, 0.05)
     budget = PrivacyBudgetStopping(2.0)
