@@ -544,6 +544,24 @@ def test_the_refusal_counts_what_preprocessing_spent(preprocessing, refused):
         assert len(strategy.accountant) == 60 and strategy.epsilon() == pytest.approx(cost)
 
 
+def test_the_refusal_converts_at_trainings_share_of_delta():
+    """Preprocessing that spent part of delta leaves training a smaller one, at which the same
+    votes cost more epsilon: a batch that fits at the whole delta but not at training's share is
+    refused (the check is the only stop under data-dependent accounting)."""
+    from lightning_dpgan.privacy.slots import PrivacyBudgetExhausted
+
+    gaps = np.ones(60)
+    at_whole = PATEMomentsAccountant().epsilon_if_answered(1e-5, 0.05, gaps)
+    at_share = PATEMomentsAccountant().epsilon_if_answered(1e-6, 0.05, gaps)
+    assert at_whole < at_share
+    strategy = PATEAggregation(lap_inverse_scale=0.05, target_epsilon=(at_whole + at_share) / 2, delta=1e-5)
+    strategy.preprocessing = {"epsilon": 0.0, "delta": 9e-6}
+    assert strategy.training_delta == pytest.approx(1e-6)
+    with pytest.raises(PrivacyBudgetExhausted):
+        strategy._charge(0.05, gaps)
+    assert len(strategy.accountant) == 0
+
+
 def pate_strategy_over(data):
     """A PATE strategy with the sampler its install builds, over ``data``."""
     strategy = PATEAggregation(num_teachers=3)
