@@ -479,6 +479,8 @@ def test_quail_writes_a_labelled_table_and_composes_the_two_costs(synthesizer, d
         assert "target_standardization" not in label_model
     assert report["epsilon"] == pytest.approx(report["preprocessing"]["epsilon"] + report["epsilon_training"])
     assert report["epsilon"] <= 8.0
+    # metrics.json's figure is the same total, not training's share
+    assert read_json(output / "metrics.json")["privacy/epsilon"] == pytest.approx(report["epsilon"], rel=1e-12)
     # delta: the label model's add/remove share, restated for the strategy, is half the target's
     assert label_model["delta"] == pytest.approx(label_model_budget(0.5, 8.0, 1e-3, neighbours)[1])
     assert part["delta"] == pytest.approx(0.5e-3, rel=0.01) and part["delta"] <= 0.5e-3
