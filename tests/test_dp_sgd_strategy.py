@@ -452,13 +452,15 @@ def test_the_final_epsilon_is_logged_when_max_steps_ends_the_run_off_the_logging
     assert logged_epsilons(fixed_noise_run)[-1] == report["epsilon"]  # the accountant's float64, not a float32 near it
 
 
-def test_sigma_calibrated_for_an_epoch_is_calibrated_for_the_batches_the_epoch_holds(tiny_image_data_dir, tmp_path):
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_sigma_calibrated_for_epochs_is_calibrated_for_the_batches_they_hold(tiny_image_data_dir, tmp_path, epochs):
     """160 records in batches of 12: Opacus' epoch is int(160 / 12) = 13 batches; planning 14
-    added noise for a step never taken."""
+    added noise for a step never taken, and two epochs are 26 (noise for one would spend the
+    budget in half the run)."""
     args = tiny_run_args(tiny_image_data_dir, tmp_path / "epoch", model="dpgan", steps=None, batch_size=12)
-    assert main(args + ["--max-epochs", "1", "--epsilon", "5", "--delta", "1e-4"]) == 0
+    assert main(args + ["--max-epochs", str(epochs), "--epsilon", "5", "--delta", "1e-4"]) == 0
     report = read_json(tmp_path / "epoch" / "privacy.json")
-    assert report["calibrated_for_steps"] == report["steps"] == 13 and report["stopped_by"] == "max-epochs"
+    assert report["calibrated_for_steps"] == report["steps"] == 13 * epochs and report["stopped_by"] == "max-epochs"
     assert 4.9 < report["epsilon"] <= 5
 
 
