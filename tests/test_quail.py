@@ -632,6 +632,27 @@ def test_bad_quail_settings_are_refused_before_anything_is_trained(extra, messag
     assert not (tmp_path / "run" / "privacy.json").exists()
 
 
+@pytest.mark.parametrize("data_delta, refused", [(4e-4, False), (5e-4, True)])
+def test_a_split_that_leaves_the_synthesizer_no_delta_is_refused_before_the_label_model(data_delta, refused):
+    """The data's preprocessing delta plus the label model's half of --delta 1e-3 reaching it
+    leaves the synthesizer no delta, though epsilon is to spare: refused before a row is read."""
+    from types import SimpleNamespace
+
+    from lightning_dpgan.callbacks.dp_sgd import DPSGD
+    from lightning_dpgan.config import ConfigError
+    from lightning_dpgan.quail import QUAIL
+    from lightning_dpgan.run import Run
+
+    run = SimpleNamespace(strategy=DPSGD(target_epsilon=8.0, delta=1e-3), quail=QUAIL(split=0.5),
+                          datamodule=SimpleNamespace(privacy_cost=lambda: {"epsilon": 0.1, "delta": data_delta,
+                                                                       "mechanism": "DP bounds"}))
+    if refused:
+        with pytest.raises(ConfigError, match="leave the synthesizer no budget"):
+            Run._check_quail_budget(run, 1e-3)
+    else:
+        Run._check_quail_budget(run, 1e-3)
+
+
 def test_a_non_private_synthesizer_is_named_as_the_problem(tmp_path, capsys):
     args = ["train", "--model", "quail", "--quail-synthesizer", "gan", "--dataset", "adult", "--data-dir",
             str(FIXTURES / "adult_tiny"), "--output-dir", str(tmp_path / "run"), "--epsilon", "1"]
