@@ -578,8 +578,10 @@ def canary_description(runs: Sequence[TrialRun]) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- command line
 def audit_parser() -> argparse.ArgumentParser:
+    from lightning_dpgan.cli import command_prog
+
     parser = argparse.ArgumentParser(
-        prog="python -m lightning_dpgan audit",
+        prog=command_prog("audit"),
         description="Empirical privacy audit: re-train the model TRIALS times, half of them with a canary "
                     "record, test the released generator for the canary and bound epsilon from below "
                     "(writes audit.json). Every other argument is a train.py flag or dotted override.",

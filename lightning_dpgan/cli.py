@@ -41,14 +41,15 @@ from lightning_dpgan.data.download import DataIntegrityError
 from lightning_dpgan.host_memory import reuse_freed_memory
 
 
-def _train_prog() -> str:
-    """The command the user typed, for ``--help`` and argparse's errors: ``train.py`` runs the same
-    parser as ``python -m lightning_dpgan train`` and the ``lightning-dpgan train`` script."""
-    if Path(sys.argv[0]).name == "train.py":
+def command_prog(command: str) -> str:
+    """The command the user typed, for ``--help`` and argparse's errors: ``train.py``, the
+    ``lightning-dpgan`` script and ``python -m lightning_dpgan`` run the same parsers."""
+    typed = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    if command == "train" and typed.name == "train.py":
         return "train.py"
-    if Path(sys.argv[0]).name == "lightning-dpgan":
-        return "lightning-dpgan train"
-    return "python -m lightning_dpgan train"
+    if typed.stem == "lightning-dpgan":  # the console script (lightning-dpgan.exe on Windows)
+        return f"lightning-dpgan {command}"
+    return f"python -m lightning_dpgan {command}"
 
 
 def _train_parser() -> argparse.ArgumentParser:
@@ -69,7 +70,7 @@ def _train_parser() -> argparse.ArgumentParser:
         ]
     )
     parser = argparse.ArgumentParser(
-        prog=_train_prog(),
+        prog=command_prog("train"),
         description="Train a (differentially private) GAN and write its checkpoint, samples, privacy report and metrics.",
         epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -340,7 +341,7 @@ class EvaluationFailed(ValueError):
 def sample(argv: list[str]) -> Path:
     from lightning_dpgan.sampling import sample_to_file
 
-    parser = argparse.ArgumentParser(prog="python -m lightning_dpgan sample", description="Draw synthetic records from a checkpoint.")
+    parser = argparse.ArgumentParser(prog=command_prog("sample"), description="Draw synthetic records from a checkpoint.")
     parser.add_argument("--checkpoint", required=True, help="a checkpoint written by train (checkpoints/last.ckpt)")
     parser.add_argument("-n", type=int, required=True, help="number of records to draw")
     parser.add_argument("--out", required=True, help="output file: .csv (tables), .png grid or .npz (images + labels)")
@@ -376,7 +377,7 @@ def evaluate(argv: list[str]) -> Path:
     from lightning_dpgan.run_folder import EVALUATION_FILES
 
     parser = argparse.ArgumentParser(
-        prog="python -m lightning_dpgan evaluate",
+        prog=command_prog("evaluate"),
         description="Utility, fidelity and membership-inference risk of a finished run (writes evaluation.json).",
     )
     parser.add_argument("--run", required=True, help="the output folder of a train run")
@@ -424,7 +425,8 @@ COMMAND_HELP = {
     "audit": "re-train with and without a canary record and bound the run's epsilon from below",
     "benchmark": "run a benchmark suite (tables, images, speed, peers) and regenerate RESULTS.md",
 }
-USAGE = f"usage: python -m lightning_dpgan {{{','.join(COMMANDS)}}} [options]  (--help after a command for its options)"
+def usage() -> str:
+    return f"usage: {command_prog('{' + ','.join(COMMANDS) + '}')} [options]  (--help after a command for its options)"
 
 
 def report_error(error: Exception) -> None:
@@ -445,12 +447,12 @@ def main(argv: list[str] | None = None) -> int:
     reuse_freed_memory()  # before any run: its large CPU tensors then cost no page faults each step
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["-h"], ["--help"]):
-        print(USAGE + "\n\ncommands:")
+        print(usage() + "\n\ncommands:")
         for name, text in COMMAND_HELP.items():
             print(f"  {name:<10} {text}")
         return 0
     if not argv or argv[0] not in COMMANDS:
-        print(USAGE, file=sys.stderr)
+        print(usage(), file=sys.stderr)
         return 2
     command, rest = argv[0], argv[1:]
     try:

@@ -472,6 +472,23 @@ def test_train_help_names_the_command_the_user_typed():
     assert through_script.stdout.startswith("usage: train.py [-h]")
 
 
+@pytest.mark.parametrize("typed, expected", [
+    ("/venv/bin/lightning-dpgan", "lightning-dpgan {command}"),
+    ("/venv/Scripts/lightning-dpgan.exe", "lightning-dpgan {command}"),
+    ("/usr/lib/python3/site-packages/lightning_dpgan/__main__.py", "python -m lightning_dpgan {command}"),
+    ("", "python -m lightning_dpgan {command}"),
+])
+def test_every_commands_usage_names_the_way_it_was_started(monkeypatch, capsys, typed, expected):
+    """The console script's --help says ``lightning-dpgan sample``, not ``python -m ...``."""
+    monkeypatch.setattr(sys, "argv", [typed])
+    for command in ("train", "sample", "evaluate", "audit", "benchmark"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert capsys.readouterr().out.startswith(f"usage: {expected.format(command=command)} [-h]")
+    assert main(["--help"]) == 0
+    assert capsys.readouterr().out.startswith(f"usage: {expected.format(command='{train,sample,evaluate,audit,benchmark}')}")
+
+
 def test_unknown_model_through_train_py(tmp_path):
     result = subprocess.run([sys.executable, str(REPO / "train.py"), "--model", "nope", "--dataset", "mnist"],
                             capture_output=True, text=True)
