@@ -15,6 +15,7 @@ With several runs it prints one row per column and run, and each column's mean o
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +36,9 @@ def column_marginals(run: Path, data_dir: str | None) -> dict[str, dict[str, flo
 
 
 def run_label(run: Path) -> str:
-    """The run folder and its parent (``bench/dpctgan-king-eps1-seed0``), also for a relative ``--run``."""
-    run = run.resolve()
+    """The run folder and its parent (``bench/dpctgan-king-eps1-seed0``), also for a relative
+    ``--run``; a linked folder keeps the name it was given."""
+    run = Path(os.path.abspath(run))
     return f"{run.parent.name}/{run.name}"
 
 

@@ -86,6 +86,7 @@ def summary(rows: list[dict[str, float]]) -> dict[str, str]:
 
 
 def spread(values: list[float]) -> float:
+    """The sample standard deviation; 0 for a single seed, which measures no spread."""
     return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
 

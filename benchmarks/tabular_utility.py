@@ -31,10 +31,12 @@ def run_datamodule(run: Path, dataset: str | None, data_dir: str | None):
     if dataset is not None and dataset != config["data"]["name"]:
         raise SystemExit(f"--dataset {dataset}: the run at {run} was trained on {config['data']['name']}")
     datamodule = load_run_datamodule(run, data_dir)
-    kind = datamodule.schema.label_kind
-    if kind not in ("binary", "categorical"):
-        raise SystemExit(f"the run at {run} has {'no' if kind is None else 'a ' + kind} label: this script scores "
-                         "classifiers (benchmarks/regression_gap.py scores a regression run)")
+    schema = getattr(datamodule, "schema", None)  # image datamodules have none
+    if schema is None or schema.label_kind is None:
+        raise SystemExit(f"the run at {run} has no table label: this script scores classifiers trained to predict one")
+    if schema.label_kind == "continuous":
+        raise SystemExit(f"the run at {run} has a continuous label: this script scores classifiers; "
+                         f"`python -m lightning_dpgan evaluate --run {run}` scores regressors")
     return datamodule
 
 

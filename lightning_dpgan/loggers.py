@@ -76,7 +76,7 @@ def _wandb_logger(save_dir: Path, options: dict[str, Any], run_name: str) -> Log
     options = {"project": "lightning-dpgan", "name": options.pop("run_name", None) or run_name, **options}
     if not os.environ.get("WANDB_MODE") and not _has_wandb_credentials() and "offline" not in options:
         warnings.warn("no W&B API key (WANDB_API_KEY or ~/.netrc) and no WANDB_MODE: logging offline; "
-                      f"upload later with `wandb sync {save_dir / 'wandb'}/offline-run-*`", stacklevel=2)
+                      f"upload later with `wandb sync \"{save_dir / 'wandb'}\"/offline-run-*`", stacklevel=2)
         options["offline"] = True
     # W&B uploads the console by default, and the console carries what is for the data holder alone:
     # the datamodule's warnings count private rows (blanked categories, clipped values)

@@ -606,7 +606,7 @@ def test_wandb_without_a_key_or_mode_falls_back_to_offline_with_a_warning(tiny_i
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc
     out = tmp_path / "run"
     # the warning names the folder to sync, not the run's (which wandb sync does not read)
-    with pytest.warns(UserWarning, match=re.escape(f"logging offline; upload later with `wandb sync {out / 'logs' / 'wandb'}/offline-run-*`")):
+    with pytest.warns(UserWarning, match=re.escape(f"logging offline; upload later with `wandb sync \"{out / 'logs' / 'wandb'}\"/offline-run-*`")):
         assert main(tiny_run_args(tiny_image_data_dir, out, steps=2) + ["--logger", "wandb"]) == 0
     assert b"loss/discriminator" in _wandb_record_log(out)
 
