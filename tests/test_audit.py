@@ -39,6 +39,21 @@ def test_the_epsilon_bound_of_an_imperfect_test_with_delta_matches_scipys_exact_
     assert epsilon_lower_bound(40, 10, n, delta=delta) < epsilon_lower_bound(40, 10, n)  # delta forgives some
 
 
+@pytest.mark.parametrize("true_positives, false_positives", [(50, 25), (25, 0)])
+def test_each_direction_of_the_bound_counts_where_it_is_the_larger(true_positives, false_positives):
+    """Every canary run flagged and half the clean ones: only the second direction (the clean
+    runs' true negatives against the canary runs' misses) concludes; and the mirror case."""
+    from scipy.stats import binomtest
+
+    n = 50
+    tpr = binomtest(true_positives, n).proportion_ci(0.95, method="exact")
+    fpr = binomtest(false_positives, n).proportion_ci(0.95, method="exact")
+    positive = math.log(tpr.low / fpr.high)  # TPR <= e^eps FPR
+    negative = math.log((1 - fpr.high) / (1 - tpr.low))  # TNR <= e^eps FNR
+    assert abs(positive - negative) > 0.3  # one direction is clearly the larger
+    assert epsilon_lower_bound(true_positives, false_positives, n) == pytest.approx(max(positive, negative, 0.0), rel=1e-9)
+
+
 def test_a_perfect_test_bounds_epsilon_by_the_trial_count_only():
     n, alpha = 1000, 0.05
     tpr_low = (alpha / 2) ** (1 / n)
