@@ -324,6 +324,21 @@ def test_the_claim_audited_is_trainings_own_not_the_total_with_preprocessing(tin
     assert report["could_detect_a_violation"] is True and audit.undetectable_warning() is None
 
 
+@pytest.mark.parametrize("share, detectable", [(0.9, True), (1.5, False)])
+def test_a_claim_above_the_largest_detectable_epsilon_could_not_have_been_contradicted(
+        tiny_table, tmp_path, monkeypatch, share, detectable):
+    """20 trials per side bound epsilon by L at most: a claim of 1.5 L passes any outcome, and
+    the audit says so; one of 0.9 L could have been caught."""
+    largest = epsilon_lower_bound(20, 0, 20, 1e-6, 0.97)
+    stand_in_trials(monkeypatch, lambda canary: 0.0 if canary else 1.0, training=(share * largest, 1e-6),
+                    total=(2 * share * largest, 2e-6))
+    audit = run_audit(build_config(dp_sgd_args(tiny_table)), tmp_path, 40, confidence=0.97, calibration_trials=2)
+    report = read_json(tmp_path / AUDIT_FILE)
+    assert report["largest_detectable_epsilon"] == largest
+    assert report["could_detect_a_violation"] is detectable
+    assert (audit.undetectable_warning() is None) is detectable
+
+
 def test_trials_whose_canaries_differ_record_each_one(tiny_table, tmp_path, monkeypatch):
     """A CSV without schema file estimates each trial's bounds under DP, so each trial's canary
     is its own: audit.json described the first calibration trial's for all of them."""
