@@ -324,6 +324,23 @@ def test_the_claim_audited_is_trainings_own_not_the_total_with_preprocessing(tin
     assert report["could_detect_a_violation"] is True and audit.undetectable_warning() is None
 
 
+def test_the_table_canary_takes_each_columns_rarest_category_and_farther_bound():
+    """Rarest category, the last in schema order on ties (blue, not green); a numeric column's
+    bound farther from the mean (x's mean is near 0: the canary takes 10). A frequent category
+    would make a weak canary, and an audit that reads "consistent" for it."""
+    from types import SimpleNamespace
+
+    from lightning_dpgan.canary_audit import table_canary
+    from lightning_dpgan.data.schema import Column, TableSchema
+
+    schema = TableSchema((Column("x", "continuous", bounds=(0.0, 10.0), source="test"),
+                          Column("color", "categorical", categories=("red", "green", "blue", "grey"), source="test")))
+    frame = pd.DataFrame({"x": [0.5, 1.0, 2.0, 1.5, 0.0, 1.0],
+                          "color": ["red", "red", "green", "blue", "grey", "grey"]})
+    datamodule = SimpleNamespace(schema=schema, train_frame=frame, encode=schema.encode)
+    assert table_canary(datamodule).description["record"] == {"x": 10.0, "color": "blue"}
+
+
 @pytest.mark.parametrize("share, detectable", [(0.9, True), (1.5, False)])
 def test_a_claim_above_the_largest_detectable_epsilon_could_not_have_been_contradicted(
         tiny_table, tmp_path, monkeypatch, share, detectable):
