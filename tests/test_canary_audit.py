@@ -341,6 +341,15 @@ def test_the_table_canary_takes_each_columns_rarest_category_and_farther_bound()
     assert table_canary(datamodule).description["record"] == {"x": 10.0, "color": "blue"}
 
 
+def test_a_generator_that_reproduces_the_canary_exactly_is_guessed_at_a_threshold_of_zero(tiny_table, tmp_path,
+                                                                                        monkeypatch):
+    """Decoding clips to the bounds where the canary sits, so a leaking generator can score
+    exactly 0: --threshold 0 guesses "canary" there (a distance at most the threshold)."""
+    stand_in_trials(monkeypatch, lambda canary: 0.0 if canary else 1.0)
+    audit = run_audit(build_config(dp_sgd_args(tiny_table)), tmp_path, 4, threshold=0.0)
+    assert (audit.true_positives, audit.false_positives) == (2, 0)
+
+
 @pytest.mark.parametrize("share, detectable", [(0.9, True), (1.5, False)])
 def test_a_claim_above_the_largest_detectable_epsilon_could_not_have_been_contradicted(
         tiny_table, tmp_path, monkeypatch, share, detectable):
