@@ -18,7 +18,7 @@ from lightning_dpgan.data.conditional import ConditionalSampler
 from lightning_dpgan.data.dp_histogram import dp_column_histograms
 from lightning_dpgan.data.modes import MAX_MODES, ModeSpecificNormalizer
 from lightning_dpgan.data.schema import Column, SchemaError, TableSchema
-from lightning_dpgan.data.table_transformer import TableTransformer, record_uniforms
+from lightning_dpgan.data.table_transformer import TableTransformer, _frequencies, record_uniforms
 from lightning_dpgan.datamodules import tabular as tabular_module
 from lightning_dpgan.datamodules.adult import AdultDataModule
 from lightning_dpgan.datamodules.csv import CSVDataModule
@@ -940,3 +940,10 @@ def test_the_label_scalar_uses_the_public_bounds_not_the_rows_range():
         assert encoded[:, start].numpy() == pytest.approx(expected, abs=1e-6)
         without_first, _ = transformer.encode(frame.iloc[1:])
         assert torch.equal(without_first, encoded[1:])  # a record's scalar is its own
+
+
+def test_category_frequencies_clip_negative_noisy_counts_at_zero():
+    """A category whose noisy count fell below 0 gets no frequency (its magnitude is noise, not
+    records), so the conditional sampler never asks for it; nothing left positive: uniform."""
+    assert _frequencies(np.array([-5.0, 10.0, 0.0])) == (0.0, 1.0, 0.0)
+    assert _frequencies(np.array([-1.0, -2.0])) == (0.5, 0.5)

@@ -182,7 +182,26 @@ def test_blank_keeps_a_row_with_an_unknown_category_and_zeroes_only_that_block()
     others = [i for i in range(schema.encoded_dim) if not block.start <= i < block.stop]
     reference, _ = schema.encode(frame.drop(index=3).reset_index(drop=True))
     assert torch.equal(torch.cat([records[:3], records[4:]]), reference) and torch.equal(dropped, reference)
-    assert records[3, others].sum() > 0
+    # the blanked row's other columns are its own encoding, not shifted by the missing category
+    known, _ = schema.encode(frame.loc[[3]].assign(colour="red").reset_index(drop=True))
+    assert torch.equal(records[3, others], known[0, others])
+
+
+def test_fractional_bounds_decode_and_code_integers_within_them():
+    """DP-estimated bounds are fractional: an integer column on (0.4, 10) holds 1..10, so 0.4
+    decodes to 1, not 0, and codes run 0..9 (-1 would mark the last value in a one-hot)."""
+    column = Column("rooms", "integer", bounds=(0.4, 10.0), source="test")
+    assert column.typed(np.array([0.4, 0.2, 10.3, 5.6])).tolist() == [1, 1, 10, 6]
+    assert column.grid.tolist() == list(range(1, 11))
+    assert column.grid_codes(np.array([0.4, 1.0, 10.0, 12.0])).tolist() == [0, 0, 9, 9]
+
+
+def test_a_step_that_does_not_divide_the_range_decodes_onto_its_grid():
+    """Bounds (0, 1) with step 0.6 hold 0 and 0.6: 1.0 decodes to 0.6, not to 1.2 past the bound."""
+    column = Column("share", "continuous", bounds=(0.0, 1.0), step=0.6, source="test")
+    assert column.grid.tolist() == [0.0, 0.6]
+    assert column.typed(np.array([1.0, 0.2, 0.35])).tolist() == [0.6, 0.0, 0.6]
+    assert column.grid_codes(np.array([1.0, 0.0])).tolist() == [1, 0]
 
 
 # --- privacy: the encoder is fixed by the schema alone -----------------------------------------
