@@ -924,6 +924,7 @@ def test_a_table_the_disk_has_no_room_for_is_refused_before_writing(tmp_path, ca
     drawn = tmp_path / "drawn.csv"
     assert main(["sample", "--checkpoint", checkpoint, "-n", "50", "--out", str(drawn)]) == 0
     first = drawn.read_bytes()
+    assert len(pd.read_csv(drawn)) == 50 and first.count(first.splitlines()[0]) == 1  # 50 rows, one header
     assert main(["sample", "--checkpoint", checkpoint, "-n", "50", "--out", str(drawn), "--overwrite"]) == 0
     assert drawn.read_bytes() == first  # the size probe draws aside: the same seed, the same rows
     usage = shutil_module.disk_usage(tmp_path)
