@@ -1,6 +1,7 @@
 """``train.py`` and ``python -m lightning_dpgan sample`` end to end on tiny fixture data."""
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -282,6 +283,20 @@ def test_a_config_files_top_level_values_are_checked(tmp_path, setting, message)
     (tmp_path / "config.yaml").write_text(f"model: {{name: gan}}\ndata: {{name: mnist}}\n{setting}\n")
     with pytest.raises(ConfigError, match=re.escape(message)):
         build_config(["--config", str(tmp_path / "config.yaml")])
+
+
+@pytest.mark.parametrize("left", ["config.yaml", "checkpoints"])
+def test_a_folder_a_stopped_run_left_is_refused_too(tiny_image_data_dir, tmp_path, capsys, left):
+    """SIGTERM leaves a checkpoint and config.yaml but no report: another run there would write
+    over the checkpoint as surely as over a finished run's."""
+    run = tmp_path / "run"
+    assert main(tiny_run_args(tiny_image_data_dir, run, steps=2)) == 0
+    for entry in run.iterdir():
+        if entry.name != left:
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    assert main(tiny_run_args(tiny_image_data_dir, run, steps=2)) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert [entry.name for entry in run.iterdir()] == [left]
 
 
 def test_a_folder_holding_a_run_is_refused_unless_continued_or_replaced(tiny_image_data_dir, tmp_path, capsys):
