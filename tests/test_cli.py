@@ -285,6 +285,20 @@ def test_a_config_files_top_level_values_are_checked(tmp_path, setting, message)
         build_config(["--config", str(tmp_path / "config.yaml")])
 
 
+def test_a_continuation_refused_at_its_start_puts_the_earlier_outputs_back_as_they_were(tiny_image_data_dir, tmp_path,
+                                                                                       capsys):
+    """Refused once its logger had made logs/ (a target below what the checkpoint spent), the
+    continuation's own logs/ gives way to the earlier one, which is not nested inside it."""
+    run = tmp_path / "run"
+    private = ["--trainer.log_every_n_steps", "1", "--epsilon", "5"]
+    assert main(tiny_run_args(tiny_image_data_dir, run, model="dpgan", steps=3) + private) == 0
+    before = {path.relative_to(run): path.read_bytes() for path in run.rglob("*") if path.is_file()}
+    resume = ["--resume", str(run / "checkpoints" / "last.ckpt"), "--epsilon", "1"]
+    assert main(tiny_run_args(tiny_image_data_dir, run, model="dpgan", steps=6) + resume) == 2
+    assert "already spent epsilon" in capsys.readouterr().err
+    assert {path.relative_to(run): path.read_bytes() for path in run.rglob("*") if path.is_file()} == before
+
+
 @pytest.mark.parametrize("left", ["config.yaml", "checkpoints"])
 def test_a_folder_a_stopped_run_left_is_refused_too(tiny_image_data_dir, tmp_path, capsys, left):
     """SIGTERM leaves a checkpoint and config.yaml but no report: another run there would write
