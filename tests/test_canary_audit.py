@@ -178,6 +178,25 @@ def test_a_folder_holding_an_audit_is_refused_unless_overwritten(tiny_table, tmp
     assert "is a file" in capsys.readouterr().err
 
 
+def test_an_audit_that_fails_after_a_trial_trained_keeps_that_trial(tiny_table, tmp_path, monkeypatch, capsys):
+    """Only an audit refused before any trial trained is cleared away; one that fails later keeps
+    the trials it trained (minutes each at full size), for the data holder to look at."""
+    real, calls = canary_audit.run_trial, []
+
+    def failing_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(canary_audit, "run_trial", failing_second)
+    out = tmp_path / "audit"
+    args = [*dp_sgd_args(tiny_table), "--trials", "2", "--threshold", "0.5", "--samples", "50", "--max-steps", "2"]
+    assert main(["audit", *args, "--output-dir", str(out)]) == 2
+    assert "disk full" in capsys.readouterr().err
+    assert (out / "trials" / "000" / "config.yaml").is_file() and not (out / AUDIT_FILE).exists()
+
+
 def test_audit_refuses_a_model_without_privacy(tiny_table, tmp_path, capsys):
     args = table_args(tiny_table, privacy="none")
     args.remove("--epsilon")
