@@ -425,7 +425,10 @@ COMMAND_HELP = {
     "audit": "re-train with and without a canary record and bound the run's epsilon from below",
     "benchmark": "run a benchmark suite (tables, images, speed, peers) and regenerate RESULTS.md",
 }
+
+
 def usage() -> str:
+    """The package's usage line, naming the way it was started (see :func:`command_prog`)."""
     return f"usage: {command_prog('{' + ','.join(COMMANDS) + '}')} [options]  (--help after a command for its options)"
 
 

@@ -74,9 +74,9 @@ class NoisyHistogram:
 
         Why: an empty bin's noise is positive half the time, with mean ``scale``, so clipping at
         0 alone leaves about ``scale / 2`` of invented mass in every empty bin. With 200 records
-        of noise scale (DP-CTGAN on King: 20 columns at ε = 0.1) and most of 64 bins empty, that is a
-        quarter of a column's mass, and mixtures fit modes to it (house prices of $5). A count
-        survives ``k`` scales by noise alone with probability ``exp(-k) / 2`` (k = 3: 2.5 %), at
+        of noise scale (DP-CTGAN on King: 20 columns at ε = 0.1) and most of 64 bins empty,
+        that is a quarter of a column's mass, and mixtures fit modes to it (house prices of $5).
+        A count survives ``k`` scales by noise alone with probability ``exp(-k) / 2`` (k = 3: 2.5 %), at
         the price of dropping real bins with fewer records than ``k * scale``. Post-processing
         of the release: it costs nothing. ``scales=0`` returns the histogram unchanged.
         """
