@@ -110,7 +110,9 @@ def check_same_schema(schema: TableSchema, saved: dict[str, Any] | None, checkpo
     differing = [c["name"] for c in current.get("columns", []) if columns.get(c["name"]) != c] or ["label / layout"]
     raise ConfigError(f"the checkpoint {checkpoint} was trained on another schema (differing: {', '.join(differing)}): "
                       "resume with the schema it was trained with: the schema file its run's config.yaml names, or "
-                      "none where that run estimated its schema under DP (the checkpoint holds it)")
+                      "none where that run estimated its schema under DP (the checkpoint holds it). A built-in "
+                      "dataset's schema is this version's: a checkpoint trained under another version's bounds "
+                      "cannot continue, train anew")
 
 
 def check_same_encoding(datamodule: Any, saved: dict[str, Any] | None, checkpoint: str | Path) -> None:
