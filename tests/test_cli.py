@@ -525,6 +525,28 @@ def test_unknown_model_through_train_py(tmp_path):
     assert "unknown model 'nope'" in result.stderr and "gan, wgan" in result.stderr
 
 
+def test_a_checkpoint_save_that_fails_keeps_the_previous_checkpoint_and_no_partial_file(tmp_path):
+    """A full disk mid-save: the last good checkpoint stays whole, and no temporary file is left."""
+    from types import SimpleNamespace
+
+    from lightning_dpgan.callbacks.checkpoint import save_checkpoint_atomically
+
+    def save(path, weights_only):
+        Path(path).write_bytes(b"second, partly written")
+        if saves.count(1):
+            raise OSError("No space left on device")
+        saves.append(1)
+
+    saves = []
+    trainer = SimpleNamespace(is_global_zero=True, save_checkpoint=save)
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    save_checkpoint_atomically(trainer, last)
+    last.write_bytes(b"first")  # what the first save left, told apart from the second's bytes
+    with pytest.raises(OSError, match="No space left"):
+        save_checkpoint_atomically(trainer, last)
+    assert last.read_bytes() == b"first" and [p.name for p in last.parent.iterdir()] == ["last.ckpt"]
+
+
 def test_checkpoint_is_refreshed_every_n_batches(tiny_image_data_dir, tmp_path, monkeypatch):
     from lightning_dpgan.callbacks import checkpoint as checkpoint_callback
 
