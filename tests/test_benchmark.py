@@ -925,6 +925,9 @@ def never_run(*args, **kwargs):
     (["--datasets", "adult", "adlut"], "--datasets: .*adlut"),
     (["--cnn-epochs", "3"], "--cnn-epochs set how image runs are scored, and the grid has no image dataset"),
     (["--n-synthetic", "50", "--cnn-epochs", "3"], "--n-synthetic and --cnn-epochs set how image runs are scored"),
+    (["--max-steps", "0"], "--max-steps must be 1 or more, not 0"),  # 0 passed on nothing: the presets' whole length
+    (["--datasets", "mnist", "--cnn-epochs", "0"], "--cnn-epochs must be 1 or more, not 0"),
+    (["--data-dir", "/nonexistent/lightning-dpgan-data"], "--data-dir /nonexistent/lightning-dpgan-data is not a folder"),
 ])
 def test_a_grid_with_repeats_or_unknown_models_is_refused_before_any_cell(tmp_path, monkeypatch, extra, message):
     monkeypatch.setattr(cli, "run_grid", never_run)
@@ -933,6 +936,29 @@ def test_a_grid_with_repeats_or_unknown_models_is_refused_before_any_cell(tmp_pa
         cli.benchmark(["--suite", "tables", *extra, "--results-dir", str(tmp_path), "--results-md",
                        str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
     assert not list(tmp_path.glob("tables-*.json"))
+
+
+@pytest.mark.parametrize("suite,train_args,message", [
+    ("tables", ["--dataset", "king"], r"data.name \(set by --datasets\)"),  # King's figures filed under adult
+    ("tables", ["--epsilon=3", "--seed", "2"], r"epsilon \(set by --epsilons\); seed \(set by --seeds\)"),
+    ("tables", ["--output_dir", "shared"], r"output_dir \(set by --out-dir\)"),  # every cell in one folder
+    ("tables", ["--data.data_dir", "elsewhere", "--max_steps", "3"], r"data.data_dir .*; max_steps \(set by --max-steps\)"),
+    ("tables", ["--max-stepz", "3"], "train options after --: unrecognized argument '--max-stepz'"),  # every cell failing
+    ("tables", ["--batch-size", "many"], "train options after --: argument --batch-size: invalid int value"),
+    ("peers", ["--privacy.noise_multiplier", "2"], "the peers suite runs smartnoise-synth, not train"),
+])
+def test_train_options_after_the_double_dash_that_the_grid_sets_or_train_does_not_read_are_refused(
+        tmp_path, monkeypatch, suite, train_args, message):
+    """They ran: a cell's later ``--dataset`` won over the grid's, and its figures were filed under
+    the grid's dataset; a typo failed every cell, one after the other."""
+    monkeypatch.setattr(cli, "run_grid", never_run)
+    monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, data_dir: {})
+    with pytest.raises(SystemExit, match=message):
+        cli.benchmark(["--suite", suite, "--quick", "--results-dir", str(tmp_path), "--results-md",
+                       str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs"), "--", *train_args])
+    assert not list(tmp_path.glob(f"{suite}-*.json"))
+    cli.check_train_args(["--privacy.noise_multiplier", "2", "--quail-split", "0.3", "--batch-size=64",
+                          "--checkpoint_every_n_steps", "100", "--max-epochs", "3"])  # settings the grid leaves alone
 
 
 def test_a_non_private_model_given_a_strategy_after_the_double_dash_is_not_refused():

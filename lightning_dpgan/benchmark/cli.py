@@ -107,8 +107,18 @@ def check_grid(args: argparse.Namespace, size: Size) -> None:
             registry.lookup("dataset", name)
         except (KeyError, ValueError) as error:
             raise SystemExit(f"benchmark: --datasets: {error}") from None
+    for flag, value in (("--max-steps", args.max_steps), ("--n-synthetic", args.n_synthetic),
+                        ("--cnn-epochs", args.cnn_epochs)):
+        if value is not None and value < 1:  # 0 would read as "not given": the preset's whole length
+            raise SystemExit(f"benchmark: {flag} must be 1 or more, not {value}")
+    if args.data_dir is not None and not Path(args.data_dir).expanduser().is_dir():
+        raise SystemExit(f"benchmark: --data-dir {args.data_dir} is not a folder")
     if args.suite == "peers":
         from lightning_dpgan.benchmark.suites import PEERS
+
+        if args.train_args:
+            raise SystemExit(f"benchmark: the peers suite runs smartnoise-synth, not train: the options after -- "
+                             f"({' '.join(args.train_args)}) would change nothing; drop them")
 
         unknown = [name for name in size.models if name not in PEERS]
         if unknown:
@@ -120,6 +130,7 @@ def check_grid(args: argparse.Namespace, size: Size) -> None:
                 registry.lookup("model", name)
             except (KeyError, ValueError) as error:
                 raise SystemExit(f"benchmark: --models: {error}") from None
+        check_train_args(size.train_args)
         refuse_non_private_models(size)
         image_options = [flag for flag, value in (("--n-synthetic", args.n_synthetic), ("--cnn-epochs", args.cnn_epochs))
                          if value is not None]
@@ -128,6 +139,38 @@ def check_grid(args: argparse.Namespace, size: Size) -> None:
                              "image dataset (a table run is scored on its synthetic.csv as written): drop them")
     if args.results_dir.exists() and not args.results_dir.is_dir():
         raise SystemExit(f"benchmark: --results-dir {args.results_dir} is a file, not a folder")
+
+
+#: train settings every cell's command sets itself (:func:`~lightning_dpgan.benchmark.runner.train_command`),
+#: with the benchmark option that chooses each: given again after --, train would take the later value
+#: and the results would file the run under the grid's
+CELL_SETTINGS = {
+    "model.name": "--models", "data.name": "--datasets", "epsilon": "--epsilons", "seed": "--seeds",
+    "delta": "the suite's (1e-5, or the dataset's own default below 1/n)", "output_dir": "--out-dir",
+    "data.data_dir": "--data-dir", "max_steps": "--max-steps", "trainer.accelerator": "--accelerator",
+    "data.dev_fraction": "--dev-fraction", "resume": "--resume", "overwrite": "the suite's (each cell's folder is replaced)",
+}
+
+
+def check_train_args(train_args: tuple[str, ...] | list[str]) -> None:
+    """Before any cell runs: the options after ``--`` are ones train reads (a typo would fail every
+    cell, hours later), and none sets what the grid sets for each cell."""
+    from lightning_dpgan.cli import _train_parser, attach_negative_values, parse_overrides
+    from lightning_dpgan.config import FLAG_KEYS, ConfigError
+
+    parser = _train_parser()
+    parser.exit_on_error = False  # a bad value raises here, to be reported as benchmark's
+    try:
+        flags, extra = parser.parse_known_args(attach_negative_values(list(train_args)))
+        overrides = parse_overrides(extra)
+    except (argparse.ArgumentError, ConfigError) as error:
+        raise SystemExit(f"benchmark: the train options after --: {error}") from None
+    given = {FLAG_KEYS[name] for name, value in vars(flags).items() if value is not None and name != "config"}
+    owned = sorted((given | set(overrides)) & set(CELL_SETTINGS))
+    if owned:
+        raise SystemExit("benchmark: the train options after -- set what each cell's command sets itself, so the "
+                         "results would file the runs under values they did not run at: "
+                         + "; ".join(f"{key} (set by {CELL_SETTINGS[key]})" for key in owned))
 
 
 def refuse_non_private_models(size: Size) -> None:
