@@ -363,7 +363,8 @@ def read_synthetic_table(path: Path, schema: Any) -> pd.DataFrame:
     columns = schema.names
     def refuse(problem: str) -> ValueError:
         return ValueError(f"{path} {problem}: it is not a synthetic table as train writes it; write it again "
-                          "with: python -m lightning_dpgan sample --checkpoint RUN/checkpoints/last.ckpt -n N --out " + str(path))
+                          f"with: python -m lightning_dpgan sample --checkpoint {path.parent / LAST_CHECKPOINT} -n N "
+                          f"--out {path} --overwrite")
 
     try:
         text = [c.name for c in schema.columns if not c.is_numeric]
