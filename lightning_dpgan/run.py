@@ -18,6 +18,7 @@ from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightning_dpgan import registry
+from lightning_dpgan.argument_types import mismatches
 from lightning_dpgan.callbacks.budget import PrivacyBudgetStopping
 from lightning_dpgan.callbacks.checkpoint import LastCheckpoint
 from lightning_dpgan.callbacks.finite_generator import FiniteGeneratorGuard
@@ -595,6 +596,9 @@ class Run:
         unknown = sorted(set(options) - set(init_arguments(L.Trainer)))
         if unknown:
             raise ConfigError(f"unknown Lightning Trainer argument(s): {', '.join('trainer.' + k for k in unknown)}")
+        wrong = mismatches("trainer", options, L.Trainer)  # Lightning compares "abc" with 0 deep inside, or keeps "maybe"
+        if wrong:
+            raise ConfigError("; ".join(wrong))
         for reserved in ("max_steps", "max_epochs", "callbacks", "logger", "default_root_dir", "enable_checkpointing"):
             if reserved in options:
                 raise ConfigError(f"set trainer.{reserved} through the run's own settings, not the trainer section")

@@ -53,6 +53,9 @@ def test_annotations_follow_kwargs_up_the_base_classes():
     (["--model.lr", "abc"], "model.lr must be a number, got 'abc'"),
     (["--privacy.num_teachers", "abc"], "privacy.num_teachers must be a whole number or null, got 'abc'"),
     (["--model.generator_kwargs.foo", "1"], "model 'pategan' refused its settings"),
+    # Lightning's own arguments: "abc" failed deep inside it (a TypeError), "maybe" was taken and recorded
+    (["--trainer.log_every_n_steps", "abc"], "trainer.log_every_n_steps must be a whole number or null, got 'abc'"),
+    (["--trainer.enable_model_summary", "maybe"], "trainer.enable_model_summary must be true or false or null, got 'maybe'"),
 ])
 def test_a_wrongly_typed_override_is_refused_before_anything_runs(extra, message, tmp_path, capsys):
     data_dir = Path(__file__).parent / "fixtures" / "adult_tiny"
