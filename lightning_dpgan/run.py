@@ -455,6 +455,10 @@ class Run:
             module = cls(data_shape=self.datamodule.data_shape, num_classes=self.datamodule.num_classes, **args)
         except TypeError as error:  # a nested setting the annotations cannot see, e.g. --model.generator_kwargs.foo
             raise ConfigError(f"model '{self.config['model']['name']}' refused its settings: {error}") from error
+        empty = [name for name, parameter in module.named_parameters() if parameter.numel() == 0]
+        if empty:  # torch builds a layer of width 0, and fails at the first batch, deep inside
+            raise ConfigError(f"model '{self.config['model']['name']}' refused its settings: its layers "
+                              f"{', '.join(empty[:4])} would have no units (a width or channel count of 0 in --model.*)")
         # The checkpoint's module is the synthesizer's: `sample` rebuilds it by this name.
         module.run_info = {"model": model_name(self.config), "dataset": self.config["data"]["name"],
                            "split": split_settings(self.datamodule), "privacy": self.config["privacy"]["name"]}

@@ -53,6 +53,8 @@ def test_annotations_follow_kwargs_up_the_base_classes():
     (["--model.lr", "abc"], "model.lr must be a number, got 'abc'"),
     (["--privacy.num_teachers", "abc"], "privacy.num_teachers must be a whole number or null, got 'abc'"),
     (["--model.generator_kwargs.foo", "1"], "model 'pategan' refused its settings"),
+    # a width of 0: torch built the layer and failed at the first batch, an IndexError from BatchNorm
+    (["--model.generator_kwargs.hidden", "[0]"], "model 'pategan' refused its settings: its layers generator.body.0"),
     # Lightning's own arguments: "abc" failed deep inside it (a TypeError), "maybe" was taken and recorded
     (["--trainer.log_every_n_steps", "abc"], "trainer.log_every_n_steps must be a whole number or null, got 'abc'"),
     (["--trainer.enable_model_summary", "maybe"], "trainer.enable_model_summary must be true or false or null, got 'maybe'"),
