@@ -65,7 +65,8 @@ def _train_parser() -> argparse.ArgumentParser:
             "Any argument of the model, datamodule, privacy strategy, logger or Lightning Trainer\n"
             "can be set with a dotted override, e.g. --model.lr_generator 1e-4 --data.num_workers 2\n"
             "--trainer.log_every_n_steps 10, and so can top-level settings: --sample_every_n_steps 500,\n"
-            "--checkpoint_every_n_steps 1000, --sample_columns 10. Precedence: configs/<model>.yaml < configs/<model>_<dataset>.yaml\n"
+            "--checkpoint_every_n_steps 1000, --sample_columns 10, --num_synthetic 5000 (rows of a table run's\n"
+            "synthetic.csv; default as many as training records). Precedence: configs/<model>.yaml < configs/<model>_<dataset>.yaml\n"
             "< configs/<model>_<dataset>_eps<E>.yaml (when --epsilon is E) < --config FILE < flags < dotted overrides.",
         ]
     )
@@ -156,7 +157,10 @@ def parse_overrides(extra: list[str]) -> dict[str, Any]:
         token = extra[index]
         name = token[2:].split("=", 1)[0]
         if not token.startswith("--") or ("." not in name and name not in CODE_DEFAULTS):
-            raise ConfigError(f"unrecognized argument {token!r} (see --help; dotted overrides look like --model.latent_dim 64)")
+            spelled = name.replace("-", "_")  # the top-level settings without a flag of their own take underscores
+            hint = f"did you mean --{spelled}? " if token.startswith("--") and spelled in CODE_DEFAULTS else ""
+            raise ConfigError(f"unrecognized argument {token!r} ({hint}see --help; dotted overrides look like "
+                              "--model.latent_dim 64)")
         if "=" in token:
             key, text = token[2:].split("=", 1)
             index += 1

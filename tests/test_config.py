@@ -88,7 +88,9 @@ def test_unknown_names_list_the_valid_ones():
     "argv,message",
     [
         (["--dataset", "mnist"], "--model is required"),
-        (["--model", "gan", "--dataset", "mnist", "--bogus", "1"], "unrecognized argument '--bogus'"),
+        (["--model", "gan", "--dataset", "mnist", "--bogus", "1"], r"unrecognized argument '--bogus' \(see --help"),
+        # spelled like every flag, a setting without a flag of its own is named as it is taken
+        (["--model", "gan", "--dataset", "mnist", "--num-synthetic", "9"], "did you mean --num_synthetic?"),
         (["--model", "gan", "--dataset", "mnist", "--not_a_key", "1"], "unrecognized argument"),
         (["--model", "gan", "--dataset", "mnist", "--model.lr_generator"], "needs a value"),
     ],
