@@ -105,9 +105,14 @@ def set_aside_outputs(folder: Path, continued: bool) -> Path | None:
 
 
 def check_audit_dir(folder: Path, overwrite: bool) -> None:
-    """Refuse a file, or a folder holding an audit that is not to be replaced (a new audit would
-    write its trials over the old ones' and leave the old ``audit.json`` until it finishes)."""
+    """Refuse a file, a training run's folder, or a folder holding an audit that is not to be
+    replaced (a new audit would write its trials over the old ones' and leave the old
+    ``audit.json`` until it finishes)."""
     refuse_a_file(folder)
+    run = held_run_files(folder)
+    if run:  # its trials and audit.json would mix with a run that --overwrite does not set aside
+        raise ConfigError(f"--output-dir {folder} holds a training run ({', '.join(run)}): give the audit a folder "
+                          f"of its own (by default the run's name with -audit)")
     held = [name for name in AUDIT_OUTPUTS if (folder / name).exists()] if folder.is_dir() else []
     if held and not overwrite:
         raise ConfigError(f"--output-dir {folder} already holds an audit ({', '.join(held)}): choose another folder, "

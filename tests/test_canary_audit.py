@@ -173,6 +173,13 @@ def test_a_folder_holding_an_audit_is_refused_unless_overwritten(tiny_table, tmp
     assert read_json(out / "previous" / AUDIT_FILE) == first  # set aside, not lost
     assert sorted(p.name for p in (out / "previous" / "trials").iterdir()) == ["000", "001"]
     assert read_json(out / AUDIT_FILE)["per_trial"][0]["seed"] != first["per_trial"][0]["seed"]
+    # a training run's folder, overwritten or not: the audit's files would mix with the run's
+    trial = out / "trials" / "000"
+    held = sorted(p.name for p in trial.iterdir())
+    for overwrite in ([], ["--overwrite"]):
+        assert main(["audit", *short[:-1], str(trial), *overwrite]) == 2
+        assert f"--output-dir {trial} holds a training run (checkpoints, privacy.json" in capsys.readouterr().err
+        assert sorted(p.name for p in trial.iterdir()) == held
     capsys.readouterr()
     assert main(["audit", *short[:-1], str(out / AUDIT_FILE)]) == 2  # an --output-dir that is a file
     assert "is a file" in capsys.readouterr().err
