@@ -40,23 +40,27 @@ EARLIER_RUN = {
     "metrics.json": b'{"steps": 1000}\n',
     "samples.png": b"earlier samples",
     "synthetic.csv": b"amount,visits,kind,label\n1.0,2,a,no\n",
+    "checkpoints/last.ckpt": b"the earlier run's weights and accountant",
 }
 
 
 def plant_earlier_run(output_dir: Path) -> None:
-    output_dir.mkdir(parents=True, exist_ok=True)
     for name, data in EARLIER_RUN.items():
+        (output_dir / name).parent.mkdir(parents=True, exist_ok=True)
         (output_dir / name).write_bytes(data)
 
 
-def assert_nothing_lost(output_dir: Path) -> None:
-    """The earlier run's files keep their bytes, in place or set aside in previous/; a file at
-    the top is either the earlier one or absent after a failure (no half-run claims the folder);
-    no temporary file is left."""
+def assert_nothing_lost(output_dir: Path, set_aside: bool = False) -> None:
+    """The earlier run's files keep their bytes: in place, as a run refused before training
+    leaves them (its outputs put back), or -- ``set_aside``, a run that failed once training
+    had started -- in place or in previous/; a file at the top is either the earlier one or
+    absent after a failure (no half-run claims the folder); no temporary file is left."""
     for name, data in EARLIER_RUN.items():
-        kept = [path for path in (output_dir / name, output_dir / "previous" / name)
-                if path.is_file() and path.read_bytes() == data]
-        assert kept, f"{name} was lost"
+        places = (output_dir / name, output_dir / "previous" / name) if set_aside else (output_dir / name,)
+        kept = [path for path in places if path.is_file() and path.read_bytes() == data]
+        assert kept, f"{name} was lost" + ("" if set_aside else " (or left in previous/)")
+    if not set_aside:
+        assert not (output_dir / "previous").exists(), "a refusal before training left previous/ behind"
     leftovers = [p.name for p in output_dir.rglob("*") if p.name.endswith(".tmp")]
     assert not leftovers, f"temporary files left behind: {leftovers}"
 
@@ -99,7 +103,7 @@ def test_a_file_with_the_wrong_checksum_is_a_clear_error(tiny_image_data_dir, tm
     assert_refused(image_args(tiny_image_data_dir, out, verify=True), capsys,
                    "train-images-idx3-ubyte.gz does not match", "expected decompressed md5", "To fix", "--data-dir")
     assert_nothing_lost(out)
-    assert not (out / "checkpoints").exists()
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["last.ckpt"]  # no new one
 
 
 @pytest.mark.parametrize("verify", [True, False], ids=["checksums-on", "checksums-off"])
@@ -116,7 +120,7 @@ def test_a_truncated_image_file_is_a_clear_error(damaged_image_dir, tmp_path, ca
     plant_earlier_run(out)
     assert_refused(image_args(damaged_image_dir, out, verify=verify), capsys, str(path), *keywords)
     assert_nothing_lost(out)
-    assert not (out / "checkpoints").exists()
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["last.ckpt"]  # no new one
 
 
 # --- CSV files (with a schema file, and with the schema estimated under DP) --------------------
@@ -273,7 +277,7 @@ def test_a_bad_csv_is_a_clear_error_and_loses_nothing(tmp_path, capsys, schema_f
     keywords = schema_keywords if with_schema else dp_keywords
     assert_refused(csv_args(csv, out, schema_file if with_schema else None), capsys, *keywords)
     assert_nothing_lost(out)
-    assert not (out / "checkpoints").exists()
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["last.ckpt"]  # no new one
 
 
 @pytest.mark.parametrize("flags,content,said", [
@@ -393,7 +397,7 @@ def test_a_gap_in_the_held_out_rows_alone_is_refused_before_training(tmp_path, c
     assert_refused(csv_args(csv, out, schema_file if with_schema else None), capsys,
                    "missing values (NaN)", "visits (1 rows)", "the held-out ones too")
     assert_nothing_lost(out)
-    assert not (out / "checkpoints").exists()
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["last.ckpt"]  # no new one
 
 
 @pytest.mark.parametrize("with_schema", [True, False], ids=["schema-file", "dp-schema"])
@@ -672,7 +676,7 @@ def test_a_meaningless_privacy_budget_is_refused_before_training(tiny_image_data
     args = image_args(tiny_image_data_dir, out, "--privacy.noise_multiplier", "1.0", *extra, model="dpgan")
     assert_refused(args, capsys, *keywords)
     assert_nothing_lost(out)
-    assert not (out / "checkpoints").exists()
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["last.ckpt"]  # no new one
 
 
 @pytest.mark.parametrize("privacy,compatible", [("pate", "pategan"), ("gpate", "gpate"), ("sanitizer", "gswgan")])
@@ -851,7 +855,7 @@ def test_train_resume_from_a_damaged_or_foreign_checkpoint_is_a_clear_error(
     plant_earlier_run(out)
     assert_refused(image_args(tiny_image_data_dir, out, "--resume", str(path), model=model), capsys, message)
     assert_nothing_lost(out)  # config.yaml included: it is written once training starts
-    assert not (out / "checkpoints").exists()
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["last.ckpt"]  # no new one
 
 
 @pytest.mark.parametrize("name,damage", [
@@ -1167,7 +1171,7 @@ def test_a_run_whose_privacy_report_hits_a_full_disk_fails_clearly_and_loses_not
                    f"could not write {out / 'privacy.json'}: No space left on device")
     # privacy.json is written last and the earlier one was set aside: no privacy.json claims a run
     # whose files were not all written
-    assert_nothing_lost(out)
+    assert_nothing_lost(out, set_aside=True)  # training had run
     assert not (out / "privacy.json").exists()
     assert (out / "checkpoints" / "last.ckpt").is_file()  # training itself finished
 
@@ -1179,7 +1183,7 @@ def test_a_run_whose_synthetic_table_hits_a_full_disk_keeps_the_earlier_table(tm
     disk_full_for("synthetic.csv")
     assert_refused(csv_args(csv, out, None), capsys, f"could not write {out / 'synthetic.csv'}: No space left",
                    "synthetic.csv was not created")
-    assert_nothing_lost(out)  # the earlier table is in previous/; the table is written first: no report of this run claims it
+    assert_nothing_lost(out, set_aside=True)  # the earlier table is in previous/; the table is written first: no report of this run claims it
     assert not (out / "privacy.json").exists()
 
 
