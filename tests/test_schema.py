@@ -259,8 +259,12 @@ def test_missing_target_is_named():
 
 
 def test_missing_columns_are_named():
-    with pytest.raises(SchemaError, match=r"missing from the data: \['age'\]"):
+    with pytest.raises(SchemaError, match=r"missing from the data: \['age'\]$"):
         make_schema().validate_frame(make_frame(5).drop(columns=["age"]))
+    # renamed: the unexpected name is the clue to what happened
+    with pytest.raises(SchemaError, match=r"missing from the data: \['age'\] \(and the data has columns the schema "
+                                          r"does not name: \['Age'\]\)"):
+        make_schema().validate_frame(make_frame(5).rename(columns={"age": "Age"}))
 
 
 def test_unknown_columns_are_an_error_unless_dropped():

@@ -479,9 +479,11 @@ class TableSchema:
                 + header_hint(frame)
             )
         missing = [n for n in self.names if n not in frame.columns]
-        if missing:
-            raise SchemaError(f"columns missing from the data: {missing}" + header_hint(frame))
         unknown = [str(c) for c in frame.columns if c not in self.names and c not in self.drop]
+        if missing:
+            # a renamed column shows as one missing and one unknown: name both
+            also = f" (and the data has columns the schema does not name: {unknown})" if unknown else ""
+            raise SchemaError(f"columns missing from the data: {missing}{also}" + header_hint(frame))
         if unknown:
             raise SchemaError(
                 f"unknown columns in the data: {unknown}; add them to the schema or list them in its 'drop' list"
