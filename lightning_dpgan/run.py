@@ -276,6 +276,13 @@ def shared_with_other_ranks(run_info: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in run_info.items() if key not in PRIVATE_RUN_INFO}
 
 
+#: Trainer arguments a run sets itself, with the setting that chooses each
+RUN_OWNED_TRAINER_OPTIONS = {
+    "max_steps": "--max-steps", "max_epochs": "--max-epochs", "callbacks": "the privacy strategy and the run's own",
+    "logger": "--logger", "default_root_dir": "--output-dir", "enable_checkpointing": "--checkpoint_every_n_steps",
+}
+
+
 class Run:
     """Everything ``train`` does, in the order it does it."""
 
@@ -603,9 +610,9 @@ class Run:
         wrong = mismatches("trainer", options, L.Trainer)  # Lightning compares "abc" with 0 deep inside, or keeps "maybe"
         if wrong:
             raise ConfigError("; ".join(wrong))
-        for reserved in ("max_steps", "max_epochs", "callbacks", "logger", "default_root_dir", "enable_checkpointing"):
+        for reserved, own in RUN_OWNED_TRAINER_OPTIONS.items():
             if reserved in options:
-                raise ConfigError(f"set trainer.{reserved} through the run's own settings, not the trainer section")
+                raise ConfigError(f"set trainer.{reserved} through the run's own settings ({own}), not the trainer section")
         for floor in ("min_steps", "min_epochs"):
             if options.get(floor):
                 # Lightning trains on past a stop request until these are met: past the privacy

@@ -253,6 +253,11 @@ def test_only_path_settings_given_as_text_are_made_absolute(tmp_path, monkeypatc
         (["--trainer.not_an_arg", "3"], "unknown Lightning Trainer argument"),
         (["--trainer.min_steps", "5"], "trainer.min_steps would make training go on after the privacy budget stops it"),
         (["--trainer.min_epochs", "2"], "trainer.min_epochs would make training go on after the privacy budget stops it"),
+        # the run's own length, logger and folder: Lightning's would replace the budget stop's bookkeeping
+        (["--trainer.max_steps", "5"], "set trainer.max_steps through the run's own settings (--max-steps)"),
+        (["--trainer.default_root_dir", "elsewhere"], "set trainer.default_root_dir through the run's own settings "
+                                                      "(--output-dir)"),
+        (["--trainer.enable_checkpointing", "false"], "(--checkpoint_every_n_steps), not the trainer section"),
         (["--privacy", "dp-sgdd"], "unknown privacy 'dp-sgdd'"),
         (["--max-steps", "0"], "--max-steps must be a whole number >= 1 (or left out), got 0"),
         (["--max-epochs", "0"], "--max-epochs must be a whole number >= 1"),
