@@ -305,6 +305,12 @@ def _train(config: dict[str, Any], shared: str | None = None) -> Path:
         previous = run_folder.set_aside_outputs(output_dir, continued) if output_dir.is_dir() else None
         created = _first_missing_folder(output_dir)
     try:
+        if created is not None:  # made now, not after the data is read: a folder that cannot be made is named
+            try:
+                output_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise OSError(f"--output-dir {output_dir} cannot be made ({error.strerror or error}): give a folder "
+                              "in a place you can write to") from error
         run = Run(config, output_dir)
         if shared is not None and run.trainer.world_size > 1:
             os.environ[RUN_CONFIG_ENV] = shared  # Lightning's launcher starts the others in run.fit()

@@ -1235,6 +1235,11 @@ def test_a_refusal_before_training_leaves_no_folder_it_made(tiny_image_data_dir,
     assert_refused(image_args(tiny_image_data_dir, kept, "--privacy.noise_multiplier", "1.0", "--delta", "0.01",
                               model="dpgan"), capsys, "is not below 1/n")
     assert kept.is_dir()
+    # a folder that cannot be made is named by its flag, before any data is read
+    (tmp_path / "a_file").write_text("kept")
+    assert_refused(image_args(tiny_image_data_dir, tmp_path / "a_file" / "run"), capsys,
+                   f"--output-dir {tmp_path / 'a_file' / 'run'} cannot be made")
+    assert (tmp_path / "a_file").read_text() == "kept"
 
 
 def test_a_compressed_csv_is_read_and_its_header_checked(tmp_path):
