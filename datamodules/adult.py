@@ -149,7 +149,8 @@ def read_adult(path: Path) -> pd.DataFrame:
     malformed = frame.isna().any(axis=1) | (frame == "").any(axis=1)
     if malformed.any():
         rows = (frame.index[malformed] + 1 + banner).tolist()[:5]
-        raise DataIntegrityError(f"{path}: {int(malformed.sum())} rows do not have 15 fields (lines {rows}...)")
+        raise DataIntegrityError(f"{path}: {int(malformed.sum())} rows have fewer than 15 fields or an empty one "
+                                 f"(lines {rows}...; a missing value is written '?')")
     missing = (frame == MISSING).any(axis=1)
     log.info("%s: dropped %d of %d rows with missing values ('?')", path.name, int(missing.sum()), len(frame))
     frame = frame[~missing].copy()

@@ -558,7 +558,10 @@ def test_bounds_that_clip_many_training_values_are_warned_with_the_remedy_for_a_
 
 @pytest.mark.parametrize("damage,message", [
     (lambda lines: lines[:3] + ["39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical"] + lines[3:],
-     "1 rows do not have 15 fields (lines [4]...)"),
+     "1 rows have fewer than 15 fields or an empty one (lines [4]...; a missing value is written '?')"),
+    # all 15 fields, one of them empty: it was reported as a row without 15 fields
+    (lambda lines: lines[:3] + [",".join(["" if i == 1 else field for i, field in enumerate(lines[3].split(","))])]
+     + lines[4:], "1 rows have fewer than 15 fields or an empty one (lines [4]"),
     (lambda lines: lines[:3] + [lines[3] + ", extra"] + lines[4:], "not in the UCI Adult format (15 comma-separated fields a row)"),
     (lambda lines: [",".join(name for name in AdultDataModule(batch_size=4).schema.names)] + lines,
      "column age holds values that are not numbers (['age'] on lines [1])"),
