@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import pickle
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +43,10 @@ def _checkpoint_record(path: str | Path) -> dict[str, Any]:
     try:
         checkpoint = read_checkpoint(path)
     except Exception as error:  # torch.load of a foreign file: RuntimeError, UnpicklingError, KeyError, ...
+        if isinstance(error, pickle.UnpicklingError) and "Weights only load failed" in str(error):
+            # torch's own words say how to load it anyway, in terminal colours
+            raise CheckpointError(f"{path} holds Python objects, not only the tensors and settings a checkpoint of "
+                                  f"train holds, and is not loaded (it could run code). {_CHECKPOINT_HINT}") from error
         raise CheckpointError(f"{path} is not a readable checkpoint (corrupt or truncated?): {type(error).__name__}: "
                               f"{_first_line(error)}. {_CHECKPOINT_HINT}") from error
     info = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None

@@ -788,12 +788,14 @@ def damaged_checkpoints(image_run: Path, folder: Path) -> dict[str, tuple[Path, 
     (folder / "truncated.ckpt").write_bytes(good.read_bytes()[:2000])
     (folder / "text.ckpt").write_text("not a checkpoint\n")
     torch.save({"state_dict": {}, "epoch": 3}, folder / "foreign.ckpt")
+    torch.save(torch.nn.Linear(2, 2), folder / "pickled.ckpt")  # a whole module: only an unsafe load reads it
     (folder / "bitflip.ckpt").write_bytes(with_a_bit_flipped_in_its_largest_tensor(good))
     return {
         "truncated": (folder / "truncated.ckpt", "is not a readable checkpoint (corrupt or truncated?)"),
         "text": (folder / "text.ckpt", "is not a readable checkpoint (corrupt or truncated?): it is not the zip archive "
                                        "torch.save writes. Pass the checkpoints/last.ckpt"),  # not torch's mmap advice
         "foreign": (folder / "foreign.ckpt", "was not written by lightning-dpgan's train"),
+        "pickled": (folder / "pickled.ckpt", "holds Python objects, not only the tensors and settings"),
         "missing": (folder / "absent.ckpt", "checkpoint not found"),
         "bitflip": (folder / "bitflip.ckpt", "does not match the checksum it was written with"),
     }
@@ -821,10 +823,10 @@ def test_a_flipped_bit_inside_a_tensor_still_loads_with_torch(image_run, tmp_pat
     assert any(not torch.equal(damaged[name], good[name]) for name in good)
 
 
-@pytest.mark.parametrize("kind", ["truncated", "text", "foreign", "missing", "bitflip"])
+@pytest.mark.parametrize("kind", ["truncated", "text", "foreign", "pickled", "missing", "bitflip"])
 def test_resume_checkpoint_check_refuses_damaged_and_foreign_files(image_run, tmp_path, kind):
     path, message = damaged_checkpoints(image_run, tmp_path)[kind]
-    with pytest.raises(CheckpointError, match=r"\(corrupt|not written|not found|is corrupt") as excinfo:
+    with pytest.raises(CheckpointError, match=r"\(corrupt|not written|not found|is corrupt|holds Python objects") as excinfo:
         resume_checkpoint(path, "gan", "mnist")
     assert message in str(excinfo.value) and str(path) in str(excinfo.value)
     if kind == "bitflip":
@@ -844,7 +846,7 @@ def test_resume_checkpoint_check_refuses_another_model_or_dataset(image_run):
         assert "drop --resume" in str(excinfo.value)
 
 
-@pytest.mark.parametrize("kind", ["truncated", "text", "foreign", "bitflip", "other-model"])
+@pytest.mark.parametrize("kind", ["truncated", "text", "foreign", "pickled", "bitflip", "other-model"])
 def test_train_resume_from_a_damaged_or_foreign_checkpoint_is_a_clear_error(
         image_run, tiny_image_data_dir, tmp_path, capsys, kind):
     if kind == "other-model":
@@ -1001,7 +1003,7 @@ def test_evaluate_of_a_run_whose_data_folder_moved_names_the_recorded_folder_and
         assert not (tmp_path / "x.csv").exists()
 
 
-@pytest.mark.parametrize("kind", ["truncated", "text", "foreign", "bitflip"])
+@pytest.mark.parametrize("kind", ["truncated", "text", "foreign", "pickled", "bitflip"])
 def test_evaluate_refuses_a_damaged_checkpoint(image_run, tmp_path, capsys, kind):
     run = Path(shutil.copytree(image_run, tmp_path / "run"))
     damaged, message = damaged_checkpoints(image_run, tmp_path)[kind]
