@@ -68,6 +68,27 @@ def test_config_file_can_name_the_model_and_dataset(tmp_path):
     assert build_config(["--config", str(user), "--model", "gan"])["model"]["name"] == "gan"
 
 
+def test_flags_over_a_config_file_choose_the_presets_too(tmp_path):
+    """The model, dataset, epsilon, privacy strategy and QUAIL synthesizer a flag gives over a
+    config file's pick the presets as well as the value: else an ε = 1 run took the ε = 10
+    file's preset settings (teachers, noise), or a King run Adult's."""
+    user = tmp_path / "run.yaml"
+    user.write_text("model:\n  name: pategan\ndata:\n  name: adult\nepsilon: 10\nprivacy:\n  name: dp-sgd\n")
+    assert build_config(["--config", str(user)])["presets"] == ["pategan.yaml", "pategan_adult.yaml",
+                                                                "pategan_adult_eps10.yaml"]
+    assert build_config(["--config", str(user), "--epsilon", "0.1"])["presets"][-1] == "pategan_adult_eps0.1.yaml"
+    assert build_config(["--config", str(user), "--dataset", "king"])["presets"] == [
+        "pategan.yaml", "pategan_king.yaml", "pategan_king_eps10.yaml"]
+    assert build_config(["--config", str(user), "--model", "dpgan"])["presets"] == ["dpgan.yaml", "dpgan_adult.yaml"]
+    # the preset's strategy settings are kept for the strategy the flag names, not the file's
+    assert build_config(["--config", str(user), "--privacy", "pate"])["privacy"] == build_config(
+        ["--model", "pategan", "--dataset", "adult", "--epsilon", "10"])["privacy"]
+    quail = tmp_path / "quail.yaml"
+    quail.write_text("model:\n  name: quail\ndata:\n  name: adult\nquail:\n  synthesizer: patectgan\n")
+    assert build_config(["--config", str(quail), "--quail-synthesizer", "dpctgan"])["presets"][:2] == [
+        "dpctgan.yaml", "dpctgan_adult.yaml"]
+
+
 def test_values_parse_like_yaml_including_scientific_notation():
     assert parse_value("1e-4") == 1e-4
     assert parse_value("3") == 3 and parse_value("false") is False and parse_value("[1, 2]") == [1, 2]
