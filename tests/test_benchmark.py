@@ -148,6 +148,10 @@ def test_a_second_run_on_the_same_day_never_replaces_the_first(tmp_path):
     older.write_text(json.dumps({"n": 0, "size": "full", "runs": [], "summary": []}))
     assert results.latest_results(tmp_path, "tables")["n"] == 2  # the date orders, not the file's age
     assert results.latest_results(tmp_path, "images") is None
+    # ten more that day: each a file of its own, and -11 is newer than -9 (a number, not text)
+    paths = {first, second} | {results.ResultsFile(tmp_path, "tables", {"n": n, "size": "full"}).save([], complete=True)
+                                for n in range(3, 13)}
+    assert len(paths) == 12 and results.latest_results(tmp_path, "tables")["n"] == 12
 
 
 # ----------------------------------------------------------------------- report
