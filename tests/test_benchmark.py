@@ -96,6 +96,10 @@ def test_command_line_overrides_replace_the_grid_and_reach_train():
     assert "--seed 4" in joined and "--epsilon 0.5 --delta 1e-05" in joined and "--data-dir DATA" in joined
     assert f"--max-steps {suite_size('tables', True).max_steps}" in joined
     assert command[-2:] == ["--batch-size", "8"]
+    # the cell's evaluation draws with the cell's seed too (the classifiers, the held-out samples)
+    evaluate = runner.evaluate_command(size.cells()[1], size, Settings(out_dir=Path("out"), data_dir="DATA"))
+    assert evaluate[evaluate.index("--seed") + 1] == "4" and evaluate[evaluate.index("--run") + 1] == str(
+        Path("out") / "dpctgan_adult_eps0.5_seed4")
 
 
 def test_a_non_private_cell_gets_no_budget():
