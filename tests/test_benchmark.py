@@ -778,6 +778,9 @@ def test_peers_get_the_public_schema_and_the_train_split_alone(tmp_path):
     cell = Cell("mst", "adult", 1.0, 2)
     command = peer_command(Path("python"), cell, train, spec_path, 36, suite_size("peers", True), tmp_path)
     assert command[command.index("--seed") + 1] == "2" and command[command.index("--epochs") + 1] == "2"
+    # the cell's own budget, and as many rows as ours train on
+    assert command[command.index("--epsilon") + 1] == "1" and command[command.index("--delta") + 1] == "1e-05"
+    assert command[command.index("--n") + 1] == "36"
 
 
 def test_a_dataset_that_cannot_be_fetched_is_named_with_its_reason(tmp_path, monkeypatch):
