@@ -263,6 +263,10 @@ def test_a_goal_is_never_met_by_a_cell_of_fewer_than_three_seeds():
     assert "measured with 1 seed(s) only, fewer than 3" in line and line.endswith("| no |")
     whole = [run("b", s, 0.80) for s in range(3)]
     assert "| 0.800 ± 0.000 (3) | b | 3 | no |" in report.goal_lines([result_file("tables", "full", lone + whole)], reference)[2]
+    # a goal reads its own epsilon: three good seeds at ε = 10 do not meet the ε = 1 goal
+    elsewhere = [run("c", s, 0.95, epsilon=10.0) for s in range(3)]
+    assert report.goal_lines([result_file("tables", "full", elsewhere)], reference)[2].endswith(
+        "| not measured on the full protocol | | | |")
 
 
 def test_plots_carry_the_papers_figures_measured_the_same_way(tmp_path):
@@ -477,6 +481,10 @@ def test_a_tree_that_git_cannot_read_is_said_to_be_unknown_not_clean():
     header = report._header({**result_file("tables", "full", [run("a", 0, 0.5)]), "commit": {"sha": "abc", "dirty": None}})
     assert "uncommitted changes is unknown" in header[0]
     assert "uncommitted" not in report._header(result_file("tables", "full", [run("a", 0, 0.5)]))[0]
+    dirty = {**result_file("tables", "full", [run("a", 0, 0.5)]), "commit": {"sha": "abc", "dirty": True}}
+    assert "commit `abc` with uncommitted changes." in report._header(dirty)[0]
+    # a quick file's figures are said to be no measurement of the models
+    assert any("not the full protocol" in line for line in report._header(result_file("tables", "quick", [run("a", 0, 0.5)])))
 
 
 def test_a_stopped_suite_keeps_the_cells_it_finished_and_only_those(tmp_path, monkeypatch):
