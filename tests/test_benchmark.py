@@ -1244,7 +1244,8 @@ def test_a_peers_table_is_scored_here_on_the_test_split_with_our_evaluation(tmp_
         train = pd.read_csv(option("--train"))
         log.parent.mkdir(parents=True, exist_ok=True)  # as the real run_logged does
         train.sample(frac=1.0, random_state=0).to_csv(option("--out"), index=False)  # a "synthesizer" that copies
-        option("--report").write_text(json.dumps({"delta": 1e-5, "fit_seconds": 0.5, "options": {}}))
+        option("--report").write_text(json.dumps({"delta": 1e-5, "fit_seconds": 0.5,
+                                                  "options": {"epsilon_spent_opacus_rdp": 0.97}}))
         given.append(train)
         return 1.5
 
@@ -1252,7 +1253,16 @@ def test_a_peers_table_is_scored_here_on_the_test_split_with_our_evaluation(tmp_
     monkeypatch.setattr(peers, "ensure_venv", lambda venv, log: Path("python"))
     monkeypatch.setattr(peers, "run_logged", fake_peer)
     scored_on = record_calls(monkeypatch, utility, "settings_abc")
-    size = replace(suite_size("peers", quick=True), models=("mst",), datasets=("adult",), seeds=(0,), epsilons=(1.0,))
+    from lightning_dpgan import evaluate as evaluate_module
+
+    scored_with_seeds, evaluate_table = [], evaluate_module.evaluate_table
+
+    def evaluate_recording_the_seed(*args, seed=0, **kwargs):
+        scored_with_seeds.append(seed)
+        return evaluate_table(*args, seed=seed, **kwargs)
+
+    monkeypatch.setattr(evaluate_module, "evaluate_table", evaluate_recording_the_seed)
+    size = replace(suite_size("peers", quick=True), models=("mst",), datasets=("adult",), seeds=(3,), epsilons=(1.0,))
     runs, skipped = peers.run_peers(size, Settings(out_dir=tmp_path, data_dir=str(ADULT)), venv=tmp_path / "venv")
     datamodule = load_datamodule("adult", str(ADULT))
     (run,) = runs
@@ -1262,6 +1272,8 @@ def test_a_peers_table_is_scored_here_on_the_test_split_with_our_evaluation(tmp_
     assert real_test.equals(datamodule.test_frame)
     assert run["measures"]["held_out_split"] == "test" and 0 <= run["measures"]["utility/B_auroc"] <= 1
     assert run["train_seconds"] == 1.5 and run["delta"] == 1e-5
+    # what the peer says it spent (Opacus' accounting), not the target; scored with the cell's seed
+    assert run["epsilon"] == 0.97 and run["target_epsilon"] == 1.0 and scored_with_seeds == [3]
 
 
 def test_the_machine_record_reads_the_cpu_model_and_memory_from_proc(tmp_path, monkeypatch):
