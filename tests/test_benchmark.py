@@ -387,6 +387,9 @@ def test_runs_of_parts_of_the_grid_are_merged_cell_by_cell_newest_first(tmp_path
           + [run("dpctgan", 3, None, status="failed") | {"error": "old failure"}], "first")
     write(date(2026, 1, 2), [run("dpctgan", s, 0.70) for s in range(3)] + [run("pategan", s, 0.60) for s in range(3)], "second")
     results.results_path(tmp_path, "tables", date(2026, 1, 3)).write_text(json.dumps({"size": "quick", "summary": [], "runs": []}))
+    custom = {**result_file("tables", "custom", [run("quail", s, 0.99) for s in range(3)]), "command": "custom"}
+    custom.pop("file")  # a newer run off the protocol (--max-steps, options after --) stands for nothing
+    results.results_path(tmp_path, "tables", date(2026, 1, 4)).write_text(json.dumps(custom))
     merged = results.protocol_results(tmp_path, "tables")
     means = {row["model"]: row["measures"]["utility/B_auroc"]["mean"] for row in merged["summary"]}
     assert means == pytest.approx({"quail": 0.85, "dpctgan": 0.70, "pategan": 0.60})
