@@ -1102,6 +1102,19 @@ def test_the_speed_suite_times_gpate_at_2000_and_4000_teachers_of_a_size_the_dev
     assert " ".join(CPU_SIZED_TEACHERS) in " ".join(on_cpu)
     assert "--ks" not in on_gpu and "--teacher-hidden" not in on_gpu  # the script's defaults: 2000, 4000, FC 64
     assert _arguments(False, str(tmp_path / "elsewhere"), "cpu")["gpate_speed"] is None  # no MNIST files
+    # every script runs on the device asked for (a GPU machine's figures measured on its CPU otherwise)
+    for arguments in _arguments(False, str(tmp_path), "cuda").values():
+        assert arguments[arguments.index("--device") + 1] == "cuda"
+
+
+def test_the_speed_scripts_find_mnist_through_the_environment_and_tabulate_every_value(tmp_path, monkeypatch):
+    from lightning_dpgan.benchmark.speed import _arguments, _markdown
+
+    (tmp_path / "mnist").mkdir()
+    monkeypatch.setenv("LIGHTNING_DPGAN_DATA_DIR", str(tmp_path))
+    assert _arguments(True, None, "cpu")["gpate_speed"][:2] == ["--data-dir", str(tmp_path)]  # not "skipped"
+    table = _markdown("dpsgd_overhead", [{"batch": 64, "plain_s": 0.5, "opacus_s": 1.25}])
+    assert table[2:] == ["| batch | plain_s | opacus_s |", "|---|---|---|", "| 64 | 0.50 | 1.25 |", ""]
 
 
 def test_a_mechanism_scripts_table_is_followed_by_the_command_with_its_settings():
