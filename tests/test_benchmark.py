@@ -983,6 +983,18 @@ def test_train_options_after_the_double_dash_that_the_grid_sets_or_train_does_no
                           "--checkpoint_every_n_steps", "100", "--max-epochs", "3"])  # settings the grid leaves alone
 
 
+def test_the_settings_refused_after_the_double_dash_are_those_a_cells_train_command_sets():
+    """``CELL_SETTINGS`` lists what :func:`runner.train_command` sets: a setting it gains must be
+    refused after -- too, or a later value would win over the grid's unseen."""
+    size = suite_size("tables", True)
+    (cell, *_) = size.cells()
+    settings = Settings(out_dir=Path("out"), data_dir="DATA", accelerator="cpu", dev_fraction=0.2)
+    fresh, resumed = (train_command(cell, size, replace(settings, resume=resume), resume=resume)[4:]
+                      for resume in (False, True))  # the words after "python -m lightning_dpgan train"
+    display_only = {"trainer.enable_progress_bar"}
+    assert cli.train_settings_given(fresh) | cli.train_settings_given(resumed) == set(cli.CELL_SETTINGS) | display_only
+
+
 def test_a_non_private_model_given_a_strategy_after_the_double_dash_is_not_refused():
     """``-- --privacy dp-sgd`` makes a GAN private in every cell: the grid check lets it through."""
     size = suite_size("tables", True).with_overrides(models=("gan", "dpgan"))

@@ -152,21 +152,29 @@ CELL_SETTINGS = {
 }
 
 
+def train_settings_given(train_args: tuple[str, ...] | list[str]) -> set[str]:
+    """The settings (dotted keys of train's configuration) that ``train_args`` give, read as train
+    reads them; a typo or a bad value raises ``ArgumentError`` or ``ConfigError``."""
+    from lightning_dpgan.cli import _train_parser, attach_negative_values, parse_overrides
+    from lightning_dpgan.config import FLAG_KEYS
+
+    parser = _train_parser()
+    parser.exit_on_error = False  # a bad value raises, for the caller to report
+    flags, extra = parser.parse_known_args(attach_negative_values(list(train_args)))
+    given = {FLAG_KEYS[name] for name, value in vars(flags).items() if value is not None and name != "config"}
+    return given | set(parse_overrides(extra))
+
+
 def check_train_args(train_args: tuple[str, ...] | list[str]) -> None:
     """Before any cell runs: the options after ``--`` are ones train reads (a typo would fail every
     cell, hours later), and none sets what the grid sets for each cell."""
-    from lightning_dpgan.cli import _train_parser, attach_negative_values, parse_overrides
-    from lightning_dpgan.config import FLAG_KEYS, ConfigError
+    from lightning_dpgan.config import ConfigError
 
-    parser = _train_parser()
-    parser.exit_on_error = False  # a bad value raises here, to be reported as benchmark's
     try:
-        flags, extra = parser.parse_known_args(attach_negative_values(list(train_args)))
-        overrides = parse_overrides(extra)
+        given = train_settings_given(train_args)
     except (argparse.ArgumentError, ConfigError) as error:
         raise SystemExit(f"benchmark: the train options after --: {error}") from None
-    given = {FLAG_KEYS[name] for name, value in vars(flags).items() if value is not None and name != "config"}
-    owned = sorted((given | set(overrides)) & set(CELL_SETTINGS))
+    owned = sorted(given & set(CELL_SETTINGS))
     if owned:
         raise SystemExit("benchmark: the train options after -- set what each cell's command sets itself, so the "
                          "results would file the runs under values they did not run at: "
