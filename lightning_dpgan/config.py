@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from lightning_dpgan import registry
 from lightning_dpgan.argument_types import constructor_chain, mismatches
 
 SECTIONS = ("model", "data", "privacy", "logger", "trainer")
@@ -219,6 +220,8 @@ def _preset_for(preset: dict[str, Any], privacy: str | None) -> dict[str, Any]:
 def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str | None = None) -> dict[str, Any]:
     """Build the run configuration from every source (see the module docstring)."""
     user = load_yaml(config_file) if config_file else {}
+    if config_file:
+        check_config_file(user, config_file)
     cli: dict[str, Any] = {}
     for flag, value in flags.items():
         if value is not None:
@@ -279,21 +282,57 @@ def check_top_level(config: dict[str, Any]) -> None:
     check_setting_values(config)
 
 
-def check_setting_values(config: dict[str, Any]) -> None:
+def check_config_file(user: dict[str, Any], path: str | Path) -> None:
+    """Refuse a ``--config`` file's own mistakes naming the file and the key as written there.
+
+    Checked once merged, a file's ``max_steps: abc`` would be blamed on ``--max-steps``, a flag
+    the user never typed, and ``dataset: adult`` (the flag's name, not its key ``data.name``)
+    would be just an unknown key.
+    """
+    known = set(CODE_DEFAULTS) | {"presets", QUAIL}
+    for key in sorted(set(user) - known):
+        raise ConfigError(f"config file {path}: unknown key '{key}'.{_how_to_write(key, user[key], known)}")
+    for section in (*SECTIONS, QUAIL):
+        if section in user and not isinstance(user[section], dict):
+            example = f" (e.g. {section}: {{name: {user[section]}}})" if isinstance(user[section], str) else ""
+            raise ConfigError(f"config file {path}: '{section}' must be a section of keys{example}, "
+                              f"got {user[section]!r}")
+    check_setting_values(user, where=f" in {path}")
+    for key in ("epsilon", "delta"):
+        value = user.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"{key} in {path} must be a number, got {value!r}")
+
+
+def _how_to_write(key: str, value: Any, known: set[str]) -> str:
+    """How a config file writes the setting a flag-like ``key`` meant, else the closest key."""
+    dotted = FLAG_KEYS.get(key.replace("-", "_"), "")
+    if "." in dotted:  # --dataset is data.name, --devices is trainer.devices
+        section, name = dotted.split(".", 1)
+        return f" The --{key.replace('_', '-')} flag's setting is written {section}: {{{name}: {value}}}."
+    return registry.did_you_mean(key, sorted(known)) or f" Valid top-level keys: {', '.join(sorted(known))}."
+
+
+def check_setting_values(config: dict[str, Any], where: str = "") -> None:
     """Refuse, before anything runs, a top-level value that would be misread: ``max_steps: 0``
-    (a falsy "no limit"), a count written as text, "maybe" for a yes/no setting."""
+    (a falsy "no limit"), a count written as text, "maybe" for a yes/no setting.
+
+    ``where`` names a config file: its values are checked only where it gives them, by their key.
+    """
+    def named(key: str) -> str:
+        return f"{key}{where}" if where or key not in FLAG_KEYS else f"--{key.replace('_', '-')}"
+
     for key, (minimum, optional) in INTEGER_SETTINGS.items():
         value = config.get(key)
-        if value is None and optional:
+        if (value is None and optional) or (where and key not in config):
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            flag = f"--{key.replace('_', '-')}" if key in FLAG_KEYS else key
-            raise ConfigError(f"{flag} must be a whole number >= {minimum}{' (or left out)' if optional else ''}, got {value!r}")
+            raise ConfigError(f"{named(key)} must be a whole number >= {minimum}{' (or left out)' if optional else ''}, got {value!r}")
     if config.get("seed", 0) >= 2**32:  # numpy's and Lightning's seeds; refused after the trainer was built before
-        raise ConfigError(f"--seed must be below 2^32 = {2**32}, got {config['seed']}")
+        raise ConfigError(f"{named('seed')} must be below 2^32 = {2**32}, got {config['seed']}")
     for key in BOOLEAN_SETTINGS:
-        if not isinstance(config.get(key), bool):
-            raise ConfigError(f"{key} must be true or false, got {config.get(key)!r}")
+        if (not where or key in config) and not isinstance(config.get(key), bool):
+            raise ConfigError(f"{key}{where} must be true or false, got {config.get(key)!r}")
 
 
 def init_arguments(cls: type) -> dict[str, inspect.Parameter]:

@@ -756,7 +756,7 @@ def test_a_loss_scaled_precision_is_refused_for_a_private_model(tiny_image_data_
 @pytest.mark.parametrize(
     "config,keywords",
     [
-        ({"epsilonn": 1.0}, ["unknown configuration key(s): epsilonn", "Valid top-level keys", "epsilon"]),
+        ({"epsilonn": 1.0}, ["unknown key 'epsilonn'", "Did you mean 'epsilon'?"]),
         ({"model": {"latent_dimm": 8}}, ["unknown key(s) model.latent_dimm for model 'gan'", "Valid keys",
                                          "model.latent_dim"]),
         ({"trainer": {"max_stepz": 3}}, ["unknown Lightning Trainer argument(s): trainer.max_stepz"]),

@@ -278,16 +278,31 @@ def test_train_refuses_bad_settings_before_training(tiny_image_data_dir, tmp_pat
     assert not (output_dir / "checkpoints").exists()
 
 
-@pytest.mark.parametrize("setting,message", [("evaluate: maybe", "evaluate must be true or false, got 'maybe'"),
-                                             ("max_steps: abc", "--max-steps must be a whole number >= 1 (or left out), got 'ab"),
-                                             ("max_epochs: true", "--max-epochs must be a whole number")])
-def test_a_config_files_top_level_values_are_checked(tmp_path, setting, message):
+@pytest.mark.parametrize("setting,message", [
+    ("evaluate: maybe", "evaluate in {file} must be true or false, got 'maybe'"),
+    ("max_steps: abc", "max_steps in {file} must be a whole number >= 1 (or left out), got 'abc'"),
+    ("max_epochs: true", "max_epochs in {file} must be a whole number"),
+    ("seed: 4294967296", "seed in {file} must be below 2^32"),
+    ("epsilon: abc", "epsilon in {file} must be a number, got 'abc'"),
+    ("delta: [1]", "delta in {file} must be a number, got [1]"),
+    # the flags' names and a section given as its name: what a first config file gets wrong
+    ("dataset: adult", "config file {file}: unknown key 'dataset'. The --dataset flag's setting is written "
+                       "data: {{name: adult}}."),
+    ("devices: 2", "unknown key 'devices'. The --devices flag's setting is written trainer: {{devices: 2}}."),
+    ("max_step: 5", "config file {file}: unknown key 'max_step'. Did you mean 'max_steps'?"),
+    ("privacy: dp-sgd", "config file {file}: 'privacy' must be a section of keys (e.g. privacy: {{name: dp-sgd}}), "
+                        "got 'dp-sgd'"),
+])
+def test_a_config_files_own_values_are_refused_naming_the_file_and_its_key(tmp_path, setting, message):
+    """Checked only once merged, a file's ``max_steps: abc`` was blamed on --max-steps, a flag
+    the user never typed, and ``dataset: adult`` was just an unknown key."""
     from lightning_dpgan.cli import build_config
     from lightning_dpgan.config import ConfigError
 
-    (tmp_path / "config.yaml").write_text(f"model: {{name: gan}}\ndata: {{name: mnist}}\n{setting}\n")
-    with pytest.raises(ConfigError, match=re.escape(message)):
-        build_config(["--config", str(tmp_path / "config.yaml")])
+    file = tmp_path / "config.yaml"
+    file.write_text(f"model: {{name: gan}}\ndata: {{name: mnist}}\n{setting}\n")
+    with pytest.raises(ConfigError, match=re.escape(message.format(file=file))):
+        build_config(["--config", str(file)])
 
 
 def test_a_continuation_refused_at_its_start_puts_the_earlier_outputs_back_as_they_were(tiny_image_data_dir, tmp_path,

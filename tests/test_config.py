@@ -124,7 +124,7 @@ def test_bad_command_lines_are_refused(argv, message):
 def test_unknown_top_level_key_in_config_file(tmp_path):
     user = tmp_path / "bad.yaml"
     user.write_text("epsilonn: 1.0\n")
-    with pytest.raises(ConfigError, match="unknown configuration key.*epsilonn"):
+    with pytest.raises(ConfigError, match="unknown key 'epsilonn'. Did you mean 'epsilon'"):
         build_config(["--model", "gan", "--dataset", "mnist", "--config", str(user)])
 
 
