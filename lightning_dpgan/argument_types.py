@@ -10,6 +10,7 @@ Annotations it cannot judge (a class, a callable) let the value through to the c
 from __future__ import annotations
 
 import collections.abc
+import datetime
 import inspect
 import types
 import typing
@@ -74,6 +75,8 @@ def matches(value: Any, hint: Any) -> bool:
         return not args or all(matches(item, args[0]) for item in value)
     if hint in _MAPPINGS or origin in _MAPPINGS:
         return isinstance(value, dict)
+    if hint is datetime.timedelta:  # YAML makes none: Lightning's max_time reads 5 as one and fails deep inside
+        return isinstance(value, datetime.timedelta)
     return True
 
 
@@ -82,7 +85,8 @@ def describe(hint: Any) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         return " or ".join(describe(arg) for arg in args)
-    names = {bool: "true or false", int: "a whole number", float: "a number", str: "text", type(None): "null"}
+    names = {bool: "true or false", int: "a whole number", float: "a number", str: "text", type(None): "null",
+             datetime.timedelta: "a duration"}
     if hint in names:
         return names[hint]
     if origin is typing.Literal:

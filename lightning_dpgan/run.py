@@ -283,6 +283,23 @@ RUN_OWNED_TRAINER_OPTIONS = {
 }
 
 
+#: The least value of a numeric Trainer argument, where it is not 0: a device count starts at 1
+#: (as --devices; Lightning's "-1, every device" fails on a CPU with a TypeError), and -1 sanity
+#: validation steps means all of them. Lightning takes log_every_n_steps -5 or gradient_clip_val -1
+#: in silence.
+TRAINER_OPTION_FLOORS = {"devices": 1, "num_sanity_val_steps": -1}
+
+
+def trainer_options_below_their_floor(options: dict[str, Any]) -> list[str]:
+    """One message per numeric Trainer option below the least value it means something at."""
+    def floor(key: str) -> int:
+        return TRAINER_OPTION_FLOORS.get(key, 0)
+
+    return [f"trainer.{key} must be at least {floor(key)}{' (-1: all)' if floor(key) < 0 else ''}, got {value!r}"
+            for key, value in options.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < floor(key)]
+
+
 class Run:
     """Everything ``train`` does, in the order it does it."""
 
@@ -607,7 +624,8 @@ class Run:
         unknown = sorted(set(options) - set(init_arguments(L.Trainer)))
         if unknown:
             raise ConfigError(f"unknown Lightning Trainer argument(s): {', '.join('trainer.' + k for k in unknown)}")
-        wrong = mismatches("trainer", options, L.Trainer)  # Lightning compares "abc" with 0 deep inside, or keeps "maybe"
+        # Lightning compares "abc" with 0 deep inside, keeps "maybe", or takes -5 steps between logs
+        wrong = mismatches("trainer", options, L.Trainer) + trainer_options_below_their_floor(options)
         if wrong:
             raise ConfigError("; ".join(wrong))
         for reserved, own in RUN_OWNED_TRAINER_OPTIONS.items():

@@ -1,4 +1,5 @@
 """Configuration values checked against the annotations of the arguments they fill."""
+import datetime
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +22,8 @@ from lightning_dpgan.modules.pategan import PATEGAN
     ("a,b", Sequence[str] | str | None, True), ({"k": 1}, dict[str, Any], True), ("abc", dict[str, Any] | None, False),
     ("rdp", Literal["rdp", "prv"], True), ("gdp", Literal["rdp", "prv"], False),
     (object(), Any, True),
+    # YAML makes no duration: Lightning's max_time read 5 as one and failed with an AttributeError
+    (5, datetime.timedelta, False), ("00:01:00:00", str | datetime.timedelta, True),
 ])
 def test_a_value_matches_its_annotation_as_yaml_gives_it(value, hint, expected):
     assert matches(value, hint) is expected
@@ -58,6 +61,12 @@ def test_annotations_follow_kwargs_up_the_base_classes():
     # Lightning's own arguments: "abc" failed deep inside it (a TypeError), "maybe" was taken and recorded
     (["--trainer.log_every_n_steps", "abc"], "trainer.log_every_n_steps must be a whole number or null, got 'abc'"),
     (["--trainer.enable_model_summary", "maybe"], "trainer.enable_model_summary must be true or false or null, got 'maybe'"),
+    (["--trainer.max_time", "5"], "trainer.max_time must be text or a duration or a mapping or null, got 5"),
+    # below what it means something at: Lightning took these in silence (or failed with a TypeError)
+    (["--trainer.log_every_n_steps", "-5"], "trainer.log_every_n_steps must be at least 0, got -5"),
+    (["--trainer.gradient_clip_val", "-1.0"], "trainer.gradient_clip_val must be at least 0, got -1.0"),
+    (["--trainer.num_sanity_val_steps", "-2"], "trainer.num_sanity_val_steps must be at least -1 (-1: all), got -2"),
+    (["--trainer.devices", "-1"], "trainer.devices must be at least 1, got -1"),
 ])
 def test_a_wrongly_typed_override_is_refused_before_anything_runs(extra, message, tmp_path, capsys):
     data_dir = Path(__file__).parent / "fixtures" / "adult_tiny"
@@ -66,3 +75,16 @@ def test_a_wrongly_typed_override_is_refused_before_anything_runs(extra, message
     assert main(args) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_trainer_option_is_refused_only_below_the_least_value_it_means_something_at():
+    from lightning_dpgan.run import trainer_options_below_their_floor
+
+    assert trainer_options_below_their_floor({"log_every_n_steps": 0, "num_sanity_val_steps": -1, "devices": 1,
+                                              "gradient_clip_val": 0.0, "deterministic": True,
+                                              "precision": "bf16-mixed"}) == []
+    assert trainer_options_below_their_floor({"num_sanity_val_steps": -2, "devices": 0, "max_time": "00:01:00:00",
+                                              "limit_train_batches": -0.5}) == [
+        "trainer.num_sanity_val_steps must be at least -1 (-1: all), got -2",
+        "trainer.devices must be at least 1, got 0",
+        "trainer.limit_train_batches must be at least 0, got -0.5"]
