@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -249,6 +250,25 @@ def check_accelerator(accelerator: Any, devices: Any) -> None:
         present = CUDAAccelerator.auto_device_count()
         if devices > present:
             raise ConfigError(f"--devices {devices}: this machine has {present} GPU{'s' if present != 1 else ''}")
+
+
+def check_machines_can_meet(num_nodes: Any) -> None:
+    """Refuse ``--num-nodes N`` (N > 1) where no machine could find machine 0: without
+    ``MASTER_ADDR`` or a cluster (SLURM, torchrun, ...) that says where it is, Lightning has each
+    machine wait for the others at 127.0.0.1 (its own), with no message but "Initializing
+    distributed", for as long as the user lets it."""
+    from lightning.pytorch.plugins.environments import (LSFEnvironment, MPIEnvironment, SLURMEnvironment,
+                                                        TorchElasticEnvironment)
+
+    if not isinstance(num_nodes, int) or num_nodes < 2 or os.environ.get("MASTER_ADDR"):
+        return
+    clusters = (SLURMEnvironment, TorchElasticEnvironment, LSFEnvironment, MPIEnvironment)  # (Kubeflow's sets MASTER_ADDR)
+    if not any(cluster.detect() for cluster in clusters):
+        raise ConfigError(
+            f"--num-nodes {num_nodes} trains on {num_nodes} machines, but MASTER_ADDR is not set: run the same "
+            "command on each machine with MASTER_ADDR (machine 0's address), MASTER_PORT and its own NODE_RANK "
+            "(0 on machine 0) in the environment, or under a cluster launcher (SLURM, torchrun); for one "
+            "machine leave --num-nodes out")
 
 
 def check_model_fits_dataset(model_cls: type, dataset_cls: type, dataset: str) -> None:
@@ -644,6 +664,7 @@ class Run:
                 "happens (and, for teachers, change the others' training), which no accountant counts. "
                 "Use --trainer.precision bf16-mixed (no loss scaler) or leave it out")
         check_accelerator(options.get("accelerator"), options.get("devices"))
+        check_machines_can_meet(options.get("num_nodes"))
         chosen = options.get("strategy", "auto")
         if isinstance(chosen, str) and chosen not in PRIVATE_TRAINER_STRATEGIES and chosen not in StrategyRegistry:
             hint = registry.did_you_mean(chosen, PRIVATE_TRAINER_STRATEGIES)

@@ -421,6 +421,45 @@ def test_scaling_flags_reach_the_trainer():
     assert config["trainer"]["strategy"] == "ddp"
 
 
+@pytest.mark.parametrize("environment,refused", [
+    ({}, True),  # each machine would wait for the others at its own 127.0.0.1
+    ({"MASTER_ADDR": "10.0.0.1"}, False),
+    ({"SLURM_NTASKS": "2", "SLURM_JOB_NAME": "train"}, False),  # the cluster says where machine 0 is
+    ({"TORCHELASTIC_RUN_ID": "run-1"}, False),  # torchrun
+])
+def test_several_machines_are_refused_only_where_none_could_find_machine_0(monkeypatch, environment, refused):
+    from lightning_dpgan.config import ConfigError
+    from lightning_dpgan.run import check_machines_can_meet
+
+    for name in list(os.environ):
+        if name.startswith(("SLURM_", "MASTER_", "LSB_", "OMPI_", "PMI_")) or name in (
+                "GROUP_RANK", "LOCAL_WORLD_SIZE", "RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
+            monkeypatch.delenv(name)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    check_machines_can_meet(1)  # one machine needs no meeting place
+    if refused:
+        with pytest.raises(ConfigError, match="--num-nodes 2 trains on 2 machines, but MASTER_ADDR is not set"):
+            check_machines_can_meet(2)
+    else:
+        check_machines_can_meet(2)
+
+
+def test_a_run_on_several_machines_without_a_meeting_place_is_refused_before_anything_is_written(tmp_path, monkeypatch,
+                                                                                                 capsys):
+    from lightning_dpgan.cli import main
+
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    out = tmp_path / "run"
+    args = ["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(Path(__file__).parent / "fixtures" /
+            "adult_tiny"), "--output-dir", str(out), "--max-steps", "1", "--num-nodes", "2", "--strategy", "ddp"]
+    assert main(args) == 2
+    assert "MASTER_ADDR (machine 0's address), MASTER_PORT and its own NODE_RANK" in capsys.readouterr().err
+    assert not out.exists() or not any(out.rglob("*.ckpt"))
+
+
 def test_dp_sgd_poisson_sampling_over_two_ranks_is_one_poisson_sample_at_the_global_rate():
     """Each rank samples its own records (disjoint shards) and each record joins a batch with
     probability q = batch / N: the rate the accountant charges, not q per rank twice over."""
