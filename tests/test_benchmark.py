@@ -545,6 +545,77 @@ def test_peers_on_the_full_protocol_meet_all_our_full_subset_runs(tmp_path):
     assert "`tables-2026-01-02.json`, `tables-2026-01-01.json`, same protocol" in section
 
 
+def test_a_stopped_quick_file_shows_only_the_cells_that_ran_every_seed(tmp_path):
+    """Without a protocol run, the newest quick file stands alone; stopped midway, a cell with
+    one of its two seeds would show a mean over fewer seeds than the size asks for."""
+    content = {**result_file("tables", "quick", [run("quail", s, 0.8) for s in (0, 1)] + [run("pategan", 0, 0.6)]),
+               "seeds": [0, 1], "complete": False}
+    results.results_path(tmp_path, "tables", date(2026, 1, 1)).write_text(json.dumps(content))
+    section = report.generated_section(tmp_path, {}, ["tables"], tmp_path)
+    assert "| quail | adult | 1 |" in section and "| pategan |" not in section
+    assert "stopped before it finished" in section
+
+
+def test_generated_peers_are_timed_against_the_speed_suites_run_where_our_tables_cell_shared_the_machine(tmp_path):
+    def write(suite, size, day, runs, **extra):
+        results.results_path(tmp_path, suite, day).write_text(json.dumps({**result_file(suite, size, runs), **extra}))
+
+    write("tables", "full-subset", date(2026, 1, 1), [run("pategan", s, 0.6) for s in range(3)], jobs=2)
+    write("speed", "full", date(2026, 1, 1), [{**run("pategan", s, None), "train_seconds": 10.0} for s in range(3)])
+    write("peers", "full", date(2026, 1, 2), [{**run("pategan", s, 0.5), "train_seconds": 30.0} for s in range(3)])
+    section = report.generated_section(tmp_path, {}, ["tables", "speed", "peers"], tmp_path)
+    (line,) = [line for line in section.splitlines() if line.startswith("| pategan | adult | 1 | 0.500")]
+    assert line.endswith("| 30 ± 0 (3) | 10 ± 0 (3) (speed suite) | 3.00 |")
+
+
+def test_the_measure_table_gives_training_and_fit_time_their_own_columns_in_whole_seconds():
+    runs = [{**run("dpgan", s, 0.7), "train_seconds": 10.0 + 2 * s, "fit_seconds": 7.4 + s} for s in range(3)]
+    head, _, row = report.measure_table(result_file("tables", "full", runs))
+    cells = dict(zip([c.strip() for c in head.split("|")[1:-1]], [c.strip() for c in row.split("|")[1:-1]]))
+    assert cells["train s"] == "12 ± 2 (3)" and cells["fit s"] == "8 ± 1 (3)" and cells["steps"] == "10 ± 0 (3)"
+
+
+def test_a_data_independent_bound_below_a_thousand_keeps_its_decimals():
+    def spent(bound):
+        runs = [{**run("pategan", s, 0.5), "epsilon_data_independent": bound} for s in range(3)]
+        (_, _, row) = report.measure_table(result_file("tables", "full", runs))
+        return row.split("|")[4].strip()
+
+    assert spent(999.25) == "0.900 ± 0.000 (3) data-dependent; data-independent 999.250 ± 0.000 (3)"
+    assert spent(1000.25) == "0.900 ± 0.000 (3) data-dependent; data-independent 1000 ± 0 (3)"
+
+
+@pytest.mark.parametrize("size,says,not_says", [
+    ("full", [], ["Size full-subset", "Size dev", "not the full protocol"]),
+    ("full-subset", ["Size full-subset: part of the full grid, each cell on the full protocol."],
+     ["not the full protocol", "Size dev"]),
+    ("dev", ["Size dev: scored on records held out of the training split"], ["not the full protocol"]),
+    ("quick", ["Size quick: not the full protocol"], ["Size full-subset", "Size dev"]),
+])
+def test_each_size_says_in_the_header_what_its_figures_stand_for(size, says, not_says):
+    header = "\n".join(report._header(result_file("tables", size, [run("gan", 0, 0.5)])))
+    assert all(text in header for text in says) and not any(text in header for text in not_says)
+
+
+def test_the_utility_plot_draws_each_cells_spread_as_its_error_bar(tmp_path, monkeypatch):
+    bars = {}
+
+    def keep_bars(figure, path):
+        for container in figure.axes[0].containers:
+            (segments,) = [collection.get_segments() for collection in container.lines[2]]
+            bars[container.get_label()] = [value for (x, low), (_, high) in sorted(segments, key=lambda seg: seg[0][0])
+                                           for value in (float(x), float(low), float(high))]
+        return path
+
+    monkeypatch.setattr(report, "_save", keep_bars)
+    runs = ([run("dpgan", s, v) for s, v in enumerate([0.6, 0.8])]  # mean 0.7, std 0.1414
+            + [run("dpgan", s, v, epsilon=10.0) for s, v in enumerate([0.9, 0.9])] + [run("quail", 0, 0.5)])
+    report.plot_suite(result_file("tables", "full", runs), {}, tmp_path)
+    spread = statistics.stdev([0.6, 0.8])
+    assert bars["dpgan"] == pytest.approx([1.0, 0.7 - spread, 0.7 + spread, 10.0, 0.9, 0.9])  # (ε, low, high) each
+    assert bars["quail"] == pytest.approx([1.0, 0.5, 0.5])  # one seed: no spread measured, no bar
+
+
 def test_a_recorded_peer_command_names_the_venv_and_folders_not_their_paths(tmp_path):
     venv = tmp_path / "peers-venv"
     command = peer_command(venv / "bin" / "python", Cell("mst", "adult", 1.0, 0), tmp_path / "split" / "train.csv",
