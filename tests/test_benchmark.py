@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -33,6 +34,21 @@ def test_every_suite_has_a_quick_size_smaller_than_its_full_one():
         quick, full = sizes["quick"], sizes["full"]
         assert len(quick.cells()) < len(full.cells()), suite
         assert len(full.seeds) >= 3, suite  # quoted figures are means over at least three seeds
+
+
+def test_the_full_grids_are_the_protocols_the_published_figures_stand_for():
+    """The README quotes the full sizes' cells as the protocol: tables at three privacy levels on
+    the three table datasets, images at 1 and 10 on both image sets, speed and peers on Adult at 1."""
+    tables, images = suite_size("tables", quick=False), suite_size("images", quick=False)
+    assert tables.epsilons == (0.1, 1.0, 10.0) and tables.datasets == ("adult", "king", "kaggle-credit")
+    assert set(tables.models) == {"pategan", "dpgan", "dpctgan", "patectgan", "dpsactgan", "quail"}
+    assert images.epsilons == (1.0, 10.0) and images.datasets == ("mnist", "fashion-mnist")
+    assert set(images.models) == {"gpate", "dpgan", "gswgan"}
+    for suite in ("speed", "peers"):
+        full = suite_size(suite, quick=False)
+        assert (full.datasets, full.epsilons) == (("adult",), (1.0,)), suite
+    assert set(suite_size("speed", quick=False).models) == set(tables.models)
+    assert set(suite_size("peers", quick=False).models) == {"pategan", "dpgan", "dpctgan", "patectgan", "mwem", "mst"}
 
 
 def test_every_peer_gan_has_its_namesake_in_the_tables_grid_on_the_peers_data():
@@ -854,6 +870,9 @@ def test_peers_get_the_public_schema_and_the_train_split_alone(tmp_path):
             assert spec["continuous"][column.name] == list(column.bounds)
         else:
             assert spec["categorical"][column.name] == list(column.categories)
+    # the whole-number columns, which a peer would otherwise write with decimals
+    assert spec["integer"] == [column.name for column in schema.columns if column.kind == "integer"]
+    assert "age" in spec["integer"] and not set(spec["integer"]) & set(spec["categorical"])
     exported = train.read_text().splitlines()
     assert exported[0].split(",") == schema.names
     assert len(exported) - 1 == len(datamodule.train_frame) < len(datamodule.train_frame) + len(datamodule.test_frame)
@@ -863,6 +882,25 @@ def test_peers_get_the_public_schema_and_the_train_split_alone(tmp_path):
     # the cell's own budget, and as many rows as ours train on
     assert command[command.index("--epsilon") + 1] == "1" and command[command.index("--delta") + 1] == "1e-05"
     assert command[command.index("--n") + 1] == "36"
+
+
+def test_the_peers_refuse_images_and_a_table_whose_schema_would_be_estimated_from_its_rows(tmp_path, monkeypatch):
+    """A csv without a schema file has its bounds and categories estimated under DP: handed to a
+    peer for free, that estimate would break the shared preprocessing budget rule."""
+    from lightning_dpgan import registry
+    from lightning_dpgan.datamodules.csv import CSVDataModule
+
+    with pytest.raises(ValueError, match="the peers run on tables; mnist holds images"):
+        load_datamodule("mnist", None)
+    rows = tmp_path / "rows.csv"
+    rows.write_text("x,y\n" + "".join(f"{i},{i % 2}\n" for i in range(20)))
+    def without_schema(data_dir):
+        return CSVDataModule(csv=rows, target="y", label_kind="binary")
+
+    csv_file_without_schema = SimpleNamespace(load=lambda: without_schema)
+    monkeypatch.setitem(registry.TABLES["dataset"], "csv", csv_file_without_schema)
+    with pytest.raises(ValueError, match="csv has no declared schema .* give the peers a schema file"):
+        load_datamodule("csv", None)
 
 
 def test_a_dataset_that_cannot_be_fetched_is_named_with_its_reason(tmp_path, monkeypatch):
@@ -1135,6 +1173,20 @@ def test_a_suite_with_no_dataset_at_hand_writes_nothing(tmp_path, monkeypatch, s
         cli.benchmark(["--suite", suite, "--results-dir", str(tmp_path), "--results-md", str(markdown),
                        "--out-dir", str(tmp_path / "runs")])
     assert not list(tmp_path.glob(f"{suite}-*.json")) and markdown.read_text() == "kept\n"
+
+
+def test_the_suite_records_its_commit_leaving_out_its_own_markdown_results_and_runs(tmp_path, monkeypatch):
+    """RESULTS.md, the results folder and the runs folder are the harness's own outputs: were
+    they counted, every suite after the first would say "with uncommitted changes"."""
+    asked = []
+    monkeypatch.setattr(cli, "commit", lambda **own: asked.append(own) or {"sha": "abc", "dirty": False})
+    monkeypatch.setattr(cli, "unavailable_datasets",
+                        lambda datasets, data_dir: {name: "FileNotFoundError: not here" for name in datasets})
+    markdown, results_dir, runs = tmp_path / "RESULTS.md", tmp_path / "results", tmp_path / "runs"
+    with pytest.raises(SystemExit, match="nothing ran"):
+        cli.benchmark(["--suite", "tables", "--results-dir", str(results_dir), "--results-md", str(markdown),
+                       "--out-dir", str(runs)])
+    assert asked == [{"own_output": markdown, "own_folders": (results_dir, runs)}]
 
 
 @pytest.mark.parametrize("flag,value,said", [("--models", "nosuch", "--models nosuch: the peers suite runs"),

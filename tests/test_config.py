@@ -230,3 +230,19 @@ def test_quails_king_synthesizer_calibrates_its_columns_at_epsilon_1_only():
         assert "calibrate_marginals" not in data and data["histogram_threshold"] == 4
     overridden = resolve({"model": "quail", "dataset": "king", "epsilon": 1.0}, {"data.calibrate_marginals": False})
     assert overridden["data"]["calibrate_marginals"] is False
+
+
+def test_the_presets_own_epsilon_is_the_last_preset_that_sets_one(monkeypatch):
+    """QUAIL's presets follow its synthesizer's: where both set an epsilon, QUAIL's own (the more
+    specific, read last) chooses the epsilon-specific presets, as it wins every other setting.
+    A preset for another privacy strategy loses only its privacy section, not its epsilon."""
+    from lightning_dpgan import config
+
+    presets = {"synth.yaml": {"epsilon": 1.0}, "quail.yaml": {"epsilon": 5.0}, "plain.yaml": {"model": {}},
+               "pate.yaml": {"epsilon": 9.0, "privacy": {"name": "pate"}}}
+    monkeypatch.setattr(config, "load_preset", presets.__getitem__)
+    assert config.preset_epsilon(["synth.yaml", "quail.yaml"], None) == 5.0
+    assert config.preset_epsilon(["synth.yaml", "plain.yaml"], None) == 1.0
+    assert config.preset_epsilon(["plain.yaml"], None) is None
+    assert config.preset_epsilon(["synth.yaml", "pate.yaml"], "pate") == 9.0
+    assert config.preset_epsilon(["synth.yaml", "pate.yaml"], "dp-sgd") == 9.0  # its epsilon is not a privacy setting
