@@ -93,8 +93,8 @@ def test_accountant_sums_queries_and_reports_both_figures():
     lam, delta = 0.05, 1e-5
     gaps = np.array([0, 10, 10, 200, 37])
     accountant = PATEMomentsAccountant()
-    accountant.step(lam, gaps[:2])
-    accountant.step(lam, gaps[2:])
+    accountant.step(lam, gaps[:1])
+    accountant.step(lam, gaps[1:])  # two queries of one gap: each is charged, not each distinct gap
     assert len(accountant) == 5
     orders = DEFAULT_MOMENT_ORDERS
     dependent = sum(np.array([hand_moment(lam, g, l) for l in orders]) for g in gaps)
@@ -121,6 +121,12 @@ def test_look_ahead_charges_the_data_independent_bound_and_changes_nothing():
     stepped_worst.step(0.05, [0] * 64)  # a tie costs the data-independent bound
     assert ahead == pytest.approx(stepped_worst.get_epsilon(1e-5), rel=1e-12)
     assert accountant.get_epsilon(1e-5) == before and len(accountant) == 10
+    # under data-independent accounting the queries already answered count at that bound too,
+    # whatever their vote gaps: 74 queries at the bound, by hand
+    independent = PATEMomentsAccountant("data-independent")
+    independent.step(0.05, [100] * 10)
+    by_hand = min((74 * hand_independent(0.05, l) + math.log(1e5)) / l for l in DEFAULT_MOMENT_ORDERS)
+    assert independent.epsilon_if_queries(1e-5, 64, 0.05) == pytest.approx(by_hand, rel=1e-9)
 
 
 def test_look_ahead_at_a_vote_gap_equals_answering_such_queries_and_scales_to_huge_counts():
