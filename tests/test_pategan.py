@@ -196,6 +196,19 @@ def test_the_strategy_counts_the_noisy_labels_it_released_not_the_votes():
     assert strategy.answer_counts.tolist() == [200 - int(labels.sum()), int(labels.sum())]
 
 
+def test_each_query_is_charged_at_the_gap_between_its_two_vote_counts_before_its_answer():
+    """The accountant's discount grows with |n_0 - n_1|: charging at the larger count (6 for votes
+    of 6 to 4, where the gap is 2) would report a split vote as a confident one."""
+    from lightning_dpgan.privacy.noise_source import NoiseSource
+    from lightning_dpgan.privacy.pate import PATELabelAggregator
+
+    events = []
+    aggregator = PATELabelAggregator(0.5, lambda lam, gaps: events.append(("charged", lam, gaps.tolist())),
+                                     NoiseSource(0), on_released=lambda labels: events.append(("released",)))
+    aggregator.aggregate(torch.tensor([[6, 4], [1, 9], [5, 5], [0, 10]]))
+    assert events == [("charged", 0.5, [2, 8, 0, 10]), ("released",)]
+
+
 def test_the_installed_aggregator_flips_a_vote_as_often_as_its_laplace_scale_says():
     """The noise as drawn, through the strategy's own aggregator: with Laplace noise of inverse
     scale lambda on each count, the released label differs from a plurality of gap g with
