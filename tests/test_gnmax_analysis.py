@@ -273,6 +273,13 @@ def test_look_ahead_changes_nothing_and_agrees_with_stepping():
     assert fresh.epsilon_if_queries(DELTA, 10, 100.0, 40.0, answered_fraction=0.0) == pytest.approx(expected, rel=1e-12)
     with pytest.raises(ValueError):
         fresh.epsilon_if_queries(DELTA, 10, 100.0, 40.0, answered_fraction=1.5)
+    # data-independent accounting plans each answer at lambda / sigma2^2 whatever log q~ is given,
+    # as stepping would: a plan that took Theorem 6's discount would start steps it cannot afford
+    independent = ConfidentGNMaxAccountant("data-independent")
+    by_hand = rdp_to_epsilon(orders, 100 * orders / (2 * 200.0**2) + 25 * orders / 40.0**2, DELTA)[0]
+    for log_q in (None, -20.0):
+        assert independent.epsilon_if_queries(DELTA, 100, 200.0, 40.0, answered_fraction=0.25, log_q=log_q) == (
+            pytest.approx(by_hand, rel=1e-12))
 
 
 def test_state_round_trip_gives_identical_epsilons():
