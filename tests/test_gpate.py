@@ -169,6 +169,21 @@ def test_strategy_charges_every_check_and_only_answered_answers():
         strategy._charge(votes, torch.tensor([True, True, True]))  # no matching check
 
 
+def test_the_budget_stop_prices_each_step_at_its_threshold_checks_every_one_unanswered():
+    """The cheapest case of ``steps`` more steps: batch x projected dimensions threshold checks a
+    step, each the Gaussian sigma1 check (RDP lambda / (2 sigma1^2)), and no answer. Pricing one
+    check a step would let the budget stop start steps that cannot fit."""
+    from lightning_dpgan.privacy.analysis.rdp import DEFAULT_ORDERS, rdp_to_epsilon
+
+    strategy = ProjectedVoting(num_teachers=10, projection_dim=4, sigma1=50.0, sigma2=3.0, teacher_batch_size=6,
+                               target_epsilon=5.0, delta=1e-5)
+    strategy.preprocessing = {"epsilon": 0.0, "delta": 0.0}
+    orders = np.array(DEFAULT_ORDERS)
+    checks = 3 * 6 * 4
+    by_hand = rdp_to_epsilon(orders, checks * orders / (2 * 50.0**2), strategy.training_delta)[0]
+    assert strategy.training_epsilon_if(3) == pytest.approx(by_hand, rel=1e-12)
+
+
 @pytest.mark.parametrize("answered, warned", [(0, True), (1, False)])
 def test_a_run_with_almost_no_answered_query_says_its_generator_got_no_signal(answered, warned):
     """An unanswered dimension contributes 0: with under 1 % of the queries answered the student
