@@ -331,6 +331,16 @@ def test_epsilon_if_with_new_params_and_zero_steps():
     assert accountant.epsilon_if(DELTA, steps=0) == accountant.get_epsilon(DELTA)
 
 
+def test_epsilon_if_without_params_repeats_the_last_steps_noise_not_the_first():
+    """A run whose noise changed (a resume with another sigma) looks ahead at the noise it now
+    adds: the first step's larger sigma would under-predict what the next steps spend."""
+    accountant = run(OpacusAccountant(), [(2.0, 0.01, 1), (0.7, 0.01, 1)])
+    stepped = copy.deepcopy(accountant)
+    for _ in range(100):
+        stepped.step(noise_multiplier=0.7, sample_rate=0.01)
+    assert accountant.epsilon_if(DELTA, 100) == pytest.approx(stepped.get_epsilon(DELTA), rel=1e-9)
+
+
 def test_epsilon_if_needs_params_before_the_first_step():
     with pytest.raises(ValueError, match="noise_multiplier"):
         OpacusAccountant().epsilon_if(DELTA)
