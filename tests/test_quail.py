@@ -1,5 +1,6 @@
 """QUAIL (--model quail): the budget split, the DP-SGD label model and its accounting, the
 synthesizer trained without the label, labelled synthetic rows, resume and bad settings."""
+import copy
 import math
 import shutil
 from pathlib import Path
@@ -89,6 +90,35 @@ def test_the_label_models_epsilon_is_within_its_share_and_matches_an_independent
     assert cost["steps"] == 3 * 20
     independent = dp_accounting_epsilon(cost["noise_multiplier"], cost["sample_rate"], cost["steps"], 1e-5)
     assert cost["epsilon"] == pytest.approx(independent, rel=1e-6)
+
+
+def test_the_label_models_batches_and_noise_come_from_its_own_source_not_the_run_seed():
+    """--seed fixes torch's global generator and config.yaml publishes it: batches drawn from it
+    could be replayed, and subsampling's amplification would not hold. With its noise seed fixed,
+    two different run seeds train the same model."""
+    features, targets, _ = separable(200, 0)
+    start = label_network("logistic", 5, 2, [])
+    trained = []
+    for run_seed in (1, 2):
+        torch.manual_seed(run_seed)
+        network = copy.deepcopy(start)
+        train_dp_label_model(network, features, targets, 3.0, 1e-4, DPSGDSettings(epochs=2, batch_size=20), noise_seed=5)
+        trained.append(torch.cat([parameter.detach().flatten() for parameter in network.parameters()]))
+    assert torch.equal(*trained)
+
+
+def test_the_label_model_refuses_a_delta_of_one_over_n_and_never_reports_past_its_share(monkeypatch):
+    from lightning_dpgan.privacy import dp_label_model
+
+    features, targets, _ = separable(200, 0)
+    settings = DPSGDSettings(epochs=2, batch_size=20)
+    with pytest.raises(ValueError, match=r"label model delta must be in \(0, 1/n = 0.005\)"):
+        train_dp_label_model(label_network("logistic", 5, 2, []), features, targets, 3.0, 1 / 200, settings)
+    # a calibration that missed (a tenth less noise than the share needs) is caught, not reported
+    calibrated = dp_label_model.calibrate_noise_multiplier
+    monkeypatch.setattr(dp_label_model, "calibrate_noise_multiplier", lambda *args: 0.9 * calibrated(*args))
+    with pytest.raises(RuntimeError, match="the label model spent epsilon .*, above its share 3.0000"):
+        train_dp_label_model(label_network("logistic", 5, 2, []), features, targets, 3.0, 1e-4, settings, noise_seed=0)
 
 
 def test_the_label_model_learns_a_separable_label_and_a_linear_target():
