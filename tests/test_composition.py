@@ -25,6 +25,9 @@ def test_three_parts_add_up_and_a_free_part_adds_nothing():
 def test_parts_for_different_neighbouring_relations_are_refused():
     with pytest.raises(ValueError, match="different neighbouring relations"):
         compose_costs({"a": cost(1.0, 0.0, "x"), "b": cost(1.0, 0.0, "y", neighbours="replace-one")})
+    # a part that spends only delta spends something: its relation must agree too
+    with pytest.raises(ValueError, match="different neighbouring relations"):
+        compose_costs({"a": cost(1.0, 0.0, "x"), "b": cost(0.0, 1e-6, "y", neighbours="replace-one")})
 
 
 def test_a_free_part_does_not_set_the_relation():
