@@ -203,6 +203,67 @@ def layout(label=None):
     }
 
 
+@pytest.mark.parametrize("pac", [2, 3])
+def test_the_module_itself_refuses_packing_under_dp_sgd(pac):
+    """The command line refuses --model.pac 2 first; a module built in Python, with DP-SGD in
+    its slot, must refuse it too: one record would move several clipped packs."""
+    from lightning_dpgan.modules.dpctgan import DPCTGAN
+
+    module = DPCTGAN((7,), table_layout=layout(), pac=pac)
+    module.privacy = object()  # any mechanism in the DP-SGD slot
+    with pytest.raises(ValueError, match=f"pac = {pac} under DP-SGD"):
+        module.setup("fit")
+    module.privacy = None
+    module.setup("fit")  # no DP-SGD: packing is CTGAN's own
+
+
+@pytest.mark.parametrize("loss", ["wasserstein", "cross_entropy"])
+def test_ctgans_losses_are_the_critics_and_the_generators_of_its_loss(loss):
+    """Per record: Wasserstein -s on real and s on generated records, -mean(s) for the
+    generator; cross-entropy softplus(-s) and softplus(s), and the non-saturating softplus(-s)."""
+    module = CTGAN((7,), table_layout=layout(), pac=1, loss=loss, gradient_penalty=0.0)
+    scores = torch.tensor([1.0, -2.0, 0.5])
+    softplus = torch.nn.functional.softplus
+    real, fake, generator = ((-scores, scores, -scores.mean()) if loss == "wasserstein"
+                             else (softplus(-scores), softplus(scores), softplus(-scores).mean()))
+    torch.testing.assert_close(module.discriminator_real_loss(scores), real)
+    torch.testing.assert_close(module.discriminator_fake_loss(scores), fake)
+    torch.testing.assert_close(module.generator_loss(scores), generator)
+
+
+def test_generated_records_are_conditioned_on_the_categories_released_frequencies_and_real_ones_on_their_own():
+    """The discriminator's generated records, and the published samples, take their conditions at
+    the (DP) category frequencies -- not training-by-sampling's log-frequency, which would
+    over-represent rare categories in the table -- and each real record its own category."""
+    torch.manual_seed(0)
+    module = CTGAN((7,), table_layout=layout(), pac=1)
+    cond = module.sample_labels(20000)
+    first = cond[:, :3].sum(1) == 1  # the rows conditioned on the first column
+    shares = cond[first, :3].mean(0)
+    torch.testing.assert_close(shares, torch.tensor([0.6, 0.3, 0.1]), atol=0.02, rtol=0)
+    records = torch.zeros(30, 7)
+    records[torch.arange(30), 2 + torch.arange(30) % 3] = 1
+    records[torch.arange(30), 5 + torch.arange(30) % 2] = 1
+    _, own = module.unpack_batch((records,))
+    for record, condition in zip(records, own):
+        block = slice(0, 3) if condition[:3].sum() == 1 else slice(3, 5)
+        columns = slice(2, 5) if block.start == 0 else slice(5, 7)
+        assert condition.sum() == 1 and torch.equal(condition[block], record[columns])
+
+
+def test_pate_ctgans_generator_pays_ctgans_condition_loss():
+    from lightning_dpgan.modules.patectgan import PATECTGAN
+
+    torch.manual_seed(0)
+    module = PATECTGAN((7,), table_layout=layout(), latent_dim=4, generator_hidden=(8,), discriminator_hidden=(8,),
+                       num_teachers=2)
+    calls = []
+    original = module.condition_loss
+    module.condition_loss = lambda logits, cond, column: calls.append(original(logits, cond, column)) or calls[-1]
+    _, _, extra = module.generated_for_generator_step(16)
+    assert len(calls) == 1 and extra is calls[0] and extra.item() > 0
+
+
 def test_the_generator_learns_to_honour_its_conditions():
     """Training-by-sampling: with a discriminator that gives no signal, the condition
     cross-entropy alone teaches the generator to produce the asked category."""
