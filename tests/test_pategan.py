@@ -348,6 +348,67 @@ def test_teachers_learn_at_their_own_rate_and_nothing_else_does():
     assert generator_opt.param_groups[0]["lr"] == student_opt.param_groups[0]["lr"] == module.hparams.lr != 0.05
     with pytest.raises(ValueError, match="teacher_lr"):
         PATEGAN((10,), teacher_lr=0.0)
+    # each optimizer stepped its own network once a training step: the generator's too
+    for optimizer, network in ((generator_opt, module.generator), (student_opt, module.student)):
+        steps = {int(optimizer.state[parameter]["step"]) for parameter in network.parameters()}
+        assert steps == {2 * (module.hparams.student_steps if network is module.student else 1)}
+
+
+def student_harness(real_votes: int):
+    """A PATE-GAN module of 3 teachers that all vote ``real_votes`` "real", its aggregator
+    recording the (queries, 2) counts it is given and answering their plain argmax."""
+    from types import SimpleNamespace
+
+    torch.manual_seed(0)
+    module = PATEGAN((6,), num_teachers=3)
+    module.teachers.votes = lambda records, labels=None: torch.full((records.shape[0],), real_votes)
+    seen = []
+    module.privacy = SimpleNamespace(aggregate=lambda votes: seen.append(votes) or votes.argmax(1))
+    module.manual_backward = lambda loss: loss.backward()
+    return module, seen
+
+
+@pytest.mark.parametrize("real_votes", [0, 3])
+def test_the_student_is_taught_the_answer_to_the_teachers_votes_as_counts_of_generated_then_real(real_votes):
+    """Column 0 counts the teachers calling a record generated, column 1 real (label 1 = real):
+    swapped, the student would learn the opposite of what the teachers said."""
+    module, seen = student_harness(real_votes)
+    optimizer = torch.optim.SGD(module.student.parameters(), lr=0.5)
+    _, real_share = module.student_step(optimizer, 8)
+    assert seen[0].tolist() == [[3 - real_votes, real_votes]] * 8 and real_share.item() == real_votes / 3
+    for _ in range(20):
+        module.student_step(optimizer, 64)
+    with torch.no_grad():
+        said_real = torch.sigmoid(module.student(module.generator(module.sample_latent(64)), None)).mean().item()
+    assert said_real > 0.8 if real_votes else said_real < 0.2
+
+
+class SumStudent(torch.nn.Module):
+    """A fixed student whose score is the sum of a record's values: "real" means large values."""
+
+    def forward(self, records, labels=None):
+        return records.sum(dim=1)
+
+
+def test_the_generator_step_moves_its_records_towards_what_the_student_calls_real():
+    module, _ = student_harness(0)
+    module.discriminator = SumStudent()  # the student (PATE-GAN names its discriminator so)
+    latent = module.sample_latent(64)
+    with torch.no_grad():
+        before = module.student(module.generator(latent), None).mean().item()
+    optimizer = torch.optim.Adam(module.generator.parameters(), lr=5e-2)
+    for _ in range(30):
+        module.generator_step_pate(optimizer, 32)
+    with torch.no_grad():
+        assert module.student(module.generator(latent), None).mean().item() > before + 1.0
+
+
+def test_pategan_draws_its_latent_codes_uniformly_from_the_unit_cube():
+    """Z ~ Unif([0, 1]^d) in the paper's Algorithm 1."""
+    module = PATEGAN((6,))
+    z = module.sample_latent(2000)
+    assert module.hparams.latent_distribution == "uniform" and 0 <= z.min() and z.max() <= 1
+    assert z.mean().item() == pytest.approx(0.5, abs=0.02)
 
 
 def test_resume_keeps_partitions_and_spend(pategan_run, tmp_path):
