@@ -246,3 +246,12 @@ def test_the_presets_own_epsilon_is_the_last_preset_that_sets_one(monkeypatch):
     assert config.preset_epsilon(["plain.yaml"], None) is None
     assert config.preset_epsilon(["synth.yaml", "pate.yaml"], "pate") == 9.0
     assert config.preset_epsilon(["synth.yaml", "pate.yaml"], "dp-sgd") == 9.0  # its epsilon is not a privacy setting
+
+
+def test_each_private_model_defaults_to_its_papers_privacy_strategy():
+    """With no --privacy (a config file or the Python API without a preset), a private model
+    trains under its own mechanism, never 'none'."""
+    expected = {"dpgan": "dp-sgd", "dpctgan": "dp-sgd", "pategan": "pate", "patectgan": "pate", "gpate": "gpate",
+                "gswgan": "sanitizer", "dpsactgan": "sanitizer", "gan": "none", "wgan": "none", "ctgan": "none"}
+    for model, strategy in expected.items():
+        assert privacy_name({"privacy": {"name": None}}, lookup("model", model).load()) == strategy, model

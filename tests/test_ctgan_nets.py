@@ -249,3 +249,42 @@ def test_opacus_per_sample_gradients_are_each_samples_own(name):
         for (param_name, param), grad in zip(params.items(), grads):
             assert torch.allclose(param.grad_sample[sample], grad, atol=1e-6, rtol=1e-4), param_name
     wrapped.remove_hooks()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: CTGANGenerator(latent_dim=10, cond_dim=4, spans=SPANS, hidden=(32, 16)),
+    lambda: SACTGANGenerator(latent_dim=10, cond_dim=4, spans=SPANS, tokens=2),
+], ids=["ctgan", "sactgan"])
+def test_categorical_spans_are_soft_gumbel_softmax_in_training_and_one_hot_when_sampling(make):
+    """CTGAN trains on Gumbel-softmax samples at tau 0.2 (soft, so the discriminator's gradient
+    reaches every category's logit) and publishes one category a record."""
+    torch.manual_seed(0)
+    generator = make()
+    z, cond = torch.randn(64, 10), torch.zeros(64, 4)
+    starts = [sum(width for width, _ in SPANS[:i]) for i in range(len(SPANS))]
+    softmax = [(start, width) for start, (width, kind) in zip(starts, SPANS) if kind == "softmax"]
+    generator.train()
+    soft = generator(z, cond)
+    values = torch.cat([soft[:, start:start + width].flatten() for start, width in softmax])
+    assert ((values > 0.01) & (values < 0.99)).any()
+    generator.eval()
+    with torch.no_grad():
+        hard = generator(z, cond)
+    for start, width in softmax:
+        block = hard[:, start:start + width]
+        assert torch.equal(block.sum(1), torch.ones(64)) and set(block.unique().tolist()) <= {0.0, 1.0}
+
+
+def test_a_self_attention_block_adds_each_sublayer_to_its_input():
+    """Pre-norm residual: x + Attn(LN1(x)), then + FF(LN2(.)). With both sublayers' last layers
+    zeroed the block is the identity; with only the attention's, it adds the feed-forward alone."""
+    torch.manual_seed(0)
+    block = sactgan.SelfAttentionBlock(8, 2, 16, nn.ReLU)
+    x = torch.randn(5, 3, 8)
+    for layer in (block.attention.out, block.feed_forward[2]):
+        nn.init.zeros_(layer.weight)
+        nn.init.zeros_(layer.bias)
+    torch.testing.assert_close(block(x), x)
+    torch.manual_seed(1)
+    nn.init.normal_(block.feed_forward[2].weight)
+    torch.testing.assert_close(block(x), x + block.feed_forward(block.norm2(x)))

@@ -72,3 +72,17 @@ def test_discriminator_label_interacts_with_the_record(arch):
     score = lambda label: discriminator(x, torch.full((2,), label))  # noqa: E731
     label_effect = score(3) - score(5)
     assert not torch.allclose(label_effect[0], label_effect[1])
+
+
+def test_the_mlp_generator_has_a_relu_after_each_hidden_layer_and_the_dcgan_one_draws_dark_pixels():
+    """PATE-GAN's generator: ReLU hidden layers (without them it is one linear map under its
+    output activation). DCGAN's images end in tanh, on the data's [-1, 1]: under a sigmoid no
+    pixel could be dark."""
+    from lightning_dpgan.nets.dcgan import DCGANGenerator
+    from lightning_dpgan.nets.mlp import MLPGenerator
+
+    generator = MLPGenerator(4, (6,), hidden=(8, 8))
+    assert sum(isinstance(layer, nn.ReLU) for layer in generator.body) == 2
+    torch.manual_seed(0)
+    images = DCGANGenerator(16, (1, 28, 28), base_channels=8)(torch.randn(64, 16))
+    assert images.min() < -0.1 and images.max() <= 1.0
