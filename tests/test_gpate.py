@@ -434,6 +434,33 @@ def test_perturbations_point_where_each_teacher_finds_the_record_more_real():
         GPATE((6,), None, perturbation="sideways")
 
 
+def test_a_training_step_fits_the_generator_to_its_records_moved_by_the_released_perturbation(monkeypatch):
+    """Algorithm 1 / Eq. 2: the target is x + dx (towards where the teachers find records real),
+    and the teachers judge each generated record as the class it was generated for."""
+    from types import SimpleNamespace
+
+    from lightning_dpgan.modules import gpate
+
+    torch.manual_seed(0)
+    module = gpate.GPATE((6,), 3, num_teachers=2, teacher_kwargs={"hidden": ()})
+    optimizers = module.configure_optimizers()
+    module.optimizers = lambda: optimizers
+    module.manual_backward = lambda loss: loss.backward()
+    module.log_dict = lambda *args, **kwargs: None
+    module.privacy = SimpleNamespace(aggregate=lambda perturbations: torch.full_like(perturbations[0], 1e-2))
+    fitted, judged, generated = [], [], []
+    monkeypatch.setattr(gpate, "student_loss", lambda fake, target: fitted.append((fake.detach(), target)) or
+                        ((fake - target) ** 2).sum())
+    asked = module.teachers.input_gradients
+    module.teachers.input_gradients = lambda x, labels=None, **kw: judged.append(labels) or asked(x, labels, **kw)
+    forward = module.generator.forward
+    module.generator.forward = lambda z, labels=None: generated.append(labels) or forward(z, labels)
+    module.training_step(([torch.rand(2, 4, 6)], [torch.randint(0, 3, (2, 4))]), 0)
+    (fake, target), = fitted
+    torch.testing.assert_close(target - fake, torch.full_like(fake, 1e-2))
+    assert len(generated) == len(judged) == 1 and torch.equal(judged[0], generated[0])
+
+
 def test_student_loss_is_eq_2_the_records_squared_distances_averaged():
     from lightning_dpgan.modules.gpate import student_loss
 
