@@ -360,6 +360,15 @@ def test_dpsactgan_classifier_learns_the_label_from_real_records():
         module.classifier_loss(records).backward()
         optimizer.step()
     assert module.classifier_loss(records).item() < 0.2 < before
+    features = torch.cat([records[:, :5], records[:, 7:]], dim=1)  # the label's slots 5-6 left out
+    with torch.no_grad():
+        assert torch.equal(module.classifier(features).argmax(1), label)  # the label, not its complement
+    # the generator pays the same loss on its own records, weighted, beside the discriminator's
+    module.discriminator.eval()
+    fake, cond = torch.rand(8, 7), module.sample_labels(8)
+    extra = module.adversarial_generator_loss(fake, cond) - CTGAN.adversarial_generator_loss(module, fake, cond)
+    torch.testing.assert_close(extra, module.hparams.classifier_weight * module.classifier_loss(fake))
+    assert module.hparams.classifier_weight > 0
 
 
 def test_resume_and_evaluate_reuse_the_released_transformer_and_pay_for_it_once(tmp_path, monkeypatch):
