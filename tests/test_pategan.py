@@ -305,13 +305,23 @@ class TeacherSpy(L.Callback):
         module.teacher_step = spy
 
 
-def fit_directly(steps=2, **module_kwargs):
+def fit_directly(steps=2, batches=None, **module_kwargs):
+    """Fit a PATE-GAN module on tiny Adult with a spy on its teacher updates; ``batches``, a
+    list, gets each training step's teachers' minibatches."""
     torch.manual_seed(0)
     datamodule = AdultDataModule(data_dir=ADULT, batch_size=8)
     module = PATEGAN(datamodule.data_shape, **module_kwargs)
     strategy = PATEAggregation(num_teachers=TEACHERS, lap_inverse_scale=LAMBDA, teacher_batch_size=TEACHER_BATCH, delta=1e-3)
     spy = TeacherSpy()
     spy.wrap(module)
+    if batches is not None:
+        step = module.training_step
+
+        def recorded_step(batch, batch_idx):
+            batches.append([records.clone() for records in batch[0]])
+            return step(batch, batch_idx)
+
+        module.training_step = recorded_step
     trainer = L.Trainer(max_epochs=-1, callbacks=[StepLimit(steps), strategy], logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
     trainer.fit(module, datamodule=datamodule)
@@ -339,6 +349,19 @@ def test_teachers_continue_training_and_are_never_reinitialised():
     for (_, _, after), (_, before_next, _) in zip(spy.calls, spy.calls[1:]):
         assert all(torch.equal(a, b) for a, b in zip(after, before_next))
     assert not all(torch.equal(a, b) for a, b in zip(spy.calls[0][1], spy.calls[-1][2]))
+
+
+def test_each_teacher_update_of_a_step_takes_its_own_minibatch():
+    """Algorithm 1 draws fresh records for each of the nT teacher updates of a step."""
+    batches = []
+    _, module, _, spy = fit_directly(batches=batches, teacher_steps=3)
+    updates = module.hparams.teacher_steps
+    assert len(batches) == 2 and len(spy.calls) == 2 * updates
+    for step, minibatches in enumerate(batches):
+        assert len(minibatches) == updates
+        for update, records in enumerate(minibatches):
+            assert torch.equal(spy.calls[step * updates + update][0], records)
+        assert not torch.equal(minibatches[0], minibatches[1])
 
 
 def test_teachers_learn_at_their_own_rate_and_nothing_else_does():
