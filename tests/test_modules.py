@@ -248,3 +248,17 @@ def test_uniform_latent_lies_in_unit_cube():
     assert z.min() >= 0 and z.max() <= 1 and abs(z.mean().item() - 0.5) < 0.05
     with pytest.raises(ValueError, match="latent_distribution"):
         GAN((4,), None, latent_distribution="cauchy")
+
+
+def test_draws_on_real_records_come_from_a_stream_of_their_own_and_the_runs_goes_on_unshifted():
+    """Inside, a stream seeded by one draw from the run's; after it, the run's stream as if one
+    number had been drawn: never the same numbers as the run's next draws (the generator's
+    latents), which a private number of draws on real records would otherwise shift."""
+    module = WGAN((6,), None, latent_dim=4)
+    torch.manual_seed(3)
+    with module.real_records_stream():
+        inside = torch.rand(5)
+    after = torch.rand(5)
+    torch.manual_seed(3)
+    torch.randint(0, 2**62, (1,))  # the one draw that seeds the stream
+    assert torch.equal(after, torch.rand(5)) and not torch.equal(inside, after)
