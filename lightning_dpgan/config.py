@@ -290,8 +290,10 @@ def check_config_file(user: dict[str, Any], path: str | Path) -> None:
     would be just an unknown key.
     """
     known = set(CODE_DEFAULTS) | {"presets", QUAIL}
-    for key in sorted(set(user) - known):
-        raise ConfigError(f"config file {path}: unknown key '{key}'.{_how_to_write(key, user[key], known)}")
+    unknown = [key for key in user if key not in known]  # YAML keys may be numbers too: not sorted
+    if unknown:
+        key = unknown[0]
+        raise ConfigError(f"config file {path}: unknown key '{key}'.{_how_to_write(str(key), user[key], known)}")
     for section in (*SECTIONS, QUAIL):
         if section in user and not isinstance(user[section], dict):
             example = f" (e.g. {section}: {{name: {user[section]}}})" if isinstance(user[section], str) else ""

@@ -290,6 +290,7 @@ def test_train_refuses_bad_settings_before_training(tiny_image_data_dir, tmp_pat
                        "data: {{name: adult}}."),
     ("devices: 2", "unknown key 'devices'. The --devices flag's setting is written trainer: {{devices: 2}}."),
     ("max_step: 5", "config file {file}: unknown key 'max_step'. Did you mean 'max_steps'?"),
+    ("1: x\nepsilonn: 2", "config file {file}: unknown key '1'. Valid top-level keys: "),  # YAML reads 1 as a number
     ("privacy: dp-sgd", "config file {file}: 'privacy' must be a section of keys (e.g. privacy: {{name: dp-sgd}}), "
                         "got 'dp-sgd'"),
 ])
