@@ -103,5 +103,13 @@ def describe(hint: Any) -> str:
 def mismatches(section: str, args: dict[str, Any], cls: type) -> list[str]:
     """One message per value of ``args`` that does not match its parameter's annotation."""
     hints = annotations_of(cls)
-    return [f"{section}.{key} must be {describe(hints[key])}, got {value!r}"
+    return [f"{section}.{key} must be {describe(hints[key])}, got {value!r}{_sexagesimal_note(value, hints[key])}"
             for key, value in args.items() if key in hints and not matches(value, hints[key])]
+
+
+def _sexagesimal_note(value: Any, hint: Any) -> str:
+    """YAML 1.1 reads an unpadded ``1:00:00:00`` as the number 216000 (base 60): where a
+    duration was meant, say how to write it so that it stays text."""
+    if isinstance(value, int) and not isinstance(value, bool) and "a duration" in describe(hint):
+        return " (a duration such as 1:00:00:00 is read as a number: write it zero-padded, 01:00:00:00, or quoted)"
+    return ""

@@ -94,7 +94,7 @@ def _train_parser() -> argparse.ArgumentParser:
     add("--accelerator", choices=("cpu", "gpu", "auto"), help="hardware to train on (default auto)")
     add("--strategy", help="Lightning distributed strategy: ddp trains in several processes with the "
                            "single-process privacy guarantee (not the privacy strategy: see --privacy)")
-    add("--num-nodes", dest="num_nodes", type=int, help="machines of a --strategy ddp run (each runs the command "
+    add("--num-nodes", dest="num_nodes", type=_positive_int, help="machines of a --strategy ddp run (each runs the command "
                                                         "with its NODE_RANK)")
     add("--logger", help="csv (default), tensorboard or wandb")
     add("--wandb-project", dest="wandb_project", help="W&B project (default lightning-dpgan)")
@@ -443,16 +443,17 @@ def usage() -> str:
 
 
 def report_error(error: Exception) -> None:
-    """Print a refusal once for a whole DDP run. Every process of the run parses the same command
-    line, so a refusal drawn from it (a ValueError: a bad option, an incompatible model, a privacy
-    setting DDP cannot honour; Lightning's misconfigurations) is the same on every rank, and rank 0
-    prints it alone. A file error (missing or damaged data, a full disk) may be one machine's own,
-    so the other processes print theirs too, naming themselves."""
-    from lightning_dpgan.distributed import launched_as_follower, launched_process_name
+    """Print a refusal once for each machine of a DDP run. Every process of the run parses the
+    same command line, so a refusal drawn from it (a ValueError: a bad option, an incompatible
+    model, a privacy setting DDP cannot honour; Lightning's misconfigurations) is the same on every
+    rank: each machine's first process prints it (rank 0 without naming itself), for the terminal
+    that machine was started from. A file error (missing or damaged data, a full disk) may be one
+    process's own, so every other process prints its own too, naming itself."""
+    from lightning_dpgan.distributed import launched_as_follower, launched_as_machine_follower, launched_process_name
 
     if not launched_as_follower():
         print(f"error: {error}", file=sys.stderr)
-    elif not isinstance(error, (ValueError, MisconfigurationException)):
+    elif not launched_as_machine_follower() or not isinstance(error, (ValueError, MisconfigurationException)):
         print(f"error ({launched_process_name()}): {error}", file=sys.stderr)
 
 

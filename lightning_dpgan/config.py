@@ -296,7 +296,9 @@ def check_config_file(user: dict[str, Any], path: str | Path) -> None:
         raise ConfigError(f"config file {path}: unknown key '{key}'.{_how_to_write(str(key), user[key], known)}")
     for section in (*SECTIONS, QUAIL):
         if section in user and not isinstance(user[section], dict):
-            example = f" (e.g. {section}: {{name: {user[section]}}})" if isinstance(user[section], str) else ""
+            named_by = {QUAIL: "synthesizer", "trainer": None}.get(section, "name")  # what a bare value names
+            example = (f" (e.g. {section}: {{{named_by}: {_as_yaml(user[section])}}})"
+                       if named_by and isinstance(user[section], str) else "")
             raise ConfigError(f"config file {path}: '{section}' must be a section of keys{example}, "
                               f"got {user[section]!r}")
     check_setting_values(user, where=f" in {path}")
@@ -307,12 +309,20 @@ def check_config_file(user: dict[str, Any], path: str | Path) -> None:
 
 
 def _how_to_write(key: str, value: Any, known: set[str]) -> str:
-    """How a config file writes the setting a flag-like ``key`` meant, else the closest key."""
+    """How a config file writes the setting a flag-like or dotted ``key`` meant, else the closest key."""
     dotted = FLAG_KEYS.get(key.replace("-", "_"), "")
     if "." in dotted:  # --dataset is data.name, --devices is trainer.devices
         section, name = dotted.split(".", 1)
-        return f" The --{key.replace('_', '-')} flag's setting is written {section}: {{{name}: {value}}}."
+        return f" The --{key.replace('_', '-')} flag's setting is written {section}: {{{name}: {_as_yaml(value)}}}."
+    section, _, name = key.partition(".")
+    if name and section in (*SECTIONS, QUAIL):  # a dotted override's key, as a flag writes it
+        return f" In a config file, {key} is written {section}: {{{name}: {_as_yaml(value)}}}."
     return registry.did_you_mean(key, sorted(known)) or f" Valid top-level keys: {', '.join(sorted(known))}."
+
+
+def _as_yaml(value: Any) -> str:
+    """``value`` as YAML writes it inline (null, not Python's None)."""
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
 def check_setting_values(config: dict[str, Any], where: str = "") -> None:

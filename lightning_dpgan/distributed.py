@@ -42,6 +42,12 @@ def launched_as_follower() -> bool:
     return any(int(os.environ.get(name, "0") or 0) > 0 for name in ("LOCAL_RANK", "NODE_RANK", "RANK"))
 
 
+def launched_as_machine_follower() -> bool:
+    """True in a DDP process other than its machine's first (``LOCAL_RANK`` above 0): the
+    processes of one machine share its terminal, those of another machine do not."""
+    return int(os.environ.get("LOCAL_RANK", "0") or 0) > 0
+
+
 def launched_process_name() -> str:
     """This DDP process as its launcher numbered it (``rank 3`` under torchrun, else ``node 1,
     local rank 2``), for messages that only some processes may print."""

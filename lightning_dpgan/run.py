@@ -303,11 +303,12 @@ RUN_OWNED_TRAINER_OPTIONS = {
 }
 
 
-#: The least value of a numeric Trainer argument, where it is not 0: a device count starts at 1
-#: (as --devices; Lightning's "-1, every device" fails on a CPU with a TypeError), and -1 sanity
-#: validation steps means all of them. Lightning takes log_every_n_steps -5 or gradient_clip_val -1
-#: in silence.
-TRAINER_OPTION_FLOORS = {"devices": 1, "num_sanity_val_steps": -1}
+#: The least value of a numeric Trainer argument, where it is not 0: counts of devices, machines
+#: and accumulated batches start at 1 (as --devices; Lightning's "-1, every device" fails on a CPU
+#: with a TypeError, and num_nodes 0 only once the trainer is built, after the data was read), and
+#: -1 sanity validation steps means all of them. Lightning takes log_every_n_steps -5 or
+#: gradient_clip_val -1 in silence. Run-owned arguments (max_steps -1) are refused before this.
+TRAINER_OPTION_FLOORS = {"devices": 1, "num_nodes": 1, "accumulate_grad_batches": 1, "num_sanity_val_steps": -1}
 
 
 def trainer_options_below_their_floor(options: dict[str, Any]) -> list[str]:
@@ -326,6 +327,8 @@ class Run:
     def __init__(self, config: dict[str, Any], output_dir: Path) -> None:
         self.config = config
         self.output_dir = output_dir
+        # first: on machines other than 0 the next lines wait for machine 0's release
+        check_machines_can_meet(config["trainer"].get("num_nodes"))
         L.seed_everything(config["seed"], workers=True, verbose=False)
         #: the resume checkpoint's run information and the steps it holds (0 for a new run), read
         #: once; a damaged or foreign checkpoint is refused before anything is built
@@ -644,8 +647,7 @@ class Run:
         unknown = sorted(set(options) - set(init_arguments(L.Trainer)))
         if unknown:
             raise ConfigError(f"unknown Lightning Trainer argument(s): {', '.join('trainer.' + k for k in unknown)}")
-        # Lightning compares "abc" with 0 deep inside, keeps "maybe", or takes -5 steps between logs
-        wrong = mismatches("trainer", options, L.Trainer) + trainer_options_below_their_floor(options)
+        wrong = mismatches("trainer", options, L.Trainer)  # Lightning compares "abc" with 0 deep inside, or keeps "maybe"
         if wrong:
             raise ConfigError("; ".join(wrong))
         for reserved, own in RUN_OWNED_TRAINER_OPTIONS.items():
@@ -657,6 +659,9 @@ class Run:
                 # budget's stop, or after a refused batch of answers
                 raise ConfigError(f"trainer.{floor} would make training go on after the privacy budget stops it: "
                                   "set the run's length with --max-steps or --max-epochs instead")
+        below = trainer_options_below_their_floor(options)  # Lightning takes -5 steps between logs in silence
+        if below:
+            raise ConfigError("; ".join(below))
         if self.strategy is not None and str(options.get("precision")) in LOSS_SCALED_PRECISIONS:
             raise ConfigError(
                 f"trainer.precision {options['precision']} cannot train a private model: its loss scaler skips the "
@@ -664,7 +669,6 @@ class Run:
                 "happens (and, for teachers, change the others' training), which no accountant counts. "
                 "Use --trainer.precision bf16-mixed (no loss scaler) or leave it out")
         check_accelerator(options.get("accelerator"), options.get("devices"))
-        check_machines_can_meet(options.get("num_nodes"))
         chosen = options.get("strategy", "auto")
         if isinstance(chosen, str) and chosen not in PRIVATE_TRAINER_STRATEGIES and chosen not in StrategyRegistry:
             hint = registry.did_you_mean(chosen, PRIVATE_TRAINER_STRATEGIES)

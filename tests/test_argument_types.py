@@ -62,6 +62,11 @@ def test_annotations_follow_kwargs_up_the_base_classes():
     (["--trainer.log_every_n_steps", "abc"], "trainer.log_every_n_steps must be a whole number or null, got 'abc'"),
     (["--trainer.enable_model_summary", "maybe"], "trainer.enable_model_summary must be true or false or null, got 'maybe'"),
     (["--trainer.max_time", "5"], "trainer.max_time must be text or a duration or a mapping or null, got 5"),
+    # YAML 1.1 reads an unpadded duration in base 60: the number is explained, and how to write it
+    (["--trainer.max_time", "1:00:00:00"], "got 216000 (a duration such as 1:00:00:00 is read as a number: write it "
+                                          "zero-padded, 01:00:00:00, or quoted)"),
+    (["--trainer.max_steps", "-1"], "set trainer.max_steps through the run's own settings (--max-steps)"),  # not "at least 0"
+    (["--trainer.num_nodes", "0"], "trainer.num_nodes must be at least 1, got 0"),
     # below what it means something at: Lightning took these in silence (or failed with a TypeError)
     (["--trainer.log_every_n_steps", "-5"], "trainer.log_every_n_steps must be at least 0, got -5"),
     (["--trainer.gradient_clip_val", "-1.0"], "trainer.gradient_clip_val must be at least 0, got -1.0"),
@@ -84,7 +89,10 @@ def test_a_trainer_option_is_refused_only_below_the_least_value_it_means_somethi
                                               "gradient_clip_val": 0.0, "deterministic": True,
                                               "precision": "bf16-mixed"}) == []
     assert trainer_options_below_their_floor({"num_sanity_val_steps": -2, "devices": 0, "max_time": "00:01:00:00",
-                                              "limit_train_batches": -0.5}) == [
+                                              "limit_train_batches": -0.5, "num_nodes": 0,
+                                              "accumulate_grad_batches": 0}) == [
         "trainer.num_sanity_val_steps must be at least -1 (-1: all), got -2",
         "trainer.devices must be at least 1, got 0",
-        "trainer.limit_train_batches must be at least 0, got -0.5"]
+        "trainer.limit_train_batches must be at least 0, got -0.5",
+        "trainer.num_nodes must be at least 1, got 0",
+        "trainer.accumulate_grad_batches must be at least 1, got 0"]

@@ -291,6 +291,11 @@ def test_train_refuses_bad_settings_before_training(tiny_image_data_dir, tmp_pat
     ("devices: 2", "unknown key 'devices'. The --devices flag's setting is written trainer: {{devices: 2}}."),
     ("max_step: 5", "config file {file}: unknown key 'max_step'. Did you mean 'max_steps'?"),
     ("1: x\nepsilonn: 2", "config file {file}: unknown key '1'. Valid top-level keys: "),  # YAML reads 1 as a number
+    ("dataset:", "The --dataset flag's setting is written data: {{name: null}}."),  # YAML's null, not Python's None
+    ("trainer.devices: 2", "unknown key 'trainer.devices'. In a config file, trainer.devices is written "
+                           "trainer: {{devices: 2}}."),
+    ("trainer: gpu", "config file {file}: 'trainer' must be a section of keys, got 'gpu'"),  # it has no name
+    ("quail: mst", "'quail' must be a section of keys (e.g. quail: {{synthesizer: mst}}), got 'mst'"),
     ("privacy: dp-sgd", "config file {file}: 'privacy' must be a section of keys (e.g. privacy: {{name: dp-sgd}}), "
                         "got 'dp-sgd'"),
 ])
@@ -755,13 +760,17 @@ def test_sample_decodes_with_the_released_schema_verbatim():
     assert quail.to_dict() == TableSchema.from_dict(released).without_label().to_dict()
 
 
-@pytest.mark.parametrize("launcher_env,name", [({"LOCAL_RANK": "1"}, "node 0, local rank 1"),
-                                               ({"NODE_RANK": "2", "LOCAL_RANK": "0"}, "node 2, local rank 0"),
-                                               ({"RANK": "5", "LOCAL_RANK": "1"}, "rank 5")])
-def test_a_ddp_follower_prints_only_the_errors_that_may_be_its_own(monkeypatch, capsys, launcher_env, name):
-    """Rank 0 prints every refusal. Another process of the run keeps quiet about a refusal drawn
-    from the command line (rank 0 printed the same one), and names itself on a file error, which
-    may be its machine's alone."""
+@pytest.mark.parametrize("launcher_env,name,machine_first", [
+    ({"LOCAL_RANK": "1"}, "node 0, local rank 1", False),
+    ({"NODE_RANK": "2", "LOCAL_RANK": "0"}, "node 2, local rank 0", True),
+    ({"RANK": "5", "LOCAL_RANK": "1"}, "rank 5", False),
+])
+def test_a_ddp_follower_prints_only_the_errors_that_may_be_its_own(monkeypatch, capsys, launcher_env, name,
+                                                                   machine_first):
+    """Rank 0 prints every refusal. Another process of its machine keeps quiet about a refusal
+    drawn from the command line (rank 0 printed the same one to their terminal), and names itself
+    on a file error, which may be its own alone. Another machine's first process prints every
+    refusal, naming itself: nothing else reaches the terminal that machine was started from."""
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     from lightning_dpgan import cli
@@ -785,8 +794,9 @@ def test_a_ddp_follower_prints_only_the_errors_that_may_be_its_own(monkeypatch, 
     assert [printed(error) for error in errors] == [f"error: {error}\n" for error in errors]  # rank 0
     for variable, value in launcher_env.items():
         monkeypatch.setenv(variable, value)
-    assert [printed(error) for error in errors] == ["", "", "", f"error ({name}): adult.data is missing\n",
-                                                    f"error ({name}): checksum mismatch\n"]
+    own = [f"error ({name}): adult.data is missing\n", f"error ({name}): checksum mismatch\n"]
+    refusals = [f"error ({name}): {error}\n" for error in errors[:3]] if machine_first else ["", "", ""]
+    assert [printed(error) for error in errors] == refusals + own
 
 
 def test_a_resume_given_alone_and_a_held_folder_name_the_command_that_continues_the_run(tmp_path, capsys, monkeypatch):

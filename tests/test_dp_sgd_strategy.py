@@ -9,6 +9,7 @@ from lightning_dpgan.callbacks.dp_sgd import DPSGD
 from lightning_dpgan.callbacks.strategy import IncompatibleModelError
 from lightning_dpgan.cli import main
 from lightning_dpgan.modules import GAN
+from lightning_dpgan.privacy.accountants import calibrate_noise_multiplier
 from lightning_dpgan.privacy.slots import LabelAggregator
 from run_helpers import opacus_epsilon, read_json, tiny_run_args
 
@@ -59,6 +60,8 @@ def test_calibrated_noise_spends_at_most_the_target_over_the_planned_steps(tiny_
     assert report["epsilon"] <= 4 and report["epsilon"] > 3.9  # calibrated, not merely safe
     assert opacus_epsilon(report["noise_multiplier"], RATE, 6, 1e-4, accountant) == pytest.approx(report["epsilon"],
                                                                                                    rel=1e-9)
+    if accountant == "prv":
+        assert report["noise_multiplier"] < calibrate_noise_multiplier(4.0, 1e-4, RATE, 6, kind="rdp")
 
 
 def test_budget_stops_before_the_step_that_would_exceed_it(tiny_image_data_dir, tmp_path, capsys):

@@ -371,7 +371,7 @@ def test_teachers_learn_at_their_own_rate_and_nothing_else_does():
     assert generator_opt.param_groups[0]["lr"] == student_opt.param_groups[0]["lr"] == module.hparams.lr != 0.05
     with pytest.raises(ValueError, match="teacher_lr"):
         PATEGAN((10,), teacher_lr=0.0)
-    # each optimizer stepped its own network once a training step: the generator's too
+    # each optimizer stepped its own network: the generator's once a training step, the student's student_steps times
     for optimizer, network in ((generator_opt, module.generator), (student_opt, module.student)):
         steps = {int(optimizer.state[parameter]["step"]) for parameter in network.parameters()}
         assert steps == {2 * (module.hparams.student_steps if network is module.student else 1)}
