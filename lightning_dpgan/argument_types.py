@@ -110,6 +110,7 @@ def mismatches(section: str, args: dict[str, Any], cls: type) -> list[str]:
 def _sexagesimal_note(value: Any, hint: Any) -> str:
     """YAML 1.1 reads an unpadded ``1:00:00:00`` as the number 216000 (base 60): where a
     duration was meant, say how to write it so that it stays text."""
-    if isinstance(value, int) and not isinstance(value, bool) and "a duration" in describe(hint):
+    takes_duration = hint is datetime.timedelta or datetime.timedelta in typing.get_args(hint)
+    if isinstance(value, int) and not isinstance(value, bool) and takes_duration:
         return " (a duration such as 1:00:00:00 is read as a number: write it zero-padded, 01:00:00:00, or quoted)"
     return ""

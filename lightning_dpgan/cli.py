@@ -94,8 +94,8 @@ def _train_parser() -> argparse.ArgumentParser:
     add("--accelerator", choices=("cpu", "gpu", "auto"), help="hardware to train on (default auto)")
     add("--strategy", help="Lightning distributed strategy: ddp trains in several processes with the "
                            "single-process privacy guarantee (not the privacy strategy: see --privacy)")
-    add("--num-nodes", dest="num_nodes", type=_positive_int, help="machines of a --strategy ddp run (each runs the command "
-                                                        "with its NODE_RANK)")
+    add("--num-nodes", dest="num_nodes", type=_positive_int,
+        help="machines of a --strategy ddp run (each runs the command with its NODE_RANK)")
     add("--logger", help="csv (default), tensorboard or wandb")
     add("--wandb-project", dest="wandb_project", help="W&B project (default lightning-dpgan)")
     add("--wandb-entity", dest="wandb_entity", help="W&B entity (user or team)")
