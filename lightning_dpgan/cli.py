@@ -36,7 +36,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightning_dpgan import registry
-from lightning_dpgan.config import CODE_DEFAULTS, PRIVACY_PROVIDED, ConfigError, parse_value, resolve
+from lightning_dpgan.config import BOOLEAN_SETTINGS, CODE_DEFAULTS, FLAG_KEYS, PRIVACY_PROVIDED, ConfigError, parse_value, resolve
 from lightning_dpgan.data.download import DataIntegrityError
 from lightning_dpgan.host_memory import reuse_freed_memory
 
@@ -191,8 +191,49 @@ def attach_negative_values(argv: list[str]) -> list[str]:
     return joined
 
 
+def _setting_of(word: str) -> str | None:
+    """The configuration key a command-line word sets (``--batch-size`` and ``--data.batch_size``
+    both set ``data.batch_size``), or None for a value or a word train does not read."""
+    name = word[2:].split("=", 1)[0] if word.startswith("--") else ""
+    if name == "config":
+        return name
+    dest = name.replace("-", "_")
+    if dest in FLAG_KEYS and name == dest.replace("_", "-"):  # a flag, as its option is spelled
+        return FLAG_KEYS[dest]
+    return name if "." in name or name in CODE_DEFAULTS else None
+
+
+def refuse_settings_given_twice(argv: list[str]) -> None:
+    """Refuse a setting given twice with different values (``--epsilon 1 ... --epsilon 8``,
+    ``--batch-size 64 ... --data.batch_size 32``). argparse would keep the last one in silence, and
+    a budget or a model chosen by where a word stands in a long command is a budget nobody chose.
+    Read after :func:`attach_negative_values`; words train does not read are left to its parsers."""
+    given: dict[str, tuple[str, str]] = {}  # setting -> (its words, its value's text), as first given
+    index = 0
+    while index < len(argv):
+        word, key = argv[index], _setting_of(argv[index])
+        index += 1
+        if key is None:
+            continue
+        if "=" in word:
+            text = word.split("=", 1)[1]
+        elif key in BOOLEAN_SETTINGS:  # --overwrite, --evaluate: no value follows
+            text = "true"
+        elif index < len(argv):
+            text, index = argv[index], index + 1
+        else:
+            continue  # a flag without its value: the parsers say so
+        typed = f"{word.split('=', 1)[0]} {text}"
+        if key in given and parse_value(given[key][1]) != parse_value(text):
+            raise ConfigError(f"{given[key][0]} and {typed} set the same setting ({key}): give it once "
+                              "(the command line would otherwise keep whichever comes last)")
+        given.setdefault(key, (typed, text))
+
+
 def build_config(argv: list[str]) -> dict[str, Any]:
-    args, extra = _train_parser().parse_known_args(attach_negative_values(argv))
+    argv = attach_negative_values(argv)
+    refuse_settings_given_twice(argv)
+    args, extra = _train_parser().parse_known_args(argv)
     flags = {key: value for key, value in vars(args).items() if key != "config"}
     config = resolve(flags, parse_overrides(extra), config_file=args.config)
     for kind, section in (("model", "model"), ("dataset", "data")):

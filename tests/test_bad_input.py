@@ -679,6 +679,40 @@ def test_a_meaningless_privacy_budget_is_refused_before_training(tiny_image_data
     assert [p.name for p in (out / "checkpoints").iterdir()] == ["last.ckpt"]  # no new one
 
 
+@pytest.mark.parametrize(
+    "extra,said",
+    [
+        (["--epsilon", "1", "--epsilon", "8"], "--epsilon 1 and --epsilon 8 set the same setting (epsilon)"),
+        (["--epsilon=1", "--epsilon", "8"], "--epsilon 1 and --epsilon 8"),
+        (["--delta", "-1e-5", "--delta", "1e-5"], "--delta -1e-5 and --delta 1e-5"),
+        (["--model", "gan"], "--model dpgan and --model gan set the same setting (model.name)"),
+        (["--model.name", "gan"], "--model dpgan and --model.name gan"),
+        (["--data.batch_size", "8"], "--batch-size 16 and --data.batch_size 8 set the same setting (data.batch_size)"),
+        (["--max_steps", "9"], "--max-steps 2 and --max_steps 9"),
+        (["--model.latent_dim", "16"], "--model.latent_dim 8 and --model.latent_dim 16"),
+    ],
+    ids=["flag", "flag-with-equals", "negative", "model", "model-dotted", "flag-and-dotted", "underscore-spelling",
+         "dotted"],
+)
+def test_a_setting_given_twice_with_different_values_is_refused(tiny_image_data_dir, tmp_path, capsys, extra, said):
+    """argparse keeps the last of two values in silence: a run at ε = 8, or a non-private model,
+    because of where a word stood in a long command."""
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    line = assert_refused(image_args(tiny_image_data_dir, out, *extra, model="dpgan"), capsys, said, "give it once")
+    assert "Traceback" not in line
+    assert_nothing_lost(out)
+
+
+def test_a_setting_given_twice_with_one_value_is_taken(tiny_image_data_dir, tmp_path):
+    from lightning_dpgan.cli import build_config
+
+    args = image_args(tiny_image_data_dir, tmp_path / "out", "--epsilon", "2", "--epsilon=2.0", "--batch-size", "16",
+                      "--overwrite", model="dpgan")
+    config = build_config(args[1:])
+    assert (config["epsilon"], config["data"]["batch_size"], config["overwrite"]) == (2.0, 16, True)
+
+
 @pytest.mark.parametrize("privacy,compatible", [("pate", "pategan"), ("gpate", "gpate"), ("sanitizer", "gswgan")])
 def test_a_model_without_the_strategys_slot_is_refused(tiny_image_data_dir, tmp_path, capsys, privacy, compatible):
     out = tmp_path / "out"

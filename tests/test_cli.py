@@ -418,7 +418,8 @@ def test_resume_from_a_run_folder_says_which_file_to_pass(gan_run, tiny_image_da
 
 def test_resuming_with_settings_that_reshape_the_networks_is_a_clear_error(gan_run, tiny_image_data_dir, tmp_path, capsys):
     args = tiny_run_args(tiny_image_data_dir, tmp_path / "run", steps=9) + ["--resume", str(gan_run / "checkpoints/last.ckpt")]
-    assert main([*args, "--model.latent_dim", "12"]) == 2
+    args[args.index("--model.latent_dim") + 1] = "12"
+    assert main(args) == 2
     error = capsys.readouterr().err
     # the checkpoint's saved settings name the difference before Lightning would fail on the shapes
     assert "the checkpoint's model was built with other settings: latent_dim 8 (this run: 12)" in error
