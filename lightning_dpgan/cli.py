@@ -67,7 +67,9 @@ def _train_parser() -> argparse.ArgumentParser:
             "--trainer.log_every_n_steps 10, and so can top-level settings: --sample_every_n_steps 500,\n"
             "--checkpoint_every_n_steps 1000, --sample_columns 10, --num_synthetic 5000 (rows of a table run's\n"
             "synthetic.csv; default as many as training records). Precedence: configs/<model>.yaml < configs/<model>_<dataset>.yaml\n"
-            "< configs/<model>_<dataset>_eps<E>.yaml (when --epsilon is E) < --config FILE < flags < dotted overrides.",
+            "< configs/<model>_<dataset>_eps<E>.yaml (when --epsilon is E) < --config FILE < flags < dotted overrides.\n"
+            "A setting given twice with two values takes the last, with a note; --epsilon, --delta and --privacy\n"
+            "given two values, or one setting under two names (--batch-size, --data.batch_size), are refused.",
         ]
     )
     parser = argparse.ArgumentParser(
@@ -203,12 +205,21 @@ def _setting_of(word: str) -> str | None:
     return name if "." in name or name in CODE_DEFAULTS else None
 
 
-def refuse_settings_given_twice(argv: list[str]) -> None:
-    """Refuse a setting given twice with different values (``--epsilon 1 ... --epsilon 8``,
-    ``--batch-size 64 ... --data.batch_size 32``). argparse would keep the last one in silence, and
-    a budget or a model chosen by where a word stands in a long command is a budget nobody chose.
+#: Settings refused when given twice with different values: the budget a run is held to and the
+#: mechanism that spends it. Any other setting repeated under one name takes its last value.
+BUDGET_SETTINGS = ("epsilon", "delta", "privacy.name")
+
+
+def settings_given_twice(argv: list[str]) -> list[str]:
+    """A note for each setting given twice under one name with different values: the last is used,
+    as argparse does (a script may add ``--max-steps 10`` to a longer command), and the note says so.
+
+    Refused instead, naming both: the privacy budget or strategy given twice (a run held to
+    whichever ε came last is held to one nobody chose), and a setting under two names
+    (``--batch-size 64 ... --data.batch_size 32``: the dotted one would win wherever it stood).
     Read after :func:`attach_negative_values`; words train does not read are left to its parsers."""
-    given: dict[str, tuple[str, str]] = {}  # setting -> (its words, its value's text), as first given
+    given: dict[str, tuple[str, str]] = {}  # setting -> (its option as typed, its value's text), the last given
+    notes = []
     index = 0
     while index < len(argv):
         word, key = argv[index], _setting_of(argv[index])
@@ -223,16 +234,24 @@ def refuse_settings_given_twice(argv: list[str]) -> None:
             text, index = argv[index], index + 1
         else:
             continue  # a flag without its value: the parsers say so
-        typed = f"{word.split('=', 1)[0]} {text}"
+        option = word.split("=", 1)[0]
         if key in given and parse_value(given[key][1]) != parse_value(text):
-            raise ConfigError(f"{given[key][0]} and {typed} set the same setting ({key}): give it once "
-                              "(the command line would otherwise keep whichever comes last)")
-        given.setdefault(key, (typed, text))
+            earlier, earlier_text = given[key]
+            if option != earlier or key in BUDGET_SETTINGS:
+                why = "under one name" if option != earlier else "(a privacy budget or strategy is never the last of two)"
+                raise ConfigError(f"{earlier} {earlier_text} and {option} {text} both set {key}: give it once {why}")
+            notes.append(f"{option} given twice ({earlier_text}, then {text}): the last, {text}, is used")
+        given[key] = (option, text)
+    return notes
 
 
 def build_config(argv: list[str]) -> dict[str, Any]:
+    from lightning_dpgan.distributed import launched_as_follower
+
     argv = attach_negative_values(argv)
-    refuse_settings_given_twice(argv)
+    for note in settings_given_twice(argv):
+        if not launched_as_follower():  # each process of a DDP run reads the command line
+            print(f"train: note: {note}", file=sys.stderr)
     args, extra = _train_parser().parse_known_args(argv)
     flags = {key: value for key, value in vars(args).items() if key != "config"}
     config = resolve(flags, parse_overrides(extra), config_file=args.config)

@@ -1076,7 +1076,8 @@ def test_a_grid_with_repeats_or_unknown_models_is_refused_before_any_cell(tmp_pa
     ("tables", ["--data.data_dir", "elsewhere", "--max_steps", "3"], r"data.data_dir .*; max_steps \(set by --max-steps\)"),
     ("tables", ["--max-stepz", "3"], "train options after --: unrecognized argument '--max-stepz'"),  # every cell failing
     ("tables", ["--batch-size", "many"], "train options after --: argument --batch-size: invalid int value"),
-    ("tables", ["--batch-size", "32", "--data.batch_size", "64"], "--batch-size 32 and --data.batch_size 64 set the same"),
+    ("tables", ["--batch-size", "32", "--data.batch_size", "64"], "--batch-size 32 and --data.batch_size 64 both set"),
+    ("tables", ["--privacy", "dp-sgd", "--privacy", "none"], "--privacy dp-sgd and --privacy none both set privacy.name"),
     ("peers", ["--privacy.noise_multiplier", "2"], "the peers suite runs smartnoise-synth, not train"),
 ])
 def test_train_options_after_the_double_dash_that_the_grid_sets_or_train_does_not_read_are_refused(
