@@ -114,3 +114,25 @@ def _sexagesimal_note(value: Any, hint: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and takes_duration:
         return " (a duration such as 1:00:00:00 is read as a number: write it zero-padded, 01:00:00:00, or quoted)"
     return ""
+
+
+def network_settings(setting: str, cls: type, kwargs: dict[str, Any] | None,
+                     provided: tuple[str, ...] = ("num_classes",)) -> dict[str, Any]:
+    """``kwargs`` for building the network ``cls``, once each key is one of its arguments and each
+    value of the kind it annotates. ``setting`` is where they come from (``model.generator_kwargs``);
+    ``provided``: the optional arguments the builder sets itself, left out of the ones named.
+
+    A nested override reaches no section check (``--model.generator_kwargs.hidden abc``), and torch
+    would answer "empty(): argument 'size' must be tuple of ints" without naming the setting. The
+    ``TypeError`` raised here is what the module builder reports as a refused setting."""
+    kwargs = dict(kwargs or {})
+    parameters = [p for init in constructor_chain(cls) for p in inspect.signature(init).parameters.values()]
+    unknown = sorted(set(kwargs) - {p.name for p in parameters}, key=str)
+    if unknown:
+        settable = sorted({p.name for p in parameters if p.default is not p.empty} - set(provided))
+        raise TypeError(f"{', '.join(f'{setting}.{key}' for key in unknown)}: not an argument of {cls.__name__} "
+                        f"(it takes {', '.join(settable)})")
+    problems = mismatches(setting, kwargs, cls)
+    if problems:
+        raise TypeError("; ".join(problems))
+    return kwargs

@@ -55,7 +55,13 @@ def test_annotations_follow_kwargs_up_the_base_classes():
     (["--model.latent_dim", "abc"], "model.latent_dim must be a whole number, got 'abc'"),
     (["--model.lr", "abc"], "model.lr must be a number, got 'abc'"),
     (["--privacy.num_teachers", "abc"], "privacy.num_teachers must be a whole number or null, got 'abc'"),
-    (["--model.generator_kwargs.foo", "1"], "model 'pategan' refused its settings"),
+    # a network's own arguments, a level down: torch answered "empty(): argument 'size' must be tuple of ints"
+    (["--model.generator_kwargs.foo", "1"], "model 'pategan' refused its settings: model.generator_kwargs.foo: not an "
+                                            "argument of MLPGenerator (it takes hidden, norm, output_activation)"),
+    (["--model.generator_kwargs.hidden", "abc"], "model.generator_kwargs.hidden must be a list (each a whole number), "
+                                                 "got 'abc'"),
+    (["--model.discriminator_kwargs.hidden", "[16, abc]"], "model.discriminator_kwargs.hidden must be a list (each a "
+                                                          "whole number), got [16, 'abc']"),
     # a width of 0: torch built the layer and failed at the first batch, an IndexError from BatchNorm
     (["--model.generator_kwargs.hidden", "[0]"], "model 'pategan' refused its settings: its layers generator.body.0"),
     # Lightning's own arguments: "abc" failed deep inside it (a TypeError), "maybe" was taken and recorded
@@ -77,6 +83,29 @@ def test_a_wrongly_typed_override_is_refused_before_anything_runs(extra, message
     data_dir = Path(__file__).parent / "fixtures" / "adult_tiny"
     args = ["train", "--model", "pategan", "--dataset", "adult", "--data-dir", str(data_dir),
             "--output-dir", str(tmp_path / "run"), "--max-steps", "1", *extra]
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("model,dataset,extra,message", [
+    ("gan", "mnist", ["--model.generator_kwargs.base_channels", "four"],
+     "model.generator_kwargs.base_channels must be a whole number, got 'four'"),  # DCGAN
+    ("gan", "mnist", ["--model.discriminator_kwargs.width", "4"],
+     "model.discriminator_kwargs.width: not an argument of DCGANDiscriminator (it takes base_channels)"),
+    ("gpate", "mnist", ["--model.generator_kwargs.channels", "[4]"],
+     "model.generator_kwargs.channels must be a whole number, got [4]"),
+    ("dpsactgan", "adult", ["--model.generator_kwargs.heads", "two"],
+     "model.generator_kwargs.heads must be a whole number, got 'two'"),
+    ("dpsactgan", "adult", ["--model.discriminator_kwargs.tau", "0.2"],
+     "model.discriminator_kwargs.tau: not an argument of SACTGANDiscriminator"),
+])
+def test_each_networks_own_settings_are_checked_by_name(model, dataset, extra, message, tiny_image_data_dir, tmp_path,
+                                                        capsys):
+    data_dir = tiny_image_data_dir if dataset == "mnist" else Path(__file__).parent / "fixtures" / "adult_tiny"
+    checksums = ["--data.verify_checksums", "false"] if dataset == "mnist" else []  # the fixture's files
+    args = ["train", "--model", model, "--dataset", dataset, "--data-dir", str(data_dir), "--output-dir",
+            str(tmp_path / "run"), "--max-steps", "1", *checksums, *extra]
     assert main(args) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "run" / "checkpoints").exists()

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lightning_dpgan.argument_types import network_settings
 from lightning_dpgan.modules.ctgan import CTGAN
 from lightning_dpgan.nets.sactgan import AuxiliaryMLP, SACTGANDiscriminator, SACTGANGenerator
 from lightning_dpgan.privacy.slots import GradientSanitizer
@@ -77,8 +78,9 @@ class DPSACTGAN(CTGAN):
         if h.pac != 1:
             raise ValueError("dpsactgan's discriminator scores single records: pac must be 1")
         generator = SACTGANGenerator(h.latent_dim, self.cond_dim, self.spans, tau=h.gumbel_tau,
-                                     **(h.generator_kwargs or {}))
-        discriminator = SACTGANDiscriminator(self.data_shape[0], self.cond_dim, **(h.discriminator_kwargs or {}))
+                                     **network_settings("model.generator_kwargs", SACTGANGenerator, h.generator_kwargs, ("tau",)))
+        discriminator = SACTGANDiscriminator(self.data_shape[0], self.cond_dim, **network_settings(
+            "model.discriminator_kwargs", SACTGANDiscriminator, h.discriminator_kwargs))
         return generator, discriminator
 
     def private_networks(self) -> dict[str, nn.Module]:

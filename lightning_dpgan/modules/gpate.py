@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lightning_dpgan.argument_types import network_settings
 from lightning_dpgan.modules.teachers import TeacherModel
 from lightning_dpgan.nets import build_networks
 from lightning_dpgan.nets.gpate import GPATEGenerator
@@ -93,7 +94,8 @@ class GPATE(TeacherModel):
         """The student generator, and no discriminator: the K teachers take that role."""
         h = self.hparams
         if len(self.data_shape) == 3:
-            return GPATEGenerator(h.latent_dim, self.data_shape, self.num_classes, **(h.generator_kwargs or {})), None
+            kwargs = network_settings("model.generator_kwargs", GPATEGenerator, h.generator_kwargs)
+            return GPATEGenerator(h.latent_dim, self.data_shape, self.num_classes, **kwargs), None
         return build_networks("mlp", self.data_shape, h.latent_dim, self.num_classes, h.generator_kwargs)[0], None
 
     def teacher_ensemble_kwargs(self) -> dict[str, Any]:

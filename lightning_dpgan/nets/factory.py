@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import nn
 
+from lightning_dpgan.argument_types import network_settings
 from lightning_dpgan.nets.dcgan import DCGANDiscriminator, DCGANGenerator
 from lightning_dpgan.nets.mlp import MLPDiscriminator, MLPGenerator
 
@@ -35,16 +36,11 @@ def build_networks(
     Data conventions: images are scaled to [-1, 1] (tanh output), table records to [0, 1]
     (sigmoid output, unless ``generator_kwargs`` says otherwise).
     """
-    generator_kwargs = dict(generator_kwargs or {})
+    generator, discriminator = (DCGANGenerator, DCGANDiscriminator) if resolve_architecture(arch, data_shape) == "dcgan" \
+        else (MLPGenerator, MLPDiscriminator)
+    generator_kwargs = network_settings("model.generator_kwargs", generator, generator_kwargs)
     if len(data_shape) == 1:
         generator_kwargs.setdefault("output_activation", "sigmoid")
-    discriminator_kwargs = dict(discriminator_kwargs or {})
-    if resolve_architecture(arch, data_shape) == "dcgan":
-        return (
-            DCGANGenerator(latent_dim, data_shape, num_classes, **generator_kwargs),
-            DCGANDiscriminator(data_shape, num_classes, **discriminator_kwargs),
-        )
-    return (
-        MLPGenerator(latent_dim, data_shape, num_classes=num_classes, **generator_kwargs),
-        MLPDiscriminator(data_shape, num_classes=num_classes, **discriminator_kwargs),
-    )
+    discriminator_kwargs = network_settings("model.discriminator_kwargs", discriminator, discriminator_kwargs)
+    return (generator(latent_dim, data_shape, num_classes=num_classes, **generator_kwargs),
+            discriminator(data_shape, num_classes=num_classes, **discriminator_kwargs))
