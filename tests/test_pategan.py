@@ -305,13 +305,16 @@ class TeacherSpy(L.Callback):
         module.teacher_step = spy
 
 
-def fit_directly(steps=2, batches=None, **module_kwargs):
+def fit_directly(steps=2, batches=None, strategy_kwargs=(), max_epochs=-1, **module_kwargs):
     """Fit a PATE-GAN module on tiny Adult with a spy on its teacher updates; ``batches``, a
-    list, gets each training step's teachers' minibatches."""
+    list, gets each training step's teachers' minibatches; ``strategy_kwargs`` replace the
+    strategy's test settings; ``steps=None`` with ``max_epochs``: the epochs end training."""
     torch.manual_seed(0)
     datamodule = AdultDataModule(data_dir=ADULT, batch_size=8)
     module = PATEGAN(datamodule.data_shape, **module_kwargs)
-    strategy = PATEAggregation(num_teachers=TEACHERS, lap_inverse_scale=LAMBDA, teacher_batch_size=TEACHER_BATCH, delta=1e-3)
+    settings = {"num_teachers": TEACHERS, "lap_inverse_scale": LAMBDA, "teacher_batch_size": TEACHER_BATCH,
+                "delta": 1e-3, **dict(strategy_kwargs)}
+    strategy = PATEAggregation(**settings)
     spy = TeacherSpy()
     spy.wrap(module)
     if batches is not None:
@@ -322,7 +325,8 @@ def fit_directly(steps=2, batches=None, **module_kwargs):
             return step(batch, batch_idx)
 
         module.training_step = recorded_step
-    trainer = L.Trainer(max_epochs=-1, callbacks=[StepLimit(steps), strategy], logger=False, enable_checkpointing=False,
+    limits = [] if steps is None else [StepLimit(steps)]
+    trainer = L.Trainer(max_epochs=max_epochs, callbacks=[*limits, strategy], logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
     trainer.fit(module, datamodule=datamodule)
     return datamodule, module, strategy, spy
@@ -375,6 +379,89 @@ def test_teachers_learn_at_their_own_rate_and_nothing_else_does():
     for optimizer, network in ((generator_opt, module.generator), (student_opt, module.student)):
         steps = {int(optimizer.state[parameter]["step"]) for parameter in network.parameters()}
         assert steps == {2 * (module.hparams.student_steps if network is module.student else 1)}
+
+
+def test_the_partition_seed_chooses_the_teachers_partitions_and_their_draws():
+    """--privacy.partition_seed was taken and ignored: every run had seed 0's partitions."""
+    datamodule, _, strategy, _ = fit_directly(strategy_kwargs={"partition_seed": 1})
+    seeded = [p.sort().values.tolist() for p in datamodule.partitions(TEACHERS, 1)]
+    assert [p.tolist() for p in strategy.sampler.partitions] == seeded
+    assert seeded != [p.sort().values.tolist() for p in datamodule.partitions(TEACHERS, 0)]
+    assert strategy.sampler.generator.initial_seed() == 1
+
+
+@pytest.mark.parametrize("over", [-1, 0, 1])
+def test_teachers_draw_without_replacement_unless_their_batch_outgrows_a_partition(over, caplog):
+    """A minibatch that repeats records teaches a teacher nothing new: replacement only when the
+    batch is larger than the smallest partition, and a warning then (not at equal sizes)."""
+    datamodule = AdultDataModule(data_dir=ADULT, batch_size=8)
+    datamodule.setup("fit")
+    smallest = min(len(part) for part in datamodule.partitions(TEACHERS, 0))
+    _, _, strategy, spy = fit_directly(strategy_kwargs={"teacher_batch_size": smallest + over})
+    assert strategy.sampler.replacement is (over > 0)
+    assert ("with replacement" in caplog.text) is (over > 0)
+    if over <= 0:
+        for real, _, _ in spy.calls:
+            for minibatch in real:
+                assert len({tuple(row.tolist()) for row in minibatch}) == len(minibatch)
+
+
+def test_the_report_states_the_smallest_and_largest_partition_and_the_default_teacher_count():
+    """Five teachers on the fixture's records: partitions of two sizes, reported as [min, max];
+    without --privacy.num_teachers, K is the records over records_per_teacher."""
+    datamodule, module, strategy, _ = fit_directly(steps=1, strategy_kwargs={"num_teachers": 5})
+    sizes = sorted(len(part) for part in datamodule.partitions(5, 0))
+    assert sizes[0] < sizes[-1] and strategy.partition_report()["partition_sizes"] == [sizes[0], sizes[-1]]
+    default = PATEAggregation(lap_inverse_scale=LAMBDA, teacher_batch_size=4, delta=1e-3)
+    default.records_per_teacher = 7
+    trainer = L.Trainer(max_epochs=-1, callbacks=[StepLimit(1), default], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    fresh = PATEGAN(datamodule.data_shape)
+    trainer.fit(fresh, datamodule=AdultDataModule(data_dir=ADULT, batch_size=8))
+    assert default.num_teachers == fresh.teachers.num_teachers == sum(sizes) // 7 > 1
+
+
+def test_an_epoch_is_the_smallest_partition_once_over_all_of_a_steps_teacher_updates():
+    """With --max-epochs, a step draws teacher_steps minibatches from each partition: an epoch
+    counted in single minibatches ran teacher_steps times as many steps."""
+    datamodule, module, _, spy = fit_directly(steps=None, max_epochs=1, teacher_steps=2,
+                                              strategy_kwargs={"teacher_batch_size": 3})
+    smallest = min(len(part) for part in datamodule.partitions(TEACHERS, 0))
+    assert module.train_steps == math.ceil(smallest / (3 * 2)) and len(spy.calls) == 2 * module.train_steps
+
+
+def test_a_teacher_update_starts_from_zero_gradients_and_returns_the_mean_loss_per_teacher():
+    """Each update's gradient is its own minibatch's, not the sum of every update so far."""
+    torch.manual_seed(0)
+    module = PATEGAN((6,), num_teachers=3)
+    module.manual_backward = lambda loss: loss.backward()
+    optimizer = torch.optim.SGD(module.teachers.parameters(), lr=0.1)
+    gradients = []
+    optimizer.step = lambda: gradients.append([p.grad.clone() for p in module.teachers.parameters()])
+    real, fake = torch.rand(3, 4, 6), torch.rand(5, 6)
+    losses = [module.update_teachers(optimizer, real, None, fake, None) for _ in range(2)]
+    assert all(torch.equal(first, second) for first, second in zip(*gradients))
+    whole = module.teachers.discriminator_loss(real, None, fake, None).item()
+    assert losses[0].item() == pytest.approx(whole / 3)
+
+
+def test_a_pate_model_fitted_without_its_teachers_or_its_strategy_is_refused():
+    """A model built in Python with its teachers but no strategy in its slot would otherwise
+    train the teachers on private records and fail only at its first aggregation."""
+    with_teachers = PATEGAN((6,), num_teachers=3)
+    with pytest.raises(ValueError, match="trains only through its teachers' private votes"):
+        with_teachers.setup("fit")
+    with_strategy = PATEGAN((6,))
+    with_strategy.privacy = object()
+    with pytest.raises(ValueError, match="trains only through its teachers' private votes"):
+        with_strategy.setup("fit")
+    with_teachers.privacy = object()
+    with_teachers.setup("fit")
+    with pytest.raises(ValueError, match="already has 3 teachers, not 4"):
+        with_teachers.build_teachers(4)
+    for setting in ("num_teachers", "teacher_batch_size"):
+        with pytest.raises(ValueError, match=f"--privacy.{setting} must be at least 1, got 0"):
+            PATEAggregation(**{setting: 0})
 
 
 def student_harness(real_votes: int):
