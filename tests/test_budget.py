@@ -154,3 +154,31 @@ def test_the_plan_is_the_largest_number_of_steps_that_fits_up_to_the_cap(fitting
     budget = PrivacyBudgetStopping(1.0)
     budget.strategy = LinearStrategy(fitting)
     assert budget.allowed_total_steps() == fitting
+
+
+@pytest.mark.parametrize("max_steps,max_epochs,planned", [(5, 3, 5), (50, 3, 30), (None, 3, 30), (7, -1, 7)])
+def test_noise_is_calibrated_for_the_shorter_of_the_step_and_epoch_limits(max_steps, max_epochs, planned):
+    """Calibrating for the longer one adds noise for steps the run never takes."""
+    from lightning_dpgan.callbacks.step_limit import StepLimit
+
+    limits = [] if max_steps is None else [StepLimit(max_steps)]
+    trainer = SimpleNamespace(callbacks=limits, max_epochs=max_epochs)
+    assert PrivacyStrategy.planned_batches(trainer, batches_per_epoch=10) == planned
+
+
+def test_a_strategy_refuses_lightnings_own_multi_process_strategies_and_another_strategys_state():
+    """Lightning's DDP averages gradients in backward, before a mechanism could clip and noise
+    them: only the project's own DDP strategy keeps the single-process guarantee. The command
+    line refuses it first; a strategy used from Python must refuse it too."""
+    from lightning_dpgan.callbacks.pate import PATEAggregation
+    from lightning_dpgan.modules.pategan import PATEGAN
+    from lightning_dpgan.privacy.accountants import AccountantStateError, PATEMomentsAccountant
+
+    strategy = PATEAggregation(num_teachers=3)
+    trainer = SimpleNamespace(world_size=2, strategy=object(), datamodule=None)
+    with pytest.raises(ValueError, match="trains in several processes only with --strategy ddp"):
+        strategy.setup(trainer, PATEGAN((6,)), "fit")
+    strategy.accountant = PATEMomentsAccountant()
+    state = strategy.state_dict()
+    with pytest.raises(AccountantStateError, match="not a pate state"):
+        strategy.load_state_dict({**state, "strategy": "dp-sgd"})

@@ -589,6 +589,9 @@ def test_the_reports_top_level_rate_is_the_last_charged_steps_after_a_resume_tha
     strategy.sample_rate, strategy.mechanism = 0.0066, SimpleNamespace(mode="hooks")  # the resumed run's batch
     report = strategy.report_parameters()
     assert report["sample_rate"] == 0.0033 and report["noise_multiplier"] == 0.9
+    for _ in range(5):  # a segment that did step at the new rate: the last charged, not the first
+        strategy.accountant.step(noise_multiplier=0.9, sample_rate=0.0066)
+    assert strategy.report_parameters()["sample_rate"] == 0.0066
     fresh = DPSGD(noise_multiplier=0.9, noise_seed=0)
     fresh.accountant, fresh.sample_rate, fresh.mechanism = OpacusAccountant("rdp"), 0.01, SimpleNamespace(mode="hooks")
     assert fresh.report_parameters()["sample_rate"] == 0.01  # before any step: the next one's
