@@ -217,6 +217,20 @@ def test_the_module_itself_refuses_packing_under_dp_sgd(pac):
     module.setup("fit")  # no DP-SGD: packing is CTGAN's own
 
 
+def test_dp_ctgan_built_in_python_defaults_to_what_dp_sgd_can_train():
+    """DP-SGD clips each record's gradient: no packing (pac 1) and no gradient penalty, whose
+    mixed real-generated records would tie several records into one gradient. The command line
+    gets both from the preset; a module built in Python gets them from its defaults."""
+    from lightning_dpgan.modules.dpctgan import DPCTGAN
+
+    module = DPCTGAN((7,), table_layout=layout())
+    assert (module.hparams.pac, module.hparams.gradient_penalty, module.discriminator.pac) == (1, 0.0, 1)
+    module.privacy = object()  # any mechanism in the DP-SGD slot
+    module.setup("fit")
+    packed = DPCTGAN((7,), table_layout=layout(), pac=3)  # without DP-SGD: CTGAN's packing, as asked
+    assert packed.hparams.pac == packed.discriminator.pac == 3
+
+
 @pytest.mark.parametrize("loss", ["wasserstein", "cross_entropy"])
 def test_ctgans_losses_are_the_critics_and_the_generators_of_its_loss(loss):
     """Per record: Wasserstein -s on real and s on generated records, -mean(s) for the
