@@ -808,3 +808,10 @@ def test_the_report_states_the_noise_of_the_last_answers_after_a_resume_that_ans
     torch.save(saved, tmp_path / "older.ckpt")
     older = run("older", 2, 0.05, "--resume", str(tmp_path / "older.ckpt"))
     assert older["steps"] == 2 and older["lap_inverse_scale"] == 0.1
+    # ... unless it used two: which was last is not known, and the report states the flag given
+    saved = torch.load(tmp_path / "moved" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    (state,) = [value for value in saved["callbacks"].values() if isinstance(value, dict) and "last_charged" in value]
+    del state["last_charged"]
+    torch.save(saved, tmp_path / "older-two.ckpt")
+    older_two = run("older-two", 3, 0.2, "--resume", str(tmp_path / "older-two.ckpt"))
+    assert older_two["steps"] == 3 and older_two["lap_inverse_scale"] == 0.2
