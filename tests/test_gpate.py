@@ -755,6 +755,23 @@ def test_the_memory_check_reserves_more_on_the_host_than_on_a_gpu(monkeypatch):
         teachers.check_teacher_memory(k, per_teacher, torch.device("cpu"))
 
 
+def test_the_host_memory_to_build_the_teachers_counts_every_process_of_the_machine(monkeypatch):
+    """Under DDP each rank of a machine builds its shard in host memory at the same time, even
+    when they then train on GPUs: the build check multiplies by them."""
+    import torch
+
+    import lightning_dpgan.callbacks.teachers as teachers
+
+    per_teacher, k = 1000, 50
+    build_bytes = teachers.TEACHER_BUILD_FACTOR * k * per_teacher * 4
+    monkeypatch.setattr(teachers, "available_memory",
+                        lambda device: 3 * build_bytes if device.type == "cpu" else 10**15)
+    assert teachers.check_teacher_memory(k, per_teacher, torch.device("cuda"), processes_on_host=3) is False
+    with pytest.raises(teachers.TeacherMemoryError, match="in each of 4 processes on this machine need about .* of "
+                                                          "host memory to build"):
+        teachers.check_teacher_memory(k, per_teacher, torch.device("cuda"), processes_on_host=4)
+
+
 def test_a_batch_size_the_teachers_never_read_and_minibatches_larger_than_a_partition_are_said(
         tiny_image_data_dir, tmp_path, capsys, caplog):
     """--batch-size does not reach G-PATE's teachers (their loader draws teacher_batch_size records
