@@ -205,21 +205,10 @@ def _setting_of(word: str) -> str | None:
     return name if "." in name or name in CODE_DEFAULTS else None
 
 
-#: Settings refused when given twice with different values: the budget a run is held to and the
-#: mechanism that spends it. Any other setting repeated under one name takes its last value.
-BUDGET_SETTINGS = ("epsilon", "delta", "privacy.name")
-
-
-def settings_given_twice(argv: list[str]) -> list[str]:
-    """A note for each setting given twice under one name with different values: the last is used,
-    as argparse does (a script may add ``--max-steps 10`` to a longer command), and the note says so.
-
-    Refused instead, naming both: the privacy budget or strategy given twice (a run held to
-    whichever ε came last is held to one nobody chose), and a setting under two names
-    (``--batch-size 64 ... --data.batch_size 32``: the dotted one would win wherever it stood).
-    Read after :func:`attach_negative_values`; words train does not read are left to its parsers."""
-    given: dict[str, tuple[str, str]] = {}  # setting -> (its option as typed, its value's text), the last given
-    notes = []
+def settings_in(argv: list[str]) -> Iterator[tuple[str, str, str]]:
+    """``(setting, option as typed, value as text)`` for each setting a train command line gives,
+    in order (``--epsilon=1`` and ``--epsilon 1`` alike; a switch's value is "true"). Words train
+    does not read, and a flag without its value, are left to its parsers."""
     index = 0
     while index < len(argv):
         word, key = argv[index], _setting_of(argv[index])
@@ -233,8 +222,26 @@ def settings_given_twice(argv: list[str]) -> list[str]:
         elif index < len(argv):
             text, index = argv[index], index + 1
         else:
-            continue  # a flag without its value: the parsers say so
-        option = word.split("=", 1)[0]
+            continue
+        yield key, word.split("=", 1)[0], text
+
+
+#: Settings refused when given twice with different values: the budget a run is held to and the
+#: mechanism that spends it. Any other setting repeated under one name takes its last value.
+BUDGET_SETTINGS = ("epsilon", "delta", "privacy.name")
+
+
+def settings_given_twice(argv: list[str]) -> list[str]:
+    """A note for each setting given twice under one name with different values: the last is used,
+    as argparse does (a script may add ``--max-steps 10`` to a longer command), and the note says so.
+
+    Refused instead, naming both: the privacy budget or strategy given twice (a run held to
+    whichever ε came last is held to one nobody chose), and a setting under two names
+    (``--batch-size 64 ... --data.batch_size 32``: the dotted one would win wherever it stood).
+    Read after :func:`attach_negative_values`."""
+    given: dict[str, tuple[str, str]] = {}  # setting -> (its option as typed, its value's text), the last given
+    notes = []
+    for key, option, text in settings_in(argv):
         if key in given and parse_value(given[key][1]) != parse_value(text):
             earlier, earlier_text = given[key]
             if option != earlier or key in BUDGET_SETTINGS:

@@ -188,8 +188,9 @@ def refuse_non_private_models(size: Size) -> None:
     would be refused by train, one after the other. Say so once, before any cell, unless the
     train options after ``--`` give it a privacy strategy."""
     from lightning_dpgan import registry
+    from lightning_dpgan.cli import settings_in
 
-    if any(word == "--config" or word.startswith("--config=") for word in size.train_args):
+    if any(key == "config" for key, _, _ in settings_in(size.train_args)):
         return  # a config file may name a strategy: train decides, cell by cell
     given = privacy_given(size.train_args)
     if given not in (None, "none"):
@@ -205,14 +206,10 @@ def refuse_non_private_models(size: Size) -> None:
 def privacy_given(train_args: list[str]) -> str | None:
     """The privacy strategy the train options name (``--privacy X``, ``--privacy=X``,
     ``--privacy.name X`` or ``--privacy.name=X``; the last one given), else None."""
-    named = None
-    for index, word in enumerate(train_args):
-        for flag in ("--privacy", "--privacy.name"):
-            if word == flag and index + 1 < len(train_args):
-                named = train_args[index + 1]
-            elif word.startswith(flag + "="):
-                named = word.split("=", 1)[1]
-    return named
+    from lightning_dpgan.cli import settings_in
+
+    named = [text for key, _, text in settings_in(train_args) if key == "privacy.name"]
+    return named[-1] if named else None
 
 
 def chosen_size(args: argparse.Namespace) -> Size:
