@@ -33,6 +33,16 @@ def constructor_chain(cls: type) -> Iterator[Callable[..., Any]]:
             return
 
 
+def init_arguments(cls: type) -> dict[str, inspect.Parameter]:
+    """Keyword arguments a class takes, following ``**kwargs`` up to its base classes."""
+    params: dict[str, inspect.Parameter] = {}
+    for init in constructor_chain(cls):
+        for name, param in inspect.signature(init).parameters.items():
+            if name != "self" and param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
+                params.setdefault(name, param)
+    return params
+
+
 def annotations_of(cls: type) -> dict[str, Any]:
     """The resolved annotations of the arguments ``cls`` takes (:func:`constructor_chain`; the
     first class to annotate a name wins)."""
@@ -126,10 +136,10 @@ def network_settings(setting: str, cls: type, kwargs: dict[str, Any] | None,
     would answer "empty(): argument 'size' must be tuple of ints" without naming the setting. The
     ``TypeError`` raised here is what the module builder reports as a refused setting."""
     kwargs = dict(kwargs or {})
-    parameters = [p for init in constructor_chain(cls) for p in inspect.signature(init).parameters.values()]
-    unknown = sorted(set(kwargs) - {p.name for p in parameters}, key=str)
+    arguments = init_arguments(cls)
+    unknown = sorted(set(kwargs) - set(arguments), key=str)
     if unknown:
-        settable = sorted({p.name for p in parameters if p.default is not p.empty} - set(provided))
+        settable = sorted(name for name, p in arguments.items() if p.default is not p.empty and name not in provided)
         raise TypeError(f"{', '.join(f'{setting}.{key}' for key in unknown)}: not an argument of {cls.__name__} "
                         f"(it takes {', '.join(settable)})")
     problems = mismatches(setting, kwargs, cls)

@@ -21,7 +21,6 @@ out as ``config.yaml``, it reproduces the run with ``--config``.
 from __future__ import annotations
 
 import copy
-import inspect
 import re
 from importlib import resources
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 import yaml
 
 from lightning_dpgan import registry
-from lightning_dpgan.argument_types import constructor_chain, mismatches
+from lightning_dpgan.argument_types import init_arguments, mismatches
 
 SECTIONS = ("model", "data", "privacy", "logger", "trainer")
 #: ``--model quail`` composes a label model with this synthesizer unless ``--quail-synthesizer``
@@ -345,16 +344,6 @@ def check_setting_values(config: dict[str, Any], where: str = "") -> None:
     for key in BOOLEAN_SETTINGS:
         if (not where or key in config) and not isinstance(config.get(key), bool):
             raise ConfigError(f"{key}{where} must be true or false, got {config.get(key)!r}")
-
-
-def init_arguments(cls: type) -> dict[str, inspect.Parameter]:
-    """Keyword arguments a class takes, following ``**kwargs`` up to its base classes."""
-    params: dict[str, inspect.Parameter] = {}
-    for init in constructor_chain(cls):
-        for name, param in inspect.signature(init).parameters.items():
-            if name != "self" and param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
-                params.setdefault(name, param)
-    return params
 
 
 def _presets_setting(config: dict[str, Any], section: str, keys: list[str]) -> str:
