@@ -58,13 +58,13 @@ def tiny_table(tmp_path_factory):
     return root
 
 
-def table_args(root, *extra, model="gan", privacy="dp-sgd"):
+def table_args(root, *extra, model="gan", privacy="dp-sgd", epsilon=CLAIMED):
     """A DP-SGD GAN with tiny nets that learns the six training records in 40 batches (batch =
     all records). The clipping norm is large so that, without noise, nothing stops the critic
     from learning the canary; the noise scales with it, so the sound version is as private."""
     return [
         "--model", model, "--privacy", privacy, "--dataset", "csv", "--data.csv", str(root / "t.csv"),
-        "--data.schema", str(root / "schema.yaml"), "--epsilon", str(CLAIMED), "--max-steps", "40",
+        "--data.schema", str(root / "schema.yaml"), "--epsilon", str(epsilon), "--max-steps", "40",
         "--batch-size", str(TRAIN_RECORDS), "--accelerator", "cpu", "--model.latent_dim", "8",
         "--model.generator_kwargs.hidden", "[32,32]", "--trainer.enable_progress_bar", "false",
         "--trainer.enable_model_summary", "false", *extra,
@@ -269,8 +269,9 @@ def test_dp_sgd_samples_batches_from_the_split_with_the_canary(tiny_table, tmp_p
 def test_pate_teachers_get_the_canary_in_exactly_one_partition(tiny_table, tmp_path):
     """PATE's guarantee is for replacing a record: the canary replaces the last one, the
     partitions stay a permutation of the same N indices, and one teacher trains on it."""
-    args = table_args(tiny_table, "--max-steps", "1", "--epsilon", "8", "--delta", "1e-3", "--privacy.num_teachers", "3",
-                      "--privacy.teacher_batch_size", "2", "--privacy.lap_inverse_scale", "0.05", model="pategan", privacy="pate")
+    args = table_args(tiny_table, "--max-steps", "1", "--delta", "1e-3", "--privacy.num_teachers", "3",
+                      "--privacy.teacher_batch_size", "2", "--privacy.lap_inverse_scale", "0.05", model="pategan", privacy="pate",
+                      epsilon=8)
     run = Run(build_config(args), tmp_path)
     set_up(run.datamodule)
     canary = build_canary(run.datamodule)

@@ -74,10 +74,10 @@ def test_one_step_costs_two_b_lambda_over_sigma_squared():
         strategy._charge(31)
 
 
-def gswgan_args(data_dir, output_dir, steps=10, *extra):
+def gswgan_args(data_dir, output_dir, steps=10, *extra, epsilon=8):
     """One critic: the MNIST preset's 1000 critics (GS-WGAN's amplified mode) are tested in test_gswgan_critics."""
     return tiny_run_args(data_dir, output_dir, model="gswgan", steps=steps, batch_size=16) + [
-        "--epsilon", "8", "--delta", "1e-4", "--privacy.num_critics", "1", *extra]
+        "--epsilon", str(epsilon), "--delta", "1e-4", "--privacy.num_critics", "1", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +193,7 @@ def test_resume_keeps_the_calibrated_noise(gswgan_run, tiny_image_data_dir, tmp_
                         lambda self, gradient: used.append(self.noise_multiplier) or sanitize(self, gradient))
     # the noise was calibrated for 2 generator steps at epsilon 8: a larger target lets a third run
     assert main(gswgan_args(tiny_image_data_dir, tmp_path / "resumed", 15, "--resume",
-                            str(gswgan_run / "checkpoints" / "last.ckpt"), "--epsilon", "20")) == 0
+                            str(gswgan_run / "checkpoints" / "last.ckpt"), epsilon=20)) == 0
     resumed = read_json(tmp_path / "resumed" / "privacy.json")
     assert resumed["noise_multiplier"] == first["noise_multiplier"]
     # the restored sigma reached the mechanism, not only the report: a larger target would

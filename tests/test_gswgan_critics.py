@@ -374,9 +374,9 @@ def test_several_critics_need_the_sanitizers_partitions():
 
 
 # ------------------------------------------------------------------ end to end
-def critic_args(data_dir, output_dir, steps, *extra):
+def critic_args(data_dir, output_dir, steps, *extra, epsilon=8):
     return tiny_run_args(data_dir, output_dir, model="gswgan", steps=steps, batch_size=16) + [
-        "--epsilon", "8", "--delta", "1e-4", "--privacy.num_critics", "4", *extra]
+        "--epsilon", str(epsilon), "--delta", "1e-4", "--privacy.num_critics", "4", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -425,7 +425,7 @@ def test_the_logs_hold_nothing_the_answering_critic_computed(critics_run):
 def test_a_resumed_run_keeps_partitions_noise_and_spend(critics_run, tiny_image_data_dir, tmp_path):
     checkpoint = critics_run / "checkpoints" / "last.ckpt"
     first = torch.load(checkpoint, map_location="cpu", weights_only=False)
-    assert main(critic_args(tiny_image_data_dir, tmp_path / "resumed", 9, "--resume", str(checkpoint), "--epsilon", "12")) == 0
+    assert main(critic_args(tiny_image_data_dir, tmp_path / "resumed", 9, "--resume", str(checkpoint), epsilon=12)) == 0
     resumed = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     (key,) = [k for k in first["callbacks"] if "GradientSanitizer" in k]
     before, after = first["callbacks"][key], resumed["callbacks"][key]
