@@ -55,8 +55,9 @@ def membership_inference(
     return {
         "auc": float(roc_auc_score(labels, scores)),
         "records_per_group": n,
-        "median_dcr_members": float(member_dcr.median()),
-        "median_dcr_non_members": float(non_member_dcr.median()),
+        # numpy's median (the mean of the two middle values of an even count); torch's is the lower one
+        "median_dcr_members": float(np.median(member_dcr.numpy())),
+        "median_dcr_non_members": float(np.median(non_member_dcr.numpy())),
     }
 
 
