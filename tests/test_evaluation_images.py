@@ -140,3 +140,44 @@ def test_the_callers_random_state_is_left_as_it_was(bars):
     before = torch.get_rng_state()
     cnn_accuracy(train_images[:20], train_labels[:20], test_images[:10], test_labels[:10], epochs=1, batch_size=8)
     assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_uint8_pixels_map_onto_the_datamodules_minus_one_to_one_scale():
+    """0 -> -1 and 255 -> 1, as the datamodules scale the real images the CNN is tested on."""
+    from lightning_dpgan.evaluation.images import as_model_input
+
+    pixels = torch.tensor([0, 51, 255] * 10, dtype=torch.uint8)[:28].repeat(1, 1, 28, 1)
+    mapped = as_model_input(pixels)
+    assert torch.allclose(mapped, pixels.float() / 127.5 - 1) and (mapped.min(), mapped.max()) == (-1.0, 1.0)
+
+
+def test_a_label_past_the_last_class_is_refused():
+    from lightning_dpgan.evaluation.images import as_labels
+
+    assert as_labels([9], 1).tolist() == [9]
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 10\)"):
+        as_labels([10], 1)
+
+
+def test_the_classifier_trains_its_schedule_in_shuffled_batches_each_from_zero_gradients(monkeypatch):
+    """Every epoch, every batch, each gradient its own batch's: a hand-written loop of the same
+    schedule (seeded init, shuffled order, Adam) ends with the same weights."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from lightning_dpgan.evaluation.images import train_classifier
+
+    images, labels = torch.rand(40, 1, 28, 28) * 2 - 1, torch.arange(40) % 10
+    trained = train_classifier(images, labels, epochs=2, batch_size=16, lr=1e-3, seed=0, device="cpu")
+    torch.manual_seed(0)
+    reference = SmallCNN()
+    optimizer = torch.optim.Adam(reference.parameters(), lr=1e-3)
+    loader = DataLoader(TensorDataset(images, labels), batch_size=16, shuffle=True,
+                        generator=torch.Generator().manual_seed(0))
+    reference.train()
+    for _ in range(2):
+        for batch_images, batch_labels in loader:
+            optimizer.zero_grad()
+            nn.CrossEntropyLoss()(reference(batch_images), batch_labels).backward()
+            optimizer.step()
+    for (name, value), expected in zip(trained.state_dict().items(), reference.state_dict().values()):
+        assert torch.allclose(value, expected, atol=1e-6), name

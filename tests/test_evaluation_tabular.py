@@ -615,9 +615,10 @@ def noisy_labels(n, seed):
 
 
 def test_the_average_is_over_every_classifier():
-    result = classification_utility(noisy_labels(400, 1), noisy_labels(300, 2), SCHEMA, FAST)
+    five = FAST | {name: CLASSIFIERS[name] for name in ("bernoulli_nb", "lda")}  # more than the paper's four
+    result = classification_utility(noisy_labels(400, 1), noisy_labels(300, 2), SCHEMA, five)
     for metric in ("auroc", "auprc", "accuracy", "f1"):
-        values = [result["per_classifier"][name][metric] for name in FAST]
+        values = [result["per_classifier"][name][metric] for name in five]
         assert result["average"][metric] == pytest.approx(float(np.mean(values)), abs=1e-12), metric
 
 
@@ -871,3 +872,60 @@ def test_synthetic_values_outside_the_bounds_are_scored_clipped_and_said(capsys)
     assert "values outside the schema's bounds (per column: {'x1': 4})" in capsys.readouterr().err
     evaluate_module.refuse_unencodable(make_table(300, 3), SCHEMA)
     assert "bounds" not in capsys.readouterr().err
+
+
+def test_a_synthetic_table_missing_a_class_scores_each_probability_as_its_own_class():
+    """Trained on classes b and c only, the classifier's two probability columns are b's and
+    c's: placed in a's and b's, every prediction would name the wrong class."""
+    x1 = np.linspace(3, 10, 200)
+    train = pd.DataFrame({"x1": x1, "y": np.where(x1 < 7, "b", "c")})
+    test = multi_table(300, 2, flip_rate=0)
+    test = test[(test["x1"] < 6.9) | (test["x1"] > 7.1)]  # clear of where the tree may put its cut
+    result = classification_utility(train, test, MULTI, {"dt": CLASSIFIERS["decision_tree"]})["per_classifier"]["dt"]
+    x_test, y_test = features_and_label(test, MULTI)
+    expected = metrics.accuracy_score(y_test, np.where(test["x1"] < 7, 1, 2))
+    assert result["accuracy"] == pytest.approx(expected) and expected > 0.6
+
+
+def test_setting_a_refuses_a_classifier_that_fails_on_real_rows_where_b_would_score_it_degenerate():
+    """Setting A trains on real rows: non-finite probabilities there (Gaussian NB on ten copies
+    of a row) are an error, while a synthetic table's are scored as a constant prediction."""
+    one_row = make_table(1, 11)
+    train = pd.concat([one_row] * 10, ignore_index=True).assign(y=["yes"] * 5 + ["no"] * 5)
+    nb = {"gaussian_nb": CLASSIFIERS["gaussian_nb"]}
+    with pytest.raises(ValueError, match="non-finite probabilities on real training rows"):
+        classification_utility(train, make_table(200, 12), SCHEMA, nb, synthetic=False)
+    with pytest.raises(ValueError, match="non-finite probabilities on real training rows"):
+        settings_abc(train, make_table(200, 1), make_table(100, 2), SCHEMA, nb)
+    scored = classification_utility(train, make_table(200, 12), SCHEMA, nb, synthetic=True)["per_classifier"]
+    assert scored["gaussian_nb"]["degenerate"]
+
+
+def test_synthetic_ranking_agreement_pairs_the_classifiers_by_name_not_by_order():
+    assert synthetic_ranking_agreement({"lr": 0.9, "rf": 0.8, "nb": 0.7}, {"nb": 0.5, "rf": 0.6, "lr": 0.7}) == 1.0
+
+
+def test_feature_importance_agreement_refuses_a_label_of_more_than_two_classes():
+    with pytest.raises(ValueError, match="binary or continuous"):
+        feature_importance_agreement(multi_table(100, 1), multi_table(100, 2), MULTI)
+
+
+def test_membership_inference_measures_both_groups_to_the_synthetic_records():
+    """By hand: members at distances 0 and 10 from the one synthetic record, non-members at 11
+    and 1; the attack (closer = member) orders 3 of the 4 member/non-member pairs right."""
+    result = membership.membership_inference(torch.tensor([[0.0]]), torch.tensor([[0.0], [10.0]]),
+                                             torch.tensor([[11.0], [1.0]]))
+    assert result["auc"] == 0.75
+    assert (result["median_dcr_members"], result["median_dcr_non_members"]) == (5.0, 6.0)
+    capped = membership.membership_inference(torch.randn(40, 3), torch.randn(50, 3), torch.randn(30, 3), max_records=10)
+    assert capped["records_per_group"] == 10
+
+
+def test_membership_inference_draws_its_members_at_random_not_the_first_rows():
+    """More members than non-members: the first rows of a sorted training split (here, copies of
+    the synthetic records) would make the attack look perfect."""
+    generator = torch.Generator().manual_seed(1)
+    synthetic = torch.randn(10, 3, generator=generator)
+    members = torch.cat([synthetic, torch.randn(10, 3, generator=generator) + 100])
+    non_members = torch.randn(10, 3, generator=generator) + 100
+    assert membership.membership_inference(synthetic, members, non_members)["auc"] < 1.0
