@@ -459,3 +459,26 @@ def test_the_reports_per_column_table_keeps_a_column_whose_name_holds_a_slash(tm
     report = write_report(tmp_path, evaluation, None, {}).read_text()
     per_column = report.split("## Per column")[1]
     assert "| speed km/h | 0.25 | 0.125 |" in per_column and "| age | 0.5 | n/a |" in per_column
+
+
+def test_the_reports_figures_show_setting_b_shares_and_feature_correlations():
+    """The AUROC bars are A (train real) and B (train synthetic), both tested on real rows; the
+    marginals are shares, comparable between tables of different sizes; the heatmaps are the
+    features' correlations, not the rows'."""
+    import numpy as np
+    import pandas as pd
+
+    from lightning_dpgan.data.schema import Column, TableSchema
+    from lightning_dpgan.evaluation.report import auroc_figure, correlation_figure, marginals_figure
+
+    scores = {setting: {"lr": {"auroc": a}, "dt": {"auroc": b}}
+              for setting, a, b in (("A", 0.9, 0.8), ("B", 0.7, 0.6), ("C", 0.3, 0.2))}
+    bars = auroc_figure(scores).axes[0].containers
+    assert [[round(patch.get_height(), 6) for patch in bar] for bar in bars] == [[0.9, 0.8], [0.7, 0.6]]
+    schema = TableSchema(columns=(Column("kind", "categorical", categories=("a", "b"), source="test"),), label=None)
+    real, synthetic = pd.DataFrame({"kind": ["a"] * 3 + ["b"]}), pd.DataFrame({"kind": ["a"] * 2 + ["b"] * 6})
+    shares = [[patch.get_height() for patch in bar] for bar in marginals_figure(real, synthetic, schema).axes[0].containers]
+    assert shares == [[0.75, 0.25], [0.25, 0.75]]
+    features = np.random.default_rng(0).random((20, 3))
+    heatmap = correlation_figure(features, features).axes[0].images[0].get_array()
+    assert np.allclose(heatmap, np.corrcoef(features, rowvar=False))
