@@ -382,7 +382,8 @@ def test_teachers_learn_at_their_own_rate_and_nothing_else_does():
 
 
 def test_the_partition_seed_chooses_the_teachers_partitions_and_their_draws():
-    """--privacy.partition_seed was taken and ignored: every run had seed 0's partitions."""
+    """--privacy.partition_seed reaches the partitions and the sampler: ignored, every run would
+    have seed 0's partitions, and no test used another seed."""
     datamodule, _, strategy, _ = fit_directly(strategy_kwargs={"partition_seed": 1})
     seeded = [p.sort().values.tolist() for p in datamodule.partitions(TEACHERS, 1)]
     assert [p.tolist() for p in strategy.sampler.partitions] == seeded
