@@ -95,6 +95,11 @@ def test_a_wrongly_typed_override_is_refused_before_anything_runs(extra, message
      "model.discriminator_kwargs.width: not an argument of DCGANDiscriminator (it takes base_channels)"),
     ("gpate", "mnist", ["--model.generator_kwargs.channels", "[4]"],
      "model.generator_kwargs.channels must be a whole number, got [4]"),
+    # G-PATE's teachers are built once training starts: a misspelt key there was a traceback
+    ("gpate", "mnist", ["--model.teacher_kwargs.foo", "1"],
+     "model.teacher_kwargs.foo: not an argument of ConvTeacher (it takes channels, hidden, kernel_size)"),
+    ("gpate", "adult", ["--model.teacher_kwargs.hidden", "abc"],
+     "model.teacher_kwargs.hidden must be a list (each a whole number), got 'abc'"),
     ("dpsactgan", "adult", ["--model.generator_kwargs.heads", "two"],
      "model.generator_kwargs.heads must be a whole number, got 'two'"),
     ("dpsactgan", "adult", ["--model.discriminator_kwargs.tau", "0.2"],
