@@ -929,3 +929,20 @@ def test_membership_inference_draws_its_members_at_random_not_the_first_rows():
     members = torch.cat([synthetic, torch.randn(10, 3, generator=generator) + 100])
     non_members = torch.randn(10, 3, generator=generator) + 100
     assert membership.membership_inference(synthetic, members, non_members)["auc"] < 1.0
+
+
+def test_a_categorical_label_is_scored_over_its_classes_even_when_its_last_is_absent():
+    """The schema, not the rows, says how many classes a label has: a three-class label whose
+    third class neither split holds is scored one-vs-rest over the classes present (macro F1,
+    mean AUPRC of both), not as a binary label whose F1 and AUPRC are the second class's alone."""
+    train, test = (multi_table(n, seed, cuts=(5, 10), flip_rate=0.2) for n, seed in ((400, 1), (300, 2)))
+    train, test = (frame[frame["y"] != "c"] for frame in (train, test))
+    result = classification_utility(train, test, MULTI, {"lr": CLASSIFIERS["logistic_regression"]})["per_classifier"]["lr"]
+    x, y = features_and_label(train, MULTI)
+    x_test, y_test = features_and_label(test, MULTI)
+    proba = LogisticRegression(max_iter=1000, random_state=0).fit(x, y).predict_proba(x_test)
+    macro_f1 = metrics.f1_score(y_test, proba.argmax(axis=1), average="macro")
+    assert result["f1"] == pytest.approx(macro_f1, abs=1e-12)
+    assert result["auprc"] == pytest.approx(
+        np.mean([average_precision_score(y_test == k, proba[:, k]) for k in (0, 1)]), abs=1e-12)
+    assert macro_f1 != pytest.approx(metrics.f1_score(y_test, proba.argmax(axis=1)), abs=1e-3)
