@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from lightning_dpgan.argument_types import network_settings
 from lightning_dpgan.modules.teachers import TeacherModel
 from lightning_dpgan.nets import build_networks
-from lightning_dpgan.nets.ensemble import ConvTeacher, MLPTeacherEnsemble
+from lightning_dpgan.nets.ensemble import ConvTeacher, MLPTeacherEnsemble, teacher_arch
 from lightning_dpgan.nets.gpate import GPATEGenerator
 from lightning_dpgan.privacy.slots import GradientAggregator, PrivacyBudgetExhausted
 
@@ -87,16 +87,16 @@ class GPATE(TeacherModel):
         super().__init__(data_shape, num_classes, **kwargs)
         self.save_hyperparameters()
         self.teacher_kwargs = dict(teacher_kwargs) if teacher_kwargs else ({} if is_image else {"hidden": (width,)})
-        self._check_teacher_settings(is_image)
+        self._check_teacher_settings()
         self.teachers = None  # built by the strategy, or here from the saved count when loading
         if num_teachers is not None:
             self.build_teachers(num_teachers)
 
-    def _check_teacher_settings(self, is_image: bool) -> None:
+    def _check_teacher_settings(self) -> None:
         """``--model.teacher_kwargs`` against the teacher class they build, before any teacher is:
         the strategy builds them once training starts, where a misspelt key was a traceback."""
-        arch = self.teacher_kwargs.get("arch", "auto")
-        teacher = ConvTeacher if arch == "conv" or (arch == "auto" and is_image) else MLPTeacherEnsemble
+        arch = teacher_arch(self.teacher_kwargs.get("arch", "auto"), self.data_shape)
+        teacher = ConvTeacher if arch == "conv" else MLPTeacherEnsemble
         settings = {key: value for key, value in self.teacher_kwargs.items() if key != "arch"}
         network_settings("model.teacher_kwargs", teacher, settings, provided=("num_classes", "keep"))
 

@@ -616,6 +616,11 @@ def _param_key(name: str) -> str:
     return name.replace(".", "-")
 
 
+def teacher_arch(arch: str, data_shape: Sequence[int]) -> str:
+    """``arch`` with ``"auto"`` resolved: ``"mlp"`` for flat records, ``"conv"`` for (C, H, W) images."""
+    return ("mlp" if len(data_shape) == 1 else "conv") if arch == "auto" else arch
+
+
 def build_teacher_ensemble(
     num_teachers: int,
     data_shape: Sequence[int],
@@ -666,8 +671,7 @@ def build_teacher_ensemble(
       K = 1000, small conv teachers 145x; G-PATE's paper-size conv teachers (32 channels, FC 256)
       20-24x, where a loop of such teachers already keeps the GPU busy (benchmarks/RESULTS.md).
     """
-    if arch == "auto":
-        arch = "mlp" if len(data_shape) == 1 else "conv"
+    arch = teacher_arch(arch, data_shape)
     if arch == "mlp":
         return MLPTeacherEnsemble(num_teachers, math.prod(data_shape), num_classes=num_classes, keep=keep, **kwargs)  # type: ignore[arg-type]
     if arch == "conv":
@@ -683,5 +687,6 @@ __all__ = [
     "TeacherEnsemble",
     "VmapTeacherEnsemble",
     "build_teacher_ensemble",
+    "teacher_arch",
     "summed_teacher_loss",
 ]
