@@ -527,6 +527,18 @@ def test_regression_scores_are_the_library_metrics_of_an_imperfect_fit() -> None
     assert linear["mae"] == pytest.approx(metrics.mean_absolute_error(y_test, predicted), abs=1e-12)
 
 
+def test_regression_scores_a_target_scaled_and_clipped_by_its_public_bounds() -> None:
+    """MAE is a fraction of the target's public range (0, 2): a mean predictor's raw error is
+    halved, and a test target past the upper bound is scored as the bound itself."""
+    from sklearn.dummy import DummyRegressor
+
+    train = pd.DataFrame({"x": [0.1, 0.5, 0.9, 0.3], "target": [0.2, 1.0, 1.8, 0.6]})  # mean 0.9
+    test = pd.DataFrame({"x": [0.2, 0.7, 0.4], "target": [0.4, 1.4, 3.0]})  # 3.0 is scored as 2.0
+    result = regression_utility(train, test, REGRESSION_SCHEMA, regressors={"mean": lambda seed: DummyRegressor()})
+    raw_error = np.mean(np.abs(np.array([0.4, 1.4, 2.0]) - 0.9))
+    assert result["per_regressor"]["mean"]["mae"] == pytest.approx(raw_error / 2, abs=1e-6)  # float32 encoding
+
+
 def test_utility_differences_are_real_minus_synthetic() -> None:
     test = regression_table(100, 2)
     real = regression_utility(regression_table(200, 3), test, REGRESSION_SCHEMA)
