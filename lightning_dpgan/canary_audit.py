@@ -578,13 +578,13 @@ def canary_description(runs: Sequence[TrialRun]) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- command line
 def audit_parser() -> argparse.ArgumentParser:
-    from lightning_dpgan.cli import command_prog
+    from lightning_dpgan.cli import command_parser
 
-    parser = argparse.ArgumentParser(
-        prog=command_prog("audit"),
-        description="Empirical privacy audit: re-train the model TRIALS times, half of them with a canary "
-                    "record, test the released generator for the canary and bound epsilon from below "
-                    "(writes audit.json). Every other argument is a train.py flag or dotted override.",
+    parser = command_parser(
+        "audit",
+        "Empirical privacy audit: re-train the model TRIALS times, half of them with a canary "
+        "record, test the released generator for the canary and bound epsilon from below "
+        "(writes audit.json). Every other argument is a train.py flag or dotted override.",
         allow_abbrev=False,
     )
     parser.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help=f"counted trials, even (default {DEFAULT_TRIALS})")

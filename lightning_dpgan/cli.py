@@ -52,6 +52,34 @@ def command_prog(command: str) -> str:
     return f"python -m lightning_dpgan {command}"
 
 
+class _StoreNotingRepeats(argparse.Action):
+    """argparse's plain ``store``, except that an option given twice with different values says so
+    on stderr. The last value is used, as argparse does, and as train does for settings other than
+    the budget (:func:`settings_given_twice`); the first is no longer dropped in silence."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        given = getattr(self, "given", None)
+        if option_string is not None and given is not None and given[1] != values:
+            print(f"{parser.prog}: note: {option_string} given twice ({_shown(given[1])}, then {_shown(values)}): "
+                  f"the last, {_shown(values)}, is used", file=sys.stderr)
+        self.given = (option_string, values)
+        setattr(namespace, self.dest, values)
+
+
+def _shown(values: Any) -> str:
+    return " ".join(map(str, values)) if isinstance(values, list) else str(values)
+
+
+def command_parser(command: str, description: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """The parser of a command other than train (sample, evaluate, audit, benchmark): its options
+    are stored as argparse stores them, noting one given twice (:class:`_StoreNotingRepeats`)."""
+    parser = argparse.ArgumentParser(prog=command_prog(command), description=description, **kwargs)
+    for name in (None, "store"):
+        parser.register("action", name, _StoreNotingRepeats)
+    return parser
+
+
 def _train_parser() -> argparse.ArgumentParser:
     epilog = "\n\n".join(
         [
@@ -418,7 +446,7 @@ class EvaluationFailed(ValueError):
 def sample(argv: list[str]) -> Path:
     from lightning_dpgan.sampling import sample_to_file
 
-    parser = argparse.ArgumentParser(prog=command_prog("sample"), description="Draw synthetic records from a checkpoint.")
+    parser = command_parser("sample", "Draw synthetic records from a checkpoint.")
     parser.add_argument("--checkpoint", required=True, help="a checkpoint written by train (checkpoints/last.ckpt)")
     parser.add_argument("-n", type=int, required=True, help="number of records to draw")
     parser.add_argument("--out", required=True, help="output file: .csv (tables), .png grid or .npz (images + labels)")
@@ -453,10 +481,8 @@ def evaluate(argv: list[str]) -> Path:
     from lightning_dpgan.evaluate import evaluate_run
     from lightning_dpgan.run_folder import EVALUATION_FILES
 
-    parser = argparse.ArgumentParser(
-        prog=command_prog("evaluate"),
-        description="Utility, fidelity and membership-inference risk of a finished run (writes evaluation.json).",
-    )
+    parser = command_parser(
+        "evaluate", "Utility, fidelity and membership-inference risk of a finished run (writes evaluation.json).")
     parser.add_argument("--run", required=True, help="the output folder of a train run")
     parser.add_argument("--data-dir", help="folder with the raw data (default: the run's)")
     parser.add_argument("-n", type=_positive_int, help="synthetic images to draw (default: as many as training images)")

@@ -717,6 +717,28 @@ def test_another_setting_given_twice_under_one_name_takes_the_last_with_a_note(t
                      "train: note: --max-steps given twice (2, then 3): the last, 3, is used"]  # none for equal values
 
 
+def test_the_other_commands_take_the_last_of_an_option_given_twice_with_a_note(tmp_path, capsys, monkeypatch):
+    """evaluate, sample, audit and benchmark keep argparse's last value, as train does outside the
+    budget, and say so: ``evaluate --seed 1 ... --seed 2`` scored with seed 2 in silence before."""
+    from lightning_dpgan import evaluate
+    from lightning_dpgan.benchmark.cli import parse_args
+    from lightning_dpgan.canary_audit import audit_parser
+
+    called = []
+    monkeypatch.setattr(evaluate, "evaluate_run", lambda *args: called.append(args))
+    main(["evaluate", "--run", str(tmp_path), "--seed", "1", "--cnn-epochs", "2", "--seed", "2", "--cnn-epochs", "2"])
+    assert called[0][3:5] == (2, 2)  # (cnn_epochs, seed)
+    assert capsys.readouterr().err.splitlines() == [
+        "python -m lightning_dpgan evaluate: note: --seed given twice (1, then 2): the last, 2, is used"]
+    audit, rest = audit_parser().parse_known_args(["--trials", "4", "--model", "gan", "--trials", "6"])
+    benchmark = parse_args(["--suite", "speed", "--epsilons", "1", "--epsilons", "1", "10"])
+    assert (audit.trials, rest, benchmark.epsilons) == (6, ["--model", "gan"], [1.0, 10.0])
+    assert capsys.readouterr().err.splitlines() == [
+        "python -m lightning_dpgan audit: note: --trials given twice (4, then 6): the last, 6, is used",
+        "python -m lightning_dpgan benchmark: note: --epsilons given twice (1.0, then 1.0 10.0): the last, 1.0 10.0, "
+        "is used"]
+
+
 @pytest.mark.parametrize("privacy,compatible", [("pate", "pategan"), ("gpate", "gpate"), ("sanitizer", "gswgan")])
 def test_a_model_without_the_strategys_slot_is_refused(tiny_image_data_dir, tmp_path, capsys, privacy, compatible):
     out = tmp_path / "out"
