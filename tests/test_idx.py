@@ -213,3 +213,46 @@ def test_files_missing_from_the_data_dir_are_downloaded_with_a_warning(
         MNISTDataModule(data_dir=tmp_path / "mine", cache_dir=tmp_path / "cache").prepare_data()
     assert len(fetched) == 4
     assert f"not found in {tmp_path / 'mine'}" in caplog.text and "downloading into" in caplog.text
+
+
+def test_read_idx_rejects_nonzero_leading_bytes_even_with_a_known_type_code(tmp_path: Path, write_idx) -> None:
+    """The magic number's first two bytes must be zero: a file starting ``01 02 08 01`` has a valid
+    type and dimension count after them, but is not IDX data and must not be read as 8-bit values."""
+    good = write_idx(tmp_path / "good", np.arange(4, dtype=np.uint8)).read_bytes()
+    bad = tmp_path / "not-idx-but-close"
+    bad.write_bytes(b"\x01\x02" + good[2:])
+
+    with pytest.raises(DataIntegrityError, match="not-idx-but-close is not an IDX file: bad magic number 0x01020801"):
+        read_idx(bad)
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\x00\x08"], ids=["empty", "three-bytes"])
+def test_read_idx_rejects_a_file_shorter_than_the_magic_number(tmp_path: Path, content: bytes) -> None:
+    """An empty or cut-off download is named as such, not left to fail inside ``struct``."""
+    path = tmp_path / "stub-idx1-ubyte"
+    path.write_bytes(content)
+
+    expected = f"stub-idx1-ubyte is too short to be an IDX file ({len(content)} bytes)"
+    with pytest.raises(DataIntegrityError, match=re.escape(expected)):
+        read_idx(path)
+
+
+def test_read_idx_rejects_a_header_cut_inside_its_dimensions(tmp_path: Path) -> None:
+    """Magic says 3 dimensions (12 bytes of sizes) but only one size follows."""
+    path = tmp_path / "cut-header-idx3-ubyte"
+    path.write_bytes(b"\x00\x00\x08\x03" + (5).to_bytes(4, "big"))
+
+    with pytest.raises(DataIntegrityError, match="cut-header-idx3-ubyte: IDX header is truncated"):
+        read_idx(path)
+
+
+def test_read_idx_reads_type_0x09_as_signed_bytes(tmp_path: Path, write_idx) -> None:
+    """0x09 is signed: 0xFF is -1, not 255."""
+    values = np.array([-128, -1, 0, 1, 127], dtype=np.int8)
+    path = write_idx(tmp_path / "signed.idx", values)
+    assert path.read_bytes()[2] == 0x09
+
+    loaded = read_idx(path)
+
+    assert loaded.dtype == np.int8
+    np.testing.assert_array_equal(loaded, values)

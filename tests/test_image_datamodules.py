@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import shutil
 from pathlib import Path
@@ -219,3 +220,70 @@ def test_prepare_data_download_failure_explains_how_to_provide_files(tiny_image_
     # the file whose download failed (the first), not every file whether it failed or not
     assert f"Expected: {FILE_NAMES[0]} " in message and "--data-dir" in message
     assert list((tmp_path / "cache" / "tiny").iterdir()) == []
+
+
+@pytest.mark.parametrize(("images", "labels", "message"), [
+    (np.zeros((40, 28, 28), dtype=np.float32), np.zeros(40, dtype=np.uint8),
+     r"expected uint8 images of shape \(N, 28, 28\), got float32"),
+    (np.zeros((40, 32, 32), dtype=np.uint8), np.zeros(40, dtype=np.uint8),
+     r"expected uint8 images of shape \(N, 28, 28\), got uint8 of shape \(40, 32, 32\)"),
+    (np.zeros((40, 28, 28), dtype=np.uint8), np.zeros((40, 1), dtype=np.uint8),
+     r"holds labels of shape \(40, 1\) for the 40 images"),
+], ids=["float-pixels", "32x32-images", "2d-labels"])
+def test_idx_files_that_parse_but_are_not_28x28_bytes_and_flat_labels_are_rejected(
+        tiny_image_data_dir: Path, tmp_path: Path, write_idx, images, labels, message) -> None:
+    """A valid IDX file of another dataset (CIFAR-sized images, float pixels, one-hot-like 2-D
+    labels) would otherwise train with the wrong scale or shape instead of being refused."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(tiny_image_data_dir / "mnist", data_dir)
+    write_idx(data_dir / "t10k-images-idx3-ubyte.gz", images)
+    write_idx(data_dir / "t10k-labels-idx1-ubyte.gz", labels)
+
+    with pytest.raises(DataIntegrityError, match=message):
+        _ready(MNISTDataModule, data_dir, tmp_path)
+
+
+def test_files_in_the_data_dir_are_preferred_to_the_download_cache(tiny_image_data_dir: Path, tmp_path: Path) -> None:
+    """The user's folder wins: a stale cache of other files (here Fashion-MNIST's bytes under
+    MNIST's names) must not be what trains when --data-dir holds the files."""
+    cache = tmp_path / "cache"
+    shutil.copytree(tiny_image_data_dir / "fashion-mnist", cache / "mnist")
+    dm = _ready(MNISTDataModule, tiny_image_data_dir, tmp_path)  # its cache_dir is tmp_path / "cache"
+    assert (cache / "mnist" / FILE_NAMES[0]).is_file()
+
+    raw = read_idx(tiny_image_data_dir / "mnist" / FILE_NAMES[0])
+    assert torch.equal(dm.train_dataset.tensors[0][:, 0], torch.from_numpy(raw).float() / 127.5 - 1)
+
+
+def test_a_data_dir_file_failing_its_checksum_is_never_replaced_by_a_download(
+        tiny_image_data_dir: Path, tmp_path: Path) -> None:
+    """Only the framework's own cache is fetched again: a user's file that does not match is an
+    error even with downloads allowed (training on a silently downloaded copy would not be the
+    data the user pointed at), and nothing is downloaded."""
+    source = tiny_image_data_dir / "mnist"
+    cls = _module_pinned_to(source, [source.as_uri()])  # a mirror that would serve the right bytes
+    mine = tmp_path / "mine"
+    shutil.copytree(source, mine / "tiny")
+    damaged = mine / "tiny" / FILE_NAMES[0]
+    damaged.write_bytes(gzip.compress(gzip.decompress(damaged.read_bytes())[:-1] + b"\x01", mtime=0))
+
+    with pytest.raises(DataIntegrityError, match=f"{damaged} does not match {FILE_NAMES[0]}"):
+        cls(data_dir=mine, cache_dir=tmp_path / "cache", download=True).setup()
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_batch_of_exactly_the_train_split_is_allowed(tiny_image_data_dir: Path, tmp_path: Path) -> None:
+    """The limit is the number of records: a batch of all 160 gives one full batch per epoch."""
+    dm = _ready(MNISTDataModule, tiny_image_data_dir, tmp_path, batch_size=160)
+    assert len(dm.train_dataloader()) == 1
+
+
+def test_downloads_without_a_data_dir_are_not_warned_about(
+        tiny_image_data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The warning says the user's folder lacked the files; with no folder given, downloading is
+    the normal path and there is nothing to warn about."""
+    source = tiny_image_data_dir / "mnist"
+    with caplog.at_level("WARNING"):
+        _module_pinned_to(source, [source.as_uri()])(data_dir=None, cache_dir=tmp_path / "cache").prepare_data()
+    assert "not found in" not in caplog.text
+    assert sorted(p.name for p in (tmp_path / "cache" / "tiny").iterdir()) == sorted(FILE_NAMES)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -646,3 +647,93 @@ def test_kaggle_credit_runs_at_its_own_delta_whatever_the_model(tmp_path, model)
 
     assert delta("default") == KaggleCreditDataModule.default_delta == delta_for("kaggle-credit") == 1e-6
     assert delta("given", "--delta", "1e-7") == 1e-7
+
+
+# --- checked by a mutation audit: behaviour no test above pinned --------------------------------
+
+
+def test_the_dev_rows_are_drawn_with_the_split_seed():
+    """``split_seed`` seeds the dev split too (Adult's train/test split is official, so it is the
+    only draw the seed makes): another seed holds other training rows out, each as dev_split says."""
+    from lightning_dpgan.data.dev_split import dev_split
+
+    whole = loaded(AdultDataModule, "adult_tiny")
+    n = len(whole.train_frame)
+    devs = []
+    for seed in (0, 1):
+        datamodule = loaded(AdultDataModule, "adult_tiny", dev_fraction=0.3, split_seed=seed)
+        kept, dev = dev_split(n, 0.3, seed)
+        assert list(datamodule.held_out("dev").index) == list(whole.train_frame.index[dev])
+        assert list(datamodule.train_frame.index) == list(whole.train_frame.index[kept])
+        devs.append(set(datamodule.held_out("dev").index))
+    assert devs[0] != devs[1]
+
+
+def test_a_cached_file_that_is_not_the_canonical_one_is_refused_or_downloaded_again(tmp_path, monkeypatch):
+    """The cache holds the framework's downloads, checked by md5 and size: a damaged copy there
+    (here the tiny fixture under the canonical name) is refused without downloads, and fetched
+    again with them -- never trained on."""
+    cache = tmp_path / "cache"
+    shutil.copytree(FIXTURES / "adult_tiny", cache / "adult")
+    with pytest.raises(DataIntegrityError, match="does not match adult.data: expected decompressed md5"):
+        AdultDataModule(cache_dir=cache, download=False).setup()
+    calls = []
+    monkeypatch.setattr(tabular_module, "fetch", fake_fetch_from(FIXTURES / "adult_tiny", calls))
+    AdultDataModule(cache_dir=cache).prepare_data()
+    assert sorted(remote.name for remote, _ in calls) == ["adult.data", "adult.test"]
+
+
+def test_king_refuses_an_openml_copy_of_another_size(monkeypatch, tmp_path):
+    """The OpenML copy is checked by its row count (the Kaggle file's 21,613 sales)."""
+    raw = pd.read_csv(FIXTURES / "king_tiny" / "kc_house_data.csv")
+    monkeypatch.setattr(king_module, "fetch_openml", lambda **kwargs: Bunch(frame=raw))
+    with pytest.raises(DataIntegrityError, match=f"OpenML 42092 has {len(raw)} rows, expected 21613"):
+        KingDataModule(cache_dir=tmp_path).setup()
+
+
+def test_king_dates_are_days_since_the_start_of_2014():
+    """The schema's bounds say 2014-05-01 is day 120 and 2015-05-31 day 515."""
+    raw = pd.read_csv(FIXTURES / "king_tiny" / "kc_house_data.csv").iloc[:2]
+    raw["date"] = ["20140501T000000", "20150531T000000"]
+    assert king_module.to_schema_frame(raw, "test")["date"].tolist() == [120, 515]
+
+
+@pytest.mark.parametrize(("cls", "folder", "column", "message"), [
+    (KingDataModule, "king_tiny", "lat", "columns ['lat'] missing; is this kc_house_data.csv?"),
+    (KaggleCreditDataModule, "credit_tiny", "V5", "columns ['V5'] missing; is this the Kaggle creditcard.csv?"),
+], ids=["king", "kaggle-credit"])
+def test_a_built_in_file_without_one_of_its_columns_is_refused_by_name(tmp_path, cls, folder, column, message):
+    source = next((FIXTURES / folder).glob("*.csv"))
+    (tmp_path / folder).mkdir()
+    pd.read_csv(source).drop(columns=[column]).to_csv(tmp_path / folder / source.name, index=False)
+    with pytest.raises(DataIntegrityError, match=re.escape(message)):
+        cls(data_dir=tmp_path / folder, download=False).setup()
+
+
+def test_an_extra_field_is_reported_at_its_own_line_after_rows_ending_in_a_comma(tmp_path):
+    """A trailing comma (an empty last field) is no field: the line named is the one whose
+    fourth field holds a value, not the first row ending in a comma."""
+    path = tmp_path / "data.csv"
+    path.write_text("amount,kind,label\n" + "1.0,a,no,\n" * 3 + "2.0,b,yes,9\n" + "3.0,b,yes,\n" * 20)
+    with pytest.raises(SchemaError, match=re.escape("more fields than its header (line 5: 4 fields)")):
+        CSVDataModule(csv=path, target="label", categorical="kind", label_kind="binary").setup()
+
+
+def test_a_restored_dp_schema_must_bring_its_label_and_what_it_cost(tmp_path):
+    """A resume reuses the released DP schema instead of estimating (and paying) again: the
+    estimate's cost must come with it -- else privacy.json would under-report epsilon -- and
+    its label must be this run's target."""
+    path = write_csv(tmp_path / "data.csv")
+    args = dict(csv=path, target="churned", categorical="region", label_kind="binary", drop="row_id", bounds_epsilon=3.0)
+    first = CSVDataModule(**args)
+    schema, cost = first.schema, first.privacy_cost()
+    assert cost["epsilon"] == 3.0
+    for missing in (None, {}, {"parts": {"modes": {"epsilon": 1.0, "delta": 0.0}}}, {"delta": 1e-6}):
+        with pytest.raises(ValueError, match="under-report epsilon"):
+            CSVDataModule(**args).restore_schema(schema, missing)
+    with pytest.raises(ValueError, match="the checkpoint's schema has label 'churned', this run --data.target 'region'"):
+        CSVDataModule(**{**args, "target": "region", "categorical": None}).restore_schema(schema, cost)
+    resumed = CSVDataModule(**args)
+    resumed.restore_schema(schema, {"epsilon": 9.0, "parts": {"schema": cost, "modes": {"epsilon": 6.0}}})
+    assert resumed.estimates_schema is False and resumed.schema is schema
+    assert resumed.privacy_cost() == cost  # the schema's part, reported again, not re-estimated
