@@ -3,6 +3,8 @@ without a canary record, a membership test on the released generator, and a Clop
 lower bound on epsilon. A sound DP-SGD GAN stays within its claim; the same GAN with its noise
 switched off (only here, through the test hook) is caught."""
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -459,3 +461,144 @@ def test_the_full_size_benchmark_refuses_an_out_dir_holding_an_audit_before_any_
         script.main()
     assert stop.value.code == 2 and trained == []
     assert f"{tmp_path / 'eps1_no_noise'} holds an audit already: choose another --out-dir" in capsys.readouterr().err
+
+
+# ------------------------------------------------ the statistics, recomputed independently
+def binomial_tail_at_least(k, n, p):
+    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
+
+
+def solve_increasing(f, target):
+    """The p in [0, 1] where the increasing function f reaches target (bisection)."""
+    low, high = 0.0, 1.0
+    for _ in range(200):
+        middle = (low + high) / 2
+        low, high = (middle, high) if f(middle) < target else (low, middle)
+    return (low + high) / 2
+
+
+def exact_epsilon_lower(tp, fp, n, delta, confidence):
+    """Clopper-Pearson bounds from the binomial tails themselves (not scipy's beta quantiles),
+    then the two (epsilon, delta)-DP inequalities TPR <= e^eps FPR + delta and
+    TNR <= e^eps FNR + delta solved for epsilon."""
+    tail = (1 - confidence) / 2
+    tpr_low = 0.0 if tp == 0 else solve_increasing(lambda p: binomial_tail_at_least(tp, n, p), tail)
+    fpr_high = 1.0 if fp == n else solve_increasing(lambda p: binomial_tail_at_least(fp + 1, n, p), 1 - tail)
+    candidates = [0.0]
+    if tpr_low - delta > 0 and fpr_high > 0:
+        candidates.append(math.log((tpr_low - delta) / fpr_high))
+    if (1 - fpr_high) - delta > 0 and 1 - tpr_low > 0:
+        candidates.append(math.log((1 - fpr_high - delta) / (1 - tpr_low)))
+    return max(candidates)
+
+
+def test_an_imperfect_tests_bound_matches_an_independent_clopper_pearson_computation(tiny_table, tmp_path, monkeypatch):
+    """20 counted trials per side, 15 of those with the canary and 3 of those without guessed
+    "canary": the bound, at training's largest delta among the counted trials, is recomputed from
+    binomial tails; the claim is the largest training epsilon among the counted trials alone
+    (the calibration trials' claims, made larger here, must not count)."""
+    seen = {"with": 0, "without": 0, "counted": 0}
+
+    def run_trial(config, output_dir, with_canary, seed, samples, prepare_run=None):
+        calibration = output_dir.parent.name == "calibration"
+        if calibration:
+            score, claim = (0.0 if with_canary else 1.0), (50.0, 0.5)
+        else:
+            side = "with" if with_canary else "without"
+            seen[side] += 1
+            seen["counted"] += 1
+            score = 0.0 if seen[side] <= (15 if with_canary else 3) else 1.0
+            claim = (1.0 + 0.01 * seen["counted"], 1e-6 * (1 + seen["counted"] % 3))
+        canary = Canary("table", (torch.zeros(1, 2),), torch.zeros(2), {"kind": "table", "rule": "test", "record": {}})
+        privacy = {"epsilon": 2 * claim[0], "delta": 2 * claim[1], "epsilon_training": claim[0], "delta_training": claim[1]}
+        return TrialRun(score, privacy, canary, "add-remove")
+
+    monkeypatch.setattr(canary_audit, "run_trial", run_trial)
+    audit = run_audit(build_config(dp_sgd_args(tiny_table)), tmp_path, 40, confidence=0.95, calibration_trials=2)
+    report = read_json(tmp_path / AUDIT_FILE)
+    assert report["threshold"] == 0.5 and len(report["calibration"]) == 2
+    assert (report["true_positives"], report["false_positives"], report["trials_per_side"]) == (15, 3, 20)
+    assert report["delta"] == 3e-6 and report["claimed_epsilon"] == pytest.approx(1.40)
+    assert report["claimed_epsilon_total"] == pytest.approx(2.80)
+    expected = exact_epsilon_lower(15, 3, 20, 3e-6, 0.95)
+    assert 0.2 < expected < 1.40  # a real bound (not the floor 0), below the claim
+    assert report["epsilon_lower"] == pytest.approx(expected, rel=1e-6) and report["consistent"] is True
+    assert report["largest_detectable_epsilon"] == pytest.approx(exact_epsilon_lower(20, 0, 20, 3e-6, 0.95), rel=1e-6)
+    assert audit.epsilon_lower == report["epsilon_lower"]
+
+
+@pytest.mark.parametrize("confidence", [0.89, 1.0])
+def test_a_confidence_outside_the_sound_range_is_refused(tiny_table, tmp_path, monkeypatch, confidence):
+    stand_in_trials(monkeypatch, lambda canary: 0.0)
+    with pytest.raises(ValueError, match="--confidence must be in"):
+        run_audit(build_config(dp_sgd_args(tiny_table)), tmp_path, 4, confidence=confidence, threshold=0.5)
+
+
+def test_inserting_the_canary_keeps_every_other_record():
+    """add-remove: the N records then the canary; replace-one: the first N - 1 records then the
+    canary (converted to each tensor's dtype)."""
+    from types import SimpleNamespace
+    from torch.utils.data import TensorDataset
+
+    records, labels = torch.arange(8, dtype=torch.float32).view(4, 2), torch.tensor([0, 1, 2, 3])
+    canary = Canary("image", (torch.tensor([[9.0, 9.0]], dtype=torch.float64), torch.tensor([7])), torch.zeros(2), {})
+    for neighbours, kept in (("add-remove", 4), ("replace-one", 3)):
+        datamodule = SimpleNamespace(train_dataset=TensorDataset(records, labels))
+        index = insert_canary(datamodule, canary, neighbours)
+        new_records, new_labels = datamodule.train_dataset.tensors
+        assert index == kept and len(new_records) == kept + 1 and new_records.dtype == torch.float32
+        assert torch.equal(new_records[:kept], records[:kept]) and torch.equal(new_labels[:kept], labels[:kept])
+        assert new_records[index].tolist() == [9.0, 9.0] and new_labels[index] == 7
+    with pytest.raises(ValueError, match="unknown neighbouring relation"):
+        insert_canary(SimpleNamespace(train_dataset=TensorDataset(records, labels)), canary, "add-one")
+    with pytest.raises(ValueError, match="the canary has 2 tensors, the training split 1"):
+        insert_canary(SimpleNamespace(train_dataset=TensorDataset(records)), canary, "add-remove")
+
+
+def test_a_table_canary_is_scored_in_min_max_space_and_takes_whole_integer_bounds():
+    """The integer column's public bounds (0.5, 9.7) hold the whole numbers 1..9: the canary takes
+    9, a value the column can hold. Its score is the Euclidean distance, in the schema's min-max /
+    one-hot space, to the nearest decoded record, recomputed here by hand."""
+    from types import SimpleNamespace
+
+    from lightning_dpgan.canary_audit import canary_distances, table_canary
+    from lightning_dpgan.data.schema import Column, TableSchema
+
+    schema = TableSchema((Column("n", "integer", bounds=(0.5, 9.7), source="test"),
+                          Column("x", "continuous", bounds=(0.0, 10.0), source="test"),
+                          Column("c", "categorical", categories=("a", "b"), source="test")))
+    frame = pd.DataFrame({"n": [1, 2, 1], "x": [9.0, 8.0, 9.0], "c": ["a", "a", "b"]})
+    datamodule = SimpleNamespace(schema=schema, train_frame=frame, encode=schema.encode, decode=schema.decode)
+    canary = table_canary(datamodule)
+    assert canary.description["record"] == {"n": 9, "x": 0.0, "c": "b"}
+    rows = pd.DataFrame({"n": [9, 1], "x": [4.0, 0.0], "c": ["b", "a"]})
+    encoded, _ = schema.encode(rows)
+    module = SimpleNamespace(eval=lambda: None, sample=lambda n: encoded[:n])
+    distances = canary_distances(module, datamodule, canary, 2, seed=0)
+    # n in (0.5, 9.7): 9 and 1 sit at (9 - 0.5) / 9.2 and (1 - 0.5) / 9.2; x at x / 10; c one-hot
+    expected = [0.4, math.sqrt((8 / 9.2) ** 2 + 1 + 1)]
+    assert distances.tolist() == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("trials, calibration", [(12, 6), (4, 2), (10, 4)])
+def test_by_default_half_as_many_calibration_trials_choose_the_threshold(tiny_table, tmp_path, monkeypatch, trials,
+                                                                         calibration):
+    """Half the counted trials rounded down to an even number, at least 2 (--calibration-trials'
+    help), and run as well as counted: none of them counted."""
+    stand_in_trials(monkeypatch, lambda canary: 0.0 if canary else 1.0)
+    run_audit(build_config(dp_sgd_args(tiny_table)), tmp_path, trials)
+    report = read_json(tmp_path / AUDIT_FILE)
+    assert len(report["calibration"]) == calibration and report["trials"] == len(report["per_trial"]) == trials
+    assert [t["canary"] for t in report["calibration"]].count(True) == calibration // 2
+    assert "chosen on %d separate calibration trials" % calibration in report["threshold_rule"]
+
+
+def test_an_unbounded_training_claim_reads_unbounded_not_infinity(tiny_table, tmp_path, monkeypatch):
+    """A trial whose training epsilon is infinite claims nothing: the claim is None (null in
+    audit.json, "unbounded" in the summary), never contradicted, and no warning about the trial
+    count is printed for it."""
+    stand_in_trials(monkeypatch, lambda canary: 0.0 if canary else 1.0, training=(math.inf, 1e-6))
+    audit = run_audit(build_config(dp_sgd_args(tiny_table)), tmp_path, 4, threshold=0.5)
+    assert audit.claimed_epsilon is None and audit.consistent and not audit.could_detect_a_violation
+    assert "vs training's claimed unbounded" in audit.summary() and audit.undetectable_warning() is None
+    assert read_json(tmp_path / AUDIT_FILE)["claimed_epsilon"] is None

@@ -1,0 +1,152 @@
+"""A folder that holds a run (``lightning_dpgan.run_folder``): refused unless continued or
+replaced on purpose, its files set aside into ``previous*/`` and never deleted, put back when
+the new run is refused before training, and a continued run's step log kept whole."""
+import pandas as pd
+import pytest
+
+from lightning_dpgan import run_folder
+from lightning_dpgan.config import ConfigError
+from lightning_dpgan.run_folder import (
+    LAST_CHECKPOINT,
+    STEP_LOG,
+    audit_started,
+    check_audit_dir,
+    check_output_dir,
+    continues_run_in,
+    held_run_files,
+    prepend_earlier_steps,
+    remove_audit_trials,
+    restore_outputs,
+    set_aside_outputs,
+)
+
+
+def plant_run(folder, tag="first"):
+    """A finished run's files, each holding ``tag``."""
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / LAST_CHECKPOINT).write_text(f"{tag} checkpoint")
+    for name in ("privacy.json", "config.yaml", "synthetic.csv"):
+        (folder / name).write_text(f"{tag} {name}")
+    (folder / "logs").mkdir()
+    (folder / STEP_LOG).write_text("step,loss\n0,1.0\n")
+    return folder
+
+
+def test_each_file_a_run_writes_marks_its_folder_but_logs_alone_do_not(tmp_path):
+    for name in ("checkpoints", "privacy.json", "config.yaml", "metrics.json", "synthetic.csv", "samples.png"):
+        folder = tmp_path / name.replace(".", "-")
+        folder.mkdir()
+        (folder / name).write_text("x")
+        assert held_run_files(folder) == [name]
+        with pytest.raises(ConfigError, match=f"already holds a run's files \\({name}\\)"):
+            check_output_dir(folder, None, False)
+    refused_before_training = tmp_path / "logs-only"
+    (refused_before_training / "logs").mkdir(parents=True)
+    check_output_dir(refused_before_training, None, False)  # not a run: nothing to refuse
+    check_output_dir(tmp_path / "missing", None, False)
+
+
+def test_a_run_is_continued_only_from_its_own_last_checkpoint(tmp_path, monkeypatch):
+    run = plant_run(tmp_path / "run")
+    monkeypatch.chdir(tmp_path)
+    assert continues_run_in(run, "run/checkpoints/last.ckpt")  # a relative path to the same file
+    check_output_dir(run, "run/checkpoints/last.ckpt", False)
+    (run / "previous" / "checkpoints").mkdir(parents=True)
+    for other in (str(run / "previous" / LAST_CHECKPOINT), None, ""):
+        assert not continues_run_in(run, other)
+        with pytest.raises(ConfigError, match=r"continue it with python train.py --config .*config.yaml --resume"):
+            check_output_dir(run, other, False)
+
+
+def test_overwrite_refuses_to_move_away_the_checkpoint_it_resumes(tmp_path):
+    run = plant_run(tmp_path / "run")
+    (run / "checkpoints" / "epoch-1.ckpt").write_text("older")
+    with pytest.raises(ConfigError, match="which --overwrite moves to previous/"):
+        check_output_dir(run, str(run / "checkpoints" / "epoch-1.ckpt"), True)
+    check_output_dir(run, str(tmp_path / "elsewhere.ckpt"), True)  # outside the folder: fine
+    (run / "previous").mkdir()
+    check_output_dir(run, str(run / "previous" / "last.ckpt"), True)  # previous/ is not moved
+
+
+def test_reused_folders_set_aside_into_fresh_previous_folders_and_lose_nothing(tmp_path):
+    run = plant_run(tmp_path / "run", "first")
+    first = set_aside_outputs(run, continued=False)
+    assert first == run / "previous"
+    assert (first / "privacy.json").read_text() == "first privacy.json" and (first / LAST_CHECKPOINT).is_file()
+    assert held_run_files(run) == []
+    plant_run(run, "second")
+    second = set_aside_outputs(run, continued=True)  # a continued run keeps its checkpoints
+    assert second == run / "previous-2" and (run / LAST_CHECKPOINT).read_text() == "second checkpoint"
+    assert (second / "synthetic.csv").read_text() == "second synthetic.csv" and not (second / "checkpoints").exists()
+    (run / "privacy.json").write_text("third")
+    assert set_aside_outputs(run, continued=True) == run / "previous-3"
+    assert (run / "previous-3" / "privacy.json").read_text() == "third"
+    assert (first / "privacy.json").read_text() == "first privacy.json"  # earlier ones untouched
+    assert set_aside_outputs(run, continued=True) is None and not (run / "previous-4").exists()
+
+
+def test_a_refused_run_puts_the_earlier_files_back(tmp_path):
+    run = plant_run(tmp_path / "run")
+    previous = set_aside_outputs(run, continued=False)
+    (run / "logs").mkdir()  # what the refused run's logger created in the earlier files' places
+    (run / STEP_LOG).write_text("step\n")
+    (run / "privacy.json").write_text("refused")
+    restore_outputs(run, previous)
+    assert not previous.exists()
+    assert (run / "privacy.json").read_text() == "first privacy.json"
+    assert (run / STEP_LOG).read_text() == "step,loss\n0,1.0\n" and (run / LAST_CHECKPOINT).read_text() == "first checkpoint"
+
+
+def write_log(path, steps):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"step": steps, "loss": [float(s) for s in steps]}).to_csv(path, index=False)
+
+
+def test_a_continued_runs_step_log_is_the_earlier_steps_before_its_own(tmp_path):
+    """The earlier run logged steps 0-4 after its last checkpoint at 2: the continued run logs
+    from 3, and its log is 0, 1, 2 then its own 3, 4, 5 -- no step twice, none lost."""
+    folder, previous = tmp_path / "run", tmp_path / "run" / "previous"
+    write_log(previous / STEP_LOG, [0, 1, 2, 3, 4])
+    write_log(folder / STEP_LOG, [3, 4, 5])
+    prepend_earlier_steps(folder, previous)
+    assert pd.read_csv(folder / STEP_LOG)["step"].tolist() == [0, 1, 2, 3, 4, 5]
+    assert pd.read_csv(previous / STEP_LOG)["step"].tolist() == [0, 1, 2, 3, 4]  # the earlier log kept
+
+
+def test_a_continued_run_that_took_no_step_keeps_the_earlier_log(tmp_path):
+    folder, previous = tmp_path / "run", tmp_path / "run" / "previous"
+    write_log(previous / STEP_LOG, [0, 1])
+    prepend_earlier_steps(folder, previous, took_steps=False)
+    assert pd.read_csv(folder / STEP_LOG)["step"].tolist() == [0, 1]
+    prepend_earlier_steps(tmp_path / "other", previous, took_steps=True)  # no log of its own: none made
+    assert not (tmp_path / "other" / STEP_LOG).exists()
+
+
+def test_an_audit_folder_is_refused_when_it_holds_a_run_or_an_audit(tmp_path):
+    run = plant_run(tmp_path / "run")
+    for overwrite in (False, True):
+        with pytest.raises(ConfigError, match="holds a training run"):
+            check_audit_dir(run, overwrite)
+    audit = tmp_path / "audit"
+    (audit / "calibration").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"already holds an audit \(calibration\)"):
+        check_audit_dir(audit, False)
+    check_audit_dir(audit, True)
+
+
+def test_an_audit_started_once_a_trial_wrote_its_config(tmp_path):
+    audit = tmp_path / "audit"
+    (audit / "trials" / "000" / "logs").mkdir(parents=True)  # a trial refused before training
+    (audit / "calibration" / "000").mkdir(parents=True)
+    assert not audit_started(audit)
+    (audit / "calibration" / "000" / "config.yaml").write_text("seed: 1\n")
+    assert audit_started(audit)
+    (audit / "audit.json").write_text("{}")
+    remove_audit_trials(audit)
+    assert [p.name for p in audit.iterdir()] == ["audit.json"]
+
+
+def test_outputs_and_markers_name_what_a_run_writes():
+    """Every marker of a run is moved aside when the folder is replaced: a marker left behind
+    would make the replaced folder still look like the old run's."""
+    assert set(run_folder.MARKERS) <= set(run_folder.OUTPUTS + run_folder.TRAINING_STATE)
