@@ -161,7 +161,8 @@ def check_room_for_table(out: Path, n: int, module: Any, decoder: Any, labeler: 
         probe = synthetic_rows(module, decoder, labeler, min(n, SIZE_PROBE_ROWS, SAMPLE_CHUNK_ROWS))
     per_row = len(probe.to_csv(index=False, header=False).encode()) / len(probe)
     needed = n * per_row
-    free = shutil.disk_usage(out.parent if out.parent.exists() else Path.cwd()).free
+    held_by = next(folder for folder in out.absolute().parents if folder.exists())  # --out's folder may be new
+    free = shutil.disk_usage(held_by).free
     if needed > free:
         raise ValueError(f"-n {n} rows would take about {needed / 2**30:.1f} GiB (about {per_row:.0f} bytes a row), "
                          f"and the disk holding --out {out} has {free / 2**30:.1f} GiB free: draw fewer rows, or "

@@ -1,0 +1,201 @@
+"""``sample_to_file`` and the checkpoint checks in front of it, with a stand-in module (no
+training): how many records are written, from which seed, decoded how, and that a bad request
+is refused before anything is drawn or any file is touched."""
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from PIL import Image
+
+from lightning_dpgan import sampling
+from lightning_dpgan.data.schema import Column, TableSchema
+from lightning_dpgan.modules.base import CHECKPOINT_KEY
+from lightning_dpgan.sampling import CheckpointError, read_run_info, resume_checkpoint, sample_to_file
+from run_helpers import grid_tiles
+
+SCHEMA = TableSchema((Column("x", "continuous", bounds=(0.0, 10.0), source="test"),
+                      Column("c", "categorical", categories=("a", "b", "c"), source="test")))
+
+
+def fake_checkpoint(path, run, train_steps=7):
+    """A file as ``GANModule.on_save_checkpoint`` leaves it, without any network in it."""
+    torch.save({CHECKPOINT_KEY: {"format": 1, "train_steps": train_steps, "run": run}}, path)
+    return path
+
+
+class TableModule:
+    """Stands in for a trained table generator: uniform encoded records from torch's stream."""
+
+    def sample(self, n):
+        return torch.rand(n, SCHEMA.encoded_dim)
+
+
+class ImageModule:
+    """A conditional image generator whose every pixel tells its label (and some noise)."""
+
+    num_classes = 10
+
+    def balanced_labels(self, n):
+        return torch.arange(n) % self.num_classes
+
+    def sample(self, n, labels):
+        assert labels is not None and len(labels) == n
+        base = (labels.float() / 9 * 2 - 1).view(-1, 1, 1, 1).expand(n, 1, 28, 28)
+        return (base + 0.01 * torch.rand(n, 1, 28, 28)).clamp(-1, 1)
+
+
+@pytest.fixture
+def table_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setattr(sampling, "load_module", lambda path: TableModule())
+    return fake_checkpoint(tmp_path / "last.ckpt", {"model": "gan", "dataset": "csv", "schema": SCHEMA.to_dict()})
+
+
+@pytest.fixture
+def image_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setattr(sampling, "load_module", lambda path: ImageModule())
+    return fake_checkpoint(tmp_path / "last.ckpt", {"model": "gan", "dataset": "mnist"})
+
+
+def expected_rows(seed, sizes):
+    """The rows of a table drawn from ``seed`` in chunks of ``sizes``, decoded by the schema:
+    what the table holds (its size probe is drawn aside and must not shift these draws)."""
+    torch.manual_seed(seed)
+    return pd.concat([SCHEMA.decode(TableModule().sample(k)) for k in sizes], ignore_index=True)
+
+
+def test_a_table_holds_n_rows_of_the_seeds_own_draws_across_chunks(table_checkpoint, tmp_path, monkeypatch):
+    """17 rows in chunks of 7: one header, 17 rows, and exactly the seed's draws -- the disk-size
+    probe before them must not consume the stream (else -n 17 --seed 3 would not be the rows a
+    reader reproducing --seed 3 gets)."""
+    monkeypatch.setattr(sampling, "SAMPLE_CHUNK_ROWS", 7)
+    out = sample_to_file(table_checkpoint, 17, tmp_path / "t.csv", seed=3)
+    text = out.read_text()
+    assert text.count("x,c") == 1
+    table = pd.read_csv(out)
+    assert list(table.columns) == ["x", "c"] and len(table) == 17
+    expected = expected_rows(3, [7, 7, 3])
+    np.testing.assert_allclose(table["x"].to_numpy(), expected["x"].to_numpy(), rtol=1e-12)
+    assert table["c"].tolist() == expected["c"].astype(str).tolist()
+    assert set(table["c"]) <= {"a", "b", "c"} and table["x"].between(0, 10).all()
+    other = sample_to_file(table_checkpoint, 17, tmp_path / "other.csv", seed=4)
+    assert not pd.read_csv(other).equals(table)  # another seed, other rows
+
+
+def test_a_table_is_refused_before_drawing_when_the_disk_has_no_room(table_checkpoint, tmp_path, monkeypatch):
+    import shutil
+
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=100))
+    with pytest.raises(ValueError, match="-n 50 rows would take about"):
+        sample_to_file(table_checkpoint, 50, tmp_path / "t.csv")
+    assert not (tmp_path / "t.csv").exists()
+    assert sample_to_file(table_checkpoint, 1, tmp_path / "t.csv").is_file()  # one row (~20 bytes) fits in 100
+
+
+def test_the_room_is_that_of_the_disk_out_will_be_on_when_its_folder_is_new(table_checkpoint, tmp_path, monkeypatch):
+    """``--out /big/disk/new/t.csv``: the folder to be made is on /big/disk, not where the command
+    was typed, so the nearest folder that exists is measured."""
+    import shutil
+
+    measured = []
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: measured.append(path) or usage)
+    monkeypatch.chdir(table_checkpoint.parent.parent)
+    sample_to_file(table_checkpoint, 5, tmp_path / "new" / "deeper" / "t.csv")
+    assert measured == [tmp_path]
+
+
+def test_npz_images_keep_each_label_with_its_image_across_chunks(image_checkpoint, tmp_path, monkeypatch):
+    """Drawn 4 at a time, image i must be of label i: a chunk asked for the first chunk's labels
+    again would pair images with the wrong labels in the published arrays."""
+    monkeypatch.setattr(sampling, "IMAGE_CHUNK", 4)
+    out = sample_to_file(image_checkpoint, 10, tmp_path / "s.npz", seed=1)
+    arrays = np.load(out)
+    images, labels = arrays["images"], arrays["labels"]
+    assert images.shape == (10, 1, 28, 28) and images.dtype == np.uint8 and labels.tolist() == list(range(10))
+    # pixel of label k: (k / 9 * 2 - 1 + noise in [0, 0.01]) mapped from [-1, 1] to [0, 255]
+    for image, label in zip(images, labels):
+        assert abs(float(image.mean()) - label / 9 * 255) < 3, label
+    again = np.load(sample_to_file(image_checkpoint, 10, tmp_path / "again.npz", seed=1))["images"]
+    assert np.array_equal(again, images)
+    assert not np.array_equal(np.load(sample_to_file(image_checkpoint, 10, tmp_path / "b.npz", seed=2))["images"], images)
+
+
+def test_png_grid_has_the_columns_asked_for(image_checkpoint, tmp_path):
+    out = sample_to_file(image_checkpoint, 7, tmp_path / "s.png", columns=3)
+    picture = np.asarray(Image.open(out))
+    assert picture.shape == (3 * 30 + 2, 3 * 30 + 2)  # 3 rows of 3 columns, 2-pixel padding
+    tiles = grid_tiles(picture, 7, columns=3)
+    for label, tile in enumerate(tiles):
+        assert abs(float(tile.mean()) - label / 9 * 255) < 3, label
+
+
+@pytest.mark.parametrize("n", [0, -3, True, 2.5, "5"])
+def test_a_bad_n_is_refused_before_the_checkpoint_is_read(tmp_path, monkeypatch, n):
+    monkeypatch.setattr(sampling, "read_run_info", lambda path: pytest.fail("read the checkpoint"))
+    with pytest.raises(ValueError, match="-n must be a whole number >= 1"):
+        sample_to_file(tmp_path / "c.ckpt", n, tmp_path / "t.csv")
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_checkpoint_itself_is_never_written_over(table_checkpoint):
+    before = table_checkpoint.read_bytes()
+    with pytest.raises(ValueError, match="is the checkpoint itself"):
+        sample_to_file(table_checkpoint, 5, table_checkpoint, overwrite=True)
+    assert table_checkpoint.read_bytes() == before
+
+
+def test_an_existing_out_is_kept_unless_overwrite(table_checkpoint, tmp_path):
+    out = tmp_path / "synthetic.csv"
+    out.write_text("earlier table\n")
+    with pytest.raises(ValueError, match="exists: give another file, or --overwrite"):
+        sample_to_file(table_checkpoint, 5, out)
+    assert out.read_text() == "earlier table\n"
+    sample_to_file(table_checkpoint, 5, out, overwrite=True)
+    assert len(pd.read_csv(out)) == 5
+
+
+@pytest.mark.parametrize("name, run", [
+    ("t.png", {"model": "gan", "dataset": "csv", "schema": SCHEMA.to_dict()}),
+    ("t.npz", {"model": "gan", "dataset": "csv", "schema": SCHEMA.to_dict()}),
+    ("s.csv", {"model": "gan", "dataset": "mnist"}),
+], ids=["table-png", "table-npz", "image-csv"])
+def test_out_of_the_wrong_kind_is_refused(tmp_path, monkeypatch, name, run):
+    monkeypatch.setattr(sampling, "load_module", lambda path: pytest.fail("loaded the generator"))
+    with pytest.raises(ValueError, match="must end in"):
+        sample_to_file(fake_checkpoint(tmp_path / "c.ckpt", run), 5, tmp_path / name)
+    assert not (tmp_path / name).exists()
+
+
+def test_out_that_is_a_folder_is_refused(table_checkpoint, tmp_path):
+    (tmp_path / "out").mkdir()
+    with pytest.raises(ValueError, match="is a folder: give a file in it"):
+        sample_to_file(table_checkpoint, 5, tmp_path / "out")
+
+
+def test_a_run_folder_given_as_checkpoint_names_the_file_to_pass(tmp_path):
+    with pytest.raises(CheckpointError, match="is a folder, not a checkpoint") as excinfo:
+        read_run_info(tmp_path)
+    assert str(tmp_path / "checkpoints" / "last.ckpt") in str(excinfo.value)
+
+
+def test_run_information_without_a_model_is_refused(tmp_path):
+    path = fake_checkpoint(tmp_path / "c.ckpt", {"dataset": "mnist"})
+    with pytest.raises(CheckpointError, match="was not written by lightning-dpgan's train"):
+        read_run_info(path)
+
+
+def test_resume_returns_the_steps_the_checkpoint_holds(tmp_path):
+    run = {"model": "gan", "dataset": "mnist"}
+    assert resume_checkpoint(fake_checkpoint(tmp_path / "a.ckpt", run, 7), "gan", "mnist") == (run, 7)
+    assert resume_checkpoint(fake_checkpoint(tmp_path / "b.ckpt", run, None), "gan", "mnist") == (run, 0)
+
+
+def test_resume_refuses_a_quail_checkpoint_for_a_plain_run_and_the_reverse(tmp_path):
+    plain = fake_checkpoint(tmp_path / "plain.ckpt", {"model": "dpgan", "dataset": "adult"})
+    quail = fake_checkpoint(tmp_path / "quail.ckpt", {"model": "dpgan", "dataset": "adult", "quail": {}})
+    with pytest.raises(CheckpointError, match="is not a QUAIL run's checkpoint, and this run is a QUAIL one"):
+        resume_checkpoint(plain, "dpgan", "adult", quail=True)
+    with pytest.raises(CheckpointError, match="is a QUAIL run's checkpoint, and this run is not one"):
+        resume_checkpoint(quail, "dpgan", "adult", quail=False)
+    assert resume_checkpoint(quail, "dpgan", "adult", quail=True)[0]["quail"] == {}
