@@ -947,3 +947,124 @@ def test_category_frequencies_clip_negative_noisy_counts_at_zero():
     records), so the conditional sampler never asks for it; nothing left positive: uniform."""
     assert _frequencies(np.array([-5.0, 10.0, 0.0])) == (0.0, 1.0, 0.0)
     assert _frequencies(np.array([-1.0, -2.0])) == (0.5, 0.5)
+
+
+# --- added by the mutation audit -----------------------------------------------------------------
+
+
+def test_condition_loss_is_the_mean_cross_entropy_over_rows():
+    """With all-zero logits each row's cross-entropy is log(width of its chosen column), so the
+    loss is the mean of those: a sum over rows would scale the generator's loss with the batch."""
+    sampler = ConditionalSampler(SPANS, FREQUENCIES)
+    cond, column = sampler.sample(64, generator=torch.Generator().manual_seed(2))
+    widths = torch.tensor([width for _, width in SPANS], dtype=torch.float64)[column]
+    expected = torch.log(widths).mean().item()
+    assert sampler.condition_loss(torch.zeros(64, 8), cond, column).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_negative_noisy_frequencies_give_a_category_no_mass_in_the_sampler():
+    """DP frequencies may be negative after noise: clipped at 0 (never asked for), not mirrored."""
+    sampler = ConditionalSampler([(0, 3)], [[-0.5, 1.0, 0.5]])
+    assert sampler.category_probabilities(log_frequency=False)[0].tolist() == pytest.approx([0.0, 2 / 3, 1 / 3])
+
+
+def test_conditional_sampler_refuses_inconsistent_layouts():
+    with pytest.raises(ValueError, match="does not match 2 frequencies"):
+        ConditionalSampler([(0, 3)], [[0.5, 0.5]])
+    with pytest.raises(ValueError, match="log_scale"):
+        ConditionalSampler(SPANS, FREQUENCIES, log_scale=0.0)
+    with pytest.raises(ValueError, match="do not hold the condition blocks"):
+        ConditionalSampler(SPANS, FREQUENCIES).from_records(torch.zeros(4, 7))  # the second block ends at 8
+
+
+@pytest.mark.parametrize("mode", [2, -1])
+def test_inverse_refuses_a_mode_index_outside_the_modes(mode):
+    """-1 would silently read the last mode through numpy's negative indexing."""
+    normalizer = ModeSpecificNormalizer([-5.0, 5.0], [1.0, 2.0], [0.5, 0.5])
+    with pytest.raises(ValueError, match="mode index"):
+        normalizer.inverse([0.0], [mode])
+
+
+def test_a_mode_needs_a_positive_std():
+    with pytest.raises(ValueError, match="positive stds"):
+        ModeSpecificNormalizer([0.0, 1.0], [1.0, 0.0])
+
+
+def test_inverse_clips_alpha_to_a_tanh_range():
+    """A generator's alpha beyond [-1, 1] (raw, not through its tanh) decodes to the edge of its
+    mode, mu +- 4 sigma, not further out."""
+    normalizer = ModeSpecificNormalizer([-5.0, 5.0], [1.0, 2.0], [0.5, 0.5])
+    assert normalizer.inverse([3.0, -7.0], [0, 1]) == pytest.approx([-5.0 + 4.0, 5.0 - 8.0])
+
+
+def test_the_posterior_weighs_each_mode_by_its_weight():
+    """Halfway between two modes of equal std the densities are equal, so the posterior is the
+    modes' weights themselves."""
+    normalizer = ModeSpecificNormalizer([0.0, 1.0], [1.0, 1.0], [0.2, 0.8])
+    assert normalizer.posterior([0.5])[0] == pytest.approx([0.2, 0.8])
+
+
+def test_a_transformer_description_with_an_extra_column_is_refused():
+    """A description naming a column its schema lacks was written for another table."""
+    spec = json.loads(json.dumps(TableTransformer.from_bounds(SCHEMA).to_dict()))
+    spec["columns"].append(dict(spec["columns"][0], name="stray"))
+    with pytest.raises(ValueError, match="do not match its schema"):
+        TableTransformer.from_dict(spec)
+
+
+@pytest.mark.parametrize("log_columns", [(), ("price",)])
+def test_a_continuous_label_outside_its_bounds_encodes_at_the_edge_of_the_scalar(log_columns):
+    """The label scalar is clipped to the public bounds first, so an outlier price lands on -1 or
+    1 like a price on the bound, never outside the tanh range a regressor can reach."""
+    schema = TableSchema(
+        (Column("area", "continuous", bounds=(0.0, 100.0)), Column("price", "continuous", bounds=(10.0, 1e6))),
+        label="price",
+        label_kind="continuous",
+    )
+    transformer = TableTransformer.from_bounds(schema, log_columns=log_columns)
+    frame = pd.DataFrame({"area": [10.0, 20.0, 30.0, 40.0], "price": [-5e5, 10.0, 1e6, 3e6]})
+    encoded, _ = transformer.encode(frame)
+    start = transformer.label_span[0]
+    assert encoded[:, start].tolist() == pytest.approx([-1.0, -1.0, 1.0, 1.0])
+
+
+def test_a_scalar_continuous_label_takes_no_share_of_the_histogram_budget():
+    """The scalar label is min-max over public bounds and needs no statistic: fit_dp must not
+    count it, so the other columns' Laplace scale is d/ε with d not counting the label."""
+    schema = TableSchema(
+        (Column("area", "continuous", bounds=(0.0, 100.0)), Column("price", "continuous", bounds=(0.0, 1e6))),
+        label="price",
+        label_kind="continuous",
+    )
+    frame = pd.DataFrame({"area": np.linspace(10, 90, 50), "price": np.linspace(1e5, 9e5, 50)})
+    _, cost = TableTransformer.fit_dp(frame, schema, 5.0, max_modes=2, rng=np.random.default_rng(0))
+    assert "sensitivity 1" in cost["mechanism"]
+
+
+def test_a_long_tail_column_from_bounds_round_trips_through_its_log_space_mode():
+    """Without data a long-tail column's one mode spans its bounds in log space, where its values
+    are encoded: a mode over the raw bounds would squash every log value to one end."""
+    transformer = TableTransformer.from_bounds(SCHEMA, mixed=MIXED, log_columns=LOG)
+    frame = make_frame(100)
+    decoded = transformer.decode(transformer.encode(frame)[0])
+    assert decoded["lot"].to_numpy() == pytest.approx(frame["lot"].to_numpy(), rel=1e-3)
+
+
+def test_a_discrete_column_refuses_a_histogram_counted_over_another_grid(frame):
+    """A histogram over rooms 0..12 cannot give the frequencies of rooms declared 0..10."""
+    histograms, _ = dp_column_histograms(frame, SCHEMA, 1.0, discrete=["rooms"], rng=np.random.default_rng(0))
+    narrower = TableSchema(tuple(Column("rooms", "integer", bounds=(0, 10)) if c.name == "rooms" else c
+                                 for c in SCHEMA.columns), label="y", label_kind="binary")
+    with pytest.raises(SchemaError, match="not counted over its grid"):
+        TableTransformer.from_histograms(narrower, histograms, discrete=["rooms"])
+
+
+def test_a_value_clipped_onto_a_special_value_encodes_as_that_special_value():
+    """gain's bound 0 is also its special value: -5, clipped to 0, is the special value 0 (its
+    slot, alpha 0), exactly as a recorded 0 is, not a regular value at the bottom of a mode."""
+    transformer = TableTransformer.from_bounds(SCHEMA, mixed=MIXED, log_columns=LOG)
+    frame = make_frame(2).assign(gain=[-5, 0])
+    encoded, _ = transformer.encode(frame)
+    block = encoded[:, transformer.column_slices["gain"]]
+    assert torch.equal(block[0], block[1])
+    assert block[0].tolist() == [0.0, 1.0, 0.0]  # alpha, the special value 0, the one bounds mode
