@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from lightning_dpgan.data.schema import Column, EncodingReport, SchemaError, TableSchema
+from lightning_dpgan.data.schema import Column, EncodingReport, SchemaError, TableSchema, as_schema_categories
 
 
 def make_schema(**overrides) -> TableSchema:
@@ -386,3 +386,82 @@ def test_load_reports_bad_files(tmp_path):
     path.write_text("columns:\n  - {name: x, kind: continuous, bounds: [0, 1], colour: red}\n")
     with pytest.raises(SchemaError, match=r"bad.yaml.*unknown keys \['colour'\]"):
         TableSchema.load(path)
+
+
+# --- added by the mutation audit -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("missing", [None, float("nan")])
+def test_a_missing_value_cannot_be_a_category(missing):
+    """A schema listing None/NaN as a category would encode missing values as data."""
+    with pytest.raises(SchemaError, match="cannot contain missing values"):
+        Column("colour", "categorical", categories=("red", missing))
+
+
+def test_a_value_on_a_bound_is_not_counted_as_clipped():
+    """The report counts values moved by clipping: one at the bound itself is inside the domain."""
+    frame = make_frame(4).assign(height=[100.0, 220.0, 99.0, 221.0])
+    _, report = make_schema().encode(frame)
+    assert report.clipped["height"] == {"below": 1, "above": 1}
+
+
+def test_a_categorical_label_needs_at_least_two_classes():
+    one = Column("label", "categorical", categories=("a",))
+    with pytest.raises(SchemaError, match="lists one class"):
+        TableSchema((Column("x", "continuous", bounds=(0, 1)), one), label="label", label_kind="categorical")
+
+
+def test_a_column_cannot_be_both_encoded_and_dropped():
+    with pytest.raises(SchemaError, match=r"both schema columns and listed in drop"):
+        make_schema(drop=("age",))
+
+
+def test_a_step_whose_range_is_a_float_rounded_multiple_keeps_its_last_grid_value():
+    """0.3 / 0.1 is 2.9999999999999996 in floats: the grid still reaches the upper bound."""
+    column = Column("x", "continuous", bounds=(0.0, 0.3), step=0.1)
+    assert column.grid_size == 4
+    assert column.grid.tolist() == [0.0, 0.1, 0.2, 0.3]
+    assert column.typed(np.array([0.3]))[0] == 0.3
+
+
+@pytest.mark.parametrize("bounds", [[0, True], [False, 1]])
+def test_boolean_bounds_in_a_schema_file_are_refused(bounds):
+    """YAML reads yes/no/on/off as booleans, which float() would take as 0 and 1."""
+    with pytest.raises(SchemaError, match="two numbers"):
+        Column.from_dict({"name": "x", "kind": "continuous", "bounds": bounds})
+
+
+def test_label_values_outside_the_binary_classes_are_listed_with_their_rows():
+    frame = make_frame(5).assign(label=["no", "maybe", "yes", "yes", "unsure"])
+    outside = make_schema().label_values_outside_classes(frame)
+    assert outside.to_dict() == {1: "maybe", 4: "unsure"}
+
+
+def test_duplicated_column_names_in_the_data_are_refused():
+    frame = make_frame(3)
+    frame = pd.concat([frame, frame[["age"]]], axis=1)
+    with pytest.raises(SchemaError, match=r"duplicated column names: \['age'\]"):
+        make_schema().validate_frame(frame)
+
+
+def test_categories_read_as_text_become_the_schemas_numbers_and_unlisted_ones_stay_text():
+    """A CSV reads the zone 10 as "10": matched to the schema's category 10 (so it encodes), while
+    "30", not listed, stays an unknown category rather than being coerced into one."""
+    frame = make_frame(3).assign(zone=["10", "20", "30"])
+    converted = as_schema_categories(frame, make_schema())
+    assert converted["zone"].tolist() == [10, 20, "30"]
+    assert frame["zone"].tolist() == ["10", "20", "30"]  # the caller's frame is left as it was
+    _, report = make_schema().encode(converted)  # the text "30" is an unknown category: its row is rejected
+    assert (report.rows_encoded, report.rejected["zone"]) == (2, 1)
+
+
+def test_numeric_categories_held_as_python_objects_encode_as_those_categories():
+    """A frame built by hand (or a slice of the table above) may hold the zones 10 and 20 as Python
+    ints in an object column: each is written as a category, so it encodes, where it was refused
+    as "not written as one of them" with no value to show."""
+    for zones in ([10, 20], as_schema_categories(make_frame(3).assign(zone=["10", "20", "30"]), make_schema())
+                  ["zone"].iloc[:2].tolist()):
+        frame = make_frame(2).assign(zone=pd.Series(zones, dtype=object))
+        encoded, report = make_schema().encode(frame)  # zone's categories: (10, 20)
+        block = encoded[:, make_schema().column_slices["zone"]]
+        assert report.rows_encoded == 2 and block.tolist() == [[1.0, 0.0], [0.0, 1.0]]
