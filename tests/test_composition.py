@@ -50,3 +50,21 @@ def test_a_composite_cost_is_restated_for_replace_one_part_by_part():
     assert composed["delta"] == pytest.approx((1 + math.exp(2.0)) * 1e-6)
     assert composed["as_spent"] == {"epsilon": 2.1, "delta": 1e-6, "neighbours": "add-remove"}
     assert composed["neighbours"] == "replace-one"
+
+
+def test_every_part_is_kept_as_given_free_ones_included_and_as_a_copy():
+    """``parts`` keeps each cost as given -- a part that spends nothing too -- so a resume can
+    restore them one by one; changing the composed record leaves the callers' costs alone."""
+    free = cost(0.0, 0.0, "public schema")
+    bounds = cost(1.0, 1e-7, "DP bounds")
+    composed = compose_costs({"schema": free, "bounds": bounds})
+    assert composed["parts"] == {"schema": cost(0.0, 0.0, "public schema"), "bounds": cost(1.0, 1e-7, "DP bounds")}
+    assert "schema: public schema" in composed["mechanism"]
+    composed["parts"]["bounds"]["epsilon"] = 99.0
+    assert bounds["epsilon"] == 1.0
+
+
+def test_nothing_spent_composes_to_zero_under_add_remove():
+    composed = compose_costs({"schema": cost(0.0, 0.0, "public schema")})
+    assert (composed["epsilon"], composed["delta"], composed["neighbours"]) == (0.0, 0.0, "add-remove")
+    assert isinstance(composed["epsilon"], float) and isinstance(composed["delta"], float)

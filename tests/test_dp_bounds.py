@@ -203,6 +203,7 @@ def test_infer_schema_without_categorical_columns_spends_no_delta():
         (dict(label_kind="continuous", target="amount", categorical=["city", "amount"]), "listed as categorical"),
         (dict(label_kind="regression"), "label_kind must be"),
         (dict(integer=["city"]), "both as categorical and as integer"),
+        (dict(drop=["fraud"]), "the target 'fraud' cannot be dropped"),
     ],
 )
 def test_infer_schema_errors_are_clear(kwargs, message):
@@ -240,3 +241,77 @@ def test_released_categories_that_differ_only_in_spaces_or_case_are_pointed_out(
     assert sorted(schema.column("ward").categories) == [" cardio", "cardio", "neuro"]
     assert "differ only in spaces or case ('cardio' / ' cardio')" in caplog.text or \
         "differ only in spaces or case (' cardio' / 'cardio')" in caplog.text
+
+
+def test_a_column_on_a_grid_edge_counts_in_the_bin_it_opens_so_non_negative_data_keeps_a_zero_low():
+    """Bins are [a, b): a value equal to an edge counts in the bin that starts there. A count
+    column of zeros and small positives (capital gain, children) gets a lower bound of 0, not
+    -2^-10: counted in [-2^-10, 0) instead, its zeros would make the bounds, and the encoding's
+    clipping, admit negative values the column never holds."""
+    values = np.concatenate([np.zeros(500), np.random.default_rng(0).uniform(1, 30, 500)])
+    (low, high), _ = dp_numeric_bounds(values, epsilon=1e4, alpha=0.0, rng=np.random.default_rng(1))
+    assert (low, high) == (0.0, 32.0)
+    (low, high), _ = dp_numeric_bounds(np.zeros(100), epsilon=1e4, alpha=0.0, rng=np.random.default_rng(2))
+    assert (low, high) == (0.0, 2.0**-10)
+
+
+def test_the_empty_bin_threshold_is_the_one_the_docstring_states():
+    """The threshold ln(B / (2 * 0.01)) / epsilon, derived here from what it is for: each of the B
+    empty bins passes it by Laplace(1/epsilon) noise alone with probability exp(-epsilon t) / 2,
+    so B of them pass with probability 0.01 at most. Noise just below it on an empty bin far from
+    the data is dropped; just above it, kept (and stretches the bounds). Epsilon 0.5 checks the
+    division by epsilon too."""
+    bins, epsilon = len(geometric_grid()) - 1, 0.5
+    threshold = math.log(bins / (2 * 0.01)) / epsilon
+    assert bins * 0.5 * math.exp(-epsilon * threshold) == pytest.approx(0.01)
+    values = np.random.default_rng(0).uniform(10, 60, 5000)
+    far = bin_of(2.0**20 + 1)
+    (_, high), _ = dp_numeric_bounds(values, epsilon, alpha=0.0, rng=FixedNoise({far: threshold * 0.999}))
+    assert high == 64.0
+    (_, high), _ = dp_numeric_bounds(values, epsilon, alpha=0.0, rng=FixedNoise({far: threshold * 1.001}))
+    assert high == 2.0**21
+
+
+def test_an_integer_columns_bounds_are_whole_numbers_that_cover_the_grid_bounds():
+    """Grid edges below 1 are fractions (2^-10 for a column of zeros): an integer column's bounds
+    are rounded outwards, floor(low) and ceil(high), so they stay whole numbers and still cover."""
+    frame = pd.DataFrame({"children": np.zeros(3000, dtype=int), "y": [0, 1, 1] * 1000})
+    schema, _ = infer_schema_dp(frame, "y", [], epsilon=1e3, delta=1e-6, label_kind="binary", integer=["children"],
+                                rng=np.random.default_rng(0))
+    assert schema.column("children").kind == "integer"
+    assert schema.column("children").bounds == (0.0, 1.0)
+
+
+def test_a_single_nan_is_refused():
+    frame = make_frame()
+    frame.loc[7, "amount"] = np.nan
+    with pytest.raises(SchemaError, match=r"amount \(1 rows\)"):
+        infer_schema_dp(frame, "fraud", ["city"], epsilon=1.0, delta=1e-6, label_kind="binary")
+
+
+def test_dropped_columns_are_neither_estimated_nor_charged():
+    """A dropped column is not released and takes no share of the budget: the m columns that
+    remain split epsilon, each spending epsilon / m."""
+    frame = make_frame()
+    frame["row_id"] = np.arange(len(frame))
+    schema, cost = infer_schema_dp(frame, "fraud", ["city"], epsilon=2.0, delta=1e-6, label_kind="binary",
+                                   integer=["rooms"], drop=["row_id"], rng=np.random.default_rng(8))
+    assert "row_id" not in schema.names and set(cost["columns"]) == {"amount", "rooms", "city", "fraud"}
+    assert all(c["epsilon"] == pytest.approx(0.5) for c in cost["columns"].values())
+    assert cost["epsilon"] == 2.0
+
+
+def test_without_an_rng_the_noise_comes_from_fresh_entropy():
+    """rng=None must not mean a fixed seed (noise from a known seed can be subtracted): releases
+    dominated by noise differ from call to call. Bounds at epsilon 1e-6: the largest noisy bin
+    of 101, all identical over 6 calls with probability about 101^-5. Categories: 30 values of
+    14 records each against a threshold of about 14.1, each released with probability about
+    0.44; two identical lists with probability about 1.5e-9."""
+    bounds = {dp_numeric_bounds(np.full(5, 100.0), epsilon=1e-6)[0] for _ in range(6)}
+    assert len(bounds) > 1
+    values = [f"v{i:02d}" for i in range(30) for _ in range(14)]
+    assert stability_threshold(1.0, 1e-6) == pytest.approx(14.12, abs=0.01)
+    assert dp_categories(values, 1.0, 1e-6) != dp_categories(values, 1.0, 1e-6)
+    frame = pd.DataFrame({"t": np.full(5, 100.0)})
+    estimates = {infer_schema_dp(frame, "t", [], 1e-6, 0.0, "continuous")[0].column("t").bounds for _ in range(6)}
+    assert len(estimates) > 1

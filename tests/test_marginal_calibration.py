@@ -42,6 +42,24 @@ def test_a_long_tail_marginal_is_uniform_in_log_space():
                                [5.0, low + np.expm1(np.log1p(99.0) / 2), 104.0, 10004.0])
 
 
+def test_a_long_tail_columns_special_value_is_an_atom_at_its_own_value():
+    """A mixed long-tail column counts its special value (here 9, lower bound 5) apart: the atom
+    sits at log(9 - 5 + 1) in the histogram's log space, between the bins [5, 104) and
+    [104, 10004], and reads back as 9 -- not as exp(9) - 1 + 5 from a raw value taken for a log."""
+    low = 5.0
+    edges = np.log1p(np.array([0.0, 99.0, 9999.0]))
+    marginal = Marginal.from_histogram(histogram([1.0, 2.0], edges, [9.0], [1.0], log=True), low=low)
+    np.testing.assert_allclose(marginal.quantile(np.array([0.125, 0.3, 0.45, 0.5, 1.0])),
+                               [low + np.expm1(np.log1p(99.0) / 2), 9.0, 9.0, 104.0, 10004.0])
+
+
+def test_an_atom_comes_before_the_interval_it_opens_whatever_order_the_pieces_are_given_in():
+    """A special value at a column's lower bound, given after the bin that starts there: its
+    mass still holds the first probabilities (the class docstring's order)."""
+    marginal = Marginal([0.0, 0.0], [10.0, 0.0], [3.0, 1.0])
+    np.testing.assert_allclose(marginal.quantile(np.array([0.1, 0.2, 0.625, 1.0])), [0.0, 0.0, 5.0, 10.0])
+
+
 def test_a_histogram_the_noise_left_empty_gives_no_marginal():
     assert Marginal.from_histogram(histogram([-1.0, 0.0], [0.0, 1.0, 2.0]), low=0.0) is None
     assert Marginal.from_grid([1, 2, 3], [0.0, 0.0, 0.0]) is None
@@ -181,3 +199,73 @@ def test_a_calibrated_run_writes_and_samples_the_released_marginals(tmp_path):
     marginal = released.encoders[KING_SCHEMA.names.index("sqft_living")].marginal
     expected = KING_SCHEMA.column("sqft_living").typed(marginal.quantile((np.arange(40) + 0.5) / 40))
     np.testing.assert_allclose(np.sort(pd.read_csv(published)["sqft_living"].to_numpy(float)), np.sort(expected), rtol=1e-9)
+
+
+# ---------------------------------------------------------------- the released histograms
+class ZeroNoise:
+    """An ``rng`` whose Laplace draws are zeros (the true counts show), recording the scales."""
+
+    def __init__(self) -> None:
+        self.scales = []
+
+    def laplace(self, loc, scale, size):
+        self.scales.append(scale)
+        return np.zeros(size)
+
+
+def test_a_long_tail_histogram_counts_values_beyond_the_bounds_in_the_outermost_bins_of_log_space():
+    """Edges run over [0, log(high - low + 1)] of log(x - low + 1), fixed by the public bounds;
+    a value below the lower bound is clipped to it first (log of a negative argument would be
+    NaN and land in the top bin), one above the upper bound counts in the top bin."""
+    from lightning_dpgan.data.schema import Column, TableSchema
+
+    schema = TableSchema(columns=(Column("lot", "continuous", bounds=(5.0, 10_004.0)),
+                                  Column("y", "categorical", categories=("no", "yes"))), label="y", label_kind="binary")
+    frame = pd.DataFrame({"lot": [1.0, 5.0, 50.0, 20_000.0], "y": ["no", "yes", "no", "yes"]})
+    released, cost = dp_column_histograms(frame, schema, 2.0, bins=4, log_columns=["lot"], rng=ZeroNoise())
+    lot = released["lot"]
+    np.testing.assert_allclose(lot.edges, np.linspace(0.0, np.log(10_000.0), 5))
+    assert lot.counts.tolist() == [2.0, 1.0, 0.0, 1.0]  # log(46) = 3.8 is in the second of four bins of 2.3
+    assert lot.scale == 2 / 2.0 and cost["epsilon"] == 2.0
+
+
+def test_a_threshold_cuts_regular_and_special_counts_alike_in_units_of_the_noise_scale():
+    """thresholded(k) zeroes every count below k noise scales, the special values' counts too
+    (an invented special count is as misleading as an invented bin); kept_mass and kept_bins
+    read counts clipped at 0."""
+    released = NoisyHistogram(name="c", counts=np.array([1.0, 5.0, 7.0, -3.0]), edges=np.arange(5.0),
+                              special_values=(0.0, 2.0), special_counts=np.array([3.0, 7.0]), scale=2.0)
+    cut = released.thresholded(3.0)  # 3 scales of 2: counts below 6 go
+    assert cut.counts.tolist() == [0.0, 0.0, 7.0, 0.0] and cut.special_counts.tolist() == [0.0, 7.0]
+    assert (released.kept_mass, released.kept_bins) == (1.0 + 5.0 + 7.0 + 3.0 + 7.0, 5)
+    assert (cut.kept_mass, cut.kept_bins) == (14.0, 2)
+
+
+def test_rows_with_an_unknown_category_are_counted_in_no_histogram_even_when_training_blanks_them():
+    """unknown="blank" keeps such rows for training, but a row with no category has no bin in
+    that column's histogram: it is left out of every column's, so each counted record moves one
+    bin of each column and nothing reads a record the release does not count everywhere."""
+    from lightning_dpgan.data.schema import Column, TableSchema
+
+    schema = TableSchema(columns=(Column("x", "continuous", bounds=(0.0, 4.0)),
+                                  Column("colour", "categorical", categories=("red", "green")),
+                                  Column("y", "categorical", categories=("no", "yes"))), label="y", label_kind="binary")
+    frame = pd.DataFrame({"x": [0.5, 1.5, 2.5, 3.5], "colour": ["red", "purple", "green", "red"],
+                          "y": ["no", "yes", "no", "yes"]})
+    released, _ = dp_column_histograms(frame, schema, 1.0, bins=4, rng=ZeroNoise(), unknown="blank")
+    assert released["x"].counts.tolist() == [1.0, 0.0, 1.0, 1.0]  # the purple row (x = 1.5) is not counted
+    assert released["colour"].counts.tolist() == [2.0, 1.0] and released["y"].counts.tolist() == [2.0, 1.0]
+
+
+def test_a_discrete_column_may_hold_256_values_and_no_more():
+    from lightning_dpgan.data.dp_histogram import MAX_DISCRETE_VALUES, check_column_roles
+    from lightning_dpgan.data.schema import Column, SchemaError, TableSchema
+
+    def schema(high):
+        return TableSchema(columns=(Column("k", "integer", bounds=(0, high)),
+                                    Column("y", "categorical", categories=("no", "yes"))), label="y", label_kind="binary")
+
+    assert MAX_DISCRETE_VALUES == 256
+    check_column_roles(schema(255), {}, [], ["k"])  # 0..255: 256 values
+    with pytest.raises(SchemaError, match="can hold 257 values"):
+        check_column_roles(schema(256), {}, [], ["k"])
