@@ -2,6 +2,7 @@
 from types import SimpleNamespace
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -182,3 +183,90 @@ def test_a_strategy_refuses_lightnings_own_multi_process_strategies_and_another_
     state = strategy.state_dict()
     with pytest.raises(AccountantStateError, match="not a pate state"):
         strategy.load_state_dict({**state, "strategy": "dp-sgd"})
+
+
+class QuarterStrategy(PrivacyStrategy):
+    """Each step costs exactly epsilon 0.25 (exact in binary): the stopping step is known in advance."""
+
+    name = "quarter"
+
+    def __init__(self, steps=0):
+        super().__init__(delta=1e-5)
+        self.steps = steps
+
+    def steps_taken(self):
+        return self.steps
+
+    def plan_key(self):
+        return ()
+
+    def epsilon(self):
+        return self.steps * 0.25
+
+    def epsilon_if(self, steps=1):
+        return (self.steps + steps) * 0.25
+
+
+class RecordingLogger:
+    def __init__(self):
+        self.logged = []
+
+    def log_metrics(self, metrics, step):
+        self.logged.append((metrics, step))
+
+
+def drive(strategy, target, steps, log_every_n_steps=50):
+    """Lightning's loop for at most ``steps`` batches; returns what the module and the loggers got."""
+    budget, logger = PrivacyBudgetStopping(target), RecordingLogger()
+    trainer = SimpleNamespace(should_stop=False, callbacks=[strategy, budget], log_every_n_steps=log_every_n_steps,
+                              loggers=[logger])
+    logged = []
+    module = SimpleNamespace(train_steps=strategy.steps,
+                             log=lambda name, value, **kwargs: logged.append((module.train_steps, name, value)))
+    budget.setup(trainer, module, "fit")
+    budget.on_train_start(trainer, module)
+    for _ in range(steps):
+        if trainer.should_stop:
+            break
+        strategy.steps += 1
+        module.train_steps += 1
+        budget.on_train_batch_end(trainer, module)
+    budget.on_train_end(trainer, module)
+    return budget, trainer, logged, logger.logged
+
+
+def test_the_stopping_steps_epsilon_is_logged_as_the_budget_stops_the_run_off_the_cadence():
+    """Stopped at step 4 (a fifth would pass 1.0), far from the cadence of 50: the figure logged
+    there is the one the report states, as float64, so that metrics.json is not an older one;
+    Lightning writes it, so the end of training sends the loggers no second one."""
+    budget, trainer, logged, to_loggers = drive(QuarterStrategy(), 1.0, 100)
+    assert budget.stopped_by_budget and trainer.should_stop
+    assert [(step, name) for step, name, _ in logged] == [(4, "privacy/epsilon")]
+    value = logged[0][2]
+    assert value.dtype == torch.float64 and value.item() == 1.0 <= budget.target_epsilon
+    assert to_loggers == []
+
+
+def test_the_last_steps_epsilon_goes_to_the_loggers_once_numbered_as_its_batch_and_not_again_on_resume():
+    """Three steps, ended by another limit off the cadence: the loggers number batch n's scalars
+    n - 1. A resume that trains no step writes no second figure for step 3."""
+    strategy = QuarterStrategy()
+    _, _, logged, to_loggers = drive(strategy, 8.0, 3)
+    assert logged == [] and to_loggers == [({"privacy/epsilon": 0.75}, 2)]
+    _, _, logged, to_loggers = drive(strategy, 8.0, 0)
+    assert logged == [] and to_loggers == []
+
+
+def test_a_resume_whose_checkpoint_spent_exactly_the_target_stops_without_error():
+    """epsilon spent == --epsilon is within the target: the run stops before a step, not refused."""
+    strategy = QuarterStrategy(steps=4)
+    budget, trainer, _, _ = drive(strategy, 1.0, 10)
+    assert trainer.should_stop and budget.stopped_by_budget and strategy.steps == 4
+
+
+def test_two_privacy_strategies_are_refused():
+    """Two accountants, and the budget would watch only one of them."""
+    budget = PrivacyBudgetStopping(1.0)
+    trainer = SimpleNamespace(callbacks=[QuarterStrategy(), QuarterStrategy(), budget])
+    with pytest.raises(ValueError, match="exactly one privacy strategy callback, found 2"):
+        budget.setup(trainer, None, "fit")

@@ -482,3 +482,70 @@ def test_the_reports_figures_show_setting_b_shares_and_feature_correlations():
     features = np.random.default_rng(0).random((20, 3))
     heatmap = correlation_figure(features, features).axes[0].images[0].get_array()
     assert np.allclose(heatmap, np.corrcoef(features, rowvar=False))
+
+
+def train_table_run(run: Path, dataset: str, fixture: str, *extra: str) -> None:
+    assert main(["train", "--model", "gan", "--dataset", dataset, "--data-dir", str(FIXTURES / fixture),
+                 "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8", *extra,
+                 "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]) == 0
+
+
+@pytest.mark.parametrize("dataset,fixture", [("adult", "adult_tiny"), ("king", "king_tiny")])
+def test_a_dev_evaluation_of_a_table_never_reads_the_test_split(tmp_path, monkeypatch, dataset, fixture):
+    """Settings are chosen on the dev score: any measure that read the test rows there (the
+    classifiers or regressors, the held-out class counts, the membership attack's non-members)
+    would leak the test split into the choice. The test split is taken away from the datamodule:
+    the dev evaluation completes without it, and the attack's non-members are the dev rows."""
+    from lightning_dpgan import evaluate
+    from lightning_dpgan.evaluation import membership
+
+    run = tmp_path / "run"
+    train_table_run(run, dataset, fixture, "--data.dev_fraction", "0.3")
+    loaded, load = [], evaluate.load_run_datamodule
+
+    def without_the_test_split(*args, **kwargs):
+        datamodule = load(*args, **kwargs)
+        datamodule.test_frame = None
+        loaded.append(datamodule)
+        return datamodule
+
+    attacked, attack = [], membership.membership_inference
+    monkeypatch.setattr(evaluate, "load_run_datamodule", without_the_test_split)
+    monkeypatch.setattr(membership, "membership_inference",
+                        lambda *args, **kwargs: attacked.append(args) or attack(*args, **kwargs))
+    assert main(["evaluate", "--run", str(run), "--split", "dev"]) == 0
+    (datamodule,), ((_, members, non_members),) = loaded, attacked
+    dev, _ = datamodule.schema.encode(datamodule.held_out("dev"), unknown="blank")
+    train, _ = datamodule.schema.encode(datamodule.train_frame, unknown="blank")
+    assert torch.equal(non_members, dev) and torch.equal(members, train)
+    assert read_json(run / "evaluation-dev.json")["held_out_split"] == "dev"
+
+
+def test_figures_left_staged_by_a_killed_evaluation_are_not_published_with_the_next(tmp_path):
+    """An evaluation killed outright (kill -9, the out-of-memory killer) leaves its staged figures;
+    the next one must not publish them in report/ beside its own as if they were this run's."""
+    run = tmp_path / "run"
+    train_table_run(run, "adult", "adult_tiny")
+    staged = run / ".report-staged"
+    staged.mkdir()
+    (staged / "auroc.png").write_bytes(b"a killed evaluation's figure")
+    (staged / "stale.png").write_bytes(b"a killed evaluation's figure")
+    assert main(["evaluate", "--run", str(run)]) == 0
+    figures = sorted(path.name for path in (run / "report").iterdir())
+    assert "stale.png" not in figures and (run / "report" / "auroc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not staged.exists()
+
+
+def test_a_checkpoint_of_the_same_model_on_another_dataset_is_refused(tmp_path, capsys):
+    """Same --model, another --dataset: the model alone does not make the checkpoint this run's."""
+    import shutil
+
+    runs = {dataset: tmp_path / dataset for dataset in ("adult", "king")}
+    for dataset, run in runs.items():
+        train_table_run(run, dataset, f"{dataset}_tiny")
+    shutil.copy(runs["adult"] / "checkpoints" / "last.ckpt", runs["king"] / "checkpoints" / "last.ckpt")
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(runs["king"])]) == 2
+    err = capsys.readouterr().err
+    assert "is a checkpoint of --model gan --dataset adult" in err and "a run of --model gan --dataset king" in err
+    assert not (runs["king"] / "evaluation.json").exists()
