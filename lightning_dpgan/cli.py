@@ -59,11 +59,10 @@ class _StoreNotingRepeats(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        given = getattr(self, "given", None)
-        if option_string is not None and given is not None and given[1] != values:
-            print(f"{parser.prog}: note: {option_string} given twice ({_shown(given[1])}, then {_shown(values)}): "
+        if option_string is not None and hasattr(self, "given") and self.given != values:
+            print(f"{parser.prog}: note: {option_string} given twice ({_shown(self.given)}, then {_shown(values)}): "
                   f"the last, {_shown(values)}, is used", file=sys.stderr)
-        self.given = (option_string, values)
+        self.given = values
         setattr(namespace, self.dest, values)
 
 
