@@ -696,10 +696,10 @@ def _check_dtype(column: Column, series: pd.Series) -> None:
     if numeric_categories and not numeric:
         written = {str(category) for category in column.categories}
         unwritten = series[series.notna() & ~series.astype(str).isin(written)]
-        if unwritten.empty:  # object dtype (Python ints in a frame built by hand), each written as a category
-            return
+        if unwritten.empty and not series.map(lambda value: isinstance(value, str)).any():
+            return  # numbers in an object column (a frame built by hand, a slice), each one of the categories
         as_numbers = pd.to_numeric(unwritten, errors="coerce")
-        if not as_numbers.isin([float(c) for c in column.categories]).any():
+        if len(unwritten) and not as_numbers.isin([float(c) for c in column.categories]).any():
             # "2" where the schema lists 0 and 1: a category outside the list, as unknown as a text
             # one (left blank, or refused by the rules for a label), not a category misspelt
             return
