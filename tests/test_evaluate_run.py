@@ -11,6 +11,14 @@ from lightning_dpgan.evaluation.membership import closest_record_distances, memb
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+def train_table_run(run: Path, dataset: str = "adult", fixture: str = "adult_tiny", *extra: str,
+                    model: str = "gan") -> None:
+    """Two steps of ``model`` on a tiny table fixture, written to ``run``."""
+    assert main(["train", "--model", model, "--dataset", dataset, "--data-dir", str(FIXTURES / fixture),
+                 "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8", *extra,
+                 "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]) == 0
+
+
 def test_closest_record_distances_match_a_brute_force_search():
     torch.manual_seed(0)
     records, reference = torch.randn(7, 2, 3), torch.randn(11, 6)
@@ -133,9 +141,7 @@ def test_an_evaluation_that_fails_midway_leaves_the_earlier_one_whole(tmp_path, 
     from lightning_dpgan.evaluation import membership
 
     run = tmp_path / "run"
-    assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
-                 "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8", "--trainer.enable_progress_bar",
-                 "false", "--trainer.enable_model_summary", "false"]) == 0
+    train_table_run(run)
     assert main(["evaluate", "--run", str(run)]) == 0
     assert "replaced" not in capsys.readouterr().err
     names = ["evaluation.json", "report.md", *(f"report/{p.name}" for p in (run / "report").iterdir())]
@@ -233,9 +239,7 @@ def test_an_edited_synthetic_table_with_a_category_outside_the_schema_is_refused
     import pandas as pd
 
     run = tmp_path / "run"
-    assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
-                 "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8", "--trainer.enable_progress_bar",
-                 "false", "--trainer.enable_model_summary", "false"]) == 0
+    train_table_run(run)
     table = pd.read_csv(run / "synthetic.csv", dtype=str, keep_default_na=False)
     table.loc[table.index[:5], "workclass"] = "Astronaut"
     table.to_csv(run / "synthetic.csv", index=False)
@@ -250,9 +254,7 @@ def test_an_image_option_for_a_table_run_is_refused_and_a_run_without_its_table_
     its synthetic.csv as written; a run killed before writing synthetic.csv is told the commands
     that continue it or draw the table from its checkpoint."""
     run = tmp_path / "run"
-    assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
-                 "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8", "--trainer.enable_progress_bar",
-                 "false", "--trainer.enable_model_summary", "false"]) == 0
+    train_table_run(run)
     capsys.readouterr()
     for flags, named in ((["-n", "100"], "-n is for image runs"), (["--cnn-epochs", "3", "--device", "cpu"],
                                                                   "--cnn-epochs, --device are for image runs")):
@@ -296,23 +298,28 @@ def test_evaluating_a_csv_run_reuses_its_released_schema(tmp_path, monkeypatch):
     assert "utility/B_auroc" in read_json(run / "evaluation.json")
 
 
-def test_a_checkpoint_of_another_run_is_refused_not_scored_under_this_runs_epsilon(tmp_path, capsys):
-    """A non-private GAN's checkpoint copied into a DP-SGD run's folder was evaluated and reported
-    with the DP run's ε and mechanism; refused, naming both runs, with the evaluation untouched."""
+@pytest.mark.parametrize("source,target", [
+    (("gan", "adult"), ("dpgan", "adult")),  # a non-private checkpoint scored under a DP run's epsilon
+    (("gan", "adult"), ("gan", "king")),  # the same model on another dataset
+], ids=["another-model", "another-dataset"])
+def test_a_checkpoint_of_another_run_is_refused_not_scored_under_this_runs_epsilon(tmp_path, capsys, source, target):
+    """A checkpoint copied into another run's folder was evaluated and reported with that run's
+    epsilon and mechanism; refused, naming both runs, with the evaluation untouched. The model
+    alone does not make a checkpoint the run's: its dataset must be the run's too."""
     import shutil
 
+    private = {"dpgan": ["--epsilon", "8", "--delta", "1e-3"]}
     runs = {}
-    for model, extra in (("gan", []), ("dpgan", ["--epsilon", "8", "--delta", "1e-3"])):
-        runs[model] = tmp_path / model
-        assert main(["train", "--model", model, "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
-                     "--output-dir", str(runs[model]), "--max-steps", "2", "--batch-size", "8", *extra,
-                     "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]) == 0
-    shutil.copy(runs["gan"] / "checkpoints" / "last.ckpt", runs["dpgan"] / "checkpoints" / "last.ckpt")
+    for name, (model, dataset) in (("source", source), ("target", target)):
+        runs[name] = tmp_path / name
+        train_table_run(runs[name], dataset, f"{dataset}_tiny", *private.get(model, []), model=model)
+    shutil.copy(runs["source"] / "checkpoints" / "last.ckpt", runs["target"] / "checkpoints" / "last.ckpt")
     capsys.readouterr()
-    assert main(["evaluate", "--run", str(runs["dpgan"])]) == 2
+    assert main(["evaluate", "--run", str(runs["target"])]) == 2
     err = capsys.readouterr().err
-    assert "is a checkpoint of --model gan --dataset adult" in err and "a run of --model dpgan --dataset adult" in err
-    assert not (runs["dpgan"] / "evaluation.json").exists()
+    assert f"is a checkpoint of --model {source[0]} --dataset {source[1]}" in err
+    assert f"a run of --model {target[0]} --dataset {target[1]}" in err
+    assert not (runs["target"] / "evaluation.json").exists()
 
 
 def test_a_csv_run_whose_categories_look_like_numbers_is_evaluated(tmp_path):
@@ -368,9 +375,7 @@ def test_a_synthetic_label_left_with_one_class_is_counted_and_named_in_a_warning
     from lightning_dpgan.evaluation import CLASSIFIERS
 
     run = tmp_path / "run"
-    assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
-                 "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8", "--trainer.enable_progress_bar",
-                 "false", "--trainer.enable_model_summary", "false"]) == 0
+    train_table_run(run)
     synthetic = pd.read_csv(run / "synthetic.csv")
     synthetic["income"] = ["<=50K", ">50K"] * (len(synthetic) // 2) + ["<=50K"] * (len(synthetic) % 2)
     synthetic.to_csv(run / "synthetic.csv", index=False)
@@ -398,9 +403,7 @@ def test_a_collapsed_table_of_one_repeated_row_is_scored_not_a_crash(tmp_path, c
     import pandas as pd
 
     run = tmp_path / "run"
-    assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
-                 "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8", "--trainer.enable_progress_bar",
-                 "false", "--trainer.enable_model_summary", "false"]) == 0
+    train_table_run(run)
     synthetic = pd.read_csv(run / "synthetic.csv")
     collapsed = pd.concat([synthetic.iloc[:1]] * 40, ignore_index=True).assign(income=["<=50K", ">50K"] * 20)
     collapsed.to_csv(run / "synthetic.csv", index=False)
@@ -484,12 +487,6 @@ def test_the_reports_figures_show_setting_b_shares_and_feature_correlations():
     assert np.allclose(heatmap, np.corrcoef(features, rowvar=False))
 
 
-def train_table_run(run: Path, dataset: str, fixture: str, *extra: str) -> None:
-    assert main(["train", "--model", "gan", "--dataset", dataset, "--data-dir", str(FIXTURES / fixture),
-                 "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8", *extra,
-                 "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]) == 0
-
-
 @pytest.mark.parametrize("dataset,fixture", [("adult", "adult_tiny"), ("king", "king_tiny")])
 def test_a_dev_evaluation_of_a_table_never_reads_the_test_split(tmp_path, monkeypatch, dataset, fixture):
     """Settings are chosen on the dev score: any measure that read the test rows there (the
@@ -525,7 +522,7 @@ def test_figures_left_staged_by_a_killed_evaluation_are_not_published_with_the_n
     """An evaluation killed outright (kill -9, the out-of-memory killer) leaves its staged figures;
     the next one must not publish them in report/ beside its own as if they were this run's."""
     run = tmp_path / "run"
-    train_table_run(run, "adult", "adult_tiny")
+    train_table_run(run)
     staged = run / ".report-staged"
     staged.mkdir()
     (staged / "auroc.png").write_bytes(b"a killed evaluation's figure")
@@ -534,18 +531,3 @@ def test_figures_left_staged_by_a_killed_evaluation_are_not_published_with_the_n
     figures = sorted(path.name for path in (run / "report").iterdir())
     assert "stale.png" not in figures and (run / "report" / "auroc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not staged.exists()
-
-
-def test_a_checkpoint_of_the_same_model_on_another_dataset_is_refused(tmp_path, capsys):
-    """Same --model, another --dataset: the model alone does not make the checkpoint this run's."""
-    import shutil
-
-    runs = {dataset: tmp_path / dataset for dataset in ("adult", "king")}
-    for dataset, run in runs.items():
-        train_table_run(run, dataset, f"{dataset}_tiny")
-    shutil.copy(runs["adult"] / "checkpoints" / "last.ckpt", runs["king"] / "checkpoints" / "last.ckpt")
-    capsys.readouterr()
-    assert main(["evaluate", "--run", str(runs["king"])]) == 2
-    err = capsys.readouterr().err
-    assert "is a checkpoint of --model gan --dataset adult" in err and "a run of --model gan --dataset king" in err
-    assert not (runs["king"] / "evaluation.json").exists()
