@@ -155,8 +155,9 @@ def test_the_last_checkpoint_is_saved_at_its_cadence_before_every_release_and_at
     assert saved_steps(only_at_end, trainer, 5)[0] == []
     only_at_end.on_train_end(trainer, module)
     assert only_at_end.path.read_text() == "step 5"
-    with pytest.raises(ValueError, match="must be >= 0"):
-        LastCheckpoint(tmp_path / "x.ckpt", every_n_steps=-1)
+    for cadence in ({"every_n_steps": -1}, {"release_every_n_steps": -3}):
+        with pytest.raises(ValueError, match="must be >= 0"):
+            LastCheckpoint(tmp_path / "x.ckpt", **cadence)
 
 
 def test_a_sigterm_saves_the_steps_since_the_last_checkpoint_and_other_stops_do_not(tmp_path):
@@ -183,6 +184,8 @@ def test_the_step_limit_stops_at_its_step_and_a_finished_run_resumed_trains_no_m
     resumed = SimpleNamespace(should_stop=False)
     limit.on_train_start(resumed, SimpleNamespace(train_steps=5))
     assert resumed.should_stop
+    with pytest.raises(ValueError, match="at least 1, got 0"):
+        StepLimit(0)  # a run of no batches would release an untrained generator as trained
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])

@@ -288,3 +288,44 @@ def test_a_self_attention_block_adds_each_sublayer_to_its_input():
     torch.manual_seed(1)
     nn.init.normal_(block.feed_forward[2].weight)
     torch.testing.assert_close(block(x), x + block.feed_forward(block.norm2(x)))
+
+
+@pytest.mark.parametrize("cls", [*DISCRIMINATORS, AuxiliaryMLP])
+def test_private_networks_drop_units_in_training_only(cls):
+    """CTGAN's discriminator (and DP-SACTGAN's, and the auxiliary classifier) applies Dropout
+    (0.5 by default) while training: two passes over the same records differ in training and
+    agree in eval; with ``dropout=0`` training passes agree too."""
+    torch.manual_seed(0)
+    x, cond = torch.randn(8, DATA_DIM), torch.randn(8, 3)
+    net = AuxiliaryMLP(DATA_DIM, 3) if cls is AuxiliaryMLP else small_discriminator(cls)
+    call = (lambda: net(x)) if cls is AuxiliaryMLP else (lambda: net(x, cond))  # noqa: E731
+    assert not torch.allclose(call(), call())
+    net.eval()
+    assert torch.equal(call(), call())
+    if cls is AuxiliaryMLP:
+        plain = AuxiliaryMLP(DATA_DIM, 3, dropout=0.0)
+        assert torch.equal(plain(x), plain(x))
+    else:
+        kwargs = {"hidden": (16, 8)} if cls is CTGANDiscriminator else {"tokens": 4, "token_dim": 8, "heads": 2, "ff_dim": 16}
+        plain = cls(DATA_DIM, 3, dropout=0.0, **kwargs)
+        assert torch.equal(plain(x, cond), plain(x, cond))
+
+
+@pytest.mark.parametrize("cls", GENERATORS)
+def test_generators_default_to_ctgans_gumbel_temperature(cls):
+    """CTGAN's tau = 0.2: the training-mode spans are Gumbel-softmax at that temperature."""
+    torch.manual_seed(0)
+    generator = small_generator(cls).train()
+    z, cond = torch.randn(16, 6), torch.randn(16, 3)
+    logits = generator.logits(z, cond)
+    torch.manual_seed(1)
+    got = generator.activate(logits)
+    torch.manual_seed(1)
+    torch.testing.assert_close(got, apply_span_activations(logits, SPANS, tau=0.2))
+
+
+@pytest.mark.parametrize("bad", [[(0, "tanh")], [(2, "softmax"), (0, "softmax")], [(1.5, "tanh")], [(1, "relu")], []])
+def test_spans_of_no_width_or_unknown_kind_are_refused(bad):
+    """A zero-width span would be a column the generator never emits and the encoder never reads."""
+    with pytest.raises(ValueError, match="span"):
+        CTGANGenerator(4, 0, bad, hidden=(8,))

@@ -86,3 +86,92 @@ def test_the_mlp_generator_has_a_relu_after_each_hidden_layer_and_the_dcgan_one_
     torch.manual_seed(0)
     images = DCGANGenerator(16, (1, 28, 28), base_channels=8)(torch.randn(64, 16))
     assert images.min() < -0.1 and images.max() <= 1.0
+
+
+def test_table_generators_default_to_a_sigmoid_and_keep_an_activation_they_are_given():
+    """Tables are scaled to [0, 1] and images to [-1, 1]: a table generator under tanh would draw
+    half its values outside the data's range, and an image one under sigmoid no dark pixel. A
+    caller's own ``output_activation`` is kept, not overridden by the table default."""
+    torch.manual_seed(0)
+    z = torch.randn(64, 8)
+    table, _ = build_networks("mlp", (7,), latent_dim=8)
+    records = table(z)
+    assert records.min() >= 0 and records.max() <= 1 and records.std() > 0.05
+    assert (records < 0.5).any() and (records > 0.5).any()
+    told, _ = build_networks("mlp", (7,), latent_dim=8, generator_kwargs={"output_activation": "tanh"})
+    assert (told(z) < 0).any()
+    unbounded, _ = build_networks("mlp", (7,), latent_dim=8, generator_kwargs={"output_activation": "none"})
+    assert (unbounded(z).abs() > 1).any() or (unbounded(z) < 0).any()
+    images, _ = build_networks("mlp", (1, 4, 4), latent_dim=8)
+    assert (images(z) < 0).any() and images(z).min() >= -1
+
+
+def test_an_mlp_discriminator_normalises_each_record_alone_and_refuses_batchnorm():
+    """``norm="layer"`` must give LayerNorm, which keeps records independent (DP-SGD's per-sample
+    gradients); BatchNorm, asked for or slipped in, would couple the records of a batch."""
+    from lightning_dpgan.nets.mlp import MLPDiscriminator
+
+    torch.manual_seed(0)
+    discriminator = MLPDiscriminator((6,), hidden=(8, 8), norm="layer")
+    assert sum(isinstance(m, nn.LayerNorm) for m in discriminator.modules()) == 2
+    # leaky activations: a ReLU critic passes no gradient back through its dead units
+    assert [m.negative_slope for m in discriminator.modules() if isinstance(m, nn.LeakyReLU)] == [0.2, 0.2]
+    x = torch.randn(4, 6)
+    before = discriminator(x)
+    x[0] = torch.randn(6)
+    torch.testing.assert_close(discriminator(x)[1:], before[1:])
+    with pytest.raises(ValueError, match="must not use BatchNorm"):
+        MLPDiscriminator((6,), norm="batch")
+    with pytest.raises(ValueError, match="unknown norm"):
+        MLPDiscriminator((6,), norm="group")
+
+
+@pytest.mark.parametrize("shape", [(1, 28, 30), (1, 30, 28), (28, 28)])
+def test_dcgan_nets_refuse_images_whose_sides_do_not_divide_by_4(shape):
+    """Two stride-2 layers: a side not divisible by 4 would come out of the generator rounded
+    down (28 wide for 30), records of another shape than the data's."""
+    with pytest.raises(ValueError, match="divisible by 4"):
+        build_networks("dcgan", shape, latent_dim=4)
+
+
+@pytest.mark.parametrize("layer", ["fc", "seed", "deconv", "out"])
+def test_the_gpate_generator_sees_the_label_at_every_layer_and_draws_images_in_minus_one_one(layer):
+    """G-PATE (appendix A.5): "all layers are concatenated with the one-hot encoded class label".
+    With the label's weights zeroed in every layer but ``layer``, the image must still depend on
+    the label, so each layer gets it; images end in tanh, on the data's [-1, 1]."""
+    from lightning_dpgan.nets.gpate import GPATEGenerator
+
+    torch.manual_seed(0)
+    latent, classes, hidden, channels = 4, 3, 16, 8
+    generator = GPATEGenerator(latent, (1, 8, 8), num_classes=classes, hidden=hidden, channels=channels).eval()
+    label_weights = {  # the weight entries that multiply the one-hot label (or its planes), per layer
+        "fc": generator.fc[0].weight[:, latent:],
+        "seed": generator.seed[0].weight[:, hidden:],
+        "deconv": generator.deconv[0].weight[channels:],
+        "out": generator.out[0].weight[channels:],
+    }
+    with torch.no_grad():
+        for name, weight in label_weights.items():
+            if name != layer:
+                weight.zero_()
+    z = torch.randn(1, latent).repeat(classes, 1)
+    images = generator(z, torch.arange(classes))
+    assert images.shape == (classes, 1, 8, 8)
+    assert not torch.allclose(images[0], images[1]) and not torch.allclose(images[1], images[2])
+    many = generator.train()(torch.randn(64, latent), torch.randint(0, classes, (64,)))
+    assert many.min() < -0.1 and many.max() <= 1 and many.min() >= -1
+
+
+def test_labels_must_be_one_per_record():
+    """Labels shaped (B, 1) (a column sliced from a table) or fewer than the records are refused
+    with a clear error, not a shape error deep in a layer or a broadcast to the wrong records."""
+    from lightning_dpgan.nets.conditioning import one_hot_labels
+
+    torch.testing.assert_close(one_hot_labels(torch.tensor([2, 0]), 3, 2), torch.tensor([[0.0, 0, 1], [1, 0, 0]]))
+    assert one_hot_labels(torch.tensor([2, 0]), None, 2) is None
+    generator, discriminator = build_networks("mlp", (5,), latent_dim=4, num_classes=3)
+    for bad in (torch.zeros(4, 1, dtype=torch.long), torch.zeros(3, dtype=torch.long)):
+        with pytest.raises(ValueError, match="expected 4 labels"):
+            generator(torch.randn(4, 4), bad)
+        with pytest.raises(ValueError, match="expected 4 labels"):
+            discriminator(torch.randn(4, 5), bad)

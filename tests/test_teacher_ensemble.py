@@ -518,3 +518,39 @@ def test_unequal_partitions_draw_only_from_their_own_part(replacement):
         indices = sampler.draw_indices()
         for j in range(k):
             assert set(indices[j].tolist()) <= set(parts[j].tolist())
+
+
+@pytest.mark.parametrize(("shape", "kwargs"), [
+    ((FEATURES,), {"hidden": (7,)}),
+    (IMAGE, {"channels": 2, "hidden": 4}),
+], ids=["mlp", "conv"])
+def test_keeping_a_shard_of_built_teachers_keeps_exactly_those_teachers(shape, kwargs) -> None:
+    """``keep_teachers`` (a rank resuming from a checkpoint of all K): the kept teachers, no
+    neighbour more, with their values, and they still vote as they did in the whole ensemble."""
+    torch.manual_seed(0)
+    whole = build_teacher_ensemble(K, shape, num_classes=CLASSES, **kwargs)
+    shard = copy.deepcopy(whole)
+    shard.keep_teachers(slice(1, 3))
+    assert shard.num_teachers == 2
+    whole_params = dict(whole.named_parameters())
+    for name, value in shard.named_parameters():
+        assert torch.equal(value, whole_params[name][1:3]), name
+    x, labels = torch.randn(B, *shape), torch.randint(0, CLASSES, (B,))
+    torch.testing.assert_close(shard.forward_shared(x, labels), whole.forward_shared(x, labels)[1:3])
+    real = torch.randn(2, B, *shape)
+    torch.testing.assert_close(shard(real, labels.expand(2, B)), torch.stack(
+        [whole.teacher(k)(real[i], labels) for i, k in enumerate((1, 2))]), **TOL)
+
+
+def test_built_mlp_teachers_are_the_default_standalone_teacher() -> None:
+    """The ensemble ``build_teacher_ensemble`` trains is K of :class:`MLPTeacher` as its defaults
+    make it (LeakyReLU(0.2) between layers): a default teacher holding teacher k's values gives
+    teacher k's logits."""
+    torch.manual_seed(0)
+    ensemble = build_teacher_ensemble(K, (FEATURES,), num_classes=CLASSES, hidden=(7, 3))
+    x, labels = torch.randn(B, FEATURES) * 3, torch.randint(0, CLASSES, (B,))
+    logits = ensemble.forward_shared(x, labels)
+    for k in range(K):
+        standalone = MLPTeacher(FEATURES, (7, 3), CLASSES)
+        standalone.load_state_dict(ensemble.teacher(k).state_dict())
+        torch.testing.assert_close(standalone(x, labels), logits[k], **TOL)

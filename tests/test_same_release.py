@@ -1,0 +1,121 @@
+"""``SameRelease`` in one process: ranks are threads, the two collectives it uses are stand-ins.
+
+``tests/test_ddp.py`` runs it in real process groups (slow); here each simulated rank calls
+``setup`` in its own thread, and ``broadcast``/``all_reduce`` exchange the tensors the threads
+actually pass, so what the callback guarantees can be checked in milliseconds: every rank stops
+when any rank read another release than rank 0, and none stops when all read rank 0's.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import lightning_dpgan.callbacks.same_release as same_release
+import lightning_dpgan.distributed as distributed
+from lightning_dpgan.callbacks.same_release import SameRelease, StaleReleaseError, release_digest
+
+RELEASE = ".released_preprocessing.pt"
+
+
+class ThreadWorld:
+    """Collectives over ``size`` threads: each call waits for every rank's tensor, then fills
+    each caller's tensor in place with the result, as ``torch.distributed`` does."""
+
+    REDUCE = {dist.ReduceOp.MAX: torch.amax, dist.ReduceOp.MIN: torch.amin, dist.ReduceOp.SUM: torch.sum}
+
+    def __init__(self, size: int) -> None:
+        self.size, self.barrier, self.local = size, threading.Barrier(size, timeout=10), threading.local()
+        self.slots: list[torch.Tensor | None] = [None] * size
+        self.reduce_ops: list[object] = []
+
+    def _exchange(self, tensor: torch.Tensor) -> torch.Tensor:
+        self.slots[self.local.rank] = tensor.clone()
+        self.barrier.wait()
+        everyone = torch.stack(self.slots)  # type: ignore[arg-type]
+        self.barrier.wait()  # all have read before any slot is reused
+        return everyone
+
+    def broadcast(self, tensor: torch.Tensor, src: int) -> None:
+        tensor.copy_(self._exchange(tensor)[src])
+
+    def all_reduce(self, tensor: torch.Tensor, op: object = dist.ReduceOp.SUM) -> None:
+        self.reduce_ops.append(op)
+        tensor.copy_(self.REDUCE[op](self._exchange(tensor), dim=0))
+
+    def run(self, digests: list[int], stage: str = "fit") -> list[str]:
+        """Each rank r's ``SameRelease(digests[r]).setup``: 'ok' or its error's type name."""
+        results = [""] * self.size
+
+        def rank(r: int) -> None:
+            self.local.rank = r
+            module = SimpleNamespace(device=torch.device("cpu"))
+            try:
+                SameRelease(digests[r], RELEASE).setup(None, module, stage)
+                results[r] = "ok"
+            except StaleReleaseError as error:
+                assert RELEASE in str(error)  # the message names the file to delete
+                results[r] = "stale"
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(self.size)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=20)
+        return results
+
+
+@pytest.fixture
+def world(monkeypatch):
+    """Three ranks, with the process-group functions the callback calls routed to a ThreadWorld."""
+    world = ThreadWorld(3)
+    monkeypatch.setattr(same_release, "is_distributed", lambda: True)
+    monkeypatch.setattr(distributed, "is_distributed", lambda: True)  # from_rank_zero broadcasts
+    monkeypatch.setattr(dist, "broadcast", world.broadcast)
+    monkeypatch.setattr(dist, "all_reduce", world.all_reduce)
+    return world
+
+
+def test_every_rank_runs_when_all_read_rank_zeros_release(world):
+    digest = release_digest(b"the released schema")
+    assert world.run([digest] * 3) == ["ok", "ok", "ok"]
+
+
+@pytest.mark.parametrize("stale_rank", [1, 2])
+def test_every_rank_stops_when_one_rank_read_another_release(world, stale_rank):
+    """Rank 0 (and the other rank that read the right file) must stop too: a run going on
+    without the stale rank's peer would hang, or train on two releases."""
+    digests = [release_digest(b"new release")] * 3
+    digests[stale_rank] = release_digest(b"left by a killed run")
+    assert world.run(digests) == ["stale", "stale", "stale"]
+
+
+def test_only_the_fit_stage_is_checked(world):
+    """Other stages (a validation or predict run) build no release: nothing to compare, no collective."""
+    assert world.run([1, 2, 3], stage="validate") == ["ok", "ok", "ok"]
+    assert world.reduce_ops == []
+
+
+def test_one_process_makes_no_collective_call(monkeypatch):
+    """Without a process group there is no peer: no broadcast or reduction may be attempted."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a collective call in a single process")
+
+    monkeypatch.setattr(dist, "broadcast", refuse)
+    monkeypatch.setattr(dist, "all_reduce", refuse)
+    SameRelease(release_digest(b"x"), RELEASE).setup(None, SimpleNamespace(device=torch.device("cpu")), "fit")
+
+
+def test_the_digest_is_the_first_eight_bytes_of_the_sha256_as_a_signed_int64():
+    """It must fit the int64 tensor the ranks exchange, and carry 64 bits of the hash: 32 bits
+    would let two releases collide after ~2^16 of them."""
+    for content in (b"", b"release", bytes(range(256))):
+        head = hashlib.sha256(content).digest()[:8]
+        digest = release_digest(content)
+        assert digest.to_bytes(8, "big", signed=True) == head
+        assert torch.tensor([digest], dtype=torch.int64).item() == digest
+    assert release_digest(b"release") != release_digest(b"releasf")
