@@ -51,6 +51,34 @@ def test_annotations_follow_kwargs_up_the_base_classes():
     assert "latent_dim" in hints  # a base class's, reached through **kwargs
 
 
+class _Base:
+    def __init__(self, shared: str = "x", base_only: int = 1) -> None:
+        pass
+
+
+class _Forwarding(_Base):
+    def __init__(self, shared: int = 0, **kwargs) -> None:
+        super().__init__(**kwargs)
+
+
+class _Closed(_Base):
+    def __init__(self, own: float = 0.5) -> None:
+        super().__init__()
+
+
+def test_a_subclass_annotation_wins_and_the_chain_stops_without_kwargs():
+    """A subclass that re-annotates a base's argument is checked by its own annotation (the value
+    reaches it first), and a constructor without ``**kwargs`` takes none of its base's arguments:
+    ``--model.base_only 3`` on it would be a TypeError deep inside instead of an unknown key."""
+    from lightning_dpgan.argument_types import init_arguments
+
+    assert annotations_of(_Forwarding)["shared"] is int  # its own, not the base's str
+    assert annotations_of(_Forwarding)["base_only"] is int  # reached through **kwargs
+    assert set(init_arguments(_Forwarding)) == {"shared", "base_only"}
+    assert set(init_arguments(_Closed)) == {"own"}
+    assert set(annotations_of(_Closed)) == {"own"}
+
+
 @pytest.mark.parametrize("extra,message", [
     (["--model.latent_dim", "abc"], "model.latent_dim must be a whole number, got 'abc'"),
     (["--model.lr", "abc"], "model.lr must be a number, got 'abc'"),

@@ -141,6 +141,48 @@ def test_resume_continues_the_step_count(gan_run, tiny_image_data_dir, tmp_path)
     assert json.loads((tmp_path / "resumed" / "metrics.json").read_text())["steps"] == 9
 
 
+def test_a_resume_at_the_checkpoints_own_step_count_writes_its_outputs_without_training(
+        gan_run, tiny_image_data_dir, tmp_path, capsys):
+    """--max-steps equal to the checkpoint's steps is allowed (it writes the outputs of a run cut
+    off after its last checkpoint): only a lower one, which reads as going back, is refused."""
+    checkpoint = str(gan_run / "checkpoints" / "last.ckpt")
+    taken = json.loads((gan_run / "metrics.json").read_text())["steps"]
+    out = tmp_path / "rewritten"
+    assert main(tiny_run_args(tiny_image_data_dir, out, steps=taken) + ["--resume", checkpoint]) == 0
+    assert json.loads((out / "metrics.json").read_text())["steps"] == taken
+    assert json.loads((out / "privacy.json").read_text())["stopped_by"] == "max-steps"
+    assert (out / "samples.png").is_file()
+    capsys.readouterr()
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "back", steps=taken - 1) + ["--resume", checkpoint]) == 2
+    assert f"has taken {taken} steps and --max-steps {taken - 1} counts them" in capsys.readouterr().err
+
+
+def test_a_checkpoint_from_before_dev_splits_counts_as_holding_no_records_out():
+    """A checkpoint that records no split trained on every record: resuming it with a dev split
+    would score on records it trained on, and is refused; without one it resumes."""
+    from lightning_dpgan.config import ConfigError
+    from lightning_dpgan.run import check_same_split
+
+    check_same_split({"dev_fraction": 0.0, "split_seed": 0}, None, "old.ckpt")
+    with pytest.raises(ConfigError, match=re.escape("it had --data.dev_fraction 0.0 (this run: 0.3)")):
+        check_same_split({"dev_fraction": 0.3, "split_seed": 0}, None, "old.ckpt")
+
+
+@pytest.mark.parametrize("now", [{"epsilon": 1.0, "delta": 0.0}, {"epsilon": 0.0, "delta": 1e-6},
+                                 {"epsilon": 0.0, "delta": 0.0}, {}])
+def test_a_resume_whose_preprocessing_cost_differs_in_either_part_is_refused(now):
+    """The checkpoint spent (1, 1e-6) on its DP schema: this run's data settings must report that
+    cost, epsilon and delta both, or part of it would be left out of the total."""
+    from lightning_dpgan.config import ConfigError
+    from lightning_dpgan.run import check_same_preprocessing_cost
+
+    saved = {"epsilon": 1.0, "delta": 1e-6, "mechanism": "DP schema estimation"}
+    check_same_preprocessing_cost({"epsilon": 1.0, "delta": 1e-6}, saved, "c.ckpt")
+    check_same_preprocessing_cost(now, None, "c.ckpt")  # nothing spent before: composed as usual
+    with pytest.raises(ConfigError, match=re.escape("spent epsilon 1, delta 1e-06 on preprocessing (DP schema estimation)")):
+        check_same_preprocessing_cost(now, saved, "c.ckpt")
+
+
 def test_two_branches_resumed_from_one_checkpoint_show_the_run_they_share(gan_run, tiny_image_data_dir, tmp_path):
     """Each report's lineage: the checkpoint's runs, then this one from the step it resumed at;
     the checkpoint carries it on, and a checkpoint from before lineages starts "unrecorded"."""
@@ -199,6 +241,31 @@ def test_config_yaml_names_a_relative_data_dir_absolutely(tiny_image_data_dir, t
 
     monkeypatch.chdir(tmp_path)  # where the relative name means nothing
     assert load_run_datamodule(tmp_path / "run").data_dir == data_dir
+
+
+def test_a_run_without_an_output_dir_gets_its_own_folder_and_the_logger_absolute_paths(tiny_image_data_dir, tmp_path,
+                                                                                      monkeypatch, capsys):
+    """No --output-dir: the run goes to outputs/<model>-<dataset>-<timestamp>, and says so. The
+    logger's copy of the settings names the relative data folder absolutely, as config.yaml does
+    (docs/privacy.md: the loggers receive the run's settings with absolute paths)."""
+    import os
+
+    from lightning_dpgan.cli import RUN_DIR_ENV
+
+    monkeypatch.setenv(RUN_DIR_ENV, "x")
+    monkeypatch.delenv(RUN_DIR_ENV)  # the run sets it: put back as it was afterwards
+    monkeypatch.chdir(tmp_path)
+    data_dir = Path(tiny_image_data_dir).resolve()
+    args = tiny_run_args(os.path.relpath(data_dir, tmp_path), "unused", steps=2)
+    del args[args.index("--output-dir"):args.index("--output-dir") + 2]
+    assert main(args) == 0
+    (run,) = (tmp_path / "outputs").iterdir()
+    assert re.fullmatch(r"gan-mnist-\d{8}-\d{6}", run.name)
+    assert f"train: wrote {Path('outputs') / run.name}" in capsys.readouterr().out
+    assert (run / "privacy.json").is_file()
+    # Lightning writes the module's own hyper-parameters beside it, tuples tagged as Python's
+    logged = yaml.load((run / "logs" / "hparams.yaml").read_text(), Loader=yaml.Loader)["run_config"]
+    assert Path(logged["data"]["data_dir"]).is_absolute() and Path(logged["data"]["data_dir"]).resolve() == data_dir
 
 
 def test_config_yaml_records_a_data_dir_found_through_the_environment(tiny_image_data_dir, tmp_path, monkeypatch):
