@@ -220,6 +220,10 @@ def test_a_results_file_written_before_the_mark_gets_it_when_read(tmp_path):
     peer = [{**run("dpctgan", seed, 0.6), "epsilon": 1.0004} for seed in range(3)]
     peer_row = next(line for line in report.measure_table(result_file("peers", "full", peer)) if line.startswith("| dpctgan"))
     assert "| 1.0004 ± 0.0000 (3) (above the target) |" in peer_row  # not "1.000": the digits that show it
+    # a peer that spent exactly its target kept to it
+    exact = [{**run("dpctgan", seed, 0.6), "epsilon": 1.0} for seed in range(3)]
+    exact_row = next(line for line in report.measure_table(result_file("peers", "full", exact)) if line.startswith("| dpctgan"))
+    assert "| 1.000 ± 0.000 (3) |" in exact_row and "above" not in exact_row
 
 
 def test_the_generated_section_replaces_only_itself(tmp_path):
@@ -387,6 +391,8 @@ def test_the_newest_full_results_stand_for_a_suite_until_a_newer_full_run(tmp_pa
     results.results_path(tmp_path, "tables", date(2026, 1, 1)).write_text(json.dumps({"size": "full", "n": 1, **empty}))
     results.results_path(tmp_path, "tables", date(2026, 2, 1)).write_text(json.dumps({"size": "quick", "n": 2, **empty}))
     (tmp_path / "tables-notes.json").write_text("{}")  # not a results file: ignored
+    (tmp_path / "tables-notes-on-the-run.json").write_text("{}")  # three words, not a date: ignored too
+    (tmp_path / "tables-2026-03-01-old.json").write_text("{}")  # a date and a word, not a -N: ignored
     assert results.latest_results(tmp_path, "tables", size="full")["n"] == 1
     assert results.latest_results(tmp_path, "tables")["n"] == 2
 
@@ -591,6 +597,16 @@ def test_the_measure_table_gives_training_and_fit_time_their_own_columns_in_whol
     assert cells["train s"] == "12 ± 2 (3)" and cells["fit s"] == "8 ± 1 (3)" and cells["steps"] == "10 ± 0 (3)"
 
 
+def test_the_measure_table_lists_a_models_epsilons_in_increasing_order_non_private_last():
+    """Whatever order the cells ran in (the file keeps it), a model's rows read from the smallest
+    budget up, and a cell without a budget (ε = ∞) comes after its model's budgeted ones."""
+    runs = [run("gan", 0, 0.9, epsilon=None), run("gan", 0, 0.8, epsilon=1.0), run("dpgan", 0, 0.7, epsilon=10.0),
+            run("dpgan", 0, 0.6, epsilon=1.0), run("dpgan", 0, 0.5, epsilon=0.1)]
+    cells = [line.split("|") for line in report.measure_table(result_file("tables", "full", runs))[2:]]
+    assert [(row[1].strip(), row[3].strip()) for row in cells] == [
+        ("dpgan", "0.1"), ("dpgan", "1"), ("dpgan", "10"), ("gan", "1"), ("gan", "∞")]
+
+
 def test_a_data_independent_bound_below_a_thousand_keeps_its_decimals():
     def spent(bound):
         runs = [{**run("pategan", s, 0.5), "epsilon_data_independent": bound} for s in range(3)]
@@ -599,6 +615,7 @@ def test_a_data_independent_bound_below_a_thousand_keeps_its_decimals():
 
     assert spent(999.25) == "0.900 ± 0.000 (3) data-dependent; data-independent 999.250 ± 0.000 (3)"
     assert spent(1000.25) == "0.900 ± 0.000 (3) data-dependent; data-independent 1000 ± 0 (3)"
+    assert spent(1000.0) == "0.900 ± 0.000 (3) data-dependent; data-independent 1000 ± 0 (3)"  # a thousand is in the thousands
 
 
 @pytest.mark.parametrize("size,says,not_says", [
@@ -847,6 +864,21 @@ def test_a_shared_tables_time_gives_way_to_the_speed_suites_on_the_same_schedule
     assert line.endswith("| 6 ± 1 (3) | – (ours shared the machine) |")  # the tables time, shown, not compared
 
 
+def test_a_speed_suite_time_is_not_compared_where_the_speed_suite_itself_shared_the_machine():
+    """The speed suite's time stands in for a shared tables time only because it was taken alone:
+    a speed run given --jobs above 1 (or a merged part of one) timed its cells side by side too."""
+    tables = {**result_file("tables", "full-subset", [run("pategan", s, 0.6) for s in range(3)]), "jobs": 2}
+    peers = result_file("peers", "full", [{**run("pategan", s, 0.5), "train_seconds": 30.0} for s in range(3)])
+    alone = [{**run("pategan", s, None), "train_seconds": 10.0} for s in range(3)]
+    shared_speed = {**result_file("speed", "full", alone), "jobs": 2}
+    (line,) = [line for line in report.peer_comparison(peers, tables, shared_speed) if line.startswith("| pategan")]
+    assert line.endswith("| 6 ± 1 (3) | – (ours shared the machine) |")  # the tables time, shown, not compared
+    speed_part = {**result_file("speed", "full", alone), "jobs": 2, "cells": [("pategan", "adult", 1.0)]}
+    merged_speed = {**speed_part, "jobs": 1, "parts": [speed_part]}  # the file that gave the cell ran --jobs 2
+    (line,) = [line for line in report.peer_comparison(peers, tables, merged_speed) if line.startswith("| pategan")]
+    assert line.endswith("| – (ours shared the machine) |")
+
+
 def test_every_full_tables_cell_leaves_budget_to_train():
     """The modes' DP histogram must cost less than the epsilon it shares with training (and,
     for QUAIL, less than the synthesizer's half): epsilon 0.1 has its own presets."""
@@ -882,6 +914,20 @@ def test_peers_get_the_public_schema_and_the_train_split_alone(tmp_path):
     # the cell's own budget, and as many rows as ours train on
     assert command[command.index("--epsilon") + 1] == "1" and command[command.index("--delta") + 1] == "1e-05"
     assert command[command.index("--n") + 1] == "36"
+
+
+def test_only_integer_columns_are_handed_to_a_peer_as_whole_numbers():
+    """A peer rounds the columns the spec calls integer: a continuous column (a rate, a price)
+    rounded so would lose its decimals. Adult has no such column, so a schema of three kinds."""
+    from lightning_dpgan.benchmark.peers import table_spec
+    from lightning_dpgan.data.schema import Column, TableSchema
+
+    schema = TableSchema((Column("age", "integer", bounds=(17, 90)), Column("rate", "continuous", bounds=(0.0, 1.5)),
+                          Column("y", "categorical", categories=("no", "yes"))), label="y", label_kind="binary")
+    spec = table_spec(schema)
+    assert spec["integer"] == ["age"]
+    assert spec["continuous"] == {"age": [17.0, 90.0], "rate": [0.0, 1.5]}
+    assert spec["categorical"] == {"y": ["no", "yes"]} and spec["label"] == "y" and spec["preprocessor_epsilon"] == 0.0
 
 
 def test_the_peers_refuse_images_and_a_table_whose_schema_would_be_estimated_from_its_rows(tmp_path, monkeypatch):
@@ -1377,6 +1423,17 @@ def test_the_report_says_which_runs_were_taken_up_after_an_interruption():
     assert "2 of its runs were taken up after an interruption" in header
     assert f"{runner.RESUMED[runner.CHECKPOINTED]}: 1" in header and f"{runner.RESUMED[runner.EVALUATED]}: 1" in header
     assert "taken up" not in "\n".join(report._header({**result_file("tables", "full", runs[:1]), "file": "t.json"}))
+
+
+def test_a_merged_part_counts_the_resumed_runs_of_the_cells_it_gives_only():
+    """A part of a merged result speaks for its own cells: a resumed run of a cell that a newer
+    file measured again is not in the table, and must not be said to be."""
+    resumed = runner.RESUMED[runner.CHECKPOINTED]
+    runs = [{**run("a", 0, 0.5), "resumed": resumed}, {**run("b", 0, 0.6), "resumed": resumed},
+            {**run("b", 1, 0.6), "resumed": resumed}]
+    part = {**result_file("tables", "full-subset", runs), "cells": [("a", "adult", 1.0)], "failed_cells": []}
+    header = "\n".join(report._header(part))
+    assert f"1 of its runs were taken up after an interruption (`--resume`): {resumed}: 1." in header
 
 
 def test_resume_needs_the_interrupted_suites_folder_and_runs_that_are_not_timed_whole(tmp_path):
