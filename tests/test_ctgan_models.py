@@ -482,3 +482,76 @@ def test_dp_sactgans_classifier_draws_on_real_records_leave_the_runs_stream_in_p
     records[:, 2] = records[:, 5] = 1  # every record in category 0 of both blocks
     empty, five, nine = stream_after_training_steps(module, records)
     assert torch.equal(five, nine) and torch.equal(empty, nine)
+
+
+def test_ctgan_takes_no_class_labels_even_when_the_data_has_classes():
+    """The condition vector replaces class labels: given the dataset's class count, CTGAN stays
+    unconditional to callers (``sample`` refuses labels, as its docstring says) and draws
+    records with its own conditions."""
+    module = CTGAN((7,), 2, table_layout=layout(), latent_dim=4, generator_hidden=(8,), discriminator_hidden=(8,), pac=1)
+    assert module.num_classes is None
+    assert module.sample(4).shape == (4, 7)
+    with pytest.raises(ValueError, match="unconditional"):
+        module.sample(4, torch.tensor([0, 1, 0, 1]))
+
+
+def test_ctgans_optimizers_are_ctgans_adam_with_weight_decay():
+    """CTGAN's settings: Adam, betas (0.5, 0.9), each network's learning rate, weight decay on both."""
+    module = CTGAN((7,), table_layout=layout(), latent_dim=4, generator_hidden=(8,), discriminator_hidden=(8,), pac=1,
+                   lr_generator=1e-3, lr_discriminator=3e-4, weight_decay=1e-4)
+    opt_g, opt_d = module.build_optimizers()
+    for optimizer, lr in ((opt_g, 1e-3), (opt_d, 3e-4)):
+        assert isinstance(optimizer, torch.optim.Adam)
+        assert (optimizer.defaults["lr"], optimizer.defaults["betas"], optimizer.defaults["weight_decay"]) == \
+            (lr, (0.5, 0.9), 1e-4)
+
+
+def test_dpsactgans_auxiliary_loss_is_weighted_and_reaches_the_generated_records():
+    """The generator's auxiliary term is ``classifier_weight`` times the classifier's loss on the
+    generated records, and it is differentiated through those records (the only way it can
+    teach the generator): its gradient with respect to ``fake`` is the weighted classifier
+    loss's, beside the discriminator's."""
+    torch.manual_seed(0)
+    module = DPSACTGAN((7,), table_layout=layout(label={"start": 5, "width": 2, "kind": "binary"}), latent_dim=4,
+                       classifier_hidden=(8,), classifier_weight=2.5, generator_kwargs={"tokens": 2},
+                       discriminator_kwargs={"tokens": 2})
+    module.eval()  # no dropout: the two evaluations below see the same networks
+    fake, cond = torch.rand(8, 7, requires_grad=True), module.sample_labels(8)
+    (total,) = torch.autograd.grad(module.adversarial_generator_loss(fake, cond), fake)
+    (adversarial,) = torch.autograd.grad(CTGAN.adversarial_generator_loss(module, fake, cond), fake)
+    (auxiliary,) = torch.autograd.grad(module.classifier_loss(fake), fake)
+    assert auxiliary.abs().sum() > 0
+    torch.testing.assert_close(total - adversarial, 2.5 * auxiliary)
+
+
+@pytest.mark.parametrize("label", [{"start": 0, "width": 1, "kind": "continuous"},
+                                   {"start": 5, "width": 2, "kind": "binary"}])
+def test_dpsactgans_auxiliary_loss_moves_the_generated_features_not_the_generated_label(label):
+    """The generated label is the auxiliary loss's target, held fixed (the module's docstring:
+    our choice, where CTAB-GAN+'s regression branch also moves a continuous label): its slots get
+    no gradient from that loss, the other columns do."""
+    torch.manual_seed(0)
+    module = DPSACTGAN((7,), table_layout=layout(label=label), latent_dim=4, classifier_hidden=(8,),
+                       generator_kwargs={"tokens": 2}, discriminator_kwargs={"tokens": 2}).eval()
+    fake = torch.rand(8, 7, requires_grad=True)
+    (gradient,) = torch.autograd.grad(module.classifier_loss(fake), fake)
+    in_label = torch.zeros(7, dtype=torch.bool)
+    in_label[label["start"]:label["start"] + label["width"]] = True
+    assert torch.equal(gradient[:, in_label], torch.zeros_like(gradient[:, in_label]))
+    assert (gradient[:, ~in_label].abs().sum(0) > 0).all()
+
+
+@pytest.mark.parametrize("log_frequency", [True, False])
+def test_the_generator_steps_conditions_follow_the_log_frequency_setting(log_frequency):
+    """``--model.log_frequency false`` turns CTGAN's emphasis on rare categories off in the
+    generator step: its conditions then follow the category frequencies themselves (0.6, 0.3,
+    0.1 in the first column), with it their logarithm (log(1 + 1000 f), normalised)."""
+    torch.manual_seed(0)
+    module = CTGAN((7,), table_layout=layout(), latent_dim=4, generator_hidden=(8,), discriminator_hidden=(8,), pac=1,
+                   log_frequency=log_frequency)
+    cond, column = module.generator_conditions(20000)
+    first = column == 0
+    assert torch.equal(first, cond[:, :3].sum(1) == 1)
+    law = torch.tensor([0.6, 0.3, 0.1])
+    law = torch.log1p(law * 1000) / torch.log1p(law * 1000).sum() if log_frequency else law
+    torch.testing.assert_close(cond[first, :3].mean(0), law, atol=0.02, rtol=0)

@@ -527,3 +527,49 @@ def test_critic_minibatches_larger_than_a_partition_are_said_to_repeat_records(t
     with caplog.at_level("WARNING"):
         assert main(args) == 0
     assert "each critic's minibatch of 64 records is drawn with replacement" in caplog.text
+
+
+def test_selecting_a_critic_freezes_the_one_it_leaves_and_counts_one_generator_step_per_iteration():
+    """Only the selected critic is ever trainable (the others stay out of every graph and every
+    freeze/unfreeze); with N critics each training step is one GS-WGAN iteration, so it holds one
+    generator step whatever ``discriminator_steps`` says (what the run's "no generator update"
+    warning reads)."""
+    bank = tiny_bank(0)
+    assert [c.body[0].weight.requires_grad for c in bank.critics] == [True, False, False]
+    bank.select(2)
+    assert [c.body[0].weight.requires_grad for c in bank.critics] == [False, False, True]
+    bank.requires_grad_(False)
+    bank.select(1)
+    assert not any(p.requires_grad for p in bank.parameters())
+    bank.requires_grad_(True)
+    assert [c.body[0].weight.requires_grad for c in bank.critics] == [False, True, False]
+
+    module = GSWGAN((WIDTH,), latent_dim=4, discriminator_steps=5, generator_kwargs={"hidden": (8,)},
+                    discriminator_kwargs={"hidden": (8,)}, num_critics=3)
+    module.train_steps = 2
+    assert module.generator_updates == 2
+    single = GSWGAN((WIDTH,), latent_dim=4, discriminator_steps=5, generator_kwargs={"hidden": (8,)},
+                    discriminator_kwargs={"hidden": (8,)})
+    single.train_steps = 7
+    assert single.generator_updates == 1
+
+
+
+@pytest.mark.parametrize("generated, expected", [(6, 6), (None, 4)])
+def test_an_iteration_generates_the_strategys_batch_size_for_every_step(generated, expected):
+    """With N critics, every critic step and the generator step generate the strategy's fixed
+    ``generated_batch_size`` (the B the sanitizer's noise is calibrated for), not the size of
+    the critic's minibatches (4 here), which is what they fall back to when none is fixed."""
+    torch.manual_seed(0)
+    module = GSWGAN((WIDTH,), latent_dim=4, discriminator_steps=2, generator_kwargs={"hidden": (8,)},
+                    discriminator_kwargs={"hidden": (8,)}, num_critics=3)
+    optimizers = module.configure_optimizers()
+    module.optimizers = lambda: optimizers
+    module.manual_backward = lambda loss: loss.backward()
+    module.log = module.log_dict = lambda *args, **kwargs: None
+    module.generated_batch_size = generated
+    seen, critic_step, generator_step = [], module.discriminator_step, module.generator_step
+    module.discriminator_step = lambda real, labels, n: seen.append(("critic", n)) or critic_step(real, labels, n)
+    module.generator_step = lambda n: seen.append(("generator", n)) or generator_step(n)
+    module.selected_critic_iteration(0, 1, torch.rand(2, 4, WIDTH), None)
+    assert seen == [("critic", expected), ("critic", expected), ("generator", expected)]

@@ -262,3 +262,54 @@ def test_draws_on_real_records_come_from_a_stream_of_their_own_and_the_runs_goes
     torch.manual_seed(3)
     torch.randint(0, 2**62, (1,))  # the one draw that seeds the stream
     assert torch.equal(after, torch.rand(5)) and not torch.equal(inside, after)
+
+
+TABLE_NETS = {"latent_dim": 3, "generator_kwargs": {"hidden": (8,)}, "discriminator_kwargs": {"hidden": (8,)}}
+
+
+def test_weight_clipping_is_symmetric_and_only_without_a_gradient_penalty():
+    """WGAN's clipping keeps every critic weight in [-c, c] (a negative weight stays negative,
+    at -c); with a gradient penalty the penalty is the Lipschitz constraint and weights are not
+    clipped. A negative clip, which would silently turn clipping off, is refused."""
+    clipped = WGAN((4,), None, weight_clip=0.01, **TABLE_NETS)
+    penalised = WGAN((4,), None, weight_clip=0.01, gradient_penalty=10.0, **TABLE_NETS)
+    for module in (clipped, penalised):
+        with torch.no_grad():
+            for p in module.discriminator.parameters():
+                p.copy_(torch.linspace(-0.5, 0.5, p.numel()).reshape(p.shape))
+        module.after_discriminator_step()
+    for p in clipped.discriminator.parameters():
+        expected = torch.linspace(-0.5, 0.5, p.numel()).reshape(p.shape).clamp(-0.01, 0.01)
+        assert torch.equal(p.detach(), expected)
+    for p in penalised.discriminator.parameters():
+        assert torch.equal(p.detach(), torch.linspace(-0.5, 0.5, p.numel()).reshape(p.shape))
+    with pytest.raises(ValueError, match="non-negative"):
+        WGAN((4,), None, weight_clip=-0.01, **TABLE_NETS)
+
+
+def test_the_generators_gan_loss_is_the_non_saturating_one():
+    """-log D(G(z)) averaged, D = sigmoid(score), written out independently: not the saturating
+    log(1 - D(G(z))), whose gradient vanishes where the discriminator rejects the records."""
+    module = GAN((4,), None, **TABLE_NETS)
+    scores = torch.tensor([-8.0, -1.0, 0.0, 2.0])
+    expected = -torch.log(torch.sigmoid(scores)).mean()
+    torch.testing.assert_close(module.generator_loss(scores), expected)
+
+
+def test_each_network_gets_its_own_optimizer_settings():
+    """GAN: Adam with each network's own learning rate and the given betas. WGAN: RMSProp with
+    weight clipping (DPGAN's setting), WGAN-GP's Adam betas (0, 0.9) with a gradient penalty."""
+    gan = GAN((4,), None, lr_generator=1e-3, lr_discriminator=3e-4, betas=(0.3, 0.8), **TABLE_NETS)
+    opt_g, opt_d = gan.build_optimizers()
+    assert isinstance(opt_g, torch.optim.Adam) and isinstance(opt_d, torch.optim.Adam)
+    assert (opt_g.defaults["lr"], opt_d.defaults["lr"]) == (1e-3, 3e-4)
+    assert opt_g.defaults["betas"] == opt_d.defaults["betas"] == (0.3, 0.8)
+    assert opt_g.param_groups[0]["params"] == list(gan.generator.parameters())
+    assert opt_d.param_groups[0]["params"] == list(gan.discriminator.parameters())
+    clipped = WGAN((4,), None, lr_generator=1e-3, lr_discriminator=3e-4, **TABLE_NETS).build_optimizers()
+    assert all(isinstance(o, torch.optim.RMSprop) for o in clipped)
+    assert [o.defaults["lr"] for o in clipped] == [1e-3, 3e-4]
+    penalised = WGAN((4,), None, lr_generator=1e-3, lr_discriminator=3e-4, gradient_penalty=10.0,
+                     **TABLE_NETS).build_optimizers()
+    assert all(isinstance(o, torch.optim.Adam) and o.defaults["betas"] == (0.0, 0.9) for o in penalised)
+    assert [o.defaults["lr"] for o in penalised] == [1e-3, 3e-4]

@@ -14,7 +14,11 @@ prediction classification layer") predicts the label column from the other colum
 trained on real records in every discriminator step; in the generator step it scores the
 generated records against their own generated label (cross-entropy for a categorical label,
 squared error for a continuous one, whose encoding is a single scalar), which pushes the
-generator to keep features and label consistent. Tables without a label train without it.
+generator to keep features and label consistent. The generated label is the target, held fixed:
+the auxiliary term moves the generated features towards their label, never the label towards the
+classifier's guess (a categorical label's argmax passes no gradient anyway; CTAB-GAN+'s
+regression branch also moves a continuous label, our choice is to leave the label column to the
+discriminator alone, as for categories). Tables without a label train without it.
 """
 from __future__ import annotations
 
