@@ -679,6 +679,17 @@ def test_a_meaningless_privacy_budget_is_refused_before_training(tiny_image_data
     assert [p.name for p in (out / "checkpoints").iterdir()] == ["last.ckpt"]  # no new one
 
 
+@pytest.mark.parametrize("budget", [["--epsilon", "5"], ["--delta", "1e-5"]], ids=["epsilon", "delta"])
+def test_a_budget_for_a_non_private_model_is_refused_whichever_half_is_given(tiny_image_data_dir, tmp_path, capsys,
+                                                                              budget):
+    """--delta alone, like --epsilon alone, says the user expects a guarantee: a model that trains
+    with --privacy none would ignore it and release its output with none."""
+    out = tmp_path / "out"
+    assert_refused(tiny_run_args(tiny_image_data_dir, out) + budget, capsys, "an epsilon/delta is set",
+                   "trains with --privacy none")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     "extra,said",
     [
@@ -1236,6 +1247,19 @@ def test_a_run_whose_privacy_report_hits_a_full_disk_fails_clearly_and_loses_not
     assert_nothing_lost(out, set_aside=True)  # training had run
     assert not (out / "privacy.json").exists()
     assert (out / "checkpoints" / "last.ckpt").is_file()  # training itself finished
+
+
+@pytest.mark.parametrize("name", ["samples.png", "metrics.json"])
+def test_a_run_whose_other_outputs_hit_a_full_disk_writes_no_privacy_report(
+        tiny_image_data_dir, tmp_path, capsys, disk_full_for, name):
+    """privacy.json comes after every other output: a fresh one marks a complete run folder, so
+    a failed samples.png or metrics.json leaves none (the earlier run's is kept aside)."""
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    disk_full_for(name)
+    assert_refused(image_args(tiny_image_data_dir, out), capsys, f"could not write {out / name}: No space left on device")
+    assert_nothing_lost(out, set_aside=True)
+    assert not (out / "privacy.json").exists()
 
 
 def test_a_run_whose_synthetic_table_hits_a_full_disk_keeps_the_earlier_table(tmp_path, capsys, disk_full_for):
