@@ -142,6 +142,18 @@ def sigint_restored():
         signal.signal(signal.SIGINT, previous)
 
 
+def train_outside_a_trainer(module) -> dict:
+    """Let ``module.training_step`` run without a Trainer, as Lightning would run it: the module's
+    own optimizers, a plain backward; returns the dict that collects what the step logs."""
+    optimizers = module.configure_optimizers()
+    module.optimizers = lambda: optimizers
+    module.manual_backward = lambda loss: loss.backward()
+    logged = {}
+    module.log_dict = lambda values, *args, **kwargs: logged.update(values)
+    module.log = lambda name, value, *args, **kwargs: logged.update({name: value})
+    return logged
+
+
 def stream_after_training_steps(module, records, sizes=(0, 5, 9)) -> list:
     """The run's next draw after one training step of ``module`` on the first ``n`` of ``records``,
     for each ``n`` of ``sizes``, from the same seed: equal draws mean the draws made on real records
@@ -149,10 +161,7 @@ def stream_after_training_steps(module, records, sizes=(0, 5, 9)) -> list:
     Trainer, generating a fixed batch as DP-SGD has it generate (not the private batch's size)."""
     import torch
 
-    optimizers = module.configure_optimizers()
-    module.optimizers = lambda: optimizers
-    module.manual_backward = lambda loss: loss.backward()
-    module.log = module.log_dict = lambda *args, **kwargs: None
+    train_outside_a_trainer(module)
     module.generated_batch_size = 4
     draws = []
     for rows in sizes:

@@ -9,7 +9,7 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from run_helpers import checkpoint_accountant_state, read_json
+from run_helpers import checkpoint_accountant_state, read_json, train_outside_a_trainer
 
 from lightning_dpgan.callbacks.gpate import ProjectedVoting
 from lightning_dpgan.cli import main
@@ -443,10 +443,7 @@ def test_a_training_step_fits_the_generator_to_its_records_moved_by_the_released
 
     torch.manual_seed(0)
     module = gpate.GPATE((6,), 3, num_teachers=2, teacher_kwargs={"hidden": ()})
-    optimizers = module.configure_optimizers()
-    module.optimizers = lambda: optimizers
-    module.manual_backward = lambda loss: loss.backward()
-    module.log_dict = lambda *args, **kwargs: None
+    train_outside_a_trainer(module)
     module.privacy = SimpleNamespace(aggregate=lambda perturbations: torch.full_like(perturbations[0], 1e-2))
     fitted, judged, generated = [], [], []
     monkeypatch.setattr(gpate, "student_loss", lambda fake, target: fitted.append((fake.detach(), target)) or

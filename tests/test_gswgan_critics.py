@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 import torch
 from dp_accounting.rdp import rdp_privacy_accountant
-from run_helpers import assert_resume_restores_sampler_draws, grid_tiles, read_json, tiny_run_args
+from run_helpers import (assert_resume_restores_sampler_draws, grid_tiles, read_json, tiny_run_args,
+                         train_outside_a_trainer)
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_dpgan.callbacks.gradient_sanitizer import CriticIterations, CriticSampler, GradientSanitizer
@@ -554,7 +555,6 @@ def test_selecting_a_critic_freezes_the_one_it_leaves_and_counts_one_generator_s
     assert single.generator_updates == 1
 
 
-
 @pytest.mark.parametrize("generated, expected", [(6, 6), (None, 4)])
 def test_an_iteration_generates_the_strategys_batch_size_for_every_step(generated, expected):
     """With N critics, every critic step and the generator step generate the strategy's fixed
@@ -563,10 +563,7 @@ def test_an_iteration_generates_the_strategys_batch_size_for_every_step(generate
     torch.manual_seed(0)
     module = GSWGAN((WIDTH,), latent_dim=4, discriminator_steps=2, generator_kwargs={"hidden": (8,)},
                     discriminator_kwargs={"hidden": (8,)}, num_critics=3)
-    optimizers = module.configure_optimizers()
-    module.optimizers = lambda: optimizers
-    module.manual_backward = lambda loss: loss.backward()
-    module.log = module.log_dict = lambda *args, **kwargs: None
+    train_outside_a_trainer(module)
     module.generated_batch_size = generated
     seen, critic_step, generator_step = [], module.discriminator_step, module.generator_step
     module.discriminator_step = lambda real, labels, n: seen.append(("critic", n)) or critic_step(real, labels, n)

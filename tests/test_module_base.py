@@ -1,12 +1,17 @@
 """``GANModule``'s own behaviour, below the models: the latent and label draws, ``sample``'s
 checks and modes, the settings a resume must match, and what a training step logs."""
 import copy
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from lightning_dpgan.modules import GAN, WGAN
 from lightning_dpgan.modules.base import check_same_model_settings
+from lightning_dpgan.modules.gpate import GPATE
+from lightning_dpgan.modules.gswgan import GSWGAN
+from lightning_dpgan.privacy.slots import PrivacyBudgetExhausted
+from run_helpers import train_outside_a_trainer
 
 TABLE = {"latent_dim": 3, "generator_kwargs": {"hidden": (8,)}, "discriminator_kwargs": {"hidden": (8,)}}
 
@@ -88,22 +93,13 @@ def test_a_setting_the_checkpoint_does_not_have_is_a_difference_too():
         check_same_model_settings({"latent_dim": 8}, {"latent_dim": 12})
 
 
-def _stepping(module):
-    optimizers = module.configure_optimizers()
-    module.optimizers = lambda: optimizers
-    module.manual_backward = lambda loss: loss.backward()
-    logged = {}
-    module.log_dict = lambda values, **kwargs: logged.update(values)
-    return logged
-
-
 def test_the_logged_discriminator_loss_is_the_real_and_the_generated_parts():
     """``loss/discriminator`` is the loss the critic took its step on: real records' mean loss
     plus the generated records' (for a WGAN critic, E[D(fake)] - E[D(real)]), as computed
     independently here with the step's own draws."""
     torch.manual_seed(0)
     module = WGAN((4,), None, weight_clip=0.0, **TABLE)
-    logged = _stepping(module)
+    logged = train_outside_a_trainer(module)
     real = torch.randn(6, 4)
     critic = [p.detach().clone() for p in module.discriminator.parameters()]
     generator = {k: v.clone() for k, v in module.generator.state_dict().items()}
@@ -128,17 +124,9 @@ def test_a_gpate_step_whose_release_is_refused_takes_no_generator_step():
     """When the aggregator refuses a release (the budget would be passed), the step ends there:
     the run is told to stop, the generator is not updated (not even by Adam's momentum from the
     steps before, on a zero loss) and the step is not counted as one taken."""
-    from types import SimpleNamespace
-
-    from lightning_dpgan.modules.gpate import GPATE
-    from lightning_dpgan.privacy.slots import PrivacyBudgetExhausted
-
     torch.manual_seed(0)
     module = GPATE((6,), None, num_teachers=2, latent_dim=4, teacher_kwargs={"hidden": ()})
-    optimizers = module.configure_optimizers()
-    module.optimizers = lambda: optimizers
-    module.manual_backward = lambda loss: loss.backward()
-    module.log_dict = lambda *args, **kwargs: None
+    train_outside_a_trainer(module)
     module._trainer = SimpleNamespace(should_stop=False)
     released = SimpleNamespace(aggregate=lambda perturbations: torch.full_like(perturbations[0], 1e-2))
     module.privacy = released
@@ -160,8 +148,6 @@ def test_a_setting_the_strategy_decides_reaches_the_loggers_copy_too():
     """``num_critics`` is set by the sanitizer strategy after the module is built: the saved
     settings and the copy Lightning hands the loggers (``hparams_initial``) must both say 3,
     not the constructor's 1."""
-    from lightning_dpgan.modules.gswgan import GSWGAN
-
     module = GSWGAN((4,), None, **TABLE)
     assert module.hparams_initial["num_critics"] == 1
     module.build_critics(3)
