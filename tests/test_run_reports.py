@@ -1,15 +1,23 @@
 """What ``train`` reports and refuses around the run itself (run.py): the privacy report of a
-private run, the length a resume given no ``--max-steps`` gets, and the figure an untrained
-generator's warning gives."""
+private run, the length a resume given no ``--max-steps`` gets, the figure an untrained
+generator's warning gives, what config.yaml and metrics.json keep, and rank 0's release check."""
+import csv
+import shutil
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
+import yaml
 
-from lightning_dpgan.cli import main
+from lightning_dpgan.callbacks.same_release import SameRelease, release_digest
+from lightning_dpgan.cli import build_config, main
 from lightning_dpgan.config import ConfigError
-from lightning_dpgan.run import DEFAULT_MAX_STEPS, Run
+from lightning_dpgan.run import DEFAULT_MAX_STEPS, RANK_ZERO_RELEASE, Run
 from lightning_dpgan.sampling import read_run_info
 from run_helpers import read_json, tiny_run_args
+
+ADULT_TINY = Path(__file__).parent / "fixtures" / "adult_tiny"
 
 
 def test_a_private_runs_report_holds_its_lineage_as_the_checkpoint_does(tiny_image_data_dir, tmp_path):
@@ -52,3 +60,92 @@ def test_an_untrained_generators_warning_gives_the_epsilon_its_training_spent():
     reason = Run.untrained_reason(run)
     assert "ran out within the first step (answering would spend epsilon 3.2; epsilon 0.25 spent on training, " \
            "of --epsilon 2)" in reason
+
+
+def test_rank_zero_of_a_new_ddp_run_checks_that_every_process_read_its_release(tmp_path, monkeypatch):
+    """Rank 0 writes its preprocessing release (the schema, and any DP bounds or modes) for the other
+    processes, and checks (SameRelease, at setup) that each read those very bytes, not a file an
+    interrupted run left: without rank 0's part in that collective the others wait on it for ever
+    (a real two-process run hangs), or two ranks train on two releases. Built in one process."""
+    run = Run(build_config(["--model", "gan", "--dataset", "adult", "--data-dir", str(ADULT_TINY), "--accelerator", "cpu",
+                            "--devices", "2", "--strategy", "ddp"]), tmp_path)
+    written = []
+    monkeypatch.setattr(run, "_fit_and_write", lambda: written.append((tmp_path / RANK_ZERO_RELEASE).read_bytes()))
+    run.fit()
+    (content,) = written
+    checks = [callback for callback in run.trainer.callbacks if isinstance(callback, SameRelease)]
+    assert len(checks) == 1 and checks[0].digest == release_digest(content)
+    assert checks[0].release_file == RANK_ZERO_RELEASE
+
+
+def test_config_yaml_keeps_the_data_dir_given_over_the_environments(tiny_image_data_dir, tmp_path, monkeypatch):
+    """$LIGHTNING_DPGAN_DATA_DIR is recorded only where no --data-dir was given: a run told to read
+    one folder must not have its config.yaml name another, which --config and evaluate would read."""
+    given = tmp_path / "given"
+    shutil.copytree(tiny_image_data_dir, given)
+    monkeypatch.setenv("LIGHTNING_DPGAN_DATA_DIR", str(tiny_image_data_dir))
+    assert main(tiny_run_args(given, tmp_path / "run", steps=1)) == 0
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["data"]["data_dir"]
+    assert saved == str(given.resolve())
+
+
+def test_a_sigterm_says_what_the_checkpoint_holds_in_one_process_and_in_several():
+    """One process saves its last steps, with the accountant, on SIGTERM; under DDP the checkpoint
+    holds only its last periodic save. The line must not promise steps that a DDP run lost."""
+    def said(world_size):
+        run = SimpleNamespace(output_dir=Path("out"), trainer=SimpleNamespace(world_size=world_size),
+                              module=SimpleNamespace(train_steps=7))
+        return Run.terminated_sentence(run)
+
+    checkpoint = Path("out") / "checkpoints" / "last.ckpt"
+    assert said(1).startswith(f"stopped by SIGTERM after 7 steps: {checkpoint} holds them, with the privacy accountant;")
+    assert said(2).startswith(f"stopped by SIGTERM after 7 steps: {checkpoint} holds the steps up to its last periodic save;")
+
+
+def test_metrics_hold_every_processs_step_count():
+    """Under DDP every process must stop at the same step: metrics.json's steps_per_rank is what
+    each rank counted (gathered at the end of training), not rank 0's count repeated, or a rank
+    that stopped elsewhere would go unseen. A run that never reached the end (no gather) has its own."""
+    gathered = torch.tensor([[5], [4]])  # as all_gather stacks each rank's tensor
+    trainer = SimpleNamespace(strategy=SimpleNamespace(all_gather=lambda tensor: gathered))
+    run = SimpleNamespace(steps_per_rank=None)
+    Run._count_steps_per_rank(run, trainer, SimpleNamespace(train_steps=5, device=torch.device("cpu")))
+    assert run.steps_per_rank == [5, 4]
+
+    def metrics(steps_per_rank):
+        run = SimpleNamespace(trainer=SimpleNamespace(callback_metrics={}), strategy=None, steps_per_rank=steps_per_rank,
+                              module=SimpleNamespace(train_steps=5), datamodule=SimpleNamespace(train_dataset=range(160)))
+        return Run.metrics(run, 1.5)
+
+    assert metrics([5, 4])["steps_per_rank"] == [5, 4]
+    assert metrics(None)["steps_per_rank"] == [5]
+    assert metrics(None)["train_records"] == 160 and metrics(None)["wall_time_s"] == 1.5
+
+
+def test_a_table_run_writes_no_sample_grids_and_the_rows_asked_for(tmp_path):
+    """--sample_every_n_steps draws image grids: a table run (a preset or a config file may carry
+    the setting) writes none, and its synthetic.csv holds --num_synthetic rows, not one per
+    training record."""
+    out = tmp_path / "table"
+    assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(ADULT_TINY), "--output-dir", str(out),
+                 "--max-steps", "2", "--batch-size", "16", "--accelerator", "cpu", "--trainer.enable_progress_bar", "false",
+                 "--sample_every_n_steps", "1", "--num_synthetic", "37"]) == 0
+    assert not list(out.rglob("*.png"))
+    with open(out / "synthetic.csv", newline="") as table:
+        assert len(list(csv.DictReader(table))) == 37
+    assert read_json(out / "metrics.json")["train_records"] != 37  # the count asked for, not the records'
+
+
+def test_a_resumed_runs_config_yaml_neither_resumes_nor_overwrites_when_reused(tiny_image_data_dir, tmp_path):
+    """config.yaml is for rerunning with --config: --resume and --overwrite belong to the command
+    that gave them. Kept there, a new run from the file would silently go on from the old
+    checkpoint (its steps and budget spent), or replace whatever folder it was pointed at."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert main(tiny_run_args(tiny_image_data_dir, first, steps=1)) == 0
+    assert main(tiny_run_args(tiny_image_data_dir, second, steps=2) + [
+        "--resume", str(first / "checkpoints" / "last.ckpt"), "--overwrite"]) == 0
+    saved = yaml.safe_load((second / "config.yaml").read_text())
+    assert saved["max_steps"] == 2  # the resumed run's own file indeed
+    assert "resume" not in saved and "overwrite" not in saved
+    again = build_config(["--config", str(second / "config.yaml"), "--output-dir", str(tmp_path / "again")])
+    assert again["resume"] is None and again["overwrite"] is False
