@@ -89,7 +89,8 @@ class CSVDataModule(TabularDataModule):
                 raise ValueError("the csv dataset needs the label column: pass --data.target COL")
             if label_kind not in LABEL_KINDS:
                 raise ValueError(
-                    f"without a schema file, label_kind must be one of {LABEL_KINDS} (got {label_kind!r}): "
+                    f"without a schema file (--data.schema), label_kind must be one of {LABEL_KINDS}: pass "
+                    f"--data.label_kind (got {label_kind!r}{', the default, which takes it from a schema file' if label_kind == AUTO else ''}); "
                     "it is not guessed from the data, which would read private values"
                 )
             self.target, self.label_kind = target, label_kind

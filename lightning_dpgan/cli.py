@@ -94,7 +94,8 @@ def _train_parser() -> argparse.ArgumentParser:
             "--trainer.log_every_n_steps 10, and so can top-level settings: --sample_every_n_steps 500,\n"
             "--checkpoint_every_n_steps 1000, --sample_columns 10, --num_synthetic 5000 (rows of a table run's\n"
             "synthetic.csv; default as many as training records). Precedence: configs/<model>.yaml < configs/<model>_<dataset>.yaml\n"
-            "< configs/<model>_<dataset>_eps<E>.yaml (when --epsilon is E) < --config FILE < flags < dotted overrides.\n"
+            "< configs/<model>_<dataset>_eps<E>.yaml (when the run's epsilon is E: --epsilon's, else a --config file's,\n"
+            "else the presets' own) < --config FILE < flags < dotted overrides.\n"
             "A setting given twice with two values takes the last, with a note; --epsilon, --delta and --privacy\n"
             "given two values, or one setting under two names (--batch-size, --data.batch_size), are refused.",
         ]
@@ -449,7 +450,8 @@ def sample(argv: list[str]) -> Path:
     parser.add_argument("--checkpoint", required=True, help="a checkpoint written by train (checkpoints/last.ckpt)")
     parser.add_argument("-n", type=int, required=True, help="number of records to draw")
     parser.add_argument("--out", required=True, help="output file: .csv (tables), .png grid or .npz (images + labels)")
-    parser.add_argument("--seed", type=_seed, default=0)
+    parser.add_argument("--seed", type=_seed, default=0,
+                        help="seed of the latent and label draws (default 0): one seed, one sample")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists (else refused)")
     args = parser.parse_args(argv)
     with terminated_as_exit():
@@ -487,7 +489,8 @@ def evaluate(argv: list[str]) -> Path:
     parser.add_argument("-n", type=_positive_int, help="synthetic images to draw (default: as many as training images)")
     parser.add_argument("--cnn-epochs", type=_positive_int, help="epochs of the evaluation CNN (images; default 10)")
     parser.add_argument("--device", type=_torch_device, help="device of the evaluation CNN (images; default cpu)")
-    parser.add_argument("--seed", type=_seed, default=0)
+    parser.add_argument("--seed", type=_seed, default=0,
+                        help="seed of what is drawn or fitted: synthetic images, classifiers, the CNN, the membership attack (default 0)")
     parser.add_argument("--split", choices=HELD_OUT_SPLITS, default="test",
                         help="the real records scored on: the test split, or (for a run trained with "
                              "--data.dev_fraction) the dev records it held out of training, to choose settings "

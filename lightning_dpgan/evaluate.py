@@ -60,6 +60,7 @@ import yaml
 
 from lightning_dpgan import registry
 from lightning_dpgan.config import QUAIL, section_arguments
+from lightning_dpgan.data.dev_split import check_held_out_split
 from lightning_dpgan.outputs import write_json
 from lightning_dpgan.run import restore_released_schema
 from lightning_dpgan.run_folder import EVALUATION_FILES, IMAGE_EVALUATE_OPTIONS, LAST_CHECKPOINT, continue_command
@@ -76,8 +77,11 @@ def read_run_file(path: Path, parse: Any) -> Any:
                          "train") from error
 
 
-def load_run_datamodule(run_dir: Path, data_dir: str | None = None) -> Any:
-    """The run's datamodule, from its ``config.yaml`` (``data_dir`` replaces the saved one)."""
+def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
+                        before_reading: Callable[[Any], None] | None = None) -> Any:
+    """The run's datamodule, from its ``config.yaml`` (``data_dir`` replaces the saved one).
+    ``before_reading`` is given the datamodule before any record is read: a refusal there
+    reads no data and prints none of the data's warnings first."""
     config_path = run_dir / "config.yaml"
     if not config_path.is_file():
         raise FileNotFoundError(f"{run_dir} has no config.yaml: is it the output folder of a train run?")
@@ -102,6 +106,8 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None) -> Any:
     if csv_path is not None and not csv_path.is_file():  # train's remedy (--data.csv) is not evaluate's
         raise FileNotFoundError(f"CSV file not found: {csv_path}, the file this run trained on ({config_path}, "
                                 "data.csv): put it back there to evaluate the run")
+    if before_reading is not None:
+        before_reading(datamodule)
     datamodule.prepare_data()
     datamodule.setup()
     check_same_training_rows(datamodule, info, config_path)
@@ -164,12 +170,15 @@ def evaluate_run(
     privacy = read_run_file(privacy_path, json.loads) if privacy_path.is_file() else None
     if privacy is not None and not isinstance(privacy, dict):
         raise ValueError(f"{privacy_path} is damaged (not a privacy report): restore it from the run, or rerun train")
-    datamodule = load_run_datamodule(run_dir, data_dir)
-    if getattr(datamodule, "kind", "image") != "image":
-        refuse_image_options(run_dir, n_synthetic=n_synthetic, cnn_epochs=cnn_epochs, device=device)
+    def refuse_options_this_run_cannot_take(datamodule: Any) -> None:
+        if getattr(datamodule, "kind", "image") != "image":
+            refuse_image_options(run_dir, n_synthetic=n_synthetic, cnn_epochs=cnn_epochs, device=device)
+        check_held_out_split(split, datamodule.hparams.dev_fraction, datamodule.name)
+
+    datamodule = load_run_datamodule(run_dir, data_dir, refuse_options_this_run_cannot_take)
     cnn_epochs = DEFAULT_CNN_EPOCHS if cnn_epochs is None else cnn_epochs
     device = "cpu" if device is None else device
-    held_out = datamodule.held_out(split)  # refuses a dev split the run did not hold out, before any work
+    held_out = datamodule.held_out(split)
     shutil.rmtree(run_dir / STAGED_FIGURES, ignore_errors=True)  # a failed evaluation's leftovers
     try:
         return _evaluate_and_write(run_dir, datamodule, held_out, privacy, n_synthetic, cnn_epochs, seed, device, split)

@@ -657,8 +657,8 @@ class Run:
             if options.get(floor):
                 # Lightning trains on past a stop request until these are met: past the privacy
                 # budget's stop, or after a refused batch of answers
-                raise ConfigError(f"trainer.{floor} would make training go on after the privacy budget stops it: "
-                                  "set the run's length with --max-steps or --max-epochs instead")
+                raise ConfigError(f"trainer.{floor} would make training go on past a stop (a private run's spent budget "
+                                  "or refused answers): set the run's length with --max-steps or --max-epochs instead")
         below = trainer_options_below_their_floor(options)  # Lightning takes -5 steps between logs in silence
         if below:
             raise ConfigError("; ".join(below))

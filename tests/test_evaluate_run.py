@@ -273,6 +273,24 @@ def test_an_image_option_for_a_table_run_is_refused_and_a_run_without_its_table_
     assert main(["evaluate", "--run", str(run)]) == 0 and read_json(run / "evaluation.json")["synthetic_records"] == 40
 
 
+def test_options_a_run_cannot_take_are_refused_before_its_data_is_read(tmp_path, capsys, monkeypatch):
+    """An image option for a table run and ``--split dev`` for a run that held no dev records out
+    are refused from the run's settings alone: reading the data first would only print the data's
+    own warnings (a train flag's advice among them) above the refusal, and take its time."""
+    from lightning_dpgan.datamodules.tabular import TabularDataModule
+
+    run = tmp_path / "run"
+    train_table_run(run)
+    capsys.readouterr()
+    reads, prepare = [], TabularDataModule.prepare_data
+    monkeypatch.setattr(TabularDataModule, "prepare_data", lambda self: (reads.append(self.name), prepare(self)))
+    for flags, named in ((["-n", "100"], "-n is for image runs"), (["--split", "dev"], "held no dev records out of training")):
+        assert main(["evaluate", "--run", str(run), *flags]) == 2
+        assert named in capsys.readouterr().err
+    assert reads == []
+    assert main(["evaluate", "--run", str(run)]) == 0 and reads == ["adult"]  # what the count sees of a read
+
+
 def test_evaluating_a_csv_run_reuses_its_released_schema(tmp_path, monkeypatch):
     """A csv run without a schema file paid for one DP estimate of its schema; evaluate must use
     the released one, never estimate again on the private rows."""

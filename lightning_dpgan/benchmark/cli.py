@@ -32,7 +32,8 @@ from lightning_dpgan.data.download import default_data_dir
 def parse_args(argv: list[str]) -> argparse.Namespace:
     from lightning_dpgan.cli import command_parser
 
-    parser = command_parser("benchmark", __doc__.split("\n\n")[0])
+    parser = command_parser("benchmark", "Run a suite's grid of train and evaluate commands, write its results file "
+                                         "and regenerate RESULTS.md (see README, Results).")
     add = parser.add_argument
     add("--suite", choices=list(SUITES), help="the suite to run (not needed with --report-only)")
     add("--quick", action="store_true", help="the small size: a smoke test that finishes in minutes on 2 CPU cores")
