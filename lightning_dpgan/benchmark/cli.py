@@ -421,8 +421,7 @@ def benchmark(argv: list[str]) -> Path:
     ended = commit(**own)
     changed = {} if ended == code else {"commit_at_end": ended}  # each cell ran the tree as it was when it started
     path = results_file.save(runs, complete=True, skipped=skipped, extras=extras, **changed)
-    print(f"benchmark: wrote {path}", flush=True)
-    regenerate(args)
+    regenerate(args)  # "benchmark: wrote PATH" is the command's last line (cli.main)
     if any(run.get("status") == "failed" for run in runs):
         print(f"benchmark: wrote {path}; some runs failed (listed in it and in RESULTS.md)", file=sys.stderr)
         raise SystemExit(1)
