@@ -62,7 +62,7 @@ from lightning_dpgan import registry
 from lightning_dpgan.config import QUAIL, section_arguments
 from lightning_dpgan.data.dev_split import check_held_out_split
 from lightning_dpgan.outputs import write_json
-from lightning_dpgan.run import restore_released_schema
+from lightning_dpgan.run import check_same_schema, restore_released_schema
 from lightning_dpgan.run_folder import EVALUATION_FILES, IMAGE_EVALUATE_OPTIONS, LAST_CHECKPOINT, continue_command
 
 
@@ -100,6 +100,10 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
         arguments = {key: value for key, value in arguments.items() if key not in ("bounds_epsilon", "bounds_delta")}
     datamodule = cls(**arguments)
     restore_released_schema(datamodule, run_dir / LAST_CHECKPOINT, info)  # never a second DP estimate
+    if info is not None and "schema" in info:  # restored by then where it was estimated: reads no row
+        check_same_schema(datamodule.schema, info["schema"], run_dir / LAST_CHECKPOINT, remedy=(
+            f"put back the schema it was trained with (the schema file {config_path} names, as it was): its "
+            "synthetic table was decoded under that schema, and would be scored under other columns"))
     if getattr(datamodule, "kind", "image") != "image":
         datamodule.unknown_categories = "blank"  # the training split as the run trained on it: every row
     csv_path = getattr(datamodule, "csv_path", None)

@@ -99,9 +99,19 @@ def restore_released_schema(datamodule: Any, checkpoint: str | Path, info: dict[
         datamodule.restore_transformer(info["table_transformer"], info.get("preprocessing_cost"))
 
 
-def check_same_schema(schema: TableSchema, saved: dict[str, Any] | None, checkpoint: str | Path) -> None:
-    """Refuse to resume a table run under another public schema: the same network width would
-    silently encode and decode the columns differently (other bounds, categories, order)."""
+#: what a resume under another schema is told to do (check_same_schema's default remedy)
+RESUME_SCHEMA_REMEDY = ("resume with the schema it was trained with: the schema file its run's config.yaml names, or "
+                        "none where that run estimated its schema under DP (the checkpoint holds it). A built-in "
+                        "dataset's schema is this version's: a checkpoint trained under another version's bounds "
+                        "cannot continue, train anew")
+
+
+def check_same_schema(schema: TableSchema, saved: dict[str, Any] | None, checkpoint: str | Path,
+                      remedy: str = RESUME_SCHEMA_REMEDY) -> None:
+    """Refuse to use a table run's checkpoint under another public schema than it was trained on:
+    the same network width would silently encode and decode the columns differently (other
+    bounds, categories, order), and its synthetic table would be scored under columns it was
+    not decoded with. ``remedy`` says what to do instead (resuming, by default)."""
     if saved is None:
         return
     normal = encoding_layout(json.loads(json.dumps(saved, default=list)))
@@ -111,10 +121,7 @@ def check_same_schema(schema: TableSchema, saved: dict[str, Any] | None, checkpo
     columns = {c["name"]: c for c in normal.get("columns", [])}
     differing = [c["name"] for c in current.get("columns", []) if columns.get(c["name"]) != c] or ["label / layout"]
     raise ConfigError(f"the checkpoint {checkpoint} was trained on another schema (differing: {', '.join(differing)}): "
-                      "resume with the schema it was trained with: the schema file its run's config.yaml names, or "
-                      "none where that run estimated its schema under DP (the checkpoint holds it). A built-in "
-                      "dataset's schema is this version's: a checkpoint trained under another version's bounds "
-                      "cannot continue, train anew")
+                      f"{remedy}")
 
 
 def check_same_encoding(datamodule: Any, saved: dict[str, Any] | None, checkpoint: str | Path) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 
 from lightning_dpgan import registry
 from lightning_dpgan.modules.base import CHECKPOINT_KEY
@@ -211,6 +212,28 @@ def load_module(path: str | Path) -> Any:
     return module
 
 
+def recorded_data_files(checkpoint: Path) -> list[Path]:
+    """The files a checkpoint's run read its records and schema from (``data.csv``,
+    ``data.schema``), as the ``config.yaml`` two levels up, where ``train`` writes it, records
+    them; none when there is no readable config there (a checkpoint copied alone)."""
+    try:
+        data = yaml.safe_load((checkpoint.parent.parent / "config.yaml").read_text())["data"]
+        return [Path(data[key]).expanduser() for key in ("csv", "schema") if data.get(key)]
+    except (OSError, yaml.YAMLError, TypeError, KeyError):
+        return []
+
+
+def refuse_the_runs_own_data(out: Path, checkpoint: Path) -> None:
+    """``--out`` may not be the file the run trained on, nor its schema file: with
+    ``--overwrite`` a slip of the path would replace the private records (or the columns they
+    are read with) by synthetic ones, which nothing could undo. (A built-in dataset's files are
+    checksummed and downloaded again.)"""
+    target = out.expanduser().resolve()
+    if any(target == file.resolve() for file in recorded_data_files(checkpoint)):
+        raise ValueError(f"--out {out} is a file the run trained on ({checkpoint.parent.parent / 'config.yaml'} names it): "
+                         "give another file")
+
+
 def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 0, columns: int = 10,
                    overwrite: bool = False) -> Path:
     """Draw ``n`` records and write them: ``.csv`` table (decoded with the run's schema),
@@ -221,6 +244,7 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
         raise ValueError(f"-n must be a whole number >= 1, got {n!r}")
     if out.exists() and Path(checkpoint).exists() and out.samefile(checkpoint):
         raise ValueError(f"--out {out} is the checkpoint itself: give another file")
+    refuse_the_runs_own_data(out, Path(checkpoint))
     info = read_run_info(checkpoint)
     schema = info.get("schema")
     allowed = (".csv",) if schema else (".png", ".npz")

@@ -145,6 +145,25 @@ def test_the_checkpoint_itself_is_never_written_over(table_checkpoint):
     assert table_checkpoint.read_bytes() == before
 
 
+def test_the_runs_own_data_and_schema_files_are_never_written_over(tmp_path, monkeypatch):
+    """Even with --overwrite: a run's config.yaml names the private CSV and the schema file it
+    was trained with, and a synthetic table written over either loses what cannot be redrawn."""
+    monkeypatch.setattr(sampling, "load_module", lambda path: TableModule())
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    checkpoint = fake_checkpoint(run / "checkpoints" / "last.ckpt", {"model": "gan", "dataset": "csv",
+                                                                      "schema": SCHEMA.to_dict()})
+    private, schema = tmp_path / "private.csv", tmp_path / "schema.yaml"
+    for file in (private, schema):
+        file.write_text("the user's own\n")
+    (run / "config.yaml").write_text(f"data:\n  name: csv\n  csv: {private}\n  schema: {schema}\n")
+    for out in (private, schema, tmp_path / "." / "private.csv"):
+        with pytest.raises(ValueError, match="is a file the run trained on"):
+            sample_to_file(checkpoint, 5, out, overwrite=True)
+    assert private.read_text() == schema.read_text() == "the user's own\n"
+    assert len(pd.read_csv(sample_to_file(checkpoint, 5, tmp_path / "synthetic.csv"))) == 5  # any other file
+
+
 def test_an_existing_out_is_kept_unless_overwrite(table_checkpoint, tmp_path):
     out = tmp_path / "synthetic.csv"
     out.write_text("earlier table\n")

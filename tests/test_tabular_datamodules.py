@@ -324,6 +324,14 @@ def test_a_csv_run_resumes_only_under_the_schema_it_was_trained_with(tmp_path, c
     assert main([*common, *resume]) == 2
     refusal = capsys.readouterr().err
     assert "was trained on another schema (differing: amount)" in refusal and "train anew" in refusal
+    # evaluate reads the schema file too: its synthetic table was decoded under the old bounds
+    assert main(["evaluate", "--run", str(tmp_path / "first")]) == 2
+    refusal = capsys.readouterr().err
+    assert "was trained on another schema (differing: amount)" in refusal and "put back the schema" in refusal
+    assert not (tmp_path / "first" / "evaluation.json").exists()
+    schema["columns"][0]["bounds"] = [0, 1000]  # put back as it was: scored
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(schema))
+    assert main(["evaluate", "--run", str(tmp_path / "first")]) == 0
 
 
 def coded_csv(path: Path, odd_row: bool) -> Path:
