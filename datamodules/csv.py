@@ -195,6 +195,11 @@ class CSVDataModule(TabularDataModule):
         else:  # the flags' names were checked first (check_listed_columns): the target is there
             text = set(self._categorical_columns()) | set(self.drop)
             numeric = [name for name in frame.columns if name not in text]
+        for name in (name for name in numeric if _holds_booleans(frame[name])):
+            remedy = ("declare it categorical in the schema, with categories ['False', 'True'] quoted"
+                      if self._schema is not None else "list it with --data.categorical")
+            raise SchemaError(f"column '{name}' holds True/False, which would train as the numbers 1 and 0 and come "
+                              f"out as fractions: {remedy}")
         for name in (name for name in numeric if frame[name].dtype == object):
             bad = non_numeric_values(frame[name])
             if bad.empty:
@@ -227,6 +232,12 @@ def _check_bounds_budget(epsilon: Any, delta: Any) -> None:
     """The DP schema estimate's budget, refused by its flags before the file is read."""
     validate_positive("--data.bounds_epsilon", epsilon)
     validate_delta(delta, flag="--data.bounds_delta")
+
+
+def _holds_booleans(column: pd.Series) -> bool:
+    """pandas reads a column of True/False as booleans, which count as numbers (and one with a
+    gap as objects holding them)."""
+    return pd.api.types.is_bool_dtype(column) or (column.dtype == object and column.map(type).eq(bool).any())
 
 
 def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:

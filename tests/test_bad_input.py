@@ -203,6 +203,13 @@ CSV_CASES = {
                         ["'amount' holds non-numeric values", "'lots' (data row 1)", "and 10 missing values"]),
     "wrong-dtype": (with_text_amount, ["'amount' is continuous but holds non-numeric", "'lots' (data row", "fix those values"],
                     ["'amount' holds non-numeric values", "'lots' (data row", "fix those values", "--data.categorical"]),
+    # pandas reads True/False as booleans, which pass for numbers: trained as 0/1, written as fractions
+    "booleans-in-a-numeric-column": (lambda frame: frame.assign(amount=frame.index % 3 == 0),
+                                     ["'amount' holds True/False", "declare it categorical in the schema"],
+                                     ["'amount' holds True/False", "list it with --data.categorical"]),
+    "booleans-and-a-gap": (lambda frame: frame.assign(amount=(frame.index % 3 == 0)).astype({"amount": object}).assign(
+                               amount=lambda f: f["amount"].where(f.index != 5, None)),
+                           ["'amount' holds True/False"], ["'amount' holds True/False"]),
     "repeated-column": ("amount,visits,amount,label\n1.0,2,3.0,no\n3.0,4,5.0,yes\n",
                         ["names the columns ['amount'] more than once"], ["names the columns ['amount'] more than once"]),
     "unknown-label-class": (with_third_class, ["label 'label' must be binary", "fix or drop those rows"],
