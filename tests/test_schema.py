@@ -289,6 +289,11 @@ def test_dtype_problems_are_clear():
         schema.validate_frame(make_frame(5).to_numpy())
 
 
+def test_integer_bounds_up_to_two_to_the_53_decode_exactly():
+    column = Column("x", "integer", bounds=(-(2**53), 2**53))
+    assert column.typed(np.array([2.0**53, -(2.0**53), 2.0**53 - 1])).tolist() == [2**53, -(2**53), 2**53 - 1]
+
+
 def test_constant_columns_are_fine():
     records, _ = make_schema().encode(make_frame(5).assign(height=150.0, colour="red"))
     assert records.shape[0] == 5
@@ -300,6 +305,9 @@ def test_constant_columns_are_fine():
         (dict(name="x", kind="continuous", bounds=(1, 1)), "low < high"),
         (dict(name="x", kind="continuous"), "bounds=\\(low, high\\) are required"),
         (dict(name="x", kind="integer", bounds=(0.2, 0.8)), "contain no integer"),
+        # decoded as int64: 1e20 wrapped round to -9223372036854775808, below the bound 0
+        (dict(name="x", kind="integer", bounds=(0, 1e20)), "pass ±2\\^53.*declare the column continuous"),
+        (dict(name="x", kind="integer", bounds=(-(2**53) - 2, 0)), "pass ±2\\^53"),
         (dict(name="x", kind="categorical"), "non-empty categories"),
         (dict(name="x", kind="categorical", categories=("a", "a")), "unique"),
         (dict(name="x", kind="ordinal", bounds=(0, 1)), "kind must be"),

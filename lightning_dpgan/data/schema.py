@@ -46,6 +46,8 @@ import yaml
 KINDS = ("continuous", "integer", "categorical")
 #: Slack (in steps) when counting the grid points below a column's upper bound: float rounding only.
 _GRID_TOLERANCE = 1e-6
+#: Largest magnitude of an integer column's bounds: whole numbers beyond it are not exact in a float.
+LARGEST_EXACT_INTEGER = 2**53
 #: Decimals a grid value is rounded to, so a step such as 0.1 writes 0.3 rather than its float error.
 _GRID_DECIMALS = 10
 LABEL_KINDS = ("binary", "categorical", "continuous")
@@ -130,6 +132,11 @@ class Column:
             raise SchemaError(f"column '{self.name}': bounds must be finite with low < high, got {self.bounds}")
         if self.kind == "integer" and math.ceil(low) > math.floor(high):
             raise SchemaError(f"column '{self.name}': integer bounds {self.bounds} contain no integer")
+        if self.kind == "integer" and max(abs(low), abs(high)) > LARGEST_EXACT_INTEGER:
+            # records are encoded as floats and written as int64: beyond 2^53 neighbours merge, past
+            # 2^63 a value wraps round to the most negative int64
+            raise SchemaError(f"column '{self.name}': integer bounds {self.bounds} pass ±2^53 = ±{LARGEST_EXACT_INTEGER:,}, "
+                              "beyond which whole numbers are not held exactly: declare the column continuous")
         object.__setattr__(self, "bounds", (low, high))
         if self.step is not None:
             self._check_step(low, high)
