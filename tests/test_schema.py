@@ -396,6 +396,21 @@ def test_load_reports_bad_files(tmp_path):
         TableSchema.load(path)
 
 
+@pytest.mark.parametrize(("written", "read_as"), [("010", "8"), ("1:30", "90"), ("0x1A", "26")])
+def test_a_schema_number_yaml_reads_as_another_is_refused_with_its_line(tmp_path, written, read_as):
+    """YAML 1.1 reads 010 as octal 8 and 1:30 as 90 (base 60): unquoted product codes or times
+    would become categories no record holds, every row blanked but for a warning."""
+    path = tmp_path / "codes.yaml"
+    path.write_text(f"columns:\n  - {{name: code, kind: categorical, categories: [{written}, abc]}}\n")
+    with pytest.raises(SchemaError, match=rf"codes.yaml, line 2: {written} reads as the number {read_as} in YAML: "
+                                          rf"quote it \('{written}'\)"):
+        TableSchema.load(path)
+    path.write_text(f"columns:\n  - {{name: code, kind: categorical, categories: ['{written}', abc]}}\n"
+                    "  - {name: n, kind: integer, bounds: [-0, 1_000]}\n")  # quoted, and plain numbers: read as written
+    schema = TableSchema.load(path)
+    assert schema.column("code").categories == (written, "abc") and schema.column("n").bounds == (0.0, 1000.0)
+
+
 # --- added by the mutation audit -----------------------------------------------------------------
 
 

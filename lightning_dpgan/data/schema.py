@@ -85,6 +85,38 @@ def _python_scalar(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
+class PlainNumberLoader(yaml.SafeLoader):
+    """YAML as :func:`yaml.safe_load` reads it, but for an unquoted number that YAML 1.1 reads
+    otherwise than it is written -- ``010`` as 8 (octal), ``1:30`` as 90 (base 60), ``0x1A`` as 26 --
+    which is refused: a category list ``[010, 020]`` would silently hold 8 and 16, which no record
+    matches, and a bound would be another number."""
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        value = super().construct_yaml_int(node)
+        try:
+            plain = int(node.value)
+        except ValueError:
+            plain = None
+        if plain != value:
+            _refuse_unplain_number(node, value)
+        return value
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        value = super().construct_yaml_float(node)
+        if ":" in node.value:
+            _refuse_unplain_number(node, value)
+        return value
+
+
+def _refuse_unplain_number(node: yaml.ScalarNode, value: float) -> None:
+    raise SchemaError(f"line {node.start_mark.line + 1}: {node.value} reads as the number {value} in YAML: quote it "
+                      f"('{node.value}') if it is a category, or write the number plainly")
+
+
+PlainNumberLoader.add_constructor("tag:yaml.org,2002:int", PlainNumberLoader.construct_yaml_int)
+PlainNumberLoader.add_constructor("tag:yaml.org,2002:float", PlainNumberLoader.construct_yaml_float)
+
+
 @dataclass(frozen=True)
 class Column:
     """One column: its kind and public domain.
@@ -456,9 +488,11 @@ class TableSchema:
             raise SchemaError(f"schema file not found: {path}")
         text = path.read_text()
         try:
-            spec = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+            spec = json.loads(text) if path.suffix.lower() == ".json" else yaml.load(text, Loader=PlainNumberLoader)
         except (json.JSONDecodeError, yaml.YAMLError) as err:
             raise SchemaError(f"schema file {path} cannot be parsed: {err}") from err
+        except SchemaError as err:  # a number written so that YAML reads another
+            raise SchemaError(f"schema file {path}, {err}") from err
         try:
             return cls.from_dict(spec)
         except SchemaError as err:
