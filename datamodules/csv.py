@@ -166,6 +166,8 @@ class CSVDataModule(TabularDataModule):
 
     def prepare_data(self) -> None:
         """Check that the file exists (a user's CSV is never downloaded)."""
+        if self.csv_path.is_dir():
+            raise FileNotFoundError(f"--data.csv {self.csv_path} is a folder: pass the CSV file in it")
         if not self.csv_path.is_file():
             raise FileNotFoundError(f"CSV file not found: {self.csv_path}; pass the path of an existing file "
                                     "with --data.csv")

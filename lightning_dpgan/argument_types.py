@@ -114,7 +114,21 @@ def mismatches(section: str, args: dict[str, Any], cls: type) -> list[str]:
     """One message per value of ``args`` that does not match its parameter's annotation."""
     hints = annotations_of(cls)
     return [f"{section}.{key} must be {describe(hints[key])}, got {value!r}{_sexagesimal_note(value, hints[key])}"
+            f"{_quoting_note(section, key, value, hints[key])}"
             for key, value in args.items() if key in hints and not matches(value, hints[key])]
+
+
+def _quoting_note(section: str, key: str, value: Any, hint: Any) -> str:
+    """A value given on the command line is read as YAML: a column named ``2020``, ``on`` or
+    ``1.5`` arrives as a number or a boolean where text was wanted. Say how to keep it text."""
+    takes_text = hint is str or str in typing.get_args(hint)
+    takes_duration = datetime.timedelta in typing.get_args(hint)  # its text is a format of its own
+    if not takes_text or takes_duration or not isinstance(value, (bool, int, float)):
+        return ""
+    if isinstance(value, bool):  # on, yes, true, ...: what was typed is gone
+        return (f" (a value is read as YAML, where on/off, yes/no and true/false are booleans: quote a name "
+                f"written so, e.g. --{section}.{key} '\"on\"')")
+    return f" (a value is read as YAML: to pass the text {value!r}, quote it: --{section}.{key} '\"{value}\"')"
 
 
 def _sexagesimal_note(value: Any, hint: Any) -> str:

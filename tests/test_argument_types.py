@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 import pytest
 
-from lightning_dpgan.argument_types import annotations_of, describe, matches
+from lightning_dpgan.argument_types import annotations_of, describe, matches, mismatches
 from lightning_dpgan.cli import main
 from lightning_dpgan.modules.pategan import PATEGAN
 
@@ -114,6 +114,19 @@ def test_a_wrongly_typed_override_is_refused_before_anything_runs(extra, message
     assert main(args) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_name_yaml_reads_as_a_number_or_a_boolean_is_refused_with_how_to_quote_it():
+    """A CSV column named 2020 or on, given as --data.target 2020, arrives as a number or True: the
+    refusal says how to keep it text, which nothing else would tell a user who typed text."""
+    from lightning_dpgan.datamodules.csv import CSVDataModule
+
+    (number,) = mismatches("data", {"target": 2020}, CSVDataModule)
+    assert number == "data.target must be text or null, got 2020 (a value is read as YAML: to pass the text 2020, " \
+                     "quote it: --data.target '\"2020\"')"
+    (boolean,) = mismatches("data", {"target": True}, CSVDataModule)
+    assert "on/off, yes/no and true/false are booleans: quote a name written so, e.g. --data.target '\"on\"'" in boolean
+    assert mismatches("data", {"target": "2020"}, CSVDataModule) == []
 
 
 @pytest.mark.parametrize("model,dataset,extra,message", [

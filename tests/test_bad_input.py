@@ -215,6 +215,7 @@ CSV_CASES = {
     "unknown-label-class": (with_third_class, ["label 'label' must be binary", "fix or drop those rows"],
                             ["label 'label' must be binary", "fix or drop those rows"]),
     "missing-file": (None, ["CSV file not found", "--data.csv"], ["CSV file not found", "--data.csv"]),
+    "a-folder": (Path.mkdir, ["is a folder: pass the CSV file in it"], ["is a folder: pass the CSV file in it"]),
     "infinite-values": (with_infinite_amount, ["'amount' holds infinite values", "(data row 1)", "fix or drop"],
                         ["'amount' holds infinite values", "(data row 1)", "fix or drop"]),
     # pandas took each row's first field as its index and read the rest one column to the left
@@ -247,6 +248,8 @@ def write_case(path: Path, content) -> Path:
         path.write_bytes(content)
     elif isinstance(content, str):
         path.write_text(content)
+    elif content is Path.mkdir:
+        path.mkdir()
     elif content is truncated:
         path.write_text(truncated(table().to_csv(index=False)))
     elif content is not None:
@@ -294,7 +297,10 @@ def test_a_bad_csv_is_a_clear_error_and_loses_nothing(tmp_path, capsys, schema_f
     (["--data.drop", "label"], lambda frame: frame, "the target 'label' cannot be dropped"),
     # a column with no value at all: dropping its rows would drop every row
     ([], lambda frame: frame.assign(notes=np.nan), "'notes' holds no value at all: drop the column instead (--data.drop"),
-], ids=["misspelt-categorical", "dropped-target", "empty-column"])
+    # a listed column also dropped was reported as missing from the file, by a check after the drop
+    (["--data.categorical", "kind,label", "--data.drop", "kind"], lambda frame: frame,
+     "columns ['kind'] are listed both as categorical and in --data.drop"),
+], ids=["misspelt-categorical", "dropped-target", "empty-column", "listed-and-dropped"])
 def test_a_dp_schema_flag_naming_the_wrong_column_is_said_first(tmp_path, capsys, flags, content, said):
     """Without a schema file the flags name the columns; their mistakes are reported as such, not
     as what the file's values then look like."""

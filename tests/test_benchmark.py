@@ -1002,7 +1002,8 @@ def test_a_suite_records_every_run_keeps_going_past_a_failure_and_regenerates_re
     failed = [r for r in content["runs"] if r["status"] == "failed"]
     assert [r["seed"] for r in ok] == [0, 1] and {r["model"] for r in ok} == {"dpctgan"}
     # QUAIL's label model draws batches of 256 records: more than the tiny table's 36
-    assert len(failed) == 2 and all("batch_size 256 exceeds the 36 training records" in r["error"] for r in failed)
+    assert len(failed) == 2 and all("batch_size 256 exceeds the 36 training records: give QUAIL a smaller "
+                                    "--quail.batch_size" in r["error"] for r in failed)
     assert all(0 < r["epsilon"] <= 1 and r["steps"] == 2 and r["stopped_by"] == "max-steps" for r in ok)
     assert "--seed 1" in ok[1]["commands"][0] and "evaluate" in ok[1]["commands"][1]
     # commands name no path of this machine: the interpreter is `python`, the data folder DATA_DIR

@@ -237,6 +237,10 @@ def check_listed_columns(
     both = sorted(set(categorical) & set(integer))
     if both:
         raise SchemaError(f"columns {both} are listed both as categorical and as integer")
+    for role, listed in (("categorical", categorical), ("integer", integer)):
+        dropped = sorted(set(listed) & set(drop))
+        if dropped:
+            raise SchemaError(f"columns {dropped} are listed both as {role} and in --data.drop: keep them, or drop them")
 
 
 def _schema_columns(

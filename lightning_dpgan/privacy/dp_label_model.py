@@ -117,7 +117,8 @@ def train_dp_label_model(
     validate_positive("label model epsilon", epsilon)
     n = len(features)
     if settings.batch_size > n:
-        raise ValueError(f"label model batch_size {settings.batch_size} exceeds the {n} training records")
+        raise ValueError(f"label model batch_size {settings.batch_size} exceeds the {n} training records: "
+                         "give QUAIL a smaller --quail.batch_size")
     if not 0.0 < delta < 1.0 / n:
         raise ValueError(f"label model delta must be in (0, 1/n = {1.0 / n:.3g}), got {delta}")
     noise = NoiseSource(noise_seed)
