@@ -12,8 +12,8 @@ import pandas as pd
 from lightning_dpgan.data.csv_fields import ExtraFieldsError, read_csv_fields
 from lightning_dpgan.data.csv_missing import missing_spellings
 from lightning_dpgan.data.dp_bounds import check_listed_columns, infer_schema_dp
-from lightning_dpgan.data.schema import (LABEL_KINDS, SchemaError, TableSchema, as_schema_categories, column_names,
-                                         non_numeric_values, row_examples)
+from lightning_dpgan.data.schema import (LABEL_KINDS, SchemaError, TableSchema, as_schema_categories, booleans_refusal,
+                                         column_names, holds_booleans, non_numeric_values, row_examples)
 from lightning_dpgan.datamodules.tabular import TabularDataModule
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
 
@@ -88,10 +88,10 @@ class CSVDataModule(TabularDataModule):
             if target is None:
                 raise ValueError("the csv dataset needs the label column: pass --data.target COL")
             if label_kind not in LABEL_KINDS:
+                given = f"{label_kind!r}, the default, which takes it from a schema file" if label_kind == AUTO else repr(label_kind)
                 raise ValueError(
                     f"without a schema file (--data.schema), label_kind must be one of {LABEL_KINDS}: pass "
-                    f"--data.label_kind (got {label_kind!r}{', the default, which takes it from a schema file' if label_kind == AUTO else ''}); "
-                    "it is not guessed from the data, which would read private values"
+                    f"--data.label_kind (got {given}); it is not guessed from the data, which would read private values"
                 )
             self.target, self.label_kind = target, label_kind
             bounds_epsilon = DEFAULT_BOUNDS_EPSILON if bounds_epsilon is None else bounds_epsilon
@@ -197,11 +197,9 @@ class CSVDataModule(TabularDataModule):
         else:  # the flags' names were checked first (check_listed_columns): the target is there
             text = set(self._categorical_columns()) | set(self.drop)
             numeric = [name for name in frame.columns if name not in text]
-        for name in (name for name in numeric if _holds_booleans(frame[name])):
-            remedy = ("declare it categorical in the schema, with categories ['False', 'True'] quoted"
-                      if self._schema is not None else "list it with --data.categorical")
-            raise SchemaError(f"column '{name}' holds True/False, which would train as the numbers 1 and 0 and come "
-                              f"out as fractions: {remedy}")
+        for name in (name for name in numeric if holds_booleans(frame[name])):  # before a DP estimate reads them
+            kind = "numeric" if self._schema is None else self._schema.column(name).kind
+            raise booleans_refusal(name, kind, estimated=self._schema is None)
         for name in (name for name in numeric if frame[name].dtype == object):
             bad = non_numeric_values(frame[name])
             if bad.empty:
@@ -234,12 +232,6 @@ def _check_bounds_budget(epsilon: Any, delta: Any) -> None:
     """The DP schema estimate's budget, refused by its flags before the file is read."""
     validate_positive("--data.bounds_epsilon", epsilon)
     validate_delta(delta, flag="--data.bounds_delta")
-
-
-def _holds_booleans(column: pd.Series) -> bool:
-    """pandas reads a column of True/False as booleans, which count as numbers (and one with a
-    gap as objects holding them)."""
-    return pd.api.types.is_bool_dtype(column) or (column.dtype == object and column.map(type).eq(bool).any())
 
 
 def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:

@@ -205,11 +205,11 @@ CSV_CASES = {
                     ["'amount' holds non-numeric values", "'lots' (data row", "fix those values", "--data.categorical"]),
     # pandas reads True/False as booleans, which pass for numbers: trained as 0/1, written as fractions
     "booleans-in-a-numeric-column": (lambda frame: frame.assign(amount=frame.index % 3 == 0),
-                                     ["'amount' holds True/False", "declare it categorical in the schema"],
-                                     ["'amount' holds True/False", "list it with --data.categorical"]),
+                                     ["'amount' is continuous but holds True/False", "declare it categorical in the schema file"],
+                                     ["'amount' is numeric but holds True/False", "list it with --data.categorical"]),
     "booleans-and-a-gap": (lambda frame: frame.assign(amount=(frame.index % 3 == 0)).astype({"amount": object}).assign(
                                amount=lambda f: f["amount"].where(f.index != 5, None)),
-                           ["'amount' holds True/False"], ["'amount' holds True/False"]),
+                           ["'amount' is continuous but holds True/False"], ["'amount' is numeric but holds True/False"]),
     "repeated-column": ("amount,visits,amount,label\n1.0,2,3.0,no\n3.0,4,5.0,yes\n",
                         ["names the columns ['amount'] more than once"], ["names the columns ['amount'] more than once"]),
     "unknown-label-class": (with_third_class, ["label 'label' must be binary", "fix or drop those rows"],

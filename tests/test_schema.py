@@ -287,6 +287,12 @@ def test_dtype_problems_are_clear():
         schema.validate_frame(make_frame(5).assign(colour=1))
     with pytest.raises(TypeError):
         schema.validate_frame(make_frame(5).to_numpy())
+    # True/False pass for numbers in pandas: a synthetic table edited so, or any frame, is refused
+    flags = [True, False, True, True, False]
+    with pytest.raises(SchemaError, match="'age' is integer but holds True/False.*declare it categorical"):
+        schema.validate_frame(make_frame(5).assign(age=flags))
+    with pytest.raises(SchemaError, match="'height' is continuous but holds True/False"):
+        schema.validate_frame(make_frame(5).assign(height=pd.Series(flags, dtype=object)))  # a frame built by hand
 
 
 def test_integer_bounds_up_to_two_to_the_53_decode_exactly():

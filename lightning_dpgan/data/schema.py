@@ -713,6 +713,8 @@ def _check_dtype(column: Column, series: pd.Series) -> None:
     numeric = _holds_numbers(series)
     estimated = str(column.source).startswith("DP estimate")  # no schema file: the remedy is an option
     if column.is_numeric:
+        if holds_booleans(series):
+            raise booleans_refusal(column.name, column.kind, estimated)
         if not numeric:
             remedy = ("list the column with --data.categorical if it is categorical" if estimated
                       else "with a schema file, declare the column categorical there if it is")
@@ -750,6 +752,21 @@ def _check_dtype(column: Column, series: pd.Series) -> None:
             f"one of them ({examples or f'read as {series.dtype}'}): a category is matched as the schema writes it "
             f"({', '.join(sorted(written))}), so write the values that way, or list them in the schema as they are written"
         )
+
+
+def holds_booleans(series: pd.Series) -> bool:
+    """pandas reads a column of True/False as booleans, which count as numbers (and one with a
+    gap as objects holding them)."""
+    return pd.api.types.is_bool_dtype(series) or (series.dtype == object and series.map(type).eq(bool).any())
+
+
+def booleans_refusal(name: str, kind: str, estimated: bool) -> SchemaError:
+    """Why a numeric column of True/False is refused, and the remedy: with a schema file
+    (``estimated`` False) it is declared there, else listed with a flag."""
+    remedy = ("list it with --data.categorical" if estimated else
+              "declare it categorical in the schema file, with its categories quoted: ['False', 'True']")
+    return _refusal(f"column '{name}' is {kind} but holds True/False, which would train as the numbers 1 and 0 and "
+                    "come out as fractions", remedy)
 
 
 def _holds_numbers(series: pd.Series) -> bool:
