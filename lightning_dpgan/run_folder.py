@@ -80,16 +80,22 @@ def continue_command(folder: Path) -> str:
     return f"python train.py {settings}--resume {folder / LAST_CHECKPOINT} --output-dir {folder}"
 
 
-def check_output_dir(folder: Path, resume: str | None, overwrite: bool) -> None:
+def check_output_dir(folder: Path, resume: str | None, overwrite: bool, inputs: dict[str, str] | None = None) -> None:
     """Refuse a file, or a folder holding a run that is neither continued nor to be replaced; and
-    a replacement that would move away the checkpoint it resumes."""
+    a replacement that would move away a file the run reads: the checkpoint it resumes, or one of
+    ``inputs`` (flag -> path: the data files, which would be read from previous/'s place)."""
     refuse_a_file(folder)
     held = held_run_files(folder)
-    if held and overwrite and resume and not continues_run_in(folder, resume):
-        moved = [name for name in OUTPUTS + TRAINING_STATE if (folder / name).resolve() in Path(resume).resolve().parents]
-        if moved:
-            raise ConfigError(f"--resume {resume} lies in {folder / moved[0]}, which --overwrite moves to previous/ with the "
-                              f"rest of the run: copy the checkpoint out of {folder} first, or give another --output-dir")
+    if held and overwrite:
+        continued = continues_run_in(folder, resume)
+        read = {**({"--resume": resume} if resume and not continued else {}), **(inputs or {})}
+        for flag, path in read.items():
+            moved = [name for name in (OUTPUTS if continued else OUTPUTS + TRAINING_STATE)
+                     if (folder / name).resolve() in (Path(path).resolve(), *Path(path).resolve().parents)]
+            if moved:
+                where = "" if (folder / moved[0]).resolve() == Path(path).resolve() else "in "
+                raise ConfigError(f"{flag} {path} is {where}{folder / moved[0]}, which --overwrite moves to previous/ with "
+                                  f"the rest of the run: copy it out of {folder} first, or give another --output-dir")
     if not held or overwrite or continues_run_in(folder, resume):
         return
     continue_it = f", continue it with {continue_command(folder)}" if (folder / LAST_CHECKPOINT).is_file() else ""

@@ -68,6 +68,24 @@ def test_overwrite_refuses_to_move_away_the_checkpoint_it_resumes(tmp_path):
     check_output_dir(run, str(run / "previous" / "last.ckpt"), True)  # previous/ is not moved
 
 
+def test_overwrite_refuses_to_move_away_the_data_a_run_would_read(tmp_path):
+    """Training on a replaced run's own synthetic.csv (or a schema file kept in its report/):
+    --overwrite moved the file to previous/ first, and the run then said the file was not found."""
+    run = plant_run(tmp_path / "run")
+    (run / "report").mkdir()
+    for flag, path, where in (("--data.csv", run / "synthetic.csv", f"is {run / 'synthetic.csv'}"),
+                              ("--data.schema", run / "report" / "schema.yaml", f"is in {run / 'report'}")):
+        with pytest.raises(ConfigError, match=rf"{flag} {path} {where}, which --overwrite moves to previous/"):
+            check_output_dir(run, None, True, {flag: str(path)})
+    check_output_dir(run, None, True, {"--data.csv": str(tmp_path / "data.csv")})  # outside the folder: fine
+    check_output_dir(run, None, True, {"--data.csv": str(run / "data.csv")})  # in it, but no run's file: not moved
+    # continuing the run moves its outputs, not its checkpoints: a file among those stays where it is
+    continued = str(run / LAST_CHECKPOINT)
+    check_output_dir(run, continued, True, {"--data.schema": str(run / "checkpoints" / "schema.yaml")})
+    with pytest.raises(ConfigError, match="--data.csv .* which --overwrite moves"):
+        check_output_dir(run, continued, True, {"--data.csv": str(run / "synthetic.csv")})
+
+
 def test_reused_folders_set_aside_into_fresh_previous_folders_and_lose_nothing(tmp_path):
     run = plant_run(tmp_path / "run", "first")
     first = set_aside_outputs(run, continued=False)
