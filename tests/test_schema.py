@@ -287,6 +287,11 @@ def test_dtype_problems_are_clear():
         schema.validate_frame(make_frame(5).assign(colour=1))
     with pytest.raises(TypeError):
         schema.validate_frame(make_frame(5).to_numpy())
+    # pandas reads a whole number past 64 bits as a Python int in an object column: no text to show
+    huge = pd.Series([1, 2, 3, 10**20, 5], dtype=object)
+    with pytest.raises(SchemaError, match=r"'age' is integer but holds non-numeric values \(whole numbers too large "
+                                          r"for 64 bits: 100000000000000000000 \(data row 4\)\)"):
+        schema.validate_frame(make_frame(5).assign(age=huge))
     # True/False pass for numbers in pandas: a synthetic table edited so, or any frame, is refused
     flags = [True, False, True, True, False]
     with pytest.raises(SchemaError, match="'age' is integer but holds True/False.*declare it categorical"):

@@ -705,7 +705,13 @@ def non_numeric_values(series: pd.Series) -> pd.Series:
 def non_numeric_examples(series: pd.Series, most: int = 3) -> str:
     """The first values of ``series`` that are not numbers (:func:`row_examples`). A column read
     as text for a value in another split (the held-out rows) shows none here."""
-    return row_examples(non_numeric_values(series), most) or f"read as {series.dtype}: the text is in other rows of the file"
+    examples = row_examples(non_numeric_values(series), most)
+    if examples:
+        return examples
+    huge = series[series.map(lambda value: isinstance(value, int) and not -(2**63) <= value < 2**64)]
+    if not huge.empty:  # pandas keeps them as Python objects: numbers, but no numeric column
+        return f"whole numbers too large for 64 bits: {row_examples(huge, most)}"
+    return f"read as {series.dtype}: the text is in other rows of the file"
 
 
 def _check_dtype(column: Column, series: pd.Series) -> None:
