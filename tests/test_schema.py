@@ -300,6 +300,19 @@ def test_dtype_problems_are_clear():
         schema.validate_frame(make_frame(5).assign(height=pd.Series(flags, dtype=object)))  # a frame built by hand
 
 
+def test_a_name_written_with_other_unicode_code_points_is_told_apart_from_a_missing_one():
+    """'café' with é as one code point (NFC, most editors) or as e and a combining accent (NFD,
+    some macOS exports) prints the same in the error, and the two names looked alike for nothing."""
+    composed, decomposed = "caf\u00e9", "cafe\u0301"
+    schema = make_schema(columns=make_schema().columns + (Column(composed, "continuous", bounds=(0.0, 1.0)),))
+    with pytest.raises(SchemaError, match=r"columns missing from the data: \['café'\].*written with other Unicode "
+                                          r"code points.*\(NFC\)"):
+        schema.validate_frame(make_frame(5).assign(**{decomposed: 0.5}))
+    with pytest.raises(SchemaError) as refused:  # a name that is missing indeed: no such hint
+        schema.validate_frame(make_frame(5).assign(other=0.5))
+    assert "Unicode" not in str(refused.value)
+
+
 def test_integer_bounds_up_to_two_to_the_53_decode_exactly():
     column = Column("x", "integer", bounds=(-(2**53), 2**53))
     assert column.typed(np.array([2.0**53, -(2.0**53), 2.0**53 - 1])).tolist() == [2**53, -(2**53), 2**53 - 1]

@@ -229,7 +229,7 @@ def check_listed_columns(
         raise SchemaError(f"the target '{target}' cannot be dropped")
     if target not in frame.columns:
         raise SchemaError(f"the target column '{target}' is missing from the data (columns: {list(frame.columns)})"
-                          + header_hint(frame))
+                          + header_hint(frame, [target]))
     for role, listed in (("categorical", categorical), ("integer", integer), ("drop", drop)):
         missing = [name for name in listed if name not in frame.columns]
         if missing:

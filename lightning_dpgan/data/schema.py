@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -517,14 +518,14 @@ class TableSchema:
         if self.label is not None and self.label not in frame.columns:
             raise SchemaError(
                 f"the target column '{self.label}' is missing from the data (columns: {list(frame.columns)})"
-                + header_hint(frame)
+                + header_hint(frame, [self.label])
             )
         missing = [n for n in self.names if n not in frame.columns]
         unknown = [str(c) for c in frame.columns if c not in self.names and c not in self.drop]
         if missing:
             # a renamed column shows as one missing and one unknown: name both
             also = f" (and the data has columns the schema does not name: {unknown})" if unknown else ""
-            raise SchemaError(f"columns missing from the data: {missing}{also}" + header_hint(frame))
+            raise SchemaError(f"columns missing from the data: {missing}{also}" + header_hint(frame, missing))
         if unknown:
             raise SchemaError(
                 f"unknown columns in the data: {unknown}; add them to the schema or list them in its 'drop' list"
@@ -678,15 +679,22 @@ def as_schema_categories(frame: pd.DataFrame, schema: TableSchema) -> pd.DataFra
     return frame
 
 
-def header_hint(frame: pd.DataFrame) -> str:
-    """A hint for a column the data seems to lack: the header read as one column (the file is
-    likely not comma-separated), or names with spaces around them (``age, label``)."""
+def header_hint(frame: pd.DataFrame, wanted: Sequence[str] = ()) -> str:
+    """A hint for a column the data seems to lack (``wanted``): the header read as one column (the
+    file is likely not comma-separated), names with spaces around them (``age, label``), or a name
+    written with other Unicode code points for the same letters (``é`` as one, or as e and an accent)."""
     if len(frame.columns) == 1 and any(mark in str(frame.columns[0]) for mark in ";\t|"):
         return "; the header read as a single column: the file must be comma-separated (convert it first)"
     spaced = [str(name) for name in frame.columns if str(name) != str(name).strip()]
     if spaced:
         return (f"; the header's names {spaced} have spaces around them, which are part of a name: remove them "
                 "from the header")
+    normal = {unicodedata.normalize("NFC", str(name)): str(name) for name in frame.columns}
+    alike = [name for name in wanted if name not in frame.columns and unicodedata.normalize("NFC", name) in normal]
+    if alike:
+        return (f"; {alike} and the header's {[normal[unicodedata.normalize('NFC', name)] for name in alike]} look alike "
+                "but are written with other Unicode code points (an accent as a letter of its own, or combined): "
+                "write both the same way (NFC)")
     return ""
 
 
