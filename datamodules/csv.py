@@ -199,7 +199,7 @@ class CSVDataModule(TabularDataModule):
             numeric = [name for name in frame.columns if name not in text]
         for name in (name for name in numeric if holds_booleans(frame[name])):  # before a DP estimate reads them
             kind = "numeric" if self._schema is None else self._schema.column(name).kind
-            raise booleans_refusal(name, kind, estimated=self._schema is None)
+            raise booleans_refusal(name, kind, estimated=self._schema is None, label=name == self.target)
         for name in (name for name in numeric if frame[name].dtype == object):
             bad = non_numeric_values(frame[name])
             if bad.empty:

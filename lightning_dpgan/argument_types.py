@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections.abc
 import datetime
+import os
 import inspect
 import types
 import typing
@@ -75,6 +76,8 @@ def matches(value: Any, hint: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is str:
         return isinstance(value, str)
+    if hint is os.PathLike or origin is os.PathLike:  # a path: YAML gives it as text
+        return isinstance(value, (str, os.PathLike))
     if origin is typing.Literal:
         return value in args
     if hint in _SEQUENCES or origin in _SEQUENCES:
@@ -99,6 +102,8 @@ def describe(hint: Any) -> str:
              datetime.timedelta: "a duration"}
     if hint in names:
         return names[hint]
+    if hint is os.PathLike or origin is os.PathLike:
+        return "a path"
     if origin is typing.Literal:
         return "one of " + ", ".join(map(repr, args))
     if hint in _SEQUENCES or origin in _SEQUENCES:
@@ -120,15 +125,15 @@ def mismatches(section: str, args: dict[str, Any], cls: type) -> list[str]:
 
 def _quoting_note(section: str, key: str, value: Any, hint: Any) -> str:
     """A value given on the command line is read as YAML: a column named ``2020``, ``on`` or
-    ``1.5`` arrives as a number or a boolean where text was wanted. Say how to keep it text."""
-    takes_text = hint is str or str in typing.get_args(hint)
-    takes_duration = datetime.timedelta in typing.get_args(hint)  # its text is a format of its own
-    if not takes_text or takes_duration or not isinstance(value, (bool, int, float)):
+    ``1.5`` arrives as a number or a boolean where text was wanted. Say how to keep it text (what
+    was typed is gone: ``007`` arrived as 7, so the example is not the user's own)."""
+    accepted = typing.get_args(hint) or (hint,)
+    if str not in accepted or any(kind in accepted for kind in (bool, int, float, datetime.timedelta)):
+        return ""  # a number would do, or text has a format of its own
+    if not isinstance(value, (bool, int, float)):
         return ""
-    if isinstance(value, bool):  # on, yes, true, ...: what was typed is gone
-        return (f" (a value is read as YAML, where on/off, yes/no and true/false are booleans: quote a name "
-                f"written so, e.g. --{section}.{key} '\"on\"')")
-    return f" (a value is read as YAML: to pass the text {value!r}, quote it: --{section}.{key} '\"{value}\"')"
+    return (f" (a value is read as YAML, where 2020, 1.5, on or yes are a number or a boolean: quote a name written "
+            f"so, as it is written, e.g. --{section}.{key} '\"2020\"')")
 
 
 def _sexagesimal_note(value: Any, hint: Any) -> str:

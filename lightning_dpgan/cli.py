@@ -396,7 +396,8 @@ def _train(config: dict[str, Any], shared: str | None = None) -> Path:
     output_dir, previous, created, run = _output_dir(config), None, None, None
     continued = run_folder.continues_run_in(output_dir, config["resume"])
     if not launched_as_follower():  # a DDP run's other processes share rank 0's folder
-        data_files = {f"--data.{key}": config["data"][key] for key in ("csv", "schema") if config["data"].get(key)}
+        data_files = {f"--data.{key}": config["data"][key] for key in ("csv", "schema")
+                      if isinstance(config["data"].get(key), (str, os.PathLike))}  # else refused as a setting, later
         run_folder.check_output_dir(output_dir, config["resume"], config["overwrite"], data_files)
         previous = run_folder.set_aside_outputs(output_dir, continued) if output_dir.is_dir() else None
         created = _first_missing_folder(output_dir)

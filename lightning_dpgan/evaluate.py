@@ -101,9 +101,11 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
     datamodule = cls(**arguments)
     restore_released_schema(datamodule, run_dir / LAST_CHECKPOINT, info)  # never a second DP estimate
     if info is not None and "schema" in info:  # restored by then where it was estimated: reads no row
+        remedy = (f"put back the schema file it was trained with ({config_path} names it) as it was"
+                  if config["data"].get("schema") else
+                  "a built-in dataset's schema is this version's: evaluate the run with the version that trained it")
         check_same_schema(datamodule.schema, info["schema"], run_dir / LAST_CHECKPOINT, remedy=(
-            f"put back the schema it was trained with (the schema file {config_path} names, as it was): its "
-            "synthetic table was decoded under that schema, and would be scored under other columns"))
+            f"{remedy}; its synthetic table was decoded under that schema, and would be scored under other columns"))
     if getattr(datamodule, "kind", "image") != "image":
         datamodule.unknown_categories = "blank"  # the training split as the run trained on it: every row
     csv_path = getattr(datamodule, "csv_path", None)

@@ -90,10 +90,11 @@ def check_output_dir(folder: Path, resume: str | None, overwrite: bool, inputs: 
         continued = continues_run_in(folder, resume)
         read = {**({"--resume": resume} if resume and not continued else {}), **(inputs or {})}
         for flag, path in read.items():
+            read_from = Path(path).expanduser().resolve()
             moved = [name for name in (OUTPUTS if continued else OUTPUTS + TRAINING_STATE)
-                     if (folder / name).resolve() in (Path(path).resolve(), *Path(path).resolve().parents)]
+                     if (folder / name).resolve() in (read_from, *read_from.parents)]
             if moved:
-                where = "" if (folder / moved[0]).resolve() == Path(path).resolve() else "in "
+                where = "" if (folder / moved[0]).resolve() == read_from else "in "
                 raise ConfigError(f"{flag} {path} is {where}{folder / moved[0]}, which --overwrite moves to previous/ with "
                                   f"the rest of the run: copy it out of {folder} first, or give another --output-dir")
     if not held or overwrite or continues_run_in(folder, resume):

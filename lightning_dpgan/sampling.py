@@ -217,10 +217,15 @@ def recorded_data_files(checkpoint: Path) -> list[Path]:
     ``data.schema``), as the ``config.yaml`` two levels up, where ``train`` writes it, records
     them; none when there is no readable config there (a checkpoint copied alone)."""
     try:
-        data = yaml.safe_load((checkpoint.parent.parent / "config.yaml").read_text())["data"]
+        data = yaml.safe_load((run_of(checkpoint) / "config.yaml").read_text())["data"]
         return [Path(data[key]).expanduser() for key in ("csv", "schema") if data.get(key)]
-    except (OSError, yaml.YAMLError, TypeError, KeyError):
+    except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError):
         return []
+
+
+def run_of(checkpoint: Path) -> Path:
+    """The run folder a checkpoint lies in (``RUN/checkpoints/last.ckpt``), however it was given."""
+    return checkpoint.expanduser().resolve().parent.parent
 
 
 def refuse_the_runs_own_data(out: Path, checkpoint: Path) -> None:
@@ -230,7 +235,7 @@ def refuse_the_runs_own_data(out: Path, checkpoint: Path) -> None:
     checksummed and downloaded again.)"""
     target = out.expanduser().resolve()
     if any(target == file.resolve() for file in recorded_data_files(checkpoint)):
-        raise ValueError(f"--out {out} is a file the run trained on ({checkpoint.parent.parent / 'config.yaml'} names it): "
+        raise ValueError(f"--out {out} is a file the run trained on ({run_of(checkpoint) / 'config.yaml'} names it): "
                          "give another file")
 
 

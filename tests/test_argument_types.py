@@ -1,9 +1,11 @@
 """Configuration values checked against the annotations of the arguments they fill."""
 import datetime
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import lightning.pytorch as L
 import pytest
 
 from lightning_dpgan.argument_types import annotations_of, describe, matches, mismatches
@@ -12,6 +14,9 @@ from lightning_dpgan.modules.pategan import PATEGAN
 
 
 @pytest.mark.parametrize("value,hint,expected", [
+    # a path setting (--data.csv 2020 reached Path(2020), a TypeError): text or a path only
+    ("a.csv", str | os.PathLike[str] | None, True), (2020, str | os.PathLike[str] | None, False),
+    (Path("a.csv"), os.PathLike, True),
     (True, bool, True), ("maybe", bool, False), (1, bool, False),
     (3, int, True), (True, int, False), (3.5, int, False), ("abc", int, False),
     (3, float, True), (1e-4, float, True), ("abc", float, False), (False, float, False),
@@ -121,12 +126,15 @@ def test_a_name_yaml_reads_as_a_number_or_a_boolean_is_refused_with_how_to_quote
     refusal says how to keep it text, which nothing else would tell a user who typed text."""
     from lightning_dpgan.datamodules.csv import CSVDataModule
 
-    (number,) = mismatches("data", {"target": 2020}, CSVDataModule)
-    assert number == "data.target must be text or null, got 2020 (a value is read as YAML: to pass the text 2020, " \
-                     "quote it: --data.target '\"2020\"')"
-    (boolean,) = mismatches("data", {"target": True}, CSVDataModule)
-    assert "on/off, yes/no and true/false are booleans: quote a name written so, e.g. --data.target '\"on\"'" in boolean
+    for value in (2020, 1.5, True):
+        (refused,) = mismatches("data", {"target": value}, CSVDataModule)
+        assert refused == f"data.target must be text or null, got {value!r} (a value is read as YAML, where 2020, 1.5, " \
+                          "on or yes are a number or a boolean: quote a name written so, as it is written, e.g. " \
+                          "--data.target '\"2020\"')"
     assert mismatches("data", {"target": "2020"}, CSVDataModule) == []
+    # where a number is a value the setting takes, quoting is no remedy
+    (devices,) = mismatches("trainer", {"devices": 1.5}, L.Trainer)
+    assert "quote" not in devices
 
 
 @pytest.mark.parametrize("model,dataset,extra,message", [

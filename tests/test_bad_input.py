@@ -300,7 +300,12 @@ def test_a_bad_csv_is_a_clear_error_and_loses_nothing(tmp_path, capsys, schema_f
     # a listed column also dropped was reported as missing from the file, by a check after the drop
     (["--data.categorical", "kind,label", "--data.drop", "kind"], lambda frame: frame,
      "columns ['kind'] are listed both as categorical and in --data.drop"),
-], ids=["misspelt-categorical", "dropped-target", "empty-column", "listed-and-dropped"])
+    # a continuous label of True/False: listed as categorical, the target would be refused as such
+    (["--data.categorical", "kind", "--data.label_kind", "continuous"],
+     lambda frame: frame.assign(label=frame.index % 2 == 0),
+     "'label' is numeric but holds True/False, which would train as the numbers 1 and 0 and come out as fractions: "
+     "pass --data.label_kind binary"),
+], ids=["misspelt-categorical", "dropped-target", "empty-column", "listed-and-dropped", "boolean-label"])
 def test_a_dp_schema_flag_naming_the_wrong_column_is_said_first(tmp_path, capsys, flags, content, said):
     """Without a schema file the flags name the columns; their mistakes are reported as such, not
     as what the file's values then look like."""

@@ -703,6 +703,23 @@ def test_the_results_file_records_the_thread_count_of_cells_run_together(tmp_pat
         assert json.loads(path.read_text()).get("threads_per_job") == threads  # what each cell's processes got
 
 
+def test_a_suite_whose_results_md_cannot_be_regenerated_still_says_where_its_results_are(tmp_path, monkeypatch):
+    """The results file is written before RESULTS.md is regenerated: when that fails (a damaged
+    older file in the folder), the refusal names the new file, which holds every measured run."""
+    from lightning_dpgan.benchmark import cli
+
+    monkeypatch.setattr(cli, "run_grid", lambda size, settings, skipped, on_run: [run("gan", 0, 0.5)])
+    monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, data_dir: {})
+    (tmp_path / "tables-2020-01-01.json").write_text("{not json")
+    with pytest.raises(SystemExit) as refused:
+        cli.benchmark(["--suite", "tables", "--quick", "--results-dir", str(tmp_path), "--results-md",
+                       str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
+    (written,) = [path for path in tmp_path.glob("tables-*.json") if path.name != "tables-2020-01-01.json"]
+    assert "tables-2020-01-01.json" in str(refused.value.code) and "was left as it is" in str(refused.value.code)
+    assert str(refused.value.code).endswith(f"The suite's results were written to {written}")
+    assert json.loads(written.read_text())["runs"][0]["model"] == "gan"
+
+
 def test_a_changed_grid_is_not_the_full_protocol():
     from lightning_dpgan.benchmark.cli import size_label
 

@@ -273,6 +273,27 @@ def test_an_image_option_for_a_table_run_is_refused_and_a_run_without_its_table_
     assert main(["evaluate", "--run", str(run)]) == 0 and read_json(run / "evaluation.json")["synthetic_records"] == 40
 
 
+def test_a_built_in_dataset_whose_schema_changed_since_training_is_refused_with_its_remedy(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """A built-in dataset has no schema file to put back: its schema is this version's code, and a
+    run trained under other bounds is evaluated with the version that trained it."""
+    import dataclasses
+
+    from lightning_dpgan.datamodules import adult
+
+    run = tmp_path / "run"
+    train_table_run(run)
+    capsys.readouterr()
+    wider = tuple(dataclasses.replace(column, bounds=(17, 100)) if column.name == "age" else column
+                  for column in adult.SCHEMA.columns)
+    monkeypatch.setattr(adult, "SCHEMA", dataclasses.replace(adult.SCHEMA, columns=wider))
+    assert main(["evaluate", "--run", str(run)]) == 2
+    refusal = capsys.readouterr().err
+    assert "trained on another schema (differing: age)" in refusal
+    assert "a built-in dataset's schema is this version's: evaluate the run with the version that trained it" in refusal
+    assert not (run / "evaluation.json").exists()
+
+
 def test_options_a_run_cannot_take_are_refused_before_its_data_is_read(tmp_path, capsys, monkeypatch):
     """An image option for a table run and ``--split dev`` for a run that held no dev records out
     are refused from the run's settings alone: reading the data first would only print the data's

@@ -68,7 +68,7 @@ def test_overwrite_refuses_to_move_away_the_checkpoint_it_resumes(tmp_path):
     check_output_dir(run, str(run / "previous" / "last.ckpt"), True)  # previous/ is not moved
 
 
-def test_overwrite_refuses_to_move_away_the_data_a_run_would_read(tmp_path):
+def test_overwrite_refuses_to_move_away_the_data_a_run_would_read(tmp_path, monkeypatch):
     """Training on a replaced run's own synthetic.csv (or a schema file kept in its report/):
     --overwrite moved the file to previous/ first, and the run then said the file was not found."""
     run = plant_run(tmp_path / "run")
@@ -77,6 +77,9 @@ def test_overwrite_refuses_to_move_away_the_data_a_run_would_read(tmp_path):
                               ("--data.schema", run / "report" / "schema.yaml", f"is in {run / 'report'}")):
         with pytest.raises(ConfigError, match=rf"{flag} {path} {where}, which --overwrite moves to previous/"):
             check_output_dir(run, None, True, {flag: str(path)})
+    monkeypatch.setenv("HOME", str(tmp_path))  # a path the shell did not expand, as the datamodule does
+    with pytest.raises(ConfigError, match="which --overwrite moves to previous/"):
+        check_output_dir(run, None, True, {"--data.csv": "~/run/synthetic.csv"})
     check_output_dir(run, None, True, {"--data.csv": str(tmp_path / "data.csv")})  # outside the folder: fine
     check_output_dir(run, None, True, {"--data.csv": str(run / "data.csv")})  # in it, but no run's file: not moved
     # continuing the run moves its outputs, not its checkpoints: a file among those stays where it is
@@ -84,6 +87,18 @@ def test_overwrite_refuses_to_move_away_the_data_a_run_would_read(tmp_path):
     check_output_dir(run, continued, True, {"--data.schema": str(run / "checkpoints" / "schema.yaml")})
     with pytest.raises(ConfigError, match="--data.csv .* which --overwrite moves"):
         check_output_dir(run, continued, True, {"--data.csv": str(run / "synthetic.csv")})
+
+
+def test_a_data_file_setting_of_the_wrong_kind_reaches_its_own_refusal_past_the_overwrite_check(tmp_path, capsys):
+    """--data.csv 2020 arrives as a number: the check of the files --overwrite would move must not
+    stop on it with a traceback, but leave it to the settings' check, which says how to quote it."""
+    from lightning_dpgan.cli import main
+
+    run = plant_run(tmp_path / "run")
+    assert main(["train", "--model", "gan", "--dataset", "csv", "--data.csv", "2020", "--data.target", "y",
+                 "--data.label_kind", "binary", "--output-dir", str(run), "--overwrite"]) == 2
+    assert "data.csv must be" in capsys.readouterr().err
+    assert (run / "privacy.json").read_text() == "first privacy.json"  # nothing moved
 
 
 def test_reused_folders_set_aside_into_fresh_previous_folders_and_lose_nothing(tmp_path):

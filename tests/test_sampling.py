@@ -160,6 +160,9 @@ def test_the_runs_own_data_and_schema_files_are_never_written_over(tmp_path, mon
     for out in (private, schema, tmp_path / "." / "private.csv"):
         with pytest.raises(ValueError, match="is a file the run trained on"):
             sample_to_file(checkpoint, 5, out, overwrite=True)
+    monkeypatch.chdir(run / "checkpoints")  # the checkpoint given from its own folder: its run is still found
+    with pytest.raises(ValueError, match="is a file the run trained on"):
+        sample_to_file("last.ckpt", 5, "../../private.csv", overwrite=True)
     assert private.read_text() == schema.read_text() == "the user's own\n"
     assert len(pd.read_csv(sample_to_file(checkpoint, 5, tmp_path / "synthetic.csv"))) == 5  # any other file
 

@@ -288,10 +288,10 @@ def test_dtype_problems_are_clear():
     with pytest.raises(TypeError):
         schema.validate_frame(make_frame(5).to_numpy())
     # pandas reads a whole number past 64 bits as a Python int in an object column: no text to show
-    huge = pd.Series([1, 2, 3, 10**20, 5], dtype=object)
-    with pytest.raises(SchemaError, match=r"'age' is integer but holds non-numeric values \(whole numbers too large "
-                                          r"for 64 bits: 100000000000000000000 \(data row 4\)\)"):
-        schema.validate_frame(make_frame(5).assign(age=huge))
+    for huge in (pd.Series([1, 2, 3, 10**20, 5], dtype=object), pd.Series(["1", "2", "3", str(10**20), "5"])):
+        with pytest.raises(SchemaError, match=r"'age' is integer but holds non-numeric values \(whole numbers too "
+                                              r"large for 64 bits: '?100000000000000000000'? \(data row 4\)\)"):
+            schema.validate_frame(make_frame(5).assign(age=huge))  # as a Python int, or as read_csv keeps it: text
     # True/False pass for numbers in pandas: a synthetic table edited so, or any frame, is refused
     flags = [True, False, True, True, False]
     with pytest.raises(SchemaError, match="'age' is integer but holds True/False.*declare it categorical"):
@@ -311,6 +311,21 @@ def test_a_name_written_with_other_unicode_code_points_is_told_apart_from_a_miss
     with pytest.raises(SchemaError) as refused:  # a name that is missing indeed: no such hint
         schema.validate_frame(make_frame(5).assign(other=0.5))
     assert "Unicode" not in str(refused.value)
+
+
+def test_a_checkpoints_schema_is_the_same_whatever_its_columns_step_and_source_text_say(tmp_path):
+    """resume and evaluate refuse another schema than a checkpoint's: only what changes how rows
+    are encoded counts, so a reworded source (a built-in column's provenance) locks no run out."""
+    from lightning_dpgan.config import ConfigError
+    from lightning_dpgan.run import check_same_schema
+
+    trained = make_schema().to_dict()
+    reworded = make_schema(columns=(Column("height", "continuous", bounds=(100.0, 220.0), source="census, table 3"),
+                                    *make_schema().columns[1:]))
+    check_same_schema(reworded, trained, tmp_path / "last.ckpt")
+    wider = make_schema(columns=(Column("height", "continuous", bounds=(100.0, 250.0)), *make_schema().columns[1:]))
+    with pytest.raises(ConfigError, match=r"trained on another schema \(differing: height\): put it back"):
+        check_same_schema(wider, trained, tmp_path / "last.ckpt", remedy="put it back")
 
 
 def test_integer_bounds_up_to_two_to_the_53_decode_exactly():
@@ -420,10 +435,11 @@ def test_load_reports_bad_files(tmp_path):
         TableSchema.load(path)
 
 
-@pytest.mark.parametrize(("written", "read_as"), [("010", "8"), ("1:30", "90"), ("0x1A", "26")])
+@pytest.mark.parametrize(("written", "read_as"), [("010", "8"), ("1:30", "90"), ("0x1A", "26"), ("007", "7")])
 def test_a_schema_number_yaml_reads_as_another_is_refused_with_its_line(tmp_path, written, read_as):
-    """YAML 1.1 reads 010 as octal 8 and 1:30 as 90 (base 60): unquoted product codes or times
-    would become categories no record holds, every row blanked but for a warning."""
+    """YAML 1.1 reads 010 as octal 8 and 1:30 as 90 (base 60), and 007 as 7 as decimal does:
+    unquoted product codes or times would become categories no record ('010', '007') holds, every
+    row blanked but for a warning."""
     path = tmp_path / "codes.yaml"
     path.write_text(f"columns:\n  - {{name: code, kind: categorical, categories: [{written}, abc]}}\n")
     with pytest.raises(SchemaError, match=rf"codes.yaml, line 2: {written} reads as the number {read_as} in YAML: "

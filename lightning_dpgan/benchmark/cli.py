@@ -421,7 +421,10 @@ def benchmark(argv: list[str]) -> Path:
     ended = commit(**own)
     changed = {} if ended == code else {"commit_at_end": ended}  # each cell ran the tree as it was when it started
     path = results_file.save(runs, complete=True, skipped=skipped, extras=extras, **changed)
-    regenerate(args)  # "benchmark: wrote PATH" is the command's last line (cli.main)
+    try:
+        regenerate(args)  # "benchmark: wrote PATH" is the command's last line (cli.main)
+    except SystemExit as error:  # RESULTS.md left as it was: the measured results are still there
+        raise SystemExit(f"{error.code}. The suite's results were written to {path}") from None
     if any(run.get("status") == "failed" for run in runs):
         print(f"benchmark: wrote {path}; some runs failed (listed in it and in RESULTS.md)", file=sys.stderr)
         raise SystemExit(1)

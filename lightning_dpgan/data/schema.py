@@ -94,11 +94,12 @@ class PlainNumberLoader(yaml.SafeLoader):
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         value = super().construct_yaml_int(node)
+        digits = node.value.lstrip("+-").replace("_", "")
         try:
             plain = int(node.value)
         except ValueError:
             plain = None
-        if plain != value:
+        if plain != value or (len(digits) > 1 and digits.startswith("0")):  # 007 is 7 either way, but not '007'
             _refuse_unplain_number(node, value)
         return value
 
@@ -295,13 +296,19 @@ def _bounds_entry(name: Any, bounds: Any) -> tuple[float, float]:
         raise wrong from error
 
 
+#: What a column's ``to_dict()`` holds that does not change how rows are encoded: ``step`` only
+#: shapes decoded values, ``source`` is provenance text
+NOT_LAYOUT = ("step", "source")
+
+
 def encoding_layout(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """A schema's ``to_dict()`` without what only shapes decoded values (a column's ``step``):
+    """A schema's ``to_dict()`` without what does not change the encoding (:data:`NOT_LAYOUT`):
     two schemas with the same layout encode every row identically, so a checkpoint trained
     under one can be resumed, sampled and evaluated under the other (runs from before a
-    built-in schema declared its steps keep decoding as they were trained)."""
+    built-in schema declared its steps keep decoding as they were trained, and a reworded
+    source locks no run out)."""
     layout = dict(spec)
-    layout["columns"] = [{k: v for k, v in column.items() if k != "step"} for column in spec.get("columns", [])]
+    layout["columns"] = [{k: v for k, v in column.items() if k not in NOT_LAYOUT} for column in spec.get("columns", [])]
     return layout
 
 
@@ -690,7 +697,7 @@ def header_hint(frame: pd.DataFrame, wanted: Sequence[str] = ()) -> str:
         return (f"; the header's names {spaced} have spaces around them, which are part of a name: remove them "
                 "from the header")
     normal = {unicodedata.normalize("NFC", str(name)): str(name) for name in frame.columns}
-    alike = [name for name in wanted if name not in frame.columns and unicodedata.normalize("NFC", name) in normal]
+    alike = [str(name) for name in wanted if name not in frame.columns and unicodedata.normalize("NFC", str(name)) in normal]
     if alike:
         return (f"; {alike} and the header's {[normal[unicodedata.normalize('NFC', name)] for name in alike]} look alike "
                 "but are written with other Unicode code points (an accent as a letter of its own, or combined): "
@@ -710,13 +717,22 @@ def non_numeric_values(series: pd.Series) -> pd.Series:
     return series[pd.to_numeric(series, errors="coerce").isna() & series.notna()]
 
 
+def _beyond_64_bits(value: Any) -> bool:
+    """A whole number (as a Python int, or text as pandas keeps it) no 64-bit integer holds."""
+    try:
+        number = int(value) if isinstance(value, (int, str)) else None
+    except ValueError:
+        return False
+    return number is not None and not -(2**63) <= number < 2**64
+
+
 def non_numeric_examples(series: pd.Series, most: int = 3) -> str:
     """The first values of ``series`` that are not numbers (:func:`row_examples`). A column read
     as text for a value in another split (the held-out rows) shows none here."""
     examples = row_examples(non_numeric_values(series), most)
     if examples:
         return examples
-    huge = series[series.map(lambda value: isinstance(value, int) and not -(2**63) <= value < 2**64)]
+    huge = series[series.map(_beyond_64_bits)]
     if not huge.empty:  # pandas keeps them as Python objects: numbers, but no numeric column
         return f"whole numbers too large for 64 bits: {row_examples(huge, most)}"
     return f"read as {series.dtype}: the text is in other rows of the file"
@@ -774,11 +790,14 @@ def holds_booleans(series: pd.Series) -> bool:
     return pd.api.types.is_bool_dtype(series) or (series.dtype == object and series.map(type).eq(bool).any())
 
 
-def booleans_refusal(name: str, kind: str, estimated: bool) -> SchemaError:
+def booleans_refusal(name: str, kind: str, estimated: bool, label: bool = False) -> SchemaError:
     """Why a numeric column of True/False is refused, and the remedy: with a schema file
-    (``estimated`` False) it is declared there, else listed with a flag."""
-    remedy = ("list it with --data.categorical" if estimated else
-              "declare it categorical in the schema file, with its categories quoted: ['False', 'True']")
+    (``estimated`` False) it is declared there, else named with a flag (the ``label``'s kind, or
+    the categorical columns)."""
+    if estimated:
+        remedy = "pass --data.label_kind binary" if label else "list it with --data.categorical"
+    else:
+        remedy = "declare it categorical in the schema file, its categories quoted as the file writes them ('True')"
     return _refusal(f"column '{name}' is {kind} but holds True/False, which would train as the numbers 1 and 0 and "
                     "come out as fractions", remedy)
 
