@@ -173,6 +173,12 @@ def _torch_device(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text!r} is not a torch device (cpu, cuda, cuda:1, ...)") from error
     if device.type == "cuda" and not torch.cuda.is_available():
         raise argparse.ArgumentTypeError(f"{text!r}: this machine's torch has no CUDA device; use cpu")
+    if device.type == "meta":  # holds shapes, not numbers: nothing could be scored on it
+        raise argparse.ArgumentTypeError(f"{text!r} holds no data; use cpu or a GPU")
+    try:  # a backend torch was not built with (mps, xpu) or a GPU index this machine lacks
+        torch.empty(1, device=device)
+    except Exception as error:  # each backend fails in its own way: RuntimeError, AssertionError, ...
+        raise argparse.ArgumentTypeError(f"{text!r} is not usable on this machine ({error}); use cpu") from error
     return text
 
 

@@ -82,27 +82,27 @@ def continue_command(folder: Path) -> str:
 
 def check_output_dir(folder: Path, resume: str | None, overwrite: bool, inputs: dict[str, str] | None = None) -> None:
     """Refuse a file, or a folder holding a run that is neither continued nor to be replaced; and
-    a replacement that would move away a file the run reads: the checkpoint it resumes, or one of
-    ``inputs`` (flag -> path: the data files, which would be read from previous/'s place)."""
+    a run that would move away a file it reads: the checkpoint it resumes, or one of ``inputs``
+    (flag -> path: the data files, which would be read from previous/'s place). Any existing
+    folder has its outputs set aside, run or not (``logs/`` of a run refused before training)."""
     refuse_a_file(folder)
     held = held_run_files(folder)
-    if held and overwrite:
-        continued = continues_run_in(folder, resume)
-        read = {**({"--resume": resume} if resume and not continued else {}), **(inputs or {})}
-        for flag, path in read.items():
-            read_from = Path(path).expanduser().resolve()
-            moved = [name for name in (OUTPUTS if continued else OUTPUTS + TRAINING_STATE)
-                     if (folder / name).resolve() in (read_from, *read_from.parents)]
-            if moved:
-                where = "" if (folder / moved[0]).resolve() == read_from else "in "
-                raise ConfigError(f"{flag} {path} is {where}{folder / moved[0]}, which --overwrite moves to previous/ with "
-                                  f"the rest of the run: copy it out of {folder} first, or give another --output-dir")
-    if not held or overwrite or continues_run_in(folder, resume):
-        return
-    continue_it = f", continue it with {continue_command(folder)}" if (folder / LAST_CHECKPOINT).is_file() else ""
-    raise ConfigError(
-        f"--output-dir {folder} already holds a run's files ({', '.join(held)}): choose another folder{continue_it}, "
-        "or replace them with --overwrite (they are then moved to previous/)")
+    continued = continues_run_in(folder, resume)
+    if held and not overwrite and not continued:
+        continue_it = f", continue it with {continue_command(folder)}" if (folder / LAST_CHECKPOINT).is_file() else ""
+        raise ConfigError(
+            f"--output-dir {folder} already holds a run's files ({', '.join(held)}): choose another folder{continue_it}, "
+            "or replace them with --overwrite (they are then moved to previous/)")
+    read = {**({"--resume": resume} if resume and not continued else {}), **(inputs or {})}
+    mover = "--overwrite moves" if held and overwrite else "the run moves"
+    for flag, path in read.items():
+        read_from = Path(path).expanduser().resolve()
+        moved = [name for name in (OUTPUTS if continued else OUTPUTS + TRAINING_STATE)
+                 if (folder / name).resolve() in (read_from, *read_from.parents)]
+        if moved:
+            where = "" if (folder / moved[0]).resolve() == read_from else "in "
+            raise ConfigError(f"{flag} {path} is {where}{folder / moved[0]}, which {mover} to previous/ with the rest of "
+                              f"the run's outputs: copy it out of {folder} first, or give another --output-dir")
 
 
 def set_aside_outputs(folder: Path, continued: bool) -> Path | None:

@@ -974,6 +974,8 @@ def test_evaluate_refuses_a_damaged_run_file_by_name_before_any_work(image_run, 
     ("--seed", "-1", "argument --seed: must be a whole number in [0, 2^32)"),
     ("--seed", str(2**32), "argument --seed: must be a whole number in [0, 2^32)"),
     ("--device", "foo", "argument --device: 'foo' is not a torch device"),
+    ("--device", "xpu", "argument --device: 'xpu' is not usable on this machine"),  # torch built without it
+    ("--device", "meta", "argument --device: 'meta' holds no data"),
 ])
 def test_evaluate_refuses_a_bad_option_before_any_work(image_run, tmp_path, capsys, monkeypatch, option, value, message):
     from lightning_dpgan import evaluate

@@ -462,7 +462,7 @@ def test_a_folder_holding_a_run_is_refused_unless_continued_or_replaced(tiny_ima
     (run / "checkpoints" / "copy.ckpt").write_bytes(current["checkpoints/last.ckpt"])
     copy = ["--resume", str(run / "checkpoints" / "copy.ckpt"), "--overwrite"]
     assert main(tiny_run_args(tiny_image_data_dir, run, steps=8) + copy) == 2
-    assert "which --overwrite moves to previous/ with the rest of the run: copy it out" in capsys.readouterr().err
+    assert "which --overwrite moves to previous/ with the rest of the run's outputs: copy it out" in capsys.readouterr().err
     assert {name: (run / name).read_bytes() for name in current} == current and not (run / "previous-3").exists()
     assert main(tiny_run_args(tiny_image_data_dir, run, steps=8) + earlier + ["--overwrite"]) == 0
     assert {name: (run / "previous-3" / name).read_bytes() for name in current} == current  # kept whole

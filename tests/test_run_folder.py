@@ -89,6 +89,21 @@ def test_overwrite_refuses_to_move_away_the_data_a_run_would_read(tmp_path, monk
         check_output_dir(run, continued, True, {"--data.csv": str(run / "synthetic.csv")})
 
 
+def test_a_folder_set_aside_without_overwrite_keeps_the_data_a_run_would_read(tmp_path):
+    """Outputs are set aside in any existing folder, not only a replaced run's: a CSV kept in the
+    logs/ of a run refused before training, or a continued run's own synthetic.csv, was moved to
+    previous/ and then reported 'not found' (the check ran with --overwrite only)."""
+    refused_before_training = tmp_path / "logs-only"
+    (refused_before_training / "logs").mkdir(parents=True)
+    data = refused_before_training / "logs" / "data.csv"
+    with pytest.raises(ConfigError, match=rf"--data.csv {data} is in {refused_before_training / 'logs'}, which the run moves"):
+        check_output_dir(refused_before_training, None, False, {"--data.csv": str(data)})
+    check_output_dir(refused_before_training, None, False, {"--data.csv": str(refused_before_training / "data.csv")})
+    run = plant_run(tmp_path / "run")
+    with pytest.raises(ConfigError, match="--data.csv .* which the run moves to previous/"):
+        check_output_dir(run, str(run / LAST_CHECKPOINT), False, {"--data.csv": str(run / "synthetic.csv")})
+
+
 def test_a_data_file_setting_of_the_wrong_kind_reaches_its_own_refusal_past_the_overwrite_check(tmp_path, capsys):
     """--data.csv 2020 arrives as a number: the check of the files --overwrite would move must not
     stop on it with a traceback, but leave it to the settings' check, which says how to quote it."""
