@@ -607,8 +607,8 @@ def test_a_label_written_otherwise_than_its_numeric_classes_says_which_values_an
 
 
 def test_a_value_outside_a_columns_numeric_categories_is_an_unknown_category_left_blank(tmp_path):
-    """Categories [1, 2] and a row holding 3: refused as if misspelt, where an unknown text category
-    is kept with its column blank (docs/architecture.md, "CSV category outside the schema")."""
+    """Categories [1, 2] and a row holding 3: kept with its column blank, as an unknown text
+    category is, not refused as if misspelt (docs/architecture.md, "CSV category outside the schema")."""
     spec = {**CSV_SCHEMA, "columns": [c if c["name"] != "kind" else {**c, "categories": [1, 2]}
                                       for c in CSV_SCHEMA["columns"]]}
     (tmp_path / "schema.yaml").write_text(yaml.safe_dump(spec))
@@ -785,6 +785,7 @@ DATA_FREE_REFUSALS = {
     "no-slot": (["--privacy", "pate", "--epsilon", "1"], "--privacy pate needs a model with a"),
     "loss-scaled": (["--privacy", "dp-sgd", "--epsilon", "1", "--trainer.precision", "16-mixed"],
                     "trainer.precision 16-mixed cannot train a private model"),
+    "unknown-strategy": (["--strategy", "zzz"], "--strategy zzz is not a Lightning strategy"),
 }
 
 
