@@ -50,7 +50,8 @@ import json
 import math
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +79,12 @@ def read_run_file(path: Path, parse: Any) -> Any:
 
 
 def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
-                        before_reading: Callable[[Any], None] | None = None) -> Any:
+                        before_reading: Callable[[Any], None] | None = None,
+                        privacy: dict[str, Any] | None = None) -> Any:
     """The run's datamodule, from its ``config.yaml`` (``data_dir`` replaces the saved one).
     ``before_reading`` is given the datamodule before any record is read: a refusal there
-    reads no data and prints none of the data's warnings first."""
+    reads no data and prints none of the data's warnings first. ``privacy``, the run's
+    ``privacy.json``, is checked against the checkpoint: it must be the same run's."""
     config_path = run_dir / "config.yaml"
     if not config_path.is_file():
         raise FileNotFoundError(f"{run_dir} has no config.yaml: is it the output folder of a train run?")
@@ -94,6 +97,12 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
         raise FileNotFoundError(f"the data folder recorded for this run, {recorded} ({config_path}, data.data_dir), is not "
                                 "there any more: pass evaluate --data-dir with the folder that holds the data now")
     info = checkpoint_of_this_run(run_dir, config)
+    if info is None:
+        print(f"evaluate: warning: {run_dir} has no {LAST_CHECKPOINT}: the data, its schema and the split are read as "
+              f"{config_path} names them now, not checked against those the run trained on (its checkpoint keeps "
+              "them); put the checkpoint back to have them checked", file=sys.stderr)
+    elif privacy is not None:
+        check_privacy_report_of_this_run(run_dir, privacy, info)
     cls = registry.lookup("dataset", config["data"]["name"]).load()
     arguments = section_arguments(config, "data", cls)
     if arguments.get("schema") is not None:  # earlier runs recorded the unused estimate budget beside a schema file
@@ -130,6 +139,28 @@ def check_same_training_rows(datamodule: Any, info: dict[str, Any] | None, confi
     raise ValueError(f"the training rows of {datamodule.name} are not those this run trained on (its checkpoint keeps "
                      "their digest): the data changed after training, and the utility and membership figures would "
                      f"be of other rows. Restore the data the run was trained on (see {config_path})")
+
+
+def check_privacy_report_of_this_run(run_dir: Path, privacy: dict[str, Any], info: dict[str, Any]) -> None:
+    """Refuse a ``privacy.json`` of another run than the checkpoint's (copied in from another
+    folder, or the checkpoint replaced): its epsilon would be reported for this run's data. The
+    lineage (random run ids, lineage.py) tells them apart; reports from before it was kept are not."""
+    ours, theirs = privacy.get("lineage"), info.get("lineage")
+    if ours is None or theirs is None or ours == theirs:
+        return
+    raise ValueError(f"{run_dir / 'privacy.json'} and {run_dir / LAST_CHECKPOINT} are of different runs (their lineage, "
+                     "the run ids training went through, differ): the epsilon reported would not be the one this "
+                     "run's data was released under. Put back the run's own files, or rerun train")
+
+
+def check_privacy_figures(path: Path, privacy: dict[str, Any]) -> None:
+    """Refuse a ``privacy.json`` whose figures are not numbers (edited by hand) before any work:
+    they are copied into ``evaluation.json`` and formatted in ``report.md``."""
+    for key in ("epsilon", "delta", "target_epsilon", "epsilon_data_dependent", "epsilon_data_independent"):
+        value = privacy.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"{path} is damaged ({key} is {value!r}, not a number): restore it from the run, or "
+                             "rerun train")
 
 
 def checkpoint_of_this_run(run_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:
@@ -176,20 +207,50 @@ def evaluate_run(
     privacy = read_run_file(privacy_path, json.loads) if privacy_path.is_file() else None
     if privacy is not None and not isinstance(privacy, dict):
         raise ValueError(f"{privacy_path} is damaged (not a privacy report): restore it from the run, or rerun train")
+    if privacy is not None:
+        check_privacy_figures(privacy_path, privacy)
     def refuse_options_this_run_cannot_take(datamodule: Any) -> None:
         if getattr(datamodule, "kind", "image") != "image":
             refuse_image_options(run_dir, n_synthetic=n_synthetic, cnn_epochs=cnn_epochs, device=device)
         check_held_out_split(split, datamodule.hparams.dev_fraction, datamodule.name)
 
-    datamodule = load_run_datamodule(run_dir, data_dir, refuse_options_this_run_cannot_take)
-    cnn_epochs = DEFAULT_CNN_EPOCHS if cnn_epochs is None else cnn_epochs
-    device = "cpu" if device is None else device
-    held_out = datamodule.held_out(split)
-    shutil.rmtree(run_dir / STAGED_FIGURES, ignore_errors=True)  # a failed evaluation's leftovers
+    with _sole_evaluation(run_dir):
+        datamodule = load_run_datamodule(run_dir, data_dir, refuse_options_this_run_cannot_take, privacy)
+        cnn_epochs = DEFAULT_CNN_EPOCHS if cnn_epochs is None else cnn_epochs
+        device = "cpu" if device is None else device
+        held_out = datamodule.held_out(split)
+        shutil.rmtree(run_dir / STAGED_FIGURES, ignore_errors=True)  # a failed evaluation's leftovers
+        try:
+            return _evaluate_and_write(run_dir, datamodule, held_out, privacy, n_synthetic, cnn_epochs, seed, device,
+                                       split)
+        finally:  # published by then, or a failure's: either way nothing is left half-way
+            shutil.rmtree(run_dir / STAGED_FIGURES, ignore_errors=True)
+
+
+#: held by the evaluation of a run folder while it runs (:func:`_sole_evaluation`)
+EVALUATION_LOCK = ".evaluate.lock"
+
+
+@contextmanager
+def _sole_evaluation(run_dir: Path) -> Iterator[None]:
+    """Refuse a second ``evaluate`` of a folder while one runs: both stage their figures in one
+    place and write the same files, so each would publish a report beside the other's figures.
+    An OS lock (released when the process ends, however it ends); none where the OS has no
+    ``fcntl`` or the folder is missing (refused by name later)."""
     try:
-        return _evaluate_and_write(run_dir, datamodule, held_out, privacy, n_synthetic, cnn_epochs, seed, device, split)
-    finally:  # published by then, or a failure's: either way nothing is left half-way
-        shutil.rmtree(run_dir / STAGED_FIGURES, ignore_errors=True)
+        import fcntl
+    except ImportError:  # Windows
+        fcntl = None
+    if fcntl is None or not run_dir.is_dir():
+        yield
+        return
+    with open(run_dir / EVALUATION_LOCK, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as error:
+            raise ValueError(f"another evaluate of {run_dir} is running: wait for it to end (two at once would mix "
+                             "their reports)") from error
+        yield
 
 
 #: epochs of G-PATE's evaluation CNN on an image run's synthetic images (``--cnn-epochs``)
@@ -213,7 +274,7 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
     """:func:`evaluate_run`'s work: the figures are drawn into a staging folder and take
     ``report/``'s place only once ``evaluation.json`` is written, so a failure midway leaves the
     earlier evaluation's files as they were, not new figures beside old figures."""
-    from lightning_dpgan.evaluation.report import epsilon_figure, write_report
+    from lightning_dpgan.evaluation.report import epsilon_figure, render_report, write_report_text
 
     figures: dict[str, str] = {}
     report = split == "test"  # a dev score is a tuning aid: no report to overwrite the test one's
@@ -241,10 +302,11 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
                   "(logs/metrics.csv), and this run logged elsewhere (--logger tensorboard or wandb: see their "
                   "dashboards) or logged no epsilon", file=sys.stderr)
     replaced = [name for name in (EVALUATION_FILES[split], *(("report.md",) if report else ())) if (run_dir / name).exists()]
+    text = render_report(run_dir, results, privacy, figures) if report else None
     write_json(run_dir / EVALUATION_FILES[split], results)
-    if report:
+    if text is not None:
         _publish_figures(run_dir)
-        write_report(run_dir, results, privacy, figures)
+        write_report_text(run_dir, text)
     if replaced:
         print(f"evaluate: replaced the earlier {' and '.join(replaced)} of {run_dir}", file=sys.stderr)
     return results

@@ -361,6 +361,93 @@ def test_a_checkpoint_of_another_run_is_refused_not_scored_under_this_runs_epsil
     assert not (runs["target"] / "evaluation.json").exists()
 
 
+def test_a_privacy_report_or_checkpoint_of_another_run_of_the_same_kind_is_refused(tmp_path, capsys):
+    """Two runs of one model on one dataset: another run's privacy.json copied in was scored and
+    reported with its epsilon, and another run's checkpoint with this run's; their lineages (the
+    random run ids) differ, and the evaluation is refused untouched."""
+    import shutil
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    for run in (first, second):
+        train_table_run(run)
+    for name in ("privacy.json", "checkpoints/last.ckpt"):
+        mixed = Path(shutil.copytree(first, tmp_path / f"mixed-{Path(name).stem}"))
+        shutil.copy(second / name, mixed / name)
+        capsys.readouterr()
+        assert main(["evaluate", "--run", str(mixed)]) == 2
+        assert "are of different runs (their lineage" in capsys.readouterr().err
+        assert not (mixed / "evaluation.json").exists()
+    assert main(["evaluate", "--run", str(first)]) == 0  # its own files: scored
+
+
+def test_a_privacy_report_edited_to_hold_text_is_refused_before_any_work(tmp_path, capsys):
+    """"epsilon": "4.99" was copied into evaluation.json and only failed at report.md, after
+    evaluation.json and report/ were replaced: the earlier evaluation was left half-replaced."""
+    import json
+
+    run = tmp_path / "run"
+    train_table_run(run)
+    assert main(["evaluate", "--run", str(run)]) == 0
+    before = (run / "evaluation.json").read_bytes()
+    privacy = read_json(run / "privacy.json")
+    (run / "privacy.json").write_text(json.dumps({**privacy, "target_epsilon": "1"}))
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(run)]) == 2
+    assert f"{run / 'privacy.json'} is damaged (target_epsilon is '1', not a number)" in capsys.readouterr().err
+    assert (run / "evaluation.json").read_bytes() == before
+
+
+def test_a_report_that_cannot_be_made_leaves_the_earlier_evaluation_whole(tmp_path, monkeypatch, capsys):
+    """report.md's text is made before evaluation.json is written: a failure there (a value it
+    cannot format) used to leave a new evaluation.json and report/ beside the old report.md."""
+    from lightning_dpgan.evaluation import report
+
+    run = tmp_path / "run"
+    train_table_run(run)
+    assert main(["evaluate", "--run", str(run)]) == 0
+    names = ["evaluation.json", "report.md", *(f"report/{p.name}" for p in (run / "report").iterdir())]
+    before = {name: (run / name).read_bytes() for name in names}
+
+    def cannot_format(*args, **kwargs):
+        raise ValueError("Unknown format code 'g' for object of type 'str'")
+
+    monkeypatch.setattr(report, "render_report", cannot_format)
+    assert main(["evaluate", "--run", str(run), "--seed", "7"]) == 2
+    assert "Unknown format code" in capsys.readouterr().err
+    assert {name: (run / name).read_bytes() for name in names} == before
+
+
+def test_a_second_evaluate_of_a_folder_is_refused_while_one_runs(tmp_path, capsys):
+    """Two at once shared the staging folder, each clearing it: both said "wrote", and report.md
+    linked figures that report/ did not hold. The first holds an OS lock on the folder."""
+    import fcntl
+
+    from lightning_dpgan.evaluate import EVALUATION_LOCK
+
+    run = tmp_path / "run"
+    train_table_run(run)
+    with open(run / EVALUATION_LOCK, "a") as running:  # as the first evaluate holds it
+        fcntl.flock(running, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        capsys.readouterr()
+        assert main(["evaluate", "--run", str(run)]) == 2
+        assert f"another evaluate of {run} is running" in capsys.readouterr().err
+        assert not (run / "evaluation.json").exists()
+    assert main(["evaluate", "--run", str(run)]) == 0  # released when it ends
+
+
+def test_a_run_without_its_checkpoint_is_evaluated_with_a_warning_that_nothing_was_checked(tmp_path, capsys):
+    """The checkpoint keeps the schema, split and digest of the training rows that evaluate
+    checks; a run whose checkpoint was deleted (they are large) was scored on whatever config.yaml
+    names now, in silence."""
+    run = tmp_path / "run"
+    train_table_run(run)
+    (run / "checkpoints" / "last.ckpt").unlink()
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(run)]) == 0
+    err = capsys.readouterr().err
+    assert f"{run} has no checkpoints/last.ckpt" in err and "not checked against those the run trained on" in err
+
+
 def test_a_csv_run_whose_categories_look_like_numbers_is_evaluated(tmp_path):
     """Categories 1/2/3 and a 0/1 label: the csv datamodule reads them as text, and plain
     read_csv read the synthetic table's as numbers, so evaluate failed on a dtype mismatch."""

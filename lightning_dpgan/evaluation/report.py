@@ -105,6 +105,20 @@ def correlation_figure(real_features: np.ndarray, synthetic_features: np.ndarray
 def write_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping[str, Any] | None,
                  figures: Mapping[str, str]) -> Path:
     """``report.md``: what was run, the privacy guarantee, the measured figures and the plots."""
+    return write_report_text(run_dir, render_report(run_dir, evaluation, privacy, figures))
+
+
+def write_report_text(run_dir: Path, text: str) -> Path:
+    """``report.md`` of :func:`render_report`'s text, written whole or not at all."""
+    path = run_dir / REPORT_FILE
+    atomic_write(path, lambda handle: handle.write(text.encode()))
+    return path
+
+
+def render_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping[str, Any] | None,
+                  figures: Mapping[str, str]) -> str:
+    """The text of ``report.md``, made before any of the evaluation's files is written: a report
+    that cannot be made must leave the earlier evaluation's files as they were."""
     config_path = run_dir / "config.yaml"
     lines = [f"# Run report: {run_dir.name}", ""]
     if privacy:
@@ -136,9 +150,7 @@ def write_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping[
         lines += [f"## {title}", "", f"![{title}]({name})", ""]
     if config_path.is_file():
         lines += ["The run's configuration is in `config.yaml`; the privacy report in `privacy.json`.", ""]
-    path = run_dir / REPORT_FILE
-    atomic_write(path, lambda handle: handle.write("\n".join(lines).encode()))
-    return path
+    return "\n".join(lines)
 
 
 def _shown(value: Any) -> Any:
@@ -164,4 +176,4 @@ def _detail_table(evaluation: Mapping[str, Any], section: str, title: str) -> li
     return [*lines, ""]
 
 
-__all__ = ["auroc_figure", "correlation_figure", "epsilon_figure", "marginals_figure", "save_figure", "write_report"]
+__all__ = ["auroc_figure", "correlation_figure", "epsilon_figure", "marginals_figure", "render_report", "save_figure", "write_report", "write_report_text"]
