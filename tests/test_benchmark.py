@@ -459,8 +459,27 @@ def test_a_newer_run_whose_seeds_partly_failed_does_not_replace_a_whole_measurem
     assert quail["measures"]["utility/B_auroc"]["n"] == 1
 
 
-@pytest.mark.parametrize("text,why", [('{"size": "full", "runs": [', "not a readable results file"),
-                                       ('{"size": "full", "runs": []}', "it has no summary"), ("[]", "it has no content")])
+def edited(**changes) -> str:
+    """A whole tables results file with ``changes`` made by hand (``row_<key>``: its first summary row's)."""
+    content = result_file("tables", "full", [run("a", 0, 0.5)])
+    for key, value in changes.items():
+        if key.startswith("row_"):
+            content["summary"][0] = {k: v for k, v in {**content["summary"][0], key[4:]: value}.items() if v != "drop"}
+        else:
+            content[key] = value
+    return json.dumps(content)
+
+
+@pytest.mark.parametrize("text,why", [
+    ('{"size": "full", "runs": [', "not a readable results file"),
+    ('{"size": "full", "runs": []}', "it has no summary"), ("[]", "it has no content"),
+    # another suite's file under this suite's name: its cells were reported as tables' cells
+    (edited(suite="images"), "holds the 'images' suite's results, not 'tables''s"),
+    # hand edits the report cannot read: each ended in a traceback or an error naming no file
+    (edited(row_model="drop"), "summary row 1 has model None, not a str"),
+    (edited(seeds=None, complete=False), "its seeds are None, not a list"),
+    (edited(row_target_epsilon="1"), "summary row 1 has target_epsilon '1', not a number"),
+], ids=["cut", "no-summary", "a-list", "another-suite", "no-model", "no-seeds", "text-epsilon"])
 def test_a_damaged_results_file_is_named_and_results_md_left_as_it_is(tmp_path, text, why):
     results.results_path(tmp_path, "tables", date(2026, 1, 1)).write_text(json.dumps(result_file("tables", "full", [run("a", 0, 0.5)])))
     results.results_path(tmp_path, "tables", date(2026, 1, 2)).write_text(text)

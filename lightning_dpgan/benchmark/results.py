@@ -210,8 +210,9 @@ class ResultsFileError(ValueError):
 REQUIRED_FIELDS = ("size", "runs", "summary")
 
 
-def _load(path: Path) -> dict[str, Any]:
-    """A results file's content and name; a truncated or foreign file raises, naming it."""
+def _load(path: Path, suite: str) -> dict[str, Any]:
+    """A results file's content and name; a truncated or foreign file, another suite's (renamed
+    or copied), or one edited out of shape raises, naming it."""
     try:
         content = json.loads(path.read_text())
     except (OSError, ValueError) as error:
@@ -219,13 +220,39 @@ def _load(path: Path) -> dict[str, Any]:
     missing = [field for field in REQUIRED_FIELDS if field not in content] if isinstance(content, dict) else ["content"]
     if missing:
         raise ResultsFileError(f"{path} is not a results file: it has no {', '.join(missing)}")
+    if content.get("suite", suite) != suite:
+        raise ResultsFileError(f"{path} holds the {content['suite']!r} suite's results, not {suite!r}'s: its name says "
+                               f"{suite}; move it out of the results folder, or give it its own suite's name")
+    problem = _shape_problem(content)
+    if problem:
+        raise ResultsFileError(f"{path} is not a results file as the harness writes it: {problem}")
     return {**content, "file": path.name, "summary": marked_data_dependent(content["summary"], content["runs"])}
+
+
+def _shape_problem(content: dict[str, Any]) -> str | None:
+    """What of a results file's rows the report cannot read (a hand edit), or None."""
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    if "seeds" in content and not isinstance(content["seeds"], list):
+        return f"its seeds are {content['seeds']!r}, not a list"
+    for part, fields in (("summary", {"seeds": list, "measures": dict}), ("runs", {"status": str})):
+        rows = content[part]
+        if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+            return f"its {part} is not a list of rows"
+        for index, row in enumerate(rows):
+            for key, kind in {"model": str, "dataset": str, **fields}.items():
+                if not isinstance(row.get(key), kind):
+                    return f"{part} row {index + 1} has {key} {row.get(key)!r}, not a {kind.__name__}"
+            if not number(row.get("target_epsilon")):
+                return f"{part} row {index + 1} has target_epsilon {row.get('target_epsilon')!r}, not a number"
+    return None
 
 
 def latest_results(results_dir: Path, suite: str, size: str | None = None) -> dict[str, Any] | None:
     """The newest results file of ``suite``, of the given ``size`` when one is named."""
     for path in _newest_first(results_dir, suite):
-        content = _load(path)
+        content = _load(path, suite)
         if size is None or content.get("size") == size:
             return content
     return None
@@ -273,7 +300,7 @@ def protocol_results(results_dir: Path, suite: str) -> dict[str, Any] | None:
     (:func:`merge_subsets`; of a stopped run, its finished cells only). A full run is merged like
     the others rather than standing alone: the cells it lacks (a dataset skipped for want of its
     files, a cell that failed) keep their earlier measurements. None when there are none."""
-    contents = [_load(path) for path in _newest_first(results_dir, suite)]
+    contents = [_load(path, suite) for path in _newest_first(results_dir, suite)]
     return merge_subsets([c for c in contents if c.get("size") in ("full", "full-subset")])
 
 
