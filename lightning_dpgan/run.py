@@ -636,8 +636,13 @@ class Run:
         return callbacks
 
     def _record_lineage(self, trainer: L.Trainer, module: Any) -> None:
-        """Into the module's run information, once a resumed checkpoint's has been loaded over it."""
+        """Into the module's run information, once a resumed checkpoint's has been loaded over it:
+        the runs training went through, and the files this run read its records and schema from
+        (``sample --out`` refuses them, even where the run's config.yaml is gone)."""
         module.run_info["lineage"] = [dict(segment) for segment in self.lineage]
+        data = self.config["data"]
+        module.run_info["data_files"] = [str(Path(data[key]).expanduser().resolve()) for key in ("csv", "schema")
+                                         if isinstance(data.get(key), (str, os.PathLike))]
 
     def _write_config(self, trainer: L.Trainer, module: Any) -> None:
         if trainer.is_global_zero:

@@ -212,15 +212,20 @@ def load_module(path: str | Path) -> Any:
     return module
 
 
-def recorded_data_files(checkpoint: Path) -> list[Path]:
+def recorded_data_files(checkpoint: Path) -> list[Path] | None:
     """The files a checkpoint's run read its records and schema from (``data.csv``,
-    ``data.schema``), as the ``config.yaml`` two levels up, where ``train`` writes it, records
-    them; none when there is no readable config there (a checkpoint copied alone)."""
+    ``data.schema``): those the checkpoint keeps, and those the ``config.yaml`` two levels up,
+    where ``train`` writes it, records. None when neither says (a checkpoint from before they
+    were kept, copied alone or with its config.yaml gone)."""
+    kept = read_run_info(checkpoint).get("data_files")
     try:
         data = yaml.safe_load((run_of(checkpoint) / "config.yaml").read_text())["data"]
-        return [Path(data[key]).expanduser() for key in ("csv", "schema") if data.get(key)]
+        named = [Path(data[key]).expanduser() for key in ("csv", "schema") if data.get(key)]
     except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError):
-        return []
+        named = None
+    if kept is None and named is None:
+        return None
+    return [Path(file) for file in kept or []] + (named or [])
 
 
 def run_of(checkpoint: Path) -> Path:
@@ -228,15 +233,24 @@ def run_of(checkpoint: Path) -> Path:
     return checkpoint.expanduser().resolve().parent.parent
 
 
-def refuse_the_runs_own_data(out: Path, checkpoint: Path) -> None:
+def refuse_the_runs_own_data(out: Path, checkpoint: Path, overwrite: bool = False) -> None:
     """``--out`` may not be the file the run trained on, nor its schema file: with
     ``--overwrite`` a slip of the path would replace the private records (or the columns they
-    are read with) by synthetic ones, which nothing could undo. (A built-in dataset's files are
-    checksummed and downloaded again.)"""
+    are read with) by synthetic ones, which nothing could undo. Where the run's files cannot be
+    told, a CSV run's ``--overwrite`` of an existing file is refused. (A built-in dataset's files
+    are checksummed and downloaded again.)"""
     target = out.expanduser().resolve()
-    if any(target == file.resolve() for file in recorded_data_files(checkpoint)):
-        raise ValueError(f"--out {out} is a file the run trained on ({run_of(checkpoint) / 'config.yaml'} names it): "
-                         "give another file")
+    files = recorded_data_files(checkpoint)
+    if files is None:
+        if overwrite and target.is_file() and read_run_info(checkpoint).get("dataset") == "csv":
+            raise ValueError(f"--out {out} exists, and which files this run trained on cannot be told (no readable "
+                             f"config.yaml in {run_of(checkpoint)}, and the checkpoint is from before it kept them): "
+                             "--overwrite might replace its private records. Give another file, or remove "
+                             f"{out} yourself if it is not them")
+        return
+    if any(target == file.resolve() for file in files):
+        raise ValueError(f"--out {out} is a file the run trained on (its checkpoint or "
+                         f"{run_of(checkpoint) / 'config.yaml'} names it): give another file")
 
 
 def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 0, columns: int = 10,
@@ -249,7 +263,7 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
         raise ValueError(f"-n must be a whole number >= 1, got {n!r}")
     if out.exists() and Path(checkpoint).exists() and out.samefile(checkpoint):
         raise ValueError(f"--out {out} is the checkpoint itself: give another file")
-    refuse_the_runs_own_data(out, Path(checkpoint))
+    refuse_the_runs_own_data(out, Path(checkpoint), overwrite)
     info = read_run_info(checkpoint)
     schema = info.get("schema")
     allowed = (".csv",) if schema else (".png", ".npz")

@@ -1013,6 +1013,18 @@ def test_a_terminated_sample_leaves_no_temporary_file(tmp_path, schema_file):
     assert not list(out.parent.iterdir())  # neither the temporary file nor a partial table
 
 
+def test_sample_refuses_the_csv_a_run_trained_on_after_its_config_is_gone(tmp_path, capsys, schema_file):
+    """train keeps the data files, made absolute, in the checkpoint: with the run's config.yaml
+    removed, sample --out DATA --overwrite replaced the private CSV with synthetic rows."""
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame)
+    assert main(csv_args(csv, tmp_path / "run", schema_file)) == 0
+    (tmp_path / "run" / "config.yaml").unlink()
+    before = csv.read_bytes()
+    assert_refused(["sample", "--checkpoint", str(tmp_path / "run" / "checkpoints" / "last.ckpt"), "-n", "5",
+                    "--out", str(csv), "--overwrite"], capsys, "is a file the run trained on")
+    assert csv.read_bytes() == before
+
+
 def test_a_table_the_disk_has_no_room_for_is_refused_before_writing(tmp_path, capsys, schema_file, monkeypatch):
     import shutil as shutil_module
 

@@ -47,7 +47,9 @@ class ImageModule:
 @pytest.fixture
 def table_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr(sampling, "load_module", lambda path: TableModule())
-    return fake_checkpoint(tmp_path / "last.ckpt", {"model": "gan", "dataset": "csv", "schema": SCHEMA.to_dict()})
+    # as train writes it now: the files it read (here none that a test writes to) are kept in it
+    return fake_checkpoint(tmp_path / "last.ckpt", {"model": "gan", "dataset": "csv", "schema": SCHEMA.to_dict(),
+                                                    "data_files": [str(tmp_path / "private.csv")]})
 
 
 @pytest.fixture
@@ -165,6 +167,30 @@ def test_the_runs_own_data_and_schema_files_are_never_written_over(tmp_path, mon
         sample_to_file("last.ckpt", 5, "../../private.csv", overwrite=True)
     assert private.read_text() == schema.read_text() == "the user's own\n"
     assert len(pd.read_csv(sample_to_file(checkpoint, 5, tmp_path / "synthetic.csv"))) == 5  # any other file
+
+
+def test_the_runs_own_data_is_never_written_over_when_its_config_is_gone(tmp_path, monkeypatch):
+    """A checkpoint copied alone, or a run whose config.yaml was removed: the CSV it trained on was
+    replaced by five synthetic rows with --overwrite. The checkpoint keeps the files now; one from
+    before that refuses --overwrite of an existing file for a CSV run, where nothing can tell."""
+    monkeypatch.setattr(sampling, "load_module", lambda path: TableModule())
+    private, other = tmp_path / "private.csv", tmp_path / "other.csv"
+    for file in (private, other):
+        file.write_text("the user's own\n")
+    run = {"model": "gan", "dataset": "csv", "schema": SCHEMA.to_dict()}
+    kept = fake_checkpoint(tmp_path / "kept.ckpt", {**run, "data_files": [str(private)]})
+    with pytest.raises(ValueError, match="is a file the run trained on"):
+        sample_to_file(kept, 5, private, overwrite=True)
+    assert len(pd.read_csv(sample_to_file(kept, 5, other, overwrite=True))) == 5  # not the run's: replaced
+    other.write_text("the user's own\n")
+    older = fake_checkpoint(tmp_path / "older.ckpt", run)
+    for out in (private, other):
+        with pytest.raises(ValueError, match="which files this run trained on cannot be told"):
+            sample_to_file(older, 5, out, overwrite=True)
+    assert private.read_text() == other.read_text() == "the user's own\n"
+    assert len(pd.read_csv(sample_to_file(older, 5, tmp_path / "new.csv"))) == 5  # a new file: nothing to lose
+    builtin = fake_checkpoint(tmp_path / "adult.ckpt", {**run, "dataset": "adult"})
+    assert len(pd.read_csv(sample_to_file(builtin, 5, other, overwrite=True))) == 5  # its files are checksummed
 
 
 def test_an_existing_out_is_kept_unless_overwrite(table_checkpoint, tmp_path):
