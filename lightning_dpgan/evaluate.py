@@ -63,7 +63,7 @@ from lightning_dpgan import registry
 from lightning_dpgan.config import QUAIL, section_arguments
 from lightning_dpgan.data.dev_split import check_held_out_split
 from lightning_dpgan.outputs import write_json
-from lightning_dpgan.run import check_same_schema, restore_released_schema
+from lightning_dpgan.run import check_same_schema, check_same_split, restore_released_schema, split_settings
 from lightning_dpgan.run_folder import EVALUATION_FILES, IMAGE_EVALUATE_OPTIONS, LAST_CHECKPOINT, continue_command
 
 
@@ -86,6 +86,12 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
     reads no data and prints none of the data's warnings first. ``privacy``, the run's
     ``privacy.json``, is checked against the checkpoint: it must be the same run's."""
     config_path = run_dir / "config.yaml"
+    if not run_dir.exists():
+        raise FileNotFoundError(f"{run_dir} does not exist: give the output folder of a train run")
+    if not run_dir.is_dir():
+        run = next((folder for folder in run_dir.parents if (folder / "config.yaml").is_file()), None)
+        example = f" ({run}, it seems)" if run is not None else ""
+        raise FileNotFoundError(f"{run_dir} is a file: give the output folder of the train run{example}")
     if not config_path.is_file():
         raise FileNotFoundError(f"{run_dir} has no config.yaml: is it the output folder of a train run?")
     config = read_run_file(config_path, yaml.safe_load)
@@ -123,6 +129,10 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
                                 "data.csv): put it back there to evaluate the run")
     if before_reading is not None:
         before_reading(datamodule)
+    if info is not None:  # before the rows' digest, which a changed split changes too
+        check_same_split(split_settings(datamodule), info.get("split"), run_dir / LAST_CHECKPOINT, remedy=(
+            f"{config_path} was edited since: put back the split settings the run trained with (the held-out rows "
+            "would be others, and unseen records scored as members)"))
     datamodule.prepare_data()
     datamodule.setup()
     check_same_training_rows(datamodule, info, config_path)

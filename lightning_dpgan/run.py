@@ -230,15 +230,20 @@ def split_settings(datamodule: Any) -> dict[str, Any]:
     return {key: datamodule.hparams[key] for key in SPLIT_SETTINGS if key in datamodule.hparams}
 
 
-def check_same_split(current: dict[str, Any], saved: dict[str, Any] | None, checkpoint: str | Path) -> None:
-    """Refuse to resume on other training records than the checkpoint's: a changed (or dropped)
-    ``--data.dev_fraction`` would train on records a dev score then counts as unseen."""
+#: What to do about a split that differs from the checkpoint's, when resuming (:func:`check_same_split`).
+RESUME_SPLIT_REMEDY = "Resume with the same data settings (its run's config.yaml has them), or drop --resume to start anew"
+
+
+def check_same_split(current: dict[str, Any], saved: dict[str, Any] | None, checkpoint: str | Path,
+                     remedy: str = RESUME_SPLIT_REMEDY) -> None:
+    """Refuse to use a checkpoint with other training records than it trained on: a changed (or
+    dropped) ``--data.dev_fraction`` would train on records a dev score then counts as unseen,
+    and an evaluation would count unseen records as members. ``remedy`` says what to do instead."""
     saved = {"dev_fraction": 0.0, **(saved or {})}  # a checkpoint from before dev splits held none out
     differing = [key for key in current if key in saved and saved[key] != current[key]]
     if differing:
         changes = ", ".join(f"--data.{key} {saved[key]} (this run: {current[key]})" for key in differing)
-        raise ConfigError(f"the checkpoint {checkpoint} trained on other records: it had {changes}. Resume with "
-                          "the same data settings (its run's config.yaml has them), or drop --resume to start anew")
+        raise ConfigError(f"the checkpoint {checkpoint} trained on other records: it had {changes}. {remedy}")
 
 
 def check_accelerator(accelerator: Any, devices: Any) -> None:

@@ -34,8 +34,8 @@ def _checkpoint_record(path: str | Path) -> dict[str, Any]:
     read once; refuses a missing, corrupt or foreign file by name."""
     path = Path(path)
     if path.is_dir():
-        raise CheckpointError(f"{path} is a folder, not a checkpoint: pass the checkpoint file in it, "
-                              f"e.g. {path / LAST_CHECKPOINT}")
+        example = path / (LAST_CHECKPOINT.name if path.name == LAST_CHECKPOINT.parent.name else LAST_CHECKPOINT)
+        raise CheckpointError(f"{path} is a folder, not a checkpoint: pass the checkpoint file in it, e.g. {example}")
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     if not zipfile.is_zipfile(path):  # torch.load's own words would advise re-saving it for mmap
@@ -207,7 +207,12 @@ def load_module(path: str | Path) -> Any:
     buffer = io.BytesIO()
     torch.save(checkpoint, buffer)  # Lightning's loader reads what is left from memory
     buffer.seek(0)
-    module = cls.load_from_checkpoint(buffer, map_location="cpu")
+    try:
+        module = cls.load_from_checkpoint(buffer, map_location="cpu")
+    except (KeyError, RuntimeError, TypeError, ValueError) as error:  # made by hand, or parts of it lost
+        raise CheckpointError(f"{path} holds lightning-dpgan's run information, but not a --model {info['model']} "
+                              f"Lightning can rebuild ({type(error).__name__}: {_first_line(error)}). "
+                              f"{_CHECKPOINT_HINT}") from error
     module.eval()
     return module
 

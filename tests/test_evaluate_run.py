@@ -448,6 +448,47 @@ def test_a_run_without_its_checkpoint_is_evaluated_with_a_warning_that_nothing_w
     assert f"{run} has no checkpoints/last.ckpt" in err and "not checked against those the run trained on" in err
 
 
+def test_split_settings_edited_since_training_are_named_not_blamed_on_the_data(tmp_path, capsys):
+    """config.yaml's test_fraction edited: evaluate said "the data changed after training" (the
+    rows' digest differed); the checkpoint keeps the split, which is compared first."""
+    import yaml
+
+    run = tmp_path / "run"
+    train_table_run(run, "king", "king_tiny")  # no official test split: test_fraction draws it
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    trained_with = config["data"].get("test_fraction")
+    config["data"]["test_fraction"] = 0.5
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "trained on other records: it had --data.test_fraction" in err and "(this run: 0.5)" in err
+    assert "put back the split settings the run trained with" in err and trained_with != 0.5
+    assert not (run / "evaluation.json").exists()
+
+
+def test_a_missing_path_or_a_file_given_as_the_run_says_so(tmp_path, capsys):
+    run = tmp_path / "run"
+    train_table_run(run)
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(tmp_path / "elsewhere")]) == 2
+    assert f"{tmp_path / 'elsewhere'} does not exist: give the output folder" in capsys.readouterr().err
+    assert main(["evaluate", "--run", str(run / "checkpoints" / "last.ckpt")]) == 2
+    assert f"is a file: give the output folder of the train run ({run}, it seems)" in capsys.readouterr().err
+
+
+def test_an_emptied_step_log_costs_the_report_its_epsilon_figure_not_the_evaluation(tmp_path, capsys):
+    """logs/metrics.csv emptied: evaluate failed after every measure with "No columns to parse
+    from file", naming no file."""
+    run = tmp_path / "run"
+    train_table_run(run, "adult", "adult_tiny", "--epsilon", "8", "--delta", "1e-3", model="dpgan")
+    (run / "logs" / "metrics.csv").write_text("")
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(run)]) == 0
+    assert f"{run / 'logs' / 'metrics.csv'} cannot be read" in capsys.readouterr().err
+    assert "Privacy spent over training" not in (run / "report.md").read_text()
+
+
 def test_a_csv_run_whose_categories_look_like_numbers_is_evaluated(tmp_path):
     """Categories 1/2/3 and a 0/1 label: the csv datamodule reads them as text, and plain
     read_csv read the synthetic table's as numbers, so evaluate failed on a dtype mismatch."""

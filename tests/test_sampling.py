@@ -227,6 +227,24 @@ def test_a_run_folder_given_as_checkpoint_names_the_file_to_pass(tmp_path):
     assert str(tmp_path / "checkpoints" / "last.ckpt") in str(excinfo.value)
 
 
+def test_a_checkpoints_folder_given_as_checkpoint_names_the_file_in_it(tmp_path):
+    """The run's checkpoints/ itself was told to pass checkpoints/checkpoints/last.ckpt."""
+    (tmp_path / "checkpoints").mkdir()
+    with pytest.raises(CheckpointError, match="is a folder, not a checkpoint") as excinfo:
+        read_run_info(tmp_path / "checkpoints")
+    assert str(excinfo.value).endswith(f"e.g. {tmp_path / 'checkpoints' / 'last.ckpt'}")
+
+
+def test_a_checkpoint_made_by_hand_with_run_information_is_refused_not_a_traceback(tmp_path):
+    """torch.save of the run information alone passed every check, then Lightning's loader ended
+    in KeyError: 'pytorch-lightning_version'."""
+    from lightning_dpgan.sampling import load_module
+
+    path = fake_checkpoint(tmp_path / "c.ckpt", {"model": "gan", "dataset": "mnist"})
+    with pytest.raises(CheckpointError, match="not a --model gan Lightning can rebuild .*KeyError"):
+        load_module(path)
+
+
 def test_run_information_without_a_model_is_refused(tmp_path):
     path = fake_checkpoint(tmp_path / "c.ckpt", {"dataset": "mnist"})
     with pytest.raises(CheckpointError, match="was not written by lightning-dpgan's train"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,12 @@ def epsilon_figure(metrics_csv: Path) -> plt.Figure | None:
     """Epsilon against training steps from Lightning's CSV log (None without such a column)."""
     if not metrics_csv.is_file():
         return None
-    log = pd.read_csv(metrics_csv)
+    try:
+        log = pd.read_csv(metrics_csv)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as error:  # cut or emptied
+        print(f"evaluate: warning: {metrics_csv} cannot be read ({_first_line(error)}): the report has no "
+              "epsilon-over-steps figure", file=sys.stderr)
+        return None
     if "privacy/epsilon" not in log or log["privacy/epsilon"].dropna().empty:
         return None
     points = log[["step", "privacy/epsilon"]].dropna()
@@ -50,6 +56,10 @@ def epsilon_figure(metrics_csv: Path) -> plt.Figure | None:
     axes.plot(points["step"], points["privacy/epsilon"], marker=".")
     axes.set(xlabel="log step", ylabel="epsilon spent", title="Privacy spent")
     return figure
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
 def auroc_figure(per_classifier: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> plt.Figure:
