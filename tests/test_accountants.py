@@ -505,6 +505,21 @@ def test_calibrated_noise_reaches_target_and_is_tight(kind, target, sample_rate,
     assert eps(0.97 * sigma) > target
 
 
+def test_calibration_stops_within_a_hundredth_of_a_small_target():
+    """An absolute tolerance of 0.01 let a target of 0.05 (q = 0.1, 1,000 steps) spend 0.042:
+    17 % of the budget paid for in noise and never used."""
+    sigma = calibrate_noise_multiplier(0.05, DELTA, 0.1, 1000)
+    assert 0.05 * 0.99 <= run(OpacusAccountant(), [(sigma, 0.1, 1000)]).get_epsilon(DELTA) <= 0.05
+
+
+def test_a_target_below_what_the_prv_accountant_can_certify_names_that_floor_and_rdp():
+    """Opacus' PRV accountant reports no less than about its error margin (0.01) whatever the
+    noise: one step at q = 1e-6 was told to take fewer steps or a smaller sample rate."""
+    with pytest.raises(ValueError, match=r"the PRV accountant \(within its error margin\) certifies no less than "
+                                         r"epsilon 0.00999.*or use --privacy.accountant rdp"):
+        calibrate_noise_multiplier(0.001, DELTA, 1e-6, 1, kind="prv")
+
+
 def test_calibration_does_not_warn_about_its_own_probes():
     """Opacus' search for sigma evaluates noise levels far from the answer, where the best order
     is the grid's last; its "Optimal order is the largest alpha" then speaks of a probe, not of

@@ -114,6 +114,17 @@ def test_calibration_spends_the_target_under_the_same_accountant_and_is_fast():
     assert spend(noise) <= 3.0 < spend(noise * 0.999)
 
 
+def test_calibration_tries_its_cap_and_names_the_order_grids_floor():
+    """The doubling went 1, 2, ..., 524288 and refused past 1e6 without trying it, where 6e5
+    spends 0.0049 of a 0.005 target; a target under the grid's floor (0.0035 at 1e-5, whatever
+    the noise) was told no noise up to 1e6 reaches it."""
+    noise = calibrate_selected_critic_noise(0.005, 1e-5, 10**6, 1)
+    spend = lambda s: rdp_to_epsilon(ORDERS, 10**6 * selected_critic_gaussian_rdp(ORDERS, s, 1), 1e-5)[0]  # noqa: E731
+    assert 524288 < noise <= 1e6 and spend(noise) <= 0.005
+    with pytest.raises(ValueError, match=r"certify no less than epsilon 0.0035 at that delta"):
+        calibrate_selected_critic_noise(0.001, 1e-5, 1, 1000)
+
+
 # ------------------------------------------------------- critics and partitions
 N_RECORDS, N_CRITICS, WIDTH = 48, 4, 5
 

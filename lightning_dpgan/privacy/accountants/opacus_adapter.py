@@ -112,15 +112,29 @@ def rdp_epsilon_floor(delta: float) -> float:
     return max(float(epsilon), 0.0)
 
 
+def prv_epsilon_floor(delta: float, sample_rate: float) -> float:
+    """The smallest epsilon Opacus' PRV accountant reports at ``delta``, whatever the noise: one
+    step at a noise multiplier of 1e6 (about its error margin, 0.01)."""
+    accountant = PRVAccountant()
+    accountant.history = [(1e6, sample_rate, 1)]
+    return float(accountant.get_epsilon(delta=delta))
+
+
+#: Calibration stops within this share of the target below it (and at most 0.01 below): an
+#: absolute 0.01 let a target of 0.05 spend 0.042, noise bought for nothing.
+RELATIVE_TOLERANCE = 0.01
+
+
 def calibrate_noise_multiplier(
     target_epsilon: float,
     delta: float,
     sample_rate: float,
     steps: int,
     kind: AccountantKind = "rdp",
-    epsilon_tolerance: float = 0.01,
+    epsilon_tolerance: float | None = None,
 ) -> float:
-    """Smallest noise multiplier (to ``epsilon_tolerance`` in ε) keeping ε ≤ target.
+    """Smallest noise multiplier (to ``epsilon_tolerance`` in ε: by default 0.01, or
+    :data:`RELATIVE_TOLERANCE` of a target below 1) keeping ε ≤ target.
 
     Delegates to ``opacus.accountants.utils.get_noise_multiplier`` (a doubling then
     bisection search on σ), so the σ it returns reaches ``target_epsilon`` under the same
@@ -137,6 +151,8 @@ def calibrate_noise_multiplier(
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
     orders = {"alphas": _ORDERS} if kind == "rdp" else {}
+    if epsilon_tolerance is None:
+        epsilon_tolerance = min(0.01, RELATIVE_TOLERANCE * target_epsilon)
     try:
         with search_probe_warnings_silenced():
             sigma = get_noise_multiplier(
@@ -149,12 +165,15 @@ def calibrate_noise_multiplier(
                 **orders,
             )
     except ValueError as error:
-        floor = rdp_epsilon_floor(delta) if kind == "rdp" else 0.0
+        floor = rdp_epsilon_floor(delta) if kind == "rdp" else prv_epsilon_floor(delta, sample_rate)
         if target_epsilon <= floor:  # no noise, steps or sample rate can help: the orders end there
+            accountant = (f"the RDP accountant (orders up to {max(_ORDERS):g})" if kind == "rdp" else
+                          "the PRV accountant (within its error margin)")
+            other = "" if kind == "rdp" else ", or use --privacy.accountant rdp"
             raise ValueError(
-                f"cannot reach epsilon={target_epsilon} at delta={delta}: however much noise is added, the RDP "
-                f"accountant (orders up to {max(_ORDERS):g}) certifies no less than epsilon {floor:.3g} at that delta. "
-                "Raise the target epsilon to more than that, or the delta") from error
+                f"cannot reach epsilon={target_epsilon} at delta={delta}: however much noise is added, {accountant} "
+                f"certifies no less than epsilon {floor:.3g} at that delta. Raise the target epsilon to more than "
+                f"that, or the delta{other}") from error
         raise ValueError(
             f"cannot reach epsilon={target_epsilon} at delta={delta} with {steps} steps at "
             f"sample rate {sample_rate} ({kind} accounting): even a noise multiplier of 1e6 "

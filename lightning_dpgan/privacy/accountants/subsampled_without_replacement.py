@@ -57,6 +57,10 @@ def _curve(orders: tuple[float, ...], noise_multiplier: float, num_critics: int)
     return selected_critic_gaussian_rdp(orders, noise_multiplier, num_critics)
 
 
+#: The largest noise multiplier calibration tries (as Opacus' search for DP-SGD).
+MAX_NOISE_MULTIPLIER = 1e6
+
+
 def calibrate_selected_critic_noise(
     target_epsilon: float, delta: float, steps: int, num_critics: int, orders: tuple[float, ...] | None = None
 ) -> float:
@@ -72,11 +76,18 @@ def calibrate_selected_critic_noise(
         with search_probe_warnings_silenced():
             return rdp_to_epsilon(grid, steps * _curve(grid, noise, num_critics), delta)[0]
 
+    with search_probe_warnings_silenced():  # the largest order is the best one here by construction
+        floor = rdp_to_epsilon(grid, np.zeros(len(grid)), delta)[0]
+    if target_epsilon <= floor:  # no noise can help: zero divergence converts to this on the grid
+        raise ValueError(f"cannot reach epsilon {target_epsilon:g} at delta {delta:g}: however much noise is added, the "
+                         f"RDP orders (up to {max(grid):g}) certify no less than epsilon {floor:.3g} at that delta. "
+                         "Raise the target epsilon to more than that, or the delta")
     low, high = 1e-3, 1.0
     while epsilon(high) > target_epsilon:
-        low, high = high, high * 2.0
-        if high > 1e6:
-            raise ValueError(f"no noise multiplier up to 1e6 reaches epsilon {target_epsilon:g} in {steps} steps")
+        if high >= MAX_NOISE_MULTIPLIER:
+            raise ValueError(f"no noise multiplier up to {MAX_NOISE_MULTIPLIER:g} reaches epsilon {target_epsilon:g} in "
+                             f"{steps} steps")
+        low, high = high, min(high * 2.0, MAX_NOISE_MULTIPLIER)  # the cap itself is tried too
     while high / low > 1.0 + 1e-4:
         middle = float(np.sqrt(low * high))
         low, high = (middle, high) if epsilon(middle) > target_epsilon else (low, middle)
