@@ -178,7 +178,8 @@ def _torch_device(text: str) -> str:
     try:  # a backend torch was not built with (mps, xpu) or a GPU index this machine lacks
         torch.empty(1, device=device)
     except Exception as error:  # each backend fails in its own way: RuntimeError, AssertionError, ...
-        raise argparse.ArgumentTypeError(f"{text!r} is not usable on this machine ({error}); use cpu") from error
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]  # torch adds its dispatcher's tables
+        raise argparse.ArgumentTypeError(f"{text!r} is not usable on this machine ({reason}); use cpu") from error
     return text
 
 

@@ -251,7 +251,7 @@ def _sole_evaluation(run_dir: Path) -> Iterator[None]:
         import fcntl
     except ImportError:  # Windows
         fcntl = None
-    if fcntl is None or not run_dir.is_dir():
+    if fcntl is None or not (run_dir / "config.yaml").is_file():  # not a run: refused by name, with no lock file left
         yield
         return
     with open(run_dir / EVALUATION_LOCK, "a") as handle:

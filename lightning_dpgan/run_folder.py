@@ -98,7 +98,7 @@ def check_output_dir(folder: Path, resume: str | None, overwrite: bool, inputs: 
     for flag, path in read.items():
         read_from = Path(path).expanduser().resolve()
         moved = [name for name in (OUTPUTS if continued else OUTPUTS + TRAINING_STATE)
-                 if (folder / name).resolve() in (read_from, *read_from.parents)]
+                 if (folder / name).exists() and (folder / name).resolve() in (read_from, *read_from.parents)]
         if moved:
             where = "" if (folder / moved[0]).resolve() == read_from else "in "
             raise ConfigError(f"{flag} {path} is {where}{folder / moved[0]}, which {mover} to previous/ with the rest of "

@@ -254,8 +254,9 @@ def refuse_the_runs_own_data(out: Path, checkpoint: Path, overwrite: bool = Fals
                              f"{out} yourself if it is not them")
         return
     if any(target == file.resolve() for file in files):
-        raise ValueError(f"--out {out} is a file the run trained on (its checkpoint or "
-                         f"{run_of(checkpoint) / 'config.yaml'} names it): give another file")
+        config = run_of(checkpoint) / "config.yaml"
+        named_by = f"its checkpoint or {config}" if config.is_file() else "its checkpoint"
+        raise ValueError(f"--out {out} is a file the run trained on ({named_by} names it): give another file")
 
 
 def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 0, columns: int = 10,

@@ -465,6 +465,8 @@ def edited(**changes) -> str:
     for key, value in changes.items():
         if key.startswith("row_"):
             content["summary"][0] = {k: v for k, v in {**content["summary"][0], key[4:]: value}.items() if v != "drop"}
+        elif value == "drop":
+            content.pop(key)
         else:
             content[key] = value
     return json.dumps(content)
@@ -479,7 +481,10 @@ def edited(**changes) -> str:
     (edited(row_model="drop"), "summary row 1 has model None, not a str"),
     (edited(seeds=None, complete=False), "its seeds are None, not a list"),
     (edited(row_target_epsilon="1"), "summary row 1 has target_epsilon '1', not a number"),
-], ids=["cut", "no-summary", "a-list", "another-suite", "no-model", "no-seeds", "text-epsilon"])
+    (edited(suite="drop"), "it has no suite"),
+    (edited(row_measures={"utility/B_auroc": 0.5}), "has measure utility/B_auroc 0.5, not a summary"),
+], ids=["cut", "no-summary", "a-list", "another-suite", "no-model", "no-seeds", "text-epsilon", "no-suite",
+        "a-bare-measure"])
 def test_a_damaged_results_file_is_named_and_results_md_left_as_it_is(tmp_path, text, why):
     results.results_path(tmp_path, "tables", date(2026, 1, 1)).write_text(json.dumps(result_file("tables", "full", [run("a", 0, 0.5)])))
     results.results_path(tmp_path, "tables", date(2026, 1, 2)).write_text(text)

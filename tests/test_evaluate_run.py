@@ -433,6 +433,9 @@ def test_a_second_evaluate_of_a_folder_is_refused_while_one_runs(tmp_path, capsy
         assert f"another evaluate of {run} is running" in capsys.readouterr().err
         assert not (run / "evaluation.json").exists()
     assert main(["evaluate", "--run", str(run)]) == 0  # released when it ends
+    (tmp_path / "not-a-run").mkdir()
+    assert main(["evaluate", "--run", str(tmp_path / "not-a-run")]) == 2
+    assert not list((tmp_path / "not-a-run").iterdir())  # refused by name, no lock file left
 
 
 def test_a_run_without_its_checkpoint_is_evaluated_with_a_warning_that_nothing_was_checked(tmp_path, capsys):

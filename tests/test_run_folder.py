@@ -99,6 +99,8 @@ def test_a_folder_set_aside_without_overwrite_keeps_the_data_a_run_would_read(tm
     with pytest.raises(ConfigError, match=rf"--data.csv {data} is in {refused_before_training / 'logs'}, which the run moves"):
         check_output_dir(refused_before_training, None, False, {"--data.csv": str(data)})
     check_output_dir(refused_before_training, None, False, {"--data.csv": str(refused_before_training / "data.csv")})
+    new = tmp_path / "new"  # nothing there to move: a missing file is the datamodule's to name
+    check_output_dir(new, None, False, {"--data.csv": str(new / "logs" / "data.csv")})
     run = plant_run(tmp_path / "run")
     with pytest.raises(ConfigError, match="--data.csv .* which the run moves to previous/"):
         check_output_dir(run, str(run / LAST_CHECKPOINT), False, {"--data.csv": str(run / "synthetic.csv")})

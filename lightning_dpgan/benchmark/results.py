@@ -207,7 +207,7 @@ class ResultsFileError(ValueError):
 
 
 #: what every results file holds (:class:`ResultsFile`)
-REQUIRED_FIELDS = ("size", "runs", "summary")
+REQUIRED_FIELDS = ("size", "runs", "summary", "suite")
 
 
 def _load(path: Path, suite: str) -> dict[str, Any]:
@@ -220,7 +220,7 @@ def _load(path: Path, suite: str) -> dict[str, Any]:
     missing = [field for field in REQUIRED_FIELDS if field not in content] if isinstance(content, dict) else ["content"]
     if missing:
         raise ResultsFileError(f"{path} is not a results file: it has no {', '.join(missing)}")
-    if content.get("suite", suite) != suite:
+    if content["suite"] != suite:
         raise ResultsFileError(f"{path} holds the {content['suite']!r} suite's results, not {suite!r}'s: its name says "
                                f"{suite}; move it out of the results folder, or give it its own suite's name")
     problem = _shape_problem(content)
@@ -236,7 +236,7 @@ def _shape_problem(content: dict[str, Any]) -> str | None:
 
     if "seeds" in content and not isinstance(content["seeds"], list):
         return f"its seeds are {content['seeds']!r}, not a list"
-    for part, fields in (("summary", {"seeds": list, "measures": dict}), ("runs", {"status": str})):
+    for part, fields in (("summary", {"seeds": list, "measures": dict}), ("runs", {"status": str, "seed": int})):
         rows = content[part]
         if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
             return f"its {part} is not a list of rows"
@@ -246,6 +246,10 @@ def _shape_problem(content: dict[str, Any]) -> str | None:
                     return f"{part} row {index + 1} has {key} {row.get(key)!r}, not a {kind.__name__}"
             if not number(row.get("target_epsilon")):
                 return f"{part} row {index + 1} has target_epsilon {row.get('target_epsilon')!r}, not a number"
+            if part == "summary":  # each measure summarized over the seeds: mean, std, n
+                odd = next((name for name, value in row["measures"].items() if not isinstance(value, dict)), None)
+                if odd is not None:
+                    return f"summary row {index + 1} has measure {odd} {row['measures'][odd]!r}, not a summary"
     return None
 
 

@@ -117,7 +117,8 @@ def prv_epsilon_floor(delta: float, sample_rate: float) -> float:
     step at a noise multiplier of 1e6 (about its error margin, 0.01)."""
     accountant = PRVAccountant()
     accountant.history = [(1e6, sample_rate, 1)]
-    return float(accountant.get_epsilon(delta=delta))
+    with search_probe_warnings_silenced(), np.errstate(divide="ignore", invalid="ignore"):  # a probe, not the run's
+        return float(accountant.get_epsilon(delta=delta))
 
 
 #: Calibration stops within this share of the target below it (and at most 0.01 below): an
@@ -169,7 +170,8 @@ def calibrate_noise_multiplier(
         if target_epsilon <= floor:  # no noise, steps or sample rate can help: the orders end there
             accountant = (f"the RDP accountant (orders up to {max(_ORDERS):g})" if kind == "rdp" else
                           "the PRV accountant (within its error margin)")
-            other = "" if kind == "rdp" else ", or use --privacy.accountant rdp"
+            rdp_reaches = kind == "prv" and target_epsilon > rdp_epsilon_floor(delta)
+            other = ", or use --privacy.accountant rdp" if rdp_reaches else ""
             raise ValueError(
                 f"cannot reach epsilon={target_epsilon} at delta={delta}: however much noise is added, {accountant} "
                 f"certifies no less than epsilon {floor:.3g} at that delta. Raise the target epsilon to more than "

@@ -22,6 +22,32 @@ from lightning_dpgan.privacy.analysis.pate import (
 )
 
 STATE_FORMAT_VERSION = 1
+
+
+#: Each gap's data-dependent moment row, per (orders, noise scale), computed alone (the same bits
+#: whichever batch met the gap first); and the rows of the last histogram asked about, stacked.
+_GAP_ROWS: dict[tuple[bytes, float], dict[int, np.ndarray]] = {}
+_STACKED_ROWS: dict[tuple[bytes, float], tuple[tuple[int, ...], np.ndarray]] = {}
+
+
+def _stacked_gap_moments(lap_inverse_scale: float, gaps: tuple[int, ...], orders: np.ndarray) -> np.ndarray:
+    """The moment rows of ``gaps`` (sorted), one per gap: a run meets at most K + 1 gaps per
+    noise scale, and its curves are summed again from every gap of the histogram after each
+    batch, mostly over the gaps of the batch before."""
+    key = (orders.tobytes(), lap_inverse_scale)
+    stacked = _STACKED_ROWS.get(key)
+    if stacked is not None and stacked[0] == gaps:
+        return stacked[1]
+    rows = _GAP_ROWS.setdefault(key, {})
+    for gap in gaps:
+        if gap not in rows:
+            rows[gap] = data_dependent_moments(lap_inverse_scale, np.array([gap]), orders)[0]
+    matrix = np.stack([rows[gap] for gap in gaps])
+    matrix.setflags(write=False)
+    _STACKED_ROWS[key] = (gaps, matrix)
+    return matrix
+
+
 ACCOUNTING_MODES = ("data-dependent", "data-independent")
 
 
@@ -71,12 +97,13 @@ class PATEMomentsAccountant:
         """Both log-moment curves from the whole histogram, gaps in sorted order: summed batch by
         batch, a run resumed from the saved histogram reported a figure rounded otherwise (one
         ulp lower) than the run uninterrupted; a function of the histogram alone is the same
-        bit for bit. At most K + 1 distinct gaps per noise scale: cheap to redo every batch."""
+        bit for bit. At most K + 1 distinct gaps per noise scale, each gap's moments cached."""
         dependent, independent = np.zeros_like(self.orders), np.zeros_like(self.orders)
         for lam, histogram in self._gap_counts.items():
-            gaps = np.array(sorted(histogram), dtype=np.int64)
-            counts = np.array([histogram[gap] for gap in gaps.tolist()], dtype=np.int64)
-            dependent = dependent + (data_dependent_moments(lam, gaps, self.orders) * counts[:, None]).sum(axis=0)
+            gaps = tuple(sorted(histogram))
+            counts = np.array([histogram[gap] for gap in gaps], dtype=np.int64)
+            rows = _stacked_gap_moments(lam, gaps, self.orders)
+            dependent = dependent + (rows * counts[:, None]).sum(axis=0)
             independent = independent + data_independent_moments(lam, self.orders) * counts.sum()
         self._dependent, self._independent = dependent, independent
 
