@@ -37,6 +37,12 @@ SPEND_LESS = {
 }
 
 
+def epsilon_parts(cost: dict[str, Any]) -> str:
+    """Each part of a preprocessing cost with its epsilon and mechanism, for a refusal."""
+    parts = cost.get("parts") or {"preprocessing": cost}
+    return ", ".join(f"{name} {part.get('epsilon', 0):g} ({part.get('mechanism', '?')})" for name, part in parts.items())
+
+
 def spend_less(cost: dict[str, Any], budget: str) -> str:
     """The remedy for preprocessing that spent all of ``budget`` ("epsilon" or "delta"): for each
     part that spent some, how to spend less, and that a resumed run's releases are spent already."""
@@ -141,12 +147,10 @@ class PrivacyStrategy(L.Callback):
             raise ValueError(f"preprocessing already spent delta {self.preprocessing['delta']:g} of --delta {self.delta:g}, "
                              f"leaving training nothing: raise --delta, or {spend_less(self.preprocessing, 'delta')}")
         if self.target_epsilon is not None and self.preprocessing["epsilon"] >= self.target_epsilon:
-            parts = self.preprocessing.get("parts") or {"preprocessing": self.preprocessing}
-            spent = ", ".join(f"{name} {part.get('epsilon', 0):g} ({part.get('mechanism', '?')})" for name, part in parts.items())
             raise ValueError(
                 f"preprocessing already spent epsilon {self.preprocessing['epsilon']:g} of --epsilon "
-                f"{self.target_epsilon:g}, leaving training nothing ({spent}): raise --epsilon, or "
-                f"{spend_less(self.preprocessing, 'epsilon')}"
+                f"{self.target_epsilon:g}, leaving training nothing ({epsilon_parts(self.preprocessing)}): raise "
+                f"--epsilon, or {spend_less(self.preprocessing, 'epsilon')}"
             )
 
     def composed_preprocessing(self, data_cost: dict[str, Any], releases: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:

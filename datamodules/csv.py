@@ -11,7 +11,7 @@ import pandas as pd
 
 from lightning_dpgan.data.csv_fields import ExtraFieldsError, read_csv_fields
 from lightning_dpgan.data.csv_missing import missing_spellings
-from lightning_dpgan.data.dp_bounds import check_listed_columns, infer_schema_dp
+from lightning_dpgan.data.dp_bounds import SCHEMA_MECHANISM as DP_SCHEMA_MECHANISM, check_listed_columns, infer_schema_dp
 from lightning_dpgan.data.schema import (LABEL_KINDS, SchemaError, TableSchema, as_schema_categories, booleans_refusal,
                                          column_names, holds_booleans, non_numeric_values, row_examples)
 from lightning_dpgan.datamodules.tabular import TabularDataModule
@@ -163,6 +163,15 @@ class CSVDataModule(TabularDataModule):
         :meth:`privacy_cost` composes with a mode-specific encoding's cost)."""
         _ = self.schema  # runs the estimate if it has not run yet
         return dict(self._bounds_cost) if self._bounds_cost is not None else super()._schema_cost()
+
+    def _planned_schema_cost(self) -> dict[str, Any]:
+        """The DP estimate's (ε, δ) before it runs: δ goes to the category lists, which the label
+        (unless continuous) and any --data.categorical column have."""
+        if not self.estimates_schema:
+            return super()._schema_cost() if self._bounds_cost is None else dict(self._bounds_cost)
+        categories = self.label_kind != "continuous" or bool(self.categorical)
+        return {"epsilon": float(self.bounds_epsilon), "delta": float(self.bounds_delta) if categories else 0.0,
+                "mechanism": DP_SCHEMA_MECHANISM, "neighbours": "add-remove"}
 
     def prepare_data(self) -> None:
         """Check that the file exists (a user's CSV is never downloaded)."""

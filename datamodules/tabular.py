@@ -33,6 +33,7 @@ from lightning_dpgan.data.download import (
 from lightning_dpgan.distributed import rows_per_process
 from lightning_dpgan.data.dev_split import check_dev_fraction, check_held_out_split, dev_split
 from lightning_dpgan.data.partition import teacher_partitions
+from lightning_dpgan.data.dp_histogram import MECHANISM as DP_HISTOGRAM_MECHANISM
 from lightning_dpgan.privacy.composition import compose_costs
 from lightning_dpgan.data.schema import (
     EncodingReport,
@@ -261,6 +262,22 @@ class TabularDataModule(L.LightningDataModule):
     def _schema_cost(self) -> dict[str, Any]:
         """What obtaining the schema cost: nothing for a public one (subclasses estimating it
         under DP override this)."""
+        return dict(PUBLIC_SCHEMA_COST)
+
+    def planned_privacy_cost(self) -> dict[str, Any]:
+        """What :meth:`privacy_cost` will be, from the settings alone, before any row is read (the
+        releases not made yet: the DP schema estimate, the DP modes): a budget they alone would
+        use up is refused before they spend it. The releases made already count as made."""
+        schema_cost = self._planned_schema_cost()
+        if not self.mode_specific:
+            return schema_cost
+        modes = dict(self._modes_cost) if self._modes_cost is not None else (
+            {"epsilon": float(self.hparams.modes_epsilon), "delta": 0.0, "mechanism": DP_HISTOGRAM_MECHANISM,
+             "neighbours": "add-remove"} if self.hparams.modes == "dp" else dict(BOUNDS_MODES_COST))
+        return compose_costs({"schema": schema_cost, "modes": modes})
+
+    def _planned_schema_cost(self) -> dict[str, Any]:
+        """The schema's cost before it is obtained (:meth:`planned_privacy_cost`)."""
         return dict(PUBLIC_SCHEMA_COST)
 
     # --- mode-specific encoding --------------------------------------------------------------

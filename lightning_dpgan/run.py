@@ -48,7 +48,7 @@ from lightning_dpgan.data.schema import TableSchema, encoding_layout
 from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.outputs import write_csv_chunks, write_json, write_png, write_torch, write_yaml
 from lightning_dpgan.privacy.validation import validate_delta
-from lightning_dpgan.run_folder import LAST_CHECKPOINT, continue_command
+from lightning_dpgan.run_folder import LAST_CHECKPOINT, RELEASED_SCHEMA, continue_command
 from lightning_dpgan.sampling import read_run_info, resume_checkpoint, synthetic_row_chunks, table_labeler
 
 MODEL_PROVIDED = ("data_shape", "num_classes", "table_layout")
@@ -362,6 +362,7 @@ class Run:
         self.strategy = self._build_privacy()
         self._check_quail_is_private()
         self._check_trainer_options()
+        self._check_preprocessing_leaves_a_budget()
         self.module = self._build_module()
         self._warn_of_unused_batch_size()
         if not self.is_image:
@@ -396,6 +397,33 @@ class Run:
         if self.quail is not None and (self.strategy is None or self.strategy.target_epsilon is None):
             raise ConfigError("QUAIL splits --epsilon between its label model and a private synthesizer: "
                               "give --epsilon, and a synthesizer with a privacy strategy")
+
+    def _check_preprocessing_leaves_a_budget(self) -> None:
+        """Refuse, before any row is read, a budget that the releases made before training (a
+        CSV's DP schema estimate, DP modes, QUAIL's label model) would use up from their settings
+        alone. The strategy refuses it too, but only once they have spent it: a refused attempt
+        would have spent privacy that no privacy.json records."""
+        planned = getattr(self.datamodule, "planned_privacy_cost", None)
+        if self.strategy is None or self.strategy.target_epsilon is None or planned is None or self.released_info:
+            return  # a resume's (or rank 0's) releases are made already: the strategy checks them
+        from lightning_dpgan.callbacks.strategy import epsilon_parts, spend_less
+        from lightning_dpgan.quail import label_model_budget
+
+        delta = self.strategy.delta or DEFAULT_DELTA
+        releases = {}
+        if self.quail is not None:
+            label_epsilon, label_delta = label_model_budget(self.quail.split, self.strategy.target_epsilon, delta,
+                                                            self.strategy.neighbours)
+            releases["quail_label_model"] = {"epsilon": label_epsilon, "delta": label_delta,
+                                             "mechanism": "planned label model"}
+        spent = self.strategy.composed_preprocessing(planned(), releases)
+        for budget, given in (("epsilon", self.strategy.target_epsilon), ("delta", delta)):
+            if spent[budget] >= given:
+                parts = f" ({epsilon_parts(spent)})" if budget == "epsilon" else ""
+                raise ConfigError(
+                    f"preprocessing would spend {budget} {spent[budget]:g} of --{budget} {given:g} before training, "
+                    f"leaving training nothing{parts}: raise --{budget}, or {spend_less(spent, budget)}. Refused "
+                    "before any row was read: nothing was spent")
 
     def _check_batch_size(self) -> None:
         """Refuse, before anything is written, a batch size the networks cannot train on: one
@@ -592,7 +620,6 @@ class Run:
             self.datamodule.prepare_data()
             self.datamodule.setup("fit")
             delta = validate_delta(self.strategy.delta or DEFAULT_DELTA, self.datamodule.train_size)
-            self._check_quail_budget(delta)
             labeler = self.quail.fit_labeler(
                 self.datamodule, self.strategy.target_epsilon, delta, self.strategy.neighbours, seed=self.config["seed"])
         if self.quail.split != labeler.cost["split"]:
@@ -789,6 +816,8 @@ class Run:
             print(f"train: {self.stop_sentence()}")
             if report.get("epsilon") is not None:
                 print(f"train: {self.privacy_sentence(report)}")
+                if (note := self.fixed_noise_note(report)) is not None:
+                    print(f"train: note: {note}", file=sys.stderr)
             if self.module.generator_updates == 0:
                 print(f"train: warning: {self.untrained_reason()}", file=sys.stderr)
             for warning in [] if self.strategy is None else self.strategy.training_warnings():
@@ -844,6 +873,24 @@ class Run:
         planned = getattr(self.strategy, "calibrated_for_steps", None)
         return planned is not None and planned == self.strategy.steps_taken()
 
+    #: Below this share of --epsilon spent, a run whose noise was given (not calibrated) is told so.
+    UNSPENT_NOTE_SHARE = 0.9
+
+    def fixed_noise_note(self, report: dict[str, Any]) -> str | None:
+        """Where σ was given (a flag, a config file or a preset: dpctgan's σ 5 on a CSV), not
+        calibrated, and the run ended by its length with much of --epsilon left: that --epsilon
+        was only a ceiling, and how to have σ calibrated to spend it. None otherwise."""
+        target = report.get("target_epsilon")
+        given = getattr(self.strategy, "noise_multiplier_given", False)
+        if not given or target is None or report.get("stopped_by") not in ("max-steps", "max-epochs"):
+            return None
+        if report["epsilon"] >= self.UNSPENT_NOTE_SHARE * target:
+            return None
+        return (f"the noise multiplier {self.strategy.noise_multiplier:g} was set (--privacy.noise_multiplier, by a "
+                f"flag, a config file or a preset), not calibrated to --epsilon {target:g}, which was only a ceiling: "
+                f"the run spent {report['epsilon']:.4g}. --privacy.noise_multiplier null calibrates it to spend "
+                "--epsilon over the run's steps (less noise)")
+
     def privacy_sentence(self, report: dict[str, Any]) -> str:
         """The user's line on what the run spent (the figure ``privacy.json`` reports, unrounded there)."""
         target = report.get("target_epsilon")
@@ -882,22 +929,6 @@ class Run:
         steps = torch.tensor([module.train_steps], device=module.device)
         self.steps_per_rank = [int(s) for s in trainer.strategy.all_gather(steps).reshape(-1)]
 
-    def _check_quail_budget(self, delta: float) -> None:
-        """Refuse, before the label model reads a row, a split that leaves the synthesizer nothing
-        once the data's preprocessing is paid (both restated for the strategy's neighbours)."""
-        from lightning_dpgan.quail import label_model_budget
-
-        target = self.strategy.target_epsilon
-        label_epsilon, label_delta = label_model_budget(self.quail.split, target, delta, self.strategy.neighbours)
-        data = self.datamodule.privacy_cost()
-        planned = {"epsilon": label_epsilon, "delta": label_delta, "mechanism": "planned label model"}
-        spent = self.strategy.composed_preprocessing(data, {"quail_label_model": planned})
-        if spent["epsilon"] >= target or spent["delta"] >= delta:
-            raise ConfigError(
-                f"--quail-split {self.quail.split} and the data's preprocessing ({data['epsilon']:g}, "
-                f"{data['delta']:g}) leave the synthesizer no budget of --epsilon {target:g}, --delta {delta:g}: "
-                "lower the split or raise the budget")
-
     def _check_resume_takes_steps(self) -> None:
         """Refuse a resume whose ``--max-steps`` (which counts the checkpoint's steps too) is below
         the checkpoint's steps: it reads as going back, and would only rewrite the run's outputs.
@@ -922,6 +953,8 @@ class Run:
             rows = self.config["num_synthetic"] or len(self.datamodule.train_dataset)
             chunks = synthetic_row_chunks(self.module, self.datamodule, self.labeler, rows)
             write_csv_chunks(self.output_dir / "synthetic.csv", chunks)
+            if self.config["data"]["name"] == "csv" and not self.config["data"].get("schema"):
+                write_yaml(self.output_dir / RELEASED_SCHEMA, self.datamodule.schema.to_dict())
         write_json(self.output_dir / "metrics.json", metrics)
         report = self.privacy_report()
         write_json(self.output_dir / "privacy.json", report)

@@ -35,7 +35,10 @@ EVALUATION_FILES = {"test": "evaluation.json", "dev": "evaluation-dev.json"}
 #: refused for a table run, which is scored on its synthetic.csv as written (the harness reads them too)
 IMAGE_EVALUATE_OPTIONS = {"n_synthetic": "-n", "cnn_epochs": "--cnn-epochs", "device": "--device"}
 #: What a run writes besides its checkpoints (moved aside when the folder is reused).
-OUTPUTS = ("privacy.json", "metrics.json", "synthetic.csv", "samples.png", *EVALUATION_FILES.values(),
+#: A CSV run's DP-estimated schema (no schema file given): a DP release, written for the user to
+#: read, and to give as --data.schema to later runs on the same data (its cost stays spent).
+RELEASED_SCHEMA = "released_schema.yaml"
+OUTPUTS = ("privacy.json", "metrics.json", "synthetic.csv", "samples.png", RELEASED_SCHEMA, *EVALUATION_FILES.values(),
            "report.md", "report", "epsilon.png", "config.yaml", "logs")
 #: What a replaced run (not a continued one, which reads its checkpoint) also leaves.
 TRAINING_STATE = ("checkpoints", "samples")

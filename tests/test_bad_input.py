@@ -1332,13 +1332,36 @@ def test_a_delta_that_the_csvs_dp_bounds_use_up_names_the_option_that_spends_it(
     out = tmp_path / "out"
     line = assert_refused(csv_args(csv, out, None, "--data.bounds_delta", "1e-6", "--delta", "1e-7", "--epsilon", "10",
                                    "--model", "dpctgan"),
-                          capsys, "preprocessing already spent delta 1e-06 of --delta 1e-07", "--data.bounds_delta",
+                          capsys, "preprocessing would spend delta 1e-06 of --delta 1e-07", "--data.bounds_delta",
                           "only a larger --delta helps")
     assert "--data.modes_epsilon" not in line  # the DP modes' histogram spends no delta
     # a min-max table's cost is its schema's alone, without parts: named all the same, and nothing else
     line = assert_refused(csv_args(csv, out, None, "--data.bounds_epsilon", "20", "--epsilon", "10", "--model", "dpgan"),
-                          capsys, "preprocessing already spent epsilon 20 of --epsilon 10", "--data.bounds_epsilon")
+                          capsys, "preprocessing would spend epsilon 20 of --epsilon 10", "--data.bounds_epsilon")
     assert "--data.modes_epsilon" not in line and "--quail-split" not in line
+
+
+@pytest.mark.parametrize("model,extra,spent", [
+    ("dpgan", ["--data.bounds_epsilon", "4", "--epsilon", "3"], "epsilon 4 of --epsilon 3"),
+    ("dpctgan", ["--data.bounds_epsilon", "2", "--data.modes_epsilon", "1", "--epsilon", "3"], "epsilon 3 of --epsilon 3"),
+    ("quail", ["--data.bounds_epsilon", "2", "--quail-split", "0.5", "--epsilon", "4"], "epsilon 4.1 of --epsilon 4"),  # dpctgan: modes 0.1
+], ids=["dp-bounds", "bounds-and-modes", "bounds-and-label-model"])
+def test_a_budget_the_releases_before_training_use_up_is_refused_before_they_read_a_row(tmp_path, capsys, monkeypatch,
+                                                                                      model, extra, spent):
+    """The DP schema estimate (and the DP modes, QUAIL's label model) ran on the private rows, its
+    clipping warning printed their counts, and only then was the run refused for a budget they
+    used up, a figure their settings alone give: each attempt spent privacy no privacy.json records."""
+    from lightning_dpgan.data import table_transformer
+    from lightning_dpgan.datamodules import csv as csv_datamodule
+
+    estimated = record_calls(monkeypatch, csv_datamodule, "infer_schema_dp")
+    histograms = record_calls(monkeypatch, table_transformer, "dp_column_histograms")
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame)
+    args = [arg if arg != "gan" else model for arg in csv_args(csv, tmp_path / "out", None, *extra)]
+    if model == "quail":
+        args += ["--quail-synthesizer", "dpctgan"]
+    assert_refused(args, capsys, f"preprocessing would spend {spent} before training", "nothing was spent")
+    assert estimated == [] and histograms == []
 
 
 def test_a_refusal_before_training_leaves_no_folder_it_made(tiny_image_data_dir, tmp_path, capsys):

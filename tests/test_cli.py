@@ -532,7 +532,9 @@ def test_a_budget_preprocessing_uses_up_names_the_parts_and_the_settings_that_sp
     assert main(["train", "--model", "dpctgan", "--dataset", "adult", "--data-dir", str(data_dir), "--output-dir",
                  str(tmp_path / "run"), "--max-steps", "2", "--epsilon", "0.001"]) == 2
     error = capsys.readouterr().err
-    assert "preprocessing already spent epsilon 0.1 of --epsilon 0.001" in error and "modes 0.1 (laplace" in error
+    # refused before the modes' histogram read a row: the settings alone say it (nothing spent)
+    assert "preprocessing would spend epsilon 0.1 of --epsilon 0.001 before training" in error
+    assert "modes 0.1 (laplace" in error and "nothing was spent" in error
     assert "--data.modes bounds" in error and not (tmp_path / "run" / "checkpoints").exists()
     assert "--data.schema" not in error  # the remedies of what spent it alone (Adult's schema is public)
     assert "A resumed run's preprocessing is its checkpoint's, spent already: there only a larger --epsilon helps" in error

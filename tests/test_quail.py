@@ -647,7 +647,7 @@ def test_quail_takes_its_synthesizers_presets_then_its_own():
     (["--quail.labels", "mode"], "quail.labels must be one of"),
     (["--quail.scale_share", "1"], "scale_share must be in [0, 1)"),
     (["--quail.depth", "3"], "unknown key(s) quail.depth"),
-    (["--quail-split", "0.99"], "leave the synthesizer no budget"),  # modes' 0.1 + 0.99 x 8 > 8
+    (["--quail-split", "0.99"], "preprocessing would spend epsilon 8.02 of --epsilon 8"),  # modes' 0.1 + 0.99 x 8 > 8
     (["--quail.log_features", "capital-gain,workclass"], "names ['workclass'], which are not numeric feature columns"),
     (["--quail.log_features", "income"], "names ['income'], which are not numeric feature columns"),
     (["--quail.log_features", "capital_gain"], "names ['capital_gain'], which are not numeric feature columns"),
@@ -673,14 +673,14 @@ def test_a_split_that_leaves_the_synthesizer_no_delta_is_refused_before_the_labe
     from lightning_dpgan.quail import QUAIL
     from lightning_dpgan.run import Run
 
-    run = SimpleNamespace(strategy=DPSGD(target_epsilon=8.0, delta=1e-3), quail=QUAIL(split=0.5),
-                          datamodule=SimpleNamespace(privacy_cost=lambda: {"epsilon": 0.1, "delta": data_delta,
-                                                                       "mechanism": "DP bounds"}))
+    run = SimpleNamespace(strategy=DPSGD(target_epsilon=8.0, delta=1e-3), quail=QUAIL(split=0.5), released_info=None,
+                          datamodule=SimpleNamespace(planned_privacy_cost=lambda: {"epsilon": 0.1, "delta": data_delta,
+                                                                               "mechanism": "DP bounds"}))
     if refused:
-        with pytest.raises(ConfigError, match="leave the synthesizer no budget"):
-            Run._check_quail_budget(run, 1e-3)
+        with pytest.raises(ConfigError, match="preprocessing would spend delta 0.001 of --delta 0.001"):
+            Run._check_preprocessing_leaves_a_budget(run)
     else:
-        Run._check_quail_budget(run, 1e-3)
+        Run._check_preprocessing_leaves_a_budget(run)
 
 
 def test_a_non_private_synthesizer_is_named_as_the_problem(tmp_path, capsys):

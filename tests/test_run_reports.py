@@ -34,6 +34,47 @@ def test_a_private_runs_report_holds_its_lineage_as_the_checkpoint_does(tiny_ima
     assert read_run_info(out / "checkpoints" / "last.ckpt")["lineage"] == lineage
 
 
+def test_a_run_with_its_noise_set_that_left_most_of_its_budget_says_epsilon_was_a_ceiling(tiny_image_data_dir,
+                                                                                          tmp_path, capsys):
+    """dpctgan's preset sets sigma 5 on a CSV: --epsilon 3 ended at 1.3 with no word that the
+    epsilon was only a ceiling, or that --privacy.noise_multiplier null calibrates sigma to it."""
+    base = tiny_run_args(tiny_image_data_dir, tmp_path / "set", model="wgan", steps=2) + [
+        "--privacy", "dp-sgd", "--epsilon", "5"]
+    assert main(base + ["--privacy.noise_multiplier", "5"]) == 0
+    err = capsys.readouterr().err
+    spent = read_json(tmp_path / "set" / "privacy.json")["epsilon"]
+    assert spent < 0.9 * 5 and f"the run spent {spent:.4g}" in err
+    assert "noise multiplier 5 was set" in err and "--privacy.noise_multiplier null calibrates it" in err
+    calibrated = [arg if arg != str(tmp_path / "set") else str(tmp_path / "calibrated") for arg in base]
+    assert main(calibrated + ["--privacy.noise_multiplier", "null"]) == 0
+    assert "was set" not in capsys.readouterr().err  # calibrated: it spends the budget, nothing to say
+    assert read_json(tmp_path / "calibrated" / "privacy.json")["epsilon"] >= 0.9 * 5
+
+
+def test_a_csv_runs_dp_estimated_schema_is_written_for_the_user_and_reads_back_as_a_schema_file(tmp_path):
+    """The bounds and categories a DP estimate released were kept in the checkpoint alone: the
+    user could not see why synthetic ages reached 128 (bounds snap outward), nor reuse the paid
+    release as --data.schema. A run given a schema file writes none (nothing was estimated)."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    csv = tmp_path / "data.csv"
+    pd.DataFrame({"age": rng.integers(20, 90, 300), "kind": rng.choice(["a", "b"], 300),
+                  "label": rng.choice(["no", "yes"], 300)}).to_csv(csv, index=False)
+    common = ["train", "--model", "gan", "--dataset", "csv", "--data.csv", str(csv), "--max-steps", "2",
+              "--batch-size", "8", "--trainer.enable_progress_bar", "false", "--model.latent_dim", "4"]
+    estimated = tmp_path / "estimated"
+    assert main(common + ["--output-dir", str(estimated), "--data.target", "label", "--data.categorical", "kind",
+                          "--data.label_kind", "binary", "--data.integer", "age", "--data.bounds_epsilon", "5"]) == 0
+    released = yaml.safe_load((estimated / "released_schema.yaml").read_text())
+    assert released == read_run_info(estimated / "checkpoints" / "last.ckpt")["schema"]
+    reused = tmp_path / "reused"
+    assert main(common + ["--output-dir", str(reused), "--data.schema", str(estimated / "released_schema.yaml")]) == 0
+    assert not (reused / "released_schema.yaml").exists()  # a schema file: nothing estimated, nothing released
+    assert read_run_info(reused / "checkpoints" / "last.ckpt")["schema"] == released
+
+
 def test_a_resume_given_no_run_length_is_held_to_the_default_length():
     """With neither --max-steps nor --max-epochs (from a flag, a config file or a preset) a run
     is DEFAULT_MAX_STEPS long, resumed or not: a checkpoint already past that length would take

@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 #: The neighbouring relation of every mechanism here (see the module docstring).
 NEIGHBOURS = "add-remove"
+#: the schema estimate's mechanism, as its cost names it
+SCHEMA_MECHANISM = "DP schema estimation (basic composition over columns)"
 
 #: Candidate magnitudes 2**k of the bounds grid: from about 0.001 to about 1.1e12.
 GRID_EXPONENTS = range(-10, 41)
@@ -213,7 +215,7 @@ def infer_schema_dp(
     cost = {
         "epsilon": float(epsilon),
         "delta": float(delta) if n_categorical else 0.0,
-        "mechanism": "DP schema estimation (basic composition over columns)",
+        "mechanism": SCHEMA_MECHANISM,
         "neighbours": NEIGHBOURS,
         "columns": costs,
     }
