@@ -166,7 +166,8 @@ def check_privacy_report_of_this_run(run_dir: Path, privacy: dict[str, Any], inf
 def check_privacy_figures(path: Path, privacy: dict[str, Any]) -> None:
     """Refuse a ``privacy.json`` whose figures are not numbers (edited by hand) before any work:
     they are copied into ``evaluation.json`` and formatted in ``report.md``."""
-    for key in ("epsilon", "delta", "target_epsilon", "epsilon_data_dependent", "epsilon_data_independent"):
+    for key in ("epsilon", "delta", "target_epsilon", "epsilon_data_dependent", "epsilon_data_independent",
+                "epsilon_training"):
         value = privacy.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ValueError(f"{path} is damaged ({key} is {value!r}, not a number): restore it from the run, or "

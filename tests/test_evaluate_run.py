@@ -634,6 +634,23 @@ def test_the_reports_per_column_table_keeps_a_column_whose_name_holds_a_slash(tm
     assert "| speed km/h | 0.25 | 0.125 |" in per_column and "| age | 0.5 | n/a |" in per_column
 
 
+def test_the_report_says_how_its_epsilon_was_spent_and_that_it_is_not_for_publishing(tmp_path):
+    """report.md showed the total epsilon alone: not that 2.1 of 2.975 went to a DP schema
+    estimate, nor the neighbouring relation, nor that the report itself reads the real rows
+    without noise (the README said so; the file a holder might forward did not)."""
+    from lightning_dpgan.evaluation.report import write_report
+
+    privacy = {"mechanism": "dp-sgd", "epsilon": 2.975, "delta": 1e-5, "neighbours": "add-remove",
+               "epsilon_training": 0.875, "preprocessing": {"epsilon": 2.1, "delta": 1e-6, "parts": {
+                   "schema": {"epsilon": 2.0}, "modes": {"epsilon": 0.1}}}}
+    report = write_report(tmp_path, {}, privacy, {}).read_text()
+    assert "not covered by the privacy guarantee below" in report.split("## Privacy")[0]
+    assert "- delta: 1e-05 (add-remove neighbours)" in report
+    assert "- of which training: epsilon 0.875; preprocessing: epsilon 2.1 (schema 2; modes 0.1)" in report
+    unspent = write_report(tmp_path, {}, {**privacy, "preprocessing": {"epsilon": 0.0, "delta": 0.0}}, {}).read_text()
+    assert "of which training" not in unspent  # nothing spent before training: the total is training's
+
+
 def test_the_reports_figures_show_setting_b_shares_and_feature_correlations():
     """The AUROC bars are A (train real) and B (train synthetic), both tested on real rows; the
     marginals are shares, comparable between tables of different sizes; the heatmaps are the

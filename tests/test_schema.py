@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -528,3 +529,17 @@ def test_numeric_categories_held_as_python_objects_encode_as_those_categories():
         encoded, report = make_schema().encode(frame)  # zone's categories: (10, 20)
         block = encoded[:, make_schema().column_slices["zone"]]
         assert report.rows_encoded == 2 and block.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+
+
+def test_the_readmes_example_schema_file_reads_as_it_says():
+    """The README's example is what a newcomer copies: it must load, with the label, kinds,
+    drop list and quoted categories it describes."""
+    import re
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    block = re.search(r"An example schema file:.*?```yaml\n(.*?)```", readme, re.S).group(1)
+    schema = TableSchema.from_dict(yaml.safe_load(block))
+    assert (schema.label, schema.label_kind, schema.drop) == ("diagnosis", "binary", ("patient_id",))
+    kinds = {column.name: column.kind for column in schema.columns}
+    assert kinds == {"age": "integer", "sex": "categorical", "crp": "continuous", "diagnosis": "categorical"}
+    assert schema.column("diagnosis").categories == ("no", "yes")  # quoted: YAML would read no as False

@@ -130,7 +130,9 @@ def render_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping
     """The text of ``report.md``, made before any of the evaluation's files is written: a report
     that cannot be made must leave the earlier evaluation's files as they were."""
     config_path = run_dir / "config.yaml"
-    lines = [f"# Run report: {run_dir.name}", ""]
+    lines = [f"# Run report: {run_dir.name}", "",
+             "> For the data holder: this report and `report/` are computed from the real rows without noise and are "
+             "not covered by the privacy guarantee below. Publish the synthetic data and `privacy.json`, not these.", ""]
     if privacy:
         epsilon = privacy.get("epsilon")
         lines += [
@@ -138,7 +140,8 @@ def render_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping
             f"- mechanism: {privacy.get('mechanism')}",
             f"- epsilon: {'none (not private)' if epsilon is None else f'{epsilon:.4g}'}"
             + (f" (target {privacy['target_epsilon']:g})" if privacy.get("target_epsilon") else ""),
-            f"- delta: {privacy.get('delta')}",
+            f"- delta: {privacy.get('delta')}" + (f" ({privacy['neighbours']} neighbours)" if privacy.get("neighbours") else ""),
+            *_spent_parts(privacy),
             f"- steps: {privacy.get('steps')}" + (f" (stopped by: {privacy['stopped_by']})" if privacy.get("stopped_by") else ""),
         ]
         for key in ("epsilon_data_dependent", "epsilon_data_independent"):
@@ -161,6 +164,18 @@ def render_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping
     if config_path.is_file():
         lines += ["The run's configuration is in `config.yaml`; the privacy report in `privacy.json`.", ""]
     return "\n".join(lines)
+
+
+def _spent_parts(privacy: Mapping[str, Any]) -> list[str]:
+    """Training's share and preprocessing's (a DP schema, DP modes, QUAIL's label model), where
+    preprocessing spent any: how the total above was spent."""
+    preprocessing = privacy.get("preprocessing")
+    if not isinstance(preprocessing, Mapping) or not preprocessing.get("epsilon"):
+        return []
+    parts = preprocessing.get("parts") or {}
+    named = "; ".join(f"{name} {part.get('epsilon', 0):.4g}" for name, part in parts.items() if isinstance(part, Mapping))
+    return [f"- of which training: epsilon {privacy.get('epsilon_training', float('nan')):.4g}; preprocessing: epsilon "
+            f"{preprocessing['epsilon']:.4g}" + (f" ({named})" if named else "")]
 
 
 def _shown(value: Any) -> Any:
