@@ -181,7 +181,9 @@ class PrivacyStrategy(L.Callback):
                     "neighbours": self.neighbours, "as_spent": {"epsilon": epsilon, "delta": delta, "neighbours": relation}}
         if (relation, self.neighbours) != ("add-remove", "replace-one"):
             raise ValueError(f"cannot restate a {relation} preprocessing cost for {self.neighbours} neighbours")
-        return {"epsilon": 2.0 * epsilon, "delta": (1.0 + math.exp(epsilon)) * delta, "neighbours": self.neighbours,
+        # (1 + e^eps) delta, which passes any delta (and overflows a float) for eps above ~709
+        restated_delta = 0.0 if delta == 0.0 else math.inf if epsilon > 700 else (1.0 + math.exp(epsilon)) * delta
+        return {"epsilon": 2.0 * epsilon, "delta": restated_delta, "neighbours": self.neighbours,
                 "as_spent": {"epsilon": epsilon, "delta": delta, "neighbours": relation}}
 
     @property

@@ -404,21 +404,21 @@ class Run:
         alone. The strategy refuses it too, but only once they have spent it: a refused attempt
         would have spent privacy that no privacy.json records."""
         planned = getattr(self.datamodule, "planned_privacy_cost", None)
-        if self.strategy is None or self.strategy.target_epsilon is None or planned is None or self.released_info:
+        if self.strategy is None or planned is None or self.released_info:
             return  # a resume's (or rank 0's) releases are made already: the strategy checks them
         from lightning_dpgan.callbacks.strategy import epsilon_parts, spend_less
         from lightning_dpgan.quail import label_model_budget
 
         delta = self.strategy.delta or DEFAULT_DELTA
         releases = {}
-        if self.quail is not None:
+        if self.quail is not None:  # QUAIL needs a target epsilon (_check_quail_is_private)
             label_epsilon, label_delta = label_model_budget(self.quail.split, self.strategy.target_epsilon, delta,
                                                             self.strategy.neighbours)
             releases["quail_label_model"] = {"epsilon": label_epsilon, "delta": label_delta,
                                              "mechanism": "planned label model"}
         spent = self.strategy.composed_preprocessing(planned(), releases)
         for budget, given in (("epsilon", self.strategy.target_epsilon), ("delta", delta)):
-            if spent[budget] >= given:
+            if given is not None and spent[budget] >= given:  # no --epsilon (a noise multiplier given): delta alone
                 parts = f" ({epsilon_parts(spent)})" if budget == "epsilon" else ""
                 raise ConfigError(
                     f"preprocessing would spend {budget} {spent[budget]:g} of --{budget} {given:g} before training, "
@@ -881,15 +881,18 @@ class Run:
         calibrated, and the run ended by its length with much of --epsilon left: that --epsilon
         was only a ceiling, and how to have σ calibrated to spend it. None otherwise."""
         target = report.get("target_epsilon")
-        given = getattr(self.strategy, "noise_multiplier_given", False)
+        given = getattr(self.strategy, "noise_multiplier_given", False) or (  # or kept from a checkpoint that set it
+            self.resume_info is not None and getattr(self.strategy, "calibrated_for_steps", 0) is None)
         if not given or target is None or report.get("stopped_by") not in ("max-steps", "max-epochs"):
             return None
         if report["epsilon"] >= self.UNSPENT_NOTE_SHARE * target:
             return None
+        remedy = ("a resumed run keeps its checkpoint's noise, so only a new run (without --resume) with "
+                  "--privacy.noise_multiplier null calibrates it" if self.resume_info is not None else
+                  "--privacy.noise_multiplier null calibrates it")
         return (f"the noise multiplier {self.strategy.noise_multiplier:g} was set (--privacy.noise_multiplier, by a "
                 f"flag, a config file or a preset), not calibrated to --epsilon {target:g}, which was only a ceiling: "
-                f"the run spent {report['epsilon']:.4g}. --privacy.noise_multiplier null calibrates it to spend "
-                "--epsilon over the run's steps (less noise)")
+                f"the run spent {report['epsilon']:.4g}. {remedy} to spend --epsilon over the run's steps (less noise)")
 
     def privacy_sentence(self, report: dict[str, Any]) -> str:
         """The user's line on what the run spent (the figure ``privacy.json`` reports, unrounded there)."""
@@ -954,7 +957,9 @@ class Run:
             chunks = synthetic_row_chunks(self.module, self.datamodule, self.labeler, rows)
             write_csv_chunks(self.output_dir / "synthetic.csv", chunks)
             if self.config["data"]["name"] == "csv" and not self.config["data"].get("schema"):
-                write_yaml(self.output_dir / RELEASED_SCHEMA, self.datamodule.schema.to_dict())
+                # the file's columns it did not train on go in the drop list, so the file reads back as a schema file
+                dropped = {"drop": list(self.datamodule.drop)} if self.datamodule.drop else {}
+                write_yaml(self.output_dir / RELEASED_SCHEMA, {**self.datamodule.schema.to_dict(), **dropped})
         write_json(self.output_dir / "metrics.json", metrics)
         report = self.privacy_report()
         write_json(self.output_dir / "privacy.json", report)

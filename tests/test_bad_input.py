@@ -1345,7 +1345,9 @@ def test_a_delta_that_the_csvs_dp_bounds_use_up_names_the_option_that_spends_it(
     ("dpgan", ["--data.bounds_epsilon", "4", "--epsilon", "3"], "epsilon 4 of --epsilon 3"),
     ("dpctgan", ["--data.bounds_epsilon", "2", "--data.modes_epsilon", "1", "--epsilon", "3"], "epsilon 3 of --epsilon 3"),
     ("quail", ["--data.bounds_epsilon", "2", "--quail-split", "0.5", "--epsilon", "4"], "epsilon 4.1 of --epsilon 4"),  # dpctgan: modes 0.1
-], ids=["dp-bounds", "bounds-and-modes", "bounds-and-label-model"])
+    # no --epsilon (a noise multiplier given): the delta the estimate's category lists spend still counts
+    ("gan", ["--privacy", "dp-sgd", "--privacy.noise_multiplier", "1", "--delta", "1e-7"], "delta 1e-06 of --delta 1e-07"),
+], ids=["dp-bounds", "bounds-and-modes", "bounds-and-label-model", "delta-without-epsilon"])
 def test_a_budget_the_releases_before_training_use_up_is_refused_before_they_read_a_row(tmp_path, capsys, monkeypatch,
                                                                                       model, extra, spent):
     """The DP schema estimate (and the DP modes, QUAIL's label model) ran on the private rows, its

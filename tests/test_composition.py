@@ -52,6 +52,19 @@ def test_a_composite_cost_is_restated_for_replace_one_part_by_part():
     assert composed["neighbours"] == "replace-one"
 
 
+def test_a_cost_whose_restated_delta_overflows_is_restated_as_infinite_not_a_traceback():
+    """(1 + e^eps) delta for eps above ~709 overflowed math.exp: --data.bounds_epsilon 800 under
+    a PATE strategy ended in OverflowError. Any delta passes it: infinite, which the delta check
+    refuses by name. A part that spent no delta still spends none."""
+    import math
+
+    from lightning_dpgan.callbacks.pate import PATEAggregation
+
+    strategy = PATEAggregation(target_epsilon=2000.0, delta=1e-4)
+    assert strategy.composed_preprocessing({"epsilon": 800.0, "delta": 1e-6}, {})["delta"] == math.inf
+    assert strategy.composed_preprocessing({"epsilon": 800.0, "delta": 0.0}, {})["delta"] == 0.0
+
+
 def test_every_part_is_kept_as_given_free_ones_included_and_as_a_copy():
     """``parts`` keeps each cost as given -- a part that spends nothing too -- so a resume can
     restore them one by one; changing the composed record leaves the callers' costs alone."""

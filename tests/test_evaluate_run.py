@@ -644,9 +644,17 @@ def test_the_report_says_how_its_epsilon_was_spent_and_that_it_is_not_for_publis
                "epsilon_training": 0.875, "preprocessing": {"epsilon": 2.1, "delta": 1e-6, "parts": {
                    "schema": {"epsilon": 2.0}, "modes": {"epsilon": 0.1}}}}
     report = write_report(tmp_path, {}, privacy, {}).read_text()
-    assert "not covered by the privacy guarantee below" in report.split("## Privacy")[0]
+    banner = report.split("## Privacy")[0]
+    assert "not covered by any privacy guarantee" in banner and "Publish the synthetic data and `privacy.json`" in banner
     assert "- delta: 1e-05 (add-remove neighbours)" in report
-    assert "- of which training: epsilon 0.875; preprocessing: epsilon 2.1 (schema 2; modes 0.1)" in report
+    assert "- of which training: epsilon 0.875; preprocessing: epsilon 2.1 (schema 2; modes 0.1, as each was spent)" in report
+    # PATE's default figure is computed from the votes (docs/privacy.md): privacy.json is not for publishing either
+    voted = write_report(tmp_path, {}, {**privacy, "accounting": "data-dependent"}, {}).read_text()
+    assert "is not itself private either" in voted and "Publish the synthetic data and `privacy.json`" not in voted
+    none = write_report(tmp_path, {}, {"mechanism": "none", "epsilon": None}, {}).read_text()
+    assert "states no privacy guarantee" in none
+    edited = {**privacy, "epsilon_training": None}  # a hand edit the figures' check lets through: shown, not a crash
+    assert "training: epsilon n/a" in write_report(tmp_path, {}, edited, {}).read_text()
     unspent = write_report(tmp_path, {}, {**privacy, "preprocessing": {"epsilon": 0.0, "delta": 0.0}}, {}).read_text()
     assert "of which training" not in unspent  # nothing spent before training: the total is training's
 

@@ -49,6 +49,12 @@ def test_a_run_with_its_noise_set_that_left_most_of_its_budget_says_epsilon_was_
     assert main(calibrated + ["--privacy.noise_multiplier", "null"]) == 0
     assert "was set" not in capsys.readouterr().err  # calibrated: it spends the budget, nothing to say
     assert read_json(tmp_path / "calibrated" / "privacy.json")["epsilon"] >= 0.9 * 5
+    # resumed, the checkpoint's sigma is kept whatever the flag says: the remedy is a new run
+    resumed = [arg if arg != "2" else "4" for arg in base] + [
+        "--resume", str(tmp_path / "set" / "checkpoints" / "last.ckpt"), "--privacy.noise_multiplier", "null"]
+    assert main(resumed) == 0
+    err = capsys.readouterr().err
+    assert "a resumed run keeps its checkpoint's noise, so only a new run (without --resume)" in err
 
 
 def test_a_csv_runs_dp_estimated_schema_is_written_for_the_user_and_reads_back_as_a_schema_file(tmp_path):
@@ -60,19 +66,21 @@ def test_a_csv_runs_dp_estimated_schema_is_written_for_the_user_and_reads_back_a
 
     rng = np.random.default_rng(0)
     csv = tmp_path / "data.csv"
-    pd.DataFrame({"age": rng.integers(20, 90, 300), "kind": rng.choice(["a", "b"], 300),
+    pd.DataFrame({"id": range(300), "age": rng.integers(20, 90, 300), "kind": rng.choice(["a", "b"], 300),
                   "label": rng.choice(["no", "yes"], 300)}).to_csv(csv, index=False)
     common = ["train", "--model", "gan", "--dataset", "csv", "--data.csv", str(csv), "--max-steps", "2",
               "--batch-size", "8", "--trainer.enable_progress_bar", "false", "--model.latent_dim", "4"]
     estimated = tmp_path / "estimated"
     assert main(common + ["--output-dir", str(estimated), "--data.target", "label", "--data.categorical", "kind",
-                          "--data.label_kind", "binary", "--data.integer", "age", "--data.bounds_epsilon", "5"]) == 0
+                          "--data.label_kind", "binary", "--data.integer", "age", "--data.bounds_epsilon", "5",
+                          "--data.drop", "id"]) == 0
     released = yaml.safe_load((estimated / "released_schema.yaml").read_text())
+    assert released.pop("drop") == ["id"]  # the file's other columns: it reads back on the same file
     assert released == read_run_info(estimated / "checkpoints" / "last.ckpt")["schema"]
     reused = tmp_path / "reused"
     assert main(common + ["--output-dir", str(reused), "--data.schema", str(estimated / "released_schema.yaml")]) == 0
     assert not (reused / "released_schema.yaml").exists()  # a schema file: nothing estimated, nothing released
-    assert read_run_info(reused / "checkpoints" / "last.ckpt")["schema"] == released
+    assert read_run_info(reused / "checkpoints" / "last.ckpt")["schema"] == {**released, "drop": ["id"]}
 
 
 def test_a_resume_given_no_run_length_is_held_to_the_default_length():

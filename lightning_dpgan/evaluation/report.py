@@ -130,9 +130,7 @@ def render_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping
     """The text of ``report.md``, made before any of the evaluation's files is written: a report
     that cannot be made must leave the earlier evaluation's files as they were."""
     config_path = run_dir / "config.yaml"
-    lines = [f"# Run report: {run_dir.name}", "",
-             "> For the data holder: this report and `report/` are computed from the real rows without noise and are "
-             "not covered by the privacy guarantee below. Publish the synthetic data and `privacy.json`, not these.", ""]
+    lines = [f"# Run report: {run_dir.name}", "", f"> {_not_for_publishing(privacy)}", ""]
     if privacy:
         epsilon = privacy.get("epsilon")
         lines += [
@@ -166,6 +164,19 @@ def render_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping
     return "\n".join(lines)
 
 
+def _not_for_publishing(privacy: Mapping[str, Any] | None) -> str:
+    """What of a run may be published: never this report, which reads the real rows without noise;
+    privacy.json too unless its epsilon was computed from the teachers' votes (data-dependent)."""
+    report = ("For the data holder: this report and `report/` are computed from the real rows without noise and "
+              "are not covered by any privacy guarantee.")
+    if not privacy or privacy.get("epsilon") is None:
+        return f"{report} The run states no privacy guarantee: do not publish its synthetic data as private."
+    if privacy.get("accounting") == "data-dependent":
+        return (f"{report} Its `privacy.json` is computed from the teachers' votes and is not itself private "
+                "either: publish the synthetic data with the data-independent bound only.")
+    return f"{report} Publish the synthetic data and `privacy.json`, not these."
+
+
 def _spent_parts(privacy: Mapping[str, Any]) -> list[str]:
     """Training's share and preprocessing's (a DP schema, DP modes, QUAIL's label model), where
     preprocessing spent any: how the total above was spent."""
@@ -173,9 +184,9 @@ def _spent_parts(privacy: Mapping[str, Any]) -> list[str]:
     if not isinstance(preprocessing, Mapping) or not preprocessing.get("epsilon"):
         return []
     parts = preprocessing.get("parts") or {}
-    named = "; ".join(f"{name} {part.get('epsilon', 0):.4g}" for name, part in parts.items() if isinstance(part, Mapping))
-    return [f"- of which training: epsilon {privacy.get('epsilon_training', float('nan')):.4g}; preprocessing: epsilon "
-            f"{preprocessing['epsilon']:.4g}" + (f" ({named})" if named else "")]
+    named = "; ".join(f"{name} {_shown(part.get('epsilon'))}" for name, part in parts.items() if isinstance(part, Mapping))
+    return [f"- of which training: epsilon {_shown(privacy.get('epsilon_training'))}; preprocessing: epsilon "
+            f"{_shown(preprocessing['epsilon'])}" + (f" ({named}, as each was spent)" if named else "")]
 
 
 def _shown(value: Any) -> Any:
