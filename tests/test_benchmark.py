@@ -481,10 +481,8 @@ def edited(**changes) -> str:
     (edited(row_model="drop"), "summary row 1 has model None, not a str"),
     (edited(seeds=None, complete=False), "its seeds are None, not a list"),
     (edited(row_target_epsilon="1"), "summary row 1 has target_epsilon '1', not a number"),
-    (edited(suite="drop"), "it has no suite"),
     (edited(row_measures={"utility/B_auroc": 0.5}), "has measure utility/B_auroc 0.5, not a summary"),
-], ids=["cut", "no-summary", "a-list", "another-suite", "no-model", "no-seeds", "text-epsilon", "no-suite",
-        "a-bare-measure"])
+], ids=["cut", "no-summary", "a-list", "another-suite", "no-model", "no-seeds", "text-epsilon", "a-bare-measure"])
 def test_a_damaged_results_file_is_named_and_results_md_left_as_it_is(tmp_path, text, why):
     results.results_path(tmp_path, "tables", date(2026, 1, 1)).write_text(json.dumps(result_file("tables", "full", [run("a", 0, 0.5)])))
     results.results_path(tmp_path, "tables", date(2026, 1, 2)).write_text(text)

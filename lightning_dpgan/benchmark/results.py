@@ -207,7 +207,7 @@ class ResultsFileError(ValueError):
 
 
 #: what every results file holds (:class:`ResultsFile`)
-REQUIRED_FIELDS = ("size", "runs", "summary", "suite")
+REQUIRED_FIELDS = ("size", "runs", "summary")
 
 
 def _load(path: Path, suite: str) -> dict[str, Any]:
@@ -220,6 +220,7 @@ def _load(path: Path, suite: str) -> dict[str, Any]:
     missing = [field for field in REQUIRED_FIELDS if field not in content] if isinstance(content, dict) else ["content"]
     if missing:
         raise ResultsFileError(f"{path} is not a results file: it has no {', '.join(missing)}")
+    content.setdefault("suite", suite)  # files from before the suite was recorded: their name's
     if content["suite"] != suite:
         raise ResultsFileError(f"{path} holds the {content['suite']!r} suite's results, not {suite!r}'s: its name says "
                                f"{suite}; move it out of the results folder, or give it its own suite's name")
