@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import lightning as L
@@ -355,6 +356,8 @@ class Run:
         self.released_info = self.resume_info if self.resume_info is not None else self._rank_zero_release()
         #: each process's training steps at the end (filled by ``_count_steps_per_rank``)
         self.steps_per_rank: list[int] | None = None
+        #: synthetic.csv's rows per class of a categorical label (filled as it is written)
+        self.synthetic_label_counts: dict[Any, int] | None = None
         self.quail = self._build_quail()
         self.datamodule = self._build_datamodule()
         # the settings that need no data, checked before the model is built: its width may need a
@@ -820,6 +823,8 @@ class Run:
                     print(f"train: note: {note}", file=sys.stderr)
             if self.module.generator_updates == 0:
                 print(f"train: warning: {self.untrained_reason()}", file=sys.stderr)
+            if (warning := self.missing_label_classes_warning()) is not None:
+                print(f"train: warning: {warning}", file=sys.stderr)
             for warning in [] if self.strategy is None else self.strategy.training_warnings():
                 print(f"train: warning: {warning}", file=sys.stderr)
 
@@ -955,7 +960,7 @@ class Run:
         else:
             rows = self.config["num_synthetic"] or len(self.datamodule.train_dataset)
             chunks = synthetic_row_chunks(self.module, self.datamodule, self.labeler, rows)
-            write_csv_chunks(self.output_dir / "synthetic.csv", chunks)
+            write_csv_chunks(self.output_dir / "synthetic.csv", self._counting_label_classes(chunks))
             if self.config["data"]["name"] == "csv" and not self.config["data"].get("schema"):
                 # the file's columns it did not train on go in the drop list, so the file reads back as a schema file
                 dropped = {"drop": list(self.datamodule.drop)} if self.datamodule.drop else {}
@@ -965,6 +970,33 @@ class Run:
         write_json(self.output_dir / "privacy.json", report)
         publish_run(self.trainer.logger, self.output_dir, metrics)
         return report
+
+    def _counting_label_classes(self, chunks: Iterable[Any]) -> Iterator[Any]:
+        """``chunks`` passed on as they are, counting the synthetic rows of each class of a
+        categorical label on the way into ``self.synthetic_label_counts`` (None without one), for
+        :meth:`missing_label_classes_warning`."""
+        schema = self.datamodule.schema
+        categorical = schema.label_kind in ("binary", "categorical")
+        self.synthetic_label_counts = dict.fromkeys(schema.label_column.categories, 0) if categorical else None
+        for chunk in chunks:
+            if categorical:
+                for category, count in schema.label_class_counts(chunk).items():
+                    self.synthetic_label_counts[category] += count
+            yield chunk
+
+    def missing_label_classes_warning(self) -> str | None:
+        """Said when synthetic.csv holds fewer classes of its label than the schema lists: a
+        classifier trained on it never predicts the missing ones (with one class left it predicts
+        that class alone, the AUROC 0.5 of a collapsed PATE-GAN), known now, not at ``evaluate``."""
+        counts = self.synthetic_label_counts
+        if not counts or all(counts.values()):
+            return None
+        label = self.datamodule.schema.label
+        held = [str(category) for category, count in counts.items() if count]
+        missing = [str(category) for category, count in counts.items() if not count]
+        return (f"synthetic.csv's label {label!r} holds {len(held)} of its {len(counts)} classes "
+                f"({', '.join(held) or 'none'}; none of {', '.join(missing)}): a classifier trained on it never "
+                "predicts the missing ones" + (", so its AUROC is 0.5 by construction" if len(held) == 1 else ""))
 
     def privacy_report(self) -> dict[str, Any]:
         if self.strategy is None:

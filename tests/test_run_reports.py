@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -62,7 +63,6 @@ def test_a_csv_runs_dp_estimated_schema_is_written_for_the_user_and_reads_back_a
     user could not see why synthetic ages reached 128 (bounds snap outward), nor reuse the paid
     release as --data.schema. A run given a schema file writes none (nothing was estimated)."""
     import numpy as np
-    import pandas as pd
 
     rng = np.random.default_rng(0)
     csv = tmp_path / "data.csv"
@@ -183,6 +183,41 @@ def test_a_table_run_writes_no_sample_grids_and_the_rows_asked_for(tmp_path):
     with open(out / "synthetic.csv", newline="") as table:
         assert len(list(csv.DictReader(table))) == 37
     assert read_json(out / "metrics.json")["train_records"] != 37  # the count asked for, not the records'
+
+
+def test_a_synthetic_table_missing_a_label_class_is_warned_of_at_train(tmp_path, capsys):
+    """One synthetic row holds one of Adult's two income classes: a classifier trained on it
+    predicts that class alone. evaluate said so; train, which wrote the table, said nothing."""
+    out = tmp_path / "one-row"
+    assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(ADULT_TINY), "--output-dir", str(out),
+                 "--max-steps", "1", "--batch-size", "16", "--accelerator", "cpu", "--trainer.enable_progress_bar", "false",
+                 "--num_synthetic", "1"]) == 0
+    held = pd.read_csv(out / "synthetic.csv")["income"].astype(str).tolist()
+    missing = ({"<=50K", ">50K"} - set(held)).pop()
+    warning = next(line for line in capsys.readouterr().err.splitlines() if "synthetic.csv's label" in line)
+    assert f"'income' holds 1 of its 2 classes ({held[0]}; none of {missing})" in warning
+    assert "AUROC is 0.5 by construction" in warning
+
+
+def test_the_missing_label_class_warning_counts_every_chunk_and_needs_a_categorical_label():
+    """The classes are counted over every chunk written (a class first seen in the last chunk is
+    held), and a continuous label or none has no classes to miss."""
+    from lightning_dpgan.data.schema import Column, TableSchema
+
+    label = Column("y", "categorical", categories=("a", "b", "c"))
+    schema = TableSchema((Column("x", "continuous", bounds=(0.0, 1.0)), label), label="y", label_kind="categorical")
+    chunks = [pd.DataFrame({"x": [0.1, 0.2], "y": ["a", "a"]}), pd.DataFrame({"x": [0.3], "y": ["c"]})]
+    run = SimpleNamespace(datamodule=SimpleNamespace(schema=schema), synthetic_label_counts=None)
+    assert [len(chunk) for chunk in Run._counting_label_classes(run, iter(chunks))] == [2, 1]
+    assert run.synthetic_label_counts == {"a": 2, "b": 0, "c": 1}
+    assert "'y' holds 2 of its 3 classes (a, c; none of b)" in Run.missing_label_classes_warning(run)
+    assert "by construction" not in Run.missing_label_classes_warning(run)
+    list(Run._counting_label_classes(run, iter(chunks + [pd.DataFrame({"x": [0.4], "y": ["b"]})])))
+    assert Run.missing_label_classes_warning(run) is None
+    continuous = TableSchema((Column("x", "continuous", bounds=(0.0, 1.0)),), label="x", label_kind="continuous")
+    run = SimpleNamespace(datamodule=SimpleNamespace(schema=continuous), synthetic_label_counts=None)
+    list(Run._counting_label_classes(run, iter([pd.DataFrame({"x": [0.5]})])))
+    assert run.synthetic_label_counts is None and Run.missing_label_classes_warning(run) is None
 
 
 def test_a_resumed_runs_config_yaml_neither_resumes_nor_overwrites_when_reused(tiny_image_data_dir, tmp_path):
