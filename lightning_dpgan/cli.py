@@ -38,6 +38,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning_dpgan import registry
 from lightning_dpgan.config import BOOLEAN_SETTINGS, CODE_DEFAULTS, FLAG_KEYS, PRIVACY_PROVIDED, ConfigError, parse_value, resolve
 from lightning_dpgan.data.download import DataIntegrityError
+from lightning_dpgan.error_text import first_line
 from lightning_dpgan.host_memory import reuse_freed_memory
 
 
@@ -178,7 +179,7 @@ def _torch_device(text: str) -> str:
     try:  # a backend torch was not built with (mps, xpu) or a GPU index this machine lacks
         torch.empty(1, device=device)
     except Exception as error:  # each backend fails in its own way: RuntimeError, AssertionError, ...
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]  # torch adds its dispatcher's tables
+        reason = first_line(error)
         raise argparse.ArgumentTypeError(f"{text!r} is not usable on this machine ({reason}); use cpu") from error
     return text
 

@@ -62,6 +62,7 @@ import yaml
 from lightning_dpgan import registry
 from lightning_dpgan.config import QUAIL, section_arguments
 from lightning_dpgan.data.dev_split import check_held_out_split
+from lightning_dpgan.error_text import first_line
 from lightning_dpgan.outputs import write_json
 from lightning_dpgan.run import check_same_schema, check_same_split, restore_released_schema, split_settings
 from lightning_dpgan.run_folder import EVALUATION_FILES, IMAGE_EVALUATE_OPTIONS, LAST_CHECKPOINT, continue_command
@@ -73,7 +74,7 @@ def read_run_file(path: Path, parse: Any) -> Any:
     try:
         return parse(path.read_text())
     except (ValueError, yaml.YAMLError) as error:  # json.JSONDecodeError is a ValueError
-        reason = str(error).strip().splitlines()[0]
+        reason = first_line(error)
         raise ValueError(f"{path} is damaged and cannot be read ({reason}): restore it from the run, or rerun "
                          "train") from error
 

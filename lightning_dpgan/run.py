@@ -42,6 +42,7 @@ from lightning_dpgan.config import (
 )
 from lightning_dpgan.ddp import PRIVATE_TRAINER_STRATEGIES, PrivateDDPStrategy, resolve_strategy
 from lightning_dpgan.distributed import launched_as_follower, rows_per_process
+from lightning_dpgan.error_text import first_line
 from lightning_dpgan.lineage import extended_lineage, new_run_id
 from lightning_dpgan.loggers import build_logger, publish_run
 from lightning_dpgan.data.download import default_data_dir
@@ -811,7 +812,7 @@ class Run:
                 raise ConfigError(
                     f"the checkpoint {self.config['resume']} does not fit the networks this run builds (a setting "
                     "that shapes them differs: sizes, encoding, schema). Resume with the settings it was trained "
-                    f"with (its run's config.yaml). {str(error).splitlines()[0]}") from error
+                    f"with (its run's config.yaml). {first_line(error)}") from error
             raise
         wall_time = time.perf_counter() - started
         if self.trainer.is_global_zero:

@@ -16,6 +16,7 @@ from lightning_dpgan import registry
 from lightning_dpgan.modules.base import CHECKPOINT_KEY
 from lightning_dpgan.data.schema import TableSchema
 from lightning_dpgan.data.table_transformer import TableTransformer
+from lightning_dpgan.error_text import first_line
 from lightning_dpgan.outputs import atomic_write, image_grid, images_to_uint8, write_csv_chunks, write_png
 from lightning_dpgan.run_folder import LAST_CHECKPOINT
 
@@ -49,7 +50,7 @@ def _checkpoint_record(path: str | Path) -> dict[str, Any]:
             raise CheckpointError(f"{path} holds Python objects, not only the tensors and settings a checkpoint of "
                                   f"train holds, and is not loaded (it could run code). {_CHECKPOINT_HINT}") from error
         raise CheckpointError(f"{path} is not a readable checkpoint (corrupt or truncated?): {type(error).__name__}: "
-                              f"{_first_line(error)}. {_CHECKPOINT_HINT}") from error
+                              f"{first_line(error)}. {_CHECKPOINT_HINT}") from error
     info = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
     if not isinstance(info, dict) or not isinstance(info.get("run"), dict) or "model" not in info["run"]:
         raise CheckpointError(f"{path} was not written by lightning-dpgan's train (no run information in it). "
@@ -58,11 +59,6 @@ def _checkpoint_record(path: str | Path) -> dict[str, Any]:
 
 
 _CHECKPOINT_HINT = "Pass the checkpoints/last.ckpt that train wrote in its --output-dir."
-
-
-def _first_line(error: BaseException) -> str:
-    """A library's error, quoted inside a sentence of ours: its first line, without a final period."""
-    return (str(error).splitlines() or [""])[0].rstrip(". ")
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -87,7 +83,7 @@ def verify_checkpoint_bytes(path: str | Path) -> None:
             damaged = archive.testzip()
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
         raise CheckpointError(f"{path} is not a readable checkpoint (corrupt or truncated?): {type(error).__name__}: "
-                              f"{_first_line(error)}. {_CHECKPOINT_HINT}") from error
+                              f"{first_line(error)}. {_CHECKPOINT_HINT}") from error
     if damaged is not None:
         record = damaged.split("/", 1)[-1]  # under the archive's folder, named after the file torch.save wrote
         raise CheckpointError(f"{path} is corrupt: its record {record} does not match the checksum it was written "
@@ -211,7 +207,7 @@ def load_module(path: str | Path) -> Any:
         module = cls.load_from_checkpoint(buffer, map_location="cpu")
     except (KeyError, RuntimeError, TypeError, ValueError) as error:  # made by hand, or parts of it lost
         raise CheckpointError(f"{path} holds lightning-dpgan's run information, but not a --model {info['model']} "
-                              f"Lightning can rebuild ({type(error).__name__}: {_first_line(error)}). "
+                              f"Lightning can rebuild ({type(error).__name__}: {first_line(error)}). "
                               f"{_CHECKPOINT_HINT}") from error
     module.eval()
     return module

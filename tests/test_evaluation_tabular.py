@@ -958,3 +958,25 @@ def test_a_categorical_label_is_scored_over_its_classes_even_when_its_last_is_ab
     assert result["auprc"] == pytest.approx(
         np.mean([average_precision_score(y_test == k, proba[:, k]) for k in (0, 1)]), abs=1e-12)
     assert macro_f1 != pytest.approx(metrics.f1_score(y_test, proba.argmax(axis=1)), abs=1e-3)
+
+
+def test_a_classifier_failing_with_an_empty_message_on_synthetic_rows_is_scored_as_a_constant():
+    """A synthetic table a classifier raises on is scored as a constant prediction, named with the
+    error's first line. An error with no message at all took down the whole evaluation: the first
+    line of nothing was an IndexError inside the handler."""
+    class Refusing(LogisticRegression):
+        def fit(self, x, y):
+            raise ValueError()
+
+    x, y = np.random.default_rng(0).normal(size=(20, 2)), np.array([0, 1] * 10)
+    probabilities, reason = utility._fit_predict_proba(lambda seed: Refusing(), x, y, x[:5], 2, seed=0)
+    assert reason == "could not be fitted (ValueError)"
+    np.testing.assert_allclose(probabilities, np.full((5, 2), 0.5))
+
+
+def test_an_errors_first_line_is_quoted_without_its_final_period_or_its_type_when_empty():
+    from lightning_dpgan.error_text import first_line
+
+    assert first_line(RuntimeError("\n  bad shape.  \ntables of the dispatcher\n")) == "bad shape"
+    assert first_line(ValueError("")) == "ValueError"
+    assert first_line(KeyError("name")) == "'name'"

@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lightning_dpgan.data.schema import TableSchema  # noqa: E402
+from lightning_dpgan.error_text import first_line  # noqa: E402
 from lightning_dpgan.outputs import atomic_write  # noqa: E402
 
 REPORT_FILE = "report.md"
@@ -46,7 +47,7 @@ def epsilon_figure(metrics_csv: Path) -> plt.Figure | None:
     try:
         log = pd.read_csv(metrics_csv)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as error:  # cut or emptied
-        print(f"evaluate: warning: {metrics_csv} cannot be read ({_first_line(error)}): the report has no "
+        print(f"evaluate: warning: {metrics_csv} cannot be read ({first_line(error)}): the report has no "
               "epsilon-over-steps figure", file=sys.stderr)
         return None
     if "privacy/epsilon" not in log or log["privacy/epsilon"].dropna().empty:
@@ -56,10 +57,6 @@ def epsilon_figure(metrics_csv: Path) -> plt.Figure | None:
     axes.plot(points["step"], points["privacy/epsilon"], marker=".")
     axes.set(xlabel="log step", ylabel="epsilon spent", title="Privacy spent")
     return figure
-
-
-def _first_line(error: Exception) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
 def auroc_figure(per_classifier: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> plt.Figure:

@@ -52,6 +52,7 @@ from sklearn.svm import LinearSVC
 from sklearn.tree import DecisionTreeClassifier
 
 from lightning_dpgan.data.schema import TableSchema
+from lightning_dpgan.error_text import first_line
 
 Factory = Callable[[int], BaseEstimator]
 
@@ -200,7 +201,7 @@ def _fit_predict_proba(
     except (ValueError, IndexError, np.linalg.LinAlgError) as error:
         if not synthetic:
             raise
-        return _class_shares(y_train, len(x_test), n_classes), f"could not be fitted ({str(error).splitlines()[0]})"
+        return _class_shares(y_train, len(x_test), n_classes), f"could not be fitted ({first_line(error)})"
     if not np.isfinite(fitted).all():
         if not synthetic:
             raise ValueError(f"{type(model).__name__} gave non-finite probabilities on real training rows")
