@@ -109,7 +109,8 @@ class AdultDataModule(TabularDataModule):
     """UCI Adult census income: 6 numeric + 8 categorical columns, binary label income >50K.
 
     Uses the official split: ``adult.data`` (32,561 rows) trains, ``adult.test`` (16,281 rows)
-    is the test split; ``test_fraction`` and ``split_seed`` are ignored. Rows with a missing
+    is the test split; ``test_fraction`` is ignored, and ``split_seed`` only draws the dev rows
+    (``dev_fraction``) out of adult.data. Rows with a missing
     value (``?``, in workclass, occupation or native-country) are dropped from both splits --
     45,222 rows remain, the version most papers use. Dropping depends on each row alone, so it
     costs no privacy. adult.test's first line and the ``.`` after its labels are removed.
@@ -125,6 +126,8 @@ class AdultDataModule(TabularDataModule):
     #: "no loss", most rows) is a category of its own; no long-tail columns.
     default_mixed = {"capital-gain": (0.0,), "capital-loss": (0.0,)}
     default_log_columns = ()
+    #: ``split_seed`` still draws the dev rows (``dev_fraction``) out of adult.data
+    ignored_split_settings = ("test_fraction",)
 
     def _build_schema(self) -> TableSchema:
         return SCHEMA

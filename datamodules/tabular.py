@@ -108,6 +108,9 @@ class TabularDataModule(L.LightningDataModule):
     default_log_columns: ClassVar[tuple[str, ...]] = ()
     #: Numeric columns encoded one-hot over their public grid, used when ``discrete_columns=None``.
     default_discrete_columns: ClassVar[tuple[str, ...]] = ()
+    #: Split settings that choose no records here (a dataset's official split ignores
+    #: ``test_fraction``): a checkpoint's are not compared on them (``run.split_settings``).
+    ignored_split_settings: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,

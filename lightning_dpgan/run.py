@@ -228,8 +228,10 @@ SPLIT_SETTINGS = ("dev_fraction", "split_seed", "test_fraction")
 
 
 def split_settings(datamodule: Any) -> dict[str, Any]:
-    """The datamodule's :data:`SPLIT_SETTINGS` (those it has), kept in the checkpoint's run information."""
-    return {key: datamodule.hparams[key] for key in SPLIT_SETTINGS if key in datamodule.hparams}
+    """The datamodule's :data:`SPLIT_SETTINGS` (those it has and does not ignore: Adult's official
+    split takes no ``test_fraction``), kept in the checkpoint's run information."""
+    ignored = getattr(datamodule, "ignored_split_settings", ())
+    return {key: datamodule.hparams[key] for key in SPLIT_SETTINGS if key in datamodule.hparams and key not in ignored}
 
 
 #: What to do about a split that differs from the checkpoint's, when resuming (:func:`check_same_split`).

@@ -7,6 +7,7 @@ from run_helpers import read_json, tiny_run_args
 
 from lightning_dpgan.cli import main
 from lightning_dpgan.evaluation.membership import closest_record_distances, membership_inference
+from lightning_dpgan.sampling import read_run_info
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -468,6 +469,26 @@ def test_split_settings_edited_since_training_are_named_not_blamed_on_the_data(t
     assert "trained on other records: it had --data.test_fraction" in err and "(this run: 0.5)" in err
     assert "put back the split settings the run trained with" in err and trained_with != 0.5
     assert not (run / "evaluation.json").exists()
+
+
+def test_a_test_fraction_edited_for_adults_official_split_is_not_refused(tmp_path, capsys):
+    """Adult's official split ignores test_fraction, so editing it in config.yaml chooses no other
+    records: refusing it (as for King above, where it draws the split) sent the user to undo a
+    setting that changed nothing. Its held-out rows are still adult.test's."""
+    import yaml
+
+    run = tmp_path / "run"
+    train_table_run(run)
+    assert "test_fraction" not in read_run_info(run / "checkpoints" / "last.ckpt")["split"]
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["data"]["test_fraction"] = 0.5
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    assert main(["evaluate", "--run", str(run)]) == 0
+    lines = [line for line in (FIXTURES / "adult_tiny" / "adult.test").read_text().splitlines()[1:]  # a note first
+             if "?" not in line]  # rows with a missing value are dropped
+    held_out = read_json(run / "evaluation.json")
+    assert (held_out["utility/held_out_rows_>50K"], held_out["utility/held_out_rows_<=50K"]) == (
+        sum(line.endswith(">50K.") for line in lines), sum(line.endswith("<=50K.") for line in lines))
 
 
 def test_a_missing_path_or_a_file_given_as_the_run_says_so(tmp_path, capsys):
