@@ -676,6 +676,13 @@ def test_the_report_says_how_its_epsilon_was_spent_and_that_it_is_not_for_publis
     assert "states no privacy guarantee" in none
     edited = {**privacy, "epsilon_training": None}  # a hand edit the figures' check lets through: shown, not a crash
     assert "training: epsilon n/a" in write_report(tmp_path, {}, edited, {}).read_text()
+    # PATE's replace-one neighbours: preprocessing spent under add/remove counts twice, said as such, so its
+    # parts (as spent) do not read as adding up to half the total
+    restated = {**privacy, "neighbours": "replace-one", "preprocessing": {
+        "epsilon": 4.2, "delta": 1e-6, "neighbours": "replace-one", "parts": privacy["preprocessing"]["parts"],
+        "as_spent": {"epsilon": 2.1, "delta": 1e-6, "neighbours": "add-remove"}}}
+    assert ("preprocessing: epsilon 4.2 (restated for replace-one neighbours from epsilon 2.1 for add-remove "
+            "neighbours: schema 2; modes 0.1)") in write_report(tmp_path, {}, restated, {}).read_text()
     unspent = write_report(tmp_path, {}, {**privacy, "preprocessing": {"epsilon": 0.0, "delta": 0.0}}, {}).read_text()
     assert "of which training" not in unspent  # nothing spent before training: the total is training's
 

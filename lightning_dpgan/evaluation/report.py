@@ -182,8 +182,15 @@ def _spent_parts(privacy: Mapping[str, Any]) -> list[str]:
         return []
     parts = preprocessing.get("parts") or {}
     named = "; ".join(f"{name} {_shown(part.get('epsilon'))}" for name, part in parts.items() if isinstance(part, Mapping))
+    as_spent = preprocessing.get("as_spent")
+    if isinstance(as_spent, Mapping):  # spent under add/remove, restated for PATE's replace-one: 2 epsilon
+        spent = (f"epsilon {_shown(as_spent.get('epsilon'))} for {as_spent.get('neighbours')} neighbours"
+                 + (f": {named}" if named else ""))
+        named = f"restated for {preprocessing.get('neighbours')} neighbours from {spent}"
+    elif named:
+        named = f"{named}, as each was spent"
     return [f"- of which training: epsilon {_shown(privacy.get('epsilon_training'))}; preprocessing: epsilon "
-            f"{_shown(preprocessing['epsilon'])}" + (f" ({named}, as each was spent)" if named else "")]
+            f"{_shown(preprocessing['epsilon'])}" + (f" ({named})" if named else "")]
 
 
 def _shown(value: Any) -> Any:
