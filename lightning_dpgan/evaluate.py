@@ -68,6 +68,18 @@ from lightning_dpgan.run import check_same_schema, check_same_split, restore_rel
 from lightning_dpgan.run_folder import EVALUATION_FILES, IMAGE_EVALUATE_OPTIONS, LAST_CHECKPOINT, continue_command
 
 
+#: the warnings of the evaluation in progress (:func:`warn`), cleared as :func:`evaluate_run` starts
+said_warnings: list[str] = []
+
+
+def warn(message: str) -> None:
+    """Print an evaluation warning and keep it for ``report.md``: a 0.5 AUROC reads as the table's
+    failure only beside "the synthetic label holds 1 of its 2 classes", and the one who reads the
+    report may never have seen the console."""
+    said_warnings.append(message)
+    print(f"evaluate: warning: {message}", file=sys.stderr)
+
+
 def read_run_file(path: Path, parse: Any) -> Any:
     """``parse`` of a run file's text; a damaged file (cut short, edited by hand) is refused by
     name, with the parser's first line, before any evaluation work."""
@@ -105,9 +117,9 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
                                 "there any more: pass evaluate --data-dir with the folder that holds the data now")
     info = checkpoint_of_this_run(run_dir, config)
     if info is None:
-        print(f"evaluate: warning: {run_dir} has no {LAST_CHECKPOINT}: the data, its schema and the split are read as "
-              f"{config_path} names them now, not checked against those the run trained on (its checkpoint keeps "
-              "them); put the checkpoint back to have them checked", file=sys.stderr)
+        warn(f"{run_dir} has no {LAST_CHECKPOINT}: the data, its schema and the split are read as "
+             f"{config_path} names them now, not checked against those the run trained on (its checkpoint keeps "
+             "them); put the checkpoint back to have them checked")
     elif privacy is not None:
         check_privacy_report_of_this_run(run_dir, privacy, info)
     cls = registry.lookup("dataset", config["data"]["name"]).load()
@@ -215,6 +227,7 @@ def evaluate_run(
     :data:`DEFAULT_CNN_EPOCHS`) and ``device`` (default cpu) are an image run's: refused for a
     table run, which is scored on its ``synthetic.csv`` as written."""
     run_dir = Path(run_dir)
+    said_warnings.clear()
     privacy_path = run_dir / "privacy.json"
     privacy = read_run_file(privacy_path, json.loads) if privacy_path.is_file() else None
     if privacy is not None and not isinstance(privacy, dict):
@@ -300,8 +313,8 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
     if privacy is not None:
         results = {"epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"), **results}
     else:  # an interrupted or failed run: its report must not read as a finished one's
-        print(f"evaluate: warning: {run_dir} has no privacy.json (the run did not finish writing its outputs): "
-              "the report states no privacy guarantee", file=sys.stderr)
+        warn(f"{run_dir} has no privacy.json (the run did not finish writing its outputs): "
+             "the report states no privacy guarantee")
     results = {key: _plain(value) for key, value in results.items()}
     if "utility/synthetic_label_classes" in results:
         _warn_of_missing_label_classes(results, datamodule.schema)
@@ -314,7 +327,7 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
                   "(logs/metrics.csv), and this run logged elsewhere (--logger tensorboard or wandb: see their "
                   "dashboards) or logged no epsilon", file=sys.stderr)
     replaced = [name for name in (EVALUATION_FILES[split], *(("report.md",) if report else ())) if (run_dir / name).exists()]
-    text = render_report(run_dir, results, privacy, figures) if report else None
+    text = render_report(run_dir, results, privacy, figures, said_warnings) if report else None
     write_json(run_dir / EVALUATION_FILES[split], results)
     if text is not None:
         _publish_figures(run_dir)
@@ -334,8 +347,8 @@ def _warn_of_missing_label_classes(results: dict[str, Any], schema: Any) -> None
     consequence = ("every classifier trained on it (setting B) is degenerate: it predicts that class, so its "
                    "AUROC is 0.5 by construction" if present == 1 else
                    "the classifiers trained on it (setting B) never predict the missing ones")
-    print(f"evaluate: warning: the synthetic label {schema.label!r} holds {present} of its "
-          f"{schema.label_column.width} classes: {consequence}", file=sys.stderr)
+    warn(f"the synthetic label {schema.label!r} holds {present} of its "
+         f"{schema.label_column.width} classes: {consequence}")
 
 
 #: Fewer held-out rows of a class than this, and the AUROCs rest on a handful of rows: said.
@@ -351,14 +364,14 @@ def _warn_of_a_thin_held_out_class(real_test: pd.DataFrame, schema: Any) -> dict
     absent = [name for name, count in counts.items() if count == 0]
     thin = {name: count for name, count in counts.items() if 0 < count < THIN_CLASS_ROWS}
     if absent:
-        print(f"evaluate: warning: the {len(real_test)} held-out rows hold no row of class "
-              f"{', '.join(map(repr, absent))} of the label {schema.label!r}: the AUROC and AUPRC of settings A "
-              "and B are undefined there (n/a), and accuracy is the other classes' share. Hold out more rows "
-              "(--data.test_fraction) or train on a larger file", file=sys.stderr)
+        warn(f"the {len(real_test)} held-out rows hold no row of class "
+             f"{', '.join(map(repr, absent))} of the label {schema.label!r}: the AUROC and AUPRC of settings A "
+             "and B are undefined there (n/a), and accuracy is the other classes' share. Hold out more rows "
+             "(--data.test_fraction) or train on a larger file")
     elif thin:
         listed = ", ".join(f"{count} of class {name!r}" for name, count in thin.items())
-        print(f"evaluate: warning: the {len(real_test)} held-out rows hold only {listed} (label {schema.label!r}): "
-              "the AUROCs of settings A and B rest on those few rows", file=sys.stderr)
+        warn(f"the {len(real_test)} held-out rows hold only {listed} (label {schema.label!r}): "
+             "the AUROCs of settings A and B rest on those few rows")
     return counts
 
 
@@ -371,8 +384,8 @@ def _warn_of_unfitted_classifiers(settings: dict[str, Any]) -> None:
                     if scores["degenerate"] and scores["degenerate_reason"] != "one label class"}
         if unfitted:
             listed = "; ".join(f"{name} {reason}" for name, reason in unfitted.items())
-            print(f"evaluate: warning: setting {setting}: {listed}. Each is scored as a constant prediction "
-                  "(its training table's class shares: AUROC 0.5), kept in the averages", file=sys.stderr)
+            warn(f"setting {setting}: {listed}. Each is scored as a constant prediction "
+                 "(its training table's class shares: AUROC 0.5), kept in the averages")
 
 
 def _publish_figures(run_dir: Path) -> None:
@@ -495,8 +508,8 @@ def refuse_unencodable(synthetic: pd.DataFrame, schema: Any) -> None:
     clipped = {name: counts["below"] + counts["above"] for name, counts in report.clipped.items()
                if counts["below"] + counts["above"]}
     if clipped:  # train never writes such values: a table made elsewhere, or edited
-        print(f"evaluate: warning: the synthetic table holds values outside the schema's bounds (per column: {clipped}); "
-              "they are scored clipped to the bounds, as training encodes its rows", file=sys.stderr)
+        warn(f"the synthetic table holds values outside the schema's bounds (per column: {clipped}); "
+             "they are scored clipped to the bounds, as training encodes its rows")
 
 
 def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,

@@ -575,6 +575,7 @@ def test_a_synthetic_label_left_with_one_class_is_counted_and_named_in_a_warning
     both = read_json(run / "evaluation.json")
     assert both["utility/synthetic_label_classes"] == 2
     assert "synthetic label" not in capsys.readouterr().err
+    assert "synthetic label" not in (run / "report.md").read_text()
 
     synthetic.assign(income="<=50K").to_csv(run / "synthetic.csv", index=False)
     assert main(["evaluate", "--run", str(run)]) == 0
@@ -584,7 +585,13 @@ def test_a_synthetic_label_left_with_one_class_is_counted_and_named_in_a_warning
     assert all(one[f"utility/B_auroc/{name}"] == 0.5 for name in CLASSIFIERS)
     err = capsys.readouterr().err
     assert "the synthetic label 'income' holds 1 of its 2 classes" in err and "is degenerate" in err
-    assert "| `utility/synthetic_label_classes` | 1 |" in (run / "report.md").read_text()
+    report = (run / "report.md").read_text()
+    assert "| `utility/synthetic_label_classes` | 1 |" in report
+    # where the 0.5 is read: the warning is in the report too, before the figures it explains
+    warnings = report.split("## Warnings\n\n")[1].split("## Measured")[0]
+    assert "- the synthetic label 'income' holds 1 of its 2 classes" in warnings
+    assert main(["evaluate", "--run", str(run)]) == 0  # a second evaluation's report has its own warnings alone
+    assert (run / "report.md").read_text().count("holds 1 of its 2 classes") == 1
 
 
 def test_a_collapsed_table_of_one_repeated_row_is_scored_not_a_crash(tmp_path, capsys):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -123,9 +123,11 @@ def write_report_text(run_dir: Path, text: str) -> Path:
 
 
 def render_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping[str, Any] | None,
-                  figures: Mapping[str, str]) -> str:
+                  figures: Mapping[str, str], warnings: Sequence[str] = ()) -> str:
     """The text of ``report.md``, made before any of the evaluation's files is written: a report
-    that cannot be made must leave the earlier evaluation's files as they were."""
+    that cannot be made must leave the earlier evaluation's files as they were. ``warnings`` are
+    the evaluation's own (a label class the synthetic table lacks, a thin held-out class), put
+    before the figures they qualify."""
     config_path = run_dir / "config.yaml"
     lines = [f"# Run report: {run_dir.name}", "", f"> {_not_for_publishing(privacy)}", ""]
     if privacy:
@@ -147,6 +149,8 @@ def render_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping
                          "not itself differentially private; the epsilon data independent is the bound that holds "
                          "whatever the votes")
         lines.append("")
+    if warnings:
+        lines += ["## Warnings", "", *(f"- {warning}" for warning in warnings), ""]
     lines += ["## Measured", "", "| measure | value |", "|---|---|"]
     for key, value in evaluation.items():
         if key not in ("epsilon", "delta") and key.count("/") <= 1:
