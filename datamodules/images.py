@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from pathlib import Path
@@ -125,6 +126,16 @@ class IDXImageDataModule(L.LightningDataModule):
         if self.test_dataset is None:
             self.test_dataset = self._load_split("test")
 
+    def train_rows_digest(self) -> str:
+        """SHA-256 of the training images and labels as they are trained on (after the dev split).
+        The checkpoint keeps it (private, like the images), so that ``evaluate`` can tell that the
+        files under a run changed after training: its membership figures would be of other images."""
+        self.setup()
+        images, labels = self.train_dataset.tensors
+        digest = hashlib.sha256(images.contiguous().numpy().tobytes())
+        digest.update(labels.contiguous().numpy().tobytes())
+        return digest.hexdigest()
+
     def held_out(self, split: str = "test") -> TensorDataset:
         """The records a run is scored on: the ``"test"`` split, or the ``"dev"`` records held
         out of the train split (only when the run was trained with ``dev_fraction``)."""
@@ -218,6 +229,8 @@ class IDXImageDataModule(L.LightningDataModule):
                 f"{images_path}: expected uint8 images of shape (N, {self.data_shape[1]}, "
                 f"{self.data_shape[2]}), got {images.dtype} of shape {images.shape}."
             )
+        if not np.issubdtype(labels.dtype, np.integer):  # a float class (3.7, NaN) would be cast or crash a net
+            raise DataIntegrityError(f"{labels_path}: expected integer class labels, got {labels.dtype}.")
         if labels.ndim != 1 or len(labels) != len(images):
             raise DataIntegrityError(
                 f"{labels_path} holds labels of shape {labels.shape} for the {len(images)} "

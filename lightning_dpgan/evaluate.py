@@ -153,15 +153,16 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
 
 
 def check_same_training_rows(datamodule: Any, info: dict[str, Any] | None, config_path: Path) -> None:
-    """Refuse to score a table run against training rows other than those it trained on (the
-    file edited or replaced since): its utility and membership figures would be of other rows.
-    The checkpoint's digest of them is compared (runs trained before it was kept are not)."""
+    """Refuse to score a run against training records other than those it trained on (the file
+    edited or replaced since, another dataset's images under its data folder): its utility and
+    membership figures would be of other records. The checkpoint's digest of them is compared
+    (runs trained before it was kept, image runs before 2026-11-30, are not)."""
     saved = (info or {}).get("train_rows_digest")
     if saved is None or not hasattr(datamodule, "train_rows_digest") or datamodule.train_rows_digest() == saved:
         return
-    raise ValueError(f"the training rows of {datamodule.name} are not those this run trained on (its checkpoint keeps "
+    raise ValueError(f"the training records of {datamodule.name} are not those this run trained on (its checkpoint keeps "
                      "their digest): the data changed after training, and the utility and membership figures would "
-                     f"be of other rows. Restore the data the run was trained on (see {config_path})")
+                     f"be of other records. Restore the data the run was trained on (see {config_path})")
 
 
 def check_privacy_report_of_this_run(run_dir: Path, privacy: dict[str, Any], info: dict[str, Any]) -> None:

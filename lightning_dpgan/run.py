@@ -555,12 +555,13 @@ class Run:
         # The checkpoint's module is the synthesizer's: `sample` rebuilds it by this name.
         module.run_info = {"model": model_name(self.config), "dataset": self.config["data"]["name"],
                            "split": split_settings(self.datamodule), "privacy": self.config["privacy"]["name"]}
+        # PRIVATE_RUN_INFO, the checkpoint's only: evaluate checks that the data it reads is what was trained on
+        module.run_info["train_rows_digest"] = self.datamodule.train_rows_digest()
         if not self.is_image:
             # Public by construction (or paid for with the DP-bounds budget): `sample` needs it to decode.
             module.run_info["schema"] = self.datamodule.schema.to_dict()
             module.run_info["preprocessing_cost"] = self.datamodule.privacy_cost()
             module.run_info["release_settings"] = release_settings(self.datamodule, self.quail)
-            module.run_info["train_rows_digest"] = self.datamodule.train_rows_digest()  # PRIVATE_RUN_INFO: the checkpoint only
             if getattr(self.datamodule, "table_transformer", None) is not None:
                 # DP modes and frequencies (their cost is in preprocessing_cost): needed to decode.
                 module.run_info["table_transformer"] = self.datamodule.table_transformer.to_dict()

@@ -1072,7 +1072,7 @@ def test_evaluate_refuses_training_rows_changed_since_the_run(tmp_path, capsys, 
     edited = pd.read_csv(csv)
     edited["label"] = edited["label"].map({"no": "yes", "yes": "no"})
     edited.to_csv(csv, index=False)
-    assert_refused(["evaluate", "--run", str(out)], capsys, "the training rows of csv are not those this run trained on",
+    assert_refused(["evaluate", "--run", str(out)], capsys, "the training records of csv are not those this run trained on",
                    str(out / "config.yaml"))
     assert not (out / "evaluation.json").exists()
     table().to_csv(csv, index=False)  # the rows it trained on, restored

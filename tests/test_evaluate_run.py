@@ -61,6 +61,21 @@ def test_train_with_evaluate_writes_image_utility_and_risk(tiny_image_data_dir, 
         assert again[key] == evaluation[key], key
 
 
+def test_an_image_run_is_not_scored_against_other_images_than_it_trained_on(tiny_image_data_dir, tmp_path, capsys):
+    """Another dataset's files under --data-dir (custom files are read unchecked) were scored as if
+    the run had trained on them: its membership attack and CNN accuracy of other images. The
+    checkpoint keeps a digest of the training images, as it does of a table's rows."""
+    run = tmp_path / "run"
+    assert main(tiny_run_args(tiny_image_data_dir, run, steps=2)) == 0
+    other = tiny_image_data_dir / "fashion-mnist"  # the same file names, other images
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(run), "--data-dir", str(other)]) == 2
+    assert "the training records of mnist are not those this run trained on" in capsys.readouterr().err
+    assert not (run / "evaluation.json").exists()
+    assert main(["evaluate", "--run", str(run), "--data-dir", str(tiny_image_data_dir), "-n", "20",
+                 "--cnn-epochs", "1"]) == 0
+
+
 def test_evaluation_draws_its_images_a_chunk_at_a_time_with_every_class_balanced(tiny_image_data_dir, tmp_path,
                                                                                  monkeypatch):
     """The generator is called a chunk at a time (160 images in chunks of 64: 64, 64, 32) and the

@@ -256,3 +256,12 @@ def test_read_idx_reads_type_0x09_as_signed_bytes(tmp_path: Path, write_idx) -> 
 
     assert loaded.dtype == np.int8
     np.testing.assert_array_equal(loaded, values)
+
+
+def test_a_header_whose_shape_overflows_an_int64_is_refused_naming_the_file(tmp_path: Path) -> None:
+    """(2^31, 2^31, 4) elements wrap an int64 product to 0, which an empty payload then matched:
+    numpy's reshape error named no file. The byte count is Python's, exact."""
+    path = tmp_path / "forged-idx3-ubyte"
+    path.write_bytes((0x0803).to_bytes(4, "big") + b"".join(size.to_bytes(4, "big") for size in (2**31, 2**31, 4)))
+    with pytest.raises(DataIntegrityError, match=f"{path.name}: header announces shape .* \\({2**64} payload bytes\\)"):
+        read_idx(path)

@@ -229,7 +229,10 @@ def test_prepare_data_download_failure_explains_how_to_provide_files(tiny_image_
      r"expected uint8 images of shape \(N, 28, 28\), got uint8 of shape \(40, 32, 32\)"),
     (np.zeros((40, 28, 28), dtype=np.uint8), np.zeros((40, 1), dtype=np.uint8),
      r"holds labels of shape \(40, 1\) for the 40 images"),
-], ids=["float-pixels", "32x32-images", "2d-labels"])
+    # a float class was cut to an integer (3.7 trained as 3), and NaN passed the range check to crash a net
+    (np.zeros((40, 28, 28), dtype=np.uint8), np.full(40, 3.7), r"expected integer class labels, got float64"),
+    (np.zeros((40, 28, 28), dtype=np.uint8), np.full(40, np.nan), r"expected integer class labels, got float64"),
+], ids=["float-pixels", "32x32-images", "2d-labels", "float-labels", "nan-labels"])
 def test_idx_files_that_parse_but_are_not_28x28_bytes_and_flat_labels_are_rejected(
         tiny_image_data_dir: Path, tmp_path: Path, write_idx, images, labels, message) -> None:
     """A valid IDX file of another dataset (CIFAR-sized images, float pixels, one-hot-like 2-D

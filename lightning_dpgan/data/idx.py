@@ -6,6 +6,7 @@ dimension, then the row-major payload in big-endian order. See http://yann.lecun
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 import zlib
@@ -32,7 +33,7 @@ def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
     """
     data = _read_all(path)
     dtype, shape, offset = _parse_header(path, data)
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(shape) * dtype.itemsize  # Python integers: a forged header's shape wraps an int64
     actual = len(data) - offset
     if actual != expected:
         raise DataIntegrityError(
