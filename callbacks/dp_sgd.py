@@ -66,14 +66,18 @@ class DPSGD(CalibratedNoiseStrategy):
         self.grad_sample_mode = grad_sample_mode
         self.sample_rate: float | None = None
 
+    def check_batch_size(self, batch_size: int, train_records: int) -> None:
+        """The sample rate batch / records is a probability: a batch above the records has none."""
+        if batch_size > train_records:
+            raise ValueError(f"--batch-size {batch_size} exceeds the {train_records} training records")
+
     # ----------------------------------------------------------------- install
     def install(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if getattr(pl_module.hparams, "gradient_penalty", 0):
             raise ValueError("dp-sgd cannot clip per-record gradients of a gradient penalty: set --model.gradient_penalty 0")
         datamodule = trainer.datamodule
         batch_size = datamodule.hparams.batch_size
-        if batch_size > self.train_records:
-            raise ValueError(f"--batch-size {batch_size} exceeds the {self.train_records} training records")
+        self.check_batch_size(batch_size, self.train_records)
         self.sample_rate = batch_size / self.train_records
         self.accountant = OpacusAccountant(self.accountant_kind)
         if self.noise_multiplier is None:

@@ -107,6 +107,11 @@ class PrivacyStrategy(L.Callback):
         raise PrivacyBudgetExhausted(reason)
 
     # -------------------------------------------------------------- checks
+    def check_batch_size(self, batch_size: int, train_records: int) -> None:
+        """Refuse a batch this strategy cannot draw from ``train_records`` records. Every batch
+        size is fine by default (a batch above the records takes them all); QUAIL asks before its
+        label model spends budget, the strategy itself again when it is installed."""
+
     def check_compatible(self, module: Any) -> None:
         """Refuse a module (or a module class: ``train`` checks before building it) that lacks
         this strategy's slot, naming the models that have it."""

@@ -627,6 +627,8 @@ class Run:
             self.datamodule.prepare_data()
             self.datamodule.setup("fit")
             delta = validate_delta(self.strategy.delta or DEFAULT_DELTA, self.datamodule.train_size)
+            # the synthesizer's own refusal, before the label model spends its share on a run refused anyway
+            self.strategy.check_batch_size(self.datamodule.hparams.batch_size, self.datamodule.train_size)
             labeler = self.quail.fit_labeler(
                 self.datamodule, self.strategy.target_epsilon, delta, self.strategy.neighbours, seed=self.config["seed"])
         if self.quail.split != labeler.cost["split"]:

@@ -738,3 +738,17 @@ def test_quail_delta_not_below_one_over_n_is_refused_before_the_label_model_trai
     assert "is not below 1/n" in capsys.readouterr().err
     assert not fitted, "the label model was trained with a delta >= 1/n"
     assert not (tmp_path / "run" / "privacy.json").exists()
+
+
+def test_a_batch_above_the_training_records_is_refused_before_the_label_model_trains(tmp_path, capsys, monkeypatch):
+    """DP-SGD's sample rate (batch / records) must be a probability: its strategy refused the batch
+    only when installed, after QUAIL's label model had trained on the rows (wasted work on a run
+    refused anyway). A PATE synthesizer takes any batch, so its label model still trains."""
+    from lightning_dpgan import quail as quail_module
+
+    fitted = record_calls(monkeypatch, quail_module.QUAIL, "fit_labeler")
+    args = quail_args(tmp_path / "run", "dpctgan", "adult", 2, 8.0)
+    args[args.index("--batch-size") + 1] = "1000"
+    assert main(args) == 2
+    assert "--batch-size 1000 exceeds the" in capsys.readouterr().err
+    assert not fitted, "the label model was trained for a batch the synthesizer refuses"
