@@ -25,7 +25,7 @@ import torch
 import yaml
 
 from lightning_dpgan import run_folder
-from lightning_dpgan.canary_audit import run_audit
+from lightning_dpgan.canary_audit import balanced_assignment, run_audit
 from lightning_dpgan.cli import build_config
 
 TRAIN_RECORDS = 6
@@ -63,6 +63,13 @@ def main() -> None:
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.25, 1.0, 2.0])
     parser.add_argument("--out-dir", type=Path, default=Path("runs/canary_audit"))
     args = parser.parse_args()
+    try:  # refused before any output: each audit would stop at its first trial with a traceback
+        balanced_assignment(args.trials, np.random.default_rng(0))
+    except ValueError as error:
+        parser.error(str(error))
+    repeated = sorted({f"{e:g}" for e in args.epsilons if sum(f"{o:g}" == f"{e:g}" for o in args.epsilons) > 1})
+    if repeated:  # one folder each: the second audit of an epsilon would write over the first's trials
+        parser.error(f"--epsilons repeats {', '.join(repeated)}: give each epsilon once")
     variants = (("sound", None), ("no noise", without_noise))
     held = [folder for folder in (audit_folder(args.out_dir, epsilon, variant) for epsilon in args.epsilons
                                   for variant, _ in variants)

@@ -326,7 +326,10 @@ class CanaryAudit:
     def summary(self) -> str:
         claimed = "unbounded" if self.claimed_epsilon is None else f"{self.claimed_epsilon:.4g}"
         verdict = "consistent" if self.consistent else "VIOLATION: the claimed epsilon is too small"
-        return (f"audit: epsilon_lower {self.epsilon_lower:.3f} vs training's claimed {claimed} (delta {self.delta:g}, "
+        lower = f"{self.epsilon_lower:.4g}"  # the claim's precision: a violation never reads as two equal figures
+        if claimed == lower and not self.consistent:
+            lower, claimed = f"{self.epsilon_lower:.10g}", f"{self.claimed_epsilon:.10g}"
+        return (f"audit: epsilon_lower {lower} vs training's claimed {claimed} (delta {self.delta:g}, "
                 f"{self.confidence:.0%} confidence; TP {self.true_positives}/{self.trials_per_side}, "
                 f"FP {self.false_positives}/{self.trials_per_side}; a perfect test could show at most "
                 f"{self.largest_detectable_epsilon:.3f}): {verdict}")

@@ -463,6 +463,26 @@ def test_the_full_size_benchmark_refuses_an_out_dir_holding_an_audit_before_any_
     assert f"{tmp_path / 'eps1_no_noise'} holds an audit already: choose another --out-dir" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--trials", "2", "--epsilons", "1", "1.0"], "--epsilons repeats 1: give each epsilon once"),
+    (["--trials", "0", "--epsilons", "1"], "--trials must be even and at least 2"),
+    (["--trials", "3", "--epsilons", "1"], "--trials must be even and at least 2"),
+], ids=["repeated-epsilon", "no-trials", "odd-trials"])
+def test_the_full_size_benchmark_refuses_a_repeated_epsilon_or_odd_trials_before_any_output(
+        tmp_path, monkeypatch, capsys, argv, message):
+    """1 and 1.0 share one folder: the second audit wrote its trials over the first's while the
+    table printed both. An odd --trials stopped the first audit with a traceback, after the data."""
+    from test_dev_split import load_benchmark_script
+
+    script = load_benchmark_script("canary_audit")
+    trained = record_calls(monkeypatch, script, "run_audit")
+    monkeypatch.setattr("sys.argv", ["canary_audit.py", *argv, "--out-dir", str(tmp_path / "out")])
+    with pytest.raises(SystemExit) as stop:
+        script.main()
+    assert stop.value.code == 2 and trained == [] and not (tmp_path / "out").exists()
+    assert message in capsys.readouterr().err
+
+
 # ------------------------------------------------ the statistics, recomputed independently
 def binomial_tail_at_least(k, n, p):
     return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
@@ -591,6 +611,24 @@ def test_by_default_half_as_many_calibration_trials_choose_the_threshold(tiny_ta
     assert len(report["calibration"]) == calibration and report["trials"] == len(report["per_trial"]) == trials
     assert [t["canary"] for t in report["calibration"]].count(True) == calibration // 2
     assert "chosen on %d separate calibration trials" % calibration in report["threshold_rule"]
+
+
+def test_a_violation_never_reads_as_two_equal_figures():
+    """The lower bound was printed to 3 decimals and the claim to 4 significant digits: a bound of
+    1.02190 above a claim of 1.0219 read "1.022 vs 1.022: VIOLATION"."""
+    from types import SimpleNamespace
+
+    from lightning_dpgan.canary_audit import CanaryAudit
+
+    def summary(lower, claimed):
+        audit = SimpleNamespace(claimed_epsilon=claimed, epsilon_lower=lower, consistent=lower <= claimed, delta=1e-5,
+                                confidence=0.95, true_positives=12, false_positives=0, trials_per_side=12,
+                                largest_detectable_epsilon=1.022)
+        return CanaryAudit.summary(audit)
+
+    assert "epsilon_lower 1.021904 vs training's claimed 1.0219 " in summary(1.021904, 1.0219)
+    assert "epsilon_lower 0.844 vs training's claimed 0.25 " in summary(0.844, 0.25)
+    assert "epsilon_lower 0.2 vs training's claimed 0.25 " in summary(0.2, 0.25) and "consistent" in summary(0.2, 0.25)
 
 
 def test_an_unbounded_training_claim_reads_unbounded_not_infinity(tiny_table, tmp_path, monkeypatch):
