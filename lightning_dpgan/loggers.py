@@ -19,6 +19,7 @@ from typing import Any
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 
 from lightning_dpgan.config import ConfigError, init_arguments
+from lightning_dpgan.error_text import first_line
 
 #: logger settings the W&B flags set (``--wandb-project`` is ``logger.project``, ...)
 WANDB_FLAGS = {"project": "--wandb-project", "entity": "--wandb-entity", "run_name": "--wandb-name"}
@@ -83,6 +84,19 @@ def _wandb_logger(save_dir: Path, options: dict[str, Any], run_name: str) -> Log
     options.setdefault("settings", wandb.Settings(console="off"))
     save_dir.mkdir(parents=True, exist_ok=True)
     return WandbLogger(save_dir=str(save_dir), **options)
+
+
+def log_run_config(logger: Logger, run_config: dict[str, Any]) -> None:
+    """The run's configuration, the first thing a logger is given. W&B starts its run here: a
+    server it cannot reach (an API key, no network) took about two minutes to end in wandb's
+    traceback; it is said as such, with the offline way out, before any training step."""
+    try:
+        logger.log_hyperparams({"run_config": run_config})
+    except Exception as error:
+        if not type(error).__module__.startswith("wandb"):
+            raise
+        raise ConfigError(f"W&B could not start its run ({first_line(error)}). Without a network, set WANDB_MODE=offline "
+                          "to log locally and upload later with `wandb sync`; or log with --logger csv") from error
 
 
 def _has_wandb_credentials() -> bool:

@@ -44,7 +44,7 @@ from lightning_dpgan.ddp import PRIVATE_TRAINER_STRATEGIES, PrivateDDPStrategy, 
 from lightning_dpgan.distributed import launched_as_follower, rows_per_process
 from lightning_dpgan.error_text import first_line
 from lightning_dpgan.lineage import extended_lineage, new_run_id
-from lightning_dpgan.loggers import build_logger, publish_run
+from lightning_dpgan.loggers import build_logger, log_run_config, publish_run
 from lightning_dpgan.data.download import default_data_dir
 from lightning_dpgan.data.schema import TableSchema, encoding_layout
 from lightning_dpgan.data.table_transformer import TableTransformer
@@ -798,7 +798,7 @@ class Run:
 
     def _fit_and_write(self) -> None:
         if self.trainer.logger is not None:
-            self.trainer.logger.log_hyperparams({"run_config": with_absolute_paths(self.config)})
+            log_run_config(self.trainer.logger, with_absolute_paths(self.config))
         started = time.perf_counter()
         try:
             self.trainer.fit(self.module, datamodule=self.datamodule, ckpt_path=self.config["resume"])

@@ -764,6 +764,24 @@ def test_wandb_without_a_key_or_mode_falls_back_to_offline_with_a_warning(tiny_i
     assert b"loss/discriminator" in _wandb_record_log(out)
 
 
+def test_wandb_that_cannot_reach_its_server_is_a_clear_error_and_leaves_no_run_folder(
+        tiny_image_data_dir, tmp_path, monkeypatch, capsys):
+    """An API key and no network: wandb.init gave up after about two minutes with its own
+    traceback. Said in one line with the offline way out; training never started."""
+    import wandb
+
+    def unreachable(self, params):
+        raise wandb.errors.CommError("Failed to get resume status\ndial tcp: lookup api.wandb.ai: no such host")
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setattr("lightning.pytorch.loggers.WandbLogger.log_hyperparams", unreachable)
+    out = tmp_path / "run"
+    assert main(tiny_run_args(tiny_image_data_dir, out, steps=2) + ["--logger", "wandb"]) == 2
+    error = capsys.readouterr().err
+    assert "W&B could not start its run (Failed to get resume status)" in error and "WANDB_MODE=offline" in error
+    assert not out.exists()
+
+
 def test_a_non_private_gan_under_another_lightning_strategy_is_refused_before_anything_is_written(
         tiny_image_data_dir, tmp_path, capsys):
     """ddp_spawn wraps the module in DistributedDataParallel, which refuses a GAN's alternating
