@@ -292,12 +292,13 @@ def build_config(argv: list[str]) -> dict[str, Any]:
     from lightning_dpgan.distributed import launched_as_follower
 
     argv = attach_negative_values(argv)
-    for note in settings_given_twice(argv):
-        if not launched_as_follower():  # each process of a DDP run reads the command line
-            print(f"train: note: {note}", file=sys.stderr)
+    notes = settings_given_twice(argv)
     args, extra = _train_parser().parse_known_args(argv)
     flags = {key: value for key, value in vars(args).items() if key != "config"}
-    config = resolve(flags, parse_overrides(extra), config_file=args.config)
+    config = resolve(flags, parse_overrides(extra), config_file=args.config, notes=notes)
+    for note in notes:
+        if not launched_as_follower():  # each process of a DDP run reads the command line
+            print(f"train: note: {note}", file=sys.stderr)
     for kind, section in (("model", "model"), ("dataset", "data")):
         if not config[section]["name"]:
             raise ConfigError(f"--{kind} is required{_resume_hint(config.get('resume'))}. "

@@ -216,8 +216,10 @@ def _preset_for(preset: dict[str, Any], privacy: str | None) -> dict[str, Any]:
     return preset
 
 
-def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str | None = None) -> dict[str, Any]:
-    """Build the run configuration from every source (see the module docstring)."""
+def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str | None = None,
+            notes: list[str] | None = None) -> dict[str, Any]:
+    """Build the run configuration from every source (see the module docstring); what the
+    command line set aside of the config file is said in ``notes``."""
     user = load_yaml(config_file) if config_file else {}
     if config_file:
         check_config_file(user, config_file)
@@ -227,6 +229,7 @@ def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str |
             set_dotted(cli, FLAG_KEYS[flag], value)
     for dotted, value in overrides.items():
         set_dotted(cli, dotted, value)
+    user = _without_another_loggers_settings(user, cli, config_file, [] if notes is None else notes)
     model = get_dotted(cli, "model.name") or get_dotted(user, "model.name")
     dataset = get_dotted(cli, "data.name") or get_dotted(user, "data.name")
     privacy = get_dotted(cli, "privacy.name") or get_dotted(user, "privacy.name")
@@ -252,6 +255,21 @@ def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str |
     config["presets"] = presets
     check_top_level(config)
     return config
+
+
+def _without_another_loggers_settings(user: dict[str, Any], cli: dict[str, Any], path: str | None,
+                                      notes: list[str]) -> dict[str, Any]:
+    """A config file's logger settings are its logger's: a run that picks another (``--logger csv``
+    over a W&B run's config.yaml, on a machine without wandb) leaves them out, with a note. Kept,
+    they were refused as W&B flags the user never typed, and only an edit of the file got past."""
+    chosen, section = get_dotted(cli, "logger.name"), user.get("logger")
+    if not chosen or not isinstance(section, dict) or section.get("name", CODE_DEFAULTS["logger"]["name"]) == chosen:
+        return user
+    dropped = [f"logger.{key}" for key in section if key != "name" and get_dotted(cli, f"logger.{key}") is None]
+    if dropped:
+        notes.append(f"--logger {chosen} replaces the logger {section.get('name')} of {path}: its settings "
+                     f"{', '.join(dropped)} are left out")
+    return {**user, "logger": {}}
 
 
 def with_absolute_paths(config: dict[str, Any]) -> dict[str, Any]:

@@ -255,3 +255,19 @@ def test_each_private_model_defaults_to_its_papers_privacy_strategy():
                 "gswgan": "sanitizer", "dpsactgan": "sanitizer", "gan": "none", "wgan": "none", "ctgan": "none"}
     for model, strategy in expected.items():
         assert privacy_name({"privacy": {"name": None}}, lookup("model", model).load()) == strategy, model
+
+
+def test_another_logger_than_the_config_files_leaves_its_settings_out_with_a_note(tmp_path):
+    """A W&B run's config.yaml rerun with --logger csv was refused for "--wandb-project,
+    --wandb-name set", flags the user never typed; only editing the file got past."""
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"model": {"name": "gan"}, "data": {"name": "adult"},
+                                    "logger": {"name": "wandb", "project": "p", "run_name": "r"}}))
+    notes: list[str] = []
+    config = resolve({"logger": "csv"}, {}, config_file=str(path), notes=notes)
+    assert config["logger"] == {"name": "csv"}
+    assert notes == [f"--logger csv replaces the logger wandb of {path}: its settings logger.project, logger.run_name "
+                     "are left out"]
+    kept: list[str] = []  # the file's own logger, or none chosen: its settings stand
+    assert resolve({"logger": "wandb"}, {}, config_file=str(path), notes=kept)["logger"]["project"] == "p"
+    assert resolve({}, {}, config_file=str(path), notes=kept)["logger"]["run_name"] == "r" and kept == []
