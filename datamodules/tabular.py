@@ -610,10 +610,12 @@ class TabularDataModule(L.LightningDataModule):
         cached = self._cache_folder() / remote.name
         if cached.is_file() and not self.hparams.download:
             verify_file(cached, remote)
+            warn_downloading(self.name, [remote.name], self.data_dir, self._cache_folder(), cached=True)
             return cached
         if not self.hparams.download:
             raise DatasetNotFoundError(self._not_found_message([remote.name], "download=False"))
         if cached.is_file() and is_valid_copy(cached, remote):
+            warn_downloading(self.name, [remote.name], self.data_dir, self._cache_folder(), cached=True)
             return cached
         warn_downloading(self.name, [remote.name], self.data_dir, self._cache_folder())
         try:

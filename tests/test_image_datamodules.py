@@ -290,3 +290,18 @@ def test_downloads_without_a_data_dir_are_not_warned_about(
         _module_pinned_to(source, [source.as_uri()])(data_dir=None, cache_dir=tmp_path / "cache").prepare_data()
     assert "not found in" not in caplog.text
     assert sorted(p.name for p in (tmp_path / "cache" / "tiny").iterdir()) == sorted(FILE_NAMES)
+
+
+def test_a_file_the_data_dir_lacks_read_from_the_cache_is_warned_of_as_a_download_is(
+        tiny_image_data_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """--data-dir held the train files alone: the test files came from an earlier download in the
+    cache without a word, so custom training files were scored against the official test split."""
+    data_dir, cache = tmp_path / "mine", tmp_path / "cache" / "mnist"
+    data_dir.mkdir()
+    shutil.copytree(tiny_image_data_dir / "mnist", cache)
+    for name in FILE_NAMES[:2]:  # the train images and labels
+        shutil.copy(tiny_image_data_dir / "mnist" / name, data_dir / name)
+    with caplog.at_level("WARNING"):
+        MNISTDataModule(data_dir=data_dir, cache_dir=tmp_path / "cache", verify_checksums=False).prepare_data()
+    assert f"{FILE_NAMES[2]}, {FILE_NAMES[3]} not found in {data_dir}" in caplog.text
+    assert f"reading the earlier download in {cache}" in caplog.text and FILE_NAMES[0] not in caplog.text

@@ -745,3 +745,15 @@ def test_a_restored_dp_schema_must_bring_its_label_and_what_it_cost(tmp_path):
     resumed.restore_schema(schema, {"epsilon": 9.0, "parts": {"schema": cost, "modes": {"epsilon": 6.0}}})
     assert resumed.estimates_schema is False and resumed.schema is schema
     assert resumed.privacy_cost() == cost  # the schema's part, reported again, not re-estimated
+
+
+def test_a_table_file_the_data_dir_lacks_read_from_the_cache_is_warned_of(tmp_path, monkeypatch, caplog):
+    """As a download is: the run reads the canonical copy, not a file of the user's folder."""
+    cache, mine = tmp_path / "cache", tmp_path / "mine"
+    shutil.copytree(FIXTURES / "adult_tiny", cache / "adult")
+    mine.mkdir()
+    monkeypatch.setattr(tabular_module, "verify_file", lambda path, remote: None)  # the tiny copy stands in
+    with caplog.at_level("WARNING"):
+        AdultDataModule(data_dir=mine, cache_dir=cache, download=False).setup()
+    assert f"adult.data not found in {mine}" in caplog.text
+    assert f"reading the earlier download in {cache / 'adult'}" in caplog.text

@@ -85,12 +85,14 @@ def data_folder(data_dir: str | os.PathLike[str] | None) -> Path | None:
     return folder
 
 
-def warn_downloading(dataset: str, names: Sequence[str], data_dir: Path | None, cache: Path) -> None:
-    """Say, as a warning, that files not found in the user's data folder are downloaded: the
-    run then trains on the canonical files, not on copies the user may think it read."""
+def warn_downloading(dataset: str, names: Sequence[str], data_dir: Path | None, cache: Path,
+                     cached: bool = False) -> None:
+    """Say, as a warning, that files not found in the user's data folder are downloaded (or, with
+    ``cached``, read from an earlier download): the run then trains on the canonical files, not
+    on copies the user may think it read."""
     if data_dir is not None and names:
-        log.warning("%s: %s not found in %s (nor its subfolder %s): downloading into %s", dataset,
-                    ", ".join(names), data_dir, dataset, cache)
+        log.warning("%s: %s not found in %s (nor its subfolder %s): %s %s", dataset, ", ".join(names), data_dir,
+                    dataset, "reading the earlier download in" if cached else "downloading into", cache)
 
 
 def open_decompressed(path: str | os.PathLike[str]) -> BinaryIO:
