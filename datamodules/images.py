@@ -210,11 +210,16 @@ class IDXImageDataModule(L.LightningDataModule):
             except DataIntegrityError as err:
                 in_cache = path == self._cache_folder() / remote.name
                 if in_cache and self.hparams.download:  # a damaged download: fetch checks it and downloads it again
-                    return fetch(remote, self._cache_folder())
+                    try:
+                        return fetch(remote, self._cache_folder())
+                    except DatasetNotFoundError as failed:  # no network: the damaged copy is the thing to name
+                        raise DatasetNotFoundError(
+                            f"{failed}\nThe cached copy {path} is damaged ({err}) and could not be downloaded again: "
+                            f"delete it, and pass `--data-dir DIR` pointing at the official {self.name} files") from err
                 remedy = "delete the file to download it again (or run with downloads allowed), " if in_cache else ""
                 raise DataIntegrityError(
-                    f"{err} To fix: {remedy}pass `--data-dir DIR` pointing at the official {self.name} files, or pass "
-                    "`--data.verify_checksums false` if you deliberately use custom files."
+                    f"{err} To fix: {remedy}pass `--data-dir DIR` pointing at the official {self.name} files, or train "
+                    "with `--data.verify_checksums false` if you deliberately use custom files."
                 ) from err
         return path
 

@@ -208,6 +208,19 @@ def test_a_damaged_cached_file_is_downloaded_again_when_downloads_are_allowed(
     assert damaged.read_bytes() == (source / FILE_NAMES[0]).read_bytes() and dm.train_size == 160
 
 
+def test_a_damaged_cached_file_that_cannot_be_downloaded_again_is_named(tiny_image_data_dir: Path, tmp_path: Path) -> None:
+    """No network and a cut-off file in the cache: the message said only that no mirror could be
+    reached, not which file was damaged and stays there."""
+    source = tiny_image_data_dir / "mnist"
+    _module_pinned_to(source, [source.as_uri()])(data_dir=None, cache_dir=tmp_path / "cache").prepare_data()
+    damaged = tmp_path / "cache" / "tiny" / FILE_NAMES[0]
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
+    offline = _module_pinned_to(source, [(tmp_path / "nowhere").as_uri()])(data_dir=None, cache_dir=tmp_path / "cache")
+    with pytest.raises(DatasetNotFoundError, match=f"The cached copy {damaged} is damaged .* could not be downloaded "
+                                                   "again: delete it, and pass `--data-dir DIR`"):
+        offline.setup()
+
+
 def test_prepare_data_download_failure_explains_how_to_provide_files(tiny_image_data_dir: Path, tmp_path: Path) -> None:
     unreachable = (tmp_path / "nowhere").as_uri()
     dm = _module_pinned_to(tiny_image_data_dir / "mnist", [unreachable])(cache_dir=tmp_path / "cache")
