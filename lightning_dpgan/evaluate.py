@@ -431,6 +431,9 @@ def _evaluate_images(run_dir: Path, datamodule: Any, held_out: Any, n: int | Non
     if labels is not None:
         cnn = cnn_accuracy(synthetic, labels, test_images, test_labels, epochs=cnn_epochs, seed=seed, device=device)
         results.update({"utility/cnn_accuracy": cnn["accuracy"], "utility/cnn_epochs": cnn_epochs})
+    else:  # said, or a --cnn-epochs given goes unused in silence
+        warn("the generator draws unlabelled images (--model.conditional false): no CNN accuracy, which trains on "
+             "labelled synthetic images; the membership attack alone is scored")
     attack = membership_inference(synthetic, train_images, test_images, seed=seed)
     return {**results, **_risk(attack)}
 

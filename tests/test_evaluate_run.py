@@ -76,6 +76,18 @@ def test_an_image_run_is_not_scored_against_other_images_than_it_trained_on(tiny
                  "--cnn-epochs", "1"]) == 0
 
 
+def test_an_unconditional_image_run_says_why_it_has_no_cnn_accuracy(tiny_image_data_dir, tmp_path, capsys):
+    """Its generator draws no labels, so there is nothing to train the CNN on: evaluation.json
+    simply lacked the figure, and a --cnn-epochs given went unused without a word."""
+    run = tmp_path / "run"
+    assert main(tiny_run_args(tiny_image_data_dir, run, steps=2) + ["--model.conditional", "false"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(run), "--cnn-epochs", "3"]) == 0
+    assert "draws unlabelled images (--model.conditional false): no CNN accuracy" in capsys.readouterr().err
+    assert "utility/cnn_accuracy" not in read_json(run / "evaluation.json")
+    assert "no CNN accuracy" in (run / "report.md").read_text()
+
+
 def test_evaluation_draws_its_images_a_chunk_at_a_time_with_every_class_balanced(tiny_image_data_dir, tmp_path,
                                                                                  monkeypatch):
     """The generator is called a chunk at a time (160 images in chunks of 64: 64, 64, 32) and the
