@@ -244,6 +244,12 @@ def test_the_generated_section_replaces_only_itself(tmp_path):
     with pytest.raises(ValueError, match="without the other"):
         report.update_results_markdown(damaged, f"{report.BEGIN}\nnew\n{report.END}")
     assert damaged.read_bytes() == before
+    # both markers, the end one first: an IndexError, not a refusal naming the file
+    damaged.write_text(f"# Results\n\n{report.END}\nprose\n{report.BEGIN}\nold\n")
+    before = damaged.read_bytes()
+    with pytest.raises(ValueError, match="end marker .* before its begin marker"):
+        report.update_results_markdown(damaged, f"{report.BEGIN}\nnew\n{report.END}")
+    assert damaged.read_bytes() == before
 
 
 def test_goals_count_only_full_size_results_and_say_whether_they_are_met():
@@ -482,7 +488,14 @@ def edited(**changes) -> str:
     (edited(seeds=None, complete=False), "its seeds are None, not a list"),
     (edited(row_target_epsilon="1"), "summary row 1 has target_epsilon '1', not a number"),
     (edited(row_measures={"utility/B_auroc": 0.5}), "has measure utility/B_auroc 0.5, not a summary"),
-], ids=["cut", "no-summary", "a-list", "another-suite", "no-model", "no-seeds", "text-epsilon", "a-bare-measure"])
+    # the header's fields and a row's own figures: a KeyError, or a format error naming no file
+    (edited(machine="drop"), "its machine is None, not a dict"),
+    (edited(command=None), "its command is None, not a str"),
+    (edited(row_steps="drop"), "summary row 1 has steps None, not a summary of numbers"),
+    (edited(row_train_seconds={"mean": "abc", "std": 0.0, "n": 1}), "summary row 1 has train_seconds {'mean': 'abc'"),
+    (edited(row_measures={"utility/B_auroc": {"mean": "0.5", "std": None, "n": 1}}), "has measure utility/B_auroc"),
+], ids=["cut", "no-summary", "a-list", "another-suite", "no-model", "no-seeds", "text-epsilon", "a-bare-measure",
+        "no-machine", "no-command", "no-steps", "text-seconds", "text-measure"])
 def test_a_damaged_results_file_is_named_and_results_md_left_as_it_is(tmp_path, text, why):
     results.results_path(tmp_path, "tables", date(2026, 1, 1)).write_text(json.dumps(result_file("tables", "full", [run("a", 0, 0.5)])))
     results.results_path(tmp_path, "tables", date(2026, 1, 2)).write_text(text)
@@ -522,6 +535,23 @@ def test_plots_no_results_md_names_are_removed_and_the_others_kept(tmp_path):
     assert cli.remove_unreferenced_plots(plots, markdown) == ["tables-2026-01-01-3-adult.png"]
     assert sorted(p.name for p in plots.iterdir()) == ["hand-drawn.png", "my-own-figure.png", "tables-2026-01-02-adult.png"]
     assert cli.remove_unreferenced_plots(tmp_path / "none", markdown) == []
+
+
+def test_a_preview_written_elsewhere_keeps_the_plots_the_results_folders_own_markdown_links(tmp_path):
+    """--results-md in a scratch folder removed the plots that the results folder's RESULTS.md
+    (hand-written part) still linked: only the file just written was read for their names."""
+    results_dir, scratch = tmp_path / "results", tmp_path / "scratch"
+    (results_dir / "plots").mkdir(parents=True)
+    scratch.mkdir()
+    results.results_path(results_dir, "tables", date(2026, 1, 1)).write_text(
+        json.dumps(result_file("tables", "full", [run("a", 0, 0.5)])))
+    for name in ("speed-2026-11-01.png", "speed-2026-10-01.png"):
+        (results_dir / "plots" / name).write_bytes(b"png")
+    (results_dir / "RESULTS.md").write_text("# Results\n\nHand analysis ![old](plots/speed-2026-11-01.png)\n")
+    benchmark(["--suite", "tables", "--report-only", "--results-dir", str(results_dir), "--results-md",
+               str(scratch / "R.md")])
+    kept = sorted(path.name for path in (results_dir / "plots").glob("speed-*.png"))
+    assert kept == ["speed-2026-11-01.png"]  # the one no markdown names goes, as before
 
 
 def test_a_tree_that_git_cannot_read_is_said_to_be_unknown_not_clean():

@@ -327,9 +327,17 @@ def regenerate(args: argparse.Namespace) -> None:
                          "or move it out of the results folder") from None
     update_results_markdown(args.results_md, section)
     print(f"benchmark: updated {args.results_md}")
-    stale = remove_unreferenced_plots(args.results_dir / "plots", args.results_md.read_text())
+    stale = remove_unreferenced_plots(args.results_dir / "plots", "\n".join(
+        path.read_text() for path in dict.fromkeys(_markdown_that_may_show_the_plots(args)) if path.is_file()))
     if stale:
         print(f"benchmark: removed {len(stale)} plot(s) RESULTS.md no longer shows: {', '.join(stale)}")
+
+
+def _markdown_that_may_show_the_plots(args: argparse.Namespace) -> list[Path]:
+    """The file just written, and the results folder's own RESULTS.md files (its own and the
+    checkout's beside it): a preview written elsewhere (--results-md) names none of the plots
+    their hand-written parts link, and those must stay."""
+    return [args.results_md, args.results_dir / "RESULTS.md", args.results_dir.parent / "RESULTS.md"]
 
 
 #: the names the harness gives its plots: ``<suite>-<date>[-N][-<dataset>].png`` (report.plot_suite)

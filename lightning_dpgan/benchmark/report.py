@@ -416,6 +416,9 @@ def update_results_markdown(markdown: Path, section: str) -> None:
     if (BEGIN in text) != (END in text):
         raise ValueError(f"{markdown} holds one of the generated section's markers ({BEGIN} ... {END}) without the "
                          "other: put the missing one back around the generated section, then regenerate")
+    if BEGIN in text and END not in text.split(BEGIN, 1)[1]:  # the end marker above the begin one
+        raise ValueError(f"{markdown} holds the generated section's end marker ({END}) before its begin marker "
+                         f"({BEGIN}): put them in order around the generated section, then regenerate")
     if BEGIN in text:
         before, rest = text.split(BEGIN, 1)
         after = rest.split(END, 1)[1]

@@ -230,13 +230,27 @@ def _load(path: Path, suite: str) -> dict[str, Any]:
     return {**content, "file": path.name, "summary": marked_data_dependent(content["summary"], content["runs"])}
 
 
+#: a results file's fields the reports' header reads, and their types
+HEADER_FIELDS = {"size": str, "started": str, "command": str, "machine": dict, "commit": dict}
+#: the figures every summary row holds besides its measures (each a mean, std and n over the seeds)
+SUMMARY_FIGURES = ("epsilon", "steps", "train_seconds", "fit_seconds")
+
+
 def _shape_problem(content: dict[str, Any]) -> str | None:
     """What of a results file's rows the report cannot read (a hand edit), or None."""
     def number(value: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
 
+    def summary(value: Any) -> bool:  # a figure over the seeds: its mean and std numbers, or None (unmeasured)
+        return isinstance(value, dict) and all(value.get(key) is None or number(value[key]) for key in ("mean", "std"))
+
     if "seeds" in content and not isinstance(content["seeds"], list):
         return f"its seeds are {content['seeds']!r}, not a list"
+    for key, kind in HEADER_FIELDS.items():  # what every report's header reads
+        if not isinstance(content.get(key), kind):
+            return f"its {key} is {content.get(key)!r}, not a {kind.__name__}"
+    if not isinstance(content["machine"].get("torch"), str):
+        return f"its machine names no torch version ({content['machine']!r})"
     for part, fields in (("summary", {"seeds": list, "measures": dict}), ("runs", {"status": str, "seed": int})):
         rows = content[part]
         if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
@@ -247,8 +261,11 @@ def _shape_problem(content: dict[str, Any]) -> str | None:
                     return f"{part} row {index + 1} has {key} {row.get(key)!r}, not a {kind.__name__}"
             if not number(row.get("target_epsilon")):
                 return f"{part} row {index + 1} has target_epsilon {row.get('target_epsilon')!r}, not a number"
-            if part == "summary":  # each measure summarized over the seeds: mean, std, n
-                odd = next((name for name, value in row["measures"].items() if not isinstance(value, dict)), None)
+            if part == "summary":  # each figure summarized over the seeds: mean, std, n
+                for key in SUMMARY_FIGURES:
+                    if not summary(row.get(key)):
+                        return f"summary row {index + 1} has {key} {row.get(key)!r}, not a summary of numbers"
+                odd = next((name for name, value in row["measures"].items() if not summary(value)), None)
                 if odd is not None:
                     return f"summary row {index + 1} has measure {odd} {row['measures'][odd]!r}, not a summary"
     return None
