@@ -555,9 +555,10 @@ class Run:
         # The checkpoint's module is the synthesizer's: `sample` rebuilds it by this name.
         module.run_info = {"model": model_name(self.config), "dataset": self.config["data"]["name"],
                            "split": split_settings(self.datamodule), "privacy": self.config["privacy"]["name"]}
-        # PRIVATE_RUN_INFO, the checkpoint's only: evaluate checks that the data it reads is what was trained on
-        module.run_info["train_rows_digest"] = self.datamodule.train_rows_digest()
         if not self.is_image:
+            # PRIVATE_RUN_INFO, the checkpoint's only: evaluate checks that the data it reads is what was trained on
+            # (an image run's, once its files are downloaded: _record_lineage)
+            module.run_info["train_rows_digest"] = self.datamodule.train_rows_digest()
             # Public by construction (or paid for with the DP-bounds budget): `sample` needs it to decode.
             module.run_info["schema"] = self.datamodule.schema.to_dict()
             module.run_info["preprocessing_cost"] = self.datamodule.privacy_cost()
@@ -678,9 +679,12 @@ class Run:
 
     def _record_lineage(self, trainer: L.Trainer, module: Any) -> None:
         """Into the module's run information, once a resumed checkpoint's has been loaded over it:
-        the runs training went through, and the files this run read its records and schema from
-        (``sample --out`` refuses them, even where the run's config.yaml is gone)."""
+        the runs training went through, the files this run read its records and schema from
+        (``sample --out`` refuses them, even where the run's config.yaml is gone), and an image
+        run's digest of its training images."""
         module.run_info["lineage"] = [dict(segment) for segment in self.lineage]
+        if self.is_image:  # read only now: Lightning downloads the files (prepare_data) as fit starts
+            module.run_info["train_rows_digest"] = self.datamodule.train_rows_digest()
         data = self.config["data"]
         module.run_info["data_files"] = [str(Path(data[key]).expanduser().resolve()) for key in ("csv", "schema")
                                          if isinstance(data.get(key), (str, os.PathLike))]

@@ -76,6 +76,29 @@ def test_an_image_run_is_not_scored_against_other_images_than_it_trained_on(tiny
                  "--cnn-epochs", "1"]) == 0
 
 
+def test_an_image_run_whose_files_are_downloaded_as_it_starts_trains_and_keeps_their_digest(
+        tiny_image_data_dir, tmp_path, monkeypatch):
+    """The digest was read as the module was built, before Lightning's prepare_data downloaded
+    the files: a first run with an empty cache stopped at "files not found"."""
+    import shutil
+
+    from lightning_dpgan.datamodules import images
+
+    def download(remote, cache):  # a download, from the tiny files
+        Path(cache).mkdir(parents=True, exist_ok=True)
+        return Path(shutil.copy(tiny_image_data_dir / "mnist" / remote.name, Path(cache) / remote.name))
+
+    monkeypatch.setattr(images, "fetch", download)
+    monkeypatch.delenv("LIGHTNING_DPGAN_DATA_DIR", raising=False)
+    monkeypatch.setenv("LIGHTNING_DPGAN_CACHE_DIR", str(tmp_path / "cache"))
+    args = tiny_run_args(tiny_image_data_dir, tmp_path / "run", steps=1)
+    del args[args.index("--data-dir"):args.index("--data-dir") + 2]
+    assert main(args) == 0
+    digest = read_run_info(tmp_path / "run" / "checkpoints" / "last.ckpt")["train_rows_digest"]
+    from lightning_dpgan.datamodules.mnist import MNISTDataModule  # the same files, where the download came from
+    assert digest == MNISTDataModule(data_dir=tiny_image_data_dir, verify_checksums=False).train_rows_digest()
+
+
 def test_an_unconditional_image_run_says_why_it_has_no_cnn_accuracy(tiny_image_data_dir, tmp_path, capsys):
     """Its generator draws no labels, so there is nothing to train the CNN on: evaluation.json
     simply lacked the figure, and a --cnn-epochs given went unused without a word."""
