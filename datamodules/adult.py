@@ -126,8 +126,10 @@ class AdultDataModule(TabularDataModule):
     #: "no loss", most rows) is a category of its own; no long-tail columns.
     default_mixed = {"capital-gain": (0.0,), "capital-loss": (0.0,)}
     default_log_columns = ()
-    #: ``split_seed`` still draws the dev rows (``dev_fraction``) out of adult.data
-    ignored_split_settings = ("test_fraction",)
+    @property
+    def ignored_split_settings(self) -> tuple[str, ...]:  # type: ignore[override]
+        """The official split takes no ``test_fraction``; ``split_seed`` draws only the dev rows."""
+        return ("test_fraction",) if self.hparams.dev_fraction else ("test_fraction", "split_seed")
 
     def _build_schema(self) -> TableSchema:
         return SCHEMA

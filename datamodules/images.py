@@ -107,7 +107,8 @@ class IDXImageDataModule(L.LightningDataModule):
             raise DatasetNotFoundError(self._not_found_message("download=False", missing))
         # a file the user's folder lacks comes from the cache as silently as from the network otherwise:
         # custom train files would be scored against the official test files
-        cached = [remote.name for remote in self._remotes() if self._find_local(remote) == self._cache_folder() / remote.name]
+        cached = [remote.name for remote in self._remotes() if remote not in missing and (
+            self.data_dir is None or locate(remote.name, self.data_dir, self.subdirs) is None)]
         warn_downloading(self.name, cached, self.data_dir, self._cache_folder(), cached=True)
         warn_downloading(self.name, [remote.name for remote in missing], self.data_dir, self._cache_folder())
         for remote in missing:

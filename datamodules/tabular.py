@@ -109,7 +109,8 @@ class TabularDataModule(L.LightningDataModule):
     #: Numeric columns encoded one-hot over their public grid, used when ``discrete_columns=None``.
     default_discrete_columns: ClassVar[tuple[str, ...]] = ()
     #: Split settings that choose no records here (a dataset's official split ignores
-    #: ``test_fraction``): a checkpoint's are not compared on them (``run.split_settings``).
+    #: ``test_fraction``, and ``split_seed`` without dev rows): a checkpoint's are not compared on
+    #: them (``run.split_settings``).
     ignored_split_settings: ClassVar[tuple[str, ...]] = ()
 
     def __init__(

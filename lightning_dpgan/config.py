@@ -263,7 +263,8 @@ def _without_another_loggers_settings(user: dict[str, Any], cli: dict[str, Any],
     over a W&B run's config.yaml, on a machine without wandb) leaves them out, with a note. Kept,
     they were refused as W&B flags the user never typed, and only an edit of the file got past."""
     chosen, section = get_dotted(cli, "logger.name"), user.get("logger")
-    if not chosen or not isinstance(section, dict) or section.get("name", CODE_DEFAULTS["logger"]["name"]) == chosen:
+    # a section naming no logger is settings for whichever is chosen (check_logger_options judges them)
+    if not chosen or not isinstance(section, dict) or section.get("name", chosen) == chosen:
         return user
     dropped = [f"logger.{key}" for key in section if key != "name" and get_dotted(cli, f"logger.{key}") is None]
     if dropped:

@@ -271,3 +271,6 @@ def test_another_logger_than_the_config_files_leaves_its_settings_out_with_a_not
     kept: list[str] = []  # the file's own logger, or none chosen: its settings stand
     assert resolve({"logger": "wandb"}, {}, config_file=str(path), notes=kept)["logger"]["project"] == "p"
     assert resolve({}, {}, config_file=str(path), notes=kept)["logger"]["run_name"] == "r" and kept == []
+    path.write_text(yaml.safe_dump({"model": {"name": "gan"}, "data": {"name": "adult"}, "logger": {"project": "p"}}))
+    assert resolve({"logger": "wandb"}, {}, config_file=str(path), notes=kept)["logger"] == {"name": "wandb", "project": "p"}
+    assert kept == []  # a section that names no logger is the chosen one's settings

@@ -318,3 +318,7 @@ def test_a_file_the_data_dir_lacks_read_from_the_cache_is_warned_of_as_a_downloa
         MNISTDataModule(data_dir=data_dir, cache_dir=tmp_path / "cache", verify_checksums=False).prepare_data()
     assert f"{FILE_NAMES[2]}, {FILE_NAMES[3]} not found in {data_dir}" in caplog.text
     assert f"reading the earlier download in {cache}" in caplog.text and FILE_NAMES[0] not in caplog.text
+    caplog.clear()  # one folder as both data dir and cache (both variables set alike): found in the data dir
+    with caplog.at_level("WARNING"):
+        MNISTDataModule(data_dir=tmp_path / "cache", cache_dir=tmp_path / "cache", verify_checksums=False).prepare_data()
+    assert "not found in" not in caplog.text
