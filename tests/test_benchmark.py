@@ -1378,6 +1378,12 @@ def test_a_mechanism_scripts_table_is_followed_by_the_command_with_its_settings(
     assert lines[:6] == extra["markdown"] and lines[6] == f"Command: `{command}`"
     failed = {"failed": "out of memory", "markdown": ["`gpate_speed`: failed (`out of memory`).", ""]}
     assert report._extra_lines(failed) == failed["markdown"]
+    # what the columns measure, from the file's own settings (the keys alone said no unit, median or batch)
+    timed = {"batch": 64, "device": "cpu", "steps": 30, "rows": [{"ms_per_step": 35.4, "ratio": 1.0}], **extra}
+    caption = report._extra_lines(timed, "dpsgd_overhead")[6]
+    assert caption.startswith("Milliseconds per discriminator step (`ms_per_step`), the median of 30 steps at batch 64 on cpu")
+    older = {key: value for key, value in timed.items() if key != "batch"}  # a field the caption names is missing
+    assert report._extra_lines(older, "dpsgd_overhead")[6] == f"Command: `{command}`"
 
 
 def test_resume_continues_a_cell_cut_off_after_its_checkpoint_with_its_accountant(tmp_path):
@@ -1688,3 +1694,34 @@ def test_a_cell_keeps_the_data_independent_bound_beside_a_data_dependent_epsilon
     runner.settings_file(cell, settings).write_text(json.dumps(runner.settings_record(cell, size, settings)))
     record = runner.run_cell(cell, size, settings)
     assert record["epsilon"] == 0.48 and record["epsilon_data_independent"] == kept
+
+
+@pytest.mark.parametrize("data_dir", [None, "given"])
+def test_a_suite_with_no_dataset_at_hand_says_where_to_put_the_files(tmp_path, monkeypatch, data_dir):
+    """With a data folder already given (or LIGHTNING_DPGAN_DATA_DIR set) the advice was still to
+    give one: it names the folder instead. Nothing is run or written either way."""
+    monkeypatch.delenv("LIGHTNING_DPGAN_DATA_DIR", raising=False)
+    monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, where: dict.fromkeys(datasets, "not found"))
+    (tmp_path / "data").mkdir()
+    folder = ["--data-dir", str(tmp_path / "data")] if data_dir else []
+    with pytest.raises(SystemExit) as refused:
+        benchmark(["--suite", "tables", "--quick", "--datasets", "kaggle-credit", *folder, "--out-dir",
+                   str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results")])
+    message = str(refused.value)
+    assert "nothing ran and nothing was written (kaggle-credit: not found)" in message
+    if data_dir:
+        assert message.endswith(f"Put the files in the data folder, {tmp_path / 'data'}")
+    else:
+        assert message.endswith("Give --data-dir, or set LIGHTNING_DPGAN_DATA_DIR")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize(("suite", "dataset", "instead"), [("tables", "mnist", "images"), ("images", "adult", "tables"),
+                                                          ("peers", "fashion-mnist", "images")])
+def test_a_dataset_of_the_other_kind_is_refused_by_the_suite_that_does_not_measure_it(tmp_path, suite, dataset, instead):
+    """--suite tables --datasets mnist was taken as a custom grid and ran a full-size CNN
+    evaluation under the quick size's promise of minutes."""
+    with pytest.raises(SystemExit, match=f"--datasets {dataset}: the {suite} suite measures .* run it in the {instead} suite"):
+        benchmark(["--suite", suite, "--quick", "--datasets", dataset, "--out-dir", str(tmp_path / "runs"),
+                   "--results-dir", str(tmp_path / "results")])
+    assert not (tmp_path / "runs").exists()

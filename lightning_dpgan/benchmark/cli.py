@@ -108,6 +108,12 @@ def check_grid(args: argparse.Namespace, size: Size) -> None:
             registry.lookup("dataset", name)
         except (KeyError, ValueError) as error:
             raise SystemExit(f"benchmark: --datasets: {error}") from None
+    images = {"tables": False, "peers": False, "images": True}.get(args.suite)  # the kind a suite scores
+    other_kind = [name for name in size.datasets if images is not None and is_image_dataset(name) != images]
+    if other_kind:  # a tables run of MNIST scored a full-size CNN where the quick size promised minutes
+        raise SystemExit(f"benchmark: --datasets {' '.join(other_kind)}: the {args.suite} suite measures "
+                         f"{'image' if images else 'table'} datasets; run {'them' if len(other_kind) > 1 else 'it'} "
+                         f"in the {'tables' if images else 'images'} suite")
     for flag, value in (("--max-steps", args.max_steps), ("--n-synthetic", args.n_synthetic),
                         ("--cnn-epochs", args.cnn_epochs)):
         if value is not None and value < 1:  # 0 would read as "not given": the preset's whole length
@@ -396,8 +402,10 @@ def benchmark(argv: list[str]) -> Path:
     skipped = unavailable_datasets(size.datasets, args.data_dir)
     if skipped and set(skipped) >= set(size.datasets):  # nothing to run: no file that would read as a finished suite
         reasons = "; ".join(f"{name}: {reason}" for name, reason in skipped.items())
+        remedy = (f"Put the files in the data folder, {args.data_dir}" if args.data_dir else
+                  "Give --data-dir, or set LIGHTNING_DPGAN_DATA_DIR")  # a folder given already: not "give one"
         raise SystemExit(f"benchmark: no dataset of the {args.suite} suite is at hand, so nothing ran and nothing "
-                         f"was written ({reasons}). Give --data-dir, or set LIGHTNING_DPGAN_DATA_DIR")
+                         f"was written ({reasons}). {remedy}")
     if args.resume:
         check_resumable(size, settings)
     results_file = ResultsFile(args.results_dir, args.suite, {

@@ -304,7 +304,7 @@ def plot_suite(result: dict[str, Any], reference: dict[str, Any], plots_dir: Pat
         if rows:
             figure, axes = plt.subplots(figsize=(6, 3))
             axes.barh([f"{r['model']} ({r['dataset']})" for r in rows], [r["fit_seconds"]["mean"] for r in rows])
-            axes.set_xlabel("training wall time (s)")
+            axes.set_xlabel("fit s: training's wall time, mean over the seeds")
             paths.append(_save(figure, plots_dir / f"{stem}.png"))
         return paths
     by_dataset: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -358,10 +358,29 @@ def _save(figure: Any, path: Path) -> Path:
     return path
 
 
-def _extra_lines(extra: dict[str, Any]) -> list[str]:
-    """A mechanism script's table, then the command that produced it (its settings, e.g. the
-    teachers' size, are only there)."""
+#: what a mechanism script's columns measure, filled from its results file's own fields
+SPEED_CAPTIONS = {
+    "dpsgd_overhead": "Milliseconds per discriminator step (`ms_per_step`), the median of {steps} steps at batch "
+                      "{batch} on {device}; `ratio`: that over the same critic's non-private step (the median of the "
+                      "rounds' ratios).",
+    "teacher_ensemble": "Milliseconds per call, the median of {reps} runs on {device}: `batched_ms` the K teachers as one "
+                        "batched ensemble, `loop_ms` a Python loop of K teacher modules (`loop_extrapolated`: timed on "
+                        "fewer and scaled to K); `speedup`: loop over batched.",
+    "gpate_speed": "Milliseconds per G-PATE training iteration with K batched teachers on {device} (`batched_ms`, "
+                   "and `iterations_per_s`); `loop_scaled_ms`: a loop over {loop_k} teacher modules, scaled to K; "
+                   "`speedup`: loop over batched.",
+}
+
+
+def _extra_lines(extra: dict[str, Any], name: str = "") -> list[str]:
+    """A mechanism script's table, what its columns measure, then the command that produced it
+    (its settings, e.g. the teachers' size, are only there)."""
     lines = list(extra.get("markdown", []))
+    if lines and extra.get("rows") and name in SPEED_CAPTIONS:
+        try:
+            lines += [SPEED_CAPTIONS[name].format(**extra), ""]
+        except (KeyError, IndexError):  # an older file without a field the caption names: the table alone
+            pass
     if "command" in extra and lines:
         lines += [f"Command: `{extra['command']}`", ""]
     return lines
@@ -374,7 +393,8 @@ def generated_section(results_dir: Path, reference: dict[str, Any], suites: list
              "and full-subset runs merged, each cell from the newest file that measured it on all its seeds (else the "
              "newest that measured it at all), or without such runs its newest run; mean ± sample std over seeds, the "
              f"number of seeds in brackets. A goal counts only cells of {GOAL_SEEDS} seeds or more. "
-             "Paper figures come from `benchmarks/reference.yaml`.", ""]
+             "Paper figures come from `benchmarks/reference.yaml`. `train s` is the wall time of the whole train "
+             "command (data, preprocessing, outputs), `fit s` that of its training alone.", ""]
     found = []
     for suite in suites:
         # the full and full-subset runs merged; a quick or custom one only while there are none
@@ -387,7 +407,7 @@ def generated_section(results_dir: Path, reference: dict[str, Any], suites: list
         parts = result.get("parts", [result])
         header = [line for part in parts for line in _header(part, list_cells=len(parts) > 1)]
         lines += [f"### {suite}", "", *header, "", *measure_table(result, reference.get("goals", [])), ""]
-        lines += [line for extra in result.get("extras", {}).values() for line in _extra_lines(extra)]
+        lines += [line for name, extra in result.get("extras", {}).items() for line in _extra_lines(extra, name)]
         if suite == "peers":  # against ours on the same protocol (full or full-subset), else of the same size
             same_protocol = result["size"] in PROTOCOL_SIZES
             tables = protocol_results(results_dir, "tables") if same_protocol else latest_results(results_dir, "tables", size=result["size"])
