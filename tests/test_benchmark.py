@@ -489,13 +489,13 @@ def edited(**changes) -> str:
     (edited(row_target_epsilon="1"), "summary row 1 has target_epsilon '1', not a number"),
     (edited(row_measures={"utility/B_auroc": 0.5}), "has measure utility/B_auroc 0.5, not a summary"),
     # the header's fields and a row's own figures: a KeyError, or a format error naming no file
-    (edited(machine="drop"), "its machine is None, not a dict"),
+    (edited(machine="a laptop"), "its machine is 'a laptop', not a dict"),
     (edited(command=None), "its command is None, not a str"),
     (edited(row_steps="drop"), "summary row 1 has steps None, not a summary of numbers"),
     (edited(row_train_seconds={"mean": "abc", "std": 0.0, "n": 1}), "summary row 1 has train_seconds {'mean': 'abc'"),
     (edited(row_measures={"utility/B_auroc": {"mean": "0.5", "std": None, "n": 1}}), "has measure utility/B_auroc"),
 ], ids=["cut", "no-summary", "a-list", "another-suite", "no-model", "no-seeds", "text-epsilon", "a-bare-measure",
-        "no-machine", "no-command", "no-steps", "text-seconds", "text-measure"])
+        "text-machine", "no-command", "no-steps", "text-seconds", "text-measure"])
 def test_a_damaged_results_file_is_named_and_results_md_left_as_it_is(tmp_path, text, why):
     results.results_path(tmp_path, "tables", date(2026, 1, 1)).write_text(json.dumps(result_file("tables", "full", [run("a", 0, 0.5)])))
     results.results_path(tmp_path, "tables", date(2026, 1, 2)).write_text(text)
@@ -505,6 +505,18 @@ def test_a_damaged_results_file_is_named_and_results_md_left_as_it_is(tmp_path, 
         benchmark(["--suite", "tables", "--report-only", "--results-dir", str(tmp_path), "--results-md", str(markdown)])
     assert "tables-2026-01-02.json" in str(refused.value) and why in str(refused.value)
     assert markdown.read_text() == "# Results\nkept\n"
+
+
+def test_a_results_file_without_its_header_fields_is_reported_with_them_unknown(tmp_path):
+    """Deleting "machine" (or "started", "command", "commit") by hand ended in a KeyError; an older
+    harness's file may lack one too. The header says unknown, and the figures are reported."""
+    results.results_path(tmp_path, "tables", date(2026, 1, 1)).write_text(
+        edited(machine="drop", started="drop", command="drop", commit="drop"))
+    markdown = tmp_path / "RESULTS.md"
+    benchmark(["--suite", "tables", "--report-only", "--results-dir", str(tmp_path), "--results-md", str(markdown)])
+    text = markdown.read_text()
+    assert "size **full**, start unknown, unknown CPU cores (unknown), torch unknown, commit `unknown`" in text
+    assert "- Command: `unknown`" in text and "| a | adult |" in text
 
 
 def test_a_peers_virtualenv_that_cannot_be_made_says_how_to_go_on(tmp_path, monkeypatch):
@@ -1173,7 +1185,7 @@ def never_run(*args, **kwargs):
     (["--cnn-epochs", "3"], "--cnn-epochs set how image runs are scored, and the grid has no image dataset"),
     (["--n-synthetic", "50", "--cnn-epochs", "3"], "--n-synthetic and --cnn-epochs set how image runs are scored"),
     (["--max-steps", "0"], "--max-steps must be 1 or more, not 0"),  # 0 passed on nothing: the presets' whole length
-    (["--datasets", "mnist", "--cnn-epochs", "0"], "--cnn-epochs must be 1 or more, not 0"),
+    (["--datasets", "adult", "--cnn-epochs", "0"], "--cnn-epochs must be 1 or more, not 0"),  # before "no image dataset"
     (["--data-dir", "/nonexistent/lightning-dpgan-data"], "--data-dir /nonexistent/lightning-dpgan-data is not a folder"),
 ])
 def test_a_grid_with_repeats_or_unknown_models_is_refused_before_any_cell(tmp_path, monkeypatch, extra, message):

@@ -77,13 +77,14 @@ def _epsilon(value: float | None) -> str:
 
 
 def _header(result: dict[str, Any], list_cells: bool = True) -> list[str]:
-    machine, sha = result["machine"], result["commit"]
-    where = machine.get("gpu") or f"{machine['cpu_count']} CPU cores ({machine.get('cpu_model') or machine['processor']})"
+    machine, sha = result.get("machine", {}), result.get("commit", {})  # an older or edited file may lack them
+    cores = f"{machine.get('cpu_count', 'unknown')} CPU cores ({machine.get('cpu_model') or machine.get('processor') or 'unknown'})"
+    where = machine.get("gpu") or cores
     dirty = {True: " with uncommitted changes", None: " (whether the tree had uncommitted changes is unknown)"}.get(
         sha.get("dirty"), "")
-    lines = [f"- `{result['file']}`: size **{result['size']}**, {result['started']}, {where}, torch {machine['torch']}, "
-             f"commit `{(sha.get('sha') or 'unknown')[:10]}`{dirty}.",
-             f"- Command: `{result['command']}`; seeds {', '.join(map(str, result.get('seeds', [])))}."]
+    lines = [f"- `{result['file']}`: size **{result['size']}**, {result.get('started', 'start unknown')}, {where}, torch "
+             f"{machine.get('torch', 'unknown')}, commit `{(sha.get('sha') or 'unknown')[:10]}`{dirty}.",
+             f"- Command: `{result.get('command', 'unknown')}`; seeds {', '.join(map(str, result.get('seeds', [])))}."]
     if result["size"] == "full-subset":
         lines.append("- Size full-subset: part of the full grid, each cell on the full protocol.")
     elif result["size"].startswith("dev"):
