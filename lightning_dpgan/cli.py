@@ -36,7 +36,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightning_dpgan import registry
-from lightning_dpgan.config import BOOLEAN_SETTINGS, CODE_DEFAULTS, FLAG_KEYS, PRIVACY_PROVIDED, ConfigError, parse_value, resolve
+from lightning_dpgan.config import BOOLEAN_SETTINGS, CODE_DEFAULTS, FLAG_KEYS, PRIVACY_PROVIDED, ConfigError, load_yaml, parse_value, resolve
 from lightning_dpgan.data.download import DataIntegrityError
 from lightning_dpgan.error_text import first_line
 from lightning_dpgan.host_memory import reuse_freed_memory
@@ -296,6 +296,8 @@ def build_config(argv: list[str]) -> dict[str, Any]:
     args, extra = _train_parser().parse_known_args(argv)
     flags = {key: value for key, value in vars(args).items() if key != "config"}
     config = resolve(flags, parse_overrides(extra), config_file=args.config, notes=notes)
+    if config.get("resume") and flags.get("epsilon") is None and not (args.config and "epsilon" in load_yaml(args.config)):
+        _keep_the_checkpoints_target(config, notes)
     for note in notes:
         if not launched_as_follower():  # each process of a DDP run reads the command line
             print(f"train: note: {note}", file=sys.stderr)
@@ -304,6 +306,31 @@ def build_config(argv: list[str]) -> dict[str, Any]:
             raise ConfigError(f"--{kind} is required{_resume_hint(config.get('resume'))}. "
                               f"Valid {kind} names: {', '.join(registry.TABLES[kind])}.")
     return config
+
+
+def _keep_the_checkpoints_target(config: dict[str, Any], notes: list[str]) -> None:
+    """A resume given no target (no --epsilon, none in its --config file) keeps the one its
+    checkpoint trained under: the presets' (10 for dpgan) would raise it, and the run go on
+    spending past the target it was started with, said only as "of --epsilon 10"."""
+    target = checkpoint_target_epsilon(config["resume"])
+    if target is not None and config.get("epsilon") is not None and target != config["epsilon"]:
+        notes.append(f"--resume keeps the checkpoint's target epsilon {target:g} (the presets' {config['epsilon']:g} "
+                     "would change it): give --epsilon to change the target")
+        config["epsilon"] = target
+
+
+def checkpoint_target_epsilon(path: str) -> float | None:
+    """The target epsilon of the checkpoint's last training segment, or None (not a private run's,
+    or a file the resume itself will refuse with its reason)."""
+    from lightning_dpgan.sampling import read_checkpoint
+
+    try:
+        states = read_checkpoint(Path(path).expanduser()).get("callbacks", {}).values()
+    except Exception:  # noqa: BLE001 - a damaged or missing file: the run's own checks name it
+        return None
+    segments = [state["segments"] for state in states if isinstance(state, dict) and state.get("segments")]
+    target = segments[0][-1].get("target_epsilon") if segments and isinstance(segments[0][-1], dict) else None
+    return float(target) if isinstance(target, (int, float)) and not isinstance(target, bool) else None
 
 
 def _resume_hint(resume: str | None) -> str:

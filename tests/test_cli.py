@@ -13,7 +13,7 @@ import yaml
 from PIL import Image
 
 from lightning_dpgan.cli import main
-from run_helpers import grid_tiles, tiny_run_args
+from run_helpers import grid_tiles, read_json, tiny_run_args
 
 REPO = Path(__file__).resolve().parents[1]
 PRIVACY_KEYS = {"mechanism", "epsilon", "delta", "target_epsilon", "steps", "accountant"}
@@ -390,6 +390,22 @@ def test_a_continuation_refused_at_its_start_puts_the_earlier_outputs_back_as_th
     assert main(tiny_run_args(tiny_image_data_dir, run, model="dpgan", steps=6) + resume) == 2
     assert "already spent epsilon" in capsys.readouterr().err
     assert {path.relative_to(run): path.read_bytes() for path in run.rglob("*") if path.is_file()} == before
+
+
+def test_a_resume_given_no_target_keeps_the_checkpoints_not_the_presets(tiny_image_data_dir, tmp_path, capsys):
+    """Resumed without --epsilon, a dpgan run started at epsilon 5 took its preset's 10 and spent on
+    past 5, said only as "of --epsilon 10". It keeps 5, with a note; --epsilon still changes it."""
+    run = tmp_path / "run"
+    assert main(tiny_run_args(tiny_image_data_dir, run, model="dpgan", steps=2) + ["--epsilon", "5"]) == 0
+    checkpoint = str(run / "checkpoints" / "last.ckpt")
+    capsys.readouterr()
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "kept", model="dpgan", steps=3) + ["--resume", checkpoint]) == 0
+    assert "--resume keeps the checkpoint's target epsilon 5 (the presets' 10 would change it)" in capsys.readouterr().err
+    assert read_json(tmp_path / "kept" / "privacy.json")["target_epsilon"] == 5.0
+    raised = tiny_run_args(tiny_image_data_dir, tmp_path / "raised", model="dpgan", steps=3) + ["--resume", checkpoint]
+    assert main(raised + ["--epsilon", "6"]) == 0
+    assert "keeps the checkpoint's target" not in capsys.readouterr().err
+    assert read_json(tmp_path / "raised" / "privacy.json")["target_epsilon"] == 6.0
 
 
 @pytest.mark.parametrize("left", ["config.yaml", "checkpoints"])
