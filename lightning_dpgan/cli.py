@@ -295,9 +295,12 @@ def build_config(argv: list[str]) -> dict[str, Any]:
     notes = settings_given_twice(argv)
     args, extra = _train_parser().parse_known_args(argv)
     flags = {key: value for key, value in vars(args).items() if key != "config"}
-    config = resolve(flags, parse_overrides(extra), config_file=args.config, notes=notes)
+    overrides = parse_overrides(extra)
+    config = resolve(flags, overrides, config_file=args.config, notes=notes)
     if config.get("resume") and flags.get("epsilon") is None and not (args.config and "epsilon" in load_yaml(args.config)):
-        _keep_the_checkpoints_target(config, notes)
+        target = _checkpoints_other_target(config, notes)
+        if target is not None:  # resolved again: the presets that apply depend on the target (an _eps0.1 preset)
+            config = resolve({**flags, "epsilon": target}, overrides, config_file=args.config, notes=[])
     for note in notes:
         if not launched_as_follower():  # each process of a DDP run reads the command line
             print(f"train: note: {note}", file=sys.stderr)
@@ -308,15 +311,17 @@ def build_config(argv: list[str]) -> dict[str, Any]:
     return config
 
 
-def _keep_the_checkpoints_target(config: dict[str, Any], notes: list[str]) -> None:
-    """A resume given no target (no --epsilon, none in its --config file) keeps the one its
-    checkpoint trained under: the presets' (10 for dpgan) would raise it, and the run go on
-    spending past the target it was started with, said only as "of --epsilon 10"."""
+def _checkpoints_other_target(config: dict[str, Any], notes: list[str]) -> float | None:
+    """For a resume given no target (no --epsilon, none in its --config file): the target its
+    checkpoint trained under where the presets' differs, with a note; else None. The presets'
+    (10 for dpgan) would raise it, and the run go on spending past the target it was started
+    with, said only as "of --epsilon 10"."""
     target = checkpoint_target_epsilon(config["resume"])
-    if target is not None and config.get("epsilon") is not None and target != config["epsilon"]:
-        notes.append(f"--resume keeps the checkpoint's target epsilon {target:g} (the presets' {config['epsilon']:g} "
-                     "would change it): give --epsilon to change the target")
-        config["epsilon"] = target
+    if target is None or config.get("epsilon") is None or target == config["epsilon"]:
+        return None
+    notes.append(f"--resume keeps the checkpoint's target epsilon {target:g} (the presets' {config['epsilon']:g} "
+                 "would change it): give --epsilon to change the target")
+    return target
 
 
 def checkpoint_target_epsilon(path: str) -> float | None:
