@@ -761,10 +761,14 @@ def test_the_results_file_records_the_thread_count_of_cells_run_together(tmp_pat
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, data_dir: {})
     monkeypatch.setattr(runner, "usable_cpus", lambda: 4)
-    for jobs, threads in (("1", None), ("2", "2")):
+    assert len(suite_size("tables", quick=True).cells()) == 2
+    # --jobs past the grid's cells: as many at a time as there are cells, each its share of the cores (one
+    # thread each for --jobs 16 on the 2-cell grid: two cells ran on one core each of four)
+    for jobs, threads, recorded in (("1", None, 1), ("2", "2", 2), ("16", "2", 2)):
         path = cli.benchmark(["--suite", "tables", "--quick", "--jobs", jobs, "--results-dir", str(tmp_path / jobs),
                               "--results-md", str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
-        assert json.loads(path.read_text()).get("threads_per_job") == threads  # what each cell's processes got
+        content = json.loads(path.read_text())
+        assert content.get("threads_per_job") == threads and content["jobs"] == recorded  # what each cell's processes got
 
 
 def test_a_suite_whose_results_md_cannot_be_regenerated_still_says_where_its_results_are(tmp_path, monkeypatch):

@@ -396,10 +396,12 @@ def benchmark(argv: list[str]) -> Path:
     # the harness's own outputs are no change of code (the runs too, were they inside the checkout)
     own = {"own_output": args.results_md, "own_folders": (args.results_dir, out_dir)}
     code = commit(**own)  # the code that runs: taken now
-    settings = Settings(out_dir=out_dir, data_dir=args.data_dir, accelerator=args.accelerator,
-                        evaluate=args.suite != "speed", jobs=args.jobs, resume=args.resume,
-                        dev_fraction=args.dev_fraction)
     skipped = unavailable_datasets(size.datasets, args.data_dir)
+    cells = sum(cell.dataset not in skipped for cell in size.cells())
+    # no more at a time than there are cells: each cell's share of the cores is the machine's over these
+    settings = Settings(out_dir=out_dir, data_dir=args.data_dir, accelerator=args.accelerator,
+                        evaluate=args.suite != "speed", jobs=max(1, min(args.jobs, cells)), resume=args.resume,
+                        dev_fraction=args.dev_fraction)
     if skipped and set(skipped) >= set(size.datasets):  # nothing to run: no file that would read as a finished suite
         reasons = "; ".join(f"{name}: {reason}" for name, reason in skipped.items())
         remedy = (f"Put the files in the data folder, {args.data_dir}" if args.data_dir else
@@ -414,7 +416,7 @@ def benchmark(argv: list[str]) -> Path:
                             str(args.peers_venv) if args.peers_venv else None, args.out_dir,
                             {str(path): name for path, name in [(args.results_dir, "RESULTS_DIR"),
                              (args.results_md, "RESULTS_MD"), (args.reference, "REFERENCE")] if path.is_absolute()}),
-        "machine": machine(), "commit": code, "seeds": list(size.seeds), "jobs": args.jobs,
+        "machine": machine(), "commit": code, "seeds": list(size.seeds), "jobs": settings.jobs,
         **({"threads_per_job": environment["OMP_NUM_THREADS"]}
            if (environment := settings.child_environment()) else {}),
     })
