@@ -31,6 +31,8 @@ class FiniteGeneratorGuard(L.Callback):
         if not bool(finite):  # one device-to-host sync per batch
             raise TrainingDivergedError(
                 f"the generator's parameters became NaN or infinite at training step {pl_module.train_steps}: "
-                "training diverged. Nothing was written for this run; the last checkpoint (if any) is from "
-                "before. Lower the learning rates (--model.*lr*) and start again."
+                "training diverged. No synthetic data or privacy report was written, and the last checkpoint (if "
+                "any) is from before; the run folder keeps its config.yaml and logs/ (a rerun there needs "
+                "--overwrite). Lower the learning rates (--model.*lr*), or the noise's scale (--privacy.max_grad_norm "
+                "or --privacy.max_norm, times the noise multiplier), and start again."
             )

@@ -34,7 +34,7 @@ from lightning_dpgan.privacy.accountants import ConfidentGNMaxAccountant
 from lightning_dpgan.privacy.analysis.gnmax import gnmax_log_q
 from lightning_dpgan.privacy.gradient_voting import ProjectedGradientAggregator
 from lightning_dpgan.privacy.slots import GradientAggregator
-from lightning_dpgan.privacy.validation import validate_positive
+from lightning_dpgan.privacy.validation import validate_noise_scale, validate_positive
 
 #: Default number of teachers: one per 30 training records (G-PATE's MNIST setup at epsilon 10).
 RECORDS_PER_TEACHER = 30
@@ -86,8 +86,8 @@ class ProjectedVoting(TeacherStrategy):
             raise ValueError(f"--privacy.projection_dim must be >= 1 and --privacy.bins >= 2, got {projection_dim}, {bins}")
         self.projection_dim, self.bins = projection_dim, bins
         self.clip = validate_positive("--privacy.clip", clip)
-        self.sigma1 = validate_positive("--privacy.sigma1", sigma1)
-        self.sigma2 = validate_positive("--privacy.sigma2", sigma2)
+        self.sigma1 = validate_noise_scale("--privacy.sigma1", sigma1)
+        self.sigma2 = validate_noise_scale("--privacy.sigma2", sigma2)
         if not 0 < threshold <= 1:
             raise ValueError(f"--privacy.threshold is a fraction of the teachers in (0, 1], got {threshold}")
         self.threshold = threshold

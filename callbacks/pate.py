@@ -38,7 +38,7 @@ from lightning_dpgan.distributed import is_rank_zero
 from lightning_dpgan.privacy.accountants import PATEMomentsAccountant
 from lightning_dpgan.privacy.pate import PATELabelAggregator
 from lightning_dpgan.privacy.slots import LabelAggregator
-from lightning_dpgan.privacy.validation import validate_positive
+from lightning_dpgan.privacy.validation import validate_noise_scale
 
 #: PATE-GAN's default number of teachers: N / 1000 (the paper's appendix; at least 1).
 RECORDS_PER_TEACHER = 1000
@@ -71,7 +71,7 @@ class PATEAggregation(TeacherStrategy):
         """``noise_seed`` fixes the Laplace noise's generator: for tests only (the default draws
         from OS entropy; see :mod:`lightning_dpgan.privacy.noise_source`)."""
         super().__init__(num_teachers, teacher_batch_size, partition_seed, target_epsilon, delta, noise_seed)
-        self.lap_inverse_scale = validate_positive("--privacy.lap_inverse_scale", lap_inverse_scale)
+        self.lap_inverse_scale = validate_noise_scale("--privacy.lap_inverse_scale", lap_inverse_scale)
         self.accountant = PATEMomentsAccountant(accounting)  # validates the mode early
         self.accounting = accounting
         self.queries_per_step: int | None = None

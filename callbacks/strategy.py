@@ -20,7 +20,7 @@ from lightning_dpgan.privacy.accountants import Accountant, AccountantStateError
 from lightning_dpgan.privacy.composition import compose_costs
 from lightning_dpgan.privacy.noise_source import NoiseSource
 from lightning_dpgan.privacy.slots import PrivacyBudgetExhausted
-from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon, validate_positive
+from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon, validate_noise_scale, validate_positive
 
 DEFAULT_DELTA = 1e-5
 
@@ -361,7 +361,7 @@ class CalibratedNoiseStrategy(PrivacyStrategy):
         if noise_multiplier is None and target_epsilon is None:
             raise ValueError(f"{self.name} needs --epsilon (to calibrate the noise) or --privacy.noise_multiplier")
         if noise_multiplier is not None:
-            validate_positive("--privacy.noise_multiplier", noise_multiplier)
+            validate_noise_scale("--privacy.noise_multiplier", noise_multiplier)
         self.noise_multiplier = noise_multiplier
         self.noise_multiplier_given = noise_multiplier is not None
         self.calibrated_for_steps: int | None = None

@@ -197,8 +197,12 @@ def test_one_non_finite_generator_weight_stops_the_run(bad):
     guard.on_train_batch_end(None, module)  # all finite: nothing happens
     with torch.no_grad():
         generator[1].bias[0] = bad
-    with pytest.raises(TrainingDivergedError, match="at training step 3"):
+    with pytest.raises(TrainingDivergedError, match="at training step 3") as diverged:
         guard.on_train_batch_end(None, module)
+    # what is left and what to change: the folder's config.yaml and logs/ block a rerun without --overwrite, and
+    # a clipping bound of 1e300 (noise of that scale) diverges as surely as a learning rate
+    assert "keeps its config.yaml and logs/ (a rerun there needs --overwrite)" in str(diverged.value)
+    assert "--privacy.max_grad_norm" in str(diverged.value)
 
 
 def test_a_resume_extends_its_checkpoints_lineage_without_changing_it():

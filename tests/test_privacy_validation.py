@@ -90,3 +90,17 @@ def test_validate_int_refuses_what_it_would_otherwise_truncate_and_the_values_be
     for bad in (2.5, True, "3", None, 0):
         with pytest.raises(ValueError, match="count must be an integer >= 1"):
             validate_int("count", bad, 1)
+
+
+@pytest.mark.parametrize(("strategy", "option"), [("dp-sgd", "noise_multiplier"), ("sanitizer", "noise_multiplier"),
+                                                  ("pate", "lap_inverse_scale"), ("gpate", "sigma1"), ("gpate", "sigma2")])
+@pytest.mark.parametrize("value", [1e300, 1e-300])
+def test_a_noise_scale_the_accountants_cannot_square_is_refused_naming_it(strategy, option, value):
+    """1e300 overflowed and 1e-300 divided by zero inside an accountant, as a traceback after the
+    data was read; the strategy refuses them when it is built, naming the option and its range."""
+    from lightning_dpgan import registry
+
+    cls = registry.lookup("privacy", strategy).load()
+    with pytest.raises(ValueError, match=f"--privacy.{option} must be between 1e-100 and 1e\\+100"):
+        cls(target_epsilon=1.0, delta=1e-5, **{option: value})
+    cls(target_epsilon=1.0, delta=1e-5, **{option: 1e-100 if value < 1 else 1e100})  # the range's ends are taken

@@ -28,6 +28,22 @@ def validate_positive(name: str, value: object) -> float:
     return number
 
 
+#: the noise scales (noise multipliers, Laplace inverse scales, G-PATE's sigmas) the accountants can
+#: compute with: they square them as floats, which overflows above ~1e154 and divides by zero below
+#: ~1e-162; no useful setting is anywhere near either end
+NOISE_SCALE_RANGE = (1e-100, 1e100)
+
+
+def validate_noise_scale(name: str, value: object) -> float:
+    """:func:`validate_positive` within :data:`NOISE_SCALE_RANGE`: 1e300 or 1e-300 ended in an
+    OverflowError or ZeroDivisionError inside an accountant, after the data was read."""
+    number = validate_positive(name, value)
+    low, high = NOISE_SCALE_RANGE
+    if not low <= number <= high:
+        raise ValueError(f"{name} must be between {low:g} and {high:g} (the accountants square it), got {value!r}")
+    return number
+
+
 def validate_int(name: str, value: object, minimum: int) -> int:
     """Return ``value`` as an int if it is an integer >= ``minimum``; ``2.5`` or ``True`` are
     refused rather than truncated. ``name`` is the flag or argument to blame."""
