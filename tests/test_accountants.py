@@ -590,3 +590,19 @@ def test_calibration_rejects_bad_input(kwargs):
     args = {"target_epsilon": 1.0, "delta": DELTA, "sample_rate": 0.01, "steps": 10, **kwargs}
     with pytest.raises(ValueError):
         calibrate_noise_multiplier(**args)
+
+
+@pytest.mark.parametrize("kind", ["rdp", "prv"])
+def test_a_target_the_least_noise_meets_is_calibrated_at_once(kind):
+    """Opacus' search bisects towards sigma 0 until it is within tolerance of the target: a target
+    no noise comes near (1e300, as a user may type) never ended. The least noise calibration
+    returns is taken, and its epsilon is within the target."""
+    from lightning_dpgan.privacy.accountants.opacus_adapter import LEAST_CALIBRATED_SIGMA
+
+    sigma = calibrate_noise_multiplier(1e300, 1e-5, sample_rate=0.01, steps=100, kind=kind)
+    assert sigma == LEAST_CALIBRATED_SIGMA
+    accountant = OpacusAccountant("rdp")  # PRV's grid at this little noise takes tens of GB; RDP bounds it
+    for _ in range(100):
+        accountant.step(noise_multiplier=sigma, sample_rate=0.01)
+    assert accountant.get_epsilon(1e-5) <= 1e300
+    assert calibrate_noise_multiplier(1.0, 1e-5, sample_rate=0.01, steps=100, kind=kind) > LEAST_CALIBRATED_SIGMA

@@ -126,6 +126,23 @@ def prv_epsilon_floor(delta: float, sample_rate: float) -> float:
 RELATIVE_TOLERANCE = 0.01
 
 
+#: the least noise multiplier calibration returns: a target that this much noise already meets (an
+#: epsilon of 1e4, 1e300) is met by any more, and Opacus' bisection towards 0 would never end
+LEAST_CALIBRATED_SIGMA = 0.01
+
+
+def _met_with_least_noise(target_epsilon: float, delta: float, sample_rate: float, steps: int) -> bool:
+    """Asked of RDP whatever the run's accountant: PRV's grid at so little noise takes tens of GB.
+    (Should PRV report more, the budget stop still ends the run before its target.)"""
+    accountant = _OPACUS_ACCOUNTANTS["rdp"]()
+    accountant.history = [(LEAST_CALIBRATED_SIGMA, sample_rate, steps)]
+    try:
+        with search_probe_warnings_silenced():  # a probe: Opacus' words on its orders would confuse
+            return float(accountant.get_epsilon(delta=delta, alphas=_ORDERS)) <= target_epsilon
+    except (ValueError, ArithmeticError):  # the accountant cannot say: the search decides
+        return False
+
+
 def calibrate_noise_multiplier(
     target_epsilon: float,
     delta: float,
@@ -135,7 +152,8 @@ def calibrate_noise_multiplier(
     epsilon_tolerance: float | None = None,
 ) -> float:
     """Smallest noise multiplier (to ``epsilon_tolerance`` in ε: by default 0.01, or
-    :data:`RELATIVE_TOLERANCE` of a target below 1) keeping ε ≤ target.
+    :data:`RELATIVE_TOLERANCE` of a target below 1) keeping ε ≤ target, and no less than
+    :data:`LEAST_CALIBRATED_SIGMA`.
 
     Delegates to ``opacus.accountants.utils.get_noise_multiplier`` (a doubling then
     bisection search on σ), so the σ it returns reaches ``target_epsilon`` under the same
@@ -152,6 +170,8 @@ def calibrate_noise_multiplier(
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
     orders = {"alphas": _ORDERS} if kind == "rdp" else {}
+    if _met_with_least_noise(target_epsilon, delta, sample_rate, steps):
+        return LEAST_CALIBRATED_SIGMA
     if epsilon_tolerance is None:
         epsilon_tolerance = min(0.01, RELATIVE_TOLERANCE * target_epsilon)
     try:
