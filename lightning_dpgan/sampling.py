@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import io
+import math
+import os
 import pickle
 import zipfile
 from collections.abc import Iterator
@@ -166,6 +168,20 @@ def check_room_for_table(out: Path, n: int, module: Any, decoder: Any, labeler: 
                          "write them elsewhere")
 
 
+def check_memory_for_images(n: int, module: Any) -> None:
+    """Refuse, before drawing, ``n`` images that the memory this machine has free cannot hold:
+    they are gathered as float32 before they are written (a trillion asked for ended in torch's
+    allocation traceback, or ran until the system killed it)."""
+    needed = n * math.prod(module.data_shape) * 4  # float32 pixels, gathered on the CPU
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system that says: nothing to check against
+        return
+    if needed > free:
+        raise ValueError(f"-n {n} images would take about {needed / 2**30:.1f} GiB of memory as they are drawn, and "
+                         f"this machine has {free / 2**30:.1f} GiB free: draw fewer at a time")
+
+
 def synthetic_row_chunks(module: Any, decoder: Any, labeler: Any, n: int) -> Iterator[Any]:
     """:func:`synthetic_rows` of ``n`` rows, :data:`SAMPLE_CHUNK_ROWS` at a time."""
     chunk = SAMPLE_CHUNK_ROWS
@@ -276,13 +292,16 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
         raise ValueError(f"--out {out} exists: give another file, or --overwrite to replace it")
     if out.suffix not in allowed:
         kind = "a table model" if schema else "an image model"
-        raise ValueError(f"--out for {kind} must end in {' or '.join(allowed)}, got {out.name}")
+        named = (f"a name before the extension, e.g. {'synthetic.csv' if schema else 'samples.png'}, not {out.name}"
+                 if out.name.startswith(".") and not out.suffix else out.name)  # ".csv" alone has no suffix
+        raise ValueError(f"--out for {kind} must end in {' or '.join(allowed)}, got {named}")
     module = load_module(checkpoint)
     torch.manual_seed(seed)
     if schema:
         decoder, labeler = table_decoder(info), table_labeler(info)
         check_room_for_table(out, n, module, decoder, labeler)
         return write_csv_chunks(out, synthetic_row_chunks(module, decoder, labeler, n))
+    check_memory_for_images(n, module)
     labels = module.balanced_labels(n)
     images = images_to_uint8(draw_images(module, n, labels))
     if out.suffix == ".png":

@@ -34,6 +34,7 @@ class ImageModule:
     """A conditional image generator whose every pixel tells its label (and some noise)."""
 
     num_classes = 10
+    data_shape = (1, 28, 28)
 
     def balanced_labels(self, n):
         return torch.arange(n) % self.num_classes
@@ -213,6 +214,25 @@ def test_out_of_the_wrong_kind_is_refused(tmp_path, monkeypatch, name, run):
     with pytest.raises(ValueError, match="must end in"):
         sample_to_file(fake_checkpoint(tmp_path / "c.ckpt", run), 5, tmp_path / name)
     assert not (tmp_path / name).exists()
+
+
+def test_an_extension_alone_as_out_is_told_to_take_a_name(tmp_path, monkeypatch):
+    """".csv" has no suffix to Python (a hidden file's name): it was refused as "must end in .csv,
+    got .csv"."""
+    monkeypatch.setattr(sampling, "load_module", lambda path: pytest.fail("loaded the generator"))
+    checkpoint = fake_checkpoint(tmp_path / "c.ckpt", {"model": "gan", "dataset": "csv", "schema": SCHEMA.to_dict()})
+    with pytest.raises(ValueError, match=r"must end in \.csv, got a name before the extension, e\.g\. synthetic\.csv, "
+                                         r"not \.csv"):
+        sample_to_file(checkpoint, 5, tmp_path / ".csv")
+
+
+def test_more_images_than_free_memory_holds_are_refused_before_drawing(image_checkpoint, tmp_path, monkeypatch):
+    """A trillion images ended in torch's allocation traceback (or, unconditional, ran until the
+    system killed it): the float32 pixels gathered before writing are counted first."""
+    monkeypatch.setattr(ImageModule, "balanced_labels", lambda self, n: pytest.fail("drew labels"))
+    with pytest.raises(ValueError, match=r"-n 1000000000000 images would take about 2920627\.6 GiB of memory"):
+        sample_to_file(image_checkpoint, 10**12, tmp_path / "huge.npz")
+    assert not (tmp_path / "huge.npz").exists()
 
 
 def test_out_that_is_a_folder_is_refused(table_checkpoint, tmp_path):
