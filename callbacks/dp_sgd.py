@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Subset
 from lightning_dpgan.callbacks.strategy import CalibratedNoiseStrategy
 from lightning_dpgan.distributed import is_distributed, rank, world_size
 from lightning_dpgan.privacy.accountants import OpacusAccountant, calibrate_noise_multiplier
-from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
+from lightning_dpgan.privacy.dp_sgd import MODES as GRAD_SAMPLE_MODES, DPSGDMechanism
 from lightning_dpgan.privacy.slots import GradientPrivatizer
 from lightning_dpgan.privacy.validation import validate_positive
 
@@ -63,6 +63,8 @@ class DPSGD(CalibratedNoiseStrategy):
             raise ValueError(f"--privacy.accountant must be 'rdp' or 'prv', got {accountant!r}")
         self.accountant_kind = accountant
         self.poisson_sampling = poisson_sampling
+        if grad_sample_mode not in GRAD_SAMPLE_MODES:
+            raise ValueError(f"--privacy.grad_sample_mode must be one of {GRAD_SAMPLE_MODES}, got {grad_sample_mode!r}")
         self.grad_sample_mode = grad_sample_mode
         self.sample_rate: float | None = None
 

@@ -355,6 +355,12 @@ def test_bad_privacy_settings_are_refused(tiny_image_data_dir, tmp_path, capsys,
     assert not (tmp_path / "bad" / "privacy.json").exists()
 
 
+def test_an_unknown_grad_sample_mode_is_refused_as_the_strategy_is_built():
+    """Before the data is read, naming the option (it was refused only as Opacus was attached)."""
+    with pytest.raises(ValueError, match="--privacy.grad_sample_mode must be one of"):
+        DPSGD(noise_multiplier=1.0, grad_sample_mode="bogus")
+
+
 def test_dpgan_needs_a_target_or_a_noise_multiplier():
     with pytest.raises(ValueError, match="needs --epsilon"):
         DPSGD()

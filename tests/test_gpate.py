@@ -354,7 +354,7 @@ def test_epsilon_presets_pick_the_papers_settings():
     [
         (["--privacy.threshold", "2"], "fraction of the teachers"),
         (["--privacy.sigma2", "0"], "--privacy.sigma2"),
-        (["--privacy.accounting", "magic"], "accounting must be one of"),
+        (["--privacy.accounting", "magic"], "--privacy.accounting must be one of"),
         (["--privacy", "none"], "no privacy guarantee"),
     ],
 )

@@ -1,5 +1,7 @@
 """Every mechanism draws its noise from its own generator (``NoiseSource``), seeded from OS
 entropy: the run's ``--seed`` (recorded in config.yaml) must not let anyone replay the noise."""
+from unittest.mock import patch
+
 import pytest
 import torch
 from torch import nn
@@ -77,10 +79,17 @@ def test_generators_are_made_once_per_device_and_seeded_apart():
     assert "FIXED SEED 3" in NoiseSource(3).describe()
 
 
-@pytest.mark.parametrize("seed", [-1, 1.5, True, "7"])
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "7", 2**63, 10**20])
 def test_a_bad_noise_seed_is_refused(seed):
+    """2**63 and above: the seed plus a DDP rank must fit torch's 64-bit seed (10**20 ended in
+    torch's "Overflow when unpacking long long", naming no option)."""
     with pytest.raises(ValueError, match="noise_seed"):
         NoiseSource(seed)
+
+
+def test_the_largest_noise_seed_seeds_every_rank():
+    with patch("lightning_dpgan.privacy.noise_source.rank", return_value=7):
+        assert NoiseSource(2**63 - 1).generator().initial_seed() == 2**63 + 6
 
 
 def poisson_batches(strategy: DPSGD) -> list[list[int]]:

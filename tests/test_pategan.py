@@ -559,7 +559,7 @@ def test_a_checkpoint_saved_mid_training_counts_the_step_its_accountant_charged(
         (["--privacy", "dp-sgd", "--epsilon", "1"], "needs a model with a GradientPrivatizer slot"),
         (["--privacy", "none"], "no privacy guarantee"),  # the preset sets --epsilon
         (["--epsilon", "1", "--privacy.lap_inverse_scale", "0"], "--privacy.lap_inverse_scale"),
-        (["--epsilon", "1", "--privacy.accounting", "magic"], "accounting must be one of"),
+        (["--epsilon", "1", "--privacy.accounting", "magic"], "--privacy.accounting must be one of"),
         (["--epsilon", "1", "--delta", "0.05"], "1/n"),  # 36 training records
     ],
 )

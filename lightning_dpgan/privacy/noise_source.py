@@ -33,8 +33,8 @@ class NoiseSource:
     is given (reproducible draws, tests only: not private)."""
 
     def __init__(self, seed: int | None = None) -> None:
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-            raise ValueError(f"--privacy.noise_seed must be a non-negative integer, got {seed!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
+            raise ValueError(f"--privacy.noise_seed must be an integer from 0 to 2**63 - 1, got {seed!r}")
         self.seed = seed
         #: training steps taken before this process's draws (a resume's): part of a fixed seed's stream
         self.steps_before = 0

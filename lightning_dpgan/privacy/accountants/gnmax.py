@@ -60,7 +60,7 @@ class ConfidentGNMaxAccountant:
 
     def __init__(self, accounting: str = "data-dependent", orders: Sequence[float] = DEFAULT_ORDERS) -> None:
         if accounting not in ACCOUNTING_MODES:
-            raise ValueError(f"accounting must be one of {ACCOUNTING_MODES}, got {accounting!r}")
+            raise ValueError(f"--privacy.accounting must be one of {ACCOUNTING_MODES}, got {accounting!r}")
         self.accounting = accounting
         self.orders = check_orders(orders)
         self._queries: dict[NoisePair, int] = {}

@@ -69,7 +69,7 @@ class PATEMomentsAccountant:
 
     def __init__(self, accounting: str = "data-dependent", orders: np.ndarray = DEFAULT_MOMENT_ORDERS) -> None:
         if accounting not in ACCOUNTING_MODES:
-            raise ValueError(f"accounting must be one of {ACCOUNTING_MODES}, got {accounting!r}")
+            raise ValueError(f"--privacy.accounting must be one of {ACCOUNTING_MODES}, got {accounting!r}")
         self.accounting = accounting
         self.orders = np.asarray(orders, dtype=float)
         self._gap_counts: dict[float, dict[int, int]] = {}
