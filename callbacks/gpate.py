@@ -34,7 +34,7 @@ from lightning_dpgan.privacy.accountants import ConfidentGNMaxAccountant
 from lightning_dpgan.privacy.analysis.gnmax import gnmax_log_q
 from lightning_dpgan.privacy.gradient_voting import ProjectedGradientAggregator
 from lightning_dpgan.privacy.slots import GradientAggregator
-from lightning_dpgan.privacy.validation import validate_noise_scale, validate_positive
+from lightning_dpgan.privacy.validation import validate_noise_scale, validate_within
 
 #: Default number of teachers: one per 30 training records (G-PATE's MNIST setup at epsilon 10).
 RECORDS_PER_TEACHER = 30
@@ -43,6 +43,12 @@ RECORDS_PER_TEACHER = 30
 ANSWERED_PERCENT = 1
 #: Largest default teacher minibatch (the paper uses each teacher's whole 15-30 record partition).
 MAX_DEFAULT_BATCH = 64
+#: --privacy.bins' ceiling: a step holds (records x projection_dim) x bins vote counts (1e11 bins
+#: asked for 120 TB at the first step); past the teachers' number, bins only spread the votes
+MAX_BINS = 10_000
+#: --privacy.clip's range: the bound is applied to float32 gradients (1e300 overflowed it at the first
+#: step) and divided into bins (a width below float32's smallest normal is 0)
+CLIP_RANGE = (1e-30, 1e30)
 
 
 class ProjectedVoting(TeacherStrategy):
@@ -84,8 +90,11 @@ class ProjectedVoting(TeacherStrategy):
         super().__init__(num_teachers, teacher_batch_size, partition_seed, target_epsilon, delta, noise_seed)
         if projection_dim < 1 or bins < 2:
             raise ValueError(f"--privacy.projection_dim must be >= 1 and --privacy.bins >= 2, got {projection_dim}, {bins}")
+        if bins > MAX_BINS:
+            raise ValueError(f"--privacy.bins must be at most {MAX_BINS:,} (each query holds a vote count per bin; "
+                             f"the paper uses 5 to 10), got {bins}")
         self.projection_dim, self.bins = projection_dim, bins
-        self.clip = validate_positive("--privacy.clip", clip)
+        self.clip = validate_within("--privacy.clip", clip, CLIP_RANGE, "projected gradients are float32")
         self.sigma1 = validate_noise_scale("--privacy.sigma1", sigma1)
         self.sigma2 = validate_noise_scale("--privacy.sigma2", sigma2)
         if not 0 < threshold <= 1:

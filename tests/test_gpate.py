@@ -355,6 +355,9 @@ def test_epsilon_presets_pick_the_papers_settings():
         (["--privacy.threshold", "2"], "fraction of the teachers"),
         (["--privacy.sigma2", "0"], "--privacy.sigma2"),
         (["--privacy.accounting", "magic"], "--privacy.accounting must be one of"),
+        (["--privacy.clip", "1e300"], "--privacy.clip must be between"),
+        (["--privacy.clip", "1e-300"], "--privacy.clip must be between"),
+        (["--privacy.bins", "100000000000"], "--privacy.bins must be at most"),
         (["--privacy", "none"], "no privacy guarantee"),
     ],
 )

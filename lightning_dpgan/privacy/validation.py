@@ -34,14 +34,19 @@ def validate_positive(name: str, value: object) -> float:
 NOISE_SCALE_RANGE = (1e-100, 1e100)
 
 
-def validate_noise_scale(name: str, value: object) -> float:
-    """:func:`validate_positive` within :data:`NOISE_SCALE_RANGE`: 1e300 or 1e-300 ended in an
-    OverflowError or ZeroDivisionError inside an accountant, after the data was read."""
+def validate_within(name: str, value: object, bounds: tuple[float, float], why: str) -> float:
+    """:func:`validate_positive` within ``bounds``; ``why`` says in the message what sets them."""
     number = validate_positive(name, value)
-    low, high = NOISE_SCALE_RANGE
+    low, high = bounds
     if not low <= number <= high:
-        raise ValueError(f"{name} must be between {low:g} and {high:g} (the accountants square it), got {value!r}")
+        raise ValueError(f"{name} must be between {low:g} and {high:g} ({why}), got {value!r}")
     return number
+
+
+def validate_noise_scale(name: str, value: object) -> float:
+    """Within :data:`NOISE_SCALE_RANGE`: 1e300 or 1e-300 ended in an OverflowError or
+    ZeroDivisionError inside an accountant, after the data was read."""
+    return validate_within(name, value, NOISE_SCALE_RANGE, "the accountants square it")
 
 
 def validate_int(name: str, value: object, minimum: int) -> int:
