@@ -105,6 +105,9 @@ log = logging.getLogger(__name__)
 #: Peak memory of N critics in multiples of their parameters' bytes: the parameters and Adam's two
 #: moments (gradients exist for the critic in training only).
 CRITIC_MEMORY_FACTOR = 3
+#: float32 copies of a generated batch the sanitizer holds at once: the records, their gradient,
+#: the noise and the clipped gradient
+GENERATED_BATCH_MEMORY_FACTOR = 4
 
 
 class CriticSampler(PartitionedSampler):
@@ -318,6 +321,7 @@ class GradientSanitizer(CalibratedNoiseStrategy):
             raise ValueError(f"the generator normalizes each batch (BatchNorm), which needs at least 2 generated records "
                              f"a step in each process, and --privacy.generated_batch_size {self.generated_batch_size} over "
                              f"{ranks} processes gives {share}: use --privacy.generated_batch_size {2 * ranks} or more")
+        check_generated_batch_memory(share, pl_module.data_shape, pl_module.device)
         return share
 
     # ----------------------------------------------------------- accounting
@@ -415,6 +419,19 @@ class GradientSanitizer(CalibratedNoiseStrategy):
                 "times); all B rows of a step come from the same answering critic, so only one subsampling per step "
                 "is sound, which is what 'epsilon' charges."),
         }
+
+
+def check_generated_batch_memory(records: int, data_shape: tuple[int, ...], device: torch.device) -> None:
+    """Refuse, before the first step, a generated batch whose sanitized records alone would not fit:
+    ``--privacy.generated_batch_size 1e11`` asked for terabytes in the middle of the first step,
+    with the run folder already made. A lower bound (the generator's activations come on top)."""
+    needed = GENERATED_BATCH_MEMORY_FACTOR * records * math.prod(data_shape) * 4
+    free = available_memory(device)
+    if free is not None and needed > free:
+        raise ValueError(
+            f"--privacy.generated_batch_size: {records:,} generated records a step per process need at least "
+            f"{needed / 2**30:.1f} GiB (the records, their gradients, the noise and the clipped copy), and "
+            f"{device.type} has {free / 2**30:.1f} GiB available: generate fewer records a step")
 
 
 def check_critic_memory(critics: list[torch.nn.Module], device: torch.device) -> None:

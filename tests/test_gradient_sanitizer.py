@@ -132,6 +132,14 @@ def test_a_generated_batch_the_processes_cannot_share_is_refused(monkeypatch, ge
         strategy._records_per_rank(gswgan_module())
 
 
+def test_a_generated_batch_beyond_the_free_memory_is_refused_before_the_first_step():
+    """10**11 MNIST-sized records need hundreds of TB: refused by name (it failed mid-step)."""
+    strategy = GradientSanitizer(noise_multiplier=3.0, generated_batch_size=10**11)
+    with pytest.raises(ValueError, match="--privacy.generated_batch_size: 100,000,000,000 generated records"):
+        strategy._records_per_rank(gswgan_module())
+    assert GradientSanitizer(noise_multiplier=3.0, generated_batch_size=64)._records_per_rank(gswgan_module()) == 64
+
+
 def test_the_answering_critic_is_drawn_from_os_entropy_not_from_the_runs_seed():
     """GS-WGAN's amplification needs the answering critic to stay secret; the run's --seed is
     in its config.yaml, so two runs of the same seed must draw different selections."""
