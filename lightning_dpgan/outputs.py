@@ -32,15 +32,24 @@ class OutputWriteError(OSError):
         reason = cause.strerror or str(cause)
         state = "still holds its previous content" if path.exists() else "was not created"
         full = cause.errno in (errno.ENOSPC, errno.EDQUOT)
-        advice = "Free some disk space" if full else "Check that the folder is writable"
-        super().__init__(
-            f"could not write {path}: {reason}. Nothing was half-written: {path.name} {state}. "
-            f"{advice} (or write to another folder) and run again."
-        )
+        in_the_way = _file_in_the_way(path)
+        if full:
+            advice = "Free some disk space (or write to another folder) and run again."
+        elif in_the_way is not None:
+            advice = f"{in_the_way} is a file, where the path needs a folder: write elsewhere and run again."
+        else:
+            advice = "Check that the folder is writable (or write to another folder) and run again."
+        super().__init__(f"could not write {path}: {reason}. Nothing was half-written: {path.name} {state}. {advice}")
         self.errno, self.filename = cause.errno, str(path)
 
     def __str__(self) -> str:
         return self.args[0]
+
+
+def _file_in_the_way(path: Path) -> Path | None:
+    """The first of ``path``'s folders that exists as a file (``--out a.csv/x.csv`` beside an
+    existing a.csv: mkdir says only "File exists"), None if there is none."""
+    return next((folder for folder in reversed(path.parents) if folder.exists() and not folder.is_dir()), None)
 
 
 def file_creation_mask() -> int:

@@ -63,6 +63,16 @@ def test_a_failed_write_keeps_the_earlier_file_and_leaves_no_temporary(tmp_path)
     assert path.read_text() == "earlier\n" and sorted(p.name for p in tmp_path.iterdir()) == ["synthetic.csv"]
 
 
+def test_a_file_where_the_path_needs_a_folder_is_named_not_the_permissions(tmp_path):
+    """``sample --out a.csv/x.csv`` beside an existing a.csv: mkdir says only "File exists"."""
+    (tmp_path / "a.csv").write_text("earlier\n")
+    with pytest.raises(OutputWriteError) as excinfo:
+        atomic_write(tmp_path / "a.csv" / "x.csv", lambda handle: handle.write(b"rows"))
+    message = str(excinfo.value)
+    assert f"{tmp_path / 'a.csv'} is a file, where the path needs a folder" in message
+    assert "writable" not in message and (tmp_path / "a.csv").read_text() == "earlier\n"
+
+
 def test_pixels_map_minus_one_to_zero_and_one_to_255_clipping_outside():
     values = torch.tensor([-3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 4.0]).view(1, 1, 1, 7)
     # independently: clip to [-1, 1], then (v + 1) / 2 * 255 to the nearest integer
