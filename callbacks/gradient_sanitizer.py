@@ -88,6 +88,7 @@ from lightning_dpgan.callbacks.strategy import CalibratedNoiseStrategy
 from lightning_dpgan.callbacks.teachers import available_memory, drawn_with_replacement
 from lightning_dpgan.data.partition import PartitionedSampler
 from lightning_dpgan.distributed import batches_per_process, world_size
+from lightning_dpgan.error_text import byte_size
 from lightning_dpgan.privacy.accountants import (
     GaussianAccountant,
     SelectedCriticGaussianAccountant,
@@ -430,8 +431,8 @@ def check_generated_batch_memory(records: int, data_shape: tuple[int, ...], devi
     if free is not None and needed > free:
         raise ValueError(
             f"--privacy.generated_batch_size: {records:,} generated records a step per process need at least "
-            f"{needed / 2**30:.1f} GiB (the records, their gradients, the noise and the clipped copy), and "
-            f"{device.type} has {free / 2**30:.1f} GiB available: generate fewer records a step")
+            f"{byte_size(needed)} (the records, their gradients, the noise and the clipped copy), and "
+            f"{device.type} has {byte_size(free)} available: generate fewer records a step")
 
 
 def check_critic_memory(critics: list[torch.nn.Module], device: torch.device) -> None:
@@ -443,7 +444,7 @@ def check_critic_memory(critics: list[torch.nn.Module], device: torch.device) ->
         free += parameters * 4  # already allocated where they will train
     if free is not None and needed > free:
         raise ValueError(
-            f"{len(critics)} critics ({parameters / 1e6:.0f}M parameters) need about {needed / 2**30:.1f} GiB with "
-            f"Adam's moments, and {device.type} has {free / 2**30:.1f} GiB available: use fewer critics "
+            f"{len(critics)} critics ({parameters / 1e6:.0f}M parameters) need about {byte_size(needed)} with "
+            f"Adam's moments, and {device.type} has {byte_size(free)} available: use fewer critics "
             "(--privacy.num_critics) or smaller ones (--model.discriminator_kwargs.*)."
         )

@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from lightning_dpgan.callbacks.strategy import PrivacyStrategy
 from lightning_dpgan.data.partition import PartitionedSampler
 from lightning_dpgan.distributed import shard, world_size
+from lightning_dpgan.error_text import byte_size
 from lightning_dpgan.nets.ensemble import kept_range
 
 
@@ -99,8 +100,8 @@ def check_teacher_memory(teachers: int, per_teacher: int, device: torch.device, 
     free = available_memory(torch.device("cpu"))
     if free is not None and needed > free:
         raise TeacherMemoryError(
-            f"{size} need about {needed / 2**30:.1f} GiB of host memory to build (each built, then stacked), "
-            f"and the host has {free / 2**30:.1f} GiB available. {ways_out}")
+            f"{size} need about {byte_size(needed)} of host memory to build (each built, then stacked), "
+            f"and the host has {byte_size(free)} available. {ways_out}")
     on_cpu = device.type == "cpu"
     sharing = processes_on_host if on_cpu else 1
     factor = HOST_TEACHER_MEMORY_FACTOR if on_cpu else TEACHER_MEMORY_FACTOR
@@ -115,8 +116,8 @@ def check_teacher_memory(teachers: int, per_teacher: int, device: torch.device, 
     needed = factor * parameters * 4 * sharing
     in_slices = f", trained {slice_size} at a time" if sliced else ""
     raise TeacherMemoryError(
-        f"{size} need about {needed / 2**30:.1f} GiB to train{in_slices} ({factor:.3g}x their parameters: "
-        f"gradients, Adam's moments, temporaries), and {device.type} has {free / 2**30:.1f} GiB available. "
+        f"{size} need about {byte_size(needed)} to train{in_slices} ({factor:.3g}x their parameters: "
+        f"gradients, Adam's moments, temporaries), and {device.type} has {byte_size(free)} available. "
         f"{ways_out}")
 
 

@@ -9,3 +9,16 @@ def first_line(error: BaseException) -> str:
     dispatcher's tables after it, and parsers the text they choked on."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[0].rstrip(". ") if lines else type(error).__name__
+
+
+#: binary units from the largest down: a size is said in the first it reaches one of
+BYTE_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def byte_size(count: float) -> str:
+    """``count`` bytes in the largest binary unit it reaches one of: a message that said sizes
+    in GiB alone read "0.0 GiB free" for a disk with hundreds of MiB left."""
+    for unit, size in BYTE_UNITS:
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count:.0f} bytes"

@@ -18,7 +18,7 @@ from lightning_dpgan import registry
 from lightning_dpgan.modules.base import CHECKPOINT_KEY
 from lightning_dpgan.data.schema import TableSchema
 from lightning_dpgan.data.table_transformer import TableTransformer
-from lightning_dpgan.error_text import first_line
+from lightning_dpgan.error_text import byte_size, first_line
 from lightning_dpgan.outputs import atomic_write, image_grid, images_to_uint8, write_csv_chunks, write_png
 from lightning_dpgan.run_folder import LAST_CHECKPOINT
 
@@ -163,8 +163,8 @@ def check_room_for_table(out: Path, n: int, module: Any, decoder: Any, labeler: 
     held_by = next(folder for folder in out.absolute().parents if folder.exists())  # --out's folder may be new
     free = shutil.disk_usage(held_by).free
     if needed > free:
-        raise ValueError(f"-n {n} rows would take about {needed / 2**30:.1f} GiB (about {per_row:.0f} bytes a row), "
-                         f"and the disk holding --out {out} has {free / 2**30:.1f} GiB free: draw fewer rows, or "
+        raise ValueError(f"-n {n} rows would take about {byte_size(needed)} (about {per_row:.0f} bytes a row), "
+                         f"and the disk holding --out {out} has {byte_size(free)} free: draw fewer rows, or "
                          "write them elsewhere")
 
 
@@ -178,8 +178,8 @@ def check_memory_for_images(n: int, module: Any) -> None:
     except (ValueError, OSError, AttributeError):  # not a POSIX system that says: nothing to check against
         return
     if needed > free:
-        raise ValueError(f"-n {n} images would take about {needed / 2**30:.1f} GiB of memory as they are drawn, and "
-                         f"this machine has {free / 2**30:.1f} GiB free: draw fewer at a time")
+        raise ValueError(f"-n {n} images would take about {byte_size(needed)} of memory as they are drawn, and "
+                         f"this machine has {byte_size(free)} free: draw fewer at a time")
 
 
 def synthetic_row_chunks(module: Any, decoder: Any, labeler: Any, n: int) -> Iterator[Any]:

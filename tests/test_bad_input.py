@@ -1044,7 +1044,7 @@ def test_a_table_the_disk_has_no_room_for_is_refused_before_writing(tmp_path, ca
     monkeypatch.setattr(shutil_module, "disk_usage", lambda path: usage._replace(free=1000))
     out = tmp_path / "big.csv"
     assert_refused(["sample", "--checkpoint", checkpoint, "-n", "1000", "--out", str(out)], capsys,
-                   "-n 1000 rows would take about", "GiB free: draw fewer rows")
+                   "-n 1000 rows would take about", "has 1000 bytes free: draw fewer rows")
     assert not out.exists() and not list(tmp_path.glob(".big.csv.*"))
 
 

@@ -230,7 +230,7 @@ def test_more_images_than_free_memory_holds_are_refused_before_drawing(image_che
     """A trillion images ended in torch's allocation traceback (or, unconditional, ran until the
     system killed it): the float32 pixels gathered before writing are counted first."""
     monkeypatch.setattr(ImageModule, "balanced_labels", lambda self, n: pytest.fail("drew labels"))
-    with pytest.raises(ValueError, match=r"-n 1000000000000 images would take about 2920627\.6 GiB of memory"):
+    with pytest.raises(ValueError, match=r"-n 1000000000000 images would take about 2852\.2 TiB of memory"):
         sample_to_file(image_checkpoint, 10**12, tmp_path / "huge.npz")
     assert not (tmp_path / "huge.npz").exists()
 
