@@ -378,15 +378,16 @@ def _warn_of_a_thin_held_out_class(real_test: pd.DataFrame, schema: Any) -> dict
 
 def _warn_of_unfitted_classifiers(settings: dict[str, Any]) -> None:
     """Classifiers that could not learn from a table with both classes (a collapsed generator's
-    repeated rows) are scored as a constant prediction, AUROC 0.5: said, so that a 0.5 is read
-    as what the table did to them. (A table of one class has its own warning.)"""
+    repeated rows), or learned the same prediction for every row, are scored as a constant
+    prediction, AUROC 0.5: said, so that a 0.5 is read as what the table did to them. (A table of
+    one class has its own warning.)"""
     for setting, result in settings.items():
         unfitted = {name: scores["degenerate_reason"] for name, scores in result["per_classifier"].items()
                     if scores["degenerate"] and scores["degenerate_reason"] != "one label class"}
         if unfitted:
             listed = "; ".join(f"{name} {reason}" for name, reason in unfitted.items())
             warn(f"setting {setting}: {listed}. Each is scored as a constant prediction "
-                 "(its training table's class shares: AUROC 0.5), kept in the averages")
+                 "(AUROC 0.5), kept in the averages")
 
 
 def _publish_figures(run_dir: Path) -> None:

@@ -403,6 +403,28 @@ def test_a_classifier_that_cannot_learn_from_repeated_rows_scores_as_a_constant(
     assert scores["accuracy"] == pytest.approx(1 - positive_rate)  # a tie: the first class, "no"
 
 
+@pytest.mark.parametrize("name", ["bernoulli_nb", "logistic_regression", "decision_tree", "xgboost"])
+def test_a_classifier_that_predicts_the_same_for_every_row_scores_as_a_constant(name) -> None:
+    """On the collapsed table these fit, and learn nothing: Bernoulli NB's probabilities differed
+    by float rounding alone (5e-17), which AUROC ranked (0.414 here, not a constant's 0.5)."""
+    one_row = make_table(1, 11)
+    train = pd.concat([one_row] * 10, ignore_index=True).assign(y=["yes"] * 5 + ["no"] * 5)
+    scores = classification_utility(train, make_table(200, 12), SCHEMA, {name: CLASSIFIERS[name]})["per_classifier"][name]
+    assert scores["auroc"] == 0.5
+    assert scores["degenerate_reason"] == "the same prediction for every test row"
+
+
+def test_probabilities_apart_by_more_than_rounding_stay_a_ranking() -> None:
+    """The rounding threshold is relative to the probabilities' size: 1e-20 apart from 1e-20 is a
+    ranking; 0.5 apart by 5e-17 is not."""
+    tiny = np.array([[1.0, 1e-20], [1.0, 2e-20], [1.0, 3e-20]])
+    kept, constant = utility._without_rounding_noise(tiny)
+    assert kept[:, 1].tolist() == [1e-20, 2e-20, 3e-20] and kept[:, 0].tolist() == [1.0] * 3 and not constant
+    halves = np.array([[0.5, 0.5], [0.5 + 5e-17, 0.5 - 5e-17]])
+    flat, constant = utility._without_rounding_noise(halves)
+    assert np.ptp(flat, axis=0).tolist() == [0.0, 0.0] and constant
+
+
 def test_a_classifier_that_fails_on_real_rows_is_an_error_not_a_score() -> None:
     """Setting A trains on real rows: a failure there is a fault to see, not a table's to score."""
     one_row = make_table(1, 11)

@@ -206,9 +206,30 @@ def _fit_predict_proba(
         if not synthetic:
             raise ValueError(f"{type(model).__name__} gave non-finite probabilities on real training rows")
         return _class_shares(y_train, len(x_test), n_classes), "gave non-finite probabilities"
+    fitted, constant = _without_rounding_noise(fitted)
     proba = np.zeros((len(x_test), n_classes))
     proba[:, present] = fitted
-    return proba, None
+    return proba, "the same prediction for every test row" if constant else None
+
+
+#: A class's probabilities that differ across the test rows by no more than this many float64
+#: rounding steps of their size are one prediction
+ROUNDING_STEPS = 64
+
+
+def _without_rounding_noise(fitted: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``fitted`` with each class column whose spread is float rounding set to its mean, and
+    whether every column was. A model that learned nothing (Bernoulli NB on a collapsed table)
+    gave probabilities 5e-17 apart, which AUROC ranked as if they meant something (0.457, where a
+    constant prediction scores 0.5). The threshold is relative: probabilities of 1e-20 and 2e-20
+    are a ranking, not noise."""
+    spread = np.ptp(fitted, axis=0)
+    noise = spread <= ROUNDING_STEPS * np.finfo(float).eps * np.abs(fitted).max(axis=0)
+    if not noise.any():
+        return fitted, False
+    cleaned = fitted.copy()
+    cleaned[:, noise] = fitted[:, noise].mean(axis=0)
+    return cleaned, bool(noise.all())
 
 
 def _class_shares(y_train: np.ndarray, rows: int, n_classes: int) -> np.ndarray:
