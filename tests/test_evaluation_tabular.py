@@ -109,6 +109,15 @@ def test_feature_importance_agreement_of_a_copy_is_one() -> None:
     assert result["real"] == result["synthetic"]
 
 
+def test_feature_importance_agreement_of_a_collapsed_table_is_undefined_not_reversed() -> None:
+    """One feature row repeated with both labels: every synthetic |r| is 0, no ranking (it read
+    0.0, "every ranking reversed"), as for a constant label."""
+    frame = make_table(300, seed=0)
+    collapsed = pd.concat([frame.iloc[:1]] * 20, ignore_index=True).assign(y=["no", "yes"] * 10)
+    result = feature_importance_agreement(frame, collapsed, SCHEMA)
+    assert math.isnan(result["agreement"]) and set(result["synthetic"].values()) == {0.0}
+
+
 BINARY_FEATURE_SCHEMA = TableSchema(
     columns=(
         Column("x", "continuous", bounds=(0.0, 1.0), source="test"),

@@ -88,8 +88,9 @@ def feature_importance_agreement(
     meaningful Pearson correlation). Features tied in both tables agree: the two categories of
     a binary column always have the same |r|, and constant features all have 0, so with the
     strict Eq. 8 a table would not agree with its own copy. The agreement is NaN for a table
-    with a single feature (no pair to rank) and where either table's label is constant (every
-    |r| is 0 there: no ranking, and 0 would read as "every ranking reversed"). Returns ``{"agreement", "real",
+    with a single feature (no pair to rank) and where every |r| of either table is 0, its label
+    or all its features constant (a collapsed generator's rows): no ranking, and 0 would read as
+    "every ranking reversed". Returns ``{"agreement", "real",
     "synthetic"}``, the last two mapping feature names to their |r|.
     """
     if schema.label_kind not in ("binary", "continuous"):
@@ -98,9 +99,9 @@ def feature_importance_agreement(
     real_x, real_y = features_and_label(real_frame, schema)
     synthetic_x, synthetic_y = features_and_label(synthetic_frame, schema)
     real, synthetic = _label_correlations(real_x, real_y), _label_correlations(synthetic_x, synthetic_y)
-    constant_label = np.ptp(real_y) == 0 or np.ptp(synthetic_y) == 0
+    unranked = not real.any() or not synthetic.any()  # a constant label, or every feature constant
     return {
-        "agreement": float("nan") if constant_label else _tie_aware_agreement(real, synthetic),
+        "agreement": float("nan") if unranked else _tie_aware_agreement(real, synthetic),
         "real": dict(zip(names, real.tolist(), strict=True)),
         "synthetic": dict(zip(names, synthetic.tolist(), strict=True)),
     }
