@@ -65,6 +65,15 @@ DEFAULT_MAX_STEPS = 1000
 #: Lightning's 16-bit mixed precision, whose GradScaler skips a whole optimizer step (every
 #: teacher of an ensemble, every parameter of a DP-SGD step) when one gradient overflows
 LOSS_SCALED_PRECISIONS = ("16", "16-mixed")
+#: Lightning precisions that hold the networks' weights in another type than float32: sampling's
+#: float32 latents met bf16 or float64 weights only as synthetic.csv was written, after training
+#: ("mat1 and mat2 must have the same dtype"), and 16-true's weights turned NaN at the first step
+NON_FLOAT32_WEIGHT_PRECISIONS = ("16-true", "bf16-true", "64-true", "64", "transformer-engine",
+                                 "transformer-engine-float16")
+#: Trainer options of automatic optimization, with their off value: every module steps its own
+#: optimizers (a GAN's alternating updates), where Lightning refuses them only once fit starts,
+#: after a DP schema estimate or histogram has spent its budget
+AUTOMATIC_OPTIMIZATION_OPTIONS = {"accumulate_grad_batches": 1, "gradient_clip_val": 0}
 
 
 def model_name(config: dict[str, Any]) -> str:
@@ -725,6 +734,17 @@ class Run:
                 "update of every network when one gradient overflows, so one record could decide whether a step "
                 "happens (and, for teachers, change the others' training), which no accountant counts. "
                 "Use --trainer.precision bf16-mixed (no loss scaler) or leave it out")
+        precision = str(options.get("precision"))
+        if precision in NON_FLOAT32_WEIGHT_PRECISIONS:
+            raise ConfigError(f"trainer.precision {precision} keeps the networks' weights in another type than float32, "
+                              "which sampling and the privacy mechanisms do not support: use --trainer.precision "
+                              "bf16-mixed (float32 weights, bf16 arithmetic) or leave it out")
+        for option, off in AUTOMATIC_OPTIMIZATION_OPTIONS.items():
+            if options.get(option) not in (None, off):
+                raise ConfigError(f"trainer.{option} works under Lightning's automatic optimization only, and every "
+                                  "model here steps its own optimizers (a GAN's alternating updates): leave it out"
+                                  + ("; DP-SGD clips each record's gradient by --privacy.max_grad_norm"
+                                     if option == "gradient_clip_val" else ""))
         check_accelerator(options.get("accelerator"), options.get("devices"))
         chosen = options.get("strategy", "auto")
         if isinstance(chosen, str) and chosen not in PRIVATE_TRAINER_STRATEGIES and chosen not in StrategyRegistry:

@@ -786,6 +786,13 @@ DATA_FREE_REFUSALS = {
     "loss-scaled": (["--privacy", "dp-sgd", "--epsilon", "1", "--trainer.precision", "16-mixed"],
                     "trainer.precision 16-mixed cannot train a private model"),
     "unknown-strategy": (["--strategy", "zzz"], "--strategy zzz is not a Lightning strategy"),
+    # these ended after training, writing synthetic.csv (bf16-true, 64-true), or in Lightning's
+    # refusal at fit (the others), both after the DP releases had read the rows
+    "bf16-weights": (["--trainer.precision", "bf16-true"], "trainer.precision bf16-true keeps the networks' weights"),
+    "float64-weights": (["--trainer.precision", "64-true"], "trainer.precision 64-true keeps the networks' weights"),
+    "accumulated": (["--trainer.accumulate_grad_batches", "4"], "trainer.accumulate_grad_batches works under"),
+    "lightning-clipping": (["--privacy", "dp-sgd", "--epsilon", "1", "--trainer.gradient_clip_val", "1.0"],
+                           "--privacy.max_grad_norm"),
 }
 
 
