@@ -22,6 +22,18 @@ def released_gradient(mechanism, x, loss_fn):
     return x.grad
 
 
+def test_a_non_finite_gradient_row_is_released_as_noise_within_the_bound():
+    """A diverged critic's NaN or inf rows came out NaN (clipping multiplied them), unbounded:
+    each such row is zeroed, so it is released as the noise alone; finite rows keep their clip."""
+    mechanism = GradientSanitizerMechanism(1.0, 1.0, noise=NoiseSource(3))
+    gradient = torch.tensor([[1e3, 0.0], [math.inf, 0.0], [math.nan, 1.0]])
+    released = mechanism._sanitize_gradient(gradient)
+    noise = torch.randn((3, 2), generator=NoiseSource(3).generator()) * (1.0 / 3)  # sigma * C / B, B = 3
+    assert torch.isfinite(released).all()
+    torch.testing.assert_close(released[1:], noise[1:])
+    torch.testing.assert_close(released[0], torch.tensor([1.0 / 3, 0.0]) + noise[0])
+
+
 def test_no_noise_and_a_huge_bound_give_the_unsanitized_gradient():
     torch.manual_seed(0)
     x, weights = torch.randn(5, 3, 4), torch.randn(3, 4)

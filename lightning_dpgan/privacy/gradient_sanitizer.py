@@ -6,7 +6,7 @@ from it to the generator is the gradient of the generator's loss with respect to
 records. A backward hook on those records rewrites that gradient before the generator sees it:
 
 1. each generated record's gradient (one row of ``dL/dx`` for a batch of B records) is clipped
-   to L2 norm ``C / B`` -- ``C`` in units of a batch-mean loss, whose per-record gradients carry
+   to L2 norm ``C / B`` (a row holding NaN or inf is replaced by zeros first) -- ``C`` in units of a batch-mean loss, whose per-record gradients carry
    a factor ``1/B``. DP-HOOK's pseudo-code clips the gradient by its one L2 norm; clipping each
    record's row is what its Theorem 1's sensitivity (below) needs, so that is what is done;
 2. Gaussian noise of standard deviation ``sigma * C / B`` is added to every entry.
@@ -63,6 +63,10 @@ class GradientSanitizerMechanism:
         batch = gradient.shape[0]
         bound = self.max_norm / batch
         rows = gradient.reshape(batch, -1)
+        # a row with NaN or inf (a diverged critic: it trains on real rows without noise) becomes 0,
+        # a function of the row alone: clipping it gave NaN, which told such a critic apart from a
+        # finite one with certainty and broke the 2C/B bound
+        rows = torch.where(rows.isfinite().all(dim=1, keepdim=True), rows, torch.zeros_like(rows))
         scale = (bound / (rows.norm(dim=1, keepdim=True) + 1e-10)).clamp(max=1.0)
         draws = torch.randn(rows.shape, generator=self.noise.generator(rows.device), device=rows.device, dtype=rows.dtype)
         released = rows * scale + self.noise_multiplier * bound * draws
