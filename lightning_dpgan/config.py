@@ -30,6 +30,7 @@ import yaml
 
 from lightning_dpgan import registry
 from lightning_dpgan.argument_types import init_arguments, mismatches
+from lightning_dpgan.unique_keys import UniqueKeyLoader
 
 SECTIONS = ("model", "data", "privacy", "logger", "trainer")
 #: ``--model quail`` composes a label model with this synthesizer unless ``--quail-synthesizer``
@@ -108,8 +109,9 @@ class ConfigError(ValueError):
     """A configuration that cannot be run; the message says which key and what to change."""
 
 
-class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads ``1e-4`` as a string; scientific notation is common in configs."""
+class _Loader(UniqueKeyLoader):
+    """YAML 1.1 reads ``1e-4`` as a string; scientific notation is common in configs. A key
+    given twice in one mapping is refused (YAML keeps the last in silence)."""
 
 
 _Loader.add_implicit_resolver(

@@ -6,7 +6,7 @@ import yaml
 
 from lightning_dpgan import registry
 from lightning_dpgan.cli import build_config, parse_overrides
-from lightning_dpgan.config import QUAIL, ConfigError, load_preset, parse_value, resolve, section_arguments
+from lightning_dpgan.config import QUAIL, ConfigError, load_preset, load_yaml, parse_value, resolve, section_arguments
 from lightning_dpgan.quail import QUAIL as QuailSettings
 from lightning_dpgan.run import MODEL_PROVIDED, model_class, privacy_name
 from lightning_dpgan.registry import UnknownNameError, lookup
@@ -135,6 +135,21 @@ def test_missing_or_invalid_config_file(tmp_path):
     bad.write_text("model: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         build_config(["--model", "gan", "--dataset", "mnist", "--config", str(bad)])
+
+
+def test_a_key_given_twice_in_a_config_file_is_refused_with_its_lines(tmp_path):
+    """YAML keeps a repeated key's last value in silence (batch size 60 here, without the note a
+    setting given twice on the command line gets); a merge key's defaults may still be overridden."""
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("data:\n  batch_size: 50\n  batch_size: 60\n")
+    with pytest.raises(ConfigError, match=r"twice.yaml is not valid YAML: the key 'batch_size' is given twice in one "
+                                          r"mapping \(first on line 2\)"):
+        build_config(["--model", "gan", "--dataset", "mnist", "--config", str(twice)])
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("defaults: &defaults {batch_size: 50, num_workers: 0}\ndata:\n  <<: *defaults\n  batch_size: 60\n")
+    assert load_yaml(merged)["data"] == {"batch_size": 60, "num_workers": 0}
+    with pytest.raises(yaml.YAMLError, match="the key 'a' is given twice"):
+        parse_value("{a: 1, a: 2}")
 
 
 def test_a_presets_strategy_settings_stay_with_its_strategy():

@@ -452,6 +452,21 @@ def test_a_schema_number_yaml_reads_as_another_is_refused_with_its_line(tmp_path
     assert schema.column("code").categories == (written, "abc") and schema.column("n").bounds == (0.0, 1000.0)
 
 
+def test_a_key_given_twice_in_a_schema_file_is_refused_not_the_last_taken(tmp_path):
+    """YAML and JSON keep a repeated key's last value in silence: a column's declared public
+    bounds were replaced by a second ``bounds`` without a word."""
+    path = tmp_path / "twice.yaml"
+    path.write_text("columns:\n  - {name: x, kind: integer, bounds: [0, 50], bounds: [0, 100]}\n")
+    with pytest.raises(SchemaError, match=r"twice.yaml cannot be parsed: the key 'bounds' is given twice in one mapping"):
+        TableSchema.load(path)
+    as_json = tmp_path / "twice.json"
+    as_json.write_text('{"columns": [{"name": "x", "kind": "integer", "bounds": [0, 50], "bounds": [0, 100]}]}')
+    with pytest.raises(SchemaError, match=r"twice.json cannot be parsed: the key\(s\) 'bounds' given twice"):
+        TableSchema.load(as_json)
+    as_json.write_text('{"columns": [{"name": "x", "kind": "integer", "bounds": [0, 50]}]}')
+    assert TableSchema.load(as_json).column("x").bounds == (0.0, 50.0)
+
+
 # --- added by the mutation audit -----------------------------------------------------------------
 
 

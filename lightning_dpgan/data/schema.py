@@ -44,6 +44,8 @@ import pandas as pd
 import torch
 import yaml
 
+from lightning_dpgan.unique_keys import RepeatedKeyError, UniqueKeyLoader, refuse_repeated_json_keys
+
 KINDS = ("continuous", "integer", "categorical")
 #: Slack (in steps) when counting the grid points below a column's upper bound: float rounding only.
 _GRID_TOLERANCE = 1e-6
@@ -86,11 +88,12 @@ def _python_scalar(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-class PlainNumberLoader(yaml.SafeLoader):
+class PlainNumberLoader(UniqueKeyLoader):
     """YAML as :func:`yaml.safe_load` reads it, but for an unquoted number that YAML 1.1 reads
     otherwise than it is written -- ``010`` as 8 (octal), ``1:30`` as 90 (base 60), ``0x1A`` as 26 --
     which is refused: a category list ``[010, 020]`` would silently hold 8 and 16, which no record
-    matches, and a bound would be another number."""
+    matches, and a bound would be another number. So is a key given twice in one mapping (a
+    column's second ``bounds`` replaced its first in silence)."""
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         value = super().construct_yaml_int(node)
@@ -496,8 +499,11 @@ class TableSchema:
             raise SchemaError(f"schema file not found: {path}")
         text = path.read_text()
         try:
-            spec = json.loads(text) if path.suffix.lower() == ".json" else yaml.load(text, Loader=PlainNumberLoader)
-        except (json.JSONDecodeError, yaml.YAMLError) as err:
+            if path.suffix.lower() == ".json":
+                spec = json.loads(text, object_pairs_hook=refuse_repeated_json_keys)
+            else:
+                spec = yaml.load(text, Loader=PlainNumberLoader)
+        except (json.JSONDecodeError, yaml.YAMLError, RepeatedKeyError) as err:
             raise SchemaError(f"schema file {path} cannot be parsed: {err}") from err
         except SchemaError as err:  # a number written so that YAML reads another
             raise SchemaError(f"schema file {path}, {err}") from err
