@@ -86,7 +86,8 @@ class CSVDataModule(TabularDataModule):
             self.drop = list(self._schema.drop)
         else:
             if target is None:
-                raise ValueError("the csv dataset needs the label column: pass --data.target COL")
+                raise ValueError("the csv dataset needs the label column: pass --data.target COL (a column named null "
+                                 "or ~, which YAML reads as no value, passed quoted: --data.target '\"null\"')")
             if label_kind not in LABEL_KINDS:
                 given = f"{label_kind!r}, the default, which takes it from a schema file" if label_kind == AUTO else repr(label_kind)
                 raise ValueError(

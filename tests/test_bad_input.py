@@ -257,6 +257,19 @@ def write_case(path: Path, content) -> Path:
     return path
 
 
+def test_a_label_column_named_null_is_told_how_to_pass_it(tmp_path, capsys):
+    """YAML reads --data.target null as no value: the refusal asked for the label column the user
+    had just named; quoted, the column trains."""
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame.rename(columns={"label": "null"}))
+    args = csv_args(csv, tmp_path / "out", None, "--data.categorical", "kind,null")
+    at = args.index("--data.target")
+    args[at + 1] = "null"
+    assert_refused(args, capsys, "needs the label column", """--data.target '"null"'""")
+    args[at + 1] = '"null"'
+    assert main(args) == 0
+    assert "null" in pd.read_csv(tmp_path / "out" / "synthetic.csv").columns
+
+
 @pytest.fixture
 def schema_file(tmp_path: Path) -> Path:
     path = tmp_path / "schema.yaml"
