@@ -73,6 +73,9 @@ class PrivacyStrategy(L.Callback):
     #: the neighbouring datasets the guarantee is for: ``add-remove`` one record, or
     #: ``replace-one`` (same size; PATE's fixed partitions of the N records need it)
     neighbours: ClassVar[str] = "add-remove"
+    #: whether the sensitivity is a bound that clipping float gradients enforces, which only float32
+    #: arithmetic keeps (a vote count is a count in any precision): see ``run.FLOAT32_PRECISIONS``
+    clips_gradients: ClassVar[bool] = False
 
     def __init__(self, target_epsilon: float | None = None, delta: float | None = None,
                  noise_seed: int | None = None) -> None:
@@ -354,6 +357,8 @@ class CalibratedNoiseStrategy(PrivacyStrategy):
 
     Subclasses create ``self.mechanism`` (with a ``noise_multiplier`` attribute) in ``install``.
     """
+
+    clips_gradients: ClassVar[bool] = True
 
     def __init__(self, noise_multiplier: float | None, target_epsilon: float | None, delta: float | None,
                  noise_seed: int | None = None) -> None:
