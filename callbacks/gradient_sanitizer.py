@@ -229,6 +229,8 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         batch_size = trainer.datamodule.hparams.batch_size
         self.generated_batch_size = self.generated_batch_size or batch_size
         pl_module.generated_batch_size = self._records_per_rank(pl_module)
+        # the training device: the module is moved there only after the callbacks' setup
+        check_generated_batch_memory(pl_module.generated_batch_size, pl_module.data_shape, trainer.strategy.root_device)
         if self.amplified:
             self._install_critics(trainer, pl_module, batch_size)
         elif getattr(pl_module, "num_critics", 1) > 1:
@@ -322,7 +324,6 @@ class GradientSanitizer(CalibratedNoiseStrategy):
             raise ValueError(f"the generator normalizes each batch (BatchNorm), which needs at least 2 generated records "
                              f"a step in each process, and --privacy.generated_batch_size {self.generated_batch_size} over "
                              f"{ranks} processes gives {share}: use --privacy.generated_batch_size {2 * ranks} or more")
-        check_generated_batch_memory(share, pl_module.data_shape, pl_module.device)
         return share
 
     # ----------------------------------------------------------- accounting

@@ -738,7 +738,8 @@ class Run:
                 f"trainer.precision {options['precision']} cannot train under --privacy {self.strategy.name}: its "
                 "per-record clipping bounds each record's effect only in float32 arithmetic (in bfloat16, rounding "
                 "that scales with the whole batch moved a clipped sum by 1.2 times the bound when one record was "
-                "removed), so the reported epsilon would understate the cost. Leave --trainer.precision out")
+                "removed), so the reported epsilon would understate the cost. Pass --trainer.precision 32-true (or drop "
+                "the setting from the command line and the config file)")
         if self.strategy is not None and str(options.get("precision")) in LOSS_SCALED_PRECISIONS:
             raise ConfigError(
                 f"trainer.precision {options['precision']} cannot train a private model: its loss scaler skips the "

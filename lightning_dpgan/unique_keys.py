@@ -3,7 +3,8 @@
 YAML and JSON parsers keep the last of a repeated key in silence. In a config file that
 changes a setting without a word; in a schema file it replaces a column's declared public
 bounds or categories. Both loaders of user files (:mod:`lightning_dpgan.config`,
-:mod:`lightning_dpgan.data.schema`) refuse them, naming the key and both lines.
+:mod:`lightning_dpgan.data.schema`) refuse them, naming the key (in YAML, with the line it is
+first given on and where it is given again).
 """
 from __future__ import annotations
 
@@ -18,9 +19,17 @@ MERGE_TAG = "tag:yaml.org,2002:merge"
 class UniqueKeyLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses a key repeated within one mapping."""
 
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        """Keep a mapping's own pairs before PyYAML splices its merge keys' pairs into them: a
+        mapping merged into another may be flattened before its own turn to be built."""
+        if not hasattr(node, "own_pairs"):
+            node.own_pairs = [(key, value) for key, value in node.value if key.tag != MERGE_TAG]
+        super().flatten_mapping(node)
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         first_lines: dict[Any, int] = {}
-        for key_node, _ in node.value:
+        own_pairs = getattr(node, "own_pairs", None)
+        for key_node, _ in node.value if own_pairs is None else own_pairs:
             if key_node.tag == MERGE_TAG:
                 continue
             key = self.construct_object(key_node, deep=deep)

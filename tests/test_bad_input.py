@@ -873,7 +873,7 @@ def test_a_strategy_that_clips_gradients_trains_in_float32_only(tiny_image_data_
     plant_earlier_run(out)
     args = image_args(tiny_image_data_dir, out, "--epsilon", "1", "--trainer.precision", precision, model=model)
     line = assert_refused(args, capsys, f"trainer.precision {precision} cannot train under --privacy {privacy}",
-                          "Leave --trainer.precision out")
+                          "Pass --trainer.precision 32-true")
     assert "bf16-mixed" not in line.split("cannot train")[1]
     assert_nothing_lost(out)
 

@@ -148,6 +148,11 @@ def test_a_key_given_twice_in_a_config_file_is_refused_with_its_lines(tmp_path):
     merged = tmp_path / "merged.yaml"
     merged.write_text("defaults: &defaults {batch_size: 50, num_workers: 0}\ndata:\n  <<: *defaults\n  batch_size: 60\n")
     assert load_yaml(merged)["data"] == {"batch_size": 60, "num_workers": 0}
+    # a mapping that merges and overrides, merged itself into a later one: PyYAML splices the merged
+    # keys into its pairs before its own turn, which read as "x" given twice
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("a: &a {x: 1}\ndefaults:\n  inner: &b\n    <<: *a\n    x: 2\nc:\n  <<: *b\n")
+    assert load_yaml(nested)["defaults"] == {"inner": {"x": 2}}
     with pytest.raises(yaml.YAMLError, match="the key 'a' is given twice"):
         parse_value("{a: 1, a: 2}")
 

@@ -425,10 +425,14 @@ def test_a_classifier_that_predicts_the_same_for_every_row_scores_as_a_constant(
 
 def test_probabilities_apart_by_more_than_rounding_stay_a_ranking() -> None:
     """The rounding threshold is relative to the probabilities' size: 1e-20 apart from 1e-20 is a
-    ranking; 0.5 apart by 5e-17 is not."""
+    ranking; 0.5 apart by 5e-17 is not. A column within rounding of 1 is not flattened while its
+    complement ranks: read alone, it would have turned an AUROC of 1 into 0.5."""
     tiny = np.array([[1.0, 1e-20], [1.0, 2e-20], [1.0, 3e-20]])
     kept, constant = utility._without_rounding_noise(tiny)
     assert kept[:, 1].tolist() == [1e-20, 2e-20, 3e-20] and kept[:, 0].tolist() == [1.0] * 3 and not constant
+    crowded = np.array([[1e-15, 1 - 1e-15], [2e-15, 1 - 2e-15], [3e-15, 1 - 3e-15]])
+    kept, constant = utility._without_rounding_noise(crowded)
+    assert (kept == crowded).all() and not constant
     halves = np.array([[0.5, 0.5], [0.5 + 5e-17, 0.5 - 5e-17]])
     flat, constant = utility._without_rounding_noise(halves)
     assert np.ptp(flat, axis=0).tolist() == [0.0, 0.0] and constant

@@ -8,7 +8,7 @@ import torch
 from opacus.accountants.analysis.rdp import get_privacy_spent
 from run_helpers import read_json, sanitizer_epsilon, tiny_run_args
 
-from lightning_dpgan.callbacks.gradient_sanitizer import GradientSanitizer
+from lightning_dpgan.callbacks.gradient_sanitizer import GradientSanitizer, check_generated_batch_memory
 from lightning_dpgan.cli import main
 from lightning_dpgan.privacy.accountants import GaussianAccountant
 from lightning_dpgan.privacy.analysis.rdp import DEFAULT_ORDERS
@@ -144,12 +144,19 @@ def test_a_generated_batch_the_processes_cannot_share_is_refused(monkeypatch, ge
         strategy._records_per_rank(gswgan_module())
 
 
-def test_a_generated_batch_beyond_the_free_memory_is_refused_before_the_first_step():
-    """10**11 MNIST-sized records need hundreds of TB: refused by name (it failed mid-step)."""
-    strategy = GradientSanitizer(noise_multiplier=3.0, generated_batch_size=10**11)
-    with pytest.raises(ValueError, match="--privacy.generated_batch_size: 100,000,000,000 generated records"):
-        strategy._records_per_rank(gswgan_module())
-    assert GradientSanitizer(noise_multiplier=3.0, generated_batch_size=64)._records_per_rank(gswgan_module()) == 64
+def test_a_generated_batch_beyond_the_free_memory_is_refused_before_the_first_step(tiny_image_data_dir, tmp_path, capsys,
+                                                                                    monkeypatch):
+    """10**11 MNIST-sized records need hundreds of TB: refused by name as the strategy installs
+    (it failed mid-step), against the memory of the device training runs on."""
+    assert main(gswgan_args(tiny_image_data_dir, tmp_path / "run", 2, "--privacy.generated_batch_size", "100000000000")) == 2
+    assert "--privacy.generated_batch_size: 100,000,000,000 generated records" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    asked = []
+    monkeypatch.setattr("lightning_dpgan.callbacks.gradient_sanitizer.available_memory",
+                        lambda device: asked.append(device) or 2**30)
+    with pytest.raises(ValueError, match="cuda has 1.0 GiB available"):
+        check_generated_batch_memory(10**6, (1, 28, 28), torch.device("cuda", 0))
+    assert asked == [torch.device("cuda", 0)]
 
 
 def test_the_answering_critic_is_drawn_from_os_entropy_not_from_the_runs_seed():

@@ -218,18 +218,17 @@ ROUNDING_STEPS = 64
 
 
 def _without_rounding_noise(fitted: np.ndarray) -> tuple[np.ndarray, bool]:
-    """``fitted`` with each class column whose spread is float rounding set to its mean, and
-    whether every column was. A model that learned nothing (Bernoulli NB on a collapsed table)
-    gave probabilities 5e-17 apart, which AUROC ranked as if they meant something (0.457, where a
-    constant prediction scores 0.5). The threshold is relative: probabilities of 1e-20 and 2e-20
-    are a ranking, not noise."""
+    """``fitted`` as one constant prediction (its mean), and True, where every class column's
+    spread is float rounding; else ``fitted`` unchanged, and False. A model that learned nothing
+    (Bernoulli NB on a collapsed table) gave probabilities 5e-17 apart, which AUROC ranked as if
+    they meant something (0.457, where a constant prediction scores 0.5). The threshold is
+    relative, and a column is never flattened alone: probabilities of 1 - 1e-15 crowd within
+    rounding of 1 while their complements, 1e-14 apart from one another, are a ranking."""
     spread = np.ptp(fitted, axis=0)
     noise = spread <= ROUNDING_STEPS * np.finfo(float).eps * np.abs(fitted).max(axis=0)
-    if not noise.any():
+    if not noise.all():
         return fitted, False
-    cleaned = fitted.copy()
-    cleaned[:, noise] = fitted[:, noise].mean(axis=0)
-    return cleaned, bool(noise.all())
+    return np.broadcast_to(fitted.mean(axis=0), fitted.shape).copy(), True
 
 
 def _class_shares(y_train: np.ndarray, rows: int, n_classes: int) -> np.ndarray:
