@@ -85,7 +85,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_dpgan.callbacks.strategy import CalibratedNoiseStrategy
-from lightning_dpgan.callbacks.teachers import available_memory, drawn_with_replacement
+from lightning_dpgan.callbacks.teachers import available_memory, check_same_partition_seed, drawn_with_replacement
 from lightning_dpgan.data.partition import PartitionedSampler
 from lightning_dpgan.distributed import batches_per_process, world_size
 from lightning_dpgan.error_text import byte_size
@@ -345,6 +345,7 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         if self.amplified:
             state["sampler"] = self.sampler.state_dict() if self.sampler else None
             state["selector"] = self.selector.get_state() if self.selector is not None else None
+            state["partition_seed"] = self.partition_seed
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -354,16 +355,31 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         saved = int(state_dict.get("num_critics", 1)) if isinstance(state_dict, dict) else 1
         if saved != self.num_critics:
             raise ValueError(f"the checkpoint trained {saved} critic(s): resume with --privacy.num_critics {saved}")
+        if self.amplified:
+            check_same_partition_seed(state_dict, self.partition_seed, "critics'")
         super().load_state_dict(state_dict)
         if self.amplified:
             self.sampler.load_state_dict(state_dict["sampler"])
-            self.selector.set_state(state_dict["selector"])
+            if self.selection_seed is not None:  # a test's fixed selection goes on from where it was
+                self.selector.set_state(state_dict["selector"])
+            # else this run's selector, drawn from OS entropy, stays: the checkpoint's may be a fixed
+            # seed's stream (an earlier segment's --privacy.selection_seed), which anyone holding
+            # that segment's config.yaml could replay
 
     # --------------------------------------------------------------- report
     def segment(self) -> dict[str, Any]:
-        """Also the noise multiplier and B this segment's generator steps were sanitized with."""
-        return {**super().segment(), "noise_multiplier": self.noise_multiplier,
-                "generated_batch_size": self.generated_batch_size}
+        """Also the noise multiplier and B this segment's generator steps were sanitized with,
+        and, with N critics, where the answering critics were drawn from."""
+        segment = {**super().segment(), "noise_multiplier": self.noise_multiplier,
+                   "generated_batch_size": self.generated_batch_size}
+        return {**segment, "selection_source": self.selection_source()} if self.amplified else segment
+
+    def selection_source(self) -> str:
+        """Where this segment's answering critics were drawn from."""
+        if self.selection_seed is None:
+            return "own generator seeded from OS entropy (not the run's --seed)"
+        return (f"FIXED SEED {self.selection_seed} (--privacy.selection_seed, for tests only: anyone with the seed "
+                "knows which critic answered, which the amplified bound assumes secret)")
 
     def report_parameters(self) -> dict[str, Any]:
         effective = self.last_step_params()["noise_multiplier"] if self.generated_batch_size else None
@@ -393,9 +409,7 @@ class GradientSanitizer(CalibratedNoiseStrategy):
                             "gamma = 1 / num_critics, replace-one neighbours) of the Gaussian (lambda, 2 B lambda / sigma^2)",
             "partition_sizes": [min(sizes), max(sizes)] if sizes else None,
             "partition_seed": self.partition_seed,
-            "selection_source": ("own generator seeded from OS entropy (not the run's --seed)" if self.selection_seed is None
-                                 else f"FIXED SEED {self.selection_seed} (--privacy.selection_seed, for tests only: anyone "
-                                      "with the seed knows which critic answered, which the amplified bound assumes secret)"),
+            "selection_source": self.noise_source_report(segments, "selection_source"),
             "composition": "adaptive RDP composition of the per-step bound: every critic's state is a function of its "
                            "own partition, the released generator states and the public round-robin schedule, and the "
                            "answering critic is drawn afresh and secretly each step; see docs/privacy.md, Gradient sanitizer",

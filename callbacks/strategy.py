@@ -321,10 +321,10 @@ class PrivacyStrategy(L.Callback):
         return {}
 
     @staticmethod
-    def noise_source_report(segments: list[dict[str, Any]]) -> str:
-        """Where the noise came from, in every segment: a fixed seed in an earlier one must not
-        be hidden behind this one's OS entropy."""
-        sources = [(segment["from_step"], segment["noise_source"]) for segment in segments]
+    def noise_source_report(segments: list[dict[str, Any]], key: str = "noise_source") -> str:
+        """Where the noise (or another secret draw, ``key``) came from, in every segment: a fixed
+        seed in an earlier one must not be hidden behind this one's OS entropy."""
+        sources = [(segment["from_step"], segment.get(key, "not recorded")) for segment in segments]
         if len({source for _, source in sources}) == 1:
             return sources[0][1]
         return "; then ".join(f"from step {start}: {source}" for start, source in sources)

@@ -121,6 +121,17 @@ def check_teacher_memory(teachers: int, per_teacher: int, device: torch.device, 
         f"{ways_out}")
 
 
+def check_same_partition_seed(state: dict[str, Any], given: int, whose: str) -> None:
+    """Refuse a resume under another ``--privacy.partition_seed``: the checkpoint's partitions go
+    on (another seed would put records under other teachers or critics), and the report and
+    config.yaml would name a seed that drew none of them. Checkpoints from before the seed was
+    kept say nothing, and are not checked."""
+    saved = state.get("partition_seed")
+    if saved is not None and saved != given:
+        raise ValueError(f"the checkpoint's {whose} partitions were drawn with --privacy.partition_seed {saved}, and "
+                         f"they go on: resume with --privacy.partition_seed {saved}, not {given}")
+
+
 def drawn_with_replacement(member: str, batch_size: int, smallest: int, flag: str) -> str:
     """The warning for minibatches larger than a partition (teachers', GS-WGAN's critics'):
     each is drawn from its own records with replacement, so it repeats some of them."""
@@ -260,9 +271,10 @@ class TeacherStrategy(PrivacyStrategy):
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "steps": self.steps, "sampler": self.sampler.state_dict() if self.sampler else None,
-                "last_charged": self._last_charged}
+                "last_charged": self._last_charged, "partition_seed": self.partition_seed}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        check_same_partition_seed(state_dict, self.partition_seed, "teachers'")
         super().load_state_dict(state_dict)
         self._steps = int(state_dict["steps"])
         self.sampler.load_state_dict(state_dict["sampler"])  # same partitions, same draws

@@ -185,14 +185,14 @@ class Spy:
         module.generator_step = spy_generator_step
 
 
-def fit_critics(steps, checkpoint=None, save_to=None):
+def fit_critics(steps, checkpoint=None, save_to=None, selection_seed=1):
     """``steps`` training steps (in all, counting those of ``checkpoint``) of N_CRITICS critics on
     IndexedTable, spied on; 6 steps per epoch."""
     torch.manual_seed(0)
     datamodule = IndexedTable()
     module = GSWGAN((WIDTH,), latent_dim=4, discriminator_steps=2, generator_kwargs={"hidden": (8,)},
                     discriminator_kwargs={"hidden": (8,)})
-    strategy = GradientSanitizer(noise_multiplier=5.0, num_critics=N_CRITICS, selection_seed=1, delta=1e-3)
+    strategy = GradientSanitizer(noise_multiplier=5.0, num_critics=N_CRITICS, selection_seed=selection_seed, delta=1e-3)
     spy = None
 
     class AttachSpy(L.Callback):
@@ -327,6 +327,20 @@ def test_a_resumed_run_continues_the_round_robin_where_it_stopped(tmp_path):
     assert [it.trained for it in resumed.iterations] == [t % N_CRITICS for t in range(5, 11)]
 
 
+def test_a_resume_without_the_selection_seed_draws_afresh_and_reports_the_seeded_segment(tmp_path):
+    """The checkpoint holds the selector's state: a run seeded by --privacy.selection_seed (whose
+    config.yaml publishes it) and resumed without went on with that seed's stream while its report
+    said "OS entropy", claiming the secrecy the 1/N amplification assumes."""
+    checkpoint = tmp_path / "five.ckpt"
+    fit_critics(5, save_to=checkpoint)
+    *_, seeded, _ = fit_critics(11, checkpoint=checkpoint)
+    *_, fresh, _ = fit_critics(11, checkpoint=checkpoint, selection_seed=None)
+    assert not torch.equal(fresh.selector.get_state(), seeded.selector.get_state())
+    source = fresh.report_parameters()["selection_source"]
+    assert source.startswith("from step 0: FIXED SEED 1") and "then from step 5: own generator seeded from OS entropy" in source
+    assert [segment["selection_source"][:12] for segment in fresh.segments()] == ["FIXED SEED 1", "own generato"]
+
+
 def test_a_batch_off_the_round_robin_is_refused():
     module = GSWGAN((WIDTH,), num_critics=3, discriminator_kwargs={"hidden": (8,)})
     module.train_steps = 4
@@ -455,6 +469,14 @@ def test_resuming_with_another_number_of_critics_is_refused(critics_run, tiny_im
         "--epsilon", "12", "--delta", "1e-4", "--privacy.num_critics", "2", "--resume", str(checkpoint)]
     assert main(args) == 2
     assert "--privacy.num_critics 4" in capsys.readouterr().err
+
+
+def test_resuming_under_another_partition_seed_is_refused(critics_run, tiny_image_data_dir, tmp_path, capsys):
+    checkpoint = critics_run / "checkpoints" / "last.ckpt"
+    args = critic_args(tiny_image_data_dir, tmp_path / "bad", 9, "--privacy.partition_seed", "3", "--resume",
+                       str(checkpoint), epsilon=12)
+    assert main(args) == 2
+    assert "critics' partitions were drawn with --privacy.partition_seed 0" in capsys.readouterr().err
 
 
 def test_samples_can_be_drawn_from_a_checkpoint_with_n_critics(critics_run, tmp_path):

@@ -534,6 +534,15 @@ def test_resume_keeps_partitions_and_spend(pategan_run, tmp_path):
     assert report["epsilon"] <= 9.0
 
 
+def test_a_resume_under_another_partition_seed_is_refused(pategan_run, tmp_path, capsys):
+    """The checkpoint's partitions go on: config.yaml and privacy.json named a seed that drew none."""
+    args = pategan_args(tmp_path / "resumed", 60, 9.0, "--resume", str(pategan_run / "checkpoints/last.ckpt"),
+                        "--privacy.partition_seed", "7")
+    assert main(args) == 2
+    assert "resume with --privacy.partition_seed 0, not 7" in capsys.readouterr().err
+    assert not (tmp_path / "resumed" / "privacy.json").exists()
+
+
 def test_a_checkpoint_saved_mid_training_counts_the_step_its_accountant_charged(tmp_path, monkeypatch):
     """A checkpoint is saved in on_train_batch_end before the strategy's turn: its step count
     must still be the module's, or a resumed run's budget plan would start one step behind."""
