@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import logging
 from pathlib import Path
 
 import pandas as pd
 
-from lightning_dpgan.data.download import DataIntegrityError, RemoteFile
+from lightning_dpgan.data.download import DataIntegrityError, RemoteFile, compression_of, open_decompressed
 from lightning_dpgan.data.schema import Column, TableSchema
 from lightning_dpgan.datamodules.tabular import TabularDataModule
 
@@ -143,11 +144,14 @@ def read_adult(path: Path) -> pd.DataFrame:
 
     The index is the row number in the file (after the banner line), so splits stay traceable.
     """
-    with open(path) as stream:
-        banner = stream.readline().startswith("|")
     try:
+        with io.TextIOWrapper(open_decompressed(path), encoding="utf-8") as stream:  # a gzipped copy too
+            banner = stream.readline().startswith("|")
         frame = pd.read_csv(path, header=None, names=SCHEMA.names, skiprows=1 if banner else 0, skipinitialspace=True,
-                            keep_default_na=False, dtype=str)
+                            keep_default_na=False, dtype=str, compression=compression_of(path))
+    except UnicodeDecodeError as err:
+        raise DataIntegrityError(f"{path} is not a text file ({err.reason} at byte {err.start}): is it the UCI "
+                                 "Adult file?") from err
     except pd.errors.ParserError as err:  # a row of more than 15 fields
         raise DataIntegrityError(f"{path} is not in the UCI Adult format (15 comma-separated fields a row): {err}") from err
     # a short row's missing fields come back empty (or NaN), not as '?': the file is damaged, not incomplete

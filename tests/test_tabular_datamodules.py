@@ -54,6 +54,32 @@ def test_built_ins_yield_encoded_batches_in_the_unit_interval(cls, folder):
     assert cls.__doc__.strip().splitlines()[0]
 
 
+@pytest.mark.parametrize("renamed", [False, True], ids=["plain-name", "gz-suffix"])
+@pytest.mark.parametrize(("cls", "folder"), BUILT_INS, ids=IDS)
+def test_a_gzipped_copy_of_a_built_in_file_reads_as_the_plain_one(cls, folder, tmp_path, renamed):
+    """A gzipped copy under the plain name ended in "'utf-8' codec can't decode byte 0x8b",
+    naming no file; one named NAME.gz was not found at all."""
+    import gzip
+
+    for plain in (FIXTURES / folder).iterdir():
+        target = tmp_path / (plain.name + ".gz" if renamed else plain.name)
+        target.write_bytes(gzip.compress(plain.read_bytes()))
+    zipped = cls(data_dir=tmp_path, batch_size=8, download=False)
+    zipped.prepare_data()
+    zipped.setup("fit")
+    pd.testing.assert_frame_equal(zipped.train_frame, loaded(cls, folder).train_frame)
+
+
+@pytest.mark.parametrize(("cls", "folder"), BUILT_INS, ids=IDS)
+def test_a_built_in_file_that_is_not_text_is_named(cls, folder, tmp_path):
+    for plain in (FIXTURES / folder).iterdir():
+        (tmp_path / plain.name).write_bytes(b"\x00\xff\xfe binary " * 40)
+    datamodule = cls(data_dir=tmp_path, batch_size=8, download=False)
+    with pytest.raises(DataIntegrityError, match=rf"{re.escape(str(tmp_path))}/\S+ is not a text"):
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+
+
 @pytest.mark.parametrize(("cls", "folder"), BUILT_INS, ids=IDS)
 def test_data_shape_is_known_without_reading_any_record(cls, folder, tmp_path):
     datamodule = cls(data_dir=empty_folder(tmp_path), download=False)

@@ -38,10 +38,13 @@ def read_csv_fields(path: Path | str, **kwargs: Any) -> pd.DataFrame:
 def read_dataset_csv(path: Path | str, expected: str) -> pd.DataFrame:
     """A built-in dataset's CSV file, ``expected`` naming it ("the Kaggle creditcard.csv"): a row
     longer than the header, the first or a later one, makes the file damaged, not the user's input."""
-    from lightning_dpgan.data.download import DataIntegrityError
+    from lightning_dpgan.data.download import DataIntegrityError, compression_of
 
     try:
-        return read_csv_fields(path)
+        return read_csv_fields(path, compression=compression_of(path))  # a gzipped copy under the plain name too
+    except UnicodeDecodeError as error:
+        raise DataIntegrityError(f"{path} is not a text CSV file ({error.reason} at byte {error.start}): "
+                                 f"is it {expected}?") from error
     except ExtraFieldsError as error:
         raise DataIntegrityError(f"{error}: is it {expected}?") from error
     except pd.errors.ParserError as error:  # a row longer than the header, after the first
@@ -60,7 +63,9 @@ def _extra_fields_message(path: Path) -> str:
 def first_long_line(path: Path) -> tuple[int, int] | None:
     """``(line number, field count)`` of the first row with more non-empty fields than the header
     of a plain-text CSV file, or None (a compressed file, or none found)."""
-    if path.suffix.lower() in COMPRESSED_SUFFIXES:
+    from lightning_dpgan.data.download import compression_of
+
+    if path.suffix.lower() in COMPRESSED_SUFFIXES or compression_of(path):
         return None
     with open(path, newline="", encoding="utf-8") as handle:
         rows = csv.reader(handle)

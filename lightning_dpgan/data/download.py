@@ -95,15 +95,16 @@ def warn_downloading(dataset: str, names: Sequence[str], data_dir: Path | None, 
                     dataset, "reading the earlier download in" if cached else "downloading into", cache)
 
 
-def open_decompressed(path: str | os.PathLike[str]) -> BinaryIO:
-    """Open ``path`` for reading, transparently gunzipping it when it is gzip data.
-
-    Detection is by magic bytes, not by extension, so a raw file named ``*.gz`` (or a gzip
-    file without the suffix) is still read correctly.
-    """
+def compression_of(path: str | os.PathLike[str]) -> str | None:
+    """``"gzip"`` when ``path`` holds gzip data, else None: by magic bytes, not by extension, so a
+    raw file named ``*.gz`` (or a gzip file without the suffix) is read as what it is."""
     with open(path, "rb") as probe:
-        is_gzip = probe.read(2) == _GZIP_MAGIC
-    return gzip.open(path, "rb") if is_gzip else open(path, "rb")
+        return "gzip" if probe.read(2) == _GZIP_MAGIC else None
+
+
+def open_decompressed(path: str | os.PathLike[str]) -> BinaryIO:
+    """Open ``path`` for reading, transparently gunzipping it when it is gzip data."""
+    return gzip.open(path, "rb") if compression_of(path) else open(path, "rb")
 
 
 def content_digest(path: str | os.PathLike[str]) -> tuple[str, int]:
@@ -133,13 +134,14 @@ def verify_file(path: str | os.PathLike[str], remote: RemoteFile) -> None:
 
 
 def locate(name: str, data_dir: str | os.PathLike[str], subdirs: Sequence[str]) -> Path | None:
-    """Find ``name`` (or its un-gzipped form) in ``data_dir/<subdir>/`` or ``data_dir/``.
+    """Find ``name`` (or its un-gzipped form, or a gzipped copy ``name.gz``) in
+    ``data_dir/<subdir>/`` or ``data_dir/``.
 
     Subfolders are searched first so that a folder holding several datasets side by side
     (``mnist/``, ``fashion-mnist/``) resolves each file to its own dataset.
     """
     root = Path(data_dir).expanduser()
-    names = [name] + ([name.removesuffix(".gz")] if name.endswith(".gz") else [])
+    names = [name, name.removesuffix(".gz") if name.endswith(".gz") else name + ".gz"]
     for folder in [*(root / sub for sub in subdirs), root]:
         for candidate in names:
             if (folder / candidate).is_file():
