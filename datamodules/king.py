@@ -115,8 +115,11 @@ class KingDataModule(TabularDataModule):
     def _read_split(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         path = self._local_file()
         raw = read_dataset_csv(path, "the Kaggle kc_house_data.csv") if path is not None else self._fetch_openml()
-        if path is not None and len(raw) != N_ROWS:
-            log.warning("king: %s holds %d sales, not the Kaggle file's %d: training on it as it is", path, len(raw), N_ROWS)
+        if path is not None:
+            check_no_extra_columns(raw, path)
+            if len(raw) != N_ROWS:
+                log.warning("king: %s holds %d sales, not the Kaggle file's %d: training on it as it is", path, len(raw),
+                            N_ROWS)
         return self._seeded_split(to_schema_frame(raw, str(path or f"OpenML {OPENML_ID}")))
 
     def _cache_folder(self) -> Path:
@@ -145,6 +148,16 @@ class KingDataModule(TabularDataModule):
         return frame
 
 
+def check_no_extra_columns(raw: pd.DataFrame, path: Path) -> None:
+    """A local file's columns beyond the Kaggle file's are refused here: the schema's own refusal
+    sent the user to edit a built-in schema, which is not theirs to edit."""
+    extra = [str(name) for name in raw.columns if name not in RAW_COLUMNS]
+    if extra:
+        raise DataIntegrityError(
+            f"{path}: columns {extra} are not kc_house_data.csv's: remove them, or train on the file as any "
+            "table (--dataset csv --data.csv FILE --data.target price)")
+
+
 def to_schema_frame(raw: pd.DataFrame, origin: str) -> pd.DataFrame:
     """The raw Kaggle/OpenML columns as the schema's: ``id`` dropped, ``date`` in days since
     2014-01-01, numbers (quoted in the CSV, categories in OpenML) as numbers."""
@@ -159,5 +172,9 @@ def to_schema_frame(raw: pd.DataFrame, origin: str) -> pd.DataFrame:
     frame["date"] = (sold - DATE_ORIGIN).dt.days
     for name in SCHEMA.names:
         if not pd.api.types.is_numeric_dtype(frame[name].dtype):
-            frame[name] = pd.to_numeric(frame[name].astype(str))
+            try:
+                frame[name] = pd.to_numeric(frame[name].astype(str))
+            except ValueError as err:  # pandas names the value and its position, not the file or column
+                raise DataIntegrityError(f"{origin}: column {name!r} holds a value that is not a number ({err}); "
+                                         "is this kc_house_data.csv?") from err
     return frame

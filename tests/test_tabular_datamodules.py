@@ -725,6 +725,19 @@ def test_king_refuses_an_openml_copy_of_another_size(monkeypatch, tmp_path):
         KingDataModule(cache_dir=tmp_path).setup()
 
 
+def test_king_refuses_an_extra_column_and_a_field_that_is_not_a_number_by_file_and_column(tmp_path):
+    """An extra column was sent to "add it to the schema", which a built-in schema is not the
+    user's to edit; a price of "abc" read "Unable to parse string" with no file or column."""
+    raw = pd.read_csv(FIXTURES / "king_tiny" / "kc_house_data.csv")
+    raw.assign(extra=1).to_csv(tmp_path / "kc_house_data.csv", index=False)
+    with pytest.raises(DataIntegrityError, match=re.escape("kc_house_data.csv: columns ['extra'] are not kc_house_data.csv's")):
+        KingDataModule(data_dir=tmp_path, download=False).setup()
+    priced = raw.astype({"price": object})
+    priced.loc[3, "price"] = "abc"
+    with pytest.raises(DataIntegrityError, match=r"king.csv: column 'price' holds a value that is not a number"):
+        king_module.to_schema_frame(priced, "king.csv")
+
+
 def test_king_dates_are_days_since_the_start_of_2014():
     """The schema's bounds say 2014-05-01 is day 120 and 2015-05-31 day 515."""
     raw = pd.read_csv(FIXTURES / "king_tiny" / "kc_house_data.csv").iloc[:2]
