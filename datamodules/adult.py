@@ -154,6 +154,8 @@ def read_adult(path: Path) -> pd.DataFrame:
                                  "Adult file?") from err
     except pd.errors.ParserError as err:  # a row of more than 15 fields
         raise DataIntegrityError(f"{path} is not in the UCI Adult format (15 comma-separated fields a row): {err}") from err
+    if frame.empty:  # read against the schema, it said none of 0 rows fits the category lists
+        raise DataIntegrityError(f"{path} is empty (no rows after its banner line): is it the UCI Adult file?")
     # a short row's missing fields come back empty (or NaN), not as '?': the file is damaged, not incomplete
     malformed = frame.isna().any(axis=1) | (frame == "").any(axis=1)
     if malformed.any():

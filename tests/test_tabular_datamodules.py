@@ -70,12 +70,16 @@ def test_a_gzipped_copy_of_a_built_in_file_reads_as_the_plain_one(cls, folder, t
     pd.testing.assert_frame_equal(zipped.train_frame, loaded(cls, folder).train_frame)
 
 
+@pytest.mark.parametrize(("content", "message"), [(b"\x00\xff\xfe binary " * 40, "is not a text"), (b"", "is empty")],
+                         ids=["binary", "empty"])
 @pytest.mark.parametrize(("cls", "folder"), BUILT_INS, ids=IDS)
-def test_a_built_in_file_that_is_not_text_is_named(cls, folder, tmp_path):
+def test_a_built_in_file_that_is_not_text_or_empty_is_named(cls, folder, tmp_path, content, message):
+    """pandas said "No columns to parse from file" (credit, King) or the run read none of 0 rows
+    against the schema (Adult), naming no file."""
     for plain in (FIXTURES / folder).iterdir():
-        (tmp_path / plain.name).write_bytes(b"\x00\xff\xfe binary " * 40)
+        (tmp_path / plain.name).write_bytes(content)
     datamodule = cls(data_dir=tmp_path, batch_size=8, download=False)
-    with pytest.raises(DataIntegrityError, match=rf"{re.escape(str(tmp_path))}/\S+ is not a text"):
+    with pytest.raises(DataIntegrityError, match=rf"{re.escape(str(tmp_path))}/\S+ {message}"):
         datamodule.prepare_data()
         datamodule.setup("fit")
 

@@ -45,6 +45,8 @@ def read_dataset_csv(path: Path | str, expected: str) -> pd.DataFrame:
     except UnicodeDecodeError as error:
         raise DataIntegrityError(f"{path} is not a text CSV file ({error.reason} at byte {error.start}): "
                                  f"is it {expected}?") from error
+    except pd.errors.EmptyDataError as error:  # pandas: "No columns to parse from file", naming none
+        raise DataIntegrityError(f"{path} is empty: is it {expected}?") from error
     except ExtraFieldsError as error:
         raise DataIntegrityError(f"{error}: is it {expected}?") from error
     except pd.errors.ParserError as error:  # a row longer than the header, after the first
