@@ -71,7 +71,8 @@ class DPSGD(CalibratedNoiseStrategy):
     def check_batch_size(self, batch_size: int, train_records: int) -> None:
         """The sample rate batch / records is a probability: a batch above the records has none."""
         if batch_size > train_records:
-            raise ValueError(f"--batch-size {batch_size} exceeds the {train_records} training records")
+            raise ValueError(f"--batch-size {batch_size} exceeds the {train_records} training records (the batch size "
+                             f"given, or a config file's or the preset's): pass --batch-size {train_records} or less")
 
     # ----------------------------------------------------------------- install
     def install(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

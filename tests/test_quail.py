@@ -750,5 +750,6 @@ def test_a_batch_above_the_training_records_is_refused_before_the_label_model_tr
     args = quail_args(tmp_path / "run", "dpctgan", "adult", 2, 8.0)
     args[args.index("--batch-size") + 1] = "1000"
     assert main(args) == 2
-    assert "--batch-size 1000 exceeds the" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "--batch-size 1000 exceeds the" in error and "or the preset's): pass --batch-size" in error
     assert not fitted, "the label model was trained for a batch the synthesizer refuses"
