@@ -237,12 +237,13 @@ def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str |
     privacy = get_dotted(cli, "privacy.name") or get_dotted(user, "privacy.name")
     config = copy.deepcopy(CODE_DEFAULTS)
     # the models whose presets apply: QUAIL's synthesizer's first (its model, data and privacy
-    # settings), then QUAIL's own
+    # settings), then QUAIL's own, then those tuned for QUAIL with that synthesizer alone
+    # (quail-dpctgan_king_eps1.yaml: DP-CTGAN's histogram settings, which another synthesizer refused)
     models = [model]
     if model == QUAIL:
         synthesizer = get_dotted(cli, "quail.synthesizer") or get_dotted(user, "quail.synthesizer") or DEFAULT_QUAIL_SYNTHESIZER
         set_dotted(cli, "quail.synthesizer", synthesizer)
-        models = [synthesizer, model]
+        models = [synthesizer, model, f"{QUAIL}-{synthesizer}"]
     epsilon = get_dotted(cli, "epsilon") if get_dotted(cli, "epsilon") is not None else get_dotted(user, "epsilon")
     if epsilon is None:  # the presets' own: the same ε resolves the same settings, typed or not
         epsilon = preset_epsilon([name for each in models for name in preset_files(each, dataset)], privacy)

@@ -636,6 +636,18 @@ def test_quail_takes_its_synthesizers_presets_then_its_own():
     assert config["privacy"]["name"] == "dp-sgd"
 
 
+@pytest.mark.parametrize("synthesizer", ["pategan", "dpgan", "gpate"])
+def test_quail_with_another_synthesizer_leaves_out_the_presets_tuned_for_dp_ctgan(synthesizer):
+    """King's epsilon-1 QUAIL preset set DP-CTGAN's histogram settings (calibrate_marginals), which
+    every other synthesizer refused, though no user had set them."""
+    dpctgan = resolve({"model": "quail", "dataset": "king", "epsilon": 1.0}, {})
+    assert dpctgan["presets"][-2:] == ["quail_king_eps1.yaml", "quail-dpctgan_king_eps1.yaml"]
+    assert dpctgan["data"]["calibrate_marginals"] is True and dpctgan["quail"]["lr"] == 0.05
+    other = resolve({"model": "quail", "dataset": "king", "epsilon": 1.0, "quail_synthesizer": synthesizer}, {})
+    assert "quail-dpctgan_king_eps1.yaml" not in other["presets"] and other["quail"]["lr"] == 0.05
+    assert "calibrate_marginals" not in other["data"] and "histogram_threshold" not in other["data"]
+
+
 @pytest.mark.parametrize("extra,message", [
     (["--quail-split", "1.5"], "--quail-split must be in (0, 1)"),
     (["--quail-split", "0"], "--quail-split must be in (0, 1)"),
