@@ -604,7 +604,9 @@ class Run:
             if self.config["epsilon"] is not None or self.config["delta"] is not None:
                 trained = model_name(self.config)
                 subject = (f"QUAIL's synthesizer '{trained}'" if self.quail is not None else f"model '{trained}'")
-                remedy = ("give a private --quail-synthesizer" if self.quail is not None else
+                remedy = ("give a private --quail-synthesizer (dpctgan, pategan, gpate, ...), or a privacy strategy "
+                          "for this one (--privacy dp-sgd, ...; --privacy none turns a private model's off)"
+                          if self.quail is not None else
                           "choose a private model or a privacy strategy (see --help), or drop --epsilon/--delta "
                           "(a private model's preset sets them: for a non-private baseline, train the non-private "
                           "model it builds on, gan, wgan or ctgan)")

@@ -655,6 +655,8 @@ def test_quail_with_another_synthesizer_leaves_out_the_presets_tuned_for_dp_ctga
     (["--quail-synthesizer", "dpctgn"], "--quail-synthesizer dpctgn is not a model. Did you mean 'dpctgan'? It takes a "
                                         "table model that trains privately"),
     (["--quail-synthesizer", "quail"], "it cannot be quail"),
+    # a private synthesizer with its strategy turned off was told to give "a private --quail-synthesizer"
+    (["--quail-synthesizer", "dpctgan", "--privacy", "none"], "--privacy none turns a private model's off"),
     (["--quail.label_model", "forest"], "quail.label_model must be one of"),
     (["--quail.labels", "mode"], "quail.labels must be one of"),
     (["--quail.scale_share", "1"], "scale_share must be in [0, 1)"),
