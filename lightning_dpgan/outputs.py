@@ -30,7 +30,7 @@ class OutputWriteError(OSError):
 
     def __init__(self, path: Path, cause: OSError) -> None:
         reason = cause.strerror or str(cause)
-        state = "still holds its previous content" if path.exists() else "was not created"
+        state = "still holds its previous content" if _exists(path) else "was not created"
         full = cause.errno in (errno.ENOSPC, errno.EDQUOT)
         in_the_way = _file_in_the_way(path)
         if full:
@@ -49,7 +49,16 @@ class OutputWriteError(OSError):
 def _file_in_the_way(path: Path) -> Path | None:
     """The first of ``path``'s folders that exists as a file (``--out a.csv/x.csv`` beside an
     existing a.csv: mkdir says only "File exists"), None if there is none."""
-    return next((folder for folder in reversed(path.parents) if folder.exists() and not folder.is_dir()), None)
+    return next((folder for folder in reversed(path.parents) if _exists(folder) and not folder.is_dir()), None)
+
+
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False where asking fails itself (a name too long for the file system
+    raised OSError inside this error's own message)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def file_creation_mask() -> int:

@@ -803,6 +803,8 @@ DATA_FREE_REFUSALS = {
     # refusal at fit (the others), both after the DP releases had read the rows
     "bf16-weights": (["--trainer.precision", "bf16-true"], "trainer.precision bf16-true keeps the networks' weights"),
     "float64-weights": (["--trainer.precision", "64-true"], "trainer.precision 64-true keeps the networks' weights"),
+    "float64-alias": (["--trainer.precision", "64"], "trainer.precision 64 keeps the networks' weights"),
+    "fp16-weights": (["--trainer.precision", "16-true"], "trainer.precision 16-true keeps the networks' weights"),
     "accumulated": (["--trainer.accumulate_grad_batches", "4"], "trainer.accumulate_grad_batches works under"),
     "lightning-clipping": (["--privacy", "dp-sgd", "--epsilon", "1", "--trainer.gradient_clip_val", "1.0"],
                            "--privacy.max_grad_norm"),
@@ -860,6 +862,15 @@ def test_a_loss_scaled_precision_is_refused_for_a_private_model(tiny_image_data_
     assert_refused(args, capsys, f"trainer.precision {precision} cannot train a private model",
                    "--trainer.precision bf16-mixed")
     assert_nothing_lost(out)
+
+
+@pytest.mark.parametrize("precision", ["32", "32-true"])
+def test_float32_and_the_off_values_of_automatic_optimization_train_a_private_model(tiny_image_data_dir, tmp_path,
+                                                                                   precision):
+    out = tmp_path / "out"
+    args = image_args(tiny_image_data_dir, out, "--epsilon", "1", "--trainer.precision", precision,
+                      "--trainer.accumulate_grad_batches", "1", "--trainer.gradient_clip_val", "0", model="dpgan")
+    assert main(args) == 0 and (out / "privacy.json").is_file()
 
 
 @pytest.mark.parametrize("model,privacy", [("dpgan", "dp-sgd"), ("gswgan", "sanitizer")])

@@ -155,6 +155,13 @@ def test_a_key_given_twice_in_a_config_file_is_refused_with_its_lines(tmp_path):
     assert load_yaml(nested)["defaults"] == {"inner": {"x": 2}}
     with pytest.raises(yaml.YAMLError, match="the key 'a' is given twice"):
         parse_value("{a: 1, a: 2}")
+    twice_merged = tmp_path / "twice_merged.yaml"  # one overriding mapping merged by two others: its own pairs are kept once
+    twice_merged.write_text("a: &a {x: 1}\ninner: &b\n  <<: *a\n  x: 2\nc:\n  <<: *b\nd:\n  <<: *b\n")
+    assert load_yaml(twice_merged)["inner"] == {"x": 2}
+    unhashable = tmp_path / "unhashable.yaml"  # PyYAML's own refusal, not a TypeError from the key check
+    unhashable.write_text("? [a, b]\n: 1\n")
+    with pytest.raises(ConfigError, match="(?s)not valid YAML.*found unhashable key"):
+        load_yaml(unhashable)
 
 
 def test_a_presets_strategy_settings_stay_with_its_strategy():

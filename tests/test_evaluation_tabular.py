@@ -433,6 +433,10 @@ def test_probabilities_apart_by_more_than_rounding_stay_a_ranking() -> None:
     crowded = np.array([[1e-15, 1 - 1e-15], [2e-15, 1 - 2e-15], [3e-15, 1 - 3e-15]])
     kept, constant = utility._without_rounding_noise(crowded)
     assert (kept == crowded).all() and not constant
+    # 1e-15 around 0.5 is a few rounding steps (flattened); 1e-12 is thousands (kept); a pure leaf is constant
+    assert utility._without_rounding_noise(np.array([[0.5, 0.5], [0.5 + 1e-15, 0.5 - 1e-15]]))[1]
+    assert not utility._without_rounding_noise(np.array([[0.5, 0.5], [0.5 + 1e-12, 0.5 - 1e-12]]))[1]
+    assert utility._without_rounding_noise(np.array([[1.0, 0.0]] * 3))[1]
     halves = np.array([[0.5, 0.5], [0.5 + 5e-17, 0.5 - 5e-17]])
     flat, constant = utility._without_rounding_noise(halves)
     assert np.ptp(flat, axis=0).tolist() == [0.0, 0.0] and constant

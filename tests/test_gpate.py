@@ -349,6 +349,17 @@ def test_epsilon_presets_pick_the_papers_settings():
     assert one["presets"][-1] == "gpate_mnist_eps1.yaml"
 
 
+def test_gpate_clip_and_bins_bounds_are_inclusive():
+    from lightning_dpgan.callbacks.gpate import ProjectedVoting
+
+    for accepted in ({"bins": 10_000}, {"clip": 1e30}, {"clip": 1e-30}):
+        ProjectedVoting(num_teachers=10, **accepted)
+    for refused, option in (({"bins": 10_001}, "--privacy.bins"), ({"clip": 1e31}, "--privacy.clip"),
+                            ({"clip": 1e-31}, "--privacy.clip")):
+        with pytest.raises(ValueError, match=option):
+            ProjectedVoting(num_teachers=10, **refused)
+
+
 @pytest.mark.parametrize(
     "extra,message",
     [

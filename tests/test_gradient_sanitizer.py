@@ -159,6 +159,23 @@ def test_a_generated_batch_beyond_the_free_memory_is_refused_before_the_first_st
     assert asked == [torch.device("cuda", 0)]
 
 
+def test_the_generated_batch_check_measures_the_training_device_and_four_copies(monkeypatch):
+    """The module is still on the CPU as the strategy installs: the check must ask the device
+    training runs on (a GPU run compared the GPU batch with the host's memory)."""
+    from types import SimpleNamespace
+
+    asked = []
+    monkeypatch.setattr("lightning_dpgan.callbacks.gradient_sanitizer.available_memory",
+                        lambda device: asked.append(device) or 2**30)
+    trainer = SimpleNamespace(datamodule=SimpleNamespace(hparams=SimpleNamespace(batch_size=8)),
+                              strategy=SimpleNamespace(root_device=torch.device("cuda", 0)))
+    GradientSanitizer(noise_multiplier=3.0, generated_batch_size=16).install(trainer, gswgan_module())
+    assert asked == [torch.device("cuda", 0)]
+    check_generated_batch_memory(80_000, (1, 28, 28), torch.device("cuda", 0))  # 4 x 80,000 x 784 x 4 bytes: 0.93 GiB
+    with pytest.raises(ValueError, match="need at least 11.7 GiB"):
+        check_generated_batch_memory(10**6, (1, 28, 28), torch.device("cuda", 0))
+
+
 def test_the_answering_critic_is_drawn_from_os_entropy_not_from_the_runs_seed():
     """GS-WGAN's amplification needs the answering critic to stay secret; the run's --seed is
     in its config.yaml, so two runs of the same seed must draw different selections."""

@@ -327,6 +327,17 @@ def test_a_resumed_run_continues_the_round_robin_where_it_stopped(tmp_path):
     assert [it.trained for it in resumed.iterations] == [t % N_CRITICS for t in range(5, 11)]
 
 
+def test_a_resumed_fixed_selection_goes_on_where_it_stopped(tmp_path):
+    """With --privacy.selection_seed given again, the checkpoint's selector state goes on: the
+    answering critics of steps 5-10 are those of a run never stopped (not steps 0-5's again)."""
+    checkpoint = tmp_path / "five.ckpt"
+    fit_critics(5, save_to=checkpoint)
+    *_, resumed_strategy, resumed = fit_critics(11, checkpoint=checkpoint)
+    *_, whole_strategy, whole = fit_critics(11)
+    assert [it.answer for it in resumed.iterations] == [it.answer for it in whole.iterations[5:]]
+    assert torch.equal(resumed_strategy.selector.get_state(), whole_strategy.selector.get_state())
+
+
 def test_a_resume_without_the_selection_seed_draws_afresh_and_reports_the_seeded_segment(tmp_path):
     """The checkpoint holds the selector's state: a run seeded by --privacy.selection_seed (whose
     config.yaml publishes it) and resumed without went on with that seed's stream while its report

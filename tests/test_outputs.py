@@ -73,6 +73,13 @@ def test_a_file_where_the_path_needs_a_folder_is_named_not_the_permissions(tmp_p
     assert "writable" not in message and (tmp_path / "a.csv").read_text() == "earlier\n"
 
 
+def test_a_name_too_long_for_the_file_system_is_said_with_the_usual_advice(tmp_path):
+    """Asking whether such a path exists raises OSError itself: it did so inside the error's own
+    message, which then lost its "Nothing was half-written"."""
+    with pytest.raises(OutputWriteError, match="File name too long. Nothing was half-written: x.csv was not created"):
+        atomic_write(tmp_path / ("n" * 300) / "x.csv", lambda handle: handle.write(b"rows"))
+
+
 def test_pixels_map_minus_one_to_zero_and_one_to_255_clipping_outside():
     values = torch.tensor([-3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 4.0]).view(1, 1, 1, 7)
     # independently: clip to [-1, 1], then (v + 1) / 2 * 255 to the nearest integer

@@ -543,6 +543,22 @@ def test_a_resume_under_another_partition_seed_is_refused(pategan_run, tmp_path,
     assert not (tmp_path / "resumed" / "privacy.json").exists()
 
 
+def test_a_checkpoint_from_before_the_partition_seed_was_kept_is_not_checked():
+    from lightning_dpgan.callbacks.teachers import check_same_partition_seed
+
+    assert check_same_partition_seed({}, 3, "teachers'") is None
+    assert check_same_partition_seed({"partition_seed": 3}, 3, "teachers'") is None
+
+
+def test_a_segment_without_a_source_reads_not_recorded():
+    """An N-critic checkpoint from before segments named their selection (a KeyError otherwise,
+    as the report was written after training)."""
+    from lightning_dpgan.callbacks.strategy import PrivacyStrategy
+
+    segments = [{"from_step": 0}, {"from_step": 5, "selection_source": "x"}]
+    assert PrivacyStrategy.noise_source_report(segments, "selection_source") == "from step 0: not recorded; then from step 5: x"
+
+
 def test_a_checkpoint_saved_mid_training_counts_the_step_its_accountant_charged(tmp_path, monkeypatch):
     """A checkpoint is saved in on_train_batch_end before the strategy's turn: its step count
     must still be the module's, or a resumed run's budget plan would start one step behind."""
