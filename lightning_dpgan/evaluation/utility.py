@@ -223,7 +223,7 @@ def _without_rounding_noise(fitted: np.ndarray) -> tuple[np.ndarray, bool]:
     (Bernoulli NB on a collapsed table) gave probabilities 5e-17 apart, which AUROC ranked as if
     they meant something (0.457, where a constant prediction scores 0.5). The threshold is
     relative, and a column is never flattened alone: probabilities of 1 - 1e-15 crowd within
-    rounding of 1 while their complements, 1e-14 apart from one another, are a ranking."""
+    rounding of 1 while their complements, 1e-15 apart from one another, are a ranking."""
     spread = np.ptp(fitted, axis=0)
     noise = spread <= ROUNDING_STEPS * np.finfo(float).eps * np.abs(fitted).max(axis=0)
     if not noise.all():
