@@ -229,13 +229,13 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         batch_size = trainer.datamodule.hparams.batch_size
         self.generated_batch_size = self.generated_batch_size or batch_size
         pl_module.generated_batch_size = self._records_per_rank(pl_module)
+        if not self.amplified and getattr(pl_module, "num_critics", 1) > 1:
+            raise ValueError(f"the model has {pl_module.num_critics} critics: train them with "
+                             f"--privacy.num_critics {pl_module.num_critics}")
         # the training device: the module is moved there only after the callbacks' setup
         check_generated_batch_memory(pl_module.generated_batch_size, pl_module.data_shape, trainer.strategy.root_device)
         if self.amplified:
             self._install_critics(trainer, pl_module, batch_size)
-        elif getattr(pl_module, "num_critics", 1) > 1:
-            raise ValueError(f"the model has {pl_module.num_critics} critics: train them with "
-                             f"--privacy.num_critics {pl_module.num_critics}")
         if self.noise_multiplier is None:
             self.noise_multiplier = self._calibrate(trainer, pl_module, batch_size)
         self.mechanism = GradientSanitizerMechanism(self.max_norm, self.noise_multiplier, on_release=self._charge,
