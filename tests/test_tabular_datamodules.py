@@ -84,6 +84,18 @@ def test_a_built_in_file_that_is_not_text_or_empty_is_named(cls, folder, tmp_pat
         datamodule.setup("fit")
 
 
+@pytest.mark.parametrize(("cls", "folder"), [(KingDataModule, "king_tiny"), (KaggleCreditDataModule, "credit_tiny")],
+                         ids=["king", "kaggle-credit"])
+def test_a_cut_row_of_a_built_in_csv_is_a_damaged_line_not_missing_values(cls, folder, tmp_path):
+    """A file cut mid-row read as missing values in every later column, with the advice to drop or
+    impute rows of the canonical dataset."""
+    source = next((FIXTURES / folder).glob("*.csv"))
+    lines = source.read_text().splitlines()
+    (tmp_path / source.name).write_text("\n".join(lines[:4] + [lines[4][:len(lines[4]) // 2]]) + "\n")
+    with pytest.raises(DataIntegrityError, match=r"1 rows have fewer fields than the header or an empty one \(rows \[5\]"):
+        cls(data_dir=tmp_path, batch_size=8, download=False).setup()
+
+
 @pytest.mark.parametrize(("cls", "folder"), BUILT_INS, ids=IDS)
 def test_data_shape_is_known_without_reading_any_record(cls, folder, tmp_path):
     datamodule = cls(data_dir=empty_folder(tmp_path), download=False)
@@ -560,7 +572,9 @@ def test_a_gap_in_a_built_in_tables_test_rows_is_refused_before_training(tmp_pat
     frame.to_csv(tmp_path / "credit" / "creditcard.csv", index=False)
     datamodule = KaggleCreditDataModule(data_dir=tmp_path / "credit", batch_size=8, download=False)
     datamodule.prepare_data()
-    with pytest.raises(SchemaError, match=r"missing values \(NaN\) in the test rows, columns: V5 \(1 rows\)"):
+    # the canonical file has every field: a blank one is a damaged row, refused as the file is read
+    with pytest.raises(DataIntegrityError, match=rf"1 rows have fewer fields than the header or an empty one "
+                                                 rf"\(rows \[{test_row + 2}\]"):
         datamodule.setup("fit")
 
 

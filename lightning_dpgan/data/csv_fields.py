@@ -41,7 +41,7 @@ def read_dataset_csv(path: Path | str, expected: str) -> pd.DataFrame:
     from lightning_dpgan.data.download import DataIntegrityError, compression_of
 
     try:
-        return read_csv_fields(path, compression=compression_of(path))  # a gzipped copy under the plain name too
+        frame = read_csv_fields(path, compression=compression_of(path))  # a gzipped copy under the plain name too
     except UnicodeDecodeError as error:
         raise DataIntegrityError(f"{path} is not a text CSV file ({error.reason} at byte {error.start}): "
                                  f"is it {expected}?") from error
@@ -52,6 +52,14 @@ def read_dataset_csv(path: Path | str, expected: str) -> pd.DataFrame:
     except pd.errors.ParserError as error:  # a row longer than the header, after the first
         reason = " ".join(str(error).split())
         raise DataIntegrityError(f"{path} cannot be read as a CSV table ({reason}): is it {expected}?") from error
+    # the built-in files hold every field of every row: a blank one is a damaged (cut) row, not a
+    # missing value for the user to drop or impute, as the schema's own refusal would have it
+    damaged = frame.isna().any(axis=1)
+    if damaged.any():
+        rows = (frame.index[damaged] + 2).tolist()[:5]  # the header is line 1
+        raise DataIntegrityError(f"{path}: {int(damaged.sum())} rows have fewer fields than the header or an empty one "
+                                 f"(rows {rows}...): the file is damaged; is it {expected}?")
+    return frame
 
 
 def _extra_fields_message(path: Path) -> str:
