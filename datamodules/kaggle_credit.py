@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lightning_dpgan.data.csv_fields import read_dataset_csv
+from lightning_dpgan.data.csv_fields import read_dataset_csv, refuse_extra_columns
 from lightning_dpgan.data.download import DataIntegrityError, RemoteFile
 from lightning_dpgan.data.schema import Column, TableSchema
 from lightning_dpgan.datamodules.tabular import TabularDataModule
@@ -81,9 +81,6 @@ class KaggleCreditDataModule(TabularDataModule):
         missing = [name for name in SCHEMA.names if name not in frame.columns]
         if missing:
             raise DataIntegrityError(f"{path}: columns {missing} missing; is this the Kaggle creditcard.csv?")
-        extra = [str(name) for name in frame.columns if name not in SCHEMA.names]
-        if extra:  # the built-in schema is not the user's to edit: the schema's own refusal sent them there
-            raise DataIntegrityError(
-                f"{path}: columns {extra} are not the Kaggle creditcard.csv's (Time, V1-V28, Amount, Class): remove "
-                "them, or train on the file as any table (--dataset csv --data.csv FILE --data.target Class)")
+        refuse_extra_columns(frame, SCHEMA.names, path, "the Kaggle creditcard.csv's (Time, V1-V28, Amount, Class)",
+                             "Class")
         return self._seeded_split(frame)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 from sklearn.datasets import fetch_openml
 
-from lightning_dpgan.data.csv_fields import read_dataset_csv
+from lightning_dpgan.data.csv_fields import read_dataset_csv, refuse_extra_columns
 from lightning_dpgan.data.download import DataIntegrityError, DatasetNotFoundError, locate, warn_downloading
 from lightning_dpgan.data.schema import Column, SchemaError, TableSchema
 from lightning_dpgan.datamodules.tabular import TabularDataModule
@@ -116,7 +116,7 @@ class KingDataModule(TabularDataModule):
         path = self._local_file()
         raw = read_dataset_csv(path, "the Kaggle kc_house_data.csv") if path is not None else self._fetch_openml()
         if path is not None:
-            check_no_extra_columns(raw, path)
+            refuse_extra_columns(raw, RAW_COLUMNS, path, "kc_house_data.csv's", "price")
             if len(raw) != N_ROWS:
                 log.warning("king: %s holds %d sales, not the Kaggle file's %d: training on it as it is", path, len(raw),
                             N_ROWS)
@@ -146,16 +146,6 @@ class KingDataModule(TabularDataModule):
         if len(frame) != N_ROWS:
             raise DataIntegrityError(f"OpenML {OPENML_ID} has {len(frame)} rows, expected {N_ROWS}")
         return frame
-
-
-def check_no_extra_columns(raw: pd.DataFrame, path: Path) -> None:
-    """A local file's columns beyond the Kaggle file's are refused here: the schema's own refusal
-    sent the user to edit a built-in schema, which is not theirs to edit."""
-    extra = [str(name) for name in raw.columns if name not in RAW_COLUMNS]
-    if extra:
-        raise DataIntegrityError(
-            f"{path}: columns {extra} are not kc_house_data.csv's: remove them, or train on the file as any "
-            "table (--dataset csv --data.csv FILE --data.target price)")
 
 
 def to_schema_frame(raw: pd.DataFrame, origin: str) -> pd.DataFrame:

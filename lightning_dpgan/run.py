@@ -735,24 +735,7 @@ class Run:
         below = trainer_options_below_their_floor(options)  # Lightning takes -5 steps between logs in silence
         if below:
             raise ConfigError("; ".join(below))
-        if self.strategy is not None and self.strategy.clips_gradients and str(options.get("precision")) not in FLOAT32_PRECISIONS:
-            raise ConfigError(
-                f"trainer.precision {options['precision']} cannot train under --privacy {self.strategy.name}: its "
-                "per-record clipping bounds each record's effect only in float32 arithmetic (in bfloat16, rounding "
-                "that scales with the whole batch moved a clipped sum by 1.2 times the bound when one record was "
-                "removed), so the reported epsilon would understate the cost. Pass --trainer.precision 32-true (or drop "
-                "the setting from the command line and the config file)")
-        if self.strategy is not None and str(options.get("precision")) in LOSS_SCALED_PRECISIONS:
-            raise ConfigError(
-                f"trainer.precision {options['precision']} cannot train a private model: its loss scaler skips the "
-                "update of every network when one gradient overflows, so one record could decide whether a step "
-                "happens (and, for teachers, change the others' training), which no accountant counts. "
-                "Use --trainer.precision bf16-mixed (no loss scaler) or leave it out")
-        precision = str(options.get("precision"))
-        if precision in NON_FLOAT32_WEIGHT_PRECISIONS:
-            raise ConfigError(f"trainer.precision {precision} keeps the networks' weights in another type than float32, "
-                              "which sampling and the privacy mechanisms do not support: use --trainer.precision "
-                              "bf16-mixed (float32 weights, bf16 arithmetic) or leave it out")
+        self._check_precision(str(options.get("precision")))
         for option, off in AUTOMATIC_OPTIMIZATION_OPTIONS.items():
             if options.get(option) not in (None, off):
                 raise ConfigError(f"trainer.{option} works under Lightning's automatic optimization only, and every "
@@ -773,6 +756,26 @@ class Run:
             what = "a private model" if self.strategy is not None else "a GAN's alternating updates"
             raise ConfigError(f"--strategy {chosen} cannot train {what}: use --strategy ddp for several "
                               f"processes (or leave --strategy out); allowed: {', '.join(PRIVATE_TRAINER_STRATEGIES)}")
+
+    def _check_precision(self, precision: str) -> None:
+        """Refuse a ``--trainer.precision`` the run cannot train or sample under ("None" when unset)."""
+        if self.strategy is not None and self.strategy.clips_gradients and precision not in FLOAT32_PRECISIONS:
+            raise ConfigError(
+                f"trainer.precision {precision} cannot train under --privacy {self.strategy.name}: its "
+                "per-record clipping bounds each record's effect only in float32 arithmetic (in bfloat16, rounding "
+                "that scales with the whole batch moved a clipped sum by 1.2 times the bound when one record was "
+                "removed), so the reported epsilon would understate the cost. Pass --trainer.precision 32-true (or drop "
+                "the setting from the command line and the config file)")
+        if self.strategy is not None and precision in LOSS_SCALED_PRECISIONS:
+            raise ConfigError(
+                f"trainer.precision {precision} cannot train a private model: its loss scaler skips the "
+                "update of every network when one gradient overflows, so one record could decide whether a step "
+                "happens (and, for teachers, change the others' training), which no accountant counts. "
+                "Use --trainer.precision bf16-mixed (no loss scaler) or leave it out")
+        if precision in NON_FLOAT32_WEIGHT_PRECISIONS:
+            raise ConfigError(f"trainer.precision {precision} keeps the networks' weights in another type than float32, "
+                              "which sampling and the privacy mechanisms do not support: use --trainer.precision "
+                              "bf16-mixed (float32 weights, bf16 arithmetic) or leave it out")
 
     def _build_trainer(self) -> L.Trainer:
         options = dict(self.config["trainer"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,18 @@ def read_dataset_csv(path: Path | str, expected: str) -> pd.DataFrame:
     return frame
 
 
+def refuse_extra_columns(frame: pd.DataFrame, columns: Sequence[str], path: Path | str, whose: str, target: str) -> None:
+    """A built-in file's columns beyond ``columns`` (the canonical file's, ``whose``): the schema's
+    own refusal would send the user to edit a built-in schema, which is not theirs to edit, so
+    the remedies are to remove them or to train on the file as any table (label ``target``)."""
+    from lightning_dpgan.data.download import DataIntegrityError
+
+    extra = [str(name) for name in frame.columns if name not in columns]
+    if extra:
+        raise DataIntegrityError(f"{path}: columns {extra} are not {whose}: remove them, or train on the file as any "
+                                 f"table (--dataset csv --data.csv FILE --data.target {target})")
+
+
 def _extra_fields_message(path: Path) -> str:
     where = first_long_line(path)
     at = f" (line {where[0]}: {where[1]} fields)" if where else ""
@@ -88,4 +101,4 @@ def first_long_line(path: Path) -> tuple[int, int] | None:
     return None
 
 
-__all__ = ["ExtraFieldsError", "first_long_line", "read_csv_fields", "read_dataset_csv"]
+__all__ = ["ExtraFieldsError", "first_long_line", "read_csv_fields", "read_dataset_csv", "refuse_extra_columns"]

@@ -6,8 +6,8 @@ from it to the generator is the gradient of the generator's loss with respect to
 records. A backward hook on those records rewrites that gradient before the generator sees it:
 
 1. each generated record's gradient (one row of ``dL/dx`` for a batch of B records) is clipped
-   to L2 norm ``C / B`` (a row holding NaN or inf is replaced by zeros first) -- ``C`` in units of a batch-mean loss, whose per-record gradients carry
-   a factor ``1/B``. DP-HOOK's pseudo-code clips the gradient by its one L2 norm; clipping each
+   to L2 norm ``C / B`` (a row holding NaN or inf is replaced by zeros first) -- ``C`` in units
+   of a batch-mean loss, whose per-record gradients carry a factor ``1/B``. DP-HOOK's pseudo-code clips the gradient by its one L2 norm; clipping each
    record's row is what its Theorem 1's sensitivity (below) needs, so that is what is done;
 2. Gaussian noise of standard deviation ``sigma * C / B`` is added to every entry.
 
