@@ -279,6 +279,13 @@ def _sole_evaluation(run_dir: Path) -> Iterator[None]:
         yield
 
 
+#: ``evaluation.json``'s ``privacy_note``: the file sits beside privacy.json and copies its epsilon and
+#: delta, which are the synthetic data's, not the file's (report.md says the same in its own words)
+NOT_COVERED_BY_EPSILON = ("these measures are read from the real rows without noise: not covered by epsilon (the "
+                          "epsilon and delta here are the synthetic data's). Keep this file with the data holder; "
+                          "do not publish it")
+
+
 #: epochs of G-PATE's evaluation CNN on an image run's synthetic images (``--cnn-epochs``)
 DEFAULT_CNN_EPOCHS = 10
 
@@ -311,6 +318,7 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
     else:
         results = _evaluate_table(run_dir, datamodule, held_out, seed, figures if report else None)
     results["held_out_split"] = split
+    results["privacy_note"] = NOT_COVERED_BY_EPSILON
     if privacy is not None:
         results = {"epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"), **results}
     else:  # an interrupted or failed run: its report must not read as a finished one's

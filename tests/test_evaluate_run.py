@@ -597,6 +597,8 @@ def test_the_report_of_a_private_run_draws_epsilon_over_steps(tmp_path):
     evaluation = read_json(run / "evaluation.json")  # the formal guarantee beside the attack's AUC
     assert evaluation["epsilon"] == privacy["epsilon"] > 0 and evaluation["delta"] == privacy["delta"] == 1e-3
     assert "privacy_risk/mia_auc" in evaluation
+    # the epsilon copied beside the measures is the synthetic data's: the file says its own figures are not covered
+    assert "not covered by epsilon" in evaluation["privacy_note"] and "privacy_note" not in report
 
 
 def test_a_private_run_logged_to_tensorboard_says_why_its_report_has_no_epsilon_figure(tmp_path, capsys):
