@@ -115,7 +115,7 @@ class IDXImageDataModule(L.LightningDataModule):
             try:
                 fetch(remote, self._cache_folder())
             except DatasetNotFoundError as err:
-                raise DatasetNotFoundError(f"{err}\n{self._not_found_message('download failed', [remote])}") from err
+                raise DatasetNotFoundError(f"{err} {self._not_found_message('download failed', [remote])}") from err
 
     def setup(self, stage: str | None = None) -> None:
         """Load both splits (once) as tensors, the dev records apart from the train split's; the
@@ -215,7 +215,7 @@ class IDXImageDataModule(L.LightningDataModule):
                         return fetch(remote, self._cache_folder())
                     except DatasetNotFoundError as failed:  # no network: the damaged copy is the thing to name
                         raise DatasetNotFoundError(
-                            f"{failed}\nThe cached copy {path} is damaged ({err}) and could not be downloaded again: "
+                            f"{failed} The cached copy {path} is damaged ({err}) and could not be downloaded again: "
                             f"delete it, and pass `--data-dir DIR` pointing at the official {self.name} files") from err
                 remedy = "delete the file to download it again (or run with downloads allowed), " if in_cache else ""
                 raise DataIntegrityError(

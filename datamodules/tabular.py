@@ -622,7 +622,7 @@ class TabularDataModule(L.LightningDataModule):
         try:
             return fetch(remote, self._cache_folder())
         except DatasetNotFoundError as err:
-            raise DatasetNotFoundError(f"{err}\n{self._not_found_message([remote.name], 'download failed')}") from err
+            raise DatasetNotFoundError(f"{err} {self._not_found_message([remote.name], 'download failed')}") from err
 
     def _cache_folder(self) -> Path:
         return self.cache_dir / self.name

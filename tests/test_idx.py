@@ -158,9 +158,24 @@ def test_fetch_rejects_corrupt_mirror_and_leaves_nothing_behind(tmp_path: Path, 
         fetch(remote, cache)
 
     message = str(excinfo.value)
-    assert "f.gz" in message and "--data-dir" in message
+    assert "f.gz" in message and "\n" not in message  # one line; the datamodule adds where to put the file
     assert all(url in message for url in remote.urls)
-    assert list(cache.iterdir()) == []
+    assert not cache.exists()  # the cache folder the failed download made is taken away again
+
+
+def test_a_failed_download_keeps_a_cache_folder_that_was_there_or_holds_other_files(
+        tmp_path: Path, mirrors: dict[str, Path]) -> None:
+    remote = _mirrored_remote(mirrors, "corrupt")
+    cache = tmp_path / "shared"
+    cache.mkdir()
+    with pytest.raises(DatasetNotFoundError):
+        fetch(remote, cache / "adult")
+    assert list(cache.iterdir()) == []  # 'adult' was made and taken away; 'shared' was there before
+    (cache / "mnist").mkdir()
+    (cache / "mnist" / "other.gz").write_bytes(b"x")
+    with pytest.raises(DatasetNotFoundError):
+        fetch(remote, cache / "mnist")
+    assert (cache / "mnist" / "other.gz").read_bytes() == b"x"
 
 
 def test_fetch_reuses_valid_cache_and_replaces_corrupt_cache(

@@ -160,7 +160,7 @@ def fetch(remote: RemoteFile, cache_dir: str | os.PathLike[str]) -> Path:
     dest = folder / remote.name
     if dest.is_file() and is_valid_copy(dest, remote):
         return dest
-    folder.mkdir(parents=True, exist_ok=True)
+    made = _make_folders(folder)
     failures = []
     for url in remote.urls:
         try:
@@ -168,13 +168,28 @@ def fetch(remote: RemoteFile, cache_dir: str | os.PathLike[str]) -> Path:
             return dest
         except (OSError, ValueError, http.client.HTTPException, DataIntegrityError) as err:
             log.warning("Download of %s from %s failed: %s", remote.name, url, err)
-            failures.append(f"  {url}: {err}")
-    tried = "\n".join(failures) or "  (no mirrors configured)"
-    raise DatasetNotFoundError(
-        f"Could not download {remote.name} from any mirror. Tried:\n{tried}\n"
-        f"Download {remote.name} yourself and pass `--data-dir DIR` (or set {DATA_DIR_ENV}) "
-        "pointing at a folder that holds it."
-    )
+            failures.append(f"{url}: {err}")
+    _remove_if_empty(made)
+    tried = "; ".join(failures) or "no mirrors configured"
+    # the callers add where to put the file instead: each knows the folders it searched
+    raise DatasetNotFoundError(f"Could not download {remote.name} from any mirror ({tried}).")
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """Make ``folder`` and its missing parents; return those made, deepest first, so that a failed
+    download can take them away again rather than leave an empty cache behind."""
+    missing = [path for path in (folder, *folder.parents) if not path.exists()]
+    folder.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def _remove_if_empty(folders: list[Path]) -> None:
+    """Remove ``folders`` (deepest first) that are still empty; one that holds anything stays."""
+    for path in folders:
+        try:
+            path.rmdir()
+        except OSError:
+            return
 
 
 def is_valid_copy(path: Path, remote: RemoteFile) -> bool:
