@@ -201,13 +201,22 @@ def test_the_peer_command_reads_the_split_and_writes_into_the_cells_folder(tmp_p
 
 def test_a_venv_without_smartnoise_is_completed_with_torch_held_to_ours(tmp_path, monkeypatch):
     """A python that cannot import snsynth is not taken as the peers' venv; smartnoise is then
-    installed under a constraint that pins our torch (else pip would replace it)."""
-    venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").write_text("")
+    installed under a constraint that pins our torch (else pip would replace it), but only into
+    a virtualenv the harness made: smartnoise pins opacus<0.15, so the user's own environment
+    (``--peers-venv .venv``) is refused, nothing installed into it or written there."""
+    own = tmp_path / "own"
+    (own / "bin").mkdir(parents=True)
+    (own / "bin" / "python").write_text("")
     checked, installed = [], []
     monkeypatch.setattr(peers.subprocess, "run", lambda command, **kw: checked.append(command) or SimpleNamespace(returncode=1))
     monkeypatch.setattr(peers, "run_logged", lambda command, log, env=None: installed.append(command) or 0.0)
+    with pytest.raises(SystemExit, match=r"--peers-venv .*own exists but cannot import snsynth.*nothing ran"):
+        peers.ensure_venv(own, tmp_path / "log")
+    assert installed == [] and sorted(path.name for path in own.iterdir()) == ["bin"]
+    venv = tmp_path / "venv"  # one an interrupted install of the harness left
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    (venv / peers.VENV_MARKER).write_text("")
     assert peers.ensure_venv(venv, tmp_path / "log") == venv / "bin" / "python"
     assert checked and checked[0][-1] == "import snsynth"
     smartnoise = next(command for command in installed if peers.SMARTNOISE in command)

@@ -45,8 +45,10 @@ def ensure_venv(venv: Path, log: Path) -> Path:
     python = venv / "bin" / "python"
     if python.is_file() and subprocess.run([str(python), "-c", "import snsynth"], capture_output=True).returncode == 0:
         return python
+    _refuse_a_folder_not_ours(venv)
     torch_pin = f"torch=={torch.__version__.split('+')[0]}"
     venv.mkdir(parents=True, exist_ok=True)
+    (venv / VENV_MARKER).write_text("made by lightning-dpgan's benchmark for the peers; delete the folder to remake it\n")
     constraints = venv / "constraints.txt"
     constraints.write_text(torch_pin + "\n")
     try:
@@ -60,6 +62,23 @@ def ensure_venv(venv: Path, log: Path) -> Path:
                          f"pip's output is in {log}{': ' + last[0].strip() if last else ''}). Without network access, "
                          "give --peers-venv a virtualenv that has them; nothing ran") from None
     return python
+
+
+#: written into a peers' virtualenv the harness makes: only such a folder (or a missing or empty one) is
+#: installed into, so that an interrupted install can be finished
+VENV_MARKER = ".lightning-dpgan-peers"
+
+
+def _refuse_a_folder_not_ours(venv: Path) -> None:
+    """Refuse to install into a folder the harness did not make: smartnoise-synth pins opacus<0.15,
+    so installing it into the user's own environment (``--peers-venv .venv``) would break it."""
+    if not venv.exists() or (venv / VENV_MARKER).is_file():
+        return
+    if venv.is_dir() and not any(venv.iterdir()):
+        return
+    raise SystemExit(f"benchmark: --peers-venv {venv} exists but cannot import snsynth, and the benchmark did not make "
+                     f"it: it installs {SMARTNOISE} (which pins opacus<0.15) only into a virtualenv of its own. Give a "
+                     "virtualenv that has it, or a new folder for the benchmark to make one in; nothing ran")
 
 
 def table_spec(schema: Any) -> dict[str, Any]:
