@@ -507,6 +507,33 @@ def test_a_damaged_results_file_is_named_and_results_md_left_as_it_is(tmp_path, 
     assert markdown.read_text() == "# Results\nkept\n"
 
 
+@pytest.mark.parametrize(("reference", "why"), [
+    (None, "typo.yaml is not a file"),
+    ("goals: [\n", "is not valid YAML"),
+    ("- a list\n", "holds no mapping of figures"),
+    ("markers:\n- {dataset: adult, measure: m, epsilon: 1, at: [paper, nope]}\npaper: {}\n", "no figure at paper.nope"),
+], ids=["missing", "bad-yaml", "a-list", "a-marker-pointing-nowhere"])
+def test_a_reference_file_that_cannot_be_read_is_refused_and_results_md_left_as_it_is(tmp_path, reference, why):
+    """A missing --reference was read as no figures: RESULTS.md was rewritten without its goals
+    and paper markers, exit 0. A YAML error or a marker pointing nowhere ended in a traceback,
+    after every cell of a suite had run."""
+    results.results_path(tmp_path, "tables", date(2026, 1, 1)).write_text(json.dumps(result_file("tables", "full", [run("a", 0, 0.5)])))
+    path = tmp_path / "typo.yaml"
+    if reference is not None:
+        path.write_text(reference)
+    markdown = tmp_path / "RESULTS.md"
+    markdown.write_text("# Results\nkept\n")
+    with pytest.raises(SystemExit) as refused:
+        benchmark(["--suite", "tables", "--report-only", "--results-dir", str(tmp_path), "--results-md", str(markdown),
+                   "--reference", str(path)])
+    assert why in str(refused.value) and "left as it is" in str(refused.value)
+    assert markdown.read_text() == "# Results\nkept\n"
+    with pytest.raises(SystemExit, match=f"{why}.*nothing ran"):  # before any cell, not after them all
+        benchmark(["--suite", "tables", "--quick", "--results-dir", str(tmp_path), "--out-dir", str(tmp_path / "runs"),
+                   "--reference", str(path)])
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_results_file_without_its_header_fields_is_reported_with_them_unknown(tmp_path):
     """Deleting "machine" (or "started", "command", "commit") by hand ended in a KeyError; an older
     harness's file may lack one too. The header says unknown, and the figures are reported."""

@@ -27,7 +27,7 @@ def test_every_plot_marker_points_at_a_figure_of_a_paper_entry():
         assert marker["at"][0] in PAPER_ENTRIES
         assert 0 < figure_at(REFERENCE, marker["at"]) < 1
     assert figure_at(REFERENCE, ["gpate_images", "cnn_accuracy", "mnist", "gpate_eps10"]) == 0.8092
-    with pytest.raises(KeyError, match="gpate_images.nope"):
+    with pytest.raises(ValueError, match="gpate_images.nope"):
         figure_at(REFERENCE, ["gpate_images", "nope"])
 
 

@@ -318,8 +318,19 @@ def run_grid(size: Size, settings: Settings, skipped: dict[str, str],
     return [finished[index] for index in sorted(finished)]
 
 
+def check_reference(path: Path) -> None:
+    """Refuse a ``--reference`` that the report, written after every cell ran, could not read."""
+    from lightning_dpgan.benchmark.report import ReferenceFileError, load_reference
+
+    try:
+        load_reference(path)
+    except ReferenceFileError as error:
+        raise SystemExit(f"benchmark: {error}; nothing ran") from None
+
+
 def regenerate(args: argparse.Namespace) -> None:
-    from lightning_dpgan.benchmark.report import generated_section, load_reference, update_results_markdown
+    from lightning_dpgan.benchmark.report import (ReferenceFileError, generated_section, load_reference,
+                                                  update_results_markdown)
 
     if not args.results_dir.is_dir():  # a typo would otherwise replace every table with "no results yet"
         raise SystemExit(f"benchmark: --results-dir {args.results_dir} is not a folder of results files; "
@@ -328,6 +339,8 @@ def regenerate(args: argparse.Namespace) -> None:
     try:
         section = generated_section(args.results_dir, load_reference(args.reference), list(SUITES),
                                     relative_to=args.results_md.parent)
+    except ReferenceFileError as error:
+        raise SystemExit(f"benchmark: {error}; RESULTS.md ({args.results_md}) was left as it is") from None
     except ResultsFileError as error:  # one bad file would otherwise drop its figures or stop with a traceback
         raise SystemExit(f"benchmark: {error}; RESULTS.md ({args.results_md}) was left as it is: repair the file "
                          "or move it out of the results folder") from None
@@ -371,6 +384,7 @@ def benchmark(argv: list[str]) -> Path:
     if args.report_only:
         regenerate(args)
         return args.results_md
+    check_reference(args.reference)
     size = chosen_size(args)
     check_grid(args, size)
     if args.data_dir is None and (found := default_data_dir()) is not None:

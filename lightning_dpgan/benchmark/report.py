@@ -40,8 +40,25 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 HEADLINE = ("utility/cnn_accuracy", "utility/B_auroc", "utility/difference_r2")
 
 
+class ReferenceFileError(ValueError):
+    """A ``--reference`` file that cannot be read as the papers' figures: RESULTS.md would lose its
+    goals and paper markers in silence."""
+
+
 def load_reference(path: Path) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text()) if path.is_file() else {}
+    """The papers' figures and the goals (``benchmarks/reference.yaml``), refused when the file is
+    missing or not a mapping rather than read as none."""
+    if not path.is_file():
+        raise ReferenceFileError(f"--reference {path} is not a file (the papers' figures and the goals)")
+    try:
+        reference = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ReferenceFileError(f"--reference {path} is not valid YAML: {' '.join(str(error).split())}") from None
+    if not isinstance(reference, dict):
+        raise ReferenceFileError(f"--reference {path} holds no mapping of figures")
+    for marker in reference.get("markers", []):  # a marker pointing nowhere is found now, not mid-report
+        figure_at(reference, marker["at"], path)
+    return reference
 
 
 def fmt(summary: dict[str, Any] | None, digits: int = 3) -> str:
@@ -280,14 +297,17 @@ def markers_for(reference: dict[str, Any], dataset: str, measure: str) -> list[d
             if m["dataset"] == dataset and m["measure"] == measure]
 
 
-def figure_at(reference: dict[str, Any], path: list[str]) -> float:
+def figure_at(reference: dict[str, Any], path: list[str], source: Path | str = "reference.yaml") -> float:
     """The number at ``path`` in the reference entries (a wrong path raises, naming it)."""
     value: Any = reference
     for key in path:
         if not isinstance(value, dict) or key not in value:
-            raise KeyError(f"reference.yaml has no figure at {'.'.join(path)}")
+            raise ReferenceFileError(f"{source} has no figure at {'.'.join(map(str, path))}")
         value = value[key]
-    return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ReferenceFileError(f"{source} holds {value!r} at {'.'.join(map(str, path))}, not a number") from None
 
 
 def plot_suite(result: dict[str, Any], reference: dict[str, Any], plots_dir: Path) -> list[Path]:
@@ -450,5 +470,5 @@ def update_results_markdown(markdown: Path, section: str) -> None:
     atomic_write(markdown, lambda handle: handle.write(text.encode()))
 
 
-__all__ = ["BEGIN", "END", "figure_at", "generated_section", "goal_lines", "load_reference", "markers_for", "measure_table", "peer_comparison", "plot_suite",
+__all__ = ["BEGIN", "END", "ReferenceFileError", "figure_at", "generated_section", "goal_lines", "load_reference", "markers_for", "measure_table", "peer_comparison", "plot_suite",
            "update_results_markdown"]
