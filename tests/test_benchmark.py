@@ -1605,6 +1605,31 @@ def test_a_peers_table_is_scored_here_on_the_test_split_with_our_evaluation(tmp_
     assert run["epsilon"] == 0.97 and run["target_epsilon"] == 1.0 and scored_with_seeds == [3]
 
 
+def test_a_peer_that_crashes_or_writes_a_damaged_report_is_recorded_failed_without_the_venvs_path(tmp_path, monkeypatch):
+    """A peer's traceback names files in its virtualenv: the record said this machine's path
+    where its command says PEERS_VENV. A peer.json cut short stopped the whole suite."""
+    from lightning_dpgan.benchmark import peers
+
+    venv = tmp_path / "peers-venv"
+
+    def failing_peer(command, log):
+        log.parent.mkdir(parents=True, exist_ok=True)
+        if "mst" in command:
+            raise RuntimeError(f"peer failed (exit 1); end of log:\n  File \"{venv}/lib/snsynth/mst.py\", line 9\n"
+                               "ValueError: no marginals")
+        option = lambda name: Path(command[command.index(name) + 1])
+        option("--report").write_text('{"delta": 1e-5, "fit_')
+        return 1.0
+
+    monkeypatch.setattr(peers, "ensure_venv", lambda venv, log: venv / "bin" / "python")
+    monkeypatch.setattr(peers, "run_logged", failing_peer)
+    size = replace(suite_size("peers", quick=True), models=("mst", "mwem"), datasets=("adult",), seeds=(0,), epsilons=(1.0,))
+    runs, _ = peers.run_peers(size, Settings(out_dir=tmp_path / "out", data_dir=str(ADULT)), venv=venv)
+    assert [(run["model"], run["status"]) for run in runs] == [("mst", "failed"), ("mwem", "failed")]
+    assert "PEERS_VENV/lib/snsynth/mst.py" in runs[0]["error"] and str(tmp_path) not in runs[0]["error"]
+    assert "Expecting" in runs[1]["error"] or "Unterminated" in runs[1]["error"]
+
+
 def test_the_machine_record_reads_the_cpu_model_and_memory_from_proc(tmp_path, monkeypatch):
     cpuinfo, meminfo = tmp_path / "cpuinfo", tmp_path / "meminfo"
     cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n\nprocessor\t: 1\n")

@@ -149,14 +149,14 @@ def run_peers(size: Size, settings: Settings, venv: Path | None,
             print(f"benchmark: smartnoise {cell.name}", flush=True)
             try:
                 seconds = run_logged(command, folder / "peer.log")
+                report = read_json(folder / "peer.json")
                 synthetic = pd.read_csv(folder / "synthetic.csv")
                 measures = with_derived_measures(evaluate_table(datamodule, synthetic, seed=cell.seed))
                 measures["held_out_split"] = "test"  # peers are never scored on a dev split
             except Exception as error:  # noqa: BLE001 - a failed cell is recorded and the suite goes on
-                runs.append(failed_run(cell, error, settings))
+                runs.append(failed_run(cell, error, settings, str(venv)))
                 on_run(runs)
                 continue
-            report = read_json(folder / "peer.json")
             runs.append({
                 "status": "ok", **cell.record,
                 # spent: Opacus' own accounting where smartnoise has one (its GANs); else only the target is known

@@ -270,14 +270,14 @@ def with_derived_measures(measures: dict[str, Any]) -> dict[str, Any]:
     return measures
 
 
-def failed_run(cell: Cell, error: BaseException, settings: Settings) -> dict[str, Any]:
+def failed_run(cell: Cell, error: BaseException, settings: Settings, peers_venv: str | None = None) -> dict[str, Any]:
     """The record of a cell that failed: its reason (the last lines of the error, which end with
-    the command's own message), without this machine's paths; the whole log stays in the output
-    folder."""
+    the command's own message), without this machine's paths (a peer's virtualenv's among them);
+    the whole log stays in the output folder."""
     lines = [line for line in str(error).splitlines() if line.strip()]
     reason = "\n".join(lines[-3:]) if lines else type(error).__name__
     return {"status": "failed", **cell.record,
-            "error": portable_text(reason, settings.data_dir, out_dir=settings.out_dir)}
+            "error": portable_text(reason, settings.data_dir, peers_venv, out_dir=settings.out_dir)}
 
 
 def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
