@@ -384,6 +384,21 @@ def test_peers_are_compared_with_our_model_of_the_same_name_else_our_best():
     (mwem,) = [line for line in lines if line.startswith("| mwem")]
     assert "none measured" in mwem
     assert "No tables results" in report.peer_comparison(peers, None)[0]
+    assert "the peers train on all of ε at δ = 1e-05;" in lines[0]
+
+
+def test_our_best_against_a_peer_is_a_cell_of_enough_seeds_and_the_peers_delta_is_each_datasets():
+    """One lucky seed (0.95) was picked over three seeds' 0.85; and the peers' δ was said to be
+    1e-5 whatever the dataset, though credit's cells train at 1e-6."""
+    ours = result_file("tables", "full", [run("quail", 0, 0.95), *(run("dpgan", seed, 0.85) for seed in range(3)),
+                                          {**run("dpgan", 0, 0.9), "dataset": "kaggle-credit"}])
+    peers = result_file("peers", "full", [run("mst", 0, 0.7), {**run("mst", 0, 0.6), "dataset": "kaggle-credit"}])
+    lines = report.peer_comparison(peers, ours)
+    (adult,) = [line for line in lines if line.startswith("| mst | adult")]
+    assert "| dpgan (best) | 0.850 ± 0.000 (3) |" in adult
+    (credit,) = [line for line in lines if line.startswith("| mst | kaggle-credit")]
+    assert "| dpgan (best) | 0.900 (1) |" in credit  # the only cell there: taken, its one seed shown
+    assert "at each dataset's δ (adult 1e-05, kaggle-credit 1e-06);" in lines[0]
 
 
 def test_goals_are_ours_alone():
