@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +17,8 @@ from lightning_dpgan.data.schema import (LABEL_KINDS, SchemaError, TableSchema, 
                                          column_names, holds_booleans, non_numeric_values, row_examples)
 from lightning_dpgan.datamodules.tabular import TabularDataModule
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
+
+log = logging.getLogger(__name__)
 
 AUTO = "auto"
 #: The budget of the DP schema estimate when no schema file is given and no flag sets it.
@@ -113,6 +116,10 @@ class CSVDataModule(TabularDataModule):
             raise ValueError(f"target='{target}' contradicts the schema file's label '{schema.label}'")
         if label_kind not in (AUTO, schema.label_kind):
             raise ValueError(f"label_kind='{label_kind}' contradicts the schema file's '{schema.label_kind}'")
+        if schema.released_by_a_dp_estimate:
+            log.warning("the schema file's columns come from a DP estimate (their source says so), released by an "
+                        "earlier run: this run spends nothing on it, and its privacy.json does not hold that "
+                        "estimate's epsilon. The rows' total is this run's plus that run's (docs/privacy.md)")
         return schema
 
     def _build_schema(self) -> TableSchema:

@@ -51,6 +51,11 @@ from lightning_dpgan.data.table_transformer import MODES, TableTransformer, chec
 log = logging.getLogger(__name__)
 
 PUBLIC_SCHEMA_COST: dict[str, Any] = {"epsilon": 0.0, "delta": 0.0, "mechanism": "public schema"}
+#: a schema file an earlier run's DP estimate released: spent by that run, not by this one
+EARLIER_DP_SCHEMA_COST: dict[str, Any] = {
+    "epsilon": 0.0, "delta": 0.0,
+    "mechanism": "schema file released by an earlier run's DP estimate (its cost is in that run's privacy.json, "
+                 "not in this total)"}
 BOUNDS_MODES_COST: dict[str, Any] = {"epsilon": 0.0, "delta": 0.0, "mechanism": "modes from public bounds (no data read)"}
 ENCODINGS = ("minmax", "mode-specific")
 #: How the mode-specific encoding holds a continuous label (see ``label_encoding``).
@@ -265,8 +270,9 @@ class TabularDataModule(L.LightningDataModule):
 
     def _schema_cost(self) -> dict[str, Any]:
         """What obtaining the schema cost: nothing for a public one (subclasses estimating it
-        under DP override this)."""
-        return dict(PUBLIC_SCHEMA_COST)
+        under DP override this), nor for one an earlier run released, labelled as such: its
+        estimate read these rows, and its cost is in that run's report."""
+        return dict(EARLIER_DP_SCHEMA_COST if self.schema.released_by_a_dp_estimate else PUBLIC_SCHEMA_COST)
 
     def planned_privacy_cost(self) -> dict[str, Any]:
         """What :meth:`privacy_cost` will be, from the settings alone, before any row is read (the

@@ -6,6 +6,8 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
+import json
+
 import pandas as pd
 import pytest
 import torch
@@ -58,7 +60,7 @@ def test_a_run_with_its_noise_set_that_left_most_of_its_budget_says_epsilon_was_
     assert "a resumed run keeps its checkpoint's noise, so only a new run (without --resume)" in err
 
 
-def test_a_csv_runs_dp_estimated_schema_is_written_for_the_user_and_reads_back_as_a_schema_file(tmp_path):
+def test_a_csv_runs_dp_estimated_schema_is_written_for_the_user_and_reads_back_as_a_schema_file(tmp_path, caplog):
     """The bounds and categories a DP estimate released were kept in the checkpoint alone: the
     user could not see why synthetic ages reached 128 (bounds snap outward), nor reuse the paid
     release as --data.schema. A run given a schema file writes none (nothing was estimated)."""
@@ -81,6 +83,14 @@ def test_a_csv_runs_dp_estimated_schema_is_written_for_the_user_and_reads_back_a
     assert main(common + ["--output-dir", str(reused), "--data.schema", str(estimated / "released_schema.yaml")]) == 0
     assert not (reused / "released_schema.yaml").exists()  # a schema file: nothing estimated, nothing released
     assert read_run_info(reused / "checkpoints" / "last.ckpt")["schema"] == {**released, "drop": ["id"]}
+    # the reused release costs this run nothing, but it is no "public schema": its estimate read these rows
+    private = tmp_path / "private"
+    caplog.set_level("WARNING")
+    assert main([*(("dpgan" if arg == "gan" else arg) for arg in common), "--output-dir", str(private), "--epsilon", "50",
+                 "--delta", "1e-3", "--data.schema", str(estimated / "released_schema.yaml")]) == 0
+    schema_part = json.loads((private / "privacy.json").read_text())["preprocessing"]  # the schema alone: no modes
+    assert schema_part["epsilon"] == 0 and "earlier run's DP estimate" in schema_part["mechanism"]
+    assert "The rows' total is this run's plus that run's" in caplog.text
 
 
 def test_a_resume_given_no_run_length_is_held_to_the_default_length():

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lightning_dpgan.data.schema import (LABEL_KINDS, Column, SchemaError, TableSchema, missing_values_remedy,
+from lightning_dpgan.data.schema import (DP_ESTIMATE_SOURCE, LABEL_KINDS, Column, SchemaError, TableSchema, missing_values_remedy,
                                          non_numeric_examples, header_hint)
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
 
@@ -281,7 +281,7 @@ def _infer_column(
             log.warning("column '%s': the DP estimate released categories that differ only in spaces or case (%s): "
                         "each is a category of its own; clean the file if they are one", name,
                         "; ".join(" / ".join(repr(c) for c in group) for group in twins))
-        return Column(name, "categorical", categories=categories, source=f"DP estimate: {cost['mechanism']}"), cost
+        return Column(name, "categorical", categories=categories, source=f"{DP_ESTIMATE_SOURCE}: {cost['mechanism']}"), cost
     if not pd.api.types.is_numeric_dtype(series.dtype):
         raise SchemaError(f"column '{name}' holds non-numeric values ({non_numeric_examples(series)}): fix those "
                           "values in the data, or list the column with --data.categorical if it is categorical")
@@ -289,7 +289,7 @@ def _infer_column(
     kind = "integer" if is_integer else "continuous"
     if is_integer:
         low, high = float(math.floor(low)), float(math.ceil(high))
-    return Column(name, kind, bounds=(low, high), source=f"DP estimate: {cost['mechanism']}"), cost
+    return Column(name, kind, bounds=(low, high), source=f"{DP_ESTIMATE_SOURCE}: {cost['mechanism']}"), cost
 
 
 def spelling_twins(categories: Sequence[Any]) -> list[list[Any]]:

@@ -363,6 +363,10 @@ YAML_BOOLEANS = ("YAML reads unquoted no/yes, true/false and on/off as booleans:
                  "file, e.g. ['no', 'yes']")
 
 
+#: how a column's ``source`` begins when its bounds or categories are a DP estimate's (dp_bounds)
+DP_ESTIMATE_SOURCE = "DP estimate"
+
+
 @dataclass(frozen=True)
 class TableSchema:
     """The public description of a table: columns in order, the label and its kind.
@@ -446,6 +450,12 @@ class TableSchema:
     @property
     def label_slice(self) -> slice | None:
         return self.column_slices[self.label] if self.label is not None else None
+
+    @property
+    def released_by_a_dp_estimate(self) -> bool:
+        """Whether a column's source names a DP estimate: a schema file an earlier run released
+        (``released_schema.yaml``), public now, though its estimate spent that run's budget."""
+        return any(str(column.source).startswith(DP_ESTIMATE_SOURCE) for column in self.columns)
 
     def without_label(self) -> TableSchema:
         """The features alone: the label leaves the columns and joins ``drop``, so frames that
@@ -747,7 +757,7 @@ def non_numeric_examples(series: pd.Series, most: int = 3) -> str:
 def _check_dtype(column: Column, series: pd.Series) -> None:
     """Refuse values of the wrong type, which would otherwise be silently clipped or rejected."""
     numeric = _holds_numbers(series)
-    estimated = str(column.source).startswith("DP estimate")  # no schema file: the remedy is an option
+    estimated = str(column.source).startswith(DP_ESTIMATE_SOURCE)  # no schema file: the remedy is an option
     if column.is_numeric:
         if holds_booleans(series):
             raise booleans_refusal(column.name, column.kind, estimated)
