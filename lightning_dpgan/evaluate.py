@@ -116,17 +116,18 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
         raise FileNotFoundError(f"the data folder recorded for this run, {recorded} ({config_path}, data.data_dir), is not "
                                 "there any more: pass evaluate --data-dir with the folder that holds the data now")
     info = checkpoint_of_this_run(run_dir, config)
-    if info is None:
-        warn(f"{run_dir} has no {LAST_CHECKPOINT}: the data, its schema and the split are read as "
-             f"{config_path} names them now, not checked against those the run trained on (its checkpoint keeps "
-             "them); put the checkpoint back to have them checked")
-    elif privacy is not None:
+    if info is not None and privacy is not None:
         check_privacy_report_of_this_run(run_dir, privacy, info)
     cls = registry.lookup("dataset", config["data"]["name"]).load()
     arguments = section_arguments(config, "data", cls)
     if arguments.get("schema") is not None:  # earlier runs recorded the unused estimate budget beside a schema file
         arguments = {key: value for key, value in arguments.items() if key not in ("bounds_epsilon", "bounds_delta")}
     datamodule = cls(**arguments)
+    if info is None:
+        _refuse_releases_left_without_their_checkpoint(run_dir, datamodule)
+        warn(f"{run_dir} has no {LAST_CHECKPOINT}: the data, its schema and the split are read as "
+             f"{config_path} names them now, not checked against those the run trained on (its checkpoint keeps "
+             "them); put the checkpoint back to have them checked")
     restore_released_schema(datamodule, run_dir / LAST_CHECKPOINT, info)  # never a second DP estimate
     if info is not None and "schema" in info:  # restored by then where it was estimated: reads no row
         remedy = (f"put back the schema file it was trained with ({config_path} names it) as it was"
@@ -175,6 +176,20 @@ def check_privacy_report_of_this_run(run_dir: Path, privacy: dict[str, Any], inf
     raise ValueError(f"{run_dir / 'privacy.json'} and {run_dir / LAST_CHECKPOINT} are of different runs (their lineage, "
                      "the run ids training went through, differ): the epsilon reported would not be the one this "
                      "run's data was released under. Put back the run's own files, or rerun train")
+
+
+def _refuse_releases_left_without_their_checkpoint(run_dir: Path, datamodule: Any) -> None:
+    """A run whose schema or modes were released under DP keeps them in its checkpoint alone;
+    without it, reading the data would estimate them again from the private rows (a second
+    spending), so the checkpoint is asked for by name, with why."""
+    released = [name for name, needed in (("schema", getattr(datamodule, "estimates_schema", False)),
+                                          ("mode-specific encoding's modes", getattr(datamodule, "fits_encoding", False)))
+                if needed]
+    if released:
+        raise FileNotFoundError(
+            f"{run_dir} has no {LAST_CHECKPOINT}, which keeps the run's {' and '.join(released)}, released under DP "
+            f"from the private rows: put the checkpoint back. Estimating {'them' if len(released) > 1 else 'it'} "
+            "again would spend budget a second time, outside the run's epsilon")
 
 
 def check_privacy_figures(path: Path, privacy: dict[str, Any]) -> None:

@@ -363,7 +363,7 @@ def test_options_a_run_cannot_take_are_refused_before_its_data_is_read(tmp_path,
     assert main(["evaluate", "--run", str(run)]) == 0 and reads == ["adult"]  # what the count sees of a read
 
 
-def test_evaluating_a_csv_run_reuses_its_released_schema(tmp_path, monkeypatch):
+def test_evaluating_a_csv_run_reuses_its_released_schema(tmp_path, monkeypatch, capsys):
     """A csv run without a schema file paid for one DP estimate of its schema; evaluate must use
     the released one, never estimate again on the private rows."""
     import numpy as np
@@ -386,6 +386,14 @@ def test_evaluating_a_csv_run_reuses_its_released_schema(tmp_path, monkeypatch):
     monkeypatch.setattr(csv_module, "infer_schema_dp", no_second_estimate)
     assert main(["evaluate", "--run", str(run)]) == 0
     assert "utility/B_auroc" in read_json(run / "evaluation.json")
+    # without its checkpoint the released schema is gone: asked for by name, not a warning that the run
+    # goes on and then a bare "checkpoint not found"
+    (run / "checkpoints" / "last.ckpt").rename(tmp_path / "kept.ckpt")
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "has no checkpoints/last.ckpt, which keeps the run's schema, released under DP" in err
+    assert "spend budget a second time" in err and "not checked against" not in err
 
 
 @pytest.mark.parametrize("source,target", [
