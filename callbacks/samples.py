@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from lightning_dpgan.outputs import image_grid, images_to_uint8, write_png
+from lightning_dpgan.random_streams import seeded_stream
 
 
 def sample_grid(module: Any, columns: int = 10, seed: int = 0) -> np.ndarray:
@@ -24,8 +25,7 @@ def sample_grid(module: Any, columns: int = 10, seed: int = 0) -> np.ndarray:
     labels = None
     if module.num_classes:
         labels = torch.arange(module.num_classes, device=module.device).repeat_interleave(columns)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded_stream(seed, module.device):  # the run's own streams, the GPU's too, go on untouched
         images = module.sample(rows * columns, labels)
     return image_grid(images_to_uint8(images), columns)
 

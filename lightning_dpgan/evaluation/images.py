@@ -22,6 +22,8 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics.classification import MulticlassAccuracy
 
+from lightning_dpgan.random_streams import seeded_stream
+
 NUM_CLASSES = 10
 IMAGE_SHAPE = (1, 28, 28)
 
@@ -154,7 +156,7 @@ def cnn_accuracy(
     train_y, test_y = as_labels(train_labels, len(train_x)), as_labels(test_labels, len(test_x))
     if not len(train_x) or not len(test_x):
         raise ValueError("both the training and the test set need at least one record")
-    with torch.random.fork_rng(devices=[]):
+    with seeded_stream(seed, device):  # train_classifier seeds the streams; the caller's are put back
         model = train_classifier(train_x, train_y, epochs, batch_size, lr, seed, device)
     accuracy = evaluate(model, test_x, test_y, max(batch_size, 1024), device)
     return {"accuracy": accuracy, "epochs": epochs, "train_records": len(train_x), "test_records": len(test_x)}

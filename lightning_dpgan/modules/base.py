@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from lightning_dpgan.distributed import own_share_of_draw
 from lightning_dpgan.nets import build_networks
 from lightning_dpgan.privacy.slots import GradientPrivatizer, GradientSanitizer
+from lightning_dpgan.random_streams import seeded_stream
 
 LATENT_DISTRIBUTIONS = ("normal", "uniform")
 CHECKPOINT_KEY = "lightning_dpgan"
@@ -197,11 +198,7 @@ class GANModule(L.LightningModule):
         would shift every later draw -- the generated records, the generator's latents -- by a
         private amount. They come from a stream of their own, seeded by one draw from the run's,
         which then goes on as if they had not happened."""
-        seed = int(torch.randint(0, 2**62, (1,)))
-        kind = self.device.type  # an accelerator's generator is reseeded too, so it is saved and put back as well
-        with torch.random.fork_rng(devices=[] if kind == "cpu" else [self.device],
-                                   device_type="cuda" if kind == "cpu" else kind):
-            torch.manual_seed(seed)
+        with seeded_stream(int(torch.randint(0, 2**62, (1,))), self.device):
             yield
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
