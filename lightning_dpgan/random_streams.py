@@ -15,13 +15,18 @@ import torch
 
 def devices_reseeded(device: torch.device | str) -> tuple[list, str]:
     """What ``fork_rng`` must save and put back around a ``manual_seed`` for work on ``device``:
-    ``(devices, device_type)``. Every CUDA device this process has started (``manual_seed``
-    reseeds them all), or ``device`` itself on another accelerator; none on a CPU-only process."""
+    ``(devices, device_type)``. On a process that has started CUDA, its current device and
+    ``device`` (``manual_seed`` reseeds every device's generator, but a process draws on its own:
+    saving the others' would open a context on each GPU, in every DDP process); ``device`` itself
+    on another accelerator; none on a CPU-only process."""
     device = torch.device(device)
     if device.type not in ("cpu", "cuda"):
         return [device], device.type
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        return list(range(torch.cuda.device_count())), "cuda"
+        used = {torch.cuda.current_device()}
+        if device.type == "cuda":
+            used.add(device.index if device.index is not None else torch.cuda.current_device())
+        return sorted(used), "cuda"
     return [], "cuda"
 
 

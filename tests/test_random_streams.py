@@ -23,14 +23,16 @@ def test_draws_inside_come_from_the_seed_and_the_callers_stream_goes_on_untouche
     assert torch.equal(torch.rand(3), expected_after)
 
 
-def test_every_started_cuda_device_is_put_back_as_manual_seed_reseeds_them_all(monkeypatch):
+def test_the_processs_own_cuda_device_is_put_back_as_manual_seed_reseeds_it_too(monkeypatch):
     """fork_rng(devices=[]) saved the CPU's stream alone, while torch.manual_seed reseeded the
     GPU's too: after each sample grid a GPU run's latents and labels restarted from seed 0."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert devices_reseeded("cpu") == ([0, 1], "cuda")  # a CNN on the CPU in a process that uses the GPUs
-    assert devices_reseeded(torch.device("cuda", 1)) == ([0, 1], "cuda")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)  # a DDP process's own GPU
+    assert devices_reseeded("cpu") == ([1], "cuda")  # a CNN on the CPU in a process that uses its GPU
+    assert devices_reseeded(torch.device("cuda", 1)) == ([1], "cuda")
+    assert devices_reseeded(torch.device("cuda")) == ([1], "cuda")
+    assert devices_reseeded(torch.device("cuda", 0)) == ([0, 1], "cuda")
     assert devices_reseeded(torch.device("mps")) == ([torch.device("mps")], "mps")
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     assert devices_reseeded("cpu") == ([], "cuda")  # nothing started: nothing to save
@@ -48,7 +50,7 @@ def test_the_sample_grid_and_the_evaluation_cnn_put_back_the_gpus_streams(monkey
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: None)  # no GPU here to reseed
     monkeypatch.setattr(random_streams.torch.random, "fork_rng", recording_fork)
 
