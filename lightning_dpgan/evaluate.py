@@ -328,8 +328,8 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
     report = split == "test"  # a dev score is a tuning aid: no report to overwrite the test one's
     if getattr(datamodule, "kind", "image") == "image":
         results = _evaluate_images(run_dir, datamodule, held_out, n_synthetic, cnn_epochs, seed, device)
-        if (run_dir / "samples.png").is_file():
-            figures["Samples (one row per class)"] = "samples.png"
+        if (run_dir / "samples.png").is_file():  # a row per class where the generator draws labelled images
+            figures["Samples (one row per class)" if "utility/cnn_accuracy" in results else "Samples"] = "samples.png"
     else:
         results = _evaluate_table(run_dir, datamodule, held_out, seed, figures if report else None)
     results["held_out_split"] = split
@@ -449,10 +449,11 @@ def _evaluate_images(run_dir: Path, datamodule: Any, held_out: Any, n: int | Non
     torch.manual_seed(seed)
     labels = module.balanced_labels(n)
     # drawn on the evaluation device (G-PATE's 60,000 images took 21 s on 2 CPU threads)
-    synthetic = draw_images(module, n, labels)
+    synthetic = _as_published(draw_images(module, n, labels))
     labels = None if labels is None else labels.cpu()
     results: dict[str, Any] = {"synthetic_records": n}
     if labels is not None:
+        _warn_of_classes_not_drawn(labels, module.num_classes)
         cnn = cnn_accuracy(synthetic, labels, test_images, test_labels, epochs=cnn_epochs, seed=seed, device=device)
         results.update({"utility/cnn_accuracy": cnn["accuracy"], "utility/cnn_epochs": cnn_epochs})
     else:  # said, or a --cnn-epochs given goes unused in silence
@@ -460,6 +461,26 @@ def _evaluate_images(run_dir: Path, datamodule: Any, held_out: Any, n: int | Non
              "labelled synthetic images; the membership attack alone is scored")
     attack = membership_inference(synthetic, train_images, test_images, seed=seed)
     return {**results, **_risk(attack)}
+
+
+def _as_published(images: torch.Tensor) -> torch.Tensor:
+    """The drawn images clamped to [-1, 1], as ``sample`` and samples.png write them: a generator
+    whose output activation is not tanh can draw past the pixel range, which the CNN refuses."""
+    outside = float((images.abs() > 1).float().mean())
+    if outside:
+        warn(f"{outside:.2%} of the generated pixels lie outside [-1, 1] (the generator's output activation is not "
+             "tanh): scored clamped to the pixel range, as sample and samples.png write them")
+    return images.clamp(-1, 1)
+
+
+def _warn_of_classes_not_drawn(labels: torch.Tensor, num_classes: int) -> None:
+    """Fewer images than classes (``evaluate -n``) leave classes out of the CNN's training set:
+    it never predicts them, and its accuracy is at most the drawn classes' share of the test set."""
+    drawn = int(labels.unique().numel())
+    if drawn < num_classes:
+        warn(f"the {len(labels)} synthetic images hold {drawn} of the {num_classes} classes: the CNN never predicts "
+             f"the others, so its accuracy is at most the drawn classes' share of the test images. Draw "
+             f"{num_classes} or more (-n)")
 
 
 def _evaluate_table(run_dir: Path, datamodule: Any, held_out: pd.DataFrame, seed: int,

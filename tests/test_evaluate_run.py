@@ -108,7 +108,28 @@ def test_an_unconditional_image_run_says_why_it_has_no_cnn_accuracy(tiny_image_d
     assert main(["evaluate", "--run", str(run), "--cnn-epochs", "3"]) == 0
     assert "draws unlabelled images (--model.conditional false): no CNN accuracy" in capsys.readouterr().err
     assert "utility/cnn_accuracy" not in read_json(run / "evaluation.json")
-    assert "no CNN accuracy" in (run / "report.md").read_text()
+    report = (run / "report.md").read_text()
+    assert "no CNN accuracy" in report
+    assert "## Samples\n" in report and "one row per class" not in report  # its grid has no class rows
+
+
+def test_fewer_images_than_classes_and_pixels_past_the_range_are_said_and_scored_as_published(
+        tiny_image_data_dir, tmp_path, monkeypatch, capsys):
+    """-n 3 trained the CNN on three classes in silence (its accuracy is then those classes'
+    share); a generator without tanh drawing past [-1, 1] failed the CNN's input check with
+    advice about uint8 pixels, while sample and samples.png clamp."""
+    from lightning_dpgan.modules.base import GANModule
+
+    run = tmp_path / "run"
+    assert main(tiny_run_args(tiny_image_data_dir, run, steps=2)) == 0
+    sample = GANModule.sample
+    monkeypatch.setattr(GANModule, "sample", lambda self, n, labels=None: 3 * sample(self, n, labels))
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(run), "-n", "3", "--cnn-epochs", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "the 3 synthetic images hold 3 of the 10 classes: the CNN never predicts the others" in err
+    assert "of the generated pixels lie outside [-1, 1]" in err and "scored clamped" in err
+    assert 0 <= read_json(run / "evaluation.json")["utility/cnn_accuracy"] <= 1
 
 
 def test_evaluation_draws_its_images_a_chunk_at_a_time_with_every_class_balanced(tiny_image_data_dir, tmp_path,
