@@ -188,7 +188,8 @@ def prepend_earlier_steps(folder: Path, previous: Path | None, took_steps: bool 
         return
     if not current_path.is_file():  # another logger, or one that wrote no step: no CSV log to continue
         return
-    earlier, current = pd.read_csv(earlier_path), pd.read_csv(current_path)
+    # round_trip: pandas' default parser is off by a float step now and then, so rewriting would alter the values
+    earlier, current = (pd.read_csv(path, float_precision="round_trip") for path in (earlier_path, current_path))
     if "step" in earlier and "step" in current and len(current):
         earlier = earlier[earlier["step"] < current["step"].min()]
     pd.concat([earlier, current], ignore_index=True).to_csv(current_path, index=False)

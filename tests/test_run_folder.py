@@ -163,6 +163,18 @@ def test_a_continued_runs_step_log_is_the_earlier_steps_before_its_own(tmp_path)
     assert pd.read_csv(previous / STEP_LOG)["step"].tolist() == [0, 1, 2, 3, 4]  # the earlier log kept
 
 
+def test_a_continued_runs_step_log_keeps_the_earlier_values_to_the_last_digit(tmp_path):
+    """Read with pandas' default float parser and written back, 1.4039816856384277 became
+    1.4039816856384275: the earlier run's logged epsilon and losses changed in the rewrite."""
+    folder, previous = tmp_path / "run", tmp_path / "run" / "previous"
+    previous.mkdir(parents=True)
+    (previous / STEP_LOG).parent.mkdir(parents=True, exist_ok=True)
+    (previous / STEP_LOG).write_text("step,loss\n0,1.4039816856384277\n1,0.33967218453082565\n")
+    write_log(folder / STEP_LOG, [1, 2])
+    prepend_earlier_steps(folder, previous)
+    assert (folder / STEP_LOG).read_text().splitlines()[1:3] == ["0,1.4039816856384277", "1,1.0"]
+
+
 def test_a_continued_run_that_took_no_step_keeps_the_earlier_log(tmp_path):
     folder, previous = tmp_path / "run", tmp_path / "run" / "previous"
     write_log(previous / STEP_LOG, [0, 1])
