@@ -422,10 +422,14 @@ def _settings_text(config: dict[str, Any]) -> str | None:
 
 
 def _prepend_earlier_steps(run: Any, output_dir: Path, previous: Path | None) -> None:
-    """A continued run's step log after ``run`` trained in ``output_dir`` (the earlier one's in ``previous``)."""
+    """A continued run's step log after ``run`` trained in ``output_dir`` (the earlier one's in
+    ``previous``), and its final losses, the earlier run's where it took no step."""
     from lightning_dpgan import run_folder
 
-    run_folder.prepend_earlier_steps(output_dir, previous, took_steps=run.module.train_steps > run.resumed_steps)
+    took_steps = run.module.train_steps > run.resumed_steps
+    run_folder.prepend_earlier_steps(output_dir, previous, took_steps=took_steps)
+    if not took_steps:
+        run_folder.carry_earlier_losses(output_dir, previous)
 
 
 def _train(config: dict[str, Any], shared: str | None = None) -> Path:

@@ -22,12 +22,14 @@ holding one is refused unless ``--overwrite``, which moves the old audit to ``pr
 """
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pandas as pd
 
 from lightning_dpgan.config import ConfigError
+from lightning_dpgan.outputs import write_json
 
 #: What ``evaluate`` writes for each held-out split it scores (``--split``).
 EVALUATION_FILES = {"test": "evaluation.json", "dev": "evaluation-dev.json"}
@@ -193,3 +195,21 @@ def prepend_earlier_steps(folder: Path, previous: Path | None, took_steps: bool 
     if "step" in earlier and "step" in current and len(current):
         earlier = earlier[earlier["step"] < current["step"].min()]
     pd.concat([earlier, current], ignore_index=True).to_csv(current_path, index=False)
+
+
+def carry_earlier_losses(folder: Path, previous: Path | None) -> None:
+    """A continued run that took no step (its budget allowed none) logged no loss: its
+    ``metrics.json`` takes the earlier run's final losses and other logged figures, which
+    describe the generator it saved, for any key it lacks itself."""
+    earlier_path, current_path = (None if previous is None else previous / "metrics.json"), folder / "metrics.json"
+    if earlier_path is None or not earlier_path.is_file() or not current_path.is_file():
+        return
+    try:
+        earlier, current = (json.loads(path.read_text()) for path in (earlier_path, current_path))
+    except ValueError:  # a damaged earlier file: nothing to carry
+        return
+    if isinstance(earlier, dict) and isinstance(current, dict):
+        carried = {key: value for key, value in earlier.items() if key not in current}
+        if carried:
+            write_json(current_path, {**current, **carried})
+

@@ -522,6 +522,9 @@ def test_a_resume_the_budget_lets_take_no_step_keeps_the_step_log(tiny_image_dat
     assert "segments" not in read_json(run / "privacy.json")  # a segment that took no step is not one
     assert (run / "logs" / "metrics.csv").read_text() == earlier
     assert logged_epsilons(run)[-1] == pytest.approx(read_json(run / "privacy.json")["epsilon"], rel=1e-6)
+    # its metrics.json keeps the final losses of the generator it saved (the earlier run's): it logged none
+    metrics, before = read_json(run / "metrics.json"), read_json(run / "previous" / "metrics.json")
+    assert metrics["loss/generator"] == before["loss/generator"] and metrics["steps"] == 6
 
 
 def test_a_resume_that_trains_with_another_logger_leaves_no_stale_step_log(tiny_image_data_dir, tmp_path):
