@@ -744,7 +744,7 @@ def test_the_reports_per_column_table_keeps_a_column_whose_name_holds_a_slash(tm
     assert "| speed km/h | 0.25 | 0.125 |" in per_column and "| age | 0.5 | n/a |" in per_column
 
 
-def test_the_report_says_how_its_epsilon_was_spent_and_that_it_is_not_for_publishing(tmp_path):
+def test_the_report_says_how_its_epsilon_was_spent_and_that_it_is_not_for_publishing(tmp_path, monkeypatch):
     """report.md showed the total epsilon alone: not that 2.1 of 2.975 went to a DP schema
     estimate, nor the neighbouring relation, nor that the report itself reads the real rows
     without noise (the README said so; the file a holder might forward did not)."""
@@ -761,8 +761,10 @@ def test_the_report_says_how_its_epsilon_was_spent_and_that_it_is_not_for_publis
     # PATE's default figure is computed from the votes (docs/privacy.md): privacy.json is not for publishing either
     voted = write_report(tmp_path, {}, {**privacy, "accounting": "data-dependent"}, {}).read_text()
     assert "is not itself private either" in voted and "Publish the synthetic data and `privacy.json`" not in voted
-    none = write_report(tmp_path, {}, {"mechanism": "none", "epsilon": None}, {}).read_text()
-    assert "states no privacy guarantee" in none
+    none = write_report(tmp_path, {}, {"mechanism": "none", "epsilon": None, "delta": None}, {}).read_text()
+    assert "states no privacy guarantee" in none and "- delta: none\n" in none
+    monkeypatch.chdir(tmp_path)  # evaluate --run . titled its report "# Run report: "
+    assert f"# Run report: {tmp_path.name}\n" in write_report(Path("."), {}, None, {}).read_text()
     edited = {**privacy, "epsilon_training": None}  # a hand edit the figures' check lets through: shown, not a crash
     assert "training: epsilon n/a" in write_report(tmp_path, {}, edited, {}).read_text()
     # PATE's replace-one neighbours: preprocessing spent under add/remove counts twice, said as such, so its

@@ -129,7 +129,7 @@ def render_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping
     the evaluation's own (a label class the synthetic table lacks, a thin held-out class), put
     before the figures they qualify."""
     config_path = run_dir / "config.yaml"
-    lines = [f"# Run report: {run_dir.name}", "", f"> {_not_for_publishing(privacy)}", ""]
+    lines = [f"# Run report: {run_dir.resolve().name}", "", f"> {_not_for_publishing(privacy)}", ""]  # '.' has no name
     if privacy:
         epsilon = privacy.get("epsilon")
         lines += [
@@ -137,7 +137,8 @@ def render_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping
             f"- mechanism: {privacy.get('mechanism')}",
             f"- epsilon: {'none (not private)' if epsilon is None else f'{epsilon:.4g}'}"
             + (f" (target {privacy['target_epsilon']:g})" if privacy.get("target_epsilon") else ""),
-            f"- delta: {privacy.get('delta')}" + (f" ({privacy['neighbours']} neighbours)" if privacy.get("neighbours") else ""),
+            f"- delta: {'none' if privacy.get('delta') is None else privacy['delta']}"
+            + (f" ({privacy['neighbours']} neighbours)" if privacy.get("neighbours") else ""),
             *_spent_parts(privacy),
             f"- steps: {privacy.get('steps')}" + (f" (stopped by: {privacy['stopped_by']})" if privacy.get("stopped_by") else ""),
         ]
