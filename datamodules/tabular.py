@@ -416,7 +416,7 @@ class TabularDataModule(L.LightningDataModule):
             what = "were left out" if self._report.rows_rejected else "were kept with that column blank"
             log.warning("%s: %d training rows hold categories outside the schema and %s (%s)%s", self.name,
                         self._report.rows_rejected or self._report.rows_blanked, what, self._report.summary(),
-                        self._estimate_hint())
+                        self._estimate_hint() or self._spelling_hint())
         clipped = {name: sum(counts.values()) for name, counts in self._report.clipped.items()
                    if sum(counts.values()) > CLIPPED_SHARE_WARNING * self._report.rows_in}
         if clipped:
@@ -455,11 +455,30 @@ class TabularDataModule(L.LightningDataModule):
     def _estimate_hint(self) -> str:
         """What to do when the schema is a DP estimate: its bounds and category lists are noisy,
         and a small budget over a small file cuts them short."""
-        if not any(str(column.source).startswith("DP estimate") for column in self.schema.columns):
+        if not self.schema.released_by_a_dp_estimate:
             return ""
         return ("; the schema is a DP estimate of this file's bounds and categories, which a small budget on few rows "
                 "cuts short: raise --data.bounds_epsilon, or give a schema file with public bounds and category "
                 "lists (--data.schema)")
+
+    def _spelling_hint(self) -> str:
+        """Values outside a declared category list that match one of its categories but for spaces
+        or case (``"Male "``, ``"male"`` against ``Male``): a spelling of the file, not another
+        category. For the data holder, as the counts beside it: read from the private rows."""
+        found = []
+        for column in self.schema.columns:
+            if column.is_numeric or not self._report.rejected.get(column.name):
+                continue
+            declared = {str(category).strip().casefold() for category in column.categories}
+            known = {str(category) for category in column.categories}
+            near = sorted({value for value in self.train_frame[column.name].dropna().unique()
+                           if isinstance(value, str) and value not in known and value.strip().casefold() in declared})
+            if near:
+                found.append(f"{column.name!r} holds {', '.join(map(repr, near[:3]))}")
+        if not found:
+            return ""
+        return (f"; {'; '.join(found)}: declared categories but for spaces or case. Clean the file, or list "
+                "those spellings in the schema")
 
     def _grid_end_hint(self, columns: Sequence[str]) -> str:
         """Where an estimated bound of ``columns`` reached the end of the DP bounds' fixed grid, no

@@ -465,6 +465,26 @@ def test_categories_spelled_like_missing_values_are_categories(tmp_path, with_sc
                                                                                 "label_kind": "binary"})).setup("fit")
 
 
+def test_values_that_match_a_declared_category_but_for_spaces_or_case_are_named(tmp_path, caplog):
+    """A schema file's run blanked "a " and "B" as unknown categories with a count alone; the DP
+    path already named such twins in its release."""
+    frame = table(200).assign(kind=lambda f: [["a", "a ", "b", "B"][i % 4] for i in range(len(f))])
+    csv = write_case(tmp_path / "data.csv", lambda _: frame)
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(CSV_SCHEMA))
+    datamodule = CSVDataModule(csv=csv, schema=tmp_path / "schema.yaml")
+    datamodule.unknown_categories = "blank"
+    with caplog.at_level("WARNING"):
+        datamodule.setup("fit")
+    assert "'kind' holds 'B', 'a ': declared categories but for spaces or case" in caplog.text
+    caplog.clear()
+    other = frame.assign(kind=lambda f: [["a", "c"][i % 2] for i in range(len(f))])  # another category: no hint
+    datamodule = CSVDataModule(csv=write_case(tmp_path / "other.csv", lambda _: other), schema=tmp_path / "schema.yaml")
+    datamodule.unknown_categories = "blank"
+    with caplog.at_level("WARNING"):
+        datamodule.setup("fit")
+    assert "hold categories outside the schema" in caplog.text and "spaces or case" not in caplog.text
+
+
 def test_a_dp_schema_budget_that_cannot_work_is_refused_by_its_flag(tmp_path):
     """A bad --data.bounds_epsilon/--data.bounds_delta is refused by its flag before the file is
     read; a budget too small for the file's rows says how many rows a category needs and which
