@@ -338,9 +338,10 @@ def test_a_quick_runs_plot_draws_no_paper_figure_and_each_plot_names_its_dataset
     kaggle-credit runs at delta 1e-6: its axis said 1e-5."""
     from matplotlib.collections import PathCollection
 
-    drawn = []  # (x label, stars drawn)
+    drawn, legends = [], []  # (x label, stars drawn); the legend's labels
     monkeypatch.setattr(report, "_save", lambda figure, path: drawn.append(
-        (figure.axes[0].get_xlabel(), sum(isinstance(c, PathCollection) for c in figure.axes[0].collections))) or path)
+        (figure.axes[0].get_xlabel(), sum(isinstance(c, PathCollection) for c in figure.axes[0].collections)))
+        or legends.append(figure.axes[0].get_legend_handles_labels()[1]) or path)
     reference = report.load_reference(REFERENCE)
     mnist = [{**run("gpate", s, None), "dataset": "mnist", "measures": {"utility/cnn_accuracy": 0.5}} for s in range(2)]
     credit = [{**run("pategan", s, 0.6), "dataset": "kaggle-credit"} for s in range(2)]
@@ -349,6 +350,9 @@ def test_a_quick_runs_plot_draws_no_paper_figure_and_each_plot_names_its_dataset
     report.plot_suite(result_file("tables", "full", credit), reference, tmp_path)
     assert drawn[0] == ("target ε (δ = 1e-5)", 0) and drawn[1][1] > 0  # the full run's stars
     assert drawn[2][0] == "target ε (δ = 1e-6)"
+    # the papers' credit figures are at delta 1e-5: their stars say so, under an axis of 1e-6
+    assert "PATE-GAN (paper), δ = 1e-05" in legends[2] and "PATE-GAN, SmartNoise (Ganev), δ = 1e-05" in legends[2]
+    assert "G-PATE (paper)" in legends[1]  # MNIST's axis is the paper's delta: nothing to say
 
 
 def test_a_plot_whose_values_reach_the_hundreds_keeps_the_small_ones_readable(tmp_path, monkeypatch):

@@ -303,8 +303,8 @@ def _peers_delta(peers: dict[str, Any]) -> str:
 def markers_for(reference: dict[str, Any], dataset: str, measure: str) -> list[dict[str, Any]]:
     """The papers' figures measured like ours on ``dataset`` (drawn as stars on its plot), each
     with its ``value`` looked up where ``reference.yaml`` keeps it (``at``)."""
-    return [{**m, "value": figure_at(reference, m["at"])} for m in reference.get("markers", [])
-            if m["dataset"] == dataset and m["measure"] == measure]
+    return [{**m, "value": figure_at(reference, m["at"]), "delta": reference[m["at"][0]].get("delta")}
+            for m in reference.get("markers", []) if m["dataset"] == dataset and m["measure"] == measure]
 
 
 def figure_at(reference: dict[str, Any], path: list[str], source: Path | str = "reference.yaml") -> float:
@@ -355,7 +355,10 @@ def plot_suite(result: dict[str, Any], reference: dict[str, Any], plots_dir: Pat
         stars: dict[str, list[tuple[float, float]]] = defaultdict(list)
         # the papers' figures are of their full protocols: beside a quick or custom run's they compare nothing
         for marker in markers_for(reference, dataset, measure) if result["size"] in PROTOCOL_SIZES else []:
-            stars[marker["label"]].append((marker["epsilon"], marker["value"]))
+            # a paper's delta other than the axis's (credit's cells train at 1e-6, its papers at 1e-5) is said
+            other_delta = marker["delta"] is not None and marker["delta"] != delta_for(dataset)
+            label = f"{marker['label']}, δ = {marker['delta']:g}" if other_delta else marker["label"]
+            stars[label].append((marker["epsilon"], marker["value"]))
         # one legend entry per source, at every ε, in a colour after the models' (scatter keeps a
         # colour cycle of its own, which would repeat theirs)
         for index, (label, points) in enumerate(stars.items(), start=len(axes.containers)):
