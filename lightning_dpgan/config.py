@@ -139,12 +139,20 @@ def parse_value(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)
 
 
-def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """Recursive dict merge: ``update`` wins; nested sections merge key by key."""
+#: settings whose value is a mapping that declares a whole (the mixed columns and their special
+#: values): a later source's replaces an earlier one's, never merges into it, so ``--data.mixed '{}'``
+#: takes back a preset's declaration
+WHOLE_MAPPINGS = ("data.mixed",)
+
+
+def merge(base: dict[str, Any], update: dict[str, Any], _path: str = "") -> dict[str, Any]:
+    """Recursive dict merge: ``update`` wins; nested sections merge key by key, but for
+    :data:`WHOLE_MAPPINGS`, which ``update`` replaces."""
     merged = copy.deepcopy(base)
     for key, value in update.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = merge(merged[key], value)
+        path = f"{_path}{key}"
+        if isinstance(value, dict) and isinstance(merged.get(key), dict) and path not in WHOLE_MAPPINGS:
+            merged[key] = merge(merged[key], value, f"{path}.")
         else:
             merged[key] = copy.deepcopy(value)
     return merged
@@ -255,6 +263,9 @@ def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str |
     if any(cli.get(key) is not None for key in RUN_LENGTH):  # the flags' length replaces the file's too
         user = {key: value for key, value in user.items() if key not in RUN_LENGTH}
     config = merge(merge(config, user), cli)
+    for dotted, value in overrides.items():  # a mapping typed whole (--model.teacher_kwargs '{}') is the value,
+        if isinstance(value, dict):  # not keys to merge into the presets' (its dotted keys, typed too, stay in it)
+            set_dotted(config, dotted, copy.deepcopy(get_dotted(cli, dotted)))
     config["presets"] = presets
     check_top_level(config)
     return config

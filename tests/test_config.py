@@ -59,6 +59,28 @@ def test_precedence_preset_then_config_file_then_flag_then_dotted(tmp_path):
     assert config["model"]["lr_discriminator"] == load_preset("gan.yaml")["model"]["lr_discriminator"]
 
 
+def test_a_mapping_typed_whole_replaces_the_presets_instead_of_merging_into_it(tmp_path):
+    """--data.mixed '{}' kept the preset's mixed columns (merged key by key, nothing replaced), so
+    a preset's declaration could not be taken back; nor could a teacher's kwargs be emptied."""
+    assert load_preset("dpsactgan_adult.yaml")["data"]["mixed"]  # what is being taken back
+    config = build_config(["--model", "dpsactgan", "--dataset", "adult", "--data.mixed", "{}"])
+    assert config["data"]["mixed"] == {}
+    config = build_config(["--model", "dpctgan", "--dataset", "king", "--data.mixed", "{sqft_basement: [0]}"])
+    assert config["data"]["mixed"] == {"sqft_basement": [0]}  # not yr_renovated too, as the preset has it
+    user = tmp_path / "user.yaml"
+    user.write_text(yaml.safe_dump({"data": {"mixed": {"capital-gain": [0]}}}))
+    config = build_config(["--model", "dpsactgan", "--dataset", "adult", "--config", str(user)])
+    assert config["data"]["mixed"] == {"capital-gain": [0]}  # a config file's declaration too
+    config = build_config(["--model", "gpate", "--dataset", "mnist", "--model.teacher_kwargs", "{}"])
+    assert config["model"]["teacher_kwargs"] == {}
+    # a dotted key inside it still merges, into the preset's or into the mapping typed beside it
+    config = build_config(["--model", "gpate", "--dataset", "mnist", "--model.teacher_kwargs.depth", "2"])
+    assert config["model"]["teacher_kwargs"] == {**load_preset("gpate_mnist.yaml")["model"]["teacher_kwargs"], "depth": 2}
+    config = build_config(["--model", "gpate", "--dataset", "mnist", "--model.teacher_kwargs", "{}",
+                           "--model.teacher_kwargs.depth", "2"])
+    assert config["model"]["teacher_kwargs"] == {"depth": 2}
+
+
 def test_config_file_can_name_the_model_and_dataset(tmp_path):
     user = tmp_path / "run.yaml"
     user.write_text("model:\n  name: wgan\ndata:\n  name: fashion-mnist\n")
