@@ -258,6 +258,10 @@ def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str |
     presets = [name for each in models for name in preset_files(each, dataset, epsilon)]
     for name in presets:
         config = merge(config, _preset_for(load_preset(name), privacy))
+    if notes is not None and config_file and get_dotted(cli, "epsilon") is not None:
+        written_for = [name for each in models for name in preset_files(each, dataset, user.get("epsilon"))]
+        _note_a_file_of_another_epsilon(user, written_for, config, privacy, get_dotted(cli, "epsilon"), config_file,
+                                        notes)
     if any(source.get(key) is not None for source in (user, cli) for key in RUN_LENGTH):
         config.update({key: CODE_DEFAULTS[key] for key in RUN_LENGTH})
     if any(cli.get(key) is not None for key in RUN_LENGTH):  # the flags' length replaces the file's too
@@ -269,6 +273,39 @@ def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str |
     config["presets"] = presets
     check_top_level(config)
     return config
+
+
+def _leaves(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``config``'s settings by dotted name (a mapping of :data:`WHOLE_MAPPINGS` is one setting)."""
+    leaves = {}
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and path not in WHOLE_MAPPINGS:
+            leaves.update(_leaves(value, f"{path}."))
+        else:
+            leaves[path] = value
+    return leaves
+
+
+def _note_a_file_of_another_epsilon(user: dict[str, Any], written_for: list[str], resolved: dict[str, Any],
+                                    privacy: str | None, epsilon: Any, path: str, notes: list[str]) -> None:
+    """A run's config.yaml rerun under another ``--epsilon``: the presets of the new ε are resolved,
+    but the file's values override them, those its own ε's presets (``written_for``) gave it among
+    them. Those are said, beside what the new ε's presets (or the code) would set."""
+    if user.get("epsilon") is None or epsilon == user["epsilon"]:
+        return
+    earlier: dict[str, Any] = {}
+    for name in written_for:
+        earlier = merge(earlier, _preset_for(load_preset(name), privacy))
+    earlier, now = _leaves(earlier), _leaves(resolved)
+    kept = [f"{key} {value!r} (not {now[key]!r})" if key in now else f"{key} {value!r} (not the code's default)"
+            for key, value in _leaves(user).items()
+            if key in earlier and value == earlier[key] and key != "epsilon" and now.get(key, object()) != value]
+    if kept:
+        shown = "; ".join(kept[:6]) + (f"; and {len(kept) - 6} more" if len(kept) > 6 else "")
+        notes.append(f"--epsilon {epsilon:g} differs from {path}'s epsilon {user['epsilon']:g}: its values, those of "
+                     f"the epsilon {user['epsilon']:g} presets among them, override the presets of epsilon {epsilon:g}: "
+                     f"{shown}. Leave them out of the file to take the new ones")
 
 
 def _without_another_loggers_settings(user: dict[str, Any], cli: dict[str, Any], path: str | None,

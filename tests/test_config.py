@@ -81,6 +81,24 @@ def test_a_mapping_typed_whole_replaces_the_presets_instead_of_merging_into_it(t
     assert config["model"]["teacher_kwargs"] == {"depth": 2}
 
 
+def test_a_runs_config_rerun_under_another_epsilon_names_the_old_presets_values_that_override_the_new(
+        tmp_path, capsys):
+    """A pategan/adult run's config.yaml (epsilon 1) rerun with --epsilon 10 listed the epsilon 10
+    preset among its presets, but kept the file's 1,000 steps over its 3,000, in silence."""
+    written = build_config(["--model", "pategan", "--dataset", "adult", "--epsilon", "1"])
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({**written, "seed": 7, "presets": None}))
+    capsys.readouterr()
+    rerun = build_config(["--config", str(tmp_path / "config.yaml"), "--epsilon", "10"])
+    assert rerun["max_steps"] == written["max_steps"] != load_preset("pategan_adult_eps10.yaml")["max_steps"]
+    note = capsys.readouterr().err
+    assert (f"--epsilon 10 differs from {tmp_path / 'config.yaml'}'s epsilon 1: its values, those of the epsilon 1 "
+            f"presets among them, override the presets of epsilon 10: max_steps {written['max_steps']} (not "
+            f"{load_preset('pategan_adult_eps10.yaml')['max_steps']})") in note
+    assert "seed" not in note  # the file's own setting, no preset's: nothing to say
+    build_config(["--config", str(tmp_path / "config.yaml"), "--epsilon", "1"])
+    assert "differs from" not in capsys.readouterr().err
+
+
 def test_config_file_can_name_the_model_and_dataset(tmp_path):
     user = tmp_path / "run.yaml"
     user.write_text("model:\n  name: wgan\ndata:\n  name: fashion-mnist\n")
