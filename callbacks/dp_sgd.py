@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Subset
 
 from lightning_dpgan.callbacks.strategy import CalibratedNoiseStrategy
 from lightning_dpgan.distributed import is_distributed, rank, world_size
+from lightning_dpgan.error_text import SET_BY
 from lightning_dpgan.privacy.accountants import OpacusAccountant, calibrate_noise_multiplier
 from lightning_dpgan.privacy.dp_sgd import MODES as GRAD_SAMPLE_MODES, DPSGDMechanism
 from lightning_dpgan.privacy.slots import GradientPrivatizer
@@ -72,7 +73,7 @@ class DPSGD(CalibratedNoiseStrategy):
         """The sample rate batch / records is a probability: a batch above the records has none."""
         if batch_size > train_records:
             raise ValueError(f"--batch-size {batch_size} exceeds the {train_records} training records (the batch size "
-                             f"given, or a config file's or the preset's): pass --batch-size {train_records} or less")
+                             f"{SET_BY}): pass --batch-size {train_records} or less")
 
     # ----------------------------------------------------------------- install
     def install(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -88,7 +88,7 @@ from lightning_dpgan.callbacks.strategy import CalibratedNoiseStrategy
 from lightning_dpgan.callbacks.teachers import available_memory, check_same_partition_seed, drawn_with_replacement
 from lightning_dpgan.data.partition import PartitionedSampler
 from lightning_dpgan.distributed import batches_per_process, world_size
-from lightning_dpgan.error_text import byte_size
+from lightning_dpgan.error_text import SET_BY, byte_size
 from lightning_dpgan.privacy.accountants import (
     GaussianAccountant,
     SelectedCriticGaussianAccountant,
@@ -249,7 +249,8 @@ class GradientSanitizer(CalibratedNoiseStrategy):
             raise ValueError(f"--privacy.num_critics {self.num_critics} needs a model that trains one critic per "
                              f"partition (gswgan); {type(pl_module).__name__} has a single discriminator")
         if self.num_critics > self.train_records:
-            raise ValueError(f"--privacy.num_critics {self.num_critics} exceeds the {self.train_records} training records")
+            raise ValueError(f"--privacy.num_critics {self.num_critics} ({SET_BY}) exceeds the {self.train_records} "
+                             f"training records: pass --privacy.num_critics {self.train_records} or less")
         datamodule = trainer.datamodule
         partitions = datamodule.partitions(self.num_critics, self.partition_seed)
         smallest = min(len(part) for part in partitions)

@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from lightning_dpgan.callbacks.strategy import PrivacyStrategy
 from lightning_dpgan.data.partition import PartitionedSampler
 from lightning_dpgan.distributed import shard, world_size
-from lightning_dpgan.error_text import byte_size
+from lightning_dpgan.error_text import SET_BY, byte_size
 from lightning_dpgan.nets.ensemble import kept_range
 
 
@@ -204,7 +204,8 @@ class TeacherStrategy(PrivacyStrategy):
         datamodule = trainer.datamodule
         k = self.num_teachers or max(1, self.train_records // self.records_per_teacher)
         if k > self.train_records:
-            raise ValueError(f"--privacy.num_teachers {k} exceeds the {self.train_records} training records")
+            raise ValueError(f"--privacy.num_teachers {k} ({SET_BY}) exceeds the {self.train_records} training records: "
+                             f"pass --privacy.num_teachers {self.train_records} or less")
         self.num_teachers = k
         partitions = datamodule.partitions(k, self.partition_seed)
         smallest = min(len(part) for part in partitions)

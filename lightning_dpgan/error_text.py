@@ -11,6 +11,10 @@ def first_line(error: BaseException) -> str:
     return lines[0].rstrip(". ") if lines else type(error).__name__
 
 
+#: where a setting the user may never have typed came from, said beside its flag in a refusal
+SET_BY = "given, or a config file's or the preset's"
+
+
 #: binary units from the largest down: a size is said in the first it reaches one of
 BYTE_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 

@@ -42,7 +42,7 @@ from lightning_dpgan.config import (
 )
 from lightning_dpgan.ddp import PRIVATE_TRAINER_STRATEGIES, PrivateDDPStrategy, resolve_strategy
 from lightning_dpgan.distributed import launched_as_follower, rows_per_process
-from lightning_dpgan.error_text import first_line
+from lightning_dpgan.error_text import SET_BY, first_line
 from lightning_dpgan.lineage import extended_lineage, new_run_id
 from lightning_dpgan.loggers import build_logger, log_run_config, publish_run
 from lightning_dpgan.data.download import default_data_dir
@@ -471,13 +471,13 @@ class Run:
             processes = self.trainer.world_size
             table = (f"the training table has {rows} rows" if processes == 1 else
                      f"each of the {processes} processes reads {rows} of the training table's rows")
-            raise ConfigError(f"{table}, fewer than --batch-size {batch}, so each step trains on all {rows}: not a "
+            raise ConfigError(f"{table}, fewer than --batch-size {batch} ({SET_BY}), so each step trains on all {rows}: not a "
                               f"multiple of the {model_name(self.config)} discriminator's pac = {pac} (it judges packs "
                               f"of {pac} records). Set --model.pac to a divisor of {rows} (1 always is), or train on "
                               "more rows")
         if batch % pac:
             multiple = max(pac, batch - batch % pac)
-            raise ConfigError(f"--batch-size {batch} is not a multiple of the {model_name(self.config)} discriminator's "
+            raise ConfigError(f"--batch-size {batch} ({SET_BY}) is not a multiple of the {model_name(self.config)} discriminator's "
                               f"pac = {pac} (it judges packs of {pac} records): use --batch-size {multiple}, or set "
                               "--model.pac to a divisor of the batch size")
 

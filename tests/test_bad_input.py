@@ -558,8 +558,8 @@ def test_a_batch_that_ctgan_cannot_pack_is_refused_before_anything_is_written(tm
     csv = write_case(tmp_path / "data.csv", lambda frame: frame)
     args = [*csv_args(csv, out, schema_file), "--model", "ctgan"]
     args[args.index("--batch-size") + 1] = "32"
-    assert_refused(args, capsys, "--batch-size 32 is not a multiple of the ctgan discriminator's pac = 10",
-                   "use --batch-size 30", "--model.pac")
+    assert_refused(args, capsys, "--batch-size 32 (given, or a config file's or the preset's) is not a multiple of the "
+                   "ctgan discriminator's pac = 10", "use --batch-size 30", "--model.pac")
     assert_nothing_lost(out)
     # under DP-SGD no batch size helps: pac must be 1, said first
     assert_refused([*args, "--privacy", "dp-sgd", "--epsilon", "5"], capsys, "pac = 10 under DP-SGD", "--model.pac 1")
@@ -569,7 +569,8 @@ def test_a_batch_that_ctgan_cannot_pack_is_refused_before_anything_is_written(tm
     rows = len(probe.train_dataset)
     assert rows % 10 and rows < 100
     args[args.index("--batch-size") + 1] = "100"
-    assert_refused(args, capsys, f"the training table has {rows} rows, fewer than --batch-size 100",
+    assert_refused(args, capsys, f"the training table has {rows} rows, fewer than --batch-size 100 (given, or a "
+                   "config file's or the preset's)",
                    f"--model.pac to a divisor of {rows}")
     assert_nothing_lost(out)
     assert main([*args, "--model.pac", "2"]) == 0
@@ -1561,3 +1562,16 @@ def test_another_exit_from_within_training_is_not_taken_for_ctrl_c(tiny_image_da
     with pytest.raises(SystemExit) as exited:
         main(tiny_run_args(tiny_image_data_dir, tmp_path / "out", steps=6))
     assert exited.value.code == 3
+
+
+@pytest.mark.parametrize(("model", "flag"), [("pategan", "--privacy.num_teachers"), ("gswgan", "--privacy.num_critics")])
+def test_more_teachers_or_critics_than_records_is_refused_saying_where_the_count_may_come_from(tmp_path, capsys,
+                                                                                                model, flag):
+    """A preset's 100 teachers on a small file were refused as "--privacy.num_teachers 100 exceeds
+    ...", naming a flag the user never typed, with no count that would do."""
+    args = ["train", "--model", model, "--dataset", "adult", "--data-dir", str(Path(__file__).parent / "fixtures" / "adult_tiny"),
+            "--output-dir", str(tmp_path / "run"), "--max-steps", "2", "--epsilon", "50", "--delta", "1e-3",
+            "--trainer.enable_progress_bar", "false", flag, "1000"]
+    line = assert_refused(args, capsys, f"{flag} 1000 (given, or a config file's or the preset's) exceeds the ")
+    records = int(line.split("exceeds the ")[1].split()[0])
+    assert f"pass {flag} {records} or less" in line
