@@ -666,3 +666,36 @@ def test_train_ends_with_the_epsilon_it_spent(tiny_image_data_dir, tmp_path, cap
     line = [line for line in capsys.readouterr().out.splitlines() if line.startswith("train: privacy:")]
     assert line == [f"train: privacy: epsilon {report['epsilon']:.6g} of --epsilon 5 at delta {report['delta']:g} "
                     f"({out / 'privacy.json'})"]
+
+
+def test_noise_is_calibrated_to_what_preprocessing_left_and_batches_are_poisson_samples(tmp_path, monkeypatch):
+    """A CSV's DP schema estimate spends part of epsilon and delta before training: sigma is
+    calibrated to the training share of both (Opacus, by hand), and the loader the run trains with
+    is Opacus' Poisson sampler at the rate the accountant charges (privacy.json says "poisson")."""
+    import numpy as np
+    import pandas as pd
+
+    from lightning_dpgan.callbacks import dp_sgd
+
+    loaders = []
+
+    class RecordedLoader(dp_sgd.DPDataLoader):
+        def __init__(self, dataset, sample_rate, **kwargs):
+            loaders.append(sample_rate)
+            super().__init__(dataset, sample_rate=sample_rate, **kwargs)
+
+    monkeypatch.setattr(dp_sgd, "DPDataLoader", RecordedLoader)
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"age": rng.integers(20, 90, 400), "kind": rng.choice(["a", "b"], 400),
+                  "label": rng.choice(["no", "yes"], 400)}).to_csv(tmp_path / "data.csv", index=False)
+    assert main(["train", "--model", "dpgan", "--dataset", "csv", "--data.csv", str(tmp_path / "data.csv"),
+                 "--data.target", "label", "--data.categorical", "kind,label", "--data.label_kind", "binary",
+                 "--data.bounds_epsilon", "1", "--data.bounds_delta", "5e-5", "--epsilon", "4", "--delta", "1e-4",
+                 "--max-steps", "6", "--batch-size", "32", "--output-dir", str(tmp_path / "run"),
+                 "--trainer.enable_progress_bar", "false"]) == 0
+    report = read_json(tmp_path / "run" / "privacy.json")
+    spent = report["preprocessing"]
+    assert spent["epsilon"] == 1 and spent["delta"] == 5e-5  # what the schema estimate took
+    expected = calibrate_noise_multiplier(4 - 1, 1e-4 - 5e-5, report["sample_rate"], report["calibrated_for_steps"])
+    assert report["noise_multiplier"] == pytest.approx(expected, rel=1e-12)
+    assert report["sampling"] == "poisson" and loaders and set(loaders) == {report["sample_rate"]}
