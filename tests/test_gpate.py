@@ -169,6 +169,21 @@ def test_strategy_charges_every_check_and_only_answered_answers():
         strategy._charge(votes, torch.tensor([True, True, True]))  # no matching check
 
 
+def test_each_answer_is_charged_at_its_votes_tail_bound_under_the_strategys_sigma2():
+    """Proposition 7 by hand (scipy's erfc): q~ = sum over the other bins of
+    Pr[N(0, 2 sigma2^2) >= gap] = erfc(gap / (2 sigma2)) / 2, for the log q~ the data-dependent
+    epsilon is charged with. Computed at another sigma2, every charge would be wrong."""
+    from scipy.special import erfc
+
+    strategy = ProjectedVoting(num_teachers=100, sigma1=5.0, sigma2=3.0, target_epsilon=50.0, delta=1e-5)
+    strategy.num_teachers = 100
+    strategy.preprocessing = {"epsilon": 0.0, "delta": 0.0}
+    votes = torch.tensor([[90, 6, 4], [70, 20, 10]])
+    strategy._check(votes)
+    by_hand = [math.log(sum(erfc(gap / (2 * 3.0)) / 2 for gap in gaps)) for gaps in ([84, 86], [50, 60])]
+    np.testing.assert_allclose(strategy._pending_log_q, by_hand, rtol=1e-9)
+
+
 def test_the_budget_stop_prices_each_step_at_its_threshold_checks_every_one_unanswered():
     """The cheapest case of ``steps`` more steps: batch x projected dimensions threshold checks a
     step, each the Gaussian sigma1 check (RDP lambda / (2 sigma1^2)), and no answer. Pricing one
