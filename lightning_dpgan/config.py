@@ -145,14 +145,17 @@ def parse_value(text: str) -> Any:
 WHOLE_MAPPINGS = ("data.mixed",)
 
 
-def merge(base: dict[str, Any], update: dict[str, Any], _path: str = "") -> dict[str, Any]:
+def merge(base: dict[str, Any], update: dict[str, Any], settings_whole: bool = False, _path: str = "") -> dict[str, Any]:
     """Recursive dict merge: ``update`` wins; nested sections merge key by key, but for
-    :data:`WHOLE_MAPPINGS`, which ``update`` replaces."""
+    :data:`WHOLE_MAPPINGS`, which ``update`` replaces. ``settings_whole``: every setting of a
+    section (a key inside it) whose value is a mapping replaces too, as a config file's do: a
+    run's config.yaml holds each mapping as the run had it (``teacher_kwargs: {}``)."""
     merged = copy.deepcopy(base)
     for key, value in update.items():
         path = f"{_path}{key}"
-        if isinstance(value, dict) and isinstance(merged.get(key), dict) and path not in WHOLE_MAPPINGS:
-            merged[key] = merge(merged[key], value, f"{path}.")
+        whole = path in WHOLE_MAPPINGS or (settings_whole and "." in path)
+        if isinstance(value, dict) and isinstance(merged.get(key), dict) and not whole:
+            merged[key] = merge(merged[key], value, settings_whole, f"{path}.")
         else:
             merged[key] = copy.deepcopy(value)
     return merged
@@ -238,6 +241,8 @@ def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str |
         if value is not None:
             set_dotted(cli, FLAG_KEYS[flag], value)
     for dotted, value in overrides.items():
+        if isinstance(value, dict) and isinstance(cli.get(dotted), dict):  # --data '{...}' beside --dataset adult
+            value = merge(cli[dotted], value)
         set_dotted(cli, dotted, value)
     user = _without_another_loggers_settings(user, cli, config_file, [] if notes is None else notes)
     model = get_dotted(cli, "model.name") or get_dotted(user, "model.name")
@@ -260,16 +265,15 @@ def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str |
         config = merge(config, _preset_for(load_preset(name), privacy))
     if notes is not None and config_file and get_dotted(cli, "epsilon") is not None:
         written_for = [name for each in models for name in preset_files(each, dataset, user.get("epsilon"))]
-        _note_a_file_of_another_epsilon(user, written_for, config, privacy, get_dotted(cli, "epsilon"), config_file,
-                                        notes)
+        _note_a_file_of_another_epsilon(user, written_for, config, cli, config_file, notes)
     if any(source.get(key) is not None for source in (user, cli) for key in RUN_LENGTH):
         config.update({key: CODE_DEFAULTS[key] for key in RUN_LENGTH})
     if any(cli.get(key) is not None for key in RUN_LENGTH):  # the flags' length replaces the file's too
         user = {key: value for key, value in user.items() if key not in RUN_LENGTH}
-    config = merge(merge(config, user), cli)
+    config = merge(merge(config, user, settings_whole=True), cli)
     for dotted, value in overrides.items():  # a mapping typed whole (--model.teacher_kwargs '{}') is the value,
-        if isinstance(value, dict):  # not keys to merge into the presets' (its dotted keys, typed too, stay in it)
-            set_dotted(config, dotted, copy.deepcopy(get_dotted(cli, dotted)))
+        if isinstance(value, dict) and "." in dotted:  # not keys to merge into the presets' (its dotted keys, typed
+            set_dotted(config, dotted, copy.deepcopy(get_dotted(cli, dotted)))  # too, stay in it); a section merges
     config["presets"] = presets
     check_top_level(config)
     return config
@@ -288,19 +292,25 @@ def _leaves(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _note_a_file_of_another_epsilon(user: dict[str, Any], written_for: list[str], resolved: dict[str, Any],
-                                    privacy: str | None, epsilon: Any, path: str, notes: list[str]) -> None:
+                                    cli: dict[str, Any], path: str, notes: list[str]) -> None:
     """A run's config.yaml rerun under another ``--epsilon``: the presets of the new ε are resolved,
     but the file's values override them, those its own ε's presets (``written_for``) gave it among
-    them. Those are said, beside what the new ε's presets (or the code) would set."""
+    them. Those the command line does not set itself are said, beside what the new ε's presets (or
+    the code) would set."""
+    epsilon = cli.get("epsilon")
     if user.get("epsilon") is None or epsilon == user["epsilon"]:
         return
     earlier: dict[str, Any] = {}
+    privacy = get_dotted(cli, "privacy.name") or get_dotted(user, "privacy.name")
     for name in written_for:
         earlier = merge(earlier, _preset_for(load_preset(name), privacy))
-    earlier, now = _leaves(earlier), _leaves(resolved)
+    earlier, now, typed = _leaves(earlier), _leaves(resolved), _leaves(cli)
+    if any(cli.get(key) is not None for key in RUN_LENGTH):  # the flags' length replaces the file's
+        typed.update(dict.fromkeys(RUN_LENGTH))
     kept = [f"{key} {value!r} (not {now[key]!r})" if key in now else f"{key} {value!r} (not the code's default)"
             for key, value in _leaves(user).items()
-            if key in earlier and value == earlier[key] and key != "epsilon" and now.get(key, object()) != value]
+            if key in earlier and value == earlier[key] and key not in typed and key != "epsilon"
+            and now.get(key, object()) != value]
     if kept:
         shown = "; ".join(kept[:6]) + (f"; and {len(kept) - 6} more" if len(kept) > 6 else "")
         notes.append(f"--epsilon {epsilon:g} differs from {path}'s epsilon {user['epsilon']:g}: its values, those of "

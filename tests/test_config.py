@@ -79,6 +79,15 @@ def test_a_mapping_typed_whole_replaces_the_presets_instead_of_merging_into_it(t
     config = build_config(["--model", "gpate", "--dataset", "mnist", "--model.teacher_kwargs", "{}",
                            "--model.teacher_kwargs.depth", "2"])
     assert config["model"]["teacher_kwargs"] == {"depth": 2}
+    # the run's config.yaml read back gives the same mapping: a config file's mappings are whole too
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump({"model": {"name": "gpate", "teacher_kwargs": {}},
+                                                       "data": {"name": "mnist"}}))
+    assert build_config(["--config", str(tmp_path / "run.yaml")])["model"]["teacher_kwargs"] == {}
+    # a whole section typed is keys to merge, as ever: the code's and the presets' other keys stay
+    trainer = build_config(["--model", "dpgan", "--dataset", "adult", "--trainer", "{devices: 1}"])["trainer"]
+    assert trainer["devices"] == 1 and trainer["accelerator"] == "auto" and trainer["strategy"] == "auto"
+    data = build_config(["--model", "dpctgan", "--dataset", "adult", "--data", "{num_workers: 0}"])["data"]
+    assert data["name"] == "adult" and data["batch_size"] == load_preset("dpctgan.yaml")["data"]["batch_size"]
 
 
 def test_a_runs_config_rerun_under_another_epsilon_names_the_old_presets_values_that_override_the_new(
@@ -95,6 +104,8 @@ def test_a_runs_config_rerun_under_another_epsilon_names_the_old_presets_values_
             f"presets among them, override the presets of epsilon 10: max_steps {written['max_steps']} (not "
             f"{load_preset('pategan_adult_eps10.yaml')['max_steps']})") in note
     assert "seed" not in note  # the file's own setting, no preset's: nothing to say
+    build_config(["--config", str(tmp_path / "config.yaml"), "--epsilon", "10", "--max-steps", "5"])
+    assert "max_steps" not in capsys.readouterr().err  # the command line's length is the run's: nothing kept
     build_config(["--config", str(tmp_path / "config.yaml"), "--epsilon", "1"])
     assert "differs from" not in capsys.readouterr().err
 
