@@ -1624,6 +1624,20 @@ def test_a_peers_table_is_scored_here_on_the_test_split_with_our_evaluation(tmp_
     assert run["epsilon"] == 0.97 and run["target_epsilon"] == 1.0 and scored_with_seeds == [3]
 
 
+def test_a_relative_peers_venv_is_taken_absolute_so_recording_it_touches_no_other_word(tmp_path, monkeypatch):
+    """--peers-venv peers: replacing its text by PEERS_VENV in a recorded command or error turned
+    "--suite peers" and "benchmarks/peers/" into "--suite PEERS_VENV" and "benchmarks/PEERS_VENV/"."""
+    from lightning_dpgan.benchmark.cli import parse_args
+    from lightning_dpgan.benchmark.runner import portable_text
+
+    monkeypatch.chdir(tmp_path)
+    args = parse_args(["--suite", "peers", "--peers-venv", "peers"])
+    assert args.peers_venv == tmp_path / "peers"
+    text = f"python benchmarks/peers/smartnoise_synth.py --suite peers failed in {tmp_path / 'peers'}/lib"
+    assert portable_text(text, peers_venv=str(args.peers_venv)) == (
+        "python benchmarks/peers/smartnoise_synth.py --suite peers failed in PEERS_VENV/lib")
+
+
 def test_a_peer_that_crashes_or_writes_a_damaged_report_is_recorded_failed_without_the_venvs_path(tmp_path, monkeypatch):
     """A peer's traceback names files in its virtualenv: the record said this machine's path
     where its command says PEERS_VENV. A peer.json cut short stopped the whole suite."""

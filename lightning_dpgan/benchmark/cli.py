@@ -77,6 +77,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.results_md is None:
         default_results = args.results_dir.resolve() == (BENCHMARKS / "results").resolve()
         args.results_md = BENCHMARKS / "RESULTS.md" if default_results else args.results_dir / "RESULTS.md"
+    if args.peers_venv is not None:  # absolute: its text is replaced by PEERS_VENV in what is recorded, and a
+        args.peers_venv = args.peers_venv.expanduser().absolute()  # relative "peers" would match the suite's name
     return args
 
 
