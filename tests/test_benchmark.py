@@ -530,8 +530,12 @@ def test_a_damaged_results_file_is_named_and_results_md_left_as_it_is(tmp_path, 
     (None, "typo.yaml is not a file"),
     ("goals: [\n", "is not valid YAML"),
     ("- a list\n", "holds no mapping of figures"),
-    ("markers:\n- {dataset: adult, measure: m, epsilon: 1, at: [paper, nope]}\npaper: {}\n", "no figure at paper.nope"),
-], ids=["missing", "bad-yaml", "a-list", "a-marker-pointing-nowhere"])
+    ("markers:\n- {dataset: adult, measure: m, epsilon: 1, label: x, at: [paper, nope]}\npaper: {}\n",
+     "no figure at paper.nope"),
+    ("markers:\n- {dataset: adult, measure: m, epsilon: 1, label: x}\n", "marker 1 lacks at"),
+    ("markers:\n- {dataset: adult, measure: m, epsilon: 1, label: x, at: [paper, f]}\npaper: {f: 0.5, delta: 1e-5}\n",
+     "paper's delta is '1e-5', not a number"),
+], ids=["missing", "bad-yaml", "a-list", "a-marker-pointing-nowhere", "a-marker-without-at", "a-text-delta"])
 def test_a_reference_file_that_cannot_be_read_is_refused_and_results_md_left_as_it_is(tmp_path, reference, why):
     """A missing --reference was read as no figures: RESULTS.md was rewritten without its goals
     and paper markers, exit 0. A YAML error or a marker pointing nowhere ended in a traceback,

@@ -45,6 +45,10 @@ class ReferenceFileError(ValueError):
     goals and paper markers in silence."""
 
 
+#: what each marker of reference.yaml gives: where it is drawn, and where its figure is
+MARKER_KEYS = ("dataset", "measure", "epsilon", "label", "at")
+
+
 def load_reference(path: Path) -> dict[str, Any]:
     """The papers' figures and the goals (``benchmarks/reference.yaml``), refused when the file is
     missing or not a mapping rather than read as none."""
@@ -56,9 +60,19 @@ def load_reference(path: Path) -> dict[str, Any]:
         raise ReferenceFileError(f"--reference {path} is not valid YAML: {' '.join(str(error).split())}") from None
     if not isinstance(reference, dict):
         raise ReferenceFileError(f"--reference {path} holds no mapping of figures")
-    for marker in reference.get("markers", []):  # a marker pointing nowhere is found now, not mid-report
+    markers = reference.get("markers") or []
+    if not isinstance(markers, list):
+        raise ReferenceFileError(f"--reference {path}: markers is not a list")
+    for index, marker in enumerate(markers, start=1):  # found now, not when the report is drawn after every cell
+        missing = [key for key in MARKER_KEYS if not isinstance(marker, dict) or key not in marker]
+        if missing:
+            raise ReferenceFileError(f"--reference {path}: marker {index} lacks {', '.join(missing)}")
         figure_at(reference, marker["at"], path)
-    return reference
+        delta = reference.get(marker["at"][0], {}).get("delta") if isinstance(marker["at"], list) else None
+        if delta is not None and (isinstance(delta, bool) or not isinstance(delta, (int, float))):
+            raise ReferenceFileError(f"--reference {path}: {marker['at'][0]}'s delta is {delta!r}, not a number "
+                                     "(YAML reads 1e-5 as text: write 1.0e-5)")
+    return {**reference, "markers": markers}
 
 
 def fmt(summary: dict[str, Any] | None, digits: int = 3) -> str:
