@@ -212,4 +212,3 @@ def carry_earlier_losses(folder: Path, previous: Path | None) -> None:
         carried = {key: value for key, value in earlier.items() if key not in current}
         if carried:
             write_json(current_path, {**current, **carried})
-
