@@ -487,7 +487,7 @@ class TabularDataModule(L.LightningDataModule):
 
         end = float(geometric_grid()[-1])
         at_end = [column.name for column in self.schema.columns if column.name in columns and column.is_numeric
-                  and str(column.source).startswith("DP estimate") and max(map(abs, column.bounds)) >= end]
+                  and column.from_dp_estimate and max(map(abs, column.bounds)) >= end]
         if not at_end:
             return ""
         return (f"; the estimated bounds of {', '.join(at_end)} reached the end of the DP estimate's grid "

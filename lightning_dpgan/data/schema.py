@@ -122,6 +122,10 @@ PlainNumberLoader.add_constructor("tag:yaml.org,2002:int", PlainNumberLoader.con
 PlainNumberLoader.add_constructor("tag:yaml.org,2002:float", PlainNumberLoader.construct_yaml_float)
 
 
+#: how a column's ``source`` begins when its bounds or categories are a DP estimate's (dp_bounds)
+DP_ESTIMATE_SOURCE = "DP estimate"
+
+
 @dataclass(frozen=True)
 class Column:
     """One column: its kind and public domain.
@@ -252,6 +256,11 @@ class Column:
         return self.kind != "categorical"
 
     @property
+    def from_dp_estimate(self) -> bool:
+        """Whether its bounds or categories are a DP estimate's (its ``source`` says so)."""
+        return str(self.source).startswith(DP_ESTIMATE_SOURCE)
+
+    @property
     def width(self) -> int:
         """Number of slots of this column in the encoded vector."""
         return 1 if self.is_numeric else len(self.categories)
@@ -363,10 +372,6 @@ YAML_BOOLEANS = ("YAML reads unquoted no/yes, true/false and on/off as booleans:
                  "file, e.g. ['no', 'yes']")
 
 
-#: how a column's ``source`` begins when its bounds or categories are a DP estimate's (dp_bounds)
-DP_ESTIMATE_SOURCE = "DP estimate"
-
-
 @dataclass(frozen=True)
 class TableSchema:
     """The public description of a table: columns in order, the label and its kind.
@@ -455,7 +460,7 @@ class TableSchema:
     def released_by_a_dp_estimate(self) -> bool:
         """Whether a column's source names a DP estimate: a schema file an earlier run released
         (``released_schema.yaml``), public now, though its estimate spent that run's budget."""
-        return any(str(column.source).startswith(DP_ESTIMATE_SOURCE) for column in self.columns)
+        return any(column.from_dp_estimate for column in self.columns)
 
     def without_label(self) -> TableSchema:
         """The features alone: the label leaves the columns and joins ``drop``, so frames that
@@ -757,7 +762,7 @@ def non_numeric_examples(series: pd.Series, most: int = 3) -> str:
 def _check_dtype(column: Column, series: pd.Series) -> None:
     """Refuse values of the wrong type, which would otherwise be silently clipped or rejected."""
     numeric = _holds_numbers(series)
-    estimated = str(column.source).startswith(DP_ESTIMATE_SOURCE)  # no schema file: the remedy is an option
+    estimated = column.from_dp_estimate  # no schema file: the remedy is an option
     if column.is_numeric:
         if holds_booleans(series):
             raise booleans_refusal(column.name, column.kind, estimated)
