@@ -2,7 +2,8 @@
 
 One step is what ``GANModule.discriminator_step`` does: the real part (clipped per record
 under DP-SGD), the generated part (a public pass), and the optimizer step (noise under DP-SGD).
-Critics: the DCGAN discriminator for 28x28 images and an MLP critic (784-512-256-1), batch 64.
+Critics: the DCGAN discriminator for 28x28 images and an MLP critic (794-512-256-1: the 784 pixels and
+the one-hot label), batch 64.
 
     python benchmarks/dpsgd_overhead.py            # 30 timed steps per configuration
     python benchmarks/dpsgd_overhead.py --steps 10 --device cuda
@@ -58,11 +59,12 @@ def make_step(arch: str, mode: str | None, device: str):
 
 
 def timed(step, device: str) -> float:
-    if device == "cuda":
+    on_gpu = torch.device(device).type == "cuda"  # "cuda:1" too: unsynchronised, only the launches are timed
+    if on_gpu:
         torch.cuda.synchronize()
     start = time.perf_counter()
     step()
-    if device == "cuda":
+    if on_gpu:
         torch.cuda.synchronize()
     return time.perf_counter() - start
 

@@ -351,7 +351,7 @@ def test_a_quick_runs_plot_draws_no_paper_figure_and_each_plot_names_its_dataset
     assert drawn[0] == ("target ε (δ = 1e-5)", 0) and drawn[1][1] > 0  # the full run's stars
     assert drawn[2][0] == "target ε (δ = 1e-6)"
     # the papers' credit figures are at delta 1e-5: their stars say so, under an axis of 1e-6
-    assert "PATE-GAN (paper), δ = 1e-05" in legends[2] and "PATE-GAN, SmartNoise (Ganev), δ = 1e-05" in legends[2]
+    assert "PATE-GAN (paper), δ = 1e-5" in legends[2] and "PATE-GAN, SmartNoise (Ganev), δ = 1e-5" in legends[2]
     assert "G-PATE (paper)" in legends[1]  # MNIST's axis is the paper's delta: nothing to say
 
 
@@ -388,7 +388,7 @@ def test_peers_are_compared_with_our_model_of_the_same_name_else_our_best():
     (mwem,) = [line for line in lines if line.startswith("| mwem")]
     assert "none measured" in mwem
     assert "No tables results" in report.peer_comparison(peers, None)[0]
-    assert "the peers train on all of ε at δ = 1e-05;" in lines[0]
+    assert "the peers train on all of ε at δ = 1e-5;" in lines[0]
 
 
 def test_our_best_against_a_peer_is_a_cell_of_enough_seeds_and_the_peers_delta_is_each_datasets():
@@ -402,7 +402,7 @@ def test_our_best_against_a_peer_is_a_cell_of_enough_seeds_and_the_peers_delta_i
     assert "| dpgan (best) | 0.850 ± 0.000 (3) |" in adult
     (credit,) = [line for line in lines if line.startswith("| mst | kaggle-credit")]
     assert "| dpgan (best) | 0.900 (1) |" in credit  # the only cell there: taken, its one seed shown
-    assert "at each dataset's δ (adult 1e-05, kaggle-credit 1e-06);" in lines[0]
+    assert "at each dataset's δ (adult 1e-5, kaggle-credit 1e-6);" in lines[0]
 
 
 def test_goals_are_ours_alone():
@@ -1450,6 +1450,52 @@ def test_a_mechanism_scripts_table_is_followed_by_the_command_with_its_settings(
     assert caption.startswith("Milliseconds per discriminator step (`ms_per_step`), the median of 30 steps at batch 64 on cpu")
     older = {key: value for key, value in timed.items() if key != "batch"}  # a field the caption names is missing
     assert report._extra_lines(older, "dpsgd_overhead")[6] == f"Command: `{command}`"
+
+
+def test_the_gpate_loop_reference_is_extended_along_a_line_not_scaled_in_proportion(tmp_path, monkeypatch):
+    """Part of a G-PATE iteration does not grow with K (the generator update, the aggregation):
+    the loop reference, timed at K1 and 2*K1, is extended to K along the line through the two
+    times. Scaled in proportion from K1 alone it counted that part K/K1 times: with a loop of
+    40 ms + 5 ms per teacher, 9 s instead of 10.04 s at K = 2000 from K1 = 10."""
+    from test_dev_split import load_benchmark_script
+
+    script = load_benchmark_script("gpate_speed")
+    times = {script.LoopGPATE: lambda k: 0.040 + 0.005 * k, script.GPATE: lambda k: 1.0}
+    monkeypatch.setattr(script, "seconds_per_iteration", lambda cls, k, args: times[cls](k))
+    out = tmp_path / "gpate.json"
+    script.main(["--data-dir", str(tmp_path), "--ks", "2000", "--loop-k", "10", "--json", str(out)])
+    written = json.loads(out.read_text())
+    assert (written["loop_k"], written["loop_k2"]) == (10, 20)
+    assert written["loop_ms"] == pytest.approx(90.0) and written["loop_ms2"] == pytest.approx(140.0)
+    assert written["loop_fixed_ms"] == pytest.approx(40.0) and written["loop_per_teacher_ms"] == pytest.approx(5.0)
+    row, = written["rows"]
+    assert row["loop_extended_ms"] == pytest.approx(40.0 + 5.0 * 2000)  # 90 ms * 200 = 18 s, scaled in proportion
+    assert row["speedup"] == pytest.approx(10.04)
+    # two medians of a busy machine that did not grow with K say nothing of the teachers' share
+    times[script.LoopGPATE] = lambda k: 0.1
+    with pytest.raises(SystemExit, match="no growth with K"):
+        script.main(["--data-dir", str(tmp_path), "--ks", "2000", "--loop-k", "10"])
+    # the report says what the column is, and of a file scaled in proportion that it overstates the loop
+    extra = {**written, "markdown": ["`gpate_speed`:", ""]}
+    assert "timed at 10 and 20 teachers (90.0 and 140.0 ms)" in report._extra_lines(extra, "gpate_speed")[2]
+    older = {"device": "cpu", "loop_k": 10, "loop_ms": 46.8, "markdown": ["`gpate_speed`:", ""],
+             "rows": [{"k": 2000, "batched_ms": 1585.7, "loop_scaled_ms": 9356.0, "speedup": 5.9}]}
+    assert "overstates the loop" in report._extra_lines(older, "gpate_speed")[2]
+
+
+def test_the_dpsgd_overhead_timer_waits_for_the_gpu_on_any_cuda_device(monkeypatch):
+    """GPU kernels run asynchronously: a step timed without synchronising measures their launch
+    only. ``--device cuda:1`` is a GPU as much as ``cuda`` is; the CPU needs no wait."""
+    import torch
+    from test_dev_split import load_benchmark_script
+
+    script = load_benchmark_script("dpsgd_overhead")
+    waits = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: waits.append(args))
+    for device, expected in (("cuda", 2), ("cuda:1", 2), ("cpu", 0)):
+        waits.clear()
+        script.timed(lambda: None, device)
+        assert len(waits) == expected, device
 
 
 def test_resume_continues_a_cell_cut_off_after_its_checkpoint_with_its_accountant(tmp_path):

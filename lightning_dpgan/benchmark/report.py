@@ -107,6 +107,12 @@ def _epsilon(value: float | None) -> str:
     return "∞" if value is None else f"{value:g}"
 
 
+def _delta(value: float) -> str:
+    """A δ as the text writes it: 1e-5, not Python's 1e-05."""
+    mantissa, _, exponent = f"{value:g}".partition("e")
+    return f"{mantissa}e{int(exponent)}" if exponent else mantissa
+
+
 def _header(result: dict[str, Any], list_cells: bool = True) -> list[str]:
     machine, sha = result.get("machine", {}), result.get("commit", {})  # an older or edited file may lack them
     cores = f"{machine.get('cpu_count', 'unknown')} CPU cores ({machine.get('cpu_model') or machine.get('processor') or 'unknown'})"
@@ -310,8 +316,8 @@ def _peers_delta(peers: dict[str, Any]) -> str:
     """The δ the peers trained at: ours for each dataset (:func:`delta_for`; credit's is 1e-6)."""
     deltas = {dataset: delta_for(dataset) for dataset in sorted({row["dataset"] for row in peers["summary"]})}
     if len(set(deltas.values())) <= 1:
-        return f"δ = {_epsilon(next(iter(deltas.values()), DELTA))}"
-    return "each dataset's δ (" + ", ".join(f"{name} {_epsilon(delta)}" for name, delta in deltas.items()) + ")"
+        return f"δ = {_delta(next(iter(deltas.values()), DELTA))}"
+    return "each dataset's δ (" + ", ".join(f"{name} {_delta(delta)}" for name, delta in deltas.items()) + ")"
 
 
 def markers_for(reference: dict[str, Any], dataset: str, measure: str) -> list[dict[str, Any]]:
@@ -371,7 +377,7 @@ def plot_suite(result: dict[str, Any], reference: dict[str, Any], plots_dir: Pat
         for marker in markers_for(reference, dataset, measure) if result["size"] in PROTOCOL_SIZES else []:
             # a paper's delta other than the axis's (credit's cells train at 1e-6, its papers at 1e-5) is said
             other_delta = marker["delta"] is not None and marker["delta"] != delta_for(dataset)
-            label = f"{marker['label']}, δ = {marker['delta']:g}" if other_delta else marker["label"]
+            label = f"{marker['label']}, δ = {_delta(marker['delta'])}" if other_delta else marker["label"]
             stars[label].append((marker["epsilon"], marker["value"]))
         # one legend entry per source, at every ε, in a colour after the models' (scatter keeps a
         # colour cycle of its own, which would repeat theirs)
@@ -383,7 +389,7 @@ def plot_suite(result: dict[str, Any], reference: dict[str, Any], plots_dir: Pat
             # one seed's table can make a regression extrapolate (R² gaps of hundreds): on a linear
             # axis the other models' gaps of 0.2-3 would lie flat on zero
             axes.set_yscale("symlog", linthresh=1.0)
-        axes.set_xlabel(f"target ε (δ = {delta_for(dataset):.0e})".replace("e-0", "e-"))  # 1e-5, as the text writes it
+        axes.set_xlabel(f"target ε (δ = {_delta(delta_for(dataset))})")
         axes.set_ylabel(measure)
         axes.set_title(f"{result['suite']}: {dataset}")
         axes.legend(fontsize=7)
@@ -415,8 +421,18 @@ SPEED_CAPTIONS = {
                         "batched ensemble, `loop_ms` a Python loop of K teacher modules (`loop_extrapolated`: timed on "
                         "fewer and scaled to K); `speedup`: loop over batched.",
     "gpate_speed": "Milliseconds per G-PATE training iteration with K batched teachers on {device} (`batched_ms`, "
-                   "and `iterations_per_s`); `loop_scaled_ms`: a loop over {loop_k} teacher modules, scaled to K; "
-                   "`speedup`: loop over batched.",
+                   "and `iterations_per_s`); `loop_extended_ms`: a loop of teacher modules, timed at {loop_k} and "
+                   "{loop_k2} teachers ({loop_ms:.1f} and {loop_ms2:.1f} ms) and extended to K along the line through "
+                   "the two; `speedup`: loop over batched.",
+}
+#: the caption of a results file written before its script's figures were measured as they are now
+OLDER_SPEED_CAPTIONS = {
+    "gpate_speed": "Milliseconds per G-PATE training iteration with K batched teachers on {device} (`batched_ms`, "
+                   "and `iterations_per_s`); `loop_scaled_ms`: a loop over {loop_k} teacher modules, scaled in "
+                   "proportion to K. That overstates the loop and `speedup`: the part of an iteration that does not "
+                   "grow with K (the generator update, the aggregation) is counted K/{loop_k} times (about twice the "
+                   "loop's time on a 2-core CPU at 10 teachers). Files written since 2026-11-30 time the loop at two "
+                   "sizes and extend it along a line.",
 }
 
 
@@ -424,9 +440,11 @@ def _extra_lines(extra: dict[str, Any], name: str = "") -> list[str]:
     """A mechanism script's table, what its columns measure, then the command that produced it
     (its settings, e.g. the teachers' size, are only there)."""
     lines = list(extra.get("markdown", []))
-    if lines and extra.get("rows") and name in SPEED_CAPTIONS:
+    older = name in OLDER_SPEED_CAPTIONS and any("loop_scaled_ms" in row for row in extra.get("rows", []))
+    caption = (OLDER_SPEED_CAPTIONS if older else SPEED_CAPTIONS).get(name)
+    if lines and extra.get("rows") and caption:
         try:
-            lines += [SPEED_CAPTIONS[name].format(**extra), ""]
+            lines += [caption.format(**extra), ""]
         except (KeyError, IndexError):  # an older file without a field the caption names: the table alone
             pass
     if "command" in extra and lines:
