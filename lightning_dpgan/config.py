@@ -30,6 +30,7 @@ import yaml
 
 from lightning_dpgan import registry
 from lightning_dpgan.argument_types import init_arguments, mismatches
+from lightning_dpgan.error_text import named_file_text
 from lightning_dpgan.unique_keys import UniqueKeyLoader
 
 SECTIONS = ("model", "data", "privacy", "logger", "trainer")
@@ -123,10 +124,9 @@ _Loader.add_implicit_resolver(
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+    text = named_file_text(path, "config file", ConfigError)
     try:
-        data = yaml.load(path.read_text(), Loader=_Loader) or {}
+        data = yaml.load(text, Loader=_Loader) or {}
     except yaml.YAMLError as error:
         raise ConfigError(f"config file {path} is not valid YAML: {error}") from error
     if not isinstance(data, dict):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def first_line(error: BaseException) -> str:
     """The error's first non-empty line, without a final period (our sentence goes on after it), or
@@ -26,3 +28,17 @@ def byte_size(count: float) -> str:
         if count >= size:
             return f"{count / size:.1f} {unit}"
     return f"{count:.0f} bytes"
+
+
+def named_file_text(path: Path, what: str, error: type[Exception]) -> str:
+    """The text of a file the user named (``what``: "schema file", "config file"), refused as
+    ``error`` with what to do when it is missing, a folder, or not UTF-8 (a bare codec error named
+    neither the file nor the fix)."""
+    if path.is_dir():
+        raise error(f"{what} {path} is a folder: pass the file in it")
+    if not path.is_file():
+        raise error(f"{what} not found: {path}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise error(f"{what} {path} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8") from None

@@ -186,6 +186,13 @@ def test_missing_or_invalid_config_file(tmp_path):
     bad.write_text("model: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         build_config(["--model", "gan", "--dataset", "mnist", "--config", str(bad)])
+    # a folder, and a file saved in Latin-1, are said as such with the fix, not as "not found" or a codec error
+    with pytest.raises(ConfigError, match=f"config file {tmp_path} is a folder: pass the file in it"):
+        build_config(["--model", "gan", "--dataset", "mnist", "--config", str(tmp_path)])
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"# caf\xe9\nepsilon: 1.0\n")
+    with pytest.raises(ConfigError, match=r"config file .*latin.yaml is not UTF-8 text \(invalid .* at byte 5\): save it as UTF-8"):
+        build_config(["--model", "gan", "--dataset", "mnist", "--config", str(latin)])
 
 
 def test_a_key_given_twice_in_a_config_file_is_refused_with_its_lines(tmp_path):

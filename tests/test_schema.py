@@ -430,6 +430,12 @@ def test_dict_round_trip_is_yaml_friendly(tmp_path):
 def test_load_reports_bad_files(tmp_path):
     with pytest.raises(SchemaError, match="not found"):
         TableSchema.load(tmp_path / "absent.yaml")
+    with pytest.raises(SchemaError, match=f"schema file {tmp_path} is a folder: pass the file in it"):
+        TableSchema.load(tmp_path)
+    latin = tmp_path / "latin.yaml"  # a category "café" saved by an editor in Latin-1
+    latin.write_bytes(b"columns:\n  - {name: x, kind: categorical, categories: [caf\xe9, tea]}\n")
+    with pytest.raises(SchemaError, match=r"schema file .*latin.yaml is not UTF-8 text \(.* at byte \d+\): save it as UTF-8"):
+        TableSchema.load(latin)
     path = tmp_path / "bad.yaml"
     path.write_text("columns:\n  - {name: x, kind: continuous, bounds: [0, 1], colour: red}\n")
     with pytest.raises(SchemaError, match=r"bad.yaml.*unknown keys \['colour'\]"):

@@ -44,6 +44,7 @@ import pandas as pd
 import torch
 import yaml
 
+from lightning_dpgan.error_text import named_file_text
 from lightning_dpgan.unique_keys import RepeatedKeyError, UniqueKeyLoader, refuse_repeated_json_keys
 
 KINDS = ("continuous", "integer", "categorical")
@@ -510,9 +511,7 @@ class TableSchema:
     def load(cls, path: str | Path) -> TableSchema:
         """Read a schema from a ``.json`` file, or a YAML file (any other suffix)."""
         path = Path(path).expanduser()
-        if not path.is_file():
-            raise SchemaError(f"schema file not found: {path}")
-        text = path.read_text()
+        text = named_file_text(path, "schema file", SchemaError)
         try:
             if path.suffix.lower() == ".json":
                 spec = json.loads(text, object_pairs_hook=refuse_repeated_json_keys)
