@@ -238,8 +238,8 @@ def recorded_data_files(checkpoint: Path) -> list[Path] | None:
     try:
         data = yaml.safe_load((run_of(checkpoint) / "config.yaml").read_text())["data"]
         named = [Path(data[key]).expanduser() for key in ("csv", "schema") if data.get(key)]
-    except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError):
-        named = None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, TypeError, KeyError, AttributeError):
+        named = None  # a config.yaml that cannot be read names nothing: the checkpoint's list stands
     if kept is None and named is None:
         return None
     return [Path(file) for file in kept or []] + (named or [])
@@ -290,7 +290,8 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
         raise ValueError(f"--out {out} is a folder: give a file in it (e.g. {example})")
     if out.exists() and not overwrite:
         raise ValueError(f"--out {out} exists: give another file, or --overwrite to replace it")
-    if out.suffix not in allowed:
+    suffix = out.suffix.lower()  # samples.PNG is a PNG too
+    if suffix not in allowed:
         kind = "a table model" if schema else "an image model"
         named = (f"a name before the extension, e.g. {'synthetic.csv' if schema else 'samples.png'}, not {out.name}"
                  if out.name.startswith(".") and not out.suffix else out.name)  # ".csv" alone has no suffix
@@ -304,7 +305,7 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
     check_memory_for_images(n, module)
     labels = module.balanced_labels(n)
     images = images_to_uint8(draw_images(module, n, labels))
-    if out.suffix == ".png":
+    if suffix == ".png":
         return write_png(out, image_grid(images, columns))
     arrays = {"images": images}
     if labels is not None:

@@ -194,6 +194,21 @@ def test_the_runs_own_data_is_never_written_over_when_its_config_is_gone(tmp_pat
     assert len(pd.read_csv(sample_to_file(builtin, 5, other, overwrite=True))) == 5  # its files are checksummed
 
 
+def test_a_config_yaml_that_is_not_utf8_does_not_stop_sample_and_the_checkpoints_files_stay_guarded(tmp_path, monkeypatch):
+    """config.yaml is read only to name the run's data files, which the checkpoint keeps too: one
+    byte of Latin-1 in it (an editor's save) stopped `sample` with a bare codec error."""
+    monkeypatch.setattr(sampling, "load_module", lambda path: TableModule())
+    private = tmp_path / "private.csv"
+    private.write_text("the user's own\n")
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "config.yaml").write_bytes(b"data:\n  name: csv\n# caf\xe9\n")
+    checkpoint = fake_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt",
+                                 {"model": "gan", "dataset": "csv", "schema": SCHEMA.to_dict(), "data_files": [str(private)]})
+    with pytest.raises(ValueError, match="is a file the run trained on"):
+        sample_to_file(checkpoint, 5, private, overwrite=True)
+    assert len(pd.read_csv(sample_to_file(checkpoint, 5, tmp_path / "synthetic.csv"))) == 5
+
+
 def test_an_existing_out_is_kept_unless_overwrite(table_checkpoint, tmp_path):
     out = tmp_path / "synthetic.csv"
     out.write_text("earlier table\n")
@@ -214,6 +229,18 @@ def test_out_of_the_wrong_kind_is_refused(tmp_path, monkeypatch, name, run):
     with pytest.raises(ValueError, match="must end in"):
         sample_to_file(fake_checkpoint(tmp_path / "c.ckpt", run), 5, tmp_path / name)
     assert not (tmp_path / name).exists()
+
+
+def test_an_upper_case_extension_is_the_same_kind_of_file(image_checkpoint, tmp_path):
+    """samples.PNG was refused as "must end in .png or .npz"."""
+    png = sample_to_file(image_checkpoint, 4, tmp_path / "samples.PNG")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with np.load(sample_to_file(image_checkpoint, 4, tmp_path / "samples.NPZ")) as arrays:
+        assert arrays["images"].shape[0] == 4
+
+
+def test_an_upper_case_csv_extension_is_a_table(table_checkpoint, tmp_path):
+    assert len(pd.read_csv(sample_to_file(table_checkpoint, 5, tmp_path / "synthetic.CSV"))) == 5
 
 
 def test_an_extension_alone_as_out_is_told_to_take_a_name(tmp_path, monkeypatch):
