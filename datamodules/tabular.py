@@ -606,10 +606,14 @@ class TabularDataModule(L.LightningDataModule):
         if n_rows == 0:
             raise DataIntegrityError(f"{self.name}: the data file holds no rows, only its header")
         n_test = int(round(n_rows * self.hparams.test_fraction))
+        if n_rows < 2:
+            raise DataIntegrityError(f"{self.name}: the data file holds one row; the train and test splits need at "
+                                     "least one each: train on more rows")
         if not 0 < n_test < n_rows:
             raise ValueError(
-                f"{self.name}: test_fraction={self.hparams.test_fraction} leaves {n_test} of {n_rows} rows for "
-                "testing; both splits need at least one row"
+                f"{self.name}: --data.test_fraction {self.hparams.test_fraction} leaves {n_test} of {n_rows} rows for "
+                f"testing; both splits need at least one row: use a fraction from 1/{n_rows} to {n_rows - 1}/{n_rows}, "
+                "or train on more rows"
             )
         order = np.random.default_rng(self.hparams.split_seed).permutation(n_rows)
         return frame.iloc[np.sort(order[n_test:])], frame.iloc[np.sort(order[:n_test])]

@@ -657,6 +657,29 @@ def test_a_credit_file_with_an_extra_column_or_no_rows_is_refused_with_what_to_d
     assert message in str(refused.value)
 
 
+def test_a_table_too_small_for_its_split_names_the_flag_and_the_fractions_that_work(tmp_path):
+    """One row can be split no way; three rows at the default fraction 0.2 leave none for testing:
+    the refusal named neither --data.test_fraction nor what would do."""
+    import json
+
+    from test_ctgan_encoding import SCHEMA, make_frame
+
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(SCHEMA.to_dict()))
+    make_frame(1, seed=0).to_csv(tmp_path / "one.csv", index=False)
+    with pytest.raises(DataIntegrityError, match="csv: the data file holds one row; the train and test splits need at "
+                                                 "least one each: train on more rows"):
+        CSVDataModule(csv=tmp_path / "one.csv", schema=schema_file)._load_frames()
+    make_frame(3, seed=0).to_csv(tmp_path / "three.csv", index=False)
+    with pytest.raises(ValueError, match=r"--data.test_fraction 0.1 leaves 0 of 3 rows for testing; both splits need at "
+                                         r"least one row: use a fraction from 1/3 to 2/3, or train on more rows"):
+        CSVDataModule(csv=tmp_path / "three.csv", schema=schema_file, test_fraction=0.1)._load_frames()
+    for fraction, tested in ((1 / 3, 1), (2 / 3, 2)):  # the ends of the range said
+        module = CSVDataModule(csv=tmp_path / "three.csv", schema=schema_file, test_fraction=fraction)
+        module._load_frames()
+        assert len(module.test_frame) == tested
+
+
 def test_the_seeded_split_depends_on_the_row_count_alone(tmp_path):
     """The train/test split is the seeded permutation of the row count alone: changing records'
     values moves no record between the splits (a split that read values would release them)."""
