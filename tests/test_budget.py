@@ -264,6 +264,20 @@ def test_a_resume_whose_checkpoint_spent_exactly_the_target_stops_without_error(
     assert trainer.should_stop and budget.stopped_by_budget and strategy.steps == 4
 
 
+def test_a_resume_whose_checkpoint_spent_just_above_the_target_is_refused():
+    """ε 1.0 spent against --epsilon 0.9999: continuing would report more than the target."""
+    with pytest.raises(BudgetTooSmallError):
+        drive(QuarterStrategy(steps=4), 0.9999, 10)
+
+
+def test_a_resume_with_budget_left_trains_until_the_budget_stops_it():
+    """Two steps (ε 0.5) in the checkpoint, --epsilon 1: two more fit. The plan counts the steps
+    taken before, or the run stops early, reported as stopped by the budget with half of it unspent."""
+    strategy = QuarterStrategy(steps=2)
+    budget, _, _, _ = drive(strategy, 1.0, 10)
+    assert strategy.steps == 4 and budget.stopped_by_budget
+
+
 def test_two_privacy_strategies_are_refused():
     """Two accountants, and the budget would watch only one of them."""
     budget = PrivacyBudgetStopping(1.0)

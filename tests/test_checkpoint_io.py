@@ -134,6 +134,27 @@ def test_only_rank_zero_puts_the_checkpoint_in_place(tmp_path):
     assert not path.exists()
 
 
+def test_a_failed_save_on_another_rank_leaves_rank_zeros_temporary_file(tmp_path):
+    """Each rank enters the save; only rank 0 writes the file and removes its temporary one when
+    the save fails. Another rank's failure removing it would pull the file from under rank 0."""
+    path = tmp_path / "last.ckpt"
+    temporary = tmp_path / ".last.ckpt.tmp"
+    temporary.write_bytes(b"rank 0 is writing")
+
+    def failing_save(path, weights_only=False):  # this rank's share of a collective save failed
+        raise RuntimeError("a peer process was lost")
+
+    with pytest.raises(RuntimeError):
+        save_checkpoint_atomically(SimpleNamespace(is_global_zero=False, save_checkpoint=failing_save), path)
+    assert temporary.read_bytes() == b"rank 0 is writing"
+
+
+def test_storage_options_for_a_local_checkpoint_are_refused_as_lightnings_own_writer_does(tmp_path):
+    """Lightning's TorchCheckpointIO takes no storage options: they would be dropped unsaid."""
+    with pytest.raises(TypeError, match="storage_options"):
+        ShareReadingCheckpointIO(None).save_checkpoint({}, tmp_path / "x.ckpt", storage_options={"a": 1})
+
+
 def saved_steps(callback, trainer, steps):
     """The steps after which ``callback`` saved, driven as Lightning's loop does."""
     saved, module = [], SimpleNamespace(train_steps=0)

@@ -88,6 +88,19 @@ def test_a_mapping_typed_whole_replaces_the_presets_instead_of_merging_into_it(t
     assert trainer["devices"] == 1 and trainer["accelerator"] == "auto" and trainer["strategy"] == "auto"
     data = build_config(["--model", "dpctgan", "--dataset", "adult", "--data", "{num_workers: 0}"])["data"]
     assert data["name"] == "adult" and data["batch_size"] == load_preset("dpctgan.yaml")["data"]["batch_size"]
+    # and a whole mapping inside a section typed whole replaces the preset's as the dotted flag does
+    assert build_config(["--model", "dpsactgan", "--dataset", "adult", "--data", "{mixed: {}}"])["data"]["mixed"] == {}
+
+
+def test_typing_a_models_own_strategy_keeps_the_dataset_presets_privacy_settings():
+    """`--privacy pate` is what patectgan trains with anyway: the adult preset's privacy section,
+    which names no strategy, still applies (its 200 teachers, not the model preset's), as does
+    the per-ε preset's (500 teachers at ε = 0.1)."""
+    typed = resolve({"model": "patectgan", "dataset": "adult", "privacy": "pate"}, {})
+    assert typed["privacy"] == resolve({"model": "patectgan", "dataset": "adult"}, {})["privacy"]
+    assert typed["privacy"]["num_teachers"] == load_preset("patectgan_adult.yaml")["privacy"]["num_teachers"] == 200
+    low = resolve({"model": "patectgan", "dataset": "adult", "privacy": "pate", "epsilon": 0.1}, {})
+    assert low["privacy"]["num_teachers"] == 500
 
 
 def test_a_runs_config_rerun_under_another_epsilon_names_the_old_presets_values_that_override_the_new(

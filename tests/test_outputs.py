@@ -80,6 +80,25 @@ def test_a_name_too_long_for_the_file_system_is_said_with_the_usual_advice(tmp_p
         atomic_write(tmp_path / ("n" * 300) / "x.csv", lambda handle: handle.write(b"rows"))
 
 
+def test_a_full_disk_quota_is_said_as_a_full_disk(tmp_path):
+    """EDQUOT (a user's quota on a shared cluster) is a full disk to the user: free space, not permissions."""
+    import errno
+
+    message = str(OutputWriteError(tmp_path / "y.json", OSError(errno.EDQUOT, "Disk quota exceeded")))
+    assert "Free some disk space" in message and "writable" not in message
+
+
+def test_an_output_reaches_the_disk_before_it_is_renamed_into_place(tmp_path, monkeypatch):
+    """Renamed without fsync, a crash (power, a node lost) can leave the report in place and empty."""
+    import os
+
+    events, real_fsync, real_replace = [], os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda *args: (events.append("replace"), real_replace(*args))[1])
+    write_json(tmp_path / "privacy.json", {"epsilon": 1.0})
+    assert events == ["fsync", "replace"] and strict_json(tmp_path / "privacy.json") == {"epsilon": 1.0}
+
+
 def test_pixels_map_minus_one_to_zero_and_one_to_255_clipping_outside():
     values = torch.tensor([-3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 4.0]).view(1, 1, 1, 7)
     # independently: clip to [-1, 1], then (v + 1) / 2 * 255 to the nearest integer

@@ -184,6 +184,21 @@ def test_a_continued_run_that_took_no_step_keeps_the_earlier_log(tmp_path):
     assert not (tmp_path / "other" / STEP_LOG).exists()
 
 
+def test_a_continuation_that_took_no_step_takes_the_earlier_losses_it_lacks_and_keeps_its_own_figures(tmp_path):
+    """The earlier run's losses describe the generator the continuation saved; its wall time and
+    steps are the continuation's own, not the earlier run's."""
+    import json
+
+    from lightning_dpgan.run_folder import carry_earlier_losses
+
+    previous = tmp_path / "previous"
+    previous.mkdir()
+    (previous / "metrics.json").write_text(json.dumps({"loss/generator": 1.5, "wall_time_s": 50.0, "steps": 40}))
+    (tmp_path / "metrics.json").write_text(json.dumps({"wall_time_s": 2.0, "steps": 40}))
+    carry_earlier_losses(tmp_path, previous)
+    assert json.loads((tmp_path / "metrics.json").read_text()) == {"wall_time_s": 2.0, "steps": 40, "loss/generator": 1.5}
+
+
 def test_an_audit_folder_is_refused_when_it_holds_a_run_or_an_audit(tmp_path):
     run = plant_run(tmp_path / "run")
     for overwrite in (False, True):
