@@ -553,6 +553,29 @@ def test_unequal_critic_partitions_draw_only_from_their_own_part(replacement):
             assert set(records.flatten().tolist()) <= set(parts[j].tolist())
 
 
+def test_a_critic_draws_every_record_of_its_own_part_equally_with_replacement():
+    """Each of a 3-record part's records is drawn about a third of the time (1,000 of 3,000
+    draws; binomial sd about 26): a slot scaled one short never drew the part's last record."""
+    from collections import Counter
+
+    sampler = CriticSampler(torch.arange(10.0).unsqueeze(1), [torch.tensor([0, 1, 2]), torch.arange(3, 10)],
+                            batch_size=5, replacement=True, seed=0)
+    records, _ = sampler.draw_from(0, 600)
+    counts = Counter(records.flatten().long().tolist())
+    assert set(counts) == {0, 1, 2} and all(abs(count - 1000) < 150 for count in counts.values()), counts
+
+
+def test_the_critics_start_from_independent_initialisations():
+    """GS-WGAN's N critics are independently initialised copies: before any step, no two share
+    a weight (after training, their partitions alone would make them differ)."""
+    from lightning_dpgan.modules.gswgan import fresh_copy
+
+    network = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LeakyReLU(), torch.nn.Linear(8, 1))
+    twin = fresh_copy(network)
+    assert all(not torch.equal(a, b) for a, b in zip(network.parameters(), twin.parameters()))
+    assert [p.shape for p in network.parameters()] == [p.shape for p in twin.parameters()]
+
+
 def test_the_critic_strategy_restores_its_samplers_draws_and_refuses_other_records():
     """As the PATE strategy's (test_pategan): GS-WGAN's N critics go on with their draws."""
     def strategy_over(data):

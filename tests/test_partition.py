@@ -29,6 +29,14 @@ def test_a_negative_index_is_refused_since_it_aliases_a_record_of_another_teache
         PartitionedSampler(data, [torch.tensor([-1, 0, 1]), torch.tensor([9, 2, 3])], batch_size=2)
 
 
+def test_parts_sharing_a_single_record_are_refused() -> None:
+    """One record in two teachers' parts changes two votes: twice the sensitivity the noise and
+    the accountant assume. A single shared record is refused as a larger overlap is."""
+    data = torch.randn(20, 2)
+    with pytest.raises(ValueError, match="overlap"):
+        PartitionedSampler(data, [torch.arange(0, 10), torch.arange(9, 20)], batch_size=2)
+
+
 def test_an_index_equal_to_the_record_count_is_refused() -> None:
     """Row n does not exist: refused when the sampler is built, not an IndexError mid-training."""
     data = torch.arange(10.0).unsqueeze(1)
