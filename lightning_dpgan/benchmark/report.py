@@ -420,19 +420,17 @@ SPEED_CAPTIONS = {
     "teacher_ensemble": "Milliseconds per call, the median of {reps} runs on {device}: `batched_ms` the K teachers as one "
                         "batched ensemble, `loop_ms` a Python loop of K teacher modules (`loop_extrapolated`: timed on "
                         "fewer and scaled to K); `speedup`: loop over batched.",
-    "gpate_speed": "Milliseconds per G-PATE training iteration with K batched teachers on {device} (`batched_ms`, "
-                   "and `iterations_per_s`); `loop_extended_ms`: a loop of teacher modules, timed at {loop_k} and "
-                   "{loop_k2} teachers ({loop_ms:.1f} and {loop_ms2:.1f} ms) and extended to K along the line through "
-                   "the two; `speedup`: loop over batched.",
+    "gpate_speed": "Milliseconds per G-PATE training iteration on {device}, the median of {steps}: K teachers as one "
+                   "batched ensemble (`batched_ms`, and `iterations_per_s`), and as a Python loop of K teacher modules "
+                   "(`loop_ms`); `speedup`: loop over batched.",
 }
 #: the caption of a results file written before its script's figures were measured as they are now
 OLDER_SPEED_CAPTIONS = {
     "gpate_speed": "Milliseconds per G-PATE training iteration with K batched teachers on {device} (`batched_ms`, "
                    "and `iterations_per_s`); `loop_scaled_ms`: a loop over {loop_k} teacher modules, scaled in "
-                   "proportion to K. That overstates the loop and `speedup`: the part of an iteration that does not "
-                   "grow with K (the generator update, the aggregation) is counted K/{loop_k} times (about twice the "
-                   "loop's time on a 2-core CPU at 10 teachers). Files written since 2026-11-30 time the loop at two "
-                   "sizes and extend it along a line.",
+                   "proportion to K, an estimate (an iteration's fixed part is counted K/{loop_k} times, while a "
+                   "teacher's share grows with K); files written since 2026-11-30 time the loop at K. `speedup`: "
+                   "loop over batched.",
 }
 
 

@@ -29,9 +29,9 @@ def _arguments(quick: bool, data_dir: str | None, device: str) -> dict[str, list
     if mnist and (Path(mnist) / "mnist").is_dir():
         gpate = ["--data-dir", mnist, "--device", device]
         if quick:
-            gpate += ["--ks", "50", "--loop-k", "5", "--steps", "3", "--warmup", "1", *CPU_SIZED_TEACHERS]
+            gpate += ["--ks", "50", "--steps", "3", "--warmup", "1", *CPU_SIZED_TEACHERS]
         elif device == "cpu":  # the presets' 2000 teachers need ~31 GiB of host memory to train
-            gpate += ["--ks", "2000", "4000", "--loop-k", "10", "--steps", "5", "--warmup", "1", *CPU_SIZED_TEACHERS]
+            gpate += ["--ks", "2000", "4000", "--steps", "5", "--warmup", "1", *CPU_SIZED_TEACHERS]
     return {
         "dpsgd_overhead": ["--device", device, *(["--steps", "5", "--warmup", "1"] if quick else [])],
         "teacher_ensemble": ["--device", device, *(["--quick", "--ks", "100", "--archs", "mlp"] if quick else [])],
