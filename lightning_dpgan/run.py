@@ -228,7 +228,7 @@ def adopt_release_settings(config: dict[str, Any], current: dict[str, Any], save
     notes = []
     for key, value in sorted((saved or {}).items()):
         if key in current and current[key] != value:
-            notes.append(f"{flag_for(key)} {as_flag_value(current[key])} gave way to the checkpoint's "
+            notes.append(f"{flag_for(key)} {as_flag_value(current[key])} ({SET_BY}) gave way to the checkpoint's "
                          f"{as_flag_value(value)}: its release is reused")
         section, name = key.split(".", 1)
         if section in config and isinstance(config[section], dict):

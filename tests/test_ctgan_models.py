@@ -14,6 +14,7 @@ from lightning_dpgan.config import load_preset, resolve
 from lightning_dpgan.datamodules.adult import SCHEMA as ADULT_SCHEMA
 from lightning_dpgan.datamodules.king import SCHEMA as KING_SCHEMA
 from lightning_dpgan.data.conditional import ConditionalSampler
+from lightning_dpgan.error_text import SET_BY
 from lightning_dpgan.modules.ctgan import CTGAN
 from lightning_dpgan.modules.dpsactgan import DPSACTGAN
 from lightning_dpgan.privacy.accountants import OpacusAccountant, calibrate_noise_multiplier
@@ -170,8 +171,8 @@ def test_a_resume_records_the_settings_of_the_dp_modes_it_reuses_not_its_own(tmp
                          "--data.histogram_threshold", "3", "--data.calibrate_marginals", "true")) == 0
     err = capsys.readouterr().err
     trained = yaml.safe_load((first / "config.yaml").read_text())["data"]  # the preset's threshold
-    assert "train: note: --data.modes_epsilon 0.5 gave way to the checkpoint's 0.1" in err
-    assert f"--data.histogram_threshold 3 gave way to the checkpoint's {trained['histogram_threshold']}" in err
+    assert f"train: note: --data.modes_epsilon 0.5 ({SET_BY}) gave way to the checkpoint's 0.1" in err
+    assert f"--data.histogram_threshold 3 ({SET_BY}) gave way to the checkpoint's {trained['histogram_threshold']}" in err
     assert "calibrate_marginals" not in err
     recorded = yaml.safe_load((other / "config.yaml").read_text())["data"]
     assert (recorded["modes_epsilon"], recorded["histogram_threshold"]) == (0.1, trained["histogram_threshold"])

@@ -18,6 +18,7 @@ from lightning_dpgan.config import resolve
 from lightning_dpgan.data.schema import Column, TableSchema
 from lightning_dpgan.datamodules.adult import SCHEMA as ADULT_SCHEMA, AdultDataModule
 from lightning_dpgan.datamodules.king import SCHEMA as KING_SCHEMA
+from lightning_dpgan.error_text import SET_BY
 from lightning_dpgan.privacy.dp_label_model import DPSGDSettings, fold_into_last_layer, label_network, train_dp_label_model
 from lightning_dpgan.privacy.dp_standardization import LocationScale, scale_noise_std
 from lightning_dpgan.quail import QuailLabeler, label_model_budget, label_model_inputs, log_scaled, log_unscaled
@@ -550,8 +551,8 @@ def test_a_resumed_quail_run_reuses_its_label_model_and_pays_for_it_once(tmp_pat
     assert main(quail_args(resumed, "dpctgan", "adult", 8, 8.0, *fixed_noise, "--resume", checkpoint,
                            "--quail.epochs", "5", "--quail.labels", "most-likely")) == 0
     err = capsys.readouterr().err
-    assert "--quail.epochs 5 gave way to the checkpoint's 10" in err
-    assert "--quail.labels most-likely gave way to the checkpoint's sample" in err
+    assert f"--quail.epochs 5 ({SET_BY}) gave way to the checkpoint's 10" in err
+    assert f"--quail.labels most-likely ({SET_BY}) gave way to the checkpoint's sample" in err
     recorded = yaml.safe_load((resumed / "config.yaml").read_text())["quail"]
     assert recorded["epochs"] == 10 and recorded["labels"] == "sample"
     before, after = read_json(first / "privacy.json"), read_json(resumed / "privacy.json")
@@ -571,8 +572,9 @@ def test_a_label_model_is_resumed_with_the_scale_share_and_log_features_it_was_t
                          "--quail-split", "0.4")
     assert main(resumed) == 0
     err = capsys.readouterr().err
-    for note in ("--quail.scale_share 0 gave way to the checkpoint's 0.1", "--quail.log_features [] gave way to the "
-                 "checkpoint's sqft_lot", "--quail-split 0.4 gave way to the checkpoint's 0.5"):
+    for note in (f"--quail.scale_share 0 ({SET_BY}) gave way to the checkpoint's 0.1",
+                 f"--quail.log_features [] ({SET_BY}) gave way to the checkpoint's sqft_lot",
+                 f"--quail-split 0.4 ({SET_BY}) gave way to the checkpoint's 0.5"):
         assert note in err, note
     recorded = yaml.safe_load((tmp_path / "adopted" / "config.yaml").read_text())["quail"]
     assert (recorded["scale_share"], recorded["log_features"], recorded["split"]) == (0.1, ["sqft_lot"], 0.5)
@@ -618,7 +620,7 @@ def test_a_label_model_learnt_in_log_space_is_reported_and_resumed_only_as_such(
     assert read_run_info(checkpoint)["quail"]["log_label"] is True
     assert read_json(first / "privacy.json")["quail"]["label_model"]["log_label"] is True
     assert main(quail_args(tmp_path / "resumed", "dpgan", "king", 8, 8.0, "--resume", str(checkpoint))) == 0
-    assert "--quail.log_label false gave way to the checkpoint's true" in capsys.readouterr().err
+    assert f"--quail.log_label false ({SET_BY}) gave way to the checkpoint's true" in capsys.readouterr().err
     # the labels of the synthetic table are the log-space model's: within the price bounds, and the same function of
     # the features as the checkpoint's labeler gives
     table = pd.read_csv(tmp_path / "resumed" / "synthetic.csv")
