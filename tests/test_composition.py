@@ -1,6 +1,10 @@
 """Basic composition of preprocessing costs (Dwork & Roth 2014, Theorem 3.16): ε and δ add up."""
+import math
+
 import pytest
 
+from lightning_dpgan.callbacks.pate import PATEAggregation
+from lightning_dpgan.callbacks.strategy import epsilon_parts
 from lightning_dpgan.privacy.composition import compose_costs
 
 
@@ -81,3 +85,23 @@ def test_nothing_spent_composes_to_zero_under_add_remove():
     composed = compose_costs({"schema": cost(0.0, 0.0, "public schema")})
     assert (composed["epsilon"], composed["delta"], composed["neighbours"]) == (0.0, 0.0, "add-remove")
     assert isinstance(composed["epsilon"], float) and isinstance(composed["delta"], float)
+
+
+def test_a_replace_one_strategy_restates_the_data_cost_and_each_release():
+    """Under PATE's replace-one, an add/remove (eps, delta) costs (2 eps, (1 + e^eps) delta): the
+    data's cost alone (no releases) and a QUAIL label model's release both."""
+    strategy = PATEAggregation(target_epsilon=10.0, delta=1e-4)
+    alone = strategy.composed_preprocessing({"epsilon": 0.5, "delta": 1e-6, "mechanism": "bounds"}, {})
+    assert alone["epsilon"] == pytest.approx(1.0) and alone["delta"] == pytest.approx((1 + math.exp(0.5)) * 1e-6)
+    assert alone["neighbours"] == "replace-one"
+    both = strategy.composed_preprocessing({"epsilon": 0.5, "delta": 0.0, "mechanism": "bounds"},
+                                           {"quail_label_model": {"epsilon": 1.0, "delta": 1e-6, "mechanism": "m"}})
+    assert both["epsilon"] == pytest.approx(3.0)
+    assert both["delta"] == pytest.approx((1 + math.e) * 1e-6)
+    assert both["neighbours"] == "replace-one"
+
+
+def test_a_refusal_names_each_parts_own_epsilon():
+    composed = compose_costs({"schema": {"epsilon": 0.3, "delta": 0.0, "mechanism": "bounds"},
+                              "modes": {"epsilon": 0.2, "delta": 0.0, "mechanism": "histogram"}})
+    assert epsilon_parts(composed) == "schema 0.3 (bounds), modes 0.2 (histogram)"

@@ -1,6 +1,7 @@
 """DPSGD strategy and DPGAN through the CLI: accounting against Opacus, budget stopping,
 calibration, resume, composition, and refusals."""
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -9,7 +10,7 @@ from lightning_dpgan.callbacks.dp_sgd import DPSGD
 from lightning_dpgan.callbacks.strategy import IncompatibleModelError
 from lightning_dpgan.cli import main
 from lightning_dpgan.modules import GAN
-from lightning_dpgan.privacy.accountants import calibrate_noise_multiplier
+from lightning_dpgan.privacy.accountants import OpacusAccountant, calibrate_noise_multiplier
 from lightning_dpgan.privacy.slots import LabelAggregator
 from run_helpers import opacus_epsilon, read_json, tiny_run_args
 
@@ -699,3 +700,86 @@ def test_noise_is_calibrated_to_what_preprocessing_left_and_batches_are_poisson_
     expected = calibrate_noise_multiplier(4 - 1, 1e-4 - 5e-5, report["sample_rate"], report["calibrated_for_steps"])
     assert report["noise_multiplier"] == pytest.approx(expected, rel=1e-12)
     assert report["sampling"] == "poisson" and loaders and set(loaders) == {report["sample_rate"]}
+
+
+# --- the strategy's state across resumes, and what it reports (unit level)
+
+def _checkpointed(steps=6, sigma=1.1, rate=0.01, segments=None, calibrated_for_steps=None):
+    """A dp-sgd strategy state as a checkpoint holds it, ``steps`` charged."""
+    accountant = OpacusAccountant("rdp")
+    for _ in range(steps):
+        accountant.step(noise_multiplier=sigma, sample_rate=rate)
+    state = {"strategy": "dp-sgd", "accountant": accountant.state_dict(), "noise_multiplier": sigma,
+             "calibrated_for_steps": calibrated_for_steps}
+    if segments is not None:
+        state["segments"] = segments
+    return state
+
+
+def _installed(**kwargs):
+    """A DPSGD as ``install`` leaves it (accountant, mechanism), before the checkpoint is loaded."""
+    strategy = DPSGD(noise_seed=None, **kwargs)
+    strategy.accountant = OpacusAccountant("rdp")
+    strategy.sample_rate, strategy.train_records = 0.01, 100
+    strategy.noise_multiplier = strategy.noise_multiplier or 0.7  # as calibrated for the resumed run's target
+    strategy.mechanism = SimpleNamespace(noise_multiplier=strategy.noise_multiplier, mode="hooks")
+    return strategy
+
+
+def test_a_second_resume_keeps_every_earlier_segment():
+    """Three segments (0, 4, 8): the checkpoint of the second resume holds two earlier ones; the
+    report and the next checkpoint must keep both, not only the latest."""
+    earlier = [{"from_step": 0, "noise_source": "FIXED SEED 0", "target_epsilon": 3.0, "sampling": "shuffle"},
+               {"from_step": 4, "noise_source": "OS entropy", "target_epsilon": 6.0, "sampling": "poisson"}]
+    strategy = _installed(noise_multiplier=1.1)
+    strategy.load_state_dict(_checkpointed(steps=8, segments=earlier))
+    strategy.segment_start, strategy.charged_at_start = 8, 8
+    strategy.accountant.step(noise_multiplier=1.1, sample_rate=0.01)  # the third segment takes a step
+    assert [s["from_step"] for s in strategy.segments()] == [0, 4, 8]
+    assert [s["from_step"] for s in strategy.state_dict()["segments"]] == [0, 4, 8]
+    assert strategy.noise_source_report(strategy.segments()).startswith("from step 0: FIXED SEED 0")
+
+
+def test_a_noise_multiplier_given_on_resume_is_the_one_used_not_the_checkpoints():
+    strategy = _installed(noise_multiplier=2.0)
+    strategy.load_state_dict(_checkpointed(sigma=1.1, calibrated_for_steps=40))
+    assert strategy.noise_multiplier == 2.0 and strategy.mechanism.noise_multiplier == 2.0
+    assert strategy.next_step_params()["noise_multiplier"] == 2.0
+
+
+def test_a_calibrated_noise_multiplier_and_its_plan_come_back_from_the_checkpoint():
+    """Not given on resume: the checkpoint's sigma reaches the mechanism (not only the accountant)
+    and the steps it was calibrated for come back (the report and the stop sentence use them)."""
+    strategy = _installed(target_epsilon=20.0)
+    strategy.load_state_dict(_checkpointed(sigma=1.1, calibrated_for_steps=40))
+    assert strategy.noise_multiplier == 1.1 and strategy.mechanism.noise_multiplier == 1.1
+    assert strategy.calibrated_for_steps == 40
+    assert strategy.report_parameters()["calibrated_for_steps"] == 40
+
+
+def test_preprocessing_that_spent_exactly_the_delta_or_the_target_is_refused():
+    """Equal leaves training a delta (or an epsilon) of 0: refused by name, not a traceback later."""
+    for cost, match in (({"epsilon": 0.5, "delta": 1e-5, "mechanism": "bounds"}, "spent delta"),
+                        ({"epsilon": 1.0, "delta": 0.0, "mechanism": "bounds"}, "spent epsilon")):
+        strategy = DPSGD(noise_multiplier=1.0, target_epsilon=1.0, delta=1e-5)
+        with pytest.raises(ValueError, match=match):
+            strategy._compose_preprocessing(SimpleNamespace(privacy_cost=lambda cost=cost: cost))
+
+
+def test_training_gets_the_delta_preprocessing_left():
+    strategy = DPSGD(noise_multiplier=1.0, delta=1e-4)
+    strategy._compose_preprocessing(SimpleNamespace(privacy_cost=lambda: {"epsilon": 0.5, "delta": 3e-5, "mechanism": "b"}))
+    assert strategy.training_delta == pytest.approx(7e-5)
+
+
+def test_each_dp_sgd_segment_records_its_clipping_norm_and_records():
+    strategy = _installed(noise_multiplier=1.0, max_grad_norm=0.5)
+    assert {"max_grad_norm": 0.5, "train_records": 100}.items() <= strategy.segment().items()
+
+
+def test_the_report_states_the_total_delta_not_trainings_share():
+    strategy = _installed(noise_multiplier=1.0, delta=1e-4)
+    strategy.preprocessing = {"epsilon": 0.5, "delta": 3e-5}
+    strategy.accountant.step(noise_multiplier=1.0, sample_rate=0.01)
+    report = strategy.privacy_report()
+    assert report["delta"] == 1e-4 and report["delta_training"] == pytest.approx(7e-5)
