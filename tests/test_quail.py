@@ -21,7 +21,7 @@ from lightning_dpgan.datamodules.king import SCHEMA as KING_SCHEMA
 from lightning_dpgan.error_text import SET_BY
 from lightning_dpgan.privacy.dp_label_model import DPSGDSettings, fold_into_last_layer, label_network, train_dp_label_model
 from lightning_dpgan.privacy.dp_standardization import LocationScale, scale_noise_std
-from lightning_dpgan.quail import QuailLabeler, label_model_budget, label_model_inputs, log_scaled, log_unscaled
+from lightning_dpgan.quail import QUAIL, QuailLabeler, check_log_features, label_model_budget, label_model_inputs, log_scaled, log_unscaled
 from lightning_dpgan.sampling import load_module, read_run_info, sample_to_file, table_decoder
 from run_helpers import read_json, record_calls
 
@@ -769,3 +769,69 @@ def test_a_batch_above_the_training_records_is_refused_before_the_label_model_tr
     error = capsys.readouterr().err
     assert "--batch-size 1000 exceeds the" in error and "or the preset's): pass --batch-size" in error
     assert not fitted, "the label model was trained for a batch the synthesizer refuses"
+
+
+#: a labelled table small enough to reason about: x in [0, 10], the label y (no/yes), a category c
+LABELLED = TableSchema(columns=(Column("x", "continuous", bounds=(0.0, 10.0)), Column("y", "categorical", categories=("no", "yes")),
+                                Column("c", "categorical", categories=("a", "b"))), label="y", label_kind="binary")
+
+
+def threshold_labeler(labels="most-likely"):
+    network = label_network("logistic", 3, 2, [])
+    with torch.no_grad():  # "yes" exactly when x > 5
+        network[0].weight.copy_(torch.tensor([[-10.0, 0, 0], [10.0, 0, 0]]))
+        network[0].bias.copy_(torch.tensor([5.0, -5.0]))
+    return QuailLabeler(network, "logistic", [], LABELLED, {}, labels=labels)
+
+
+def test_rows_with_a_non_default_index_are_labelled_not_left_blank():
+    """A frame whose index is not 0..n-1 (a filtered table): the labels went in by index, all blank."""
+    features = pd.DataFrame({"x": [1.0, 9.0], "c": ["a", "b"]}, index=[10, 11])  # e.g. a filtered frame
+    labelled = threshold_labeler().label(features)
+    assert list(labelled["y"].astype(str)) == ["no", "yes"]
+
+
+def test_the_label_is_no_log_feature_even_when_numeric():
+    """King's label, price, is numeric: named as a log feature it ended in a bare KeyError."""
+    with pytest.raises(ValueError, match="not numeric feature columns"):
+        check_log_features(KING_SCHEMA, ["price"])
+
+
+def test_a_batch_of_all_the_records_is_a_sample_rate_of_one_and_allowed():
+    """A batch of every record is a sample rate of 1, a probability: allowed, and charged as such."""
+    generator = torch.Generator().manual_seed(0)
+    features = torch.rand(50, 3, generator=generator)
+    targets = torch.nn.functional.one_hot((features[:, 0] > 0.5).long(), 2).float()
+    cost = train_dp_label_model(label_network("logistic", 3, 2, []), features, targets, 5.0, 1e-3,
+                                DPSGDSettings(epochs=1, batch_size=50), noise_seed=0)
+    assert cost["sample_rate"] == 1.0 and cost["epsilon"] <= 5.0
+
+
+def test_the_run_seed_alone_sets_the_label_models_initial_weights(monkeypatch):
+    """The label model's first weights come from the run's seed, whatever torch's global stream holds."""
+    label_model_inputs_seen(monkeypatch)  # no training: the weights stay the initial ones
+    datamodule = AdultDataModule(data_dir=FIXTURES / "adult_tiny", download=False, batch_size=8)
+    datamodule.setup()
+    weights = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        labeler = QUAIL(batch_size=8).fit_labeler(datamodule, 8.0, 1e-4, "add-remove", seed=7)
+        weights.append(labeler.network[0].weight.detach().clone())
+    assert torch.equal(*weights)
+
+
+@pytest.mark.parametrize("split", [1.0, 1])
+def test_a_split_of_the_whole_budget_is_refused_by_quail_itself(split):
+    """A split of 1 leaves the synthesizer nothing: refused where QUAIL is built, not later by the strategy."""
+    with pytest.raises(ValueError, match=r"--quail-split must be in \(0, 1\)"):
+        QUAIL(split=split)
+
+
+def test_fit_labeler_refuses_bad_log_features_itself_before_training(monkeypatch):
+    """The CLI checks them first only for a public schema; QUAIL's API (and an estimated CSV schema) rely on this."""
+    trained = label_model_inputs_seen(monkeypatch)
+    datamodule = AdultDataModule(data_dir=FIXTURES / "adult_tiny", download=False, batch_size=8)
+    datamodule.setup()
+    with pytest.raises(ValueError, match=r"names \['workclass'\], which are not numeric feature columns"):
+        QUAIL(batch_size=8, log_features="workclass").fit_labeler(datamodule, 8.0, 1e-4, "add-remove")
+    assert not trained

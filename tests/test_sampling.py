@@ -10,8 +10,11 @@ from PIL import Image
 from lightning_dpgan import sampling
 from lightning_dpgan.data.schema import Column, TableSchema
 from lightning_dpgan.modules.base import CHECKPOINT_KEY
+from lightning_dpgan.privacy.dp_label_model import label_network
+from lightning_dpgan.quail import QuailLabeler
 from lightning_dpgan.sampling import CheckpointError, read_run_info, resume_checkpoint, sample_to_file
 from run_helpers import grid_tiles
+from test_quail import LABELLED as QUAIL_SCHEMA
 
 SCHEMA = TableSchema((Column("x", "continuous", bounds=(0.0, 10.0), source="test"),
                       Column("c", "categorical", categories=("a", "b", "c"), source="test")))
@@ -312,3 +315,66 @@ def test_resume_refuses_a_quail_checkpoint_for_a_plain_run_and_the_reverse(tmp_p
     with pytest.raises(CheckpointError, match="is a QUAIL run's checkpoint, and this run is not one"):
         resume_checkpoint(quail, "dpgan", "adult", quail=False)
     assert resume_checkpoint(quail, "dpgan", "adult", quail=True)[0]["quail"] == {}
+
+
+def test_a_table_whose_size_is_a_chunk_plus_one_keeps_its_last_row(table_checkpoint, tmp_path, monkeypatch):
+    """15 rows in chunks of 7: the last chunk is a single row, and it is written."""
+    monkeypatch.setattr(sampling, "SAMPLE_CHUNK_ROWS", 7)
+    assert len(pd.read_csv(sample_to_file(table_checkpoint, 15, tmp_path / "t.csv"))) == 15
+
+
+class FeatureModule:
+    def sample(self, n):
+        return torch.rand(n, QUAIL_SCHEMA.without_label().encoded_dim)
+
+
+@pytest.fixture
+def quail_checkpoint(tmp_path, monkeypatch):
+    """A QUAIL run whose label model is a coin toss (equal scores): 'sample' draws, 'most-likely' would give 'no'."""
+    monkeypatch.setattr(sampling, "load_module", lambda path: FeatureModule())
+    network = label_network("logistic", 3, 2, [])
+    with torch.no_grad():
+        network[0].weight.zero_()
+        network[0].bias.zero_()
+    labeler = QuailLabeler(network, "logistic", [], QUAIL_SCHEMA, {"epsilon": 1.0}, labels="sample")
+    return fake_checkpoint(tmp_path / "last.ckpt", {"model": "gan", "dataset": "csv", "schema": QUAIL_SCHEMA.to_dict(),
+                                                    "quail": labeler.to_dict(), "data_files": []})
+
+
+def test_sample_draws_quail_labels_from_its_seed_as_the_checkpoint_says(quail_checkpoint, tmp_path, monkeypatch):
+    monkeypatch.setattr(sampling, "SAMPLE_CHUNK_ROWS", 100)
+    tables = {name: pd.read_csv(sample_to_file(quail_checkpoint, 400, tmp_path / f"{name}.csv", seed=seed))
+              for name, seed in (("a", 1), ("again", 1), ("b", 2))}
+    assert list(tables["a"].columns) == ["x", "y", "c"]
+    pd.testing.assert_frame_equal(tables["a"], tables["again"])  # one seed, one table, labels included
+    yes = (tables["a"]["y"] == "yes").mean()
+    assert 0.4 < yes < 0.6  # drawn ('sample'), not the argmax, which is 'no' for every row
+    assert not tables["a"]["y"].equals(tables["b"]["y"])  # another seed, other label draws
+    assert not tables["a"]["y"].iloc[:100].reset_index(drop=True).equals(tables["a"]["y"].iloc[100:200].reset_index(drop=True))
+
+
+def test_the_runs_data_named_through_a_symlinked_folder_is_still_guarded(tmp_path, monkeypatch):
+    """The checkpoint names the CSV through a symlinked folder; --out names its real path: both are one file."""
+    monkeypatch.setattr(sampling, "load_module", lambda path: TableModule())
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    private = real / "private.csv"
+    private.write_text("the user's own\n")
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    checkpoint = fake_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt",
+                                 {"model": "gan", "dataset": "csv", "schema": SCHEMA.to_dict(),
+                                  "data_files": [str(tmp_path / "link" / "private.csv")]})
+    with pytest.raises(ValueError, match="is a file the run trained on"):
+        sample_to_file(checkpoint, 5, private, overwrite=True)
+    assert private.read_text() == "the user's own\n"
+
+
+def test_without_overwrite_an_existing_out_is_told_to_add_overwrite(tmp_path, monkeypatch):
+    """Without --overwrite the file is simply kept: said as such, not as a warning about private records."""
+    monkeypatch.setattr(sampling, "load_module", lambda path: TableModule())
+    older = fake_checkpoint(tmp_path / "older.ckpt", {"model": "gan", "dataset": "csv", "schema": SCHEMA.to_dict()})
+    out = tmp_path / "earlier.csv"
+    out.write_text("earlier\n")
+    with pytest.raises(ValueError, match="exists: give another file, or --overwrite"):
+        sample_to_file(older, 5, out)
