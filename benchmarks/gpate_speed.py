@@ -145,5 +145,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         Path(args.json).write_text(json.dumps({"device": args.device, "steps": args.steps, "rows": rows}, indent=1))
 
+
 if __name__ == "__main__":
     main()

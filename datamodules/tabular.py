@@ -605,10 +605,10 @@ class TabularDataModule(L.LightningDataModule):
         n_rows = len(frame)
         if n_rows == 0:
             raise DataIntegrityError(f"{self.name}: the data file holds no rows, only its header")
-        n_test = int(round(n_rows * self.hparams.test_fraction))
         if n_rows < 2:
             raise DataIntegrityError(f"{self.name}: the data file holds one row; the train and test splits need at "
                                      "least one each: train on more rows")
+        n_test = int(round(n_rows * self.hparams.test_fraction))
         if not 0 < n_test < n_rows:
             raise ValueError(
                 f"{self.name}: --data.test_fraction {self.hparams.test_fraction} leaves {n_test} of {n_rows} rows for "

@@ -29,6 +29,22 @@ def test_closest_record_distances_match_a_brute_force_search():
         closest_record_distances(torch.randn(2, 5), torch.randn(3, 4))
 
 
+def test_closest_record_distances_hold_in_chunks_sized_to_the_reference(monkeypatch):
+    """The distance matrix of one call is kept to a budget of entries: a large synthetic table
+    is met a few query rows at a time, with the same answers."""
+    from lightning_dpgan.evaluation import membership
+
+    torch.manual_seed(3)
+    records, reference = torch.randn(9, 4), torch.randn(7, 4)
+    whole = closest_record_distances(records, reference)
+    calls = []
+    real_cdist = torch.cdist
+    monkeypatch.setattr(torch, "cdist", lambda a, b: calls.append(a.shape[0]) or real_cdist(a, b))
+    monkeypatch.setattr(membership, "CHUNK_ENTRIES", 15)  # 2 query rows against 7 references
+    torch.testing.assert_close(closest_record_distances(records, reference), whole)
+    assert calls == [2, 2, 2, 2, 1]
+
+
 def test_a_copied_record_is_at_distance_zero_and_a_near_copy_is_not():
     """Past 25 rows ``torch.cdist`` works through a matrix product, whose float32 error (about
     1e-3 on encoded rows) put exact copies of training records at up to 0.001 and near-copies 1e-3
