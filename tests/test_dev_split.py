@@ -288,3 +288,13 @@ def test_the_image_script_takes_its_real_splits_from_the_run(tmp_path, tiny_imag
     whole.setup()
     assert len(train_images) == len(whole.train_dataset) - round(0.25 * len(whole.train_dataset))
     assert torch.equal(test_images, whole.test_dataset.tensors[0])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_the_dev_permutation_is_not_the_train_test_permutation_of_the_same_seed(seed):
+    """DEV_STREAM's contract: the dev draw is not the train/test draw of the same split_seed
+    (a table's train/test split is default_rng(split_seed).permutation(n_rows), tabular.py:618)."""
+    n, fraction = 1000, 0.2
+    _, dev = dev_split(n, fraction, seed)
+    same_stream = np.sort(np.random.default_rng(seed).permutation(n)[: len(dev)])
+    assert not np.array_equal(dev, same_stream)

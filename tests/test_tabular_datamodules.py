@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 from pathlib import Path
@@ -19,7 +20,7 @@ from lightning_dpgan.data.schema import SchemaError, TableSchema
 from lightning_dpgan.datamodules import csv as csv_module
 from lightning_dpgan.datamodules import king as king_module
 from lightning_dpgan.datamodules import tabular as tabular_module
-from lightning_dpgan.datamodules.adult import AdultDataModule
+from lightning_dpgan.datamodules.adult import AdultDataModule, read_adult
 from lightning_dpgan.datamodules.csv import CSVDataModule
 from lightning_dpgan.datamodules.kaggle_credit import KaggleCreditDataModule
 from lightning_dpgan.datamodules.king import KingDataModule
@@ -837,3 +838,34 @@ def test_a_table_file_the_data_dir_lacks_read_from_the_cache_is_warned_of(tmp_pa
         AdultDataModule(data_dir=mine, cache_dir=cache, download=False).setup()
     assert f"adult.data not found in {mine}" in caplog.text
     assert f"reading the earlier download in {cache / 'adult'}" in caplog.text
+
+
+def test_the_test_split_holds_the_rounded_share_of_the_rows():
+    """The test split is the rounded share of the rows (a count privacy.json releases): 13.6 of 40 is 14."""
+    datamodule = loaded(KingDataModule, "king_tiny", test_fraction=0.34)  # 40 rows: 13.6 -> 14
+    assert len(datamodule.test_frame) == 14 and len(datamodule.train_frame) == 26
+
+
+def test_every_training_batch_is_full_when_the_split_has_enough_rows():
+    """A short last batch is dropped when the split holds a full one: 32 training rows, batch 7, four of 7."""
+    datamodule = loaded(KingDataModule, "king_tiny")  # 32 training rows, batch 8 -> use 7 to leave a remainder
+    datamodule.hparams.batch_size = 7
+    sizes = [len(batch[0]) for batch in datamodule.train_dataloader()]
+    assert sizes and set(sizes) == {7}
+
+
+def test_adult_rows_keep_their_line_numbers_after_the_missing_ones_are_dropped():
+    """The index stays the file's line number (splits stay traceable, and the rows' digest hashes it)."""
+    path = FIXTURES / "adult_tiny" / "adult.data"
+    lines = path.read_text().splitlines()
+    offset = 1 if lines[0].startswith("|") else 0
+    expected = [i - offset for i, line in enumerate(lines) if i >= offset and line.strip() and "?" not in line]
+    assert len(expected) < len(lines) - offset  # the fixture has rows with '?'
+    assert list(read_adult(path).index) == expected
+
+
+def test_a_king_file_of_another_size_is_warned_of(caplog):
+    """A truncated local King file trains on fewer records: said, as for Adult."""
+    with caplog.at_level(logging.WARNING):
+        loaded(KingDataModule, "king_tiny")
+    assert "not the Kaggle file's 21613" in caplog.text
