@@ -612,7 +612,8 @@ class TabularDataModule(L.LightningDataModule):
         if not 0 < n_test < n_rows:
             raise ValueError(
                 f"{self.name}: --data.test_fraction {self.hparams.test_fraction} leaves {n_test} of {n_rows} rows for "
-                f"testing; both splits need at least one row: use a fraction from 1/{n_rows} to {n_rows - 1}/{n_rows}, "
+                f"testing; both splits need at least one row: use a fraction from {1 / n_rows:.6g} to "
+                f"{(n_rows - 1) / n_rows:.6g}, "
                 "or train on more rows"
             )
         order = np.random.default_rng(self.hparams.split_seed).permutation(n_rows)

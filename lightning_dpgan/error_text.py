@@ -39,6 +39,6 @@ def named_file_text(path: Path, what: str, error: type[Exception]) -> str:
     if not path.is_file():
         raise error(f"{what} not found: {path}")
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # Notepad's byte-order mark: JSON refuses it
     except UnicodeDecodeError as err:
         raise error(f"{what} {path} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8") from None

@@ -1467,7 +1467,11 @@ def test_the_gpate_loop_reference_is_timed_at_each_k_not_scaled_from_a_small_one
 
     monkeypatch.setattr(script, "seconds_per_iteration", seconds)
     out = tmp_path / "gpate.json"
-    script.main(["--data-dir", str(tmp_path), "--ks", "2000", "4000", "--steps", "4", "--json", str(out)])
+    import torch
+
+    threads = str(torch.get_num_threads())  # the script sets torch's threads for the whole process
+    script.main(["--data-dir", str(tmp_path), "--ks", "2000", "4000", "--steps", "4", "--threads", threads,
+                 "--json", str(out)])
     assert sorted(timed) == [("GPATE", 2000), ("GPATE", 4000), ("LoopGPATE", 2000), ("LoopGPATE", 4000)]
     written = json.loads(out.read_text())
     assert [row["k"] for row in written["rows"]] == [2000, 4000] and written["steps"] == 4

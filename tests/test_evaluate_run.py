@@ -58,6 +58,13 @@ def test_a_copied_record_is_at_distance_zero_and_a_near_copy_is_not():
     distances = closest_record_distances(members[:400], synthetic)
     assert torch.equal(distances[:300], torch.zeros(300))
     torch.testing.assert_close(distances[300:], torch.full((100,), 1e-3), rtol=1e-4, atol=0)
+    # a near-copy 1e-4 away listed before each exact copy: float32's matrix product could not tell
+    # them apart, and took the first
+    wider = members[:400] * 4
+    beside = wider.clone()
+    beside[:, 0] += 1e-4
+    distances = closest_record_distances(wider, torch.cat([torch.rand(2000, 108) * 4, beside, wider]))
+    assert torch.equal(distances, torch.zeros(400))
 
 
 def test_attack_is_at_chance_when_the_generator_saw_nobody():

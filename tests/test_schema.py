@@ -436,6 +436,10 @@ def test_load_reports_bad_files(tmp_path):
     latin.write_bytes(b"columns:\n  - {name: x, kind: categorical, categories: [caf\xe9, tea]}\n")
     with pytest.raises(SchemaError, match=r"schema file .*latin.yaml is not UTF-8 text \(.* at byte \d+\): save it as UTF-8"):
         TableSchema.load(latin)
+    marked = tmp_path / "notepad.json"  # saved as "UTF-8" by Notepad: a byte-order mark first
+    marked.write_bytes(b"\xef\xbb\xbf" + json.dumps({"columns": [{"name": "x", "kind": "categorical",
+                                                                 "categories": ["a", "b"]}]}).encode())
+    assert TableSchema.load(marked).names == ["x"]
     path = tmp_path / "bad.yaml"
     path.write_text("columns:\n  - {name: x, kind: continuous, bounds: [0, 1], colour: red}\n")
     with pytest.raises(SchemaError, match=r"bad.yaml.*unknown keys \['colour'\]"):

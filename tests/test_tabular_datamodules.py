@@ -673,9 +673,9 @@ def test_a_table_too_small_for_its_split_names_the_flag_and_the_fractions_that_w
         CSVDataModule(csv=tmp_path / "one.csv", schema=schema_file)._load_frames()
     make_frame(3, seed=0).to_csv(tmp_path / "three.csv", index=False)
     with pytest.raises(ValueError, match=r"--data.test_fraction 0.1 leaves 0 of 3 rows for testing; both splits need at "
-                                         r"least one row: use a fraction from 1/3 to 2/3, or train on more rows"):
+                                         r"least one row: use a fraction from 0.333333 to 0.666667, or train on more rows"):
         CSVDataModule(csv=tmp_path / "three.csv", schema=schema_file, test_fraction=0.1)._load_frames()
-    for fraction, tested in ((1 / 3, 1), (2 / 3, 2)):  # the ends of the range said
+    for fraction, tested in ((0.333333, 1), (0.666667, 2)):  # the ends of the range, as said
         module = CSVDataModule(csv=tmp_path / "three.csv", schema=schema_file, test_fraction=fraction)
         module._load_frames()
         assert len(module.test_frame) == tested
