@@ -41,6 +41,7 @@ class CSVDataModule(TabularDataModule):
     """
 
     name = "csv"
+    reads_data_dir = False
 
     def __init__(
         self,
@@ -78,6 +79,9 @@ class CSVDataModule(TabularDataModule):
         if csv is None:
             raise ValueError("the csv dataset needs the file: pass --data.csv PATH")
         self.csv_path = Path(csv).expanduser()
+        if kwargs.get("data_dir") is not None:
+            log.warning("csv: --data-dir %s is not read: the csv dataset reads the file --data.csv names, %s",
+                        kwargs["data_dir"], self.csv_path)
         self.categorical = column_names(categorical)
         self.integer = column_names(integer)
         self.drop = column_names(drop)

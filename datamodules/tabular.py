@@ -103,6 +103,9 @@ class TabularDataModule(L.LightningDataModule):
     name: ClassVar[str] = ""
     kind: ClassVar[str] = "table"
     num_classes: ClassVar[int | None] = None
+    #: False for a dataset whose file is named by its own setting (``csv``): ``data_dir`` is then
+    #: neither read nor checked, and ``$LIGHTNING_DPGAN_DATA_DIR`` not recorded for it.
+    reads_data_dir: ClassVar[bool] = True
     #: Subfolders of ``data_dir`` searched (before ``data_dir`` itself) for the raw files.
     subdirs: ClassVar[tuple[str, ...]] = ()
     #: Files downloaded by :meth:`prepare_data` when missing; empty for other sources.
@@ -210,7 +213,7 @@ class TabularDataModule(L.LightningDataModule):
         self.log_columns = column_names(log_columns) if log_columns is not None else list(self.default_log_columns)
         self.discrete_columns = (column_names(discrete_columns) if discrete_columns is not None
                                  else list(self.default_discrete_columns))
-        self.data_dir = data_folder(data_dir)
+        self.data_dir = data_folder(data_dir) if self.reads_data_dir else None
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
         self.train_frame: pd.DataFrame | None = None
         self.test_frame: pd.DataFrame | None = None

@@ -110,15 +110,17 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
     config = read_run_file(config_path, yaml.safe_load)
     if not isinstance(config, dict) or not isinstance(config.get("data"), dict):
         raise ValueError(f"{config_path} is damaged (no data section): restore it from the run, or rerun train")
+    cls = registry.lookup("dataset", config["data"]["name"]).load()
     if data_dir is not None:
         config["data"]["data_dir"] = data_dir
+    elif not getattr(cls, "reads_data_dir", True):
+        config["data"].pop("data_dir", None)  # recorded by earlier versions from the environment, never read
     elif (recorded := config["data"].get("data_dir")) and not Path(recorded).expanduser().is_dir():
         raise FileNotFoundError(f"the data folder recorded for this run, {recorded} ({config_path}, data.data_dir), is not "
                                 "there any more: pass evaluate --data-dir with the folder that holds the data now")
     info = checkpoint_of_this_run(run_dir, config)
     if info is not None and privacy is not None:
         check_privacy_report_of_this_run(run_dir, privacy, info)
-    cls = registry.lookup("dataset", config["data"]["name"]).load()
     arguments = section_arguments(config, "data", cls)
     if arguments.get("schema") is not None:  # earlier runs recorded the unused estimate budget beside a schema file
         arguments = {key: value for key, value in arguments.items() if key not in ("bounds_epsilon", "bounds_delta")}

@@ -709,7 +709,8 @@ class Run:
         if trainer.is_global_zero:
             kept = {k: v for k, v in self.config.items() if k not in INVOCATION_ONLY}
             found = default_data_dir()
-            if isinstance(kept.get("data"), dict) and kept["data"].get("data_dir") is None and found is not None:
+            if (isinstance(kept.get("data"), dict) and kept["data"].get("data_dir") is None and found is not None
+                    and getattr(self.datamodule, "reads_data_dir", True)):
                 # found through $LIGHTNING_DPGAN_DATA_DIR: recorded, so that --config reruns from anywhere
                 kept = {**kept, "data": {**kept["data"], "data_dir": str(found)}}
             write_yaml(self.output_dir / "config.yaml", with_absolute_paths(kept))

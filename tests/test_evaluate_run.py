@@ -883,3 +883,41 @@ def test_figures_left_staged_by_a_killed_evaluation_are_not_published_with_the_n
     figures = sorted(path.name for path in (run / "report").iterdir())
     assert "stale.png" not in figures and (run / "report" / "auroc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not staged.exists()
+
+
+def test_a_csv_run_neither_reads_nor_records_a_data_folder(tmp_path, monkeypatch, caplog):
+    """A csv run reads the file --data.csv names, never a data folder: one named by
+    $LIGHTNING_DPGAN_DATA_DIR is not recorded in its config.yaml (nor refused when it is gone),
+    one given by --data-dir is said to be unused, and evaluate does not ask for a folder that an
+    earlier version recorded and that is gone since."""
+    import numpy as np
+    import pandas as pd
+    import yaml
+
+    from lightning_dpgan.datamodules.csv import CSVDataModule
+
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"amount": rng.gamma(2.0, 50.0, 200).round(2), "label": rng.choice(["no", "yes"], 200)}).to_csv(
+        tmp_path / "t.csv", index=False)
+    (tmp_path / "folder").mkdir()
+    monkeypatch.setenv("LIGHTNING_DPGAN_DATA_DIR", str(tmp_path / "folder"))
+    run = tmp_path / "run"
+    assert main(["train", "--model", "gan", "--dataset", "csv", "--data.csv", str(tmp_path / "t.csv"),
+                 "--data.target", "label", "--data.label_kind", "binary", "--data.bounds_epsilon", "3", "--output-dir", str(run),
+                 "--max-steps", "2", "--batch-size", "8", "--trainer.enable_progress_bar", "false",
+                 "--trainer.enable_model_summary", "false"]) == 0
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["data"].get("data_dir") is None
+
+    (tmp_path / "folder").rmdir()  # a stale variable does not stop a csv run
+    settings = {"csv": str(tmp_path / "t.csv"), "target": "label", "label_kind": "binary"}
+    assert CSVDataModule(**settings).data_dir is None
+    with caplog.at_level("WARNING"):
+        CSVDataModule(**settings, data_dir=str(tmp_path))
+    assert f"--data-dir {tmp_path} is not read" in caplog.text and str(tmp_path / "t.csv") in caplog.text
+
+    config["data"]["data_dir"] = str(tmp_path / "folder")  # as earlier versions recorded it
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    monkeypatch.delenv("LIGHTNING_DPGAN_DATA_DIR")
+    assert main(["evaluate", "--run", str(run)]) == 0
+    assert "utility/B_auroc" in read_json(run / "evaluation.json")
