@@ -329,3 +329,85 @@ def test_spans_of_no_width_or_unknown_kind_are_refused(bad):
     """A zero-width span would be a column the generator never emits and the encoder never reads."""
     with pytest.raises(ValueError, match="span"):
         CTGANGenerator(4, 0, bad, hidden=(8,))
+
+
+@pytest.mark.parametrize("make", [
+    lambda tau: CTGANGenerator(6, 0, [(1, "tanh"), (3, "softmax")], hidden=(8,), tau=tau),
+    lambda tau: SACTGANGenerator(6, 0, [(1, "tanh"), (3, "softmax")], tokens=2, token_dim=4, heads=1, depth=1, ff_dim=8, tau=tau),
+], ids=["ctgan", "sactgan"])
+def test_a_generator_uses_the_gumbel_temperature_it_is_given(make):
+    """``tau`` set at construction is the temperature of the training-mode Gumbel-softmax (the
+    default 0.2 test cannot tell a given tau from a hard-coded 0.2)."""
+    torch.manual_seed(0)
+    generator = make(2.0).train()
+    logits = generator.logits(torch.randn(16, 6))
+    torch.manual_seed(1)
+    got = generator.activate(logits)
+    torch.manual_seed(1)
+    torch.testing.assert_close(got, apply_span_activations(logits, [(1, "tanh"), (3, "softmax")], tau=2.0))
+    torch.manual_seed(1)
+    assert not torch.allclose(got, apply_span_activations(logits, [(1, "tanh"), (3, "softmax")], tau=0.2))
+
+
+def test_soft_categorical_spans_are_gumbel_noised_not_a_plain_softmax():
+    """Training-mode spans are Gumbel-softmax *samples*: rows with the same logits differ (a
+    plain tempered softmax would give every such row the same probabilities), and over many
+    draws category i wins as often as softmax(logits)_i says."""
+    torch.manual_seed(0)
+    logits = torch.tensor([0.1, 0.6, 0.3]).log().repeat(4000, 1)
+    x = apply_span_activations(logits, [(3, "softmax")], tau=0.2)
+    assert not torch.allclose(x[0], x[1])
+    winners = torch.bincount(x.argmax(1), minlength=3).float() / len(x)
+    torch.testing.assert_close(winners, torch.tensor([0.1, 0.6, 0.3]), atol=0.03, rtol=0)
+
+
+def test_a_lower_gumbel_temperature_gives_sharper_soft_spans():
+    """``tau`` is the Gumbel-softmax temperature: at 0.1 the soft spans are nearly one-hot, at 5
+    nearly uniform."""
+    torch.manual_seed(0)
+    logits = torch.randn(2000, 4)
+    sharp = apply_span_activations(logits, [(4, "softmax")], tau=0.1).max(1).values.mean()
+    flat = apply_span_activations(logits, [(4, "softmax")], tau=5.0).max(1).values.mean()
+    assert sharp > 0.9 and flat < 0.5
+
+
+def test_a_ctgan_residual_block_appends_relu_of_batch_normalised_features_to_its_input():
+    """CTGAN's Residual: ``cat([ReLU(BN(FC(x))), x])``; in training BN standardises each new
+    feature over the batch (BN's initial scale 1 and shift 0)."""
+    from lightning_dpgan.nets.ctgan import Residual
+
+    torch.manual_seed(0)
+    block = Residual(5, 7).train()
+    x = torch.randn(32, 5) * 3 + 2
+    y = block.fc(x)
+    standardised = (y - y.mean(0)) / torch.sqrt(y.var(0, unbiased=False) + block.bn.eps)
+    out = block(x)
+    torch.testing.assert_close(out[:, :7], torch.relu(standardised), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(out[:, 7:], x)
+
+
+def test_a_ctgan_discriminator_uses_leaky_relu_0_2():
+    """CTGAN's critic: Linear -> LeakyReLU(0.2) -> Dropout per hidden layer: a negative
+    pre-activation passes 0.2 of itself (and of its gradient), not zero."""
+    torch.manual_seed(0)
+    critic = CTGANDiscriminator(4, 0, hidden=(6,), dropout=0.0).eval()
+    x = torch.randn(10, 4)
+    expected = critic.head(nn.functional.leaky_relu(critic.body[0](x), 0.2)).squeeze(1)
+    torch.testing.assert_close(critic(x), expected)
+    assert (critic.body[0](x) < 0).any()
+
+
+def test_a_pack_size_below_one_is_refused_when_the_critic_is_built():
+    for cls in (CTGANDiscriminator, SACTGANDiscriminator):
+        with pytest.raises(ValueError, match="pac"):
+            cls(4, 0, pac=0)
+
+
+def test_a_sactgan_generator_stacks_depth_attention_blocks():
+    """``depth`` attention blocks, as asked: depth 3 has more layers than depth 1, and zeroing
+    the last block's sublayers leaves what the first two compute."""
+    torch.manual_seed(0)
+    deep = SACTGANGenerator(6, 0, [(2, "softmax")], tokens=2, token_dim=4, heads=1, depth=3, ff_dim=8)
+    shallow = SACTGANGenerator(6, 0, [(2, "softmax")], tokens=2, token_dim=4, heads=1, depth=1, ff_dim=8)
+    assert len(deep.encoder.blocks) == 3 and len(shallow.encoder.blocks) == 1
+    assert sum(p.numel() for p in deep.parameters()) > sum(p.numel() for p in shallow.parameters())

@@ -175,3 +175,36 @@ def test_labels_must_be_one_per_record():
             generator(torch.randn(4, 4), bad)
         with pytest.raises(ValueError, match="expected 4 labels"):
             discriminator(torch.randn(4, 5), bad)
+
+
+def test_a_gpate_generator_batch_normalises_and_leaky_relus_every_hidden_layer():
+    """G-PATE (appendix A.5): "We apply batch normalization and Leaky ReLU on all layers" --
+    the FC, the seed FC and the hidden deconvolution (the output deconvolution ends in tanh)."""
+    from lightning_dpgan.nets.gpate import GPATEGenerator
+
+    generator = GPATEGenerator(4, (1, 8, 8), num_classes=3, hidden=16, channels=8)
+    for block, norm in ((generator.fc, nn.BatchNorm1d), (generator.seed, nn.BatchNorm1d), (generator.deconv, nn.BatchNorm2d)):
+        assert [type(m) for m in block][1:] == [norm, nn.LeakyReLU]
+        assert block[2].negative_slope == 0.2
+
+
+def test_dcgan_nets_follow_dcgans_layer_recipe():
+    """DCGAN (Radford et al.): the generator batch-normalises and ReLUs each hidden layer and ends
+    in tanh; the critic uses LeakyReLU(0.2) after every convolution (a ReLU critic passes no
+    gradient back through its dead units)."""
+    from lightning_dpgan.nets.dcgan import DCGANDiscriminator, DCGANGenerator
+
+    generator = DCGANGenerator(8, (1, 8, 8), base_channels=4)
+    kinds = [type(m) for m in [*generator.project, *generator.upsample]]
+    assert kinds == [nn.Linear, nn.BatchNorm1d, nn.ReLU, nn.ConvTranspose2d, nn.BatchNorm2d, nn.ReLU, nn.ConvTranspose2d, nn.Tanh]
+    discriminator = DCGANDiscriminator((1, 8, 8), base_channels=4)
+    assert [m.negative_slope for m in discriminator.modules() if isinstance(m, nn.LeakyReLU)] == [0.2, 0.2]
+    assert not any(isinstance(m, nn.ReLU) for m in discriminator.modules())
+
+
+def test_auto_takes_an_mlp_for_an_image_with_a_side_not_divisible_by_4():
+    """``auto`` must not pick DCGAN nets (which refuse it) when only one side divides by 4."""
+    assert resolve_architecture("auto", (1, 28, 30)) == "mlp"
+    assert resolve_architecture("auto", (1, 30, 28)) == "mlp"
+    generator, _ = build_networks("auto", (1, 28, 30), latent_dim=4)
+    assert generator(torch.randn(2, 4)).shape == (2, 1, 28, 30)

@@ -554,3 +554,28 @@ def test_built_mlp_teachers_are_the_default_standalone_teacher() -> None:
         standalone = MLPTeacher(FEATURES, (7, 3), CLASSES)
         standalone.load_state_dict(ensemble.teacher(k).state_dict())
         torch.testing.assert_close(standalone(x, labels), logits[k], **TOL)
+
+
+@pytest.mark.parametrize("num_classes", [None, 3])
+def test_a_conv_teacher_is_conv_leaky_relu_fc_leaky_relu_logit(num_classes):
+    """G-PATE's teacher: strided conv (label planes joined to the image) -> LeakyReLU(0.2) ->
+    FC -> LeakyReLU(0.2) -> one logit. Computed here from the teacher's own layers with plain
+    torch ops, so a dropped or different activation in the teacher (which a comparison with the
+    ensemble, built from the same teacher class, cannot see) changes the logits."""
+    from torch.nn import functional as F
+
+    from lightning_dpgan.nets.conditioning import label_planes
+
+    torch.manual_seed(0)
+    teacher = ConvTeacher((1, 8, 8), num_classes, channels=3, kernel_size=3, hidden=4)
+    x = torch.randn(6, 1, 8, 8) * 3
+    labels = torch.tensor([0, 1, 2, 1, 0, 2]) if num_classes else None
+    h = F.leaky_relu(teacher.conv(label_planes(x, labels, num_classes)), 0.2)
+    h = F.leaky_relu(teacher.fc(torch.flatten(h, 1)), 0.2)
+    expected = teacher.head(h).squeeze(1)
+    torch.testing.assert_close(teacher(x, labels), expected)
+    # and the batched ensemble of such teachers gives the same logits
+    ensemble = VmapTeacherEnsemble.from_teachers([teacher, teacher])
+    torch.testing.assert_close(ensemble.forward_shared(x, labels)[1], expected, atol=1e-5, rtol=1e-4)
+    # the activations matter here: some pre-activations are negative at both layers
+    assert (teacher.conv(label_planes(x, labels, num_classes)) < 0).any()
