@@ -191,3 +191,29 @@ def test_audit_of_the_gradient_sanitizer():
     claimed = accountant.get_epsilon(DELTA)
     assert sanitizer_audit(sigma) <= claimed
     assert sanitizer_audit(sigma / batch) > claimed  # broken: the noise divided by B once too often
+
+
+def test_audit_guesses_canary_only_when_the_score_exceeds_the_threshold():
+    """A score exactly at the threshold is "no canary" (the docstring's "exceeds"): counting it
+    as a guess would turn ties into true/false positives."""
+    result = audit(lambda canary, rng: 1.0 if canary else 0.0, threshold=1.0, trials=10)
+    assert (result.true_positives, result.false_positives) == (0, 0)
+    result = audit(lambda canary, rng: 1.0 if canary else 0.0, threshold=0.0, trials=10)
+    assert (result.true_positives, result.false_positives) == (10, 0)
+
+
+def test_audit_passes_its_delta_to_the_bound():
+    """(epsilon, delta)-DP forgives delta of the true-positive rate: audit(delta=...) must use it."""
+    run = lambda canary, rng: 1.0 if canary else float(rng.random() < 0.2)  # noqa: E731
+    with_delta = audit(run, threshold=0.5, trials=30, delta=0.2, seed=3)
+    without = audit(run, threshold=0.5, trials=30, seed=3)
+    assert (with_delta.true_positives, with_delta.false_positives) == (without.true_positives, without.false_positives)
+    assert with_delta.epsilon_lower == pytest.approx(
+        epsilon_lower_bound(with_delta.true_positives, with_delta.false_positives, 30, delta=0.2))
+    assert with_delta.epsilon_lower < without.epsilon_lower
+
+
+@pytest.mark.parametrize("successes, trials", [(5, 3), (-1, 3), (0, 0)])
+def test_clopper_pearson_refuses_impossible_counts(successes, trials):
+    with pytest.raises(ValueError, match="successes"):
+        clopper_pearson(successes, trials, 0.95)

@@ -16,6 +16,7 @@ from lightning_dpgan.canary_audit import (
     AUDIT_FILE,
     Canary,
     TrialRun,
+    audit_parser,
     balanced_assignment,
     build_canary,
     canary_score,
@@ -640,3 +641,25 @@ def test_an_unbounded_training_claim_reads_unbounded_not_infinity(tiny_table, tm
     assert audit.claimed_epsilon is None and audit.consistent and not audit.could_detect_a_violation
     assert "vs training's claimed unbounded" in audit.summary() and audit.undetectable_warning() is None
     assert read_json(tmp_path / AUDIT_FILE)["claimed_epsilon"] is None
+
+
+def test_run_audit_defaults_to_20_trials_at_95_percent_confidence(tiny_table, tmp_path, monkeypatch):
+    """The documented defaults (module docstring, --help): 20 counted trials, 95 % confidence."""
+    stand_in_trials(monkeypatch, lambda canary: 0.0 if canary else 1.0)
+    audit = run_audit(build_config(dp_sgd_args(tiny_table)), tmp_path, threshold=0.5)
+    assert audit.confidence == 0.95 and len(audit.trials) == 20 and audit.trials_per_side == 10
+    assert audit.to_dict()["confidence"] == 0.95
+    args = audit_parser().parse_args([])
+    assert (args.trials, args.confidence, args.samples, args.threshold) == (20, 0.95, 2000, None)
+
+
+def test_a_claim_exactly_at_the_largest_detectable_epsilon_is_consistent_and_undetectable(tiny_table, tmp_path,
+                                                                                            monkeypatch):
+    """A perfect test shows epsilon_lower = L; a claim of exactly L is met (epsilon_lower <= claim),
+    and no outcome of these trials could have contradicted it."""
+    largest = epsilon_lower_bound(20, 0, 20, 1e-6, 0.97)
+    stand_in_trials(monkeypatch, lambda canary: 0.0 if canary else 1.0, training=(largest, 1e-6), total=(2 * largest, 2e-6))
+    audit = run_audit(build_config(dp_sgd_args(tiny_table)), tmp_path, 40, confidence=0.97, calibration_trials=2)
+    assert audit.epsilon_lower == audit.claimed_epsilon == largest
+    assert audit.consistent is True and "VIOLATION" not in audit.summary()
+    assert audit.could_detect_a_violation is False and audit.undetectable_warning() is not None
