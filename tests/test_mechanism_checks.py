@@ -521,19 +521,21 @@ def test_dp_histogram_extreme_records_move_each_of_the_d_column_histograms_by_on
     assert np.abs(counts(pd.concat([base, pd.DataFrame([dropped])], ignore_index=True)) - without).sum() == 0
 
 
+class MarkerNoise:
+    """Laplace draws replaced by a marker 1e6, so that a count released without noise shows."""
+
+    def __init__(self):
+        self.scales = []
+
+    def laplace(self, loc, scale, size):
+        self.scales.append(scale)
+        return np.full(size, 1e6)
+
+
 def test_dp_histogram_every_released_count_carries_its_own_laplace_draw():
     """Protects the noise on every bin the histograms release, the special values' counts of a
     mixed column included: each released count is its true count plus one draw of scale d/epsilon
     (here a marker draw of 1e6, so that a count released without noise would show)."""
-
-    class MarkerNoise:
-        def __init__(self):
-            self.scales = []
-
-        def laplace(self, loc, scale, size):
-            self.scales.append(scale)
-            return np.full(size, 1e6)
-
     frame, epsilon, d = table(300, 0), 2.0, len(HIST_SCHEMA.columns)
     exact, _ = dp_column_histograms(frame, HIST_SCHEMA, epsilon, bins=16, rng=NoiseProbe(), **HIST_ROLES)
     marker = MarkerNoise()
@@ -543,6 +545,17 @@ def test_dp_histogram_every_released_count_carries_its_own_laplace_draw():
         np.testing.assert_allclose(histogram.special_counts, exact[name].special_counts + 1e6)
     assert len(noisy["gain"].special_counts) == 1  # the mixed column's special value 0 is released
     assert set(marker.scales) == {d / epsilon}
+
+
+def test_dp_histogram_a_category_or_bin_no_record_holds_carries_its_laplace_draw_too():
+    """Protects the noise on empty bins: a category absent from the rows (or an empty numeric
+    bin) released as an exact 0 would tell that no record holds it."""
+    schema = TableSchema(columns=(Column("x", "continuous", bounds=(0.0, 1.0), source="test"),
+                                  Column("colour", "categorical", categories=("red", "green", "blue"), source="test")))
+    frame = pd.DataFrame({"x": [0.1, 0.2, 0.6, 0.9], "colour": ["red", "green", "red", "green"]})
+    histograms, _ = dp_column_histograms(frame, schema, 1.0, bins=4, rng=MarkerNoise())
+    assert histograms["colour"].counts.tolist() == [2 + 1e6, 2 + 1e6, 1e6]
+    assert histograms["x"].counts.tolist() == [2 + 1e6, 1e6, 1 + 1e6, 1 + 1e6]
 
 
 def test_dp_bounds_counts_move_by_one_for_any_added_value():
