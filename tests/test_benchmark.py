@@ -1879,3 +1879,102 @@ def test_a_dataset_of_the_other_kind_is_refused_by_the_suite_that_does_not_measu
         benchmark(["--suite", suite, "--quick", "--datasets", dataset, "--out-dir", str(tmp_path / "runs"),
                    "--results-dir", str(tmp_path / "results")])
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_plot_marker_is_drawn_only_on_the_measure_its_paper_figure_measures():
+    """A dataset with papers' figures of two measures: each plot (one measure) gets only its own."""
+    reference = {"paper": {"auroc": 0.87, "r2": 0.25},
+                 "markers": [{"dataset": "adult", "measure": "utility/B_auroc", "epsilon": 1, "at": ["paper", "auroc"],
+                              "label": "AUROC (paper)"},
+                             {"dataset": "adult", "measure": "utility/difference_r2", "epsilon": 1, "at": ["paper", "r2"],
+                              "label": "R2 gap (paper)"}]}
+    auroc = report.markers_for(reference, "adult", "utility/B_auroc")
+    assert [(m["label"], m["value"]) for m in auroc] == [("AUROC (paper)", 0.87)]
+    assert [m["value"] for m in report.markers_for(reference, "adult", "utility/difference_r2")] == [0.25]
+    assert report.markers_for(reference, "adult", "utility/cnn_accuracy") == []
+
+
+def test_quick_peers_are_compared_with_our_quick_tables_run_not_a_newer_run_of_another_size(tmp_path, monkeypatch):
+    """Off the protocol, the peers are compared with our tables run of their own size: a newer
+    custom run (other steps, other presets) is not the same protocol."""
+    def write(suite, size, day, runs):
+        written = {key: value for key, value in result_file(suite, size, runs).items() if key != "file"}
+        results.results_path(tmp_path, suite, day).write_text(json.dumps(written))
+
+    monkeypatch.setattr(report, "plot_suite", lambda *args: [])  # the plots are not what is tested
+    monkeypatch.setattr(report, "delta_for", lambda dataset: 1e-5)  # spares importing the datamodules
+    write("tables", "quick", date(2026, 1, 1), [run("pategan", 0, 0.6)])
+    write("tables", "custom", date(2026, 1, 2), [run("pategan", 0, 0.9)])
+    write("peers", "quick", date(2026, 1, 3), [run("pategan", 0, 0.5)])
+    section = report.generated_section(tmp_path, {}, ["peers"], tmp_path)
+    (line,) = [line for line in section.splitlines() if line.startswith("| pategan | adult | 1 | 0.500")]
+    assert "| pategan | 0.600 (1) | 1.20 |" in line  # our quick run's 0.6 over the peer's 0.5
+    assert "`tables-2026-01-01.json`" in section and "tables-2026-01-02" not in section
+
+
+def test_an_image_cells_evaluate_command_draws_the_sizes_number_of_synthetic_images(tmp_path):
+    """The quick images size evaluates on 2000 synthetic images: evaluate must be told so, else it
+    draws as many as there are training images (60,000, the full protocol's)."""
+    from lightning_dpgan.benchmark.runner import evaluate_command
+    from lightning_dpgan.run_folder import IMAGE_EVALUATE_OPTIONS
+
+    size = suite_size("images", quick=True)
+    command = evaluate_command(Cell("dpgan", "mnist", 10.0, 0), size, Settings(out_dir=tmp_path))
+    flag = IMAGE_EVALUATE_OPTIONS["n_synthetic"]
+    assert flag in command and command[command.index(flag) + 1] == str(size.n_synthetic) == "2000"
+    full = evaluate_command(Cell("dpgan", "mnist", 10.0, 0), suite_size("images", quick=False), Settings(out_dir=tmp_path))
+    assert flag not in full  # the full size: as many as the training images, evaluate's default
+
+
+def test_a_failed_cells_reason_is_the_end_of_its_log_where_the_error_is(tmp_path):
+    """run_logged's error is the command, then the last 15 lines of its log: the reason recorded
+    (and shown in RESULTS.md) must be the log's end, the command's own error."""
+    log = "\n".join(f"log line {i}" for i in range(12))
+    error = RuntimeError(f"python -m lightning_dpgan train ... failed (exit 1); end of x.log:\n{log}\n"
+                         "ValueError: the budget is spent before the first step")
+    record = failed_run(Cell("pategan", "adult", 1.0, 0), error, Settings(out_dir=tmp_path))
+    assert record["status"] == "failed"
+    assert record["error"].splitlines()[-1] == "ValueError: the budget is spent before the first step"
+    assert "failed (exit 1)" not in record["error"]
+    assert report._last_line(record["error"]) == "ValueError: the budget is spent before the first step"
+
+
+def test_a_resumed_cell_records_no_fit_time_though_its_run_folder_has_one(tmp_path, monkeypatch):
+    """A cell read back or continued under --resume timed only part of its run: neither wall time
+    is recorded, though the folder's metrics.json holds the last process's wall_time_s."""
+    from lightning_dpgan.benchmark.suites import Size
+
+    size = Size(("pategan",), ("adult",), (1.0,), (0,), max_steps=3)
+    cell = Cell("pategan", "adult", 1.0, 0)
+    folder = tmp_path / cell.name
+    folder.mkdir()
+    (folder / "privacy.json").write_text(json.dumps({"epsilon": 0.9, "delta": 1e-5, "steps": 3}))
+    (folder / "metrics.json").write_text(json.dumps({"steps": 3, "wall_time_s": 2.5}))
+    (folder / "evaluation.json").write_text(json.dumps({"utility/B_auroc": 0.7}))
+    runner.settings_file(cell, Settings(out_dir=tmp_path)).write_text(
+        json.dumps(runner.settings_record(cell, size, Settings(out_dir=tmp_path))))
+    monkeypatch.setattr(runner, "run_logged", lambda *args, **kwargs: 1.0)
+    resumed = runner.run_cell(cell, size, Settings(out_dir=tmp_path, resume=True))
+    assert resumed["resumed"] == runner.RESUMED[runner.EVALUATED]
+    assert resumed["train_seconds"] is None and resumed["fit_seconds"] is None
+    assert resumed["measures"]["utility/B_auroc"] == 0.7
+    fresh = runner.run_cell(cell, size, Settings(out_dir=tmp_path))  # a fresh run is timed whole
+    assert fresh["train_seconds"] == 1.0 and fresh["fit_seconds"] == 2.5
+
+
+def test_quick_peers_are_not_compared_with_a_cell_our_stopped_quick_tables_run_cut_short(tmp_path, monkeypatch):
+    """A quick tables run stopped after one of its two seeds of PATE-GAN: that cell, a mean of
+    fewer seeds than planned, is not ours to compare the peer with (a finished cell is)."""
+    def write(suite, day, runs, **fields):
+        written = {key: value for key, value in result_file(suite, "quick", runs).items() if key != "file"}
+        results.results_path(tmp_path, suite, day).write_text(json.dumps({**written, **fields}))
+
+    monkeypatch.setattr(report, "plot_suite", lambda *args: [])
+    monkeypatch.setattr(report, "delta_for", lambda dataset: 1e-5)
+    write("tables", date(2026, 1, 1), [run("dpgan", 0, 0.7), run("dpgan", 1, 0.7), run("pategan", 0, 0.9)],
+          seeds=[0, 1], complete=False)
+    write("peers", date(2026, 1, 3), [run("pategan", 0, 0.5), run("dpgan", 0, 0.5)])
+    section = report.generated_section(tmp_path, {}, ["peers"], tmp_path)
+    peer_rows = {line.split(" | ")[0]: line for line in section.splitlines() if line.startswith("| ") and "| adult | 1 | 0.500" in line}
+    assert "| dpgan | 0.700 ± 0.000 (2) | 1.40 |" in peer_rows["| dpgan"]
+    assert "0.900" not in peer_rows["| pategan"]

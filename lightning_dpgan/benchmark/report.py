@@ -465,8 +465,7 @@ def generated_section(results_dir: Path, reference: dict[str, Any], suites: list
         result = protocol_results(results_dir, suite) or latest_results(results_dir, suite)
         if result is None:
             continue
-        if "parts" not in result:  # a single file: of a stopped one, only the cells it finished
-            result = {**result, "summary": finished_summary(result)}
+        result = with_finished_cells(result)
         found.append(result)
         parts = result.get("parts", [result])
         header = [line for part in parts for line in _header(part, list_cells=len(parts) > 1)]
@@ -474,7 +473,8 @@ def generated_section(results_dir: Path, reference: dict[str, Any], suites: list
         lines += [line for name, extra in result.get("extras", {}).items() for line in _extra_lines(extra, name)]
         if suite == "peers":  # against ours on the same protocol (full or full-subset), else of the same size
             same_protocol = result["size"] in PROTOCOL_SIZES
-            tables = protocol_results(results_dir, "tables") if same_protocol else latest_results(results_dir, "tables", size=result["size"])
+            tables = (protocol_results(results_dir, "tables") if same_protocol
+                      else with_finished_cells(latest_results(results_dir, "tables", size=result["size"])))
             speed = protocol_results(results_dir, "speed") if same_protocol else None
             lines += peer_comparison(result, tables, speed)
         for path in plot_suite(result, reference, results_dir / "plots"):
@@ -483,6 +483,14 @@ def generated_section(results_dir: Path, reference: dict[str, Any], suites: list
         lines += ["No results yet.", ""]
     lines += ["### Goals", "", *goal_lines(found, reference), "", END]
     return "\n".join(lines)
+
+
+def with_finished_cells(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``result`` showing only the cells it finished: a single file of a stopped suite keeps its
+    cells cut short out of the tables (merged parts hold only finished cells already)."""
+    if result is None or "parts" in result:
+        return result
+    return {**result, "summary": finished_summary(result)}
 
 
 def shown_folder(folder: Path) -> str:
