@@ -102,7 +102,7 @@ class CTGAN(ConditionalTableMixin, GANModule):
         return F.softplus(-fake_scores).mean()  # non-saturating
 
     def discriminator_penalty(self, real: Tensor, labels: Tensor | None, fake: Tensor, fake_labels: Tensor | None) -> Tensor:
-        return gradient_penalty(self.discriminator, real, labels, fake, self.hparams.gradient_penalty, self.hparams.pac)
+        return gradient_penalty(self.discriminator, real, labels, fake, self.hparams.gradient_penalty)
 
     # ----------------------------------------------------------------- training
     def generator_step(self, n: int) -> Tensor:

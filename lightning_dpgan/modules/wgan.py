@@ -66,14 +66,14 @@ class WGAN(GANModule):
         )
 
 
-def gradient_penalty(discriminator: nn.Module, real: Tensor, labels: Tensor | None, fake: Tensor, weight: float,
-                     pack: int = 1) -> Tensor:
+def gradient_penalty(discriminator: nn.Module, real: Tensor, labels: Tensor | None, fake: Tensor, weight: float) -> Tensor:
     """WGAN-GP's penalty (Gulrajani et al. 2017): ``weight * (||grad D(x_mix)|| - 1)^2`` per score.
 
     ``x_mix`` interpolates each real record with a generated one; with class labels or condition
     vectors only the records are interpolated and the real ones' conditions kept (the usual
-    conditional WGAN-GP choice). ``pack`` records share one score (CTGAN's pac), so the norm is
-    taken over each pack's gradient and the result has one entry per score.
+    conditional WGAN-GP choice). Where several records share one score (CTGAN's pac), the norm is
+    taken over each pack's gradient (the rows of the gradient, one per score) and the result has
+    one entry per score.
     """
     if weight == 0:
         return real.new_zeros(())
