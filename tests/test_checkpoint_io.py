@@ -238,3 +238,13 @@ def test_a_resume_extends_its_checkpoints_lineage_without_changing_it():
     # a checkpoint from before lineages were kept: its steps are an unrecorded run's
     assert extended_lineage({"model": "gan"}, 6, run_id) == [{"run_id": UNRECORDED, "from_step": 0},
                                                              {"run_id": run_id, "from_step": 6}]
+
+
+def test_a_non_finite_weight_in_the_generators_first_layer_stops_the_run_too():
+    """Every parameter is checked, the first layer's as much as the last's."""
+    generator = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    module = SimpleNamespace(generator=generator, train_steps=1)
+    with torch.no_grad():
+        generator[0].weight[2, 1] = float("nan")
+    with pytest.raises(TrainingDivergedError):
+        FiniteGeneratorGuard().on_train_batch_end(None, module)

@@ -376,3 +376,13 @@ def test_another_logger_than_the_config_files_leaves_its_settings_out_with_a_not
     path.write_text(yaml.safe_dump({"model": {"name": "gan"}, "data": {"name": "adult"}, "logger": {"project": "p"}}))
     assert resolve({"logger": "wandb"}, {}, config_file=str(path), notes=kept)["logger"] == {"name": "wandb", "project": "p"}
     assert kept == []  # a section that names no logger is the chosen one's settings
+
+
+def test_an_anchor_nested_below_the_top_and_merged_twice_keeps_its_own_pairs_once():
+    """A mapping that merges and overrides, nested (built after its readers) and merged by two
+    later mappings, is flattened twice before its own turn: its own pairs are those the file gives."""
+    from lightning_dpgan.unique_keys import UniqueKeyLoader
+
+    text = "a: &a {x: 1}\nouter:\n  deeper:\n    inner: &b\n      <<: *a\n      x: 2\nc:\n  <<: *b\nd:\n  <<: *b\n"
+    loaded = yaml.load(text, Loader=UniqueKeyLoader)
+    assert loaded["outer"]["deeper"]["inner"] == {"x": 2}

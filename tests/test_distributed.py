@@ -14,7 +14,7 @@ from lightning_dpgan import ddp, distributed
 from lightning_dpgan.distributed import (average_gradients, batches_per_process, decided_by_rank_zero,
                                          drawn_by_rank_zero, gather_shards_on_rank_zero, launched_as_follower,
                                          launched_as_machine_follower, launched_process_name, own_share_of_draw,
-                                         rows_per_process, shard)
+                                         rows_per_process, shard, sum_across_ranks)
 
 
 # ------------------------------------------------------------------ shares and batches
@@ -244,3 +244,46 @@ def test_a_module_without_a_shard_has_no_process_local_parameters():
     assert ddp.process_local_parameters(torch.nn.Linear(2, 2)) == set()
     module = Teachers()
     assert ddp.process_local_parameters(module) == {id(p) for p in module.teacher.parameters()}
+
+
+def test_as_many_teachers_as_processes_gives_each_process_one():
+    """K equal to the world size is allowed: each rank holds exactly one teacher; one fewer is refused."""
+    assert [shard(3, index, 3) for index in range(3)] == [slice(0, 1), slice(1, 2), slice(2, 3)]
+    with pytest.raises(ValueError, match="each needs at least one"):
+        shard(2, 0, 3)
+
+
+class SummingDist:
+    """``torch.distributed`` seen from one rank of two, the other contributing ``other``."""
+    ReduceOp = SimpleNamespace(SUM="sum")
+
+    def __init__(self, other: torch.Tensor) -> None:
+        self.other, self.calls = other, []
+
+    def is_available(self):
+        return True
+
+    def is_initialized(self):
+        return True
+
+    def get_world_size(self):
+        return 2
+
+    def get_rank(self):
+        return 0
+
+    def all_reduce(self, tensor, op):
+        self.calls.append(op)
+        if op == "sum":
+            tensor += self.other
+
+
+def test_vote_histograms_are_summed_over_ranks_in_place_and_left_alone_in_one_process(monkeypatch):
+    """The aggregators add every rank's private counts before the noise: the sum, in place."""
+    mine = torch.tensor([1.0, 0.0, 2.0])
+    assert sum_across_ranks(mine.clone()).tolist() == [1.0, 0.0, 2.0]  # one process: unchanged
+    fake = SummingDist(torch.tensor([3.0, 4.0, 5.0]))
+    monkeypatch.setattr(distributed, "dist", fake)
+    result = sum_across_ranks(mine)
+    assert result is mine and mine.tolist() == [4.0, 4.0, 7.0]
+    assert fake.calls == ["sum"]

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -92,3 +93,19 @@ def test_every_command_line_run_applies_it_first(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(cli, "reuse_freed_memory", lambda: calls.append("called"))
     assert cli.main(["no-such-command"]) == 2
     assert calls == ["called"]
+
+
+@pytest.mark.parametrize("value,applied", [(None, True), ("", True), ("0", True), ("1", False), ("yes", False)])
+def test_only_a_set_opt_out_variable_keeps_glibcs_behaviour(monkeypatch, value, applied):
+    """``LIGHTNING_DPGAN_RETURN_FREED_MEMORY=0`` (or empty) is not an opt-out: freed memory is still kept."""
+    from lightning_dpgan import host_memory
+
+    calls = []
+    fake_libc = SimpleNamespace(mallopt=lambda option, setting: calls.append((option, setting)) or 1)
+    monkeypatch.setattr(host_memory, "_glibc", lambda: fake_libc)
+    if value is None:
+        monkeypatch.delenv(host_memory.OPT_OUT_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(host_memory.OPT_OUT_VARIABLE, value)
+    assert host_memory.reuse_freed_memory() is applied
+    assert bool(calls) is applied

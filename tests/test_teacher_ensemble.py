@@ -579,3 +579,87 @@ def test_a_conv_teacher_is_conv_leaky_relu_fc_leaky_relu_logit(num_classes):
     torch.testing.assert_close(ensemble.forward_shared(x, labels)[1], expected, atol=1e-5, rtol=1e-4)
     # the activations matter here: some pre-activations are negative at both layers
     assert (teacher.conv(label_planes(x, labels, num_classes)) < 0).any()
+
+
+def test_teachers_with_minibatches_larger_than_a_slice_train_at_least_one_at_a_time():
+    from lightning_dpgan.callbacks.teachers import TRAIN_CHUNK_RECORDS, train_chunk
+
+    assert train_chunk(TRAIN_CHUNK_RECORDS * 2) == 1
+    assert train_chunk(TRAIN_CHUNK_RECORDS + 1) == 1
+    assert train_chunk(64) == TRAIN_CHUNK_RECORDS // 64
+
+
+def test_ranks_training_on_their_own_gpus_do_not_share_its_memory_but_ranks_on_the_cpu_do(monkeypatch):
+    """Each DDP rank trains its shard on its own GPU: the device check is per rank there, and
+    multiplied by the machine's ranks only when they all train on the host."""
+    import lightning_dpgan.callbacks.teachers as teachers
+
+    per_teacher, k = 1000, 50
+    parameter_bytes = k * per_teacher * 4
+    monkeypatch.setattr(teachers, "available_memory",
+                        lambda device: 10**15 if device.type == "cpu" else 9 * parameter_bytes)
+    assert teachers.check_teacher_memory(k, per_teacher, torch.device("cuda"), processes_on_host=4) is False
+    monkeypatch.setattr(teachers, "available_memory", lambda device: 11 * parameter_bytes * 2)
+    assert teachers.check_teacher_memory(k, per_teacher, torch.device("cpu"), processes_on_host=2) is False
+    with pytest.raises(teachers.TeacherMemoryError, match="in each of 3 processes"):
+        teachers.check_teacher_memory(k, per_teacher, torch.device("cpu"), processes_on_host=3)
+
+
+def test_as_many_teachers_as_training_records_is_allowed_and_one_more_is_refused():
+    """K = N gives each teacher one record (the sensitivity argument holds); K = N + 1 cannot be partitioned."""
+    from pathlib import Path
+
+    import lightning as L
+
+    from lightning_dpgan.callbacks.pate import PATEAggregation
+    from lightning_dpgan.callbacks.step_limit import StepLimit
+    from lightning_dpgan.datamodules.adult import AdultDataModule
+    from lightning_dpgan.modules.pategan import PATEGAN
+
+    adult = Path(__file__).parent / "fixtures" / "adult_tiny"
+    probe = AdultDataModule(data_dir=adult, batch_size=8)
+    probe.setup("fit")
+    records = len(probe.train_dataset)
+
+    def fit(teachers):
+        torch.manual_seed(0)
+        datamodule = AdultDataModule(data_dir=adult, batch_size=8)
+        strategy = PATEAggregation(num_teachers=teachers, lap_inverse_scale=0.05, teacher_batch_size=1, delta=1e-3)
+        trainer = L.Trainer(max_epochs=-1, callbacks=[StepLimit(1), strategy], logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+        module = PATEGAN(datamodule.data_shape)
+        trainer.fit(module, datamodule=datamodule)
+        return strategy, module
+
+    strategy, module = fit(records)
+    assert strategy.num_teachers == module.teachers.num_teachers == records
+    assert strategy.partition_report()["partition_sizes"] == [1, 1]
+    with pytest.raises(ValueError, match=f"exceeds the {records} training records"):
+        fit(records + 1)
+
+
+def test_an_epoch_of_teacher_batches_covers_the_smallest_partition_with_a_last_partial_step():
+    """With --max-epochs 1 the teachers read their smallest partition once: a remainder smaller
+    than a step's minibatches is one more step, not dropped."""
+    from pathlib import Path
+
+    import lightning as L
+
+    from lightning_dpgan.callbacks.pate import PATEAggregation
+    from lightning_dpgan.datamodules.adult import AdultDataModule
+    from lightning_dpgan.modules.pategan import PATEGAN
+
+    adult = Path(__file__).parent / "fixtures" / "adult_tiny"
+    probe = AdultDataModule(data_dir=adult, batch_size=8)
+    probe.setup("fit")
+    smallest = min(len(part) for part in probe.partitions(3, 0))
+    batch = smallest - 1  # one record left over after a step
+    assert batch >= 2
+    torch.manual_seed(0)
+    datamodule = AdultDataModule(data_dir=adult, batch_size=8)
+    strategy = PATEAggregation(num_teachers=3, lap_inverse_scale=0.05, teacher_batch_size=batch, delta=1e-3)
+    module = PATEGAN(datamodule.data_shape, teacher_steps=1)
+    trainer = L.Trainer(max_epochs=1, callbacks=[strategy], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    trainer.fit(module, datamodule=datamodule)
+    assert module.train_steps == 2
