@@ -223,7 +223,7 @@ def test_a_key_given_twice_in_a_config_file_is_refused_with_its_lines(tmp_path):
     # keys into its pairs before its own turn, which read as "x" given twice
     nested = tmp_path / "nested.yaml"
     nested.write_text("a: &a {x: 1}\ndefaults:\n  inner: &b\n    <<: *a\n    x: 2\nc:\n  <<: *b\n")
-    assert load_yaml(nested)["defaults"] == {"inner": {"x": 2}}
+    assert load_yaml(nested)["defaults"] == {"inner": {"x": 2}} and load_yaml(nested)["c"] == {"x": 2}
     with pytest.raises(yaml.YAMLError, match="the key 'a' is given twice"):
         parse_value("{a: 1, a: 2}")
     twice_merged = tmp_path / "twice_merged.yaml"  # one overriding mapping merged by two others: its own pairs are kept once
@@ -386,3 +386,22 @@ def test_an_anchor_nested_below_the_top_and_merged_twice_keeps_its_own_pairs_onc
     text = "a: &a {x: 1}\nouter:\n  deeper:\n    inner: &b\n      <<: *a\n      x: 2\nc:\n  <<: *b\nd:\n  <<: *b\n"
     loaded = yaml.load(text, Loader=UniqueKeyLoader)
     assert loaded["outer"]["deeper"]["inner"] == {"x": 2}
+
+
+
+def test_merge_keys_give_each_setting_the_value_yamls_rules_say(tmp_path):
+    """A mapping's own keys win over merged ones, an earlier merged mapping over a later one, and
+    a mapping that overrides its own merge passes its own value on when merged in turn (PyYAML
+    6.0.4 passed on the value it had overridden: batch size 50 here, in silence)."""
+    config = tmp_path / "config.yaml"
+    config.write_text("base: &base {batch_size: 50, num_workers: 0}\n"
+                      "tuned: &tuned\n  <<: *base\n  batch_size: 60\n"
+                      "wide: &wide {batch_size: 70, latent_dim: 8}\n"
+                      "data:\n  <<: *tuned\n"
+                      "model:\n  <<: [*tuned, *wide]\n  num_workers: 2\n")
+    loaded = load_yaml(config)
+    assert loaded["tuned"] == loaded["data"] == {"batch_size": 60, "num_workers": 0}
+    assert loaded["model"] == {"batch_size": 60, "latent_dim": 8, "num_workers": 2}
+    config.write_text("base: {<<: 5}\n")
+    with pytest.raises(ConfigError, match="expected a mapping or list of mappings for merging"):
+        load_yaml(config)
