@@ -4,7 +4,8 @@ YAML and JSON parsers keep the last of a repeated key in silence. In a config fi
 changes a setting without a word; in a schema file it replaces a column's declared public
 bounds or categories. Both loaders of user files (:mod:`lightning_dpgan.config`,
 :mod:`lightning_dpgan.data.schema`) refuse them, naming the key (in YAML, with the line it is
-first given on and where it is given again).
+first given on and where it is given again). The YAML loader also splices merge keys
+(``<<: *defaults``) itself, by YAML's rules, as the PyYAML in use does not always.
 """
 from __future__ import annotations
 
