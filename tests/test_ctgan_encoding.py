@@ -18,7 +18,7 @@ from lightning_dpgan.data.conditional import ConditionalSampler
 from lightning_dpgan.data.dp_histogram import dp_column_histograms
 from lightning_dpgan.data.modes import MAX_MODES, ModeSpecificNormalizer
 from lightning_dpgan.data.schema import Column, SchemaError, TableSchema
-from lightning_dpgan.data.table_transformer import TableTransformer, _frequencies, record_uniforms
+from lightning_dpgan.data.table_transformer import MODE_SPECIFIC, ColumnEncoder, TableTransformer, _frequencies, record_uniforms
 from lightning_dpgan.datamodules import tabular as tabular_module
 from lightning_dpgan.datamodules.adult import AdultDataModule
 from lightning_dpgan.datamodules.csv import CSVDataModule
@@ -1068,3 +1068,43 @@ def test_a_value_clipped_onto_a_special_value_encodes_as_that_special_value():
     block = encoded[:, transformer.column_slices["gain"]]
     assert torch.equal(block[0], block[1])
     assert block[0].tolist() == [0.0, 1.0, 0.0]  # alpha, the special value 0, the one bounds mode
+
+
+def test_sample_defaults_to_ctgans_log_frequency_law():
+    """C2: CTGAN's training-by-sampling defaults to log-frequency (rare categories emphasised);
+    a caller that does not say so gets ∝ log(1 + 1000 f), not ∝ f."""
+    sampler = ConditionalSampler([(0, 2)], [[0.99, 0.01]])
+    cond, _ = sampler.sample(20_000, generator=torch.Generator().manual_seed(0))
+    share = cond[:, 1].mean().item()
+    law = np.log1p(np.array([0.99, 0.01]) * 1000.0)
+    assert share == pytest.approx(law[1] / law.sum(), abs=0.02)  # ~0.26; the linear law gives 0.01
+
+
+def test_mode_weights_stay_with_their_modes_when_means_are_given_unsorted():
+    """M8: modes are sorted by mean (a mixture fit returns them in any order); each weight must
+    move with its mode, or the posterior favours the wrong one."""
+    normalizer = ModeSpecificNormalizer([1.0, 0.0], [1.0, 1.0], [0.8, 0.2])
+    assert normalizer.means.tolist() == [0.0, 1.0]
+    assert normalizer.posterior([0.5])[0] == pytest.approx([0.2, 0.8])  # equal densities: the weights
+
+
+def test_the_posterior_divides_each_density_by_its_std():
+    """M7: at a shared mean the Gaussian density of a mode is 1/(sqrt(2 pi) sigma); a mode three
+    times as wide takes a quarter of the posterior, not half."""
+    normalizer = ModeSpecificNormalizer([0.0, 0.0], [1.0, 3.0], [0.5, 0.5])
+    assert normalizer.posterior([0.0])[0] == pytest.approx([0.75, 0.25])
+
+
+def test_each_columns_mode_is_drawn_from_its_own_uniform():
+    """T10: two columns with the same modes and the same values must still draw their modes
+    independently (CTGAN samples each column's mode on its own); one shared draw would tie every
+    record's modes together across columns."""
+    columns = (Column("a", "continuous", bounds=(-10.0, 10.0)), Column("b", "continuous", bounds=(-10.0, 10.0)))
+    schema = TableSchema(columns=columns)
+    normalizer = ModeSpecificNormalizer([-1.0, 1.0], [1.0, 1.0], [0.5, 0.5])
+    transformer = TableTransformer(schema, [ColumnEncoder(c, MODE_SPECIFIC, normalizer) for c in columns], "bounds")
+    values = np.random.default_rng(0).uniform(-0.01, 0.01, 400)  # posterior ~ (0.5, 0.5) in both columns
+    encoded, _ = transformer.encode(pd.DataFrame({"a": values, "b": values}))
+    mode_a, mode_b = encoded[:, 1:3].argmax(dim=1), encoded[:, 4:6].argmax(dim=1)
+    assert 0.3 < mode_a.float().mean().item() < 0.7
+    assert 0.3 < (mode_a == mode_b).float().mean().item() < 0.7  # independent draws agree about half the time

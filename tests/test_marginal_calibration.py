@@ -15,6 +15,7 @@ from test_ctgan_models import KING_SCHEMA, check_decoded, run_args
 from lightning_dpgan.cli import main
 from lightning_dpgan.data.dp_histogram import NoisyHistogram, dp_column_histograms
 from lightning_dpgan.data.marginal_calibration import Marginal
+from lightning_dpgan.data.schema import Column, TableSchema
 from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.datamodules.adult import AdultDataModule
 from lightning_dpgan.datamodules.tabular import TabularDataModule
@@ -269,3 +270,31 @@ def test_a_discrete_column_may_hold_256_values_and_no_more():
     check_column_roles(schema(255), {}, [], ["k"])  # 0..255: 256 values
     with pytest.raises(SchemaError, match="can hold 257 values"):
         check_column_roles(schema(256), {}, [], ["k"])
+
+
+def test_calibration_ranks_by_value_first_and_uses_tie_breaks_only_for_ties():
+    """K2: the tie breaks order equal values only; distinct generated values keep their order
+    whatever their tie breaks say."""
+    marginal = Marginal.from_grid([1, 2, 3, 4], [0.25, 0.25, 0.25, 0.25])
+    calibrated = marginal.calibrate(np.array([4.0, 1.0, 3.0, 2.0]), np.array([0.1, 0.9, 0.5, 0.3]))
+    assert calibrated.tolist() == [4.0, 1.0, 3.0, 2.0]
+
+
+def test_a_calibrated_long_tail_column_with_a_nonzero_lower_bound_reads_its_marginal_in_its_own_units():
+    """T13: a long-tail column's histogram is counted in log(x - low + 1); its calibration
+    marginal must map back with the column's own lower bound, not 0 (else every value is shifted
+    down by ``low`` and then clipped to it)."""
+    low, high = 100.0, 10_100.0
+    schema = TableSchema(columns=(Column("price", "continuous", bounds=(low, high)),))
+    top = float(np.log1p(high - low))
+    histogram = NoisyHistogram(name="price", counts=np.array([50.0, 50.0]), edges=np.array([0.0, top / 2, top]),
+                               log=True, scale=1.0)
+    transformer = TableTransformer.from_histograms(schema, {"price": histogram}, log_columns=["price"], calibrated=True,
+                                                   max_modes=1)
+    encoder = transformer.encoders[0]
+    block = np.zeros((4, transformer.encoded_dim))
+    block[:, 0] = [-0.5, -0.1, 0.1, 0.5]
+    block[:, 1] = 1.0  # first mode for every row
+    decoded = transformer.decode(block, generator=torch.Generator().manual_seed(0))["price"].to_numpy()
+    expected = low + np.expm1(top * (np.arange(4) + 0.5) / 4)  # the (r + 1/2)/n quantiles, uniform in log space
+    assert encoder.log and decoded == pytest.approx(expected)

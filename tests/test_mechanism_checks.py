@@ -907,3 +907,12 @@ def test_dp_modes_noise_from_a_datamodule_is_laplace_with_scale_d_over_epsilon(m
     assert d == 19 and {call["scale"] for call in probe.calls} == {d / 2.0}
     noise = np.concatenate([call["noise"] for call in probe.calls])
     assert_law(noise, stats.laplace(scale=d / 2.0).cdf, stats.laplace(scale=d / 4.0).cdf)
+
+
+def test_a_value_on_an_interior_edge_is_counted_in_the_bin_it_opens():
+    """H10: bins are [e_i, e_i+1) (the top one closed): an integer on an edge belongs to the bin
+    above it. Counting it in the bin below shifts an integer column's modes and marginal down."""
+    schema = TableSchema(columns=(Column("n", "integer", bounds=(0, 4), source="test"),))
+    frame = pd.DataFrame({"n": [0, 1, 2, 2, 3, 4]})
+    histograms, _ = dp_column_histograms(frame, schema, 1.0, bins=4, rng=NoiseProbe())
+    assert histograms["n"].counts.tolist() == [1.0, 1.0, 2.0, 2.0]
