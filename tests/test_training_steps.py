@@ -9,18 +9,9 @@ from lightning_dpgan.modules.dpsactgan import DPSACTGAN
 from lightning_dpgan.modules.wgan import gradient_penalty
 from lightning_dpgan.random_streams import seeded_stream
 from run_helpers import train_outside_a_trainer
+from test_ctgan_models import layout
 
 TABLE = {"latent_dim": 3, "generator_kwargs": {"hidden": (8,)}, "discriminator_kwargs": {"hidden": (8,)}}
-
-
-def layout(label=None):
-    """Two continuous slots, then a 3-category column and a 2-category column."""
-    return {
-        "spans": [[1, "tanh"], [1, "tanh"], [3, "softmax"], [2, "softmax"]],
-        "condition_spans": [[2, 3], [5, 2]],
-        "condition_frequencies": [[0.6, 0.3, 0.1], [0.5, 0.5]],
-        "label": label,
-    }
 
 
 def sactgan(**kwargs):
@@ -52,6 +43,24 @@ def sgd_everywhere(module, lr_d=0.1):
 
 
 # --------------------------------------------------------------------------------- base.py
+def assert_the_same_step_twice_moves_it_the_same_way(module, network, batch):
+    """One training step, twice from ``network``'s same weights and the same draws: ``network``
+    moves, and the same way both times (the second step does not add the first's gradient, as a
+    missing ``zero_grad`` would)."""
+    start = params(network)
+    deltas = []
+    for _ in range(2):
+        with torch.no_grad():
+            for p, q in zip(network.parameters(), start):
+                p.copy_(q)
+        torch.manual_seed(5)
+        module.training_step(batch, 0)
+        deltas.append([p.detach() - q for p, q in zip(network.parameters(), start)])
+    assert any(d.abs().sum() > 0 for d in deltas[0])
+    for first, second in zip(*deltas):
+        torch.testing.assert_close(second, first)
+
+
 def expected_critic_update(module, critic, generator_state, real, labels, seed, lr, penalty=None):
     """-lr * the gradient of the discriminator's loss (real part + generated part, each a mean
     over its records), with the step's own draws, computed on a copy outside the module."""
@@ -119,18 +128,7 @@ def test_each_step_updates_the_critic_with_its_own_gradient_only():
     module = WGAN((4,), None, weight_clip=0.0, **TABLE)
     sgd_everywhere(module, lr_d=0.1)
     real = torch.randn(6, 4)
-    start = params(module.discriminator)
-    deltas = []
-    for _ in range(2):
-        with torch.no_grad():
-            for p, q in zip(module.discriminator.parameters(), start):
-                p.copy_(q)
-        torch.manual_seed(5)
-        module.training_step(real, 0)  # 5 critic steps to a generator step: critic only
-        deltas.append([p.detach() - q for p, q in zip(module.discriminator.parameters(), start)])
-    assert any(d.abs().sum() > 0 for d in deltas[0])
-    for first, second in zip(*deltas):
-        torch.testing.assert_close(second, first)
+    assert_the_same_step_twice_moves_it_the_same_way(module, module.discriminator, real)  # a critic-only step
 
 
 @pytest.mark.parametrize("make", [lambda: GAN((4,), None, **TABLE),
@@ -321,18 +319,7 @@ def test_dpsactgans_classifier_steps_use_each_steps_gradient_only():
     module.optimizers = lambda: opts
     module.hparams.discriminator_steps = 2  # a critic-only first step
     records = table_records(8)
-    start = params(module.classifier)
-    deltas = []
-    for _ in range(2):
-        with torch.no_grad():
-            for p, q in zip(module.classifier.parameters(), start):
-                p.copy_(q)
-        torch.manual_seed(5)
-        module.training_step(records, 0)
-        deltas.append([p.detach() - q for p, q in zip(module.classifier.parameters(), start)])
-    assert any(d.abs().sum() > 0 for d in deltas[0])
-    for first, second in zip(*deltas):
-        torch.testing.assert_close(second, first)
+    assert_the_same_step_twice_moves_it_the_same_way(module, module.classifier, records)
 
 
 def test_dpsactgans_classifier_is_left_alone_by_an_empty_batch():
