@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from lightning_dpgan.benchmark import cli, report, results, runner
-from lightning_dpgan.benchmark.cli import benchmark, chosen_size, parse_args, unavailable_datasets
+from lightning_dpgan.benchmark.cli import benchmark, chosen_size, parse_args, size_label, unavailable_datasets
 from lightning_dpgan.benchmark.peers import export_split, load_datamodule, peer_command
 from lightning_dpgan.benchmark.runner import Settings, failed_run, portable, train_command, with_derived_measures
 from lightning_dpgan.benchmark.suites import SUITES, Cell, delta_for, suite_size
@@ -1978,3 +1978,66 @@ def test_quick_peers_are_not_compared_with_a_cell_our_stopped_quick_tables_run_c
     peer_rows = {line.split(" | ")[0]: line for line in section.splitlines() if line.startswith("| ") and "| adult | 1 | 0.500" in line}
     assert "| dpgan | 0.700 ± 0.000 (2) | 1.40 |" in peer_rows["| dpgan"]
     assert "0.900" not in peer_rows["| pategan"]
+
+
+def test_two_seeds_of_the_full_grid_are_a_custom_run_not_the_protocols_three():
+    """Only cells of three seeds or more stand for the full protocol (and count toward goals)."""
+    assert size_label(parse_args(["--suite", "tables", "--seeds", "0", "1"])) == "custom"
+    assert size_label(parse_args(["--suite", "peers", "--seeds", "0", "1"])) == "custom"
+    assert size_label(parse_args(["--suite", "peers", "--seeds", "0", "1", "2"])) == "full-subset"
+
+
+def test_a_suite_with_one_dataset_missing_runs_the_rest_and_records_the_seeds_it_was_given(tmp_path, monkeypatch):
+    """--datasets adult king with King's files absent: Adult's cells still run (King is listed as
+    skipped), and the results file names the seeds this run was given, which decide whether a
+    cell of it is a whole measurement, not the suite's default seeds."""
+    grids = []
+
+    def fake_grid(size, settings, skipped, on_run):
+        grids.append((size, dict(skipped)))
+        return [{"status": "ok", "model": "pategan", "dataset": "adult", "target_epsilon": 1.0, "seed": seed,
+                 "epsilon": 0.9, "steps": 10, "train_seconds": 5.0, "fit_seconds": 4.0,
+                 "measures": {"utility/B_auroc": 0.7}} for seed in size.seeds]
+
+    monkeypatch.setattr(cli, "run_grid", fake_grid)
+    monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, data_dir: {"king": "no king files"})
+    path = cli.benchmark(["--suite", "tables", "--models", "pategan", "--datasets", "adult", "king", "--epsilons", "1",
+                          "--seeds", "5", "6", "7", "--results-dir", str(tmp_path / "results"),
+                          "--results-md", str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
+    (size, skipped), = grids
+    assert skipped == {"king": "no king files"} and size.seeds == (5, 6, 7)
+    content = json.loads(path.read_text())
+    assert content["seeds"] == [5, 6, 7]
+
+
+def test_the_speed_suites_scripts_run_on_the_gpu_for_either_name_of_it(tmp_path, monkeypatch):
+    """--accelerator cuda trains the cells on the GPU (Lightning's name for it as good as gpu): the
+    mechanism benchmarks must time the same device, not fall back to the CPU."""
+    from lightning_dpgan.benchmark import speed
+
+    devices = []
+
+    def fake_script(command, log):
+        devices.append(command[command.index("--device") + 1])
+        Path(command[command.index("--json") + 1]).write_text(json.dumps({"rows": []}))
+        return 1.0
+
+    monkeypatch.setattr(speed, "run_logged", fake_script)
+    monkeypatch.delenv("LIGHTNING_DPGAN_DATA_DIR", raising=False)
+    for accelerator in ("gpu", "cuda"):
+        devices.clear()
+        speed.micro_benchmarks(True, None, accelerator, tmp_path)
+        assert devices and set(devices) == {"cuda"}, accelerator
+    devices.clear()
+    speed.micro_benchmarks(True, None, "cpu", tmp_path)
+    assert set(devices) == {"cpu"}
+
+
+def test_the_peers_suite_refuses_jobs_and_resume_whose_runs_are_timed_whole(tmp_path):
+    """A peer's wall time is compared with ours: the peers suite runs each peer alone and whole, so
+    --jobs 2 (sharing the machine) and --resume (a run cut in two) are refused before any work."""
+    common = ["--suite", "peers", "--results-dir", str(tmp_path), "--out-dir", str(tmp_path / "out")]
+    with pytest.raises(SystemExit, match="--jobs would have them share the machine"):
+        benchmark([*common, "--jobs", "2"])
+    with pytest.raises(SystemExit, match="--resume continues the runs of an earlier invocation"):
+        benchmark([*common, "--resume"])

@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from lightning_dpgan.benchmark import peers, results
-from lightning_dpgan.benchmark.suites import Cell, suite_size
+from lightning_dpgan.benchmark.runner import Settings
+from lightning_dpgan.benchmark.suites import Cell, Size, delta_for, suite_size
 from lightning_dpgan.data.schema import Column, TableSchema
 
 
@@ -228,3 +229,68 @@ def test_a_venv_without_smartnoise_is_completed_with_torch_held_to_ours(tmp_path
     monkeypatch.setattr(peers.subprocess, "run", lambda command, **kw: SimpleNamespace(returncode=0))
     peers.ensure_venv(venv, tmp_path / "log")
     assert installed == []
+
+
+def _tiny_table(rows: int, offset: int) -> SimpleNamespace:
+    schema = TableSchema((Column("age", "integer", bounds=(17, 90)),
+                          Column("y", "categorical", categories=("no", "yes"))), label="y", label_kind="binary")
+    rng = np.random.default_rng(offset)
+    frame = lambda n: pd.DataFrame({"y": rng.choice(["no", "yes"], n), "age": rng.integers(17, 91, n),
+                                    "row_id": np.arange(n) + offset})
+    return SimpleNamespace(schema=schema, train_frame=frame(rows), test_frame=frame(5), kind="table")
+
+
+def test_each_datasets_peer_cells_get_that_datasets_split_delta_and_row_count_and_record_what_the_peer_reports(
+        tmp_path, monkeypatch):
+    """Two datasets (Adult at 1e-5, credit at its own 1e-6): every cell trains on its own dataset's
+    train split, at that dataset's delta, draws as many rows as that split holds, and is scored by
+    our evaluation with the cell's seed; the record keeps the peer's own delta (a pure-DP peer:
+    none), its fit time beside the wall time, no step count, the test split, and what it spent
+    (nothing reported: unknown, not the target)."""
+    from lightning_dpgan import evaluate as evaluate_module
+
+    tables = {"adult": _tiny_table(12, 0), "kaggle-credit": _tiny_table(20, 100)}
+    monkeypatch.setattr(peers, "load_datamodule", lambda dataset, data_dir: tables[dataset])
+    monkeypatch.setattr(peers, "ensure_venv", lambda venv, log: Path("python"))
+    commands, scored = [], []
+
+    def fake_peer(command, log):
+        option = lambda name: command[command.index(name) + 1]
+        train = pd.read_csv(option("--train"))
+        log.parent.mkdir(parents=True, exist_ok=True)  # as the real run_logged does
+        train.sample(n=int(option("--n")), replace=True, random_state=0).to_csv(option("--out"), index=False)
+        Path(option("--report")).write_text(json.dumps({"delta": None, "fit_seconds": 0.25, "options": {}}))
+        commands.append((option("--train"), int(option("--n")), float(option("--delta")), len(train)))
+        return 2.0
+
+    def fake_evaluate(datamodule, synthetic, seed=0, **kwargs):
+        scored.append((datamodule, len(synthetic), seed))
+        return {"utility/B_auroc": 0.5}
+
+    monkeypatch.setattr(peers, "run_logged", fake_peer)
+    monkeypatch.setattr(evaluate_module, "evaluate_table", fake_evaluate)
+    size = Size(("mwem",), ("adult", "kaggle-credit"), (1.0,), (4, 7), max_steps=2)
+    runs, skipped = peers.run_peers(size, Settings(out_dir=tmp_path), venv=tmp_path / "venv")
+
+    assert skipped == {} and len(runs) == 4 and all(run["status"] == "ok" for run in runs), [r.get("error") for r in runs]
+    assert [(run["dataset"], run["seed"]) for run in runs] == [("adult", 4), ("adult", 7),
+                                                               ("kaggle-credit", 4), ("kaggle-credit", 7)]
+    for run, (train, n, delta, rows), (datamodule, drawn, seed) in zip(runs, commands, scored):
+        own = tables[run["dataset"]]
+        assert datamodule is own and seed == run["seed"]
+        assert rows == len(own.train_frame) and n == drawn == len(own.train_frame)
+        assert Path(train).parent.name.startswith(run["dataset"])
+        assert delta == delta_for(run["dataset"])
+        assert run["delta"] is None and run["epsilon"] is None and run["target_epsilon"] == 1.0
+        assert run["train_seconds"] == 2.0 and run["fit_seconds"] == 0.25 and run["steps"] is None
+        assert run["measures"]["held_out_split"] == "test"
+    assert {delta for _, _, delta, _ in commands} == {1e-5, 1e-6}
+
+
+def test_a_peer_trains_at_exactly_the_cells_fractional_target_epsilon(tmp_path):
+    """--epsilons 0.5 2.5 for the peers: each peer gets that budget as written, not a rounded one
+    (0.5 rounded is 0, and 2.5 would train a peer at 2 while its row says 2.5)."""
+    for epsilon, written in ((0.5, "0.5"), (2.5, "2.5"), (0.1, "0.1")):
+        command = peers.peer_command(Path("py"), Cell("mst", "adult", epsilon, 0), tmp_path / "t.csv",
+                                     tmp_path / "s.json", 10, suite_size("peers", quick=False), tmp_path)
+        assert command[command.index("--epsilon") + 1] == written
