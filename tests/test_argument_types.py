@@ -179,3 +179,12 @@ def test_a_trainer_option_is_refused_only_below_the_least_value_it_means_somethi
         "trainer.limit_train_batches must be at least 0, got -0.5",
         "trainer.num_nodes must be at least 1, got 0",
         "trainer.accumulate_grad_batches must be at least 1, got 0"]
+
+
+def test_text_is_not_a_list_even_of_text():
+    """YAML gives ``--x abc`` as the text "abc": an argument taking a list (of names, say) must
+    refuse it, not take it as the list of its letters."""
+    assert not matches("abc", list[str])
+    assert not matches("abc", Sequence[str])
+    assert not matches("abc", list)
+    assert matches(["abc"], list[str])

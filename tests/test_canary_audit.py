@@ -663,3 +663,86 @@ def test_a_claim_exactly_at_the_largest_detectable_epsilon_is_consistent_and_und
     assert audit.epsilon_lower == audit.claimed_epsilon == largest
     assert audit.consistent is True and "VIOLATION" not in audit.summary()
     assert audit.could_detect_a_violation is False and audit.undetectable_warning() is not None
+
+
+class _Stop(Exception):
+    """Raised by the prepare_run hook: what is checked is set before training."""
+
+
+def _trial_start(config, output_dir, with_canary, seed):
+    """What a trial's run holds just before it would train: its training records and the
+    generator's initial weights."""
+    seen = {}
+
+    def capture(run):
+        seen["records"] = len(run.datamodule.train_dataset)
+        seen["weights"] = torch.cat([p.detach().flatten().clone() for p in run.module.parameters()])
+        raise _Stop
+
+    with pytest.raises(_Stop):
+        canary_audit.run_trial(config, output_dir, with_canary, seed, 1, prepare_run=capture)
+    return seen
+
+
+def test_each_trial_trains_from_its_own_seed(tiny_table, tmp_path):
+    """Every trial is a fresh draw (run_audit gives each a distinct seed): a trial's networks start
+    from its seed, not from the audit's --seed, or all trials would be copies of one run and the
+    Clopper-Pearson bound, which assumes independent trials, would not hold."""
+    config = build_config(dp_sgd_args(tiny_table, "--seed", "0"))
+    a = _trial_start(config, tmp_path / "a", False, 11)
+    b = _trial_start(config, tmp_path / "b", False, 12)
+    again = _trial_start(config, tmp_path / "c", False, 11)
+    assert torch.equal(a["weights"], again["weights"])
+    assert not torch.equal(a["weights"], b["weights"])
+
+
+def test_a_trial_holds_the_canary_exactly_when_asked(tiny_table, tmp_path):
+    config = build_config(dp_sgd_args(tiny_table))
+    assert _trial_start(config, tmp_path / "in", True, 3)["records"] == TRAIN_RECORDS + 1  # dp-sgd: add/remove
+    assert _trial_start(config, tmp_path / "out", False, 3)["records"] == TRAIN_RECORDS
+
+
+def test_the_canary_score_depends_on_its_seed_alone_not_on_the_global_random_state():
+    """The membership score draws its samples from ``seed``: the same trial scored twice, whatever
+    ran in between, gives the same score."""
+    class Sampler(torch.nn.Module):
+        num_classes = None
+
+        def sample(self, n, labels=None):
+            return torch.randn(n, 1, 2, 2)
+
+    canary = canary_audit.Canary("image", (torch.zeros(1, 1, 2, 2),), torch.zeros(4), {})
+    module = Sampler()
+    first = canary_score(module, None, canary, 5, seed=3)
+    torch.rand(7)  # anything else drawing from torch's generator in between
+    assert canary_score(module, None, canary, 5, seed=3) == first
+    assert canary_score(module, None, canary, 5, seed=4) != first
+
+
+def test_on_tied_calibration_scores_the_middle_of_all_best_candidates_is_taken_the_lowest_included():
+    """The candidates run from below every score (guess nothing) to above every one (guess all).
+    Canary scores above the others give TPR - FPR = 0 at best, at -1 (below all), 2.5 and 5
+    (above all): the middle one, 2.5, is the threshold."""
+    assert choose_threshold([2.0, 4.0], [1.0, 3.0]) == pytest.approx(2.5)
+
+
+def test_an_infinite_threshold_is_refused_before_any_trial(tiny_table, tmp_path, monkeypatch):
+    """--threshold inf would guess "canary" for every trial: a test that decides nothing (TP = FP),
+    reported as an audit. It is refused like NaN and negative distances."""
+    stand_in_trials(monkeypatch, lambda with_canary: 0.0)
+    config = build_config(dp_sgd_args(tiny_table))
+    with pytest.raises(ValueError, match="a finite number from 0, got inf"):
+        canary_audit.run_audit(config, tmp_path / "audit", trials=2, threshold=float("inf"))
+    assert not (tmp_path / "audit").exists()
+
+
+def test_an_audit_refuses_resume_before_any_trial(tiny_table, tmp_path, monkeypatch):
+    """Every trial must train from scratch on its own seed: resuming each from one checkpoint
+    would make the trials dependent and their networks not trained on the trial's data alone."""
+    from lightning_dpgan.config import ConfigError
+
+    stand_in_trials(monkeypatch, lambda with_canary: 0.0)
+    config = build_config(dp_sgd_args(tiny_table))
+    config["resume"] = str(tmp_path / "last.ckpt")
+    with pytest.raises(ConfigError, match="--resume makes no sense in an audit"):
+        canary_audit.run_audit(config, tmp_path / "audit", trials=2, threshold=0.5)

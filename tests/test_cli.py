@@ -986,3 +986,21 @@ def test_the_package_help_lists_every_command_and_exits_0(capsys):
         listed = [line.split()[0] for line in out.split("commands:")[1].strip().splitlines()]
         assert listed == list(COMMANDS)
     assert main([]) == 2 and "usage:" in capsys.readouterr().err  # no command: still an error
+
+
+def test_sample_and_evaluate_draw_with_seed_0_unless_told(monkeypatch, tmp_path):
+    """Their --help says "default 0": a sample or an evaluation run without --seed is the one a
+    --seed 0 run gives, so a result can be reproduced from what the command line showed."""
+    from lightning_dpgan import cli, evaluate, sampling
+
+    seen = []
+    monkeypatch.setattr(sampling, "sample_to_file", lambda checkpoint, n, out, seed, overwrite: seen.append(seed) or out)
+    monkeypatch.setattr(evaluate, "evaluate_run", lambda run, data_dir, n, epochs, seed, device, split: seen.append(seed))
+    cli.sample(["--checkpoint", "c.ckpt", "-n", "3", "--out", str(tmp_path / "s.csv")])
+    cli.evaluate(["--run", str(tmp_path)])
+    assert seen == [0, 0]
+
+
+def test_an_unknown_command_prints_the_usage_and_exits_2(capsys):
+    assert main(["trian", "--model", "gan"]) == 2
+    assert capsys.readouterr().err.startswith("usage: ")

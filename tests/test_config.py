@@ -405,3 +405,10 @@ def test_merge_keys_give_each_setting_the_value_yamls_rules_say(tmp_path):
     config.write_text("base: {<<: 5}\n")
     with pytest.raises(ConfigError, match="expected a mapping or list of mappings for merging"):
         load_yaml(config)
+
+
+@pytest.mark.parametrize("name", ["dpgan", "pategan", "gpate", "gswgan", "dpctgan", "patectgan", "dpsactgan"])
+def test_each_private_model_name_loads_a_model_private_by_default(name):
+    """A name with "dp"/"pate" in it must not load its non-private base model: without --privacy,
+    that trains with no mechanism."""
+    assert registry.lookup("model", name).load().default_privacy != "none"

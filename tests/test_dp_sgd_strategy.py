@@ -783,3 +783,14 @@ def test_the_report_states_the_total_delta_not_trainings_share():
     strategy.accountant.step(noise_multiplier=1.0, sample_rate=0.01)
     report = strategy.privacy_report()
     assert report["delta"] == 1e-4 and report["delta_training"] == pytest.approx(7e-5)
+
+
+def test_a_strategy_used_as_a_lightning_callback_refuses_a_model_without_its_slot_at_setup():
+    """Outside ``train`` (which checks first), the callback's own ``setup`` is the only check: a
+    model without the slot must be refused there, before anything is installed."""
+    class LabelOnlyModel(GAN):
+        privacy_slot = LabelAggregator
+
+    trainer = SimpleNamespace(world_size=1, strategy=None)  # anything past the check would fail differently
+    with pytest.raises(IncompatibleModelError, match="needs a model with a GradientPrivatizer slot"):
+        DPSGD(noise_multiplier=1.0).setup(trainer, LabelOnlyModel((4,), None), "fit")

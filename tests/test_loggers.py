@@ -137,3 +137,23 @@ def test_publish_run_leaves_other_loggers_alone(tmp_path):
     logger = CSVLogger(save_dir=str(tmp_path), name="", version="")
     loggers.publish_run(logger, tmp_path, {"steps": 1})
     assert not any(tmp_path.iterdir())
+
+
+def test_only_wandbs_own_errors_at_the_start_of_its_run_are_said_as_wandbs():
+    """log_run_config turns W&B's failure to start into a refusal naming W&B; another logger's
+    error (a full disk under the csv logger) is its own and reaches the user as it is."""
+    from lightning_dpgan.config import ConfigError
+    from lightning_dpgan.loggers import log_run_config
+
+    class Failing:
+        def __init__(self, error):
+            self.error = error
+
+        def log_hyperparams(self, params):
+            raise self.error
+
+    with pytest.raises(OSError, match="No space left"):
+        log_run_config(Failing(OSError(28, "No space left on device")), {})
+    wandb_error = type("CommError", (Exception,), {"__module__": "wandb.errors"})("network is unreachable")
+    with pytest.raises(ConfigError, match="W&B could not start its run"):
+        log_run_config(Failing(wandb_error), {})
