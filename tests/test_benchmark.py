@@ -1227,7 +1227,6 @@ def never_run(*args, **kwargs):
 @pytest.mark.parametrize("extra,message", [
     (["--seeds", "0", "0", "1"], "--seeds repeats 0"),
     (["--epsilons", "1", "1"], "--epsilons repeats 1.0"),
-    (["--epsilons", "1", "1.0000001"], r"--epsilons holds values written alike \(1\)"),  # one folder, one --epsilon
     (["--models", "quail", "pategn"], "unknown model 'pategn'"),
     (["--epsilons", "1", "0"], r"--epsilons 0.0: each target epsilon must be a finite number above 0"),
     (["--epsilons", "nan"], r"--epsilons nan: each target epsilon"),
@@ -2041,3 +2040,18 @@ def test_the_peers_suite_refuses_jobs_and_resume_whose_runs_are_timed_whole(tmp_
         benchmark([*common, "--jobs", "2"])
     with pytest.raises(SystemExit, match="--resume continues the runs of an earlier invocation"):
         benchmark([*common, "--resume"])
+
+
+def test_a_cell_trains_to_exactly_its_target_epsilon_however_many_figures_it_has(tmp_path):
+    """The train command and the cell's folder write the target short where that is exact (1,
+    0.1) and in full otherwise: six figures (0.123457 for 0.1234567) trained to a larger budget
+    than the cell's row says."""
+    from lightning_dpgan.benchmark.suites import epsilon_text
+
+    assert [epsilon_text(e) for e in (1.0, 10.0, 0.1, 1e-5, 0.1234567)] == ["1", "10", "0.1", "1e-05", "0.1234567"]
+    size = suite_size("tables", quick=True)
+    cell = Cell("dpgan", "adult", 0.1234567, 0)
+    command = train_command(cell, size, Settings(out_dir=tmp_path))
+    assert float(command[command.index("--epsilon") + 1]) == 0.1234567
+    assert cell.name == "dpgan_adult_eps0.1234567_seed0"
+    assert Cell("dpgan", "adult", 1.0000001, 0).name != Cell("dpgan", "adult", 1.0, 0).name  # two folders, two targets

@@ -289,8 +289,9 @@ def test_each_datasets_peer_cells_get_that_datasets_split_delta_and_row_count_an
 
 def test_a_peer_trains_at_exactly_the_cells_fractional_target_epsilon(tmp_path):
     """--epsilons 0.5 2.5 for the peers: each peer gets that budget as written, not a rounded one
-    (0.5 rounded is 0, and 2.5 would train a peer at 2 while its row says 2.5)."""
-    for epsilon, written in ((0.5, "0.5"), (2.5, "2.5"), (0.1, "0.1")):
+    (0.5 rounded is 0, and 2.5 would train a peer at 2 while its row says 2.5; :g alone kept six
+    figures, 0.123457 for 0.1234567, a budget above the cell's)."""
+    for epsilon, written in ((0.5, "0.5"), (2.5, "2.5"), (0.1, "0.1"), (1.0, "1"), (0.1234567, "0.1234567")):
         command = peers.peer_command(Path("py"), Cell("mst", "adult", epsilon, 0), tmp_path / "t.csv",
                                      tmp_path / "s.json", 10, suite_size("peers", quick=False), tmp_path)
         assert command[command.index("--epsilon") + 1] == written

@@ -98,11 +98,6 @@ def check_grid(args: argparse.Namespace, size: Size) -> None:
     if bad_epsilons:
         raise SystemExit(f"benchmark: --epsilons {' '.join(map(str, bad_epsilons))}: each target epsilon must be a "
                          "finite number above 0")
-    written = [f"{e:g}" for e in size.epsilons]  # as cell folders and train commands write them
-    alike = sorted({text for text in written if written.count(text) > 1})
-    if alike:
-        raise SystemExit(f"benchmark: --epsilons holds values written alike ({', '.join(alike)}): their cells would "
-                         "share one folder and one --epsilon; give each value once")
     bad_seeds = [seed for seed in size.seeds if not isinstance(seed, int) or seed < 0]
     if bad_seeds:
         raise SystemExit(f"benchmark: --seeds {' '.join(map(str, bad_seeds))}: seeds are whole numbers from 0")

@@ -28,7 +28,7 @@ import torch
 from lightning_dpgan.benchmark.paths import BENCHMARKS
 from lightning_dpgan.benchmark.runner import (Settings, failed_run, portable, portable_text, read_json, run_logged,
                                               skip_reason, with_derived_measures)
-from lightning_dpgan.benchmark.suites import Cell, Size, delta_for
+from lightning_dpgan.benchmark.suites import Cell, Size, delta_for, epsilon_text
 
 SMARTNOISE = "smartnoise-synth==1.0.8"
 SCRIPT = BENCHMARKS / "peers" / "smartnoise_synth.py"
@@ -120,7 +120,7 @@ def export_split(datamodule: Any, folder: Path) -> tuple[Path, Path]:
 
 def peer_command(python: Path, cell: Cell, train: Path, spec: Path, n: int, size: Size, folder: Path) -> list[str]:
     command = [str(python), str(SCRIPT), "--synthesizer", cell.model, "--train", str(train), "--spec", str(spec),
-               "--epsilon", f"{cell.epsilon:g}", "--n", str(n), "--seed", str(cell.seed),
+               "--epsilon", epsilon_text(cell.epsilon), "--n", str(n), "--seed", str(cell.seed),
                "--out", str(folder / "synthetic.csv"), "--report", str(folder / "peer.json"), "--delta", f"{delta_for(cell.dataset):g}"]
     if size.max_steps:  # the peers count epochs, not steps: the quick size's few
         command += ["--epochs", str(size.max_steps)]

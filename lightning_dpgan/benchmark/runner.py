@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_dpgan.benchmark.paths import REPO
-from lightning_dpgan.benchmark.suites import Cell, Size, delta_for
+from lightning_dpgan.benchmark.suites import Cell, Size, delta_for, epsilon_text
 from lightning_dpgan.data.download import DATA_DIR_ENV, default_cache_dir
 from lightning_dpgan.data.dev_split import scored_split
 from lightning_dpgan.outputs import write_json
@@ -83,7 +83,7 @@ def train_command(cell: Cell, size: Size, settings: Settings, resume: bool = Fal
                "--seed", str(cell.seed), "--output-dir", str(run_dir), "--trainer.enable_progress_bar", "false",
                *(["--resume", str(run_dir / LAST_CHECKPOINT)] if resume else ["--overwrite"])]
     if cell.epsilon is not None:
-        command += ["--epsilon", f"{cell.epsilon:g}", "--delta", f"{delta_for(cell.dataset):g}"]
+        command += ["--epsilon", epsilon_text(cell.epsilon), "--delta", f"{delta_for(cell.dataset):g}"]
     if settings.data_dir:
         command += ["--data-dir", settings.data_dir]
     if size.max_steps:

@@ -25,6 +25,13 @@ def delta_for(dataset: str) -> float:
     return getattr(registry.lookup("dataset", dataset).load(), "default_delta", None) or DELTA
 
 
+def epsilon_text(epsilon: float) -> str:
+    """``epsilon`` as cell folders and commands write it: short (``1``, ``0.1``), yet exactly the
+    value, so that a run trains to the cell's own target (``:g`` alone keeps 6 figures)."""
+    short = f"{epsilon:g}"
+    return short if float(short) == epsilon else repr(float(epsilon))
+
+
 @dataclass(frozen=True)
 class Cell:
     """One training run of the grid."""
@@ -36,7 +43,7 @@ class Cell:
 
     @property
     def name(self) -> str:
-        epsilon = "inf" if self.epsilon is None else f"{self.epsilon:g}"
+        epsilon = "inf" if self.epsilon is None else epsilon_text(self.epsilon)
         return f"{self.model}_{self.dataset}_eps{epsilon}_seed{self.seed}"
 
     @property
@@ -107,4 +114,4 @@ def suite_size(suite: str, quick: bool) -> Size:
     return SUITES[suite]["quick" if quick else "full"]
 
 
-__all__ = ["Cell", "DELTA", "PEERS", "SUITES", "Size", "delta_for", "suite_size"]
+__all__ = ["Cell", "DELTA", "PEERS", "SUITES", "Size", "delta_for", "epsilon_text", "suite_size"]
