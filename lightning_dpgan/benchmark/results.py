@@ -106,7 +106,7 @@ SUMMARIZED = ("epsilon", "epsilon_data_independent", "steps", "train_seconds", "
 
 def cell_key(record: dict[str, Any]) -> tuple[str, str, float | None]:
     """The cell (model, dataset, target epsilon) a run or summary row belongs to: runs that share
-    it are seeds of one measurement (:attr:`~lightning_dpgan.benchmark.suites.Cell.group`)."""
+    it, differing only in their seed, are repeats of one measurement."""
     return record["model"], record["dataset"], record["target_epsilon"]
 
 

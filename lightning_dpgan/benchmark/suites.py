@@ -51,11 +51,6 @@ class Cell:
         """What names this cell in a results file's runs."""
         return {"model": self.model, "dataset": self.dataset, "target_epsilon": self.epsilon, "seed": self.seed}
 
-    @property
-    def group(self) -> tuple[str, str, float | None]:
-        """The cells that differ only in their seed are repeats of one measurement."""
-        return (self.model, self.dataset, self.epsilon)
-
 
 @dataclass(frozen=True)
 class Size:
