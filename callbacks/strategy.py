@@ -210,8 +210,18 @@ class PrivacyStrategy(L.Callback):
 
     def state_dict(self) -> dict[str, Any]:
         # `is not None`: an accountant with no steps yet has length 0, and is still a state to keep
-        return {"strategy": self.name, "accountant": self.accountant.state_dict() if self.accountant is not None else None,
-                "segments": self.segments()}
+        state = {"strategy": self.name, "accountant": self.accountant.state_dict() if self.accountant is not None else None,
+                 "segments": self.segments()}
+        if self.accountant is not None:  # what privacy.json says, kept where evaluate can check it (spent_figures)
+            state["spent"] = self.spent_figures()
+        return state
+
+    def spent_figures(self) -> dict[str, float | None]:
+        """The (epsilon, delta) spent so far as ``privacy.json`` states them (a spend no accountant
+        bounds, epsilon infinite, as None). The checkpoint keeps them too, so that ``evaluate``
+        reports the epsilon the run spent, not a figure edited into ``privacy.json`` since."""
+        epsilon = self.epsilon()
+        return {"epsilon": epsilon if math.isfinite(epsilon) else None, "delta": self.delta}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if not isinstance(state_dict, dict) or state_dict.get("strategy") != self.name or self.accountant is None:
@@ -330,11 +340,10 @@ class PrivacyStrategy(L.Callback):
         return "; then ".join(f"from step {start}: {source}" for start, source in sources)
 
     def privacy_report(self) -> dict[str, Any]:
-        epsilon, segments = self.epsilon(), self.segments()
+        segments = self.segments()
         return {
             "mechanism": self.mechanism_name,
-            "epsilon": epsilon if math.isfinite(epsilon) else None,
-            "delta": self.delta,
+            **self.spent_figures(),
             "neighbours": self.neighbours,
             "target_epsilon": self.target_epsilon,
             "epsilon_training": self.training_epsilon(),

@@ -121,6 +121,7 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
     info = checkpoint_of_this_run(run_dir, config)
     if info is not None and privacy is not None:
         check_privacy_report_of_this_run(run_dir, privacy, info)
+        check_reported_spend(run_dir, privacy, info)
     arguments = section_arguments(config, "data", cls)
     if arguments.get("schema") is not None:  # earlier runs recorded the unused estimate budget beside a schema file
         arguments = {key: value for key, value in arguments.items() if key not in ("bounds_epsilon", "bounds_delta")}
@@ -178,6 +179,33 @@ def check_privacy_report_of_this_run(run_dir: Path, privacy: dict[str, Any], inf
     raise ValueError(f"{run_dir / 'privacy.json'} and {run_dir / LAST_CHECKPOINT} are of different runs (their lineage, "
                      "the run ids training went through, differ): the epsilon reported would not be the one this "
                      "run's data was released under. Put back the run's own files, or rerun train")
+
+
+def check_reported_spend(run_dir: Path, privacy: dict[str, Any], info: dict[str, Any]) -> None:
+    """Refuse a ``privacy.json`` whose epsilon or delta is not what the run spent (edited since
+    training): evaluate copies them into its report as the synthetic data's guarantee. The
+    checkpoint keeps the strategy's own figures (``read_spent_privacy``); a run trained without
+    privacy keeps none, and its report must state none. Checkpoints from before the figures were
+    kept are not checked."""
+    from lightning_dpgan.sampling import read_spent_privacy
+
+    checkpoint = run_dir / LAST_CHECKPOINT
+    stated = {"epsilon": privacy.get("epsilon"), "delta": privacy.get("delta")}
+    spent = {"epsilon": None, "delta": None} if info.get("privacy") == "none" else read_spent_privacy(checkpoint)
+    if spent is None or all(_same_figure(stated[key], spent[key]) for key in stated):
+        return
+    def said(figures: dict[str, Any]) -> str:
+        return ", ".join(f"{key} {'none' if value is None else format(value, '.6g')}" for key, value in figures.items())
+
+    raise ValueError(f"{run_dir / 'privacy.json'} states {said(stated)}, but the run spent {said(spent)} ({checkpoint} "
+                     "keeps what its privacy strategy spent): the report was edited since training, and its figures "
+                     "are not this run's guarantee. Put back the run's own privacy.json, or rerun train")
+
+
+def _same_figure(stated: Any, spent: Any) -> bool:
+    if stated is None or spent is None:
+        return stated is spent
+    return math.isclose(stated, spent, rel_tol=1e-9, abs_tol=0.0)
 
 
 def _refuse_releases_left_without_their_checkpoint(run_dir: Path, datamodule: Any) -> None:

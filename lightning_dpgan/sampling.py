@@ -32,6 +32,16 @@ def read_run_info(path: str | Path) -> dict[str, Any]:
     return _checkpoint_record(path)["run"]
 
 
+def read_spent_privacy(path: str | Path) -> dict[str, Any] | None:
+    """The (epsilon, delta) the privacy strategy had spent when the checkpoint was saved
+    (``PrivacyStrategy.spent_figures``; at the end of training, what ``privacy.json`` states);
+    None for a run without a strategy, or a checkpoint from before the figures were kept."""
+    states = read_checkpoint(path).get("callbacks") or {}
+    spent = [state["spent"] for state in states.values() if isinstance(state, dict) and "strategy" in state
+             and isinstance(state.get("spent"), dict)]
+    return spent[0] if spent else None
+
+
 def _checkpoint_record(path: str | Path) -> dict[str, Any]:
     """What ``GANModule.on_save_checkpoint`` stored (the run information and the step count),
     read once; refuses a missing, corrupt or foreign file by name."""

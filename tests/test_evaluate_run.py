@@ -498,6 +498,46 @@ def test_a_privacy_report_or_checkpoint_of_another_run_of_the_same_kind_is_refus
     assert main(["evaluate", "--run", str(first)]) == 0  # its own files: scored
 
 
+def test_a_privacy_report_edited_to_state_another_epsilon_or_delta_is_refused(tmp_path, capsys):
+    """A privacy.json edited by hand (a smaller epsilon, a smaller delta) was copied into
+    evaluation.json and report.md as the synthetic data's guarantee. The checkpoint keeps what
+    the strategy spent: the run's own report passes, an edited one is refused untouched."""
+    import json
+
+    from lightning_dpgan.sampling import read_spent_privacy
+
+    run = tmp_path / "run"
+    train_table_run(run, "adult", "adult_tiny", "--epsilon", "8", "--delta", "1e-3", model="dpgan")
+    privacy = read_json(run / "privacy.json")
+    assert read_spent_privacy(run / "checkpoints" / "last.ckpt") == {"epsilon": privacy["epsilon"], "delta": 1e-3}
+    assert main(["evaluate", "--run", str(run)]) == 0
+    before = (run / "evaluation.json").read_bytes()
+    for edit in ({"epsilon": privacy["epsilon"] / 2}, {"delta": 1e-6}, {"epsilon": None}):
+        (run / "privacy.json").write_text(json.dumps({**privacy, **edit}))
+        capsys.readouterr()
+        assert main(["evaluate", "--run", str(run)]) == 2
+        err = capsys.readouterr().err
+        assert "the report was edited since training" in err and f"epsilon {privacy['epsilon']:.6g}, delta 0.001" in err
+        assert (run / "evaluation.json").read_bytes() == before
+    (run / "privacy.json").write_text(json.dumps(privacy))
+    assert main(["evaluate", "--run", str(run)]) == 0
+
+
+def test_a_privacy_report_claiming_an_epsilon_for_a_run_without_privacy_is_refused(tmp_path, capsys):
+    """A non-private run's checkpoint keeps no spend: its report must state no epsilon or delta."""
+    import json
+
+    run = tmp_path / "run"
+    train_table_run(run)
+    privacy = read_json(run / "privacy.json")
+    assert privacy["epsilon"] is None and privacy["delta"] is None
+    (run / "privacy.json").write_text(json.dumps({**privacy, "epsilon": 1.0, "delta": 1e-5}))
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(run)]) == 2
+    assert "states epsilon 1, delta 1e-05, but the run spent epsilon none, delta none" in capsys.readouterr().err
+    assert not (run / "evaluation.json").exists()
+
+
 def test_a_privacy_report_edited_to_hold_text_is_refused_before_any_work(tmp_path, capsys):
     """"epsilon": "4.99" was copied into evaluation.json and only failed at report.md, after
     evaluation.json and report/ were replaced: the earlier evaluation was left half-replaced."""
