@@ -491,7 +491,7 @@ class EvaluationFailed(ValueError):
 
 
 def sample(argv: list[str]) -> Path:
-    from lightning_dpgan.sampling import sample_to_file
+    from lightning_dpgan.sampling import guarantee_note, sample_to_file
 
     parser = command_parser("sample", "Draw synthetic records from a checkpoint.")
     parser.add_argument("--checkpoint", required=True, help="a checkpoint written by train (checkpoints/last.ckpt)")
@@ -502,7 +502,9 @@ def sample(argv: list[str]) -> Path:
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists (else refused)")
     args = parser.parse_args(argv)
     with terminated_as_exit():
-        return sample_to_file(args.checkpoint, args.n, args.out, seed=args.seed, overwrite=args.overwrite)
+        path = sample_to_file(args.checkpoint, args.n, args.out, seed=args.seed, overwrite=args.overwrite)
+    print(f"sample: {guarantee_note(args.checkpoint)}", file=sys.stderr)
+    return path
 
 
 @contextlib.contextmanager

@@ -42,6 +42,20 @@ def read_spent_privacy(path: str | Path) -> dict[str, Any] | None:
     return spent[0] if spent else None
 
 
+def guarantee_note(path: str | Path) -> str:
+    """What ``sample`` tells its user the records it drew are released under: drawing from a
+    trained generator is post-processing, so they carry the checkpoint's spend (the figures its
+    run's ``privacy.json`` states) whatever their number, and a run without privacy carries none."""
+    if read_run_info(path).get("privacy") == "none":
+        return "trained without privacy: these records carry no (epsilon, delta) guarantee"
+    spent = read_spent_privacy(path)
+    if spent is None:  # a checkpoint from before the figures were kept
+        return "the checkpoint does not record its privacy spend: its run's privacy.json states the guarantee"
+    epsilon = "not finite" if spent["epsilon"] is None else f"{spent['epsilon']:.6g}"
+    return (f"released under the checkpoint's privacy spend, epsilon {epsilon} and delta {spent['delta']:g} (how it "
+            "was accounted: its run's privacy.json); drawing more records spends nothing more")
+
+
 def _checkpoint_record(path: str | Path) -> dict[str, Any]:
     """What ``GANModule.on_save_checkpoint`` stored (the run information and the step count),
     read once; refuses a missing, corrupt or foreign file by name."""

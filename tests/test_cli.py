@@ -86,6 +86,32 @@ def test_sample_command_draws_records_from_the_checkpoint(gan_run, tmp_path):
     assert np.load(npz)["images"].shape[0] == 3
 
 
+def test_sample_says_what_guarantee_the_records_it_drew_carry(gan_run, tmp_path, capsys):
+    """sample is what a data holder publishes with: it states the checkpoint's spend (the
+    figures privacy.json states), no guarantee for a run without privacy, and where to look for
+    a checkpoint from before the spend was kept in it."""
+    capsys.readouterr()
+    assert main(["sample", "--checkpoint", str(gan_run / "checkpoints/last.ckpt"), "-n", "5",
+                 "--out", str(tmp_path / "plain.npz")]) == 0
+    assert "sample: trained without privacy: these records carry no (epsilon, delta) guarantee" in capsys.readouterr().err
+    run = tmp_path / "private"
+    assert main(["train", "--model", "dpgan", "--dataset", "adult", "--data-dir", str(REPO / "tests" / "fixtures" / "adult_tiny"),
+                 "--output-dir", str(run), "--max-steps", "2", "--batch-size", "8", "--epsilon", "8", "--delta", "1e-3",
+                 "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]) == 0
+    epsilon = read_json(run / "privacy.json")["epsilon"]
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    capsys.readouterr()
+    assert main(["sample", "--checkpoint", str(checkpoint), "-n", "5", "--out", str(tmp_path / "a.csv")]) == 0
+    assert (f"released under the checkpoint's privacy spend, epsilon {epsilon:.6g} and delta 0.001"
+            in capsys.readouterr().err)
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    for callback in state["callbacks"].values():
+        callback.pop("spent", None)  # as a checkpoint written before the spend was kept
+    torch.save(state, checkpoint)
+    assert main(["sample", "--checkpoint", str(checkpoint), "-n", "5", "--out", str(tmp_path / "b.csv")]) == 0
+    assert "does not record its privacy spend: its run's privacy.json states the guarantee" in capsys.readouterr().err
+
+
 def test_sample_draws_images_a_chunk_at_a_time_keeping_no_graph(gan_run, tmp_path, monkeypatch):
     """60,000 images drawn at once with autograd on took about 19 GiB: each draw is a chunk,
     without a graph, and the chunks are the balanced labels in order."""
@@ -995,6 +1021,7 @@ def test_sample_and_evaluate_draw_with_seed_0_unless_told(monkeypatch, tmp_path)
 
     seen = []
     monkeypatch.setattr(sampling, "sample_to_file", lambda checkpoint, n, out, seed, overwrite: seen.append(seed) or out)
+    monkeypatch.setattr(sampling, "guarantee_note", lambda checkpoint: "")  # c.ckpt is never written
     monkeypatch.setattr(evaluate, "evaluate_run", lambda run, data_dir, n, epochs, seed, device, split: seen.append(seed))
     cli.sample(["--checkpoint", "c.ckpt", "-n", "3", "--out", str(tmp_path / "s.csv")])
     cli.evaluate(["--run", str(tmp_path)])
