@@ -350,3 +350,42 @@ def test_the_accountant_lists_the_noise_settings_it_charged():
     assert accountant.noise_settings() == [{"sigma1": 600.0, "sigma2": 100.0}]
     accountant.step(700.0, 100.0, 30)
     assert sorted(setting["sigma1"] for setting in accountant.noise_settings()) == [600.0, 700.0]
+
+
+def test_loading_a_state_replaces_the_epsilon_already_computed():
+    """An accountant that already reported an epsilon, then loads another state, reports the
+    loaded state's spend (as a fresh accountant loading it does), not its own cached one."""
+    saved = ConfidentGNMaxAccountant()
+    saved.step(50.0, 10.0, 400, [-30.0] * 100)
+    fresh = ConfidentGNMaxAccountant()
+    fresh.load_state_dict(saved.state_dict())
+    used = ConfidentGNMaxAccountant()
+    used.step(500.0, 100.0, 3, [])
+    small = used.get_epsilon(DELTA)
+    used.load_state_dict(saved.state_dict())
+    assert used.get_epsilon(DELTA) == fresh.get_epsilon(DELTA) == saved.get_epsilon(DELTA) > small
+    assert used.epsilon_data_independent(DELTA) == saved.epsilon_data_independent(DELTA)
+
+
+def test_the_public_state_withholds_the_log_q_of_the_private_votes():
+    """privacy.json shows the public state: how many queries each noise pair answered, never the
+    rounded log q~ of each answer, which is a function of the teachers' votes on private data."""
+    accountant = ConfidentGNMaxAccountant()
+    log_q = gnmax_log_q(np.array([[25, 3, 2], [20, 10, 0]]), 5.0)
+    accountant.step(50.0, 5.0, 6, log_q)
+    public = accountant.public_state_dict()
+    assert [pair["answered"] for pair in public["noise_pairs"]] == [2] and public["withheld"]
+    assert not any(repr(float(key)) in repr(public) for key in round_log_q_up(log_q))
+
+
+def test_one_log_q_answered_under_two_sigma2_is_charged_at_each_ones_bound():
+    """Theorem 6's bound depends on sigma2 as well as on log q~: two noise pairs answering the
+    same rounded log q~ compose to the sum of their own curves, in either order."""
+    orders = np.array(DEFAULT_ORDERS)
+    expected = (threshold_rdp(30.0, orders) + threshold_rdp(300.0, orders)
+                + gnmax_data_dependent_rdp(-30.0, 5.0, orders)[0] + gnmax_data_dependent_rdp(-30.0, 50.0, orders)[0])
+    for pairs in (((30.0, 5.0), (300.0, 50.0)), ((300.0, 50.0), (30.0, 5.0))):
+        accountant = ConfidentGNMaxAccountant()
+        for sigma1, sigma2 in pairs:
+            accountant.step(sigma1, sigma2, 1, [-30.0])
+        assert accountant.get_epsilon(DELTA) == pytest.approx(rdp_to_epsilon(orders, expected, DELTA)[0], rel=1e-9)

@@ -11,6 +11,7 @@ import pytest
 import torch
 from run_helpers import checkpoint_accountant_state, read_json, train_outside_a_trainer
 
+from lightning_dpgan import distributed
 from lightning_dpgan.callbacks.gpate import ProjectedVoting
 from lightning_dpgan.cli import main
 from lightning_dpgan.nets.ensemble import ConvTeacher, MLPTeacher, MLPTeacherEnsemble, VmapTeacherEnsemble
@@ -24,7 +25,9 @@ from lightning_dpgan.privacy.gradient_voting import (
     vote_histograms,
 )
 from lightning_dpgan.privacy.mechanisms import NO_ANSWER, confident_gnmax
+from lightning_dpgan.privacy.noise_source import NoiseSource
 from lightning_dpgan.privacy.slots import PrivacyBudgetExhausted
+from thread_world import ThreadWorld
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -122,16 +125,54 @@ def test_unanswered_dimensions_contribute_nothing():
     assert not log[1][1].any()
 
 
-def test_a_refused_check_releases_nothing():
+def test_a_refused_check_releases_nothing_and_draws_no_noise():
+    """The votes are checked before anything noisy is drawn: a refused batch is charged nothing
+    and leaves Confident-GNMax's noise stream where it was."""
     def refuse(votes):
         raise PrivacyBudgetExhausted("no budget left")
 
-    charged = []
+    charged, noise = [], NoiseSource(seed=3)
+    before = noise.generator("cpu").get_state().clone()
     aggregator = ProjectedGradientAggregator(3, 4, 1.0, 1.0, 1.0, 1.0, check=refuse,
-                                             charge=lambda *args: charged.append(args))
+                                             charge=lambda *args: charged.append(args), noise=noise)
     with pytest.raises(PrivacyBudgetExhausted):
         aggregator.aggregate(torch.randn(5, 2, 6))
     assert charged == []
+    assert torch.equal(noise.generator("cpu").get_state(), before)
+
+
+def test_under_ddp_every_ranks_teacher_votes_are_counted_and_rank_zeros_release_is_everyones(monkeypatch):
+    """Six teachers sharded 2-2-2 over three ranks (threads), agreeing on every record; T = 5.5
+    votes. Only the summed histogram (6 votes a query) passes the threshold, never one rank's
+    shard (2). Every rank checks and charges the summed votes and releases what one process
+    holding all six teachers releases (rank 0's projection and noise)."""
+    world = ThreadWorld(3)
+    monkeypatch.setattr(distributed, "is_distributed", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: world.rank())
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: world.size)
+    monkeypatch.setattr(torch.distributed, "broadcast", world.broadcast)
+    monkeypatch.setattr(torch.distributed, "all_reduce", world.all_reduce)
+    teachers = 6
+    common = torch.randn(3, 12, generator=torch.Generator().manual_seed(0)) * 0.3
+    gradients = common.expand(teachers, 3, 12).contiguous()
+
+    def aggregator(log: list, seed: int) -> ProjectedGradientAggregator:
+        return ProjectedGradientAggregator(4, 10, 1.0, 1e-6, 1e-6, teachers - 0.5,
+                                           check=lambda votes: log.append(votes.clone()),
+                                           charge=lambda votes, answered: log.append((votes.clone(), answered)),
+                                           noise=NoiseSource(seed=seed))
+
+    logs = [[] for _ in range(3)]
+    torch.manual_seed(7)  # the threads share torch's stream: a rank drawing its own projection takes other numbers
+    released = world.each_rank(lambda r: aggregator(logs[r], r + 1).aggregate(gradients[2 * r:2 * r + 2]))
+    for r, (checked, (charged, answered)) in enumerate(logs):
+        assert (checked.sum(1) == teachers).all(), f"rank {r} checked only its own shard's votes"
+        assert torch.equal(checked, charged) and answered.all()
+        torch.testing.assert_close(released[r], released[0])
+    assert torch.count_nonzero(released[0]) > 0
+    monkeypatch.setattr(distributed, "is_distributed", lambda: False)
+    torch.manual_seed(7)
+    torch.testing.assert_close(aggregator([], 1).aggregate(gradients), released[0])
 
 
 # ------------------------------------------------------- batched input-gradients
@@ -199,6 +240,29 @@ def test_the_budget_stop_prices_each_step_at_its_threshold_checks_every_one_unan
     assert strategy.training_epsilon_if(3) == pytest.approx(by_hand, rel=1e-12)
 
 
+def test_the_budget_stop_plans_again_after_each_step_from_what_its_answers_spent():
+    """A step's cost depends on the votes: the steps the budget allows are planned again after
+    every step, so answered queries (costlier than the all-unanswered case planned for) shorten
+    the run there and then rather than leaving the hard stop to refuse a batch later."""
+    from types import SimpleNamespace
+
+    from lightning_dpgan.callbacks.budget import PrivacyBudgetStopping
+
+    strategy = ProjectedVoting(num_teachers=10, projection_dim=2, sigma1=50.0, sigma2=10.0, teacher_batch_size=3,
+                               target_epsilon=5.0, delta=1e-5)
+    strategy.num_teachers = 10
+    strategy.preprocessing = {"epsilon": 0.0, "delta": 0.0}
+    strategy._module = module = SimpleNamespace(train_steps=0)
+    budget = PrivacyBudgetStopping(5.0)
+    budget.strategy = strategy
+    planned = budget.allowed_total_steps()
+    votes = torch.tensor([[5, 5, 0]] * strategy.queries_per_step)  # split votes: answering them costs most
+    strategy._check(votes)
+    strategy._charge(votes, torch.ones(len(votes), dtype=torch.bool))
+    module.train_steps = 1
+    assert budget.allowed_total_steps() == 1 + budget._max_more_steps() < planned
+
+
 @pytest.mark.parametrize("answered, warned", [(0, True), (1, False)])
 def test_a_run_with_almost_no_answered_query_says_its_generator_got_no_signal(answered, warned):
     """An unanswered dimension contributes 0: with under 1 % of the queries answered the student
@@ -220,6 +284,69 @@ def test_strategy_refuses_a_batch_that_could_pass_the_target():
         strategy._check(torch.tensor([[5, 5]] * 50))
     assert len(strategy.accountant) == 0
     assert "past its share 0.5 " in strategy.refusal  # kept, for the run's warning if no step was taken
+
+
+@pytest.mark.parametrize("accounting", ["data-dependent", "data-independent"])
+def test_the_refusal_prices_every_query_answered_checks_at_sigma1_answers_at_sigma2(accounting):
+    """sigma1 != sigma2: a batch is priced as a step that answered all its queries would be
+    charged (each check at sigma1, each answer at sigma2 with its log q~ under sigma2); a hair
+    above that figure fits, a hair below is refused."""
+    votes = torch.tensor([[9, 1, 0], [6, 4, 0], [5, 3, 2], [10, 0, 0]] * 5)
+    answered_all = ConfidentGNMaxAccountant(accounting)
+    answered_all.step(2.0, 6.0, len(votes), gnmax_log_q(votes.numpy(), 6.0))
+    worst = answered_all.get_epsilon(1e-5)
+    for target, refused in ((worst * 1.001, False), (worst * 0.999, True)):
+        strategy = ProjectedVoting(num_teachers=10, sigma1=2.0, sigma2=6.0, accounting=accounting,
+                                   target_epsilon=target, delta=1e-5)
+        strategy.num_teachers = 10
+        strategy.preprocessing = {"epsilon": 0.0, "delta": 0.0}
+        if refused:
+            with pytest.raises(PrivacyBudgetExhausted):
+                strategy._check(votes)
+        else:
+            strategy._check(votes)
+            assert strategy.refusal is None
+
+
+def installed_voting(monkeypatch, sigma1: float, sigma2: float) -> tuple:
+    """The strategy's own aggregator (10 teachers, threshold 0.5, 4 bins on [-1, 1]) with an
+    identity projection, so that each teacher's value is its vote; and the answered masks it charges."""
+    from types import SimpleNamespace
+
+    from lightning_dpgan.privacy import gradient_voting
+
+    monkeypatch.setattr(gradient_voting, "random_projections", lambda b, d, k, device: torch.ones(b, d, k))
+    charged = []
+    monkeypatch.setattr(ProjectedVoting, "_charge", lambda self, votes, mask: charged.append(mask.clone()))
+    strategy = ProjectedVoting(num_teachers=10, projection_dim=1, bins=4, clip=1.0, sigma1=sigma1, sigma2=sigma2,
+                               threshold=0.5, noise_seed=0)
+    strategy.num_teachers = 10
+    strategy.preprocessing = {"epsilon": 0.0, "delta": 0.0}
+    module = SimpleNamespace()
+    strategy.install_aggregator(None, module)
+    return module.privacy, charged
+
+
+@pytest.mark.parametrize("agreeing, answered", [(4, False), (6, True)])
+def test_the_threshold_is_its_fraction_of_the_teachers_in_votes(agreeing, answered, monkeypatch):
+    """--privacy.threshold 0.5 of 10 teachers is T = 5 votes: with (almost) no threshold noise,
+    a query whose plurality holds 4 teachers goes unanswered, one of 6 is answered."""
+    aggregator, charged = installed_voting(monkeypatch, sigma1=1e-3, sigma2=1e-3)
+    rest = {4: [0.25] * 2 + [-0.25] * 2 + [-0.75] * 2, 6: [0.25] * 2 + [-0.25, -0.75]}[agreeing]
+    released = aggregator.aggregate(torch.tensor([0.75] * agreeing + rest).reshape(10, 1, 1))
+    assert [mask.tolist() for mask in charged] == [[answered]]
+    assert released.item() == (0.75 if answered else 0.0)
+
+
+def test_the_strategys_aggregator_draws_the_check_at_sigma1_and_the_answer_at_sigma2(monkeypatch):
+    """sigma1 = 1e-3, sigma2 = 1e3, 200 queries with 6 of 10 teachers in one bin (T = 5): every
+    check passes (its noise is tiny) and the answers are all but random (theirs is huge).
+    Swapped, about half the checks would fail and every answer would be the plurality."""
+    aggregator, charged = installed_voting(monkeypatch, sigma1=1e-3, sigma2=1e3)
+    votes = torch.tensor([0.75] * 6 + [0.25] * 2 + [-0.25, -0.75])
+    released = aggregator.aggregate(votes.reshape(10, 1, 1).expand(10, 200, 1).contiguous())
+    assert charged[0].all()
+    assert (released == 0.75).float().mean().item() < 0.5  # about 1/4 under answer noise of 1e3
 
 
 @pytest.mark.parametrize("preprocessing, refused", [(0.0, False), (1.0, True)])
@@ -485,6 +612,28 @@ def test_a_training_step_fits_the_generator_to_its_records_moved_by_the_released
     (fake, target), = fitted
     torch.testing.assert_close(target - fake, torch.full_like(fake, 1e-2))
     assert len(generated) == len(judged) == 1 and torch.equal(judged[0], generated[0])
+
+
+def test_a_refused_step_stops_the_run_and_leaves_the_generator_and_step_count_alone():
+    """The aggregator refusing (nothing released) ends training there: the trainer is told to
+    stop, the generator does not move and the step is not counted."""
+    from types import SimpleNamespace
+
+    from lightning_dpgan.modules import gpate
+
+    torch.manual_seed(0)
+    module = gpate.GPATE((6,), 3, num_teachers=2, teacher_kwargs={"hidden": ()})
+    train_outside_a_trainer(module)
+    module.trainer = trainer = SimpleNamespace(should_stop=False)
+
+    def refuse(perturbations):
+        raise PrivacyBudgetExhausted("no budget left")
+
+    module.privacy = SimpleNamespace(aggregate=refuse)
+    before, steps = [p.detach().clone() for p in module.generator.parameters()], int(module.train_steps)
+    module.training_step(([torch.rand(2, 4, 6)], [torch.randint(0, 3, (2, 4))]), 0)
+    assert trainer.should_stop is True and int(module.train_steps) == steps
+    assert all(torch.equal(a, b) for a, b in zip(before, module.generator.parameters()))
 
 
 def test_student_loss_is_eq_2_the_records_squared_distances_averaged():

@@ -8,7 +8,6 @@ when any rank read another release than rank 0, and none stops when all read ran
 from __future__ import annotations
 
 import hashlib
-import threading
 from types import SimpleNamespace
 
 import pytest
@@ -18,61 +17,30 @@ import torch.distributed as dist
 import lightning_dpgan.callbacks.same_release as same_release
 import lightning_dpgan.distributed as distributed
 from lightning_dpgan.callbacks.same_release import SameRelease, StaleReleaseError, release_digest
+from thread_world import ThreadWorld
 
 RELEASE = ".released_preprocessing.pt"
 
 
-class ThreadWorld:
-    """Collectives over ``size`` threads: each call waits for every rank's tensor, then fills
-    each caller's tensor in place with the result, as ``torch.distributed`` does."""
-
-    REDUCE = {dist.ReduceOp.MAX: torch.amax, dist.ReduceOp.MIN: torch.amin, dist.ReduceOp.SUM: torch.sum}
-
-    def __init__(self, size: int) -> None:
-        self.size, self.barrier, self.local = size, threading.Barrier(size, timeout=10), threading.local()
-        self.slots: list[torch.Tensor | None] = [None] * size
-        self.reduce_ops: list[object] = []
-
-    def _exchange(self, tensor: torch.Tensor) -> torch.Tensor:
-        self.slots[self.local.rank] = tensor.clone()
-        self.barrier.wait()
-        everyone = torch.stack(self.slots)  # type: ignore[arg-type]
-        self.barrier.wait()  # all have read before any slot is reused
-        return everyone
-
-    def broadcast(self, tensor: torch.Tensor, src: int) -> None:
-        tensor.copy_(self._exchange(tensor)[src])
-
-    def all_reduce(self, tensor: torch.Tensor, op: object = dist.ReduceOp.SUM) -> None:
-        self.reduce_ops.append(op)
-        tensor.copy_(self.REDUCE[op](self._exchange(tensor), dim=0))
-
+class ReleaseWorld(ThreadWorld):
     def run(self, digests: list[int], stage: str = "fit") -> list[str]:
         """Each rank r's ``SameRelease(digests[r]).setup``: 'ok' or its error's type name."""
-        results = [""] * self.size
-
-        def rank(r: int) -> None:
-            self.local.rank = r
+        def rank(r: int) -> str:
             module = SimpleNamespace(device=torch.device("cpu"))
             try:
                 SameRelease(digests[r], RELEASE).setup(None, module, stage)
-                results[r] = "ok"
+                return "ok"
             except StaleReleaseError as error:
                 assert RELEASE in str(error)  # the message names the file to delete
-                results[r] = "stale"
+                return "stale"
 
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(self.size)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=20)
-        return results
+        return self.each_rank(rank)
 
 
 @pytest.fixture
 def world(monkeypatch):
     """Three ranks, with the process-group functions the callback calls routed to a ThreadWorld."""
-    world = ThreadWorld(3)
+    world = ReleaseWorld(3)
     monkeypatch.setattr(same_release, "is_distributed", lambda: True)
     monkeypatch.setattr(distributed, "is_distributed", lambda: True)  # from_rank_zero broadcasts
     monkeypatch.setattr(dist, "broadcast", world.broadcast)
