@@ -1,4 +1,5 @@
 """The membership-inference attack, and ``evaluate`` / ``train --evaluate`` on finished runs."""
+import shutil
 from pathlib import Path
 
 import pytest
@@ -118,8 +119,6 @@ def test_an_image_run_whose_files_are_downloaded_as_it_starts_trains_and_keeps_t
         tiny_image_data_dir, tmp_path, monkeypatch):
     """The digest was read as the module was built, before Lightning's prepare_data downloaded
     the files: a first run with an empty cache stopped at "files not found"."""
-    import shutil
-
     from lightning_dpgan.datamodules import images
 
     def download(remote, cache):  # a download, from the tiny files
@@ -168,6 +167,96 @@ def test_fewer_images_than_classes_and_pixels_past_the_range_are_said_and_scored
     assert "the 3 synthetic images hold 3 of the 10 classes: the CNN never predicts the others" in err
     assert "of the generated pixels lie outside [-1, 1]" in err and "scored clamped" in err
     assert 0 <= read_json(run / "evaluation.json")["utility/cnn_accuracy"] <= 1
+
+
+@pytest.fixture(scope="module")
+def image_run(tiny_image_data_dir, tmp_path_factory):
+    """Two steps of the conditional GAN on the tiny MNIST files (a test that changes the folder copies it)."""
+    run = tmp_path_factory.mktemp("image") / "run"
+    assert main(tiny_run_args(tiny_image_data_dir, run, steps=2)) == 0
+    return run
+
+
+def test_evaluate_trains_the_cnn_on_its_schedule_and_tests_it_on_the_test_images_and_labels(
+        image_run, tiny_image_data_dir, monkeypatch):
+    """--cnn-epochs and --seed reach the CNN, which is scored on the test split's own images and
+    labels, in order, after training on the synthetic images clamped to [-1, 1] (not rescaled)."""
+    from lightning_dpgan.datamodules.mnist import MNISTDataModule
+    from lightning_dpgan.evaluation import images
+    from lightning_dpgan.modules.base import GANModule
+
+    seen = {}
+
+    def spy_cnn(synthetic, labels, test_images, test_labels, **kwargs):
+        seen.update(synthetic=synthetic, test_images=test_images, test_labels=test_labels, **kwargs)
+        return {"accuracy": 0.5}
+
+    def drawn(n):
+        return torch.linspace(-3, 3, n * 28 * 28).reshape(n, 1, 28, 28)
+
+    monkeypatch.setattr(GANModule, "sample", lambda self, n, labels=None: drawn(n))
+    monkeypatch.setattr(images, "cnn_accuracy", spy_cnn)
+    run = image_run.parent / "scheduled"
+    shutil.copytree(image_run, run)
+    assert main(["evaluate", "--run", str(run), "--data-dir", str(tiny_image_data_dir), "-n", "20",
+                 "--cnn-epochs", "2", "--seed", "7"]) == 0
+    assert seen["epochs"] == 2 and seen["seed"] == 7
+    assert read_json(run / "evaluation.json")["utility/cnn_epochs"] == 2
+    real = MNISTDataModule(data_dir=tiny_image_data_dir, verify_checksums=False)
+    real.prepare_data()
+    real.setup()
+    test_images, test_labels = real.test_dataset.tensors
+    assert torch.equal(seen["test_images"], test_images) and torch.equal(seen["test_labels"], test_labels)
+    assert torch.equal(seen["synthetic"], drawn(20).clamp(-1, 1))
+
+
+def test_a_draw_of_every_class_warns_of_none_nor_repeats_an_earlier_evaluations_warnings(
+        image_run, tiny_image_data_dir, capsys):
+    """-n 3 warns that 7 classes are missing; the next evaluation in the same process, of every
+    class, warns of nothing and its report carries no stale warning."""
+    run = image_run.parent / "warned"
+    shutil.copytree(image_run, run)
+    common = ["evaluate", "--run", str(run), "--data-dir", str(tiny_image_data_dir), "--cnn-epochs", "1"]
+    assert main([*common, "-n", "3"]) == 0
+    assert "## Warnings" in (run / "report.md").read_text()
+    capsys.readouterr()
+    assert main([*common, "-n", "20"]) == 0
+    assert "synthetic images hold" not in capsys.readouterr().err
+    assert "## Warnings" not in (run / "report.md").read_text()
+
+
+def test_a_run_without_its_sample_grid_gets_no_link_to_one(image_run, tiny_image_data_dir):
+    run = image_run.parent / "no-grid"
+    shutil.copytree(image_run, run)
+    (run / "samples.png").unlink()
+    assert main(["evaluate", "--run", str(run), "--data-dir", str(tiny_image_data_dir), "-n", "20",
+                 "--cnn-epochs", "1"]) == 0
+    assert "samples.png" not in (run / "report.md").read_text()
+
+
+def test_a_dev_evaluation_leaves_the_test_evaluations_report_and_figures_as_they_were(tiny_image_data_dir, tmp_path):
+    run = tmp_path / "run"
+    assert main(tiny_run_args(tiny_image_data_dir, run, model="wgan", steps=2) + [
+        "--privacy", "dp-sgd", "--epsilon", "5", "--data.dev_fraction", "0.25", "--trainer.log_every_n_steps", "1"]) == 0
+    assert main(["evaluate", "--run", str(run), "-n", "20", "--cnn-epochs", "1"]) == 0
+    assert (run / "report" / "epsilon.png").is_file()
+    names = ["evaluation.json", "report.md", *(f"report/{p.name}" for p in (run / "report").iterdir())]
+    before = {name: (run / name).read_bytes() for name in names}
+    assert main(["evaluate", "--run", str(run), "--split", "dev", "-n", "20", "--cnn-epochs", "1"]) == 0
+    assert (run / "evaluation-dev.json").is_file()
+    assert {name: (run / name).read_bytes() for name in names} == before
+    assert sorted(f"report/{p.name}" for p in (run / "report").iterdir()) == sorted(n for n in names if "/" in n)
+
+
+def test_the_epsilon_figure_plots_epsilon_against_the_logged_step(tmp_path):
+    """Lightning's CSV log interleaves rows of other metrics (no epsilon): the curve is epsilon
+    over the 'step' column of the rows that hold one, not over row numbers or epochs."""
+    from lightning_dpgan.evaluation.report import epsilon_figure
+
+    csv = tmp_path / "metrics.csv"
+    csv.write_text("epoch,step,loss,privacy/epsilon\n0,9,0.5,\n0,9,,0.25\n1,19,,0.5\n1,29,0.4,\n2,49,,1.0\n")
+    line = epsilon_figure(csv).axes[0].lines[0]
+    assert list(line.get_xdata()) == [9, 19, 49] and list(line.get_ydata()) == [0.25, 0.5, 1.0]
 
 
 def test_evaluation_draws_its_images_a_chunk_at_a_time_with_every_class_balanced(tiny_image_data_dir, tmp_path,
@@ -463,8 +552,6 @@ def test_a_checkpoint_of_another_run_is_refused_not_scored_under_this_runs_epsil
     """A checkpoint copied into another run's folder was evaluated and reported with that run's
     epsilon and mechanism; refused, naming both runs, with the evaluation untouched. The model
     alone does not make a checkpoint the run's: its dataset must be the run's too."""
-    import shutil
-
     private = {"dpgan": ["--epsilon", "8", "--delta", "1e-3"]}
     runs = {}
     for name, (model, dataset) in (("source", source), ("target", target)):
@@ -483,8 +570,6 @@ def test_a_privacy_report_or_checkpoint_of_another_run_of_the_same_kind_is_refus
     """Two runs of one model on one dataset: another run's privacy.json copied in was scored and
     reported with its epsilon, and another run's checkpoint with this run's; their lineages (the
     random run ids) differ, and the evaluation is refused untouched."""
-    import shutil
-
     first, second = tmp_path / "first", tmp_path / "second"
     for run in (first, second):
         train_table_run(run)

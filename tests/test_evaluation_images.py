@@ -79,6 +79,13 @@ def test_load_synthetic_npz_round_trip(tmp_path):
     assert np.array_equal(loaded_images.numpy(), images) and np.array_equal(loaded_labels.numpy(), labels)
 
 
+def test_load_synthetic_npz_refuses_float_images(tmp_path):
+    path = tmp_path / "floats.npz"
+    np.savez_compressed(path, images=np.zeros((4, 1, 28, 28), dtype=np.float32), labels=np.arange(4))
+    with pytest.raises(ValueError, match="expected uint8 images"):
+        load_synthetic_npz(path)
+
+
 def test_load_synthetic_npz_refuses_unlabelled_records(tmp_path):
     path = tmp_path / "unconditional.npz"
     np.savez_compressed(path, images=np.zeros((4, 1, 28, 28), dtype=np.uint8))
@@ -155,24 +162,46 @@ def test_a_label_past_the_last_class_is_refused():
     from lightning_dpgan.evaluation.images import as_labels
 
     assert as_labels([9], 1).tolist() == [9]
-    with pytest.raises(ValueError, match=r"labels must lie in \[0, 10\)"):
-        as_labels([10], 1)
+    for outside in (10, -1):
+        with pytest.raises(ValueError, match=r"labels must lie in \[0, 10\)"):
+            as_labels([outside, 3], 2)
+
+
+def test_images_without_a_channel_axis_are_given_one():
+    from lightning_dpgan.evaluation.images import as_model_input
+
+    assert torch.equal(as_model_input(torch.full((2, 28, 28), 255, dtype=torch.uint8)), torch.ones(2, 1, 28, 28))
+
+
+def test_cnn_accuracy_trains_the_schedule_asked_and_refuses_none_or_no_test_record(monkeypatch):
+    from lightning_dpgan.evaluation import images as module
+
+    seen, train = [], module.train_classifier
+    monkeypatch.setattr(module, "train_classifier", lambda *args: seen.append(args[2:5]) or train(*args))
+    x, y = torch.zeros(4, 1, 28, 28), torch.arange(4)
+    cnn_accuracy(x, y, x, y, epochs=3, batch_size=2, lr=2e-3, seed=1)
+    assert seen == [(3, 2, 2e-3)]
+    with pytest.raises(ValueError, match="at least one record"):
+        cnn_accuracy(x, y, x[:0], y[:0], epochs=1)
+    with pytest.raises(ValueError, match="epochs >= 1"):
+        cnn_accuracy(x, y, x, y, epochs=0)
 
 
 def test_the_classifier_trains_its_schedule_in_shuffled_batches_each_from_zero_gradients(monkeypatch):
     """Every epoch, every batch, each gradient its own batch's: a hand-written loop of the same
-    schedule (seeded init, shuffled order, Adam) ends with the same weights."""
+    schedule (init and order seeded by the seed given, shuffled order, Adam at the rate given)
+    ends with the same weights. Neither the seed nor the rate is a default."""
     from torch.utils.data import DataLoader, TensorDataset
 
     from lightning_dpgan.evaluation.images import train_classifier
 
     images, labels = torch.rand(40, 1, 28, 28) * 2 - 1, torch.arange(40) % 10
-    trained = train_classifier(images, labels, epochs=2, batch_size=16, lr=1e-3, seed=0, device="cpu")
-    torch.manual_seed(0)
+    trained = train_classifier(images, labels, epochs=2, batch_size=16, lr=3e-3, seed=5, device="cpu")
+    torch.manual_seed(5)
     reference = SmallCNN()
-    optimizer = torch.optim.Adam(reference.parameters(), lr=1e-3)
+    optimizer = torch.optim.Adam(reference.parameters(), lr=3e-3)
     loader = DataLoader(TensorDataset(images, labels), batch_size=16, shuffle=True,
-                        generator=torch.Generator().manual_seed(0))
+                        generator=torch.Generator().manual_seed(5))
     reference.train()
     for _ in range(2):
         for batch_images, batch_labels in loader:
