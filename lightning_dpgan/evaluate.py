@@ -194,6 +194,7 @@ def check_reported_spend(run_dir: Path, privacy: dict[str, Any], info: dict[str,
     spent = {"epsilon": None, "delta": None} if info.get("privacy") == "none" else read_spent_privacy(checkpoint)
     if spent is None or all(_same_figure(stated[key], spent[key]) for key in stated):
         return
+
     def said(figures: dict[str, Any]) -> str:
         return ", ".join(f"{key} {'none' if value is None else format(value, '.6g')}" for key, value in figures.items())
 
