@@ -30,12 +30,22 @@ def _batch(n, seed):
     return torch.randn(n, 1, 8, 8, generator=generator), torch.randint(0, 3, (n,), generator=generator)
 
 
-def _private_update(critic, real, fake, sigma, clip, expected_batch, seed=0, calls=None, mode="auto"):
-    """One discriminator update the way GANModule does it; returns the gradient applied."""
+def _attached(critic, sigma, clip, expected_batch, seed=0, calls=None, mode="auto"):
+    """The mechanism attached to ``critic`` and its SGD optimizer (rate 1: a step applies the gradient)."""
     mechanism = DPSGDMechanism(sigma, clip, expected_batch, on_noisy_step=(lambda: calls.append(1)) if calls is not None else None,
                                noise=NoiseSource(seed), mode=mode)
     mechanism.attach(critic)
-    optimizer = mechanism.wrap_optimizer(torch.optim.SGD(critic.parameters(), lr=1.0))
+    return mechanism, mechanism.wrap_optimizer(torch.optim.SGD(critic.parameters(), lr=1.0))
+
+
+def _applied(critic, before):
+    """The update a step applied: the weights before it less those after."""
+    return torch.cat([(b - p.detach()).flatten() for b, p in zip(before, critic.parameters())])
+
+
+def _private_update(critic, real, fake, sigma, clip, expected_batch, seed=0, calls=None, mode="auto"):
+    """One discriminator update the way GANModule does it; returns the gradient applied."""
+    mechanism, optimizer = _attached(critic, sigma, clip, expected_batch, seed, calls, mode)
     before = [p.detach().clone() for p in critic.parameters()]
     optimizer.zero_grad()
     if real is not None:
@@ -43,7 +53,7 @@ def _private_update(critic, real, fake, sigma, clip, expected_batch, seed=0, cal
     if fake is not None:
         mechanism.backward_public(critic(*fake))
     optimizer.step()
-    return torch.cat([(b - p.detach()).flatten() for b, p in zip(before, critic.parameters())])
+    return _applied(critic, before)
 
 
 def _plain_gradient(critic, real, fake):
@@ -199,6 +209,82 @@ def test_invalid_parameters_are_refused():
         DPSGDMechanism(-1.0, 1.0, 4)
     with pytest.raises(ValueError):
         DPSGDMechanism(1.0, 0.0, 4)
+    with pytest.raises(ValueError, match="expected_batch_size"):  # the noisy sum is divided by it
+        DPSGDMechanism(1.0, 1.0, 0)
+
+
+def test_zero_grad_drops_a_public_gradient_set_aside_before_it(mode):
+    """A generated batch back-propagated, then zero_grad: its public gradient must not reach the
+    next step, as a plain optimizer's zeroed .grad would not."""
+    real = _batch(4, 1)
+    only_real = _private_update(_critic(mode), real, None, sigma=0.0, clip=1e6, expected_batch=4, mode=mode)
+    critic = _critic(mode)
+    mechanism, optimizer = _attached(critic, 0.0, 1e6, 4, mode=mode)
+    before = [p.detach().clone() for p in critic.parameters()]
+    mechanism.backward_public(critic(*_batch(5, 2)))  # abandoned
+    optimizer.zero_grad()
+    mechanism.backward_real(-critic(*real))
+    optimizer.step()
+    assert torch.allclose(_applied(critic, before), only_real, atol=1e-7)
+
+
+def test_a_public_gradient_is_applied_at_one_step_only(mode):
+    """Step 1 takes a real and a generated batch, step 2 a real batch only: step 2 applies the
+    real part alone, as the same step of a critic that never saw the generated batch."""
+    real = _batch(4, 1)
+    critic = _critic(mode)
+    mechanism, optimizer = _attached(critic, 0.0, 1e6, 4, mode=mode)
+    optimizer.zero_grad()
+    mechanism.backward_real(-critic(*real))
+    mechanism.backward_public(critic(*_batch(5, 2)))
+    optimizer.step()
+    twin = _critic(mode)
+    twin.load_state_dict(critic.state_dict())
+    before = [p.detach().clone() for p in critic.parameters()]
+    optimizer.zero_grad()
+    mechanism.backward_real(-critic(*real))
+    optimizer.step()
+    alone = _private_update(twin, real, None, sigma=0.0, clip=1e6, expected_batch=4, mode=mode)
+    assert torch.allclose(_applied(critic, before), alone, atol=1e-6)
+
+
+def test_two_generated_batches_in_one_step_both_count(mode):
+    """Two generated batches before a step: the public gradient is the sum of both clipped
+    parts, neither overwrites the other."""
+    fake_a, fake_b = _batch(3, 3), _batch(5, 4)
+
+    def update(*batches):
+        critic = _critic(mode)
+        mechanism, optimizer = _attached(critic, 0.0, 1e6, 4, mode=mode)
+        before = [p.detach().clone() for p in critic.parameters()]
+        optimizer.zero_grad()
+        for batch in batches:
+            mechanism.backward_public(critic(*batch))
+        optimizer.step()
+        return _applied(critic, before)
+
+    assert torch.allclose(update(fake_a, fake_b), update(fake_a) + update(fake_b), atol=1e-6)
+
+
+def test_an_empty_generated_batch_adds_nothing_to_the_real_update(mode):
+    """A rank whose share of the generated batch is empty: its public part is zero, not the NaN
+    of a mean over no record."""
+    real = _batch(4, 1)
+    with_empty = _private_update(_critic(mode), real, _batch(0, 2), sigma=0.0, clip=1.0, expected_batch=4, mode=mode)
+    assert torch.isfinite(with_empty).all()
+    alone = _private_update(_critic(mode), real, None, sigma=0.0, clip=1.0, expected_batch=4, mode=mode)
+    assert torch.allclose(with_empty, alone, atol=1e-7)
+
+
+def test_a_second_real_pass_before_the_step_is_refused_in_hooks_mode():
+    """Opacus would add the two passes' per-record gradients row by row (record i of each batch
+    clipped as one row), which breaks the per-record bound."""
+    critic = _critic("hooks")
+    mechanism, optimizer = _attached(critic, 0.0, 1.0, 4, mode="hooks")
+    optimizer.zero_grad()
+    mechanism.backward_real(-critic(*_batch(4, 1)))
+    with pytest.raises(ValueError):
+        mechanism.backward_real(-critic(*_batch(4, 2)))
 
 
 def test_a_private_update_on_records_leaves_no_backward_hook_warning_in_the_log(mode):

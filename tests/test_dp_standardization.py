@@ -44,6 +44,10 @@ def test_the_scale_is_never_below_its_own_noise_nor_above_the_range_and_the_loca
         assert 0.0 <= released.location <= 1.0
         assert scale_noise_std(0.5, 50) <= released.scale <= 1.0
     assert scale_noise_std(0.5, 50) == pytest.approx(math.sqrt(2) * 4 / 50)
+    assert scale_noise_std(0.05, 2) > 1  # a noise floor above the range: the scale is still clipped to it
+    for _ in range(20):
+        released = dp_location_scale(torch.tensor([1.0, 0.0]), 0.05, generator)
+        assert released.scale == 1.0 and 0.0 <= released.location <= 1.0
 
 
 @pytest.mark.parametrize("values,epsilon,message", [

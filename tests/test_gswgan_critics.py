@@ -123,6 +123,8 @@ def test_calibration_tries_its_cap_and_names_the_order_grids_floor():
     assert 524288 < noise <= 1e6 and spend(noise) <= 0.005
     with pytest.raises(ValueError, match=r"certify no less than epsilon 0.0035 at that delta"):
         calibrate_selected_critic_noise(0.001, 1e-5, 1, 1000)
+    with pytest.raises(ValueError, match="steps"):  # calibrated for no step, any noise would do
+        calibrate_selected_critic_noise(1.0, 1e-5, 0, 4)
 
 
 # ------------------------------------------------------- critics and partitions

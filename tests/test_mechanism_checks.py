@@ -319,6 +319,31 @@ def test_gnmax_answer_noise_is_gaussian_with_std_sigma2_on_each_count():
     assert_law(noise, normal_cdf(math.sqrt(2) * sigma2), normal_cdf(math.sqrt(2) * sigma2 / 2))
 
 
+def test_gnmax_threshold_noise_is_independent_of_the_answer_noise():
+    """Two tied bins at threshold 0: a query is answered when its threshold noise is >= 0 and
+    then answers either bin with probability 1/2, whatever that noise was (the analysis charges
+    the two steps as independent Gaussians; a draw shared between them would favour one bin)."""
+    answers = confident_gnmax(torch.zeros(8000, 2), 0.0, 1.0, 1.0, torch.Generator().manual_seed(0))
+    answered = answers[answers != NO_ANSWER]
+    assert abs(len(answered) / 8000 - 0.5) < 0.03
+    assert abs((answered == 0).double().mean().item() - 0.5) < 0.03
+
+
+@pytest.mark.parametrize("sigmas", [(1.0, 0.0), (0.0, 1.0), (1.0, -1.0)])
+def test_gnmax_refuses_a_missing_noise(sigmas):
+    """sigma2 = 0 would answer with the exact argmax of the votes, sigma1 = 0 check them exactly."""
+    with pytest.raises(ValueError, match="sigma"):
+        confident_gnmax(torch.tensor([[3.0, 1.0]]), 1.0, *sigmas)
+
+
+def test_pate_refuses_a_laplace_inverse_scale_of_zero():
+    """lambda = 0 is infinite noise (scale 1/lambda): refused, not drawn as inf or NaN."""
+    from lightning_dpgan.privacy.mechanisms import laplace_noisy_argmax
+
+    with pytest.raises(ValueError, match="lap_inverse_scale"):
+        laplace_noisy_argmax(torch.tensor([[3.0, 1.0]]), 0.0)
+
+
 def test_gpate_aggregator_draws_gnmax_noise_with_its_own_parameters_on_the_checked_votes(monkeypatch):
     """Protects the plumbing from G-PATE's aggregator to the tested noise: Confident-GNMax gets
     exactly the vote histograms that were checked (and charged), the threshold and both sigmas."""

@@ -100,12 +100,14 @@ def test_the_label_models_batches_and_noise_come_from_its_own_source_not_the_run
     features, targets, _ = separable(200, 0)
     start = label_network("logistic", 5, 2, [])
     trained = []
-    for run_seed in (1, 2):
+    for run_seed, noise_seed in ((1, 5), (2, 5), (1, None), (1, None)):
         torch.manual_seed(run_seed)
         network = copy.deepcopy(start)
-        train_dp_label_model(network, features, targets, 3.0, 1e-4, DPSGDSettings(epochs=2, batch_size=20), noise_seed=5)
+        train_dp_label_model(network, features, targets, 3.0, 1e-4, DPSGDSettings(epochs=2, batch_size=20),
+                             noise_seed=noise_seed)
         trained.append(torch.cat([parameter.detach().flatten() for parameter in network.parameters()]))
-    assert torch.equal(*trained)
+    assert torch.equal(trained[0], trained[1])
+    assert not torch.equal(trained[2], trained[3])  # no noise seed: OS entropy, never a fixed default
 
 
 def test_the_label_model_refuses_a_delta_of_one_over_n_and_never_reports_past_its_share(monkeypatch):
@@ -213,6 +215,16 @@ def test_a_class_label_is_not_standardized_and_its_model_spends_all_of_its_share
     cost = train_dp_label_model(label_network("logistic", 5, 2, []), features, targets, 0.8, 1e-5,
                                 DPSGDSettings(epochs=3, batch_size=100, scale_share=0.1), noise_seed=0)
     assert "target_standardization" not in cost and cost["epsilon"] > 0.75
+
+
+@pytest.mark.parametrize("epsilon", [4.0, 0.5])
+def test_the_target_scale_costs_its_share_of_epsilon_not_the_share_itself(epsilon):
+    features, target = narrow_target(400, 4)
+    settings = DPSGDSettings(epochs=1, batch_size=20, scale_share=0.25)
+    cost = train_dp_label_model(label_network("logistic", 5, 1, []), features, target, epsilon, 1e-4, settings,
+                                noise_seed=0)
+    assert cost["target_standardization"]["epsilon"] == pytest.approx(0.25 * epsilon)
+    assert cost["epsilon"] <= epsilon and cost["epsilon_dp_sgd"] <= 0.75 * epsilon
 
 
 def test_folding_the_standardization_rescales_the_last_layers_output():
