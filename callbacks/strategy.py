@@ -212,7 +212,7 @@ class PrivacyStrategy(L.Callback):
         # `is not None`: an accountant with no steps yet has length 0, and is still a state to keep
         state = {"strategy": self.name, "accountant": self.accountant.state_dict() if self.accountant is not None else None,
                  "segments": self.segments()}
-        if self.accountant is not None:  # what privacy.json says, kept where evaluate can check it (spent_figures)
+        if self.accountant is not None and self.delta is not None:  # set up: what privacy.json says, for evaluate
             state["spent"] = self.spent_figures()
         return state
 
