@@ -941,6 +941,44 @@ def test_the_report_says_how_its_epsilon_was_spent_and_that_it_is_not_for_publis
     assert "of which training" not in unspent  # nothing spent before training: the total is training's
 
 
+def test_the_report_states_both_pate_epsilons_its_target_and_its_warnings_before_the_measures(tmp_path):
+    """A PATE run's report gives its epsilon to four figures with the target, both the
+    data-dependent and the data-independent figure (and, under data-dependent accounting, that
+    the first is not private), the evaluation's warnings before the measured table, and no
+    privacy figure or note inside that table."""
+    from lightning_dpgan.evaluation.report import render_report
+
+    privacy = {"mechanism": "pate", "epsilon": 2.975, "delta": 1e-5, "target_epsilon": 3.0, "steps": 7,
+               "accounting": "data-dependent", "epsilon_data_dependent": 2.975, "epsilon_data_independent": 8.125}
+    evaluation = {"epsilon": 2.975, "delta": 1e-5, "privacy_note": "not covered by epsilon", "utility/cnn_accuracy": 0.5}
+    text = render_report(tmp_path, evaluation, privacy, {}, ["the synthetic label holds 1 of its 2 classes"])
+    before, measured = text.split("## Measured")
+    assert "- epsilon: 2.975 (target 3)\n" in before
+    assert "- epsilon data dependent: 2.975\n" in before and "- epsilon data independent: 8.125\n" in before
+    assert "the epsilon above is the data-dependent figure" in before
+    assert "## Warnings\n\n- the synthetic label holds 1 of its 2 classes\n" in before
+    assert "`utility/cnn_accuracy`" in measured
+    assert "privacy_note" not in measured and "`epsilon`" not in measured and "`delta`" not in measured
+    independent = render_report(tmp_path, {}, {**privacy, "accounting": "data-independent", "target_epsilon": None}, {})
+    assert "the epsilon above is the data-dependent figure" not in independent and "- epsilon: 2.975\n" in independent
+    assert "## Warnings" not in independent
+
+
+def test_publishing_an_evaluations_figures_replaces_the_earlier_ones_whole(tmp_path):
+    from lightning_dpgan.evaluate import STAGED_FIGURES, _publish_figures
+    from lightning_dpgan.evaluation.report import FIGURES
+
+    (tmp_path / FIGURES).mkdir()
+    (tmp_path / FIGURES / "old.png").write_bytes(b"old")
+    (tmp_path / STAGED_FIGURES).mkdir()
+    (tmp_path / STAGED_FIGURES / "epsilon.png").write_bytes(b"new")
+    _publish_figures(tmp_path)
+    assert sorted(p.name for p in (tmp_path / FIGURES).iterdir()) == ["epsilon.png"]
+    assert not (tmp_path / STAGED_FIGURES).exists()
+    _publish_figures(tmp_path)  # an evaluation that drew no figure leaves none of the earlier one's
+    assert not (tmp_path / FIGURES).exists()
+
+
 def test_the_reports_figures_show_setting_b_shares_and_feature_correlations():
     """The AUROC bars are A (train real) and B (train synthetic), both tested on real rows; the
     marginals are shares, comparable between tables of different sizes; the heatmaps are the

@@ -389,3 +389,13 @@ def test_one_log_q_answered_under_two_sigma2_is_charged_at_each_ones_bound():
         for sigma1, sigma2 in pairs:
             accountant.step(sigma1, sigma2, 1, [-30.0])
         assert accountant.get_epsilon(DELTA) == pytest.approx(rdp_to_epsilon(orders, expected, DELTA)[0], rel=1e-9)
+
+
+def test_budget_planning_at_a_log_q_charges_it_rounded_up_as_stepping_does():
+    """epsilon_if_queries(log_q=x) equals stepping those queries with log q~ = x, rounded up to
+    the 0.01 grid: planning at the raw x would understate what the step is charged."""
+    log_q = -10.00999  # rounds up to -10.00, where Theorem 6 beats the data-independent bound
+    planned = ConfidentGNMaxAccountant("data-dependent").epsilon_if_queries(DELTA, 50, 40.0, 3.0, 1.0, log_q=log_q)
+    stepped = ConfidentGNMaxAccountant("data-dependent")
+    stepped.step(40.0, 3.0, 50, np.full(50, log_q))
+    assert planned == pytest.approx(stepped.get_epsilon(DELTA), rel=1e-12)

@@ -210,6 +210,19 @@ def test_strategy_charges_every_check_and_only_answered_answers():
         strategy._charge(votes, torch.tensor([True, True, True]))  # no matching check
 
 
+def test_the_report_names_the_sigma1_and_sigma2_its_batches_were_charged_at():
+    """sigma1 (threshold check) != sigma2 (answer), before and after a charge: the end-to-end
+    runs use sigma1 == sigma2, where a swap cannot show."""
+    strategy = ProjectedVoting(num_teachers=10, sigma1=5.0, sigma2=3.0, target_epsilon=50.0, delta=1e-5)
+    strategy.num_teachers = 10
+    strategy.preprocessing = {"epsilon": 0.0, "delta": 0.0}
+    assert (strategy.report_parameters()["sigma1"], strategy.report_parameters()["sigma2"]) == (5.0, 3.0)
+    votes = torch.tensor([[10, 0, 0], [5, 5, 0]])
+    strategy._check(votes)
+    strategy._charge(votes, torch.tensor([True, False]))
+    assert (strategy.report_parameters()["sigma1"], strategy.report_parameters()["sigma2"]) == (5.0, 3.0)
+
+
 def test_each_answer_is_charged_at_its_votes_tail_bound_under_the_strategys_sigma2():
     """Proposition 7 by hand (scipy's erfc): q~ = sum over the other bins of
     Pr[N(0, 2 sigma2^2) >= gap] = erfc(gap / (2 sigma2)) / 2, for the log q~ the data-dependent
