@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -255,10 +256,12 @@ def test_the_harness_refuses_a_dev_split_it_cannot_use(tmp_path, argv, message):
 
 
 def load_benchmark_script(name: str):
-    """A script under ``benchmarks/`` (not a package) as a module."""
+    """A script under ``benchmarks/`` (not a package) as a module, registered in ``sys.modules``
+    as importing it would (a dataclass looks its module up there: teacher_ensemble.py's)."""
     path = Path(__file__).parents[1] / "benchmarks" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"benchmark_script_{name}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
