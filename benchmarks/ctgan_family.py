@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lightning_dpgan.evaluate import load_run_datamodule
+from lightning_dpgan.evaluate import load_run_datamodule, read_synthetic_table
 from lightning_dpgan.evaluation import classification_utility
 from lightning_dpgan.evaluation.fidelity import correlation_difference, jensen_shannon_per_column, wasserstein_per_column
 from lightning_dpgan.evaluation.utility import CLASSIFIERS, REGRESSORS, regression_utility
@@ -94,7 +94,7 @@ def main() -> None:
             run, seconds = train(model, dataset, args)
             datamodule = load_run_datamodule(run, args.data_dir)  # the records and schema this run trained with
             privacy = json.loads((run / "privacy.json").read_text())
-            synthetic = pd.read_csv(run / "synthetic.csv")
+            synthetic = read_synthetic_table(run / "synthetic.csv", datamodule.schema)  # as evaluate reads it
             row = {"model": " ".join(filter(None, (model, args.label))), "dataset": dataset, "epsilon": privacy["epsilon"], "steps": privacy["steps"],
                    "minutes": seconds / 60, **utility_gap(datamodule, synthetic, args.seed), **fidelity(datamodule, synthetic)}
             rows.append(row)

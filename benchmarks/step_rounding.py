@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lightning_dpgan.evaluate import load_run_datamodule
+from lightning_dpgan.evaluate import load_run_datamodule, read_synthetic_table
 from lightning_dpgan.evaluation.utility import regression_utility
 from lightning_dpgan.run_folder import LAST_CHECKPOINT
 from lightning_dpgan.sampling import read_run_info, table_labeler
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"{run} is not a QUAIL run: its labels cannot be recomputed for rounded features")
         datamodule = load_run_datamodule(run, args.data_dir)
         schema, held_out = datamodule.schema, datamodule.held_out(args.split)
-        features = pd.read_csv(run / "synthetic.csv").drop(columns=[schema.label])
+        features = read_synthetic_table(run / "synthetic.csv", schema).drop(columns=[schema.label])
         before, after = (regression_utility(labeler.label(table), held_out, schema) for table in (features, rounded(features, schema)))
         per = ", ".join(f"{name} {before['per_regressor'][name]['r2']:.3f} -> {after['per_regressor'][name]['r2']:.3f}"
                         for name in before["per_regressor"])
