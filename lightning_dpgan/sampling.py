@@ -36,7 +36,12 @@ def read_spent_privacy(path: str | Path) -> dict[str, Any] | None:
     """The (epsilon, delta) the privacy strategy had spent when the checkpoint was saved
     (``PrivacyStrategy.spent_figures``; at the end of training, what ``privacy.json`` states);
     None for a run without a strategy, or a checkpoint from before the figures were kept."""
-    states = read_checkpoint(path).get("callbacks") or {}
+    return spent_privacy(read_checkpoint(path))
+
+
+def spent_privacy(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    """:func:`read_spent_privacy` of a checkpoint already read."""
+    states = checkpoint.get("callbacks") or {}
     spent = [state["spent"] for state in states.values() if isinstance(state, dict) and "strategy" in state
              and isinstance(state.get("spent"), dict)]
     return spent[0] if spent else None
@@ -45,10 +50,12 @@ def read_spent_privacy(path: str | Path) -> dict[str, Any] | None:
 def guarantee_note(path: str | Path) -> str:
     """What ``sample`` tells its user the records it drew are released under: drawing from a
     trained generator is post-processing, so they carry the checkpoint's spend (the figures its
-    run's ``privacy.json`` states) whatever their number, and a run without privacy carries none."""
-    if read_run_info(path).get("privacy") == "none":
+    run's ``privacy.json`` states) whatever their number, and a run without privacy carries none.
+    The checkpoint is read once (``sample`` has checked it already)."""
+    checkpoint = read_checkpoint(path)
+    if checkpoint[CHECKPOINT_KEY]["run"].get("privacy") == "none":
         return "trained without privacy: these records carry no (epsilon, delta) guarantee"
-    spent = read_spent_privacy(path)
+    spent = spent_privacy(checkpoint)
     if spent is None:  # a checkpoint from before the figures were kept
         return "the checkpoint does not record its privacy spend: its run's privacy.json states the guarantee"
     epsilon = "not finite" if spent["epsilon"] is None else f"{spent['epsilon']:.6g}"
