@@ -500,9 +500,13 @@ def sample(argv: list[str]) -> Path:
     parser.add_argument("--seed", type=_seed, default=0,
                         help="seed of the latent and label draws (default 0): one seed, one sample")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists (else refused)")
+    parser.add_argument("--classes", type=int, nargs="+", metavar="K",
+                        help="class-conditional image models: draw only these classes (indices), an equal "
+                             "share of each (default: every class)")
     args = parser.parse_args(argv)
     with terminated_as_exit():
-        path = sample_to_file(args.checkpoint, args.n, args.out, seed=args.seed, overwrite=args.overwrite)
+        path = sample_to_file(args.checkpoint, args.n, args.out, seed=args.seed, overwrite=args.overwrite,
+                              classes=args.classes)
     print(f"sample: {guarantee_note(args.checkpoint)}", file=sys.stderr)
     return path
 

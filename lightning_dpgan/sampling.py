@@ -6,7 +6,7 @@ import math
 import os
 import pickle
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -302,14 +302,44 @@ def refuse_the_runs_own_data(out: Path, checkpoint: Path, overwrite: bool = Fals
         raise ValueError(f"--out {out} is a file the run trained on ({named_by} names it): give another file")
 
 
+def check_classes(classes: Sequence[int] | None) -> None:
+    """``--classes`` as given: whole numbers >= 0, each once (whether the model has them is
+    known once it is loaded, :func:`class_labels`)."""
+    if classes is None:
+        return
+    if len(classes) == 0 or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in classes):
+        raise ValueError(f"--classes takes one or more class indices (whole numbers >= 0), got {list(classes)!r}")
+    repeated = sorted({c for c in classes if list(classes).count(c) > 1})
+    if repeated:
+        raise ValueError(f"--classes names class {', '.join(map(str, repeated))} more than once: give each class once")
+
+
+def class_labels(module: Any, n: int, classes: Sequence[int] | None) -> torch.Tensor | None:
+    """The label of each of ``n`` drawn images: the model's balanced classes, or, with
+    ``classes``, those classes in turn (an equal share of each, in the order given). Labels are
+    the generator's inputs, so choosing them reads no data and costs no privacy."""
+    if classes is None:
+        return module.balanced_labels(n)
+    if module.num_classes is None:
+        raise ValueError("--classes is for class-conditional models, and this one draws its images "
+                         "without a class: leave --classes out")
+    unknown = [c for c in classes if c >= module.num_classes]
+    if unknown:
+        raise ValueError(f"--classes {', '.join(map(str, unknown))}: this model's classes are 0 to "
+                         f"{module.num_classes - 1}")
+    return torch.tensor(list(classes))[torch.arange(n) % len(classes)]
+
+
 def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 0, columns: int = 10,
-                   overwrite: bool = False) -> Path:
+                   overwrite: bool = False, classes: Sequence[int] | None = None) -> Path:
     """Draw ``n`` records and write them: ``.csv`` table (decoded with the run's schema),
-    ``.png`` image grid or ``.npz`` image arrays. An existing ``out`` (a run's own
-    ``synthetic.csv``, say) is replaced only with ``overwrite``."""
+    ``.png`` image grid or ``.npz`` image arrays; ``classes`` limits a class-conditional image
+    model to those classes. An existing ``out`` (a run's own ``synthetic.csv``, say) is replaced
+    only with ``overwrite``."""
     out = Path(out)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"-n must be a whole number >= 1, got {n!r}")
+    check_classes(classes)
     if out.exists() and Path(checkpoint).exists() and out.samefile(checkpoint):
         raise ValueError(f"--out {out} is the checkpoint itself: give another file")
     refuse_the_runs_own_data(out, Path(checkpoint), overwrite)
@@ -327,6 +357,9 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
         named = (f"a name before the extension, e.g. {'synthetic.csv' if schema else 'samples.png'}, not {out.name}"
                  if out.name.startswith(".") and not out.suffix else out.name)  # ".csv" alone has no suffix
         raise ValueError(f"--out for {kind} must end in {' or '.join(allowed)}, got {named}")
+    if schema and classes is not None:
+        raise ValueError("--classes is for class-conditional image models; a table's rows carry their label "
+                         "column, so keep the rows of the classes you want from the drawn table")
     module = load_module(checkpoint)
     torch.manual_seed(seed)
     if schema:
@@ -334,7 +367,7 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
         check_room_for_table(out, n, module, decoder, labeler)
         return write_csv_chunks(out, synthetic_row_chunks(module, decoder, labeler, n))
     check_memory_for_images(n, module)
-    labels = module.balanced_labels(n)
+    labels = class_labels(module, n, classes)
     images = images_to_uint8(draw_images(module, n, labels))
     if suffix == ".png":
         return write_png(out, image_grid(images, columns))

@@ -86,6 +86,27 @@ def test_sample_command_draws_records_from_the_checkpoint(gan_run, tmp_path):
     assert np.load(npz)["images"].shape[0] == 3
 
 
+def test_sample_classes_draws_only_those_classes_in_turn(gan_run, tmp_path):
+    """--classes 7 2: labels 7, 2, 7, 2, ... and each image the generator's for its label, drawn
+    with the seed's latent codes as a plain draw of those labels would be."""
+    from lightning_dpgan.outputs import images_to_uint8
+    from lightning_dpgan.sampling import load_module
+
+    checkpoint = gan_run / "checkpoints" / "last.ckpt"
+    out = tmp_path / "two.npz"
+    assert main(["sample", "--checkpoint", str(checkpoint), "-n", "5", "--out", str(out), "--classes", "7", "2",
+                 "--seed", "3"]) == 0
+    arrays = np.load(out)
+    assert arrays["labels"].tolist() == [7, 2, 7, 2, 7]
+    module = load_module(checkpoint)
+    torch.manual_seed(3)
+    expected = images_to_uint8(module.sample(5, torch.tensor([7, 2, 7, 2, 7])))
+    np.testing.assert_array_equal(arrays["images"], expected)
+    assert main(["sample", "--checkpoint", str(checkpoint), "-n", "5", "--out", str(tmp_path / "bad.npz"),
+                 "--classes", "10"]) == 2  # MNIST's classes are 0 to 9
+    assert not (tmp_path / "bad.npz").exists()
+
+
 def test_sample_says_what_guarantee_the_records_it_drew_carry(gan_run, tmp_path, capsys):
     """sample is what a data holder publishes with: it states the checkpoint's spend (the
     figures privacy.json states), no guarantee for a run without privacy, and where to look for

@@ -136,6 +136,50 @@ def test_png_grid_has_the_columns_asked_for(image_checkpoint, tmp_path):
         assert abs(float(tile.mean()) - label / 9 * 255) < 3, label
 
 
+def test_classes_cycle_through_the_chunks_with_each_image_of_its_label(image_checkpoint, tmp_path, monkeypatch):
+    monkeypatch.setattr(sampling, "IMAGE_CHUNK", 4)
+    arrays = np.load(sample_to_file(image_checkpoint, 7, tmp_path / "s.npz", classes=[9, 0, 4]))
+    assert arrays["labels"].tolist() == [9, 0, 4, 9, 0, 4, 9]
+    for image, label in zip(arrays["images"], arrays["labels"]):
+        assert abs(float(image.mean()) - label / 9 * 255) < 3, label
+
+
+@pytest.mark.parametrize("classes, message", [
+    ([], "one or more class indices"), ([-1], "whole numbers >= 0"), ([2, True], "whole numbers >= 0"),
+    ([3, 1, 3], "names class 3 more than once"),
+])
+def test_bad_classes_are_refused_before_the_checkpoint_is_read(tmp_path, classes, message):
+    with pytest.raises(ValueError, match=message):
+        sample_to_file(tmp_path / "missing.ckpt", 5, tmp_path / "s.npz", classes=classes)
+    assert not (tmp_path / "s.npz").exists()
+
+
+def test_classes_the_model_does_not_have_are_refused_before_writing(image_checkpoint, tmp_path):
+    with pytest.raises(ValueError, match="--classes 10, 12: this model's classes are 0 to 9"):
+        sample_to_file(image_checkpoint, 5, tmp_path / "s.npz", classes=[1, 10, 12])
+    assert not (tmp_path / "s.npz").exists()
+
+
+def test_classes_of_an_unconditional_image_model_are_refused(image_checkpoint, tmp_path, monkeypatch):
+    class Unconditional(ImageModule):
+        num_classes = None
+
+    monkeypatch.setattr(sampling, "load_module", lambda path: Unconditional())
+    with pytest.raises(ValueError, match="draws its images without a class"):
+        sample_to_file(image_checkpoint, 5, tmp_path / "s.png", classes=[1])
+    assert not (tmp_path / "s.png").exists()
+
+
+def test_classes_of_a_table_model_are_refused_before_its_generator_is_loaded(table_checkpoint, tmp_path, monkeypatch):
+    def never(path):
+        raise AssertionError("the generator was loaded")
+
+    monkeypatch.setattr(sampling, "load_module", never)
+    with pytest.raises(ValueError, match="keep the rows of the classes you want"):
+        sample_to_file(table_checkpoint, 5, tmp_path / "t.csv", classes=[1])
+    assert not (tmp_path / "t.csv").exists()
+
+
 @pytest.mark.parametrize("n", [0, -3, True, 2.5, "5"])
 def test_a_bad_n_is_refused_before_the_checkpoint_is_read(tmp_path, monkeypatch, n):
     monkeypatch.setattr(sampling, "read_run_info", lambda path: pytest.fail("read the checkpoint"))
