@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from lightning_dpgan.data.download import DataIntegrityError, RemoteFile, compression_of, open_decompressed
+from lightning_dpgan.data.download import (DataIntegrityError, RemoteFile, compression_of, damaged_compression_refused,
+                                           open_decompressed)
 from lightning_dpgan.data.schema import Column, TableSchema
 from lightning_dpgan.datamodules.tabular import TabularDataModule
 
@@ -145,10 +146,11 @@ def read_adult(path: Path) -> pd.DataFrame:
     The index is the row number in the file (after the banner line), so splits stay traceable.
     """
     try:
-        with io.TextIOWrapper(open_decompressed(path), encoding="utf-8") as stream:  # a gzipped copy too
-            banner = stream.readline().startswith("|")
-        frame = pd.read_csv(path, header=None, names=SCHEMA.names, skiprows=1 if banner else 0, skipinitialspace=True,
-                            keep_default_na=False, dtype=str, compression=compression_of(path))
+        with damaged_compression_refused(path, DataIntegrityError, "is it the UCI Adult file? Copy or download it again"):
+            with io.TextIOWrapper(open_decompressed(path), encoding="utf-8") as stream:  # a gzipped copy too
+                banner = stream.readline().startswith("|")
+            frame = pd.read_csv(path, header=None, names=SCHEMA.names, skiprows=1 if banner else 0,
+                                skipinitialspace=True, keep_default_na=False, dtype=str, compression=compression_of(path))
     except UnicodeDecodeError as err:
         raise DataIntegrityError(f"{path} is not a text file ({err.reason} at byte {err.start}): is it the UCI "
                                  "Adult file?") from err

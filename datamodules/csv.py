@@ -12,10 +12,12 @@ import pandas as pd
 
 from lightning_dpgan.data.csv_fields import ExtraFieldsError, read_csv_fields
 from lightning_dpgan.data.csv_missing import missing_spellings
+from lightning_dpgan.data.download import damaged_compression_refused
 from lightning_dpgan.data.dp_bounds import SCHEMA_MECHANISM as DP_SCHEMA_MECHANISM, check_listed_columns, infer_schema_dp
 from lightning_dpgan.data.schema import (LABEL_KINDS, SchemaError, TableSchema, as_schema_categories, booleans_refusal,
                                          column_names, holds_booleans, non_numeric_values, row_examples)
 from lightning_dpgan.datamodules.tabular import TabularDataModule
+from lightning_dpgan.error_text import first_line
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
 
 log = logging.getLogger(__name__)
@@ -260,9 +262,11 @@ def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:
     a category, :mod:`~lightning_dpgan.data.csv_missing`), refusing an empty, header-only,
     unparseable or binary file by name."""
     try:
-        header = _header_names(path)
-        frame = read_csv_fields(path, dtype={name: str for name in text_columns if name in header},
-                                keep_default_na=False, na_values=missing_spellings(header, text_columns))
+        with damaged_compression_refused(f"CSV file {path}", SchemaError,
+                                         "copy it again, or give the uncompressed CSV file"):
+            header = _header_names(path)
+            frame = read_csv_fields(path, dtype={name: str for name in text_columns if name in header},
+                                    keep_default_na=False, na_values=missing_spellings(header, text_columns))
     except pd.errors.EmptyDataError as err:
         raise SchemaError(f"CSV file {path} is empty: it needs a header row of column names, then one record "
                           "per line") from err
@@ -278,6 +282,9 @@ def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:
         reason = " ".join(str(err).split())  # pandas' message ends in a newline
         raise SchemaError(f"CSV file {path} cannot be read as a CSV table ({reason}); check that it is the right "
                           "file, with the same number of fields on every line") from err
+    except ImportError as err:  # pandas needs an optional package for some compressions (zstandard for .zst)
+        raise SchemaError(f"CSV file {path} is compressed in a format that needs a package not installed here "
+                          f"({first_line(err)}): install it, or give the uncompressed CSV file") from err
     if frame.empty:
         raise SchemaError(f"CSV file {path} has a header ({', '.join(map(str, frame.columns))}) but no records: "
                           "add one record per line after it")

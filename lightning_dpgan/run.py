@@ -537,12 +537,19 @@ class Run:
         elif args.get("exclude_label"):
             raise ConfigError("--data.exclude_label leaves the label to QUAIL's label model: use it with --model quail")
         datamodule = cls(**args)
+        table = getattr(datamodule, "kind", "image") == "table"
+        public_schema = table and not getattr(datamodule, "estimates_schema", False)
+        if self.resume_info is not None and public_schema:
+            # known now: a resume under another schema is told which column and what to do before the
+            # checkpoint's encoding is restored onto it (whose own check names neither)
+            check_same_schema(datamodule.schema, self.resume_info.get("schema"), self.config["resume"])
         if self.released_info is not None:
             restore_released_schema(datamodule, self.config["resume"], self.released_info)
         if self.resume_info is not None:
             check_same_split(split_settings(datamodule), self.resume_info.get("split"), self.config["resume"])
-            if getattr(datamodule, "kind", "image") == "table":
-                check_same_schema(datamodule.schema, self.resume_info.get("schema"), self.config["resume"])
+            if table:
+                if not public_schema:  # the schema the checkpoint's release restored
+                    check_same_schema(datamodule.schema, self.resume_info.get("schema"), self.config["resume"])
                 check_same_encoding(datamodule, self.resume_info.get("table_transformer"), self.config["resume"])
                 check_same_preprocessing_cost(datamodule.privacy_cost(), self.resume_info.get("preprocessing_cost"),
                                               self.config["resume"])

@@ -303,6 +303,34 @@ def test_a_bad_csv_is_a_clear_error_and_loses_nothing(tmp_path, capsys, schema_f
     assert [p.name for p in (out / "checkpoints").iterdir()] == ["last.ckpt"]  # no new one
 
 
+def _cut(data: bytes) -> bytes:
+    return data[: len(data) // 2]  # a copy or download cut off half-way
+
+
+#: name -> (content, keywords): compressed files pandas opens by their name's ending, damaged; the
+#: decompressor's own error (zlib.error, EOFError, LZMAError, BadZipFile) escaped as a traceback
+DAMAGED_COMPRESSED_CSV = {
+    "data.csv.gz": (lambda text: _cut(gzip.compress(text)), ["cannot be decompressed", "damaged or cut short"]),
+    "data.csv.xz": (lambda text: _cut(__import__("lzma").compress(text)), ["cannot be decompressed", "damaged or cut short"]),
+    "data.csv.bz2": (lambda text: _cut(__import__("bz2").compress(text)), ["cannot be decompressed", "damaged or cut short"]),
+    "data.csv.zip": (lambda text: b"PK\x03\x04" + text[:40], ["cannot be decompressed", "damaged or cut short"]),
+    "bad.csv.gz": (lambda text: b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + b"\xff" * 30,
+                   ["cannot be decompressed", "damaged or cut short"]),
+    "plain.csv.gz": (lambda text: text, ["cannot be decompressed", "not compressed as its name says"]),
+}
+
+
+@pytest.mark.parametrize("name", list(DAMAGED_COMPRESSED_CSV))
+def test_a_damaged_compressed_csv_is_a_clear_error_and_loses_nothing(tmp_path, capsys, schema_file, name):
+    make, keywords = DAMAGED_COMPRESSED_CSV[name]
+    csv = tmp_path / name
+    csv.write_bytes(make(table().to_csv(index=False).encode()))
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    assert_refused(csv_args(csv, out, schema_file), capsys, str(csv), *keywords)
+    assert_nothing_lost(out)
+
+
 @pytest.mark.parametrize("flags,content,said", [
     # 'kind' holds text: the misspelt name was reported as text in a numeric column 'kind'
     (["--data.categorical", "knd,label"], lambda frame: frame, "categorical columns ['knd'] are not in the data"),

@@ -71,6 +71,22 @@ def test_a_gzipped_copy_of_a_built_in_file_reads_as_the_plain_one(cls, folder, t
     pd.testing.assert_frame_equal(zipped.train_frame, loaded(cls, folder).train_frame)
 
 
+@pytest.mark.parametrize(("cls", "folder"), BUILT_INS, ids=IDS)
+def test_a_gzipped_copy_cut_short_is_named_as_damaged_not_a_decompressor_traceback(cls, folder, tmp_path):
+    """A copy or download cut off half-way: gzip's EOFError ("Compressed file ended before the
+    end-of-stream marker") escaped the reader as a traceback naming no file."""
+    import gzip
+
+    for plain in (FIXTURES / folder).iterdir():
+        packed = gzip.compress(plain.read_bytes())
+        (tmp_path / plain.name).write_bytes(packed[: len(packed) // 2])
+    with pytest.raises(DataIntegrityError, match=rf"{re.escape(str(tmp_path))}/\S+ cannot be decompressed "
+                                                 r"\(Compressed file ended.*damaged or cut short.*Copy or download it again"):
+        datamodule = cls(data_dir=tmp_path, batch_size=8, download=False)
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+
+
 @pytest.mark.parametrize(("content", "message"), [(b"\x00\xff\xfe binary " * 40, "is not a text"), (b"", "is empty")],
                          ids=["binary", "empty"])
 @pytest.mark.parametrize(("cls", "folder"), BUILT_INS, ids=IDS)
@@ -375,6 +391,32 @@ def test_a_csv_run_resumes_only_under_the_schema_it_was_trained_with(tmp_path, c
     schema["columns"][0]["bounds"] = [0, 1000]  # put back as it was: scored
     (tmp_path / "schema.yaml").write_text(yaml.safe_dump(schema))
     assert main(["evaluate", "--run", str(tmp_path / "first")]) == 0
+
+
+def test_a_mode_specific_run_resumed_under_another_schema_file_is_told_which_column_and_what_to_do(tmp_path, capsys):
+    """CTGAN's checkpoint restores its encoding before the schema check ran: the refusal said only
+    "the checkpoint's transformer was built for another schema", naming no column and no remedy."""
+    from lightning_dpgan.cli import main
+
+    schema = {"label": "churned", "label_kind": "binary", "drop": ["row_id"], "columns": [
+        {"name": "amount", "kind": "continuous", "bounds": [0, 1000]},
+        {"name": "visits", "kind": "integer", "bounds": [0, 100]},
+        {"name": "region", "kind": "categorical", "categories": ["north", "south"]},
+        {"name": "churned", "kind": "categorical", "categories": ["no", "yes"]}]}
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(schema))
+    common = ["train", "--model", "ctgan", "--dataset", "csv", "--data.csv", str(write_csv(tmp_path / "data.csv")),
+              "--data.schema", str(tmp_path / "schema.yaml"), "--max-steps", "1", "--batch-size", "20",
+              "--model.generator_kwargs.hidden", "[8]", "--model.discriminator_kwargs.hidden", "[8]",
+              "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+    assert main([*common, "--output-dir", str(tmp_path / "first")]) == 0
+    capsys.readouterr()
+    schema["columns"][0]["bounds"] = [0, 5000]
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(schema))
+    resume = ["--resume", str(tmp_path / "first" / "checkpoints" / "last.ckpt"), "--output-dir", str(tmp_path / "second")]
+    assert main([*common, *resume, "--max-steps", "2"]) == 2
+    refusal = capsys.readouterr().err
+    assert "was trained on another schema (differing: amount)" in refusal and "train anew" in refusal
+    assert not (tmp_path / "second").exists()
 
 
 def coded_csv(path: Path, odd_row: bool) -> Path:

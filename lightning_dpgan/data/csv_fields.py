@@ -39,10 +39,11 @@ def read_csv_fields(path: Path | str, **kwargs: Any) -> pd.DataFrame:
 def read_dataset_csv(path: Path | str, expected: str) -> pd.DataFrame:
     """A built-in dataset's CSV file, ``expected`` naming it ("the Kaggle creditcard.csv"): a row
     longer than the header, the first or a later one, makes the file damaged, not the user's input."""
-    from lightning_dpgan.data.download import DataIntegrityError, compression_of
+    from lightning_dpgan.data.download import DataIntegrityError, compression_of, damaged_compression_refused
 
     try:
-        frame = read_csv_fields(path, compression=compression_of(path))  # a gzipped copy under the plain name too
+        with damaged_compression_refused(path, DataIntegrityError, f"is it {expected}? Copy or download it again"):
+            frame = read_csv_fields(path, compression=compression_of(path))  # a gzipped copy under the plain name too
     except UnicodeDecodeError as error:
         raise DataIntegrityError(f"{path} is not a text CSV file ({error.reason} at byte {error.start}): "
                                  f"is it {expected}?") from error

@@ -7,20 +7,25 @@ recompressed copies (e.g. Debian's ``dataset-fashion-mnist``), and both must be 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import http.client
 import logging
+import lzma
 import os
 import shutil
+import tarfile
 import tempfile
 import urllib.request
+import zipfile
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from lightning_dpgan.error_text import first_line
 from lightning_dpgan.outputs import file_creation_mask
 
 log = logging.getLogger(__name__)
@@ -105,6 +110,26 @@ def compression_of(path: str | os.PathLike[str]) -> str | None:
 def open_decompressed(path: str | os.PathLike[str]) -> BinaryIO:
     """Open ``path`` for reading, transparently gunzipping it when it is gzip data."""
     return gzip.open(path, "rb") if compression_of(path) else open(path, "rb")
+
+
+#: what a damaged or cut compressed file raises as it is read (pandas reads .gz, .bz2, .xz, .zip and
+#: .tar by their name's ending); gzip's "Not a gzipped file" and bz2's "Invalid data stream" are
+#: OSErrors too, without the errno that the file system's own errors carry
+_DECOMPRESSION_ERRORS = (EOFError, zlib.error, lzma.LZMAError, zipfile.BadZipFile, tarfile.TarError)
+
+
+@contextlib.contextmanager
+def damaged_compression_refused(path: str | os.PathLike[str], refusal: type[Exception], remedy: str) -> Iterator[None]:
+    """Within the block (a read of ``path``), a compressed file that cannot be decompressed to its
+    end is refused as ``refusal`` naming the file and ``remedy``, instead of the decompressor's
+    traceback. The file system's own errors (permissions, a full disk) pass as they are."""
+    try:
+        yield
+    except (*_DECOMPRESSION_ERRORS, OSError) as err:
+        if isinstance(err, OSError) and err.errno is not None:
+            raise
+        raise refusal(f"{path} cannot be decompressed ({first_line(err)}): it is damaged or cut short, or not "
+                      f"compressed as its name says; {remedy}") from err
 
 
 def content_digest(path: str | os.PathLike[str]) -> tuple[str, int]:
