@@ -141,7 +141,8 @@ class PrivacyStrategy(L.Callback):
             raise ValueError(f"--privacy {self.name} trains in several processes only with --strategy ddp "
                              f"(got {type(trainer.strategy).__name__})")
         self.train_records = len(trainer.datamodule.train_dataset)
-        self.delta = validate_delta(DEFAULT_DELTA if self.delta is None else self.delta, self.train_records)
+        self.delta = validate_delta(DEFAULT_DELTA if self.delta is None else self.delta, self.train_records,
+                                    defaulted=self.delta is None)
         self._compose_preprocessing(trainer.datamodule)
         self.install(trainer, pl_module)
         if self.accountant is None:

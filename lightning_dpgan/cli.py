@@ -356,6 +356,10 @@ RUN_DIR_ENV = "LIGHTNING_DPGAN_RUN_DIR"
 
 
 def _output_dir(config: dict[str, Any]) -> Path:
+    if config["output_dir"] is not None and not str(config["output_dir"]).strip():
+        # an unset shell variable (--output-dir "$OUT"): the run would land in a default folder unnoticed
+        raise ConfigError("--output-dir is empty: give a folder, or leave the option out for "
+                          "outputs/<model>-<dataset>-<timestamp>")
     if config["output_dir"]:
         return Path(config["output_dir"])
     from lightning_dpgan.distributed import launched_as_follower

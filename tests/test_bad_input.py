@@ -759,6 +759,30 @@ def test_a_meaningless_privacy_budget_is_refused_before_training(tiny_image_data
     assert [p.name for p in (out / "checkpoints").iterdir()] == ["last.ckpt"]  # no new one
 
 
+def test_a_default_delta_not_below_one_over_n_is_said_to_be_the_default(tiny_image_data_dir, tmp_path, capsys,
+                                                                          monkeypatch):
+    """A user who gave no --delta (to a model whose presets set none, made private by a strategy)
+    was told "--delta 1e-05 is not below 1/n", as if theirs. (The strategies' default is raised
+    here so that the 160 tiny records fall below it.)"""
+    monkeypatch.setattr("lightning_dpgan.callbacks.strategy.DEFAULT_DELTA", 0.01)
+    private_gan = ["--privacy", "dp-sgd", "--privacy.noise_multiplier", "1.0"]
+    line = assert_refused(image_args(tiny_image_data_dir, tmp_path / "out", *private_gan), capsys,
+                          "the default --delta 0.01 is not below 1/n = 0.00625")
+    typed = assert_refused(image_args(tiny_image_data_dir, tmp_path / "out", *private_gan, "--delta", "0.01"), capsys,
+                           "--delta 0.01 is not below")
+    assert "default" not in typed and "Pass --delta < 1/n" in line
+
+
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_output_dir_is_refused_not_replaced_by_the_default_folder(tiny_image_data_dir, tmp_path, capsys,
+                                                                           monkeypatch, empty):
+    """--output-dir "$OUT" with OUT unset trained into outputs/<model>-<dataset>-<time>, unnoticed."""
+    monkeypatch.chdir(tmp_path)
+    args = [arg if arg != str(tmp_path / "out") else empty for arg in tiny_run_args(tiny_image_data_dir, tmp_path / "out")]
+    assert_refused(args, capsys, "--output-dir is empty")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("budget", [["--epsilon", "5"], ["--delta", "1e-5"]], ids=["epsilon", "delta"])
 def test_a_budget_for_a_non_private_model_is_refused_whichever_half_is_given(tiny_image_data_dir, tmp_path, capsys,
                                                                               budget):

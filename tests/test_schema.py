@@ -260,7 +260,8 @@ def test_missing_target_is_named():
 
 
 def test_missing_columns_are_named():
-    with pytest.raises(SchemaError, match=r"missing from the data: \['age'\]$"):
+    with pytest.raises(SchemaError, match=r"missing from the data: \['age'\]; the schema names every column the data "
+                                          r"must hold: add them to the data, or remove them from the schema$"):
         make_schema().validate_frame(make_frame(5).drop(columns=["age"]))
     # renamed: the unexpected name is the clue to what happened
     with pytest.raises(SchemaError, match=r"missing from the data: \['age'\] \(and the data has columns the schema "

@@ -552,7 +552,9 @@ class TableSchema:
         if missing:
             # a renamed column shows as one missing and one unknown: name both
             also = f" (and the data has columns the schema does not name: {unknown})" if unknown else ""
-            raise SchemaError(f"columns missing from the data: {missing}{also}" + header_hint(frame, missing))
+            raise SchemaError(f"columns missing from the data: {missing}{also}; the schema names every column the "
+                              "data must hold: add them to the data, or remove them from the schema"
+                              + header_hint(frame, missing))
         if unknown:
             raise SchemaError(
                 f"unknown columns in the data: {unknown}; add them to the schema or list them in its 'drop' list"
