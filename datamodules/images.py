@@ -30,6 +30,7 @@ from lightning_dpgan.data.idx import read_idx
 from lightning_dpgan.distributed import rows_per_process
 from lightning_dpgan.data.partition import teacher_partitions
 from lightning_dpgan.outputs import images_to_uint8
+from lightning_dpgan.privacy.validation import validate_int
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,8 @@ class IDXImageDataModule(L.LightningDataModule):
                 (0: none); ``evaluate --split dev`` scores a run on it.
         """
         super().__init__()
-        _check_int("batch_size", batch_size, minimum=1)
-        _check_int("num_workers", num_workers, minimum=0)
+        validate_int("--batch-size", batch_size, minimum=1)
+        validate_int("--data.num_workers", num_workers, minimum=0)
         check_dev_fraction(dev_fraction)
         self.save_hyperparameters()
         self.data_dir = data_folder(data_dir)
@@ -262,8 +263,3 @@ class IDXImageDataModule(L.LightningDataModule):
             f"(or set {DATA_DIR_ENV}) pointing at a folder holding them, directly or in a "
             f"subfolder named one of {list(self.subdirs)}."
         )
-
-
-def _check_int(name: str, value: int, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")

@@ -35,6 +35,7 @@ from lightning_dpgan.data.dev_split import check_dev_fraction, check_held_out_sp
 from lightning_dpgan.data.partition import teacher_partitions
 from lightning_dpgan.data.dp_histogram import MECHANISM as DP_HISTOGRAM_MECHANISM
 from lightning_dpgan.privacy.composition import compose_costs
+from lightning_dpgan.privacy.validation import validate_int
 from lightning_dpgan.data.schema import (
     EncodingReport,
     SchemaError,
@@ -198,9 +199,9 @@ class TabularDataModule(L.LightningDataModule):
                 Training is unchanged; what is sampled (``synthetic.csv``, ``sample``) changes.
         """
         super().__init__()
-        _check_int("batch_size", batch_size, minimum=1)
-        _check_int("num_workers", num_workers, minimum=0)
-        _check_int("split_seed", split_seed, minimum=0)
+        validate_int("--batch-size", batch_size, minimum=1)
+        validate_int("--data.num_workers", num_workers, minimum=0)
+        validate_int("--data.split_seed", split_seed, minimum=0)
         if not (isinstance(test_fraction, (int, float)) and 0 < test_fraction < 1):
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
         check_dev_fraction(dev_fraction)
@@ -564,7 +565,7 @@ class TabularDataModule(L.LightningDataModule):
         (:func:`~lightning_dpgan.data.partition.disjoint_partitions`); each part is sorted. Each
         record is in exactly one part, which PATE's analysis relies on.
         """
-        _check_int("num_parts", num_parts, minimum=1)
+        validate_int("num_parts", num_parts, minimum=1)
         return teacher_partitions(self.train_size, num_parts, seed)
 
     # --- helpers for subclasses --------------------------------------------------------------
@@ -675,11 +676,6 @@ class TabularDataModule(L.LightningDataModule):
         return self.train_dataset
 
 
-def _check_int(name: str, value: int, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
-
-
 def _check_encoding_args(
     encoding: str, modes: str, modes_epsilon: float, max_modes: int, histogram_bins: int,
     mixed: Mapping[str, Sequence[float]] | None, log_columns: Sequence[str] | str | None,
@@ -695,8 +691,8 @@ def _check_encoding_args(
         math.isfinite(modes_epsilon) and modes_epsilon > 0
     ):
         raise ValueError(f"modes_epsilon must be a finite number > 0, got {modes_epsilon!r}")
-    _check_int("max_modes", max_modes, minimum=1)
-    _check_int("histogram_bins", histogram_bins, minimum=1)
+    validate_int("--data.max_modes", max_modes, minimum=1)
+    validate_int("--data.histogram_bins", histogram_bins, minimum=1)
     if encoding != "mode-specific" and (mixed is not None or log_columns is not None or discrete_columns is not None):
         raise ValueError("mixed, log_columns and discrete_columns declare columns of the mode-specific encoding: "
                          "pass encoding='mode-specific' with them")

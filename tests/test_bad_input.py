@@ -884,6 +884,22 @@ DATA_FREE_REFUSALS = {
 }
 
 
+@pytest.mark.parametrize("extra, said", [
+    (["--batch-size", "0"], "--batch-size must be an integer >= 1, got 0"),
+    (["--data.split_seed", "-1"], "--data.split_seed must be an integer >= 0, got -1"),
+    (["--model.pac", "0"], "--model.pac must be at least 1 (records per discriminator input), got 0"),
+    (["--model.gradient_penalty", "-1"], "--model.gradient_penalty must be 0 or more, got -1"),
+], ids=["batch-size", "split-seed", "pac", "gradient-penalty"])
+def test_a_bad_model_or_data_setting_is_refused_by_the_flag_that_sets_it(tmp_path, capsys, extra, said):
+    """They were refused as "batch_size must be ...", "pac must be at least 1 and gradient_penalty
+    non-negative": names of the code's arguments, and two settings blamed for one."""
+    batch = [] if "--batch-size" in extra else ["--batch-size", "8"]
+    args = ["train", "--model", "ctgan", "--dataset", "adult", "--data-dir", str(Path(__file__).parent / "fixtures" / "adult_tiny"),
+            "--output-dir", str(tmp_path / "out"), "--max-steps", "2", *batch, *extra]
+    assert_refused(args, capsys, said)
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("case", sorted(DATA_FREE_REFUSALS))
 def test_settings_that_need_no_data_are_refused_before_a_dp_release_reads_the_rows(tmp_path, capsys, monkeypatch, case):
     """A DP-estimated schema and a mode-specific table's DP histogram read the private rows.

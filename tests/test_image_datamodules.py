@@ -106,9 +106,10 @@ def test_a_batch_larger_than_each_ddp_process_share_is_rejected(tiny_image_data_
         dm.train_dataloader()
 
 
-@pytest.mark.parametrize("kwargs", [{"batch_size": 0}, {"batch_size": 2.5}, {"num_workers": -1}])
-def test_invalid_arguments_are_rejected(kwargs: dict) -> None:
-    with pytest.raises(ValueError, match=next(iter(kwargs))):
+@pytest.mark.parametrize("kwargs, flag", [({"batch_size": 0}, "--batch-size"), ({"batch_size": 2.5}, "--batch-size"),
+                                          ({"num_workers": -1}, "--data.num_workers")])
+def test_invalid_arguments_are_rejected_by_their_flag(kwargs: dict, flag: str) -> None:
+    with pytest.raises(ValueError, match=f"^{flag} must be an integer"):
         MNISTDataModule(**kwargs)
 
 

@@ -230,7 +230,8 @@ def test_results_before_setup_are_refused():
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [(dict(batch_size=0), "batch_size"), (dict(test_fraction=1.0), "test_fraction"), (dict(split_seed=-1), "split_seed")],
+    [(dict(batch_size=0), "--batch-size"), (dict(test_fraction=1.0), "test_fraction"),
+     (dict(split_seed=-1), "--data.split_seed")],
 )
 def test_bad_arguments_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -59,8 +59,10 @@ class CTGAN(ConditionalTableMixin, GANModule):
     ) -> None:
         if loss not in LOSSES:
             raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
-        if pac < 1 or gradient_penalty < 0:
-            raise ValueError("pac must be at least 1 and gradient_penalty non-negative")
+        if pac < 1:
+            raise ValueError(f"--model.pac must be at least 1 (records per discriminator input), got {pac}")
+        if gradient_penalty < 0:
+            raise ValueError(f"--model.gradient_penalty must be 0 or more, got {gradient_penalty}")
         if loss == "cross_entropy" and gradient_penalty:
             raise ValueError("the gradient penalty belongs to the wasserstein loss: set gradient_penalty 0")
         self.table_layout = check_table_layout(table_layout)
