@@ -108,8 +108,10 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
     if not config_path.is_file():
         raise FileNotFoundError(f"{run_dir} has no config.yaml: is it the output folder of a train run?")
     config = read_run_file(config_path, yaml.safe_load)
-    if not isinstance(config, dict) or not isinstance(config.get("data"), dict):
-        raise ValueError(f"{config_path} is damaged (no data section): restore it from the run, or rerun train")
+    for section in ("data", "model"):  # each named as train writes it, else a KeyError or TypeError from deep inside
+        if not (isinstance(config, dict) and isinstance(config.get(section), dict)
+                and isinstance(config[section].get("name"), str)):
+            raise ValueError(f"{config_path} is damaged (no {section}.name): restore it from the run, or rerun train")
     cls = registry.lookup("dataset", config["data"]["name"]).load()
     if data_dir is not None:
         config["data"]["data_dir"] = data_dir
@@ -127,6 +129,9 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
         arguments = {key: value for key, value in arguments.items() if key not in ("bounds_epsilon", "bounds_delta")}
     datamodule = cls(**arguments)
     if info is None:
+        if getattr(datamodule, "kind", "image") == "image":  # else refused after the data is read, as "not found"
+            raise FileNotFoundError(f"{run_dir} has no {LAST_CHECKPOINT}: an image run is scored on images drawn from "
+                                    "its generator there; put the checkpoint back")
         _refuse_releases_left_without_their_checkpoint(run_dir, datamodule)
         warn(f"{run_dir} has no {LAST_CHECKPOINT}: the data, its schema and the split are read as "
              f"{config_path} names them now, not checked against those the run trained on (its checkpoint keeps "

@@ -1090,7 +1090,11 @@ def test_train_resume_from_a_damaged_or_foreign_checkpoint_is_a_clear_error(
     ("privacy.json", lambda text: "[1, 2]"),  # valid JSON, not a report
     ("config.yaml", lambda text: text + "\n  - : [unclosed"),
     ("config.yaml", lambda text: "just text"),
-], ids=["privacy-cut", "privacy-list", "config-broken", "config-no-data"])
+    ("config.yaml", lambda text: yaml.safe_dump({k: v for k, v in yaml.safe_load(text).items() if k != "model"})),
+    ("config.yaml", lambda text: yaml.safe_dump({**yaml.safe_load(text), "model": "gan"})),
+    ("config.yaml", lambda text: yaml.safe_dump({**(c := yaml.safe_load(text)), "data": {**c["data"], "name": None}})),
+], ids=["privacy-cut", "privacy-list", "config-broken", "config-no-data", "config-no-model", "config-model-text",
+        "config-data-name-null"])
 def test_evaluate_refuses_a_damaged_run_file_by_name_before_any_work(image_run, tmp_path, capsys, monkeypatch,
                                                                      name, damage):
     from lightning_dpgan import evaluate
@@ -1643,3 +1647,16 @@ def test_more_teachers_or_critics_than_records_is_refused_saying_where_the_count
     line = assert_refused(args, capsys, f"{flag} 1000 (given, or a config file's or the preset's) exceeds the ")
     records = int(line.split("exceeds the ")[1].split()[0])
     assert f"pass {flag} {records} or less" in line
+
+
+def test_evaluate_of_an_image_run_without_its_checkpoint_is_refused_before_its_data_is_read(image_run, tmp_path, capsys,
+                                                                                           monkeypatch):
+    """The images scored are drawn from the checkpoint: without it, evaluate read the data, warned
+    that the split was not checked, and only then said "checkpoint not found"."""
+    from lightning_dpgan.datamodules.mnist import MNISTDataModule
+
+    run = Path(shutil.copytree(image_run, tmp_path / "run"))
+    (run / "checkpoints" / "last.ckpt").unlink()
+    monkeypatch.setattr(MNISTDataModule, "prepare_data", lambda self: pytest.fail("the data was read"))
+    assert_refused(["evaluate", "--run", str(run)], capsys, "has no checkpoints/last.ckpt: an image run is scored")
+    assert not (run / "evaluation.json").exists()

@@ -2055,3 +2055,19 @@ def test_a_cell_trains_to_exactly_its_target_epsilon_however_many_figures_it_has
     assert float(command[command.index("--epsilon") + 1]) == 0.1234567
     assert cell.name == "dpgan_adult_eps0.1234567_seed0"
     assert Cell("dpgan", "adult", 1.0000001, 0).name != Cell("dpgan", "adult", 1.0, 0).name  # two folders, two targets
+
+
+def test_an_out_dir_that_is_a_file_or_a_resume_of_no_folder_is_refused_before_any_cell(tmp_path, monkeypatch):
+    """--out-dir naming a file failed every cell ("File exists") and filed a results file of failed
+    runs; --resume of a folder that does not exist (a typo) ran the whole suite afresh."""
+    monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, data_dir: {})
+    monkeypatch.setattr(runner, "run_logged", lambda *args, **kwargs: pytest.fail("a cell ran"))
+    afile = tmp_path / "runs.txt"
+    afile.write_text("mine")
+    common = ["--suite", "tables", "--models", "dpctgan", "--datasets", "adult", "--epsilons", "1", "--seeds", "0",
+              "--results-dir", str(tmp_path / "results"), "--results-md", str(tmp_path / "RESULTS.md")]
+    with pytest.raises(SystemExit, match="is a file: give a folder"):
+        benchmark([*common, "--out-dir", str(afile)])
+    with pytest.raises(SystemExit, match="no such folder, so there is nothing to continue"):
+        benchmark([*common, "--resume", "--out-dir", str(tmp_path / "typo")])
+    assert afile.read_text() == "mine" and not (tmp_path / "results").exists() and not (tmp_path / "typo").exists()

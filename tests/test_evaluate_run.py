@@ -1084,3 +1084,14 @@ def test_a_csv_run_neither_reads_nor_records_a_data_folder(tmp_path, monkeypatch
     monkeypatch.delenv("LIGHTNING_DPGAN_DATA_DIR")
     assert main(["evaluate", "--run", str(run)]) == 0
     assert "utility/B_auroc" in read_json(run / "evaluation.json")
+
+
+def test_a_null_pate_epsilon_in_privacy_json_is_shown_not_a_crash_after_the_evaluation(tmp_path):
+    """check_privacy_figures lets null figures through (a figure the run could not compute), so
+    report.md must show them: a null epsilon_data_dependent stopped evaluate with a raw TypeError
+    after every measure had been computed."""
+    from lightning_dpgan.evaluation.report import render_report
+
+    privacy = {"epsilon": 1.0, "delta": 1e-5, "epsilon_data_dependent": None, "epsilon_data_independent": 2.5}
+    text = render_report(tmp_path, {}, privacy, {})
+    assert "- epsilon data dependent: n/a" in text and "- epsilon data independent: 2.5" in text

@@ -393,6 +393,13 @@ def benchmark(argv: list[str]) -> Path:
     if args.resume and (args.out_dir is None or args.suite in ("speed", "peers")):
         raise SystemExit("benchmark: --resume continues the runs of an earlier invocation: give its --out-dir "
                          "(not for the speed and peers suites, whose runs are timed whole)")
+    if args.out_dir is not None and args.out_dir.exists() and not args.out_dir.is_dir():  # else every cell fails
+        raise SystemExit(f"benchmark: --out-dir {args.out_dir} is a file: give a folder for the runs "
+                         "(it is created if missing)")
+    if args.resume and not args.out_dir.is_dir():  # a typo would run the whole suite afresh under --resume
+        raise SystemExit(f"benchmark: --resume --out-dir {args.out_dir}: no such folder, so there is nothing to "
+                         "continue: give the --out-dir of the interrupted invocation, or drop --resume to run the "
+                         "suite afresh")
     try:
         check_dev_fraction(args.dev_fraction)
     except ValueError as error:

@@ -144,7 +144,7 @@ def render_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping
         ]
         for key in ("epsilon_data_dependent", "epsilon_data_independent"):
             if key in privacy:
-                lines.append(f"- {key.replace('_', ' ')}: {privacy[key]:.4g}")
+                lines.append(f"- {key.replace('_', ' ')}: {_shown(privacy[key])}")  # null: n/a, not a TypeError
         if privacy.get("accounting") == "data-dependent":
             lines.append("- the epsilon above is the data-dependent figure: computed from the teachers' votes, it is "
                          "not itself differentially private; the epsilon data independent is the bound that holds "
