@@ -209,6 +209,24 @@ def canary_distances(module: Any, datamodule: Any, canary: Canary, samples: int,
     return torch.linalg.vector_norm(images - canary.reference, dim=1) / math.sqrt(images.shape[1])
 
 
+#: copies of a drawn record that scoring holds at once (float32 draw, its decoded or flattened form,
+#: the re-encoded rows): a rough, generous count, to refuse an absurd --samples, not to budget memory
+SCORE_COPIES = 4
+
+
+def check_memory_for_samples(samples: int, canary: Canary) -> None:
+    """Refuse, before a trial trains, a ``--samples`` whose draw the free memory cannot hold (a
+    trillion asked for ended, after the first trial's training, in torch's allocation traceback)."""
+    from lightning_dpgan.error_text import byte_size
+    from lightning_dpgan.sampling import free_memory
+
+    needed = samples * canary.reference.numel() * 4 * SCORE_COPIES
+    free = free_memory()
+    if free is not None and needed > free:
+        raise ValueError(f"--samples {samples} records would take about {byte_size(needed)} of memory to score, and "
+                         f"this machine has {byte_size(free)} free: give fewer (default {DEFAULT_SAMPLES})")
+
+
 def canary_score(module: Any, datamodule: Any, canary: Canary, samples: int, seed: int) -> float:
     """Distance from the canary to its nearest generated record (:func:`canary_distances`)."""
     return float(canary_distances(module, datamodule, canary, samples, seed).min())
@@ -477,6 +495,7 @@ def run_trial(
         raise ConfigError("this run has no privacy strategy: nothing to audit")
     set_up(run.datamodule)
     canary = build_canary(run.datamodule)
+    check_memory_for_samples(samples, canary)
     neighbours = run.strategy.neighbours
     if with_canary:
         insert_canary(run.datamodule, canary, neighbours)

@@ -199,16 +199,21 @@ def check_room_for_table(out: Path, n: int, module: Any, decoder: Any, labeler: 
                          "write them elsewhere")
 
 
+def free_memory() -> int | None:
+    """Bytes of memory this machine has free, or None where the system does not say (not POSIX)."""
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def check_memory_for_images(n: int, module: Any) -> None:
     """Refuse, before drawing, ``n`` images that the memory this machine has free cannot hold:
     they are gathered as float32 before they are written (a trillion asked for ended in torch's
     allocation traceback, or ran until the system killed it)."""
     needed = n * math.prod(module.data_shape) * 4  # float32 pixels, gathered on the CPU
-    try:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # not a POSIX system that says: nothing to check against
-        return
-    if needed > free:
+    free = free_memory()
+    if free is not None and needed > free:
         raise ValueError(f"-n {n} images would take about {byte_size(needed)} of memory as they are drawn, and "
                          f"this machine has {byte_size(free)} free: draw fewer at a time")
 

@@ -250,6 +250,21 @@ def test_an_audit_setting_it_cannot_honour_is_refused_by_its_flag_before_any_tri
     assert not out.exists() or not any(out.iterdir())
 
 
+def test_samples_the_memory_cannot_hold_are_refused_before_the_first_trial_trains(tiny_table, tmp_path, capsys,
+                                                                                 monkeypatch):
+    """A trillion --samples trained the first trial, then ended in torch's allocation traceback."""
+    fitted = record_calls(monkeypatch, Run, "fit")
+    monkeypatch.setattr("lightning_dpgan.sampling.free_memory", lambda: 10**9)
+    args = [*dp_sgd_args(tiny_table), "--trials", "2", "--threshold", "0.5", "--samples", str(10**12),
+            "--max-steps", "2", "--output-dir", str(tmp_path / "audit")]
+    assert main(["audit", *args]) == 2
+    said = capsys.readouterr().err
+    assert "--samples 1000000000000 records would take about" in said and "953.7 MiB free" in said
+    assert fitted == [] and not (tmp_path / "audit" / AUDIT_FILE).exists()
+    monkeypatch.setattr("lightning_dpgan.sampling.free_memory", lambda: None)  # a system that does not say: no check
+    canary_audit.check_memory_for_samples(10**12, canary_audit.Canary("table", (), torch.zeros(5), {}))
+
+
 def test_the_trials_train_in_one_process_whatever_devices_auto_would_pick():
     config = {"trainer": {"devices": "auto", "strategy": "auto", "accelerator": "gpu"}, "evaluate": False}
     assert one_process(config)["trainer"]["devices"] == 1 and config["trainer"]["devices"] == "auto"
