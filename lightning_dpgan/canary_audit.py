@@ -446,6 +446,13 @@ def check_private(config: dict[str, Any]) -> str:
         )
     if config["resume"]:
         raise ConfigError("--resume makes no sense in an audit: every trial trains from scratch")
+    from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon
+
+    # as train refuses them, but before any trial (else the refusal reads as a trial's failure)
+    if config["epsilon"] is not None:
+        validate_epsilon(config["epsilon"])
+    if config["delta"] is not None:
+        validate_delta(config["delta"])
     return name
 
 

@@ -341,6 +341,7 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
     ``.png`` image grid or ``.npz`` image arrays; ``classes`` limits a class-conditional image
     model to those classes. An existing ``out`` (a run's own ``synthetic.csv``, say) is replaced
     only with ``overwrite``."""
+    named_as_folder = str(out).endswith(("/", os.sep))  # Path() drops the slash: x.csv/ would be written as x.csv
     out = Path(out)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"-n must be a whole number >= 1, got {n!r}")
@@ -351,9 +352,9 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
     info = read_run_info(checkpoint)
     schema = info.get("schema")
     allowed = (".csv",) if schema else (".png", ".npz")
-    if out.is_dir():
+    if out.is_dir() or named_as_folder:
         example = out / ("synthetic.csv" if schema else "samples.png")
-        raise ValueError(f"--out {out} is a folder: give a file in it (e.g. {example})")
+        raise ValueError(f"--out {out} names a folder: give a file in it (e.g. {example})")
     if out.exists() and not overwrite:
         raise ValueError(f"--out {out} exists: give another file, or --overwrite to replace it")
     suffix = out.suffix.lower()  # samples.PNG is a PNG too

@@ -265,6 +265,19 @@ def test_samples_the_memory_cannot_hold_are_refused_before_the_first_trial_train
     canary_audit.check_memory_for_samples(10**12, canary_audit.Canary("table", (), torch.zeros(5), {}))
 
 
+@pytest.mark.parametrize("budget, said", [(["--epsilon", "0"], "--epsilon must be a finite number > 0"),
+                                         (["--delta", "1"], "--delta must be strictly between 0 and 1")])
+def test_a_meaningless_budget_is_refused_before_any_trial(tiny_table, tmp_path, capsys, monkeypatch, budget, said):
+    """It was refused inside the first trial, after "audit: trial ... stopped:", as if a trial had failed."""
+    trials = record_calls(monkeypatch, canary_audit, "run_trial")
+    args = [*table_args(tiny_table, epsilon=budget[1] if budget[0] == "--epsilon" else CLAIMED),
+            *([] if budget[0] == "--epsilon" else budget), "--trials", "2", "--threshold", "0.5",
+            "--output-dir", str(tmp_path / "audit")]
+    assert main(["audit", *args]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "stopped" not in err and trials == []
+
+
 def test_the_trials_train_in_one_process_whatever_devices_auto_would_pick():
     config = {"trainer": {"devices": "auto", "strategy": "auto", "accelerator": "gpu"}, "evaluate": False}
     assert one_process(config)["trainer"]["devices"] == 1 and config["trainer"]["devices"] == "auto"

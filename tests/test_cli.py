@@ -167,7 +167,7 @@ def test_sample_refuses_to_write_over_its_checkpoint_or_into_a_folder_name(gan_r
     assert main(args) == 2
     assert "is the checkpoint itself" in capsys.readouterr().err and checkpoint.read_bytes() == before
     assert main(["sample", "--checkpoint", str(checkpoint), "-n", "3", "--out", str(tmp_path)]) == 2
-    assert f"is a folder: give a file in it (e.g. {tmp_path / 'samples.png'})" in capsys.readouterr().err  # an image model's
+    assert f"names a folder: give a file in it (e.g. {tmp_path / 'samples.png'})" in capsys.readouterr().err  # an image model's
 
 
 def test_sample_refuses_corrupt_and_foreign_checkpoints(gan_run, tmp_path, capsys):

@@ -309,9 +309,16 @@ def test_more_images_than_free_memory_holds_are_refused_before_drawing(image_che
     assert not (tmp_path / "huge.npz").exists()
 
 
+def test_out_named_as_a_folder_is_refused_not_written_as_a_file(table_checkpoint, tmp_path):
+    """--out new.csv/ was written as the file new.csv (the path drops the slash)."""
+    with pytest.raises(ValueError, match="names a folder: give a file in it"):
+        sample_to_file(table_checkpoint, 3, f"{tmp_path / 'new.csv'}/")
+    assert list(tmp_path.iterdir()) == [table_checkpoint]
+
+
 def test_out_that_is_a_folder_is_refused(table_checkpoint, tmp_path):
     (tmp_path / "out").mkdir()
-    with pytest.raises(ValueError, match="is a folder: give a file in it"):
+    with pytest.raises(ValueError, match="names a folder: give a file in it"):
         sample_to_file(table_checkpoint, 5, tmp_path / "out")
 
 
