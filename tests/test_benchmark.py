@@ -1385,6 +1385,19 @@ def test_the_peers_suite_refuses_an_unknown_model_or_dataset_before_any_work(tmp
     assert not list(tmp_path.glob("peers-*.json"))
 
 
+@pytest.mark.parametrize("extra, named", [
+    (["--quick"], "--quick would be ignored; drop it"),
+    (["--models", "dpgan", "--out-dir", "runs", "--jobs", "2"], "--models, --jobs, --out-dir would be ignored; drop them"),
+    (["--", "--max-steps", "5"], "options after -- would be ignored"),
+], ids=["quick", "grid", "train-options"])
+def test_report_only_refuses_the_options_it_would_ignore(tmp_path, capsys, extra, named):
+    """--report-only --quick (or --models, --out-dir, ...) regenerated the whole RESULTS.md, in silence."""
+    with pytest.raises(SystemExit):
+        parse_args(["--suite", "tables", "--report-only", "--results-dir", str(tmp_path), *extra])
+    assert named in capsys.readouterr().err
+    assert parse_args(["--suite", "tables", "--report-only", "--results-dir", str(tmp_path)]).report_only
+
+
 def test_report_only_with_a_missing_results_dir_leaves_results_md_alone(tmp_path):
     markdown = tmp_path / "RESULTS.md"
     markdown.write_text("kept\n")

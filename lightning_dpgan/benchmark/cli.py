@@ -29,6 +29,19 @@ from lightning_dpgan.data.dev_split import check_dev_fraction
 from lightning_dpgan.data.download import default_data_dir
 
 
+#: what picks or runs a grid, by option: each is ignored by --report-only (a value here is its default;
+#: --suite is not here: "not needed with --report-only", it is allowed there)
+RUNNING_OPTIONS = {"quick": False, "models": None, "datasets": None, "epsilons": None, "seeds": None,
+                   "max_steps": None, "n_synthetic": None, "cnn_epochs": None, "data_dir": None, "accelerator": None,
+                   "jobs": 1, "out_dir": None, "peers_venv": None, "resume": False, "dev_fraction": 0.0, "train_args": []}
+
+
+def options_a_report_ignores(args: argparse.Namespace) -> list[str]:
+    """The grid options given beside --report-only, as flags (``--out-dir``; the train options after ``--``)."""
+    given = [name for name, default in RUNNING_OPTIONS.items() if getattr(args, name) != default]
+    return [("options after --" if name == "train_args" else "--" + name.replace("_", "-")) for name in given]
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     from lightning_dpgan.cli import command_parser
 
@@ -75,6 +88,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.suite is None and not args.report_only:
         parser.error("the following arguments are required: --suite (or --report-only)")
+    if args.report_only and (ignored := options_a_report_ignores(args)):
+        parser.error(f"--report-only regenerates RESULTS.md from the results files and runs nothing: "
+                     f"{', '.join(ignored)} would be ignored; drop {'it' if len(ignored) == 1 else 'them'}")
     if args.results_md is None:
         default_results = args.results_dir.resolve() == (BENCHMARKS / "results").resolve()
         args.results_md = BENCHMARKS / "RESULTS.md" if default_results else args.results_dir / "RESULTS.md"
