@@ -47,6 +47,13 @@ class PrivacyBudgetStopping(L.Callback):
         if len(strategies) != 1:
             raise ValueError(f"PrivacyBudgetStopping needs exactly one privacy strategy callback, found {len(strategies)}")
         self.strategy = strategies[0]
+        own = getattr(self.strategy, "target_epsilon", None)
+        if own is not None and own != self.target_epsilon:
+            raise ValueError(
+                f"PrivacyBudgetStopping({self.target_epsilon:g}) and {type(self.strategy).__name__}(target_epsilon={own:g}) "
+                f"disagree: training would stop at one while the privacy report states the other as the target. "
+                "Give both the same target epsilon"
+            )
 
     def next_step_fits(self) -> bool:
         return self.strategy.steps_taken() + 1 <= self.allowed_total_steps()

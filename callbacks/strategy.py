@@ -140,6 +140,7 @@ class PrivacyStrategy(L.Callback):
             # and noise them once for the global batch: not the single-process guarantee.
             raise ValueError(f"--privacy {self.name} trains in several processes only with --strategy ddp "
                              f"(got {type(trainer.strategy).__name__})")
+        self.check_target_enforced(trainer)
         self.train_records = len(trainer.datamodule.train_dataset)
         self.delta = validate_delta(DEFAULT_DELTA if self.delta is None else self.delta, self.train_records,
                                     defaulted=self.delta is None)
@@ -147,6 +148,10 @@ class PrivacyStrategy(L.Callback):
         self.install(trainer, pl_module)
         if self.accountant is None:
             raise RuntimeError(f"{type(self).__name__}.install() must create the accountant")
+
+    def check_target_enforced(self, trainer: L.Trainer) -> None:
+        """Refuse a target epsilon nothing on this Trainer would hold training to. Nothing by
+        default: the vote-based strategies refuse an answer that would pass it themselves."""
 
     def _compose_preprocessing(self, datamodule: Any) -> None:
         """Basic composition with what preprocessing spent: training gets what is left of
@@ -282,7 +287,9 @@ class PrivacyStrategy(L.Callback):
         if trainer.max_epochs and trainer.max_epochs > 0:
             limits.append(trainer.max_epochs * batches_per_epoch)
         if not limits:
-            raise ValueError("to calibrate the noise from --epsilon, give --max-steps or --max-epochs")
+            raise ValueError("to calibrate the noise from --epsilon, give --max-steps or --max-epochs (as a library: a "
+                             "StepLimit(n) callback or Trainer(max_epochs=n); Trainer(max_steps=n) counts optimizer "
+                             "steps, several a training batch, and is not read)")
         return min(limits)
 
     # -------------------------------------------------------- accounting
@@ -369,6 +376,22 @@ class CalibratedNoiseStrategy(PrivacyStrategy):
     """
 
     clips_gradients: ClassVar[bool] = True
+
+    def check_target_enforced(self, trainer: L.Trainer) -> None:
+        """The target stops training only through :class:`PrivacyBudgetStopping`: without it a
+        given noise multiplier (or one calibrated in an earlier fit of this instance) trains past
+        the target while ``privacy_report()`` still states it as the target."""
+        from lightning_dpgan.callbacks.budget import PrivacyBudgetStopping
+
+        if self.target_epsilon is None:
+            return
+        if not any(isinstance(c, PrivacyBudgetStopping) for c in getattr(trainer, "callbacks", [])):
+            raise ValueError(
+                f"{type(self).__name__}(target_epsilon={self.target_epsilon:g}) is held by the PrivacyBudgetStopping "
+                f"callback, which this Trainer lacks: training would not stop at epsilon {self.target_epsilon:g}. "
+                f"Add PrivacyBudgetStopping({self.target_epsilon:g}) to the Trainer's callbacks, or give "
+                "noise_multiplier and no target_epsilon"
+            )
 
     def __init__(self, noise_multiplier: float | None, target_epsilon: float | None, delta: float | None,
                  noise_seed: int | None = None) -> None:

@@ -284,3 +284,33 @@ def test_two_privacy_strategies_are_refused():
     trainer = SimpleNamespace(callbacks=[QuarterStrategy(), QuarterStrategy(), budget])
     with pytest.raises(ValueError, match="exactly one privacy strategy callback, found 2"):
         budget.setup(trainer, None, "fit")
+
+
+@pytest.mark.parametrize("strategy_name", ["dp-sgd", "sanitizer"])
+def test_a_target_epsilon_nothing_would_stop_training_at_is_refused_at_setup(strategy_name):
+    """Given as a library, DPSGD(noise_multiplier=0.8, target_epsilon=1) trained 30 steps to
+    epsilon 5.1 (GradientSanitizer: 59.9 after one step) with no PrivacyBudgetStopping, or with one
+    of another target, and its privacy report still stated the target 1."""
+    from lightning_dpgan import registry
+
+    strategy = registry.lookup("privacy", strategy_name).load()(noise_multiplier=0.8, target_epsilon=1.0, delta=1e-5)
+    trainer = SimpleNamespace(world_size=1, strategy=object(), callbacks=[strategy])
+    with pytest.raises(ValueError, match=r"PrivacyBudgetStopping\(1\) to the Trainer's callbacks"):
+        strategy.setup(trainer, registry.lookup("model", "dpgan" if strategy_name == "dp-sgd" else "gswgan").load()
+                       ((1, 8, 8), None), "fit")
+    budget = PrivacyBudgetStopping(50.0)
+    with pytest.raises(ValueError, match=r"PrivacyBudgetStopping\(50\) and .*\(target_epsilon=1\) disagree"):
+        budget.setup(SimpleNamespace(callbacks=[strategy, budget]), None, "fit")
+    matching = PrivacyBudgetStopping(1.0)
+    trainer.callbacks.append(matching)
+    strategy.check_target_enforced(trainer)  # a matching budget: accepted
+    matching.setup(trainer, None, "fit")
+    assert matching.strategy is strategy
+
+
+def test_calibrating_without_a_run_length_names_what_a_library_user_gives():
+    """A Trainer(max_steps=...) is not read (Lightning counts optimizer steps): the refusal names
+    StepLimit, not only the command line's flags."""
+    trainer = SimpleNamespace(callbacks=[], max_epochs=-1)
+    with pytest.raises(ValueError, match=r"StepLimit\(n\) callback or Trainer\(max_epochs=n\)"):
+        PrivacyStrategy.planned_batches(trainer, 10)

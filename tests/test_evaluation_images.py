@@ -210,3 +210,16 @@ def test_the_classifier_trains_its_schedule_in_shuffled_batches_each_from_zero_g
             optimizer.step()
     for (name, value), expected in zip(trained.state_dict().items(), reference.state_dict().values()):
         assert torch.allclose(value, expected, atol=1e-6), name
+
+
+def test_nan_or_infinite_float_images_are_refused_not_scored():
+    """NaN compares False with both ends of the [-1, 1] check: such images passed it, and a CNN
+    trained on them gave an accuracy that measured nothing."""
+    from lightning_dpgan.evaluation.images import as_model_input
+
+    for bad in (float("nan"), float("inf")):
+        images = torch.zeros(2, 1, 28, 28)
+        images[1, 0, 3, 3] = bad
+        with pytest.raises(ValueError, match="NaN or infinite"):
+            as_model_input(images)
+    assert as_model_input(torch.zeros(2, 1, 28, 28)).shape == (2, 1, 28, 28)

@@ -77,6 +77,9 @@ def as_model_input(images: ArrayLike) -> Tensor:
         return images.to(torch.float32) / 127.5 - 1.0
     if not images.is_floating_point():
         raise ValueError(f"images must be uint8 (0..255) or float in [-1, 1], got {images.dtype}")
+    if not bool(torch.isfinite(images).all()):  # NaN passes the range check below: it compares False
+        raise ValueError(f"float images hold {int((~torch.isfinite(images)).sum())} NaN or infinite values; pass finite "
+                         "floats in [-1, 1] (a generator that diverged yields such images: draw them again)")
     if images.numel() and (images.min() < -1.0 - 1e-4 or images.max() > 1.0 + 1e-4):
         raise ValueError(
             f"float images must lie in [-1, 1] (found [{images.min():.3g}, {images.max():.3g}]); "
