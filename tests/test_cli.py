@@ -1041,7 +1041,8 @@ def test_sample_and_evaluate_draw_with_seed_0_unless_told(monkeypatch, tmp_path)
     from lightning_dpgan import cli, evaluate, sampling
 
     seen = []
-    monkeypatch.setattr(sampling, "sample_to_file", lambda checkpoint, n, out, seed, overwrite: seen.append(seed) or out)
+    monkeypatch.setattr(sampling, "sample_to_file",
+                        lambda checkpoint, n, out, seed, overwrite, classes: seen.append(seed) or out)
     monkeypatch.setattr(sampling, "guarantee_note", lambda checkpoint: "")  # c.ckpt is never written
     monkeypatch.setattr(evaluate, "evaluate_run", lambda run, data_dir, n, epochs, seed, device, split: seen.append(seed))
     cli.sample(["--checkpoint", "c.ckpt", "-n", "3", "--out", str(tmp_path / "s.csv")])

@@ -1,13 +1,14 @@
 """``GANModule``'s own behaviour, below the models: the latent and label draws, ``sample``'s
 checks and modes, the settings a resume must match, and what a training step logs."""
 import copy
+import re
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from lightning_dpgan.modules import GAN, WGAN
-from lightning_dpgan.modules.base import check_same_model_settings
+from lightning_dpgan.modules.base import check_fits_datamodule, check_same_model_settings
 from lightning_dpgan.modules.gpate import GPATE
 from lightning_dpgan.modules.gswgan import GSWGAN
 from lightning_dpgan.privacy.slots import PrivacyBudgetExhausted
@@ -152,3 +153,34 @@ def test_a_setting_the_strategy_decides_reaches_the_loggers_copy_too():
     assert module.hparams_initial["num_critics"] == 1
     module.build_critics(3)
     assert module.hparams["num_critics"] == module.hparams_initial["num_critics"] == 3
+
+
+@pytest.mark.parametrize("module, said", [
+    (lambda: GAN((1, 28, 28), 20, latent_dim=4), "built for 20 classes, and the datamodule has 10"),
+    (lambda: GAN((1, 32, 32), 10, latent_dim=4), "built for records of shape (1, 32, 32), and the datamodule's are (1, 28, 28)"),
+], ids=["classes", "shape"])
+def test_a_module_built_by_hand_for_other_data_is_refused_before_its_first_step(tiny_image_data_dir, tmp_path,
+                                                                               module, said):
+    """Twenty classes on MNIST trained and then drew classes 10-19, which do not exist; another
+    image size failed in torch's matmul at the first step."""
+    import lightning as L
+
+    from lightning_dpgan.datamodules.mnist import MNISTDataModule
+
+    built = module()
+    data = MNISTDataModule(data_dir=tiny_image_data_dir / "mnist", batch_size=16, verify_checksums=False)
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp_path)
+    with pytest.raises(ValueError, match=re.escape(said)):
+        trainer.fit(built, datamodule=data)
+    assert built.train_steps == 0
+
+
+def test_fewer_classes_unconditional_and_unset_datamodules_are_judged_as_they_should_be():
+    mnist = SimpleNamespace(kind="image", data_shape=(1, 28, 28), num_classes=10)
+    with pytest.raises(ValueError, match="built for 5 classes"):
+        check_fits_datamodule(GAN((1, 28, 28), 5, latent_dim=4), mnist)
+    check_fits_datamodule(GAN((1, 28, 28), 10, conditional=False, latent_dim=4), mnist)  # ignores the labels: fine
+    check_fits_datamodule(GAN((1, 28, 28), 10, latent_dim=4), None)  # fitted on dataloaders: nothing to compare
+    with pytest.raises(ValueError, match="num_classes must be an integer >= 0, got 2.5"):
+        GAN((1, 28, 28), 2.5)

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from lightning_dpgan.distributed import own_share_of_draw
 from lightning_dpgan.nets import build_networks
 from lightning_dpgan.privacy.slots import GradientPrivatizer, GradientSanitizer
+from lightning_dpgan.privacy.validation import validate_int
 from lightning_dpgan.random_streams import seeded_stream
 
 LATENT_DISTRIBUTIONS = ("normal", "uniform")
@@ -46,6 +47,23 @@ def check_same_model_settings(saved: dict[str, Any] | None, current: dict[str, A
         raise ValueError(f"the checkpoint's model was built with other settings: {said}. Resume with the settings it was "
                          f"trained with ({flags}; its run's config.yaml lists those set by a flag or a preset, not defaults "
                          "that changed since), or drop --resume")
+
+
+def check_fits_datamodule(module: Any, datamodule: Any) -> None:
+    """``train`` builds a module from its datamodule; built by hand, a module of another image
+    shape failed in torch at the first step, and one with more classes than the data trained
+    and then drew classes that do not exist. (A table's width is not checked here: a
+    mode-specific datamodule learns it from a DP release, which asking would make.)"""
+    if datamodule is None:
+        return
+    if getattr(datamodule, "kind", None) == "image" and tuple(datamodule.data_shape) != tuple(module.data_shape):
+        raise ValueError(f"the module was built for records of shape {tuple(module.data_shape)}, and the datamodule's "
+                         f"are {tuple(datamodule.data_shape)}: build it with data_shape=datamodule.data_shape")
+    classes = getattr(datamodule, "num_classes", None)
+    if module.num_classes is not None and module.num_classes != classes:
+        raise ValueError(f"the module was built for {module.num_classes} classes, and the datamodule has "
+                         f"{classes if classes is not None else 'none'}: build it with num_classes=datamodule.num_classes "
+                         "(or conditional=False)")
 
 
 class GANModule(L.LightningModule):
@@ -84,6 +102,8 @@ class GANModule(L.LightningModule):
             raise ValueError("latent_dim and discriminator_steps must be at least 1")
         if latent_distribution not in LATENT_DISTRIBUTIONS:
             raise ValueError(f"latent_distribution must be one of {LATENT_DISTRIBUTIONS}, got {latent_distribution!r}")
+        if num_classes is not None:
+            validate_int("num_classes", num_classes, minimum=0)  # 2.5 was taken as 2 classes
         self.save_hyperparameters()
         self.automatic_optimization = False
         self.data_shape = tuple(int(s) for s in data_shape)
@@ -99,6 +119,13 @@ class GANModule(L.LightningModule):
         self.generated_batch_size: int | None = None
         #: Names of the run (model, dataset, ...) stored in checkpoints for ``sample``.
         self.run_info: dict[str, Any] = {}
+
+    def setup(self, stage: str) -> None:
+        """Before fitting, refuse a datamodule whose records or classes are not this module's
+        (:func:`check_fits_datamodule`). Subclasses that override it call it first."""
+        if stage == "fit":
+            trainer = getattr(self, "_trainer", None)  # set up by hand in some tests: no Trainer then
+            check_fits_datamodule(self, getattr(trainer, "datamodule", None))
 
     def make_networks(self) -> tuple[nn.Module, nn.Module | None]:
         """``(generator, discriminator)`` from the hyper-parameters (see :func:`build_networks`)."""

@@ -81,6 +81,7 @@ class CTGAN(ConditionalTableMixin, GANModule):
         return generator, discriminator
 
     def setup(self, stage: str) -> None:
+        super().setup(stage)
         if stage == "fit" and self.gradient_privatizer is not None and self.hparams.pac > 1:
             # Packs are consecutive records of a batch: adding or removing one record shifts every
             # later record into another pack, so one record would change many "samples" whose

@@ -104,6 +104,7 @@ class TeacherModel(GANModule):
         return loss.detach() / self.teachers.num_teachers
 
     def setup(self, stage: str) -> None:
+        super().setup(stage)
         if stage == "fit" and (self.teachers is None or self.privacy is None):
             name = self.run_info.get("model", type(self).__name__.lower())
             raise ValueError(f"{name} trains only through its teachers' private votes: run it with --privacy {self.default_privacy}")
