@@ -34,7 +34,7 @@ from lightning_dpgan.privacy.accountants import ConfidentGNMaxAccountant
 from lightning_dpgan.privacy.analysis.gnmax import gnmax_log_q
 from lightning_dpgan.privacy.gradient_voting import ProjectedGradientAggregator
 from lightning_dpgan.privacy.slots import GradientAggregator
-from lightning_dpgan.privacy.validation import validate_noise_scale, validate_within
+from lightning_dpgan.privacy.validation import validate_int, validate_noise_scale, validate_within
 
 #: Default number of teachers: one per 30 training records (G-PATE's MNIST setup at epsilon 10).
 RECORDS_PER_TEACHER = 30
@@ -88,8 +88,8 @@ class ProjectedVoting(TeacherStrategy):
             noise_seed: fixes Confident-GNMax's generator, for tests only (default: OS entropy).
         """
         super().__init__(num_teachers, teacher_batch_size, partition_seed, target_epsilon, delta, noise_seed)
-        if projection_dim < 1 or bins < 2:
-            raise ValueError(f"--privacy.projection_dim must be >= 1 and --privacy.bins >= 2, got {projection_dim}, {bins}")
+        projection_dim = validate_int("--privacy.projection_dim", projection_dim, 1)
+        bins = validate_int("--privacy.bins", bins, 2)
         if bins > MAX_BINS:
             raise ValueError(f"--privacy.bins must be at most {MAX_BINS:,} (each query holds a vote count per bin; "
                              f"the paper uses 5 to 10), got {bins}")

@@ -99,7 +99,7 @@ from lightning_dpgan.privacy.analysis.rdp import rdp_to_epsilon
 from lightning_dpgan.privacy.analysis.subsampling import selected_critic_gaussian_rdp
 from lightning_dpgan.privacy.gradient_sanitizer import GradientSanitizerMechanism, effective_noise_multiplier
 from lightning_dpgan.privacy.slots import GradientSanitizer as GradientSanitizerSlot
-from lightning_dpgan.privacy.validation import validate_positive
+from lightning_dpgan.privacy.validation import validate_int, validate_positive
 
 log = logging.getLogger(__name__)
 
@@ -198,12 +198,9 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         """
         super().__init__(noise_multiplier, target_epsilon, delta, noise_seed)
         self.max_norm = validate_positive("--privacy.max_norm", max_norm)
-        if generated_batch_size is not None and generated_batch_size < 1:
-            raise ValueError(f"--privacy.generated_batch_size must be at least 1, got {generated_batch_size}")
-        if isinstance(num_critics, bool) or int(num_critics) != num_critics or num_critics < 1:
-            raise ValueError(f"--privacy.num_critics must be an integer >= 1, got {num_critics}")
-        self.generated_batch_size = generated_batch_size
-        self.num_critics = int(num_critics)
+        self.generated_batch_size = (None if generated_batch_size is None
+                                     else validate_int("--privacy.generated_batch_size", generated_batch_size, 1))
+        self.num_critics = validate_int("--privacy.num_critics", num_critics, 1)  # inf: an OverflowError before
         self.partition_seed, self.selection_seed = partition_seed, selection_seed
         self.sampler: CriticSampler | None = None
         self.selector: torch.Generator | None = None

@@ -31,6 +31,7 @@ from lightning_dpgan.data.partition import PartitionedSampler
 from lightning_dpgan.distributed import shard, world_size
 from lightning_dpgan.error_text import SET_BY, byte_size
 from lightning_dpgan.nets.ensemble import kept_range
+from lightning_dpgan.privacy.validation import validate_int
 
 
 log = logging.getLogger(__name__)
@@ -185,12 +186,10 @@ class TeacherStrategy(PrivacyStrategy):
         noise_seed: int | None = None,
     ) -> None:
         super().__init__(target_epsilon, delta, noise_seed)
-        if num_teachers is not None and num_teachers < 1:
-            raise ValueError(f"--privacy.num_teachers must be at least 1, got {num_teachers}")
-        if teacher_batch_size is not None and teacher_batch_size < 1:
-            raise ValueError(f"--privacy.teacher_batch_size must be at least 1, got {teacher_batch_size}")
-        self.num_teachers = num_teachers
-        self.teacher_batch_size = teacher_batch_size
+        # whole numbers: NaN, 2.5 or True passed a "< 1" check and failed deep in the first step
+        self.num_teachers = None if num_teachers is None else validate_int("--privacy.num_teachers", num_teachers, 1)
+        self.teacher_batch_size = (None if teacher_batch_size is None
+                                   else validate_int("--privacy.teacher_batch_size", teacher_batch_size, 1))
         self.partition_seed = partition_seed
         self.sampler: PartitionedSampler | None = None
         self._steps = 0  # before install, or restored from a checkpoint before the module is

@@ -461,7 +461,7 @@ def test_a_pate_model_fitted_without_its_teachers_or_its_strategy_is_refused():
     with pytest.raises(ValueError, match="already has 3 teachers, not 4"):
         with_teachers.build_teachers(4)
     for setting in ("num_teachers", "teacher_batch_size"):
-        with pytest.raises(ValueError, match=f"--privacy.{setting} must be at least 1, got 0"):
+        with pytest.raises(ValueError, match=f"--privacy.{setting} must be an integer >= 1, got 0"):
             PATEAggregation(**{setting: 0})
 
 

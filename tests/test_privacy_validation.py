@@ -104,3 +104,19 @@ def test_a_noise_scale_the_accountants_cannot_square_is_refused_naming_it(strate
     with pytest.raises(ValueError, match=f"--privacy.{option} must be between 1e-100 and 1e\\+100"):
         cls(target_epsilon=1.0, delta=1e-5, **{option: value})
     cls(target_epsilon=1.0, delta=1e-5, **{option: 1e-100 if value < 1 else 1e100})  # the range's ends are taken
+
+
+@pytest.mark.parametrize("build, option, value", [
+    ("pate", "num_teachers", float("nan")), ("pate", "num_teachers", 2.5), ("pate", "teacher_batch_size", True),
+    ("gpate", "projection_dim", "3"), ("gpate", "bins", 1), ("gpate", "num_teachers", float("inf")),
+    ("sanitizer", "num_critics", float("inf")), ("sanitizer", "generated_batch_size", 2.5),
+])
+def test_a_strategys_counts_are_whole_numbers_refused_by_their_flag(build, option, value):
+    """NaN, 2.5, True or a string passed a "< 1" check (or raised a bare TypeError or an
+    OverflowError) and failed deep in the first training step, under another name."""
+    from lightning_dpgan import registry
+
+    strategy = registry.lookup("privacy", build).load()
+    noise = {"noise_multiplier": 1.0} if build == "sanitizer" else {}
+    with pytest.raises(ValueError, match=rf"^--privacy\.{option} must be an integer >= \d, got "):
+        strategy(**noise, **{option: value})
