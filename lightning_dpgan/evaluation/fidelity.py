@@ -29,9 +29,19 @@ from sklearn.tree import DecisionTreeClassifier
 from lightning_dpgan.data.schema import Column, TableSchema, _category_codes
 
 
+def _check_rows(*frames: pd.DataFrame) -> None:
+    """Refuse an empty table, which has no distribution: it gave NaN divergences, a total
+    variation of 0.5 everywhere and a correlation difference as if it had been measured. (One
+    row is a distribution: a point mass, each of its features constant.)"""
+    for frame in frames:
+        if len(frame) == 0:
+            raise ValueError("a table of 0 rows: the fidelity measures compare distributions, and it has none")
+
+
 def _encoded(frame: pd.DataFrame, schema: TableSchema) -> np.ndarray:
     """Every row, as training encoded it: a category outside the schema (a real row's rare
     category that a DP-estimated list left out) leaves its column blank, an all-zero block."""
+    _check_rows(frame)
     return schema.encode(frame, unknown="blank")[0].numpy().astype(np.float64)
 
 
@@ -105,6 +115,7 @@ def total_variation_per_column(real: pd.DataFrame, synthetic: pd.DataFrame, sche
     values count at the nearest grid value). Other numeric columns are left to
     :func:`wasserstein_per_column`.
     Returns ``{column: TV}``."""
+    _check_rows(real, synthetic)
     out = {}
     for column in _few_valued(schema):
         p = _value_codes(column, real[column.name]).value_counts(normalize=True)
@@ -116,6 +127,7 @@ def total_variation_per_column(real: pd.DataFrame, synthetic: pd.DataFrame, sche
 def invented_share_per_column(real: pd.DataFrame, synthetic: pd.DataFrame, schema: TableSchema) -> dict[str, float]:
     """Per column of :func:`total_variation_per_column`, the share of synthetic rows whose value
     occurs in no real row. Returns ``{column: share}``."""
+    _check_rows(real, synthetic)
     out = {}
     for column in _few_valued(schema):
         seen = set(_value_codes(column, real[column.name]))
