@@ -16,6 +16,7 @@ import lightning as L
 
 from lightning_dpgan.callbacks.step_limit import StepLimit
 from lightning_dpgan.ddp import PrivateDDPStrategy
+from lightning_dpgan.error_text import SET_BY
 from lightning_dpgan.privacy.accountants import Accountant, AccountantStateError
 from lightning_dpgan.privacy.composition import compose_costs
 from lightning_dpgan.privacy.noise_source import NoiseSource
@@ -23,6 +24,12 @@ from lightning_dpgan.privacy.slots import PrivacyBudgetExhausted
 from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon, validate_noise_scale, validate_positive
 
 DEFAULT_DELTA = 1e-5
+
+
+def delta_origin(delta: float | None) -> str:
+    """Where a strategy's δ came from, for a refusal: none given (``None``) is the default, else
+    the user typed it or a config file or preset set it (the private models' presets do)."""
+    return "the strategies' default" if delta is None else SET_BY
 
 
 class IncompatibleModelError(ValueError):
@@ -143,7 +150,7 @@ class PrivacyStrategy(L.Callback):
         self.check_target_enforced(trainer)
         self.train_records = len(trainer.datamodule.train_dataset)
         self.delta = validate_delta(DEFAULT_DELTA if self.delta is None else self.delta, self.train_records,
-                                    defaulted=self.delta is None)
+                                    origin=delta_origin(self.delta))
         self._compose_preprocessing(trainer.datamodule)
         self.install(trainer, pl_module)
         if self.accountant is None:

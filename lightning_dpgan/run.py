@@ -27,7 +27,7 @@ from lightning_dpgan.callbacks.finite_generator import FiniteGeneratorGuard
 from lightning_dpgan.callbacks.same_release import SameRelease, release_digest
 from lightning_dpgan.callbacks.samples import SampleGrid, sample_grid
 from lightning_dpgan.callbacks.step_limit import StepLimit
-from lightning_dpgan.callbacks.strategy import DEFAULT_DELTA
+from lightning_dpgan.callbacks.strategy import DEFAULT_DELTA, delta_origin
 from lightning_dpgan.checkpoint_io import ShareReadingCheckpointIO
 from lightning_dpgan.config import (
     DEFAULT_QUAIL_SYNTHESIZER,
@@ -650,7 +650,8 @@ class Run:
                 check_log_label(self.datamodule.schema, self.quail.log_label)
             self.datamodule.prepare_data()
             self.datamodule.setup("fit")
-            delta = validate_delta(self.strategy.delta or DEFAULT_DELTA, self.datamodule.train_size)
+            delta = validate_delta(self.strategy.delta or DEFAULT_DELTA, self.datamodule.train_size,
+                                   origin=delta_origin(self.strategy.delta))
             # the synthesizer's own refusal, before the label model spends its share on a run refused anyway
             self.strategy.check_batch_size(self.datamodule.hparams.batch_size, self.datamodule.train_size)
             labeler = self.quail.fit_labeler(

@@ -200,7 +200,16 @@ def check_room_for_table(out: Path, n: int, module: Any, decoder: Any, labeler: 
 
 
 def free_memory() -> int | None:
-    """Bytes of memory this machine has free, or None where the system does not say (not POSIX)."""
+    """Bytes of memory available to a new allocation, or None where the system does not say: Linux's
+    MemAvailable (free memory and the page cache the kernel can reclaim; free memory alone, which
+    long-running machines fill with cache, refused draws that fit), else free pages (POSIX)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # in kB
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):

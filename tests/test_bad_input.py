@@ -743,7 +743,8 @@ DELTA_FIX = ["--delta must be strictly between 0 and 1", "--delta 1e-05"]
         (["--delta", "-1e-5"], DELTA_FIX),  # argparse took it for an option: "expected one argument"
         (["--epsilon", "-1e-3"], EPSILON_FIX),
         (["--delta", "1"], DELTA_FIX),
-        (["--delta", "0.01"], ["--delta 0.01 is not below 1/n = 0.00625", "n = 160", "Pass --delta < 1/n"]),
+        (["--delta", "0.01"], ["--delta 0.01 (given, or a config file's or the preset's) is not below 1/n = 0.00625",
+                               "n = 160", "Pass --delta < 1/n"]),
         (["--epsilon", "0.001", "--delta", "1e-4"], ["a single training step would spend epsilon", "--epsilon 0.001"]),
     ],
     ids=["epsilon-zero", "epsilon-negative", "epsilon-nan", "delta-zero", "delta-negative", "delta-negative-spaced",
@@ -761,15 +762,16 @@ def test_a_meaningless_privacy_budget_is_refused_before_training(tiny_image_data
 
 def test_a_default_delta_not_below_one_over_n_is_said_to_be_the_default(tiny_image_data_dir, tmp_path, capsys,
                                                                           monkeypatch):
-    """A user who gave no --delta (to a model whose presets set none, made private by a strategy)
-    was told "--delta 1e-05 is not below 1/n", as if theirs. (The strategies' default is raised
-    here so that the 160 tiny records fall below it.)"""
+    """A user who gave no --delta was told "--delta 1e-05 is not below 1/n", as if theirs: the
+    refusal says where it came from, the strategies' default (a model whose presets set none, made
+    private by a strategy) or a flag, config file or preset (the private models' presets set it).
+    (The default is raised here so that the 160 tiny records fall below it.)"""
     monkeypatch.setattr("lightning_dpgan.callbacks.strategy.DEFAULT_DELTA", 0.01)
     private_gan = ["--privacy", "dp-sgd", "--privacy.noise_multiplier", "1.0"]
     line = assert_refused(image_args(tiny_image_data_dir, tmp_path / "out", *private_gan), capsys,
-                          "the default --delta 0.01 is not below 1/n = 0.00625")
+                          "--delta 0.01 (the strategies' default) is not below 1/n = 0.00625")
     typed = assert_refused(image_args(tiny_image_data_dir, tmp_path / "out", *private_gan, "--delta", "0.01"), capsys,
-                           "--delta 0.01 is not below")
+                           "--delta 0.01 (given, or a config file's or the preset's) is not below")
     assert "default" not in typed and "Pass --delta < 1/n" in line
 
 

@@ -182,5 +182,8 @@ def test_fewer_classes_unconditional_and_unset_datamodules_are_judged_as_they_sh
         check_fits_datamodule(GAN((1, 28, 28), 5, latent_dim=4), mnist)
     check_fits_datamodule(GAN((1, 28, 28), 10, conditional=False, latent_dim=4), mnist)  # ignores the labels: fine
     check_fits_datamodule(GAN((1, 28, 28), 10, latent_dim=4), None)  # fitted on dataloaders: nothing to compare
+    check_fits_datamodule(GAN((1, 28, 28), 10, latent_dim=4), SimpleNamespace())  # a user's own: classes not declared
+    with pytest.raises(ValueError, match="built for 10 classes, and the datamodule has none"):
+        check_fits_datamodule(GAN((1, 28, 28), 10, latent_dim=4), SimpleNamespace(num_classes=None))  # a table's
     with pytest.raises(ValueError, match="num_classes must be an integer >= 0, got 2.5"):
         GAN((1, 28, 28), 2.5)

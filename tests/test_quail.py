@@ -763,7 +763,7 @@ def test_quail_delta_not_below_one_over_n_is_refused_before_the_label_model_trai
             "--quail.batch_size", "8", "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
             "--model.generator_hidden", "[16,16]", "--model.discriminator_hidden", "[16,16]", "--data.max_modes", "3"]
     assert main(args) == 2
-    assert "is not below 1/n" in capsys.readouterr().err
+    assert "--delta 0.5 (given, or a config file's or the preset's) is not below 1/n" in capsys.readouterr().err
     assert not fitted, "the label model was trained with a delta >= 1/n"
     assert not (tmp_path / "run" / "privacy.json").exists()
 

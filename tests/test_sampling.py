@@ -309,6 +309,24 @@ def test_more_images_than_free_memory_holds_are_refused_before_drawing(image_che
     assert not (tmp_path / "huge.npz").exists()
 
 
+def test_free_memory_is_what_the_kernel_can_give_not_only_its_free_pages(monkeypatch):
+    """Free pages alone leave out the page cache the kernel reclaims on demand: on a machine whose
+    cache had filled, it read 12 GiB of 23 GiB available and refused draws that fit."""
+    import io
+    import os
+
+    meminfo = "MemTotal:       100 kB\nMemFree:         10 kB\nMemAvailable:    50 kB\n"
+    monkeypatch.setattr(sampling, "open", lambda path, *args: io.StringIO(meminfo), raising=False)
+    assert sampling.free_memory() == 50 * 1024
+
+    def no_proc(path, *args):
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(sampling, "open", no_proc, raising=False)  # not Linux: the free pages POSIX reports
+    monkeypatch.setattr(os, "sysconf", lambda name: {"SC_AVPHYS_PAGES": 3, "SC_PAGE_SIZE": 4096}[name])
+    assert sampling.free_memory() == 3 * 4096
+
+
 def test_out_named_as_a_folder_is_refused_not_written_as_a_file(table_checkpoint, tmp_path):
     """--out new.csv/ was written as the file new.csv (the path drops the slash)."""
     with pytest.raises(ValueError, match="names a folder: give a file in it"):

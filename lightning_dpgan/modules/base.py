@@ -59,7 +59,9 @@ def check_fits_datamodule(module: Any, datamodule: Any) -> None:
     if getattr(datamodule, "kind", None) == "image" and tuple(datamodule.data_shape) != tuple(module.data_shape):
         raise ValueError(f"the module was built for records of shape {tuple(module.data_shape)}, and the datamodule's "
                          f"are {tuple(datamodule.data_shape)}: build it with data_shape=datamodule.data_shape")
-    classes = getattr(datamodule, "num_classes", None)
+    if not hasattr(datamodule, "num_classes"):  # a user's own datamodule: its classes are not declared
+        return
+    classes = datamodule.num_classes
     if module.num_classes is not None and module.num_classes != classes:
         raise ValueError(f"the module was built for {module.num_classes} classes, and the datamodule has "
                          f"{classes if classes is not None else 'none'}: build it with num_classes=datamodule.num_classes "

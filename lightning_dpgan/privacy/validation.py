@@ -72,13 +72,13 @@ def validate_epsilon(epsilon: object) -> float:
     return number
 
 
-def validate_delta(delta: object, n_records: int | None = None, flag: str = "--delta", defaulted: bool = False) -> float:
+def validate_delta(delta: object, n_records: int | None = None, flag: str = "--delta", origin: str = "") -> float:
     """Return δ if 0 < δ < 1 and, when the training set size is known, δ < 1/n.
 
     δ is the probability the ε guarantee fails; with δ ≥ 1/n a mechanism may release an
     entire record and still qualify (Dwork & Roth 2014, §2.3), so it is refused. ``flag`` is the
-    option to blame (a preprocessing δ has its own); ``defaulted``: the user did not give it, so
-    the refusal says the default is what falls short.
+    option to blame (a preprocessing δ has its own); ``origin`` says where the value came from
+    (a default the user never typed, a preset), so that the refusal does not read as theirs.
     """
     number = _as_real(flag, delta)
     if not 0.0 < number < 1.0:
@@ -92,7 +92,7 @@ def validate_delta(delta: object, n_records: int | None = None, flag: str = "--d
         raise ValueError(f"n_records must be a positive integer, got {n_records!r}")
     if number >= 1.0 / n_records:
         raise ValueError(
-            f"{'the default ' if defaulted else ''}{flag} {number:g} is not below 1/n = {1.0 / n_records:g} for the "
+            f"{flag} {number:g}{f' ({origin})' if origin else ''} is not below 1/n = {1.0 / n_records:g} for the "
             f"n = {n_records} training records; such a δ allows publishing whole records. "
             f"Pass {flag} < 1/n, e.g. {flag} {_suggest_delta(n_records):g}"
         )
