@@ -360,14 +360,19 @@ def test_csv_with_a_schema_file_spends_nothing(tmp_path):
     assert datamodule.train_size == 320
 
 
-def test_a_csv_run_resumes_only_under_the_schema_it_was_trained_with(tmp_path, capsys):
-    from lightning_dpgan.cli import main
-
-    schema = {"label": "churned", "label_kind": "binary", "drop": ["row_id"], "columns": [
+def churn_schema() -> dict:
+    """The schema file of :func:`write_csv`'s table, as a fresh mapping a test may edit."""
+    return {"label": "churned", "label_kind": "binary", "drop": ["row_id"], "columns": [
         {"name": "amount", "kind": "continuous", "bounds": [0, 1000]},
         {"name": "visits", "kind": "integer", "bounds": [0, 100]},
         {"name": "region", "kind": "categorical", "categories": ["north", "south"]},
         {"name": "churned", "kind": "categorical", "categories": ["no", "yes"]}]}
+
+
+def test_a_csv_run_resumes_only_under_the_schema_it_was_trained_with(tmp_path, capsys):
+    from lightning_dpgan.cli import main
+
+    schema = churn_schema()
     (tmp_path / "schema.yaml").write_text(yaml.safe_dump(schema))
     csv = write_csv(tmp_path / "data.csv")
     common = ["train", "--model", "gan", "--dataset", "csv", "--data.csv", str(csv), "--data.schema",
@@ -399,11 +404,7 @@ def test_a_mode_specific_run_resumed_under_another_schema_file_is_told_which_col
     "the checkpoint's transformer was built for another schema", naming no column and no remedy."""
     from lightning_dpgan.cli import main
 
-    schema = {"label": "churned", "label_kind": "binary", "drop": ["row_id"], "columns": [
-        {"name": "amount", "kind": "continuous", "bounds": [0, 1000]},
-        {"name": "visits", "kind": "integer", "bounds": [0, 100]},
-        {"name": "region", "kind": "categorical", "categories": ["north", "south"]},
-        {"name": "churned", "kind": "categorical", "categories": ["no", "yes"]}]}
+    schema = churn_schema()
     (tmp_path / "schema.yaml").write_text(yaml.safe_dump(schema))
     common = ["train", "--model", "ctgan", "--dataset", "csv", "--data.csv", str(write_csv(tmp_path / "data.csv")),
               "--data.schema", str(tmp_path / "schema.yaml"), "--max-steps", "1", "--batch-size", "20",
