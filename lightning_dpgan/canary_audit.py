@@ -431,7 +431,8 @@ def one_process(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_private(config: dict[str, Any]) -> str:
-    """The run's privacy strategy name; refuses a model that trains without privacy."""
+    """The run's privacy strategy name; refuses a model that trains without privacy, and a
+    meaningless --epsilon or --delta, before any trial."""
     from lightning_dpgan.config import QUAIL
     from lightning_dpgan.run import model_class, privacy_name
 
