@@ -1311,9 +1311,9 @@ def test_a_results_dir_that_is_a_file_is_refused_before_any_cell(tmp_path, monke
 def test_a_results_md_in_a_folder_that_does_not_exist_is_refused_before_any_work(tmp_path, monkeypatch, report_only):
     """It failed at the very end, after every cell (or the plots) had been written."""
     monkeypatch.setattr(cli, "run_grid", never_run)
-    extra = ["--report-only"] if report_only else ["--out-dir", str(tmp_path / "runs")]
+    extra = ["--report-only"] if report_only else ["--quick", "--out-dir", str(tmp_path / "runs")]
     with pytest.raises(SystemExit, match="the folder of --results-md .* does not exist"):
-        cli.benchmark(["--suite", "images", "--quick", "--results-dir", str(tmp_path / "results"),
+        cli.benchmark(["--suite", "images", "--results-dir", str(tmp_path / "results"),
                        "--results-md", str(tmp_path / "nodir" / "RESULTS.md"), *extra])
     assert not (tmp_path / "results").exists()
 
