@@ -143,7 +143,7 @@ def content_digest(path: str | os.PathLike[str]) -> tuple[str, int]:
             while chunk := stream.read(_CHUNK):
                 md5.update(chunk)
                 size += len(chunk)
-        except (OSError, EOFError, zlib.error) as err:
+        except (*_DECOMPRESSION_ERRORS, OSError) as err:  # the same decompressor errors as a table read
             raise DataIntegrityError(f"{path} is not a readable gzip file: {err}") from err
     return md5.hexdigest(), size
 
