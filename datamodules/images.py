@@ -22,6 +22,7 @@ from lightning_dpgan.data.download import (
     default_cache_dir,
     fetch,
     locate,
+    settings_with_text_paths,
     verify_file,
     warn_downloading,
 )
@@ -84,6 +85,7 @@ class IDXImageDataModule(L.LightningDataModule):
         validate_int("--data.num_workers", num_workers, minimum=0)
         check_dev_fraction(dev_fraction)
         self.save_hyperparameters()
+        settings_with_text_paths(self.hparams)
         self.data_dir = data_folder(data_dir)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
         self.train_dataset: TensorDataset | None = None

@@ -27,6 +27,7 @@ from lightning_dpgan.data.download import (
     fetch,
     is_valid_copy,
     locate,
+    settings_with_text_paths,
     verify_file,
     warn_downloading,
 )
@@ -210,6 +211,7 @@ class TabularDataModule(L.LightningDataModule):
         if not isinstance(exclude_label, bool):
             raise ValueError(f"exclude_label must be true or false, got {exclude_label!r}")
         self.save_hyperparameters()
+        settings_with_text_paths(self.hparams)
         self.mixed = _mixed(mixed) if mixed is not None else _mixed(self.default_mixed)
         self.log_columns = column_names(log_columns) if log_columns is not None else list(self.default_log_columns)
         self.discrete_columns = (column_names(discrete_columns) if discrete_columns is not None

@@ -913,3 +913,17 @@ def test_a_king_file_of_another_size_is_warned_of(caplog):
     with caplog.at_level(logging.WARNING):
         loaded(KingDataModule, "king_tiny")
     assert "not the Kaggle file's 21613" in caplog.text
+
+
+def test_path_settings_are_kept_as_text_so_a_checkpoint_loads_with_weights_only(tmp_path):
+    """Lightning saves a datamodule's settings in each checkpoint; a ``pathlib.Path`` there made
+    torch's ``weights_only`` loading (``sample``, ``evaluate``, Lightning's resume) refuse it."""
+    import io
+
+    adult = AdultDataModule(data_dir=FIXTURES / "adult_tiny", cache_dir=tmp_path, batch_size=8)
+    assert adult.hparams["data_dir"] == str(FIXTURES / "adult_tiny") and adult.hparams["cache_dir"] == str(tmp_path)
+    assert adult.data_dir == FIXTURES / "adult_tiny"  # what the module reads from is unchanged
+    saved = io.BytesIO()
+    torch.save({"datamodule_hyper_parameters": dict(adult.hparams)}, saved)
+    saved.seek(0)
+    assert torch.load(saved, weights_only=True)["datamodule_hyper_parameters"]["data_dir"] == str(FIXTURES / "adult_tiny")

@@ -20,10 +20,10 @@ import tempfile
 import urllib.request
 import zipfile
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from lightning_dpgan.error_text import first_line
 from lightning_dpgan.outputs import file_creation_mask
@@ -88,6 +88,17 @@ def data_folder(data_dir: str | os.PathLike[str] | None) -> Path | None:
         raise DatasetNotFoundError(f"{given} {folder} is not a folder: pass the folder that holds the dataset's files "
                                    "(directly or in a subfolder named after the dataset)")
     return folder
+
+
+def settings_with_text_paths(hparams: MutableMapping[str, Any]) -> None:
+    """Turn a datamodule's path settings (``data_dir=Path(...)``) into text, in place. Lightning
+    saves the settings in every checkpoint, and a ``pathlib.Path`` there is a pickled class that
+    torch's ``weights_only`` loading refuses: Lightning's own resume (``trainer.fit(...,
+    ckpt_path=...)``) and the commands' checkpoint reader could not read the checkpoint of a
+    library user who passed one."""
+    for key, value in hparams.items():
+        if isinstance(value, os.PathLike):
+            hparams[key] = os.fspath(value)
 
 
 def warn_downloading(dataset: str, names: Sequence[str], data_dir: Path | None, cache: Path,
