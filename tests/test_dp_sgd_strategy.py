@@ -794,3 +794,42 @@ def test_a_strategy_used_as_a_lightning_callback_refuses_a_model_without_its_slo
     trainer = SimpleNamespace(world_size=1, strategy=None)  # anything past the check would fail differently
     with pytest.raises(IncompatibleModelError, match="needs a model with a GradientPrivatizer slot"):
         DPSGD(noise_multiplier=1.0).setup(trainer, LabelOnlyModel((4,), None), "fit")
+
+
+def test_a_module_fitted_before_is_refused_and_the_checkpoint_resume_it_names_charges_every_step(
+        tiny_image_data_dir, tmp_path):
+    """A second fit() of one module object ended in Opacus' "hooks twice" with the same or a new
+    DPSGD; a new accountant would have charged the second fit's steps alone. The refusal names
+    the resume that works: a module built afresh, fitted from the checkpoint (which Lightning
+    could not load while the datamodule's ``data_dir`` was kept in it as a ``pathlib.Path``)."""
+    import lightning as L
+
+    from lightning_dpgan.callbacks.step_limit import StepLimit
+    from lightning_dpgan.datamodules.mnist import MNISTDataModule
+    from lightning_dpgan.modules.dpgan import DPGAN
+
+    data = MNISTDataModule(data_dir=tiny_image_data_dir / "mnist", batch_size=BATCH, verify_checksums=False)  # a Path
+
+    def build():
+        return DPGAN((1, 28, 28), 10, latent_dim=4, generator_kwargs={"base_channels": 4},
+                     discriminator_kwargs={"base_channels": 4})
+
+    def fit(module, strategy, steps, ckpt_path=None):
+        trainer = L.Trainer(max_epochs=-1, callbacks=[StepLimit(steps), strategy], logger=False,
+                            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                            default_root_dir=tmp_path)
+        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+        return trainer
+
+    module, first = build(), DPSGD(noise_multiplier=1.0, delta=1e-3)
+    fit(module, first, 3).save_checkpoint(tmp_path / "three.ckpt")
+    for again in (first, DPSGD(noise_multiplier=1.0, delta=1e-3)):
+        with pytest.raises(ValueError, match=r"this DPGAN object went through an earlier private fit\(\) \(3 training "
+                                             r"steps\).*build a new module .* ckpt_path="):
+            fit(module, again, 6)
+    assert module.train_steps == 3 and first.steps_taken() == 3
+
+    resumed = DPSGD(noise_multiplier=1.0, delta=1e-3)
+    fit(build(), resumed, 6, ckpt_path=tmp_path / "three.ckpt")
+    assert resumed.steps_taken() == 6
+    assert resumed.epsilon() == pytest.approx(opacus_epsilon(1.0, RATE, 6, 1e-3), rel=1e-12)

@@ -841,3 +841,27 @@ def test_the_report_states_the_noise_of_the_last_answers_after_a_resume_that_ans
     torch.save(saved, tmp_path / "older-two.ckpt")
     older_two = run("older-two", 3, 0.2, "--resume", str(tmp_path / "older-two.ckpt"))
     assert older_two["steps"] == 3 and older_two["lap_inverse_scale"] == 0.2
+
+
+def test_a_second_fit_of_a_trained_module_is_refused_before_a_new_accountant_undercounts_it():
+    """A PATE-GAN module fitted for 2 steps, then for 2 more with a new strategy, reported the
+    epsilon of the last 2 alone; its generator and teachers had trained on all 4."""
+    datamodule, module, _, _ = fit_directly(steps=2)
+    teachers = [p.detach().clone() for p in module.teachers.parameters()]
+    fresh = PATEAggregation(num_teachers=TEACHERS, lap_inverse_scale=LAMBDA, teacher_batch_size=TEACHER_BATCH,
+                            delta=1e-3)
+    trainer = L.Trainer(max_epochs=-1, callbacks=[StepLimit(4), fresh], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    with pytest.raises(ValueError, match=r"this PATEGAN object went through an earlier private fit\(\) \(2 training "
+                                         r"steps\).*epsilon would leave out"):
+        trainer.fit(module, datamodule=datamodule)
+    assert module.train_steps == 2 and len(fresh.accountant) == 0
+    assert all(torch.equal(before, after) for before, after in zip(teachers, module.teachers.parameters()))
+
+
+def test_a_module_a_strategy_made_private_is_refused_even_before_its_first_step():
+    """A first fit that failed after install leaves the mechanism in the slot (DP-SGD's hooks)."""
+    module = PATEGAN((6,), num_teachers=3)
+    module.privacy = object()
+    with pytest.raises(ValueError, match=r"went through an earlier private fit\(\) \(0 training steps\)"):
+        PATEAggregation().setup(SimpleNamespace(world_size=1), module, "fit")
