@@ -24,6 +24,15 @@ from lightning_dpgan.privacy.slots import PrivacyBudgetExhausted
 from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon, validate_noise_scale, validate_positive
 
 DEFAULT_DELTA = 1e-5
+#: Lightning's 16-bit mixed precision, whose GradScaler skips a whole optimizer step (every
+#: teacher of an ensemble, every parameter of a DP-SGD step) when one gradient overflows
+LOSS_SCALED_PRECISIONS = ("16", "16-mixed")
+#: The precisions a strategy that clips gradients (DP-SGD, the sanitizer) trains under: under a
+#: mixed precision autocast computes the per-record norms and the clipped sum in bfloat16 or
+#: float16, whose rounding scales with the whole batch's sum, so removing one record moved the
+#: clipped sum of DP-CTGAN's critic (batch 500) by 1.2 C where the accountant assumes C
+#: ("None": the setting left out)
+FLOAT32_PRECISIONS = ("None", "32", "32-true")
 
 
 def delta_origin(delta: float | None) -> str:
@@ -81,7 +90,7 @@ class PrivacyStrategy(L.Callback):
     #: ``replace-one`` (same size; PATE's fixed partitions of the N records need it)
     neighbours: ClassVar[str] = "add-remove"
     #: whether the sensitivity is a bound that clipping float gradients enforces, which only float32
-    #: arithmetic keeps (a vote count is a count in any precision): see ``run.FLOAT32_PRECISIONS``
+    #: arithmetic keeps (a vote count is a count in any precision): see ``FLOAT32_PRECISIONS``
     clips_gradients: ClassVar[bool] = False
 
     def __init__(self, target_epsilon: float | None = None, delta: float | None = None,
@@ -143,6 +152,8 @@ class PrivacyStrategy(L.Callback):
             return
         self.check_compatible(pl_module)
         self.check_not_fitted_before(pl_module)
+        if refusal := self.precision_refusal(str(getattr(trainer, "precision", "32-true"))):
+            raise ValueError(refusal)
         if trainer.world_size > 1 and not isinstance(trainer.strategy, PrivateDDPStrategy):
             # Lightning's own DDP averages gradients in backward, before a mechanism could clip
             # and noise them once for the global batch: not the single-process guarantee.
@@ -156,6 +167,23 @@ class PrivacyStrategy(L.Callback):
         self.install(trainer, pl_module)
         if self.accountant is None:
             raise RuntimeError(f"{type(self).__name__}.install() must create the accountant")
+
+    def precision_refusal(self, precision: str) -> str | None:
+        """Why this strategy cannot train under a Trainer's ``precision``, or None. ``train``
+        asks before anything is written; ``setup`` again, for a Trainer built by hand."""
+        if self.clips_gradients and precision not in FLOAT32_PRECISIONS:
+            return (f"trainer.precision {precision} cannot train under --privacy {self.name}: its "
+                    "per-record clipping bounds each record's effect only in float32 arithmetic (in bfloat16, rounding "
+                    "that scales with the whole batch moved a clipped sum by 1.2 times the bound when one record was "
+                    "removed), so the reported epsilon would understate the cost. Pass --trainer.precision 32-true (or "
+                    "drop the setting from the command line and the config file; Trainer(precision='32-true') as a "
+                    "library)")
+        if precision in LOSS_SCALED_PRECISIONS:
+            return (f"trainer.precision {precision} cannot train a private model: its loss scaler skips the "
+                    "update of every network when one gradient overflows, so one record could decide whether a step "
+                    "happens (and, for teachers, change the others' training), which no accountant counts. "
+                    "Use --trainer.precision bf16-mixed (no loss scaler) or leave it out")
+        return None
 
     def check_not_fitted_before(self, pl_module: Any) -> None:
         """Refuse a module object that an earlier ``fit()`` trained or made private. A new fit

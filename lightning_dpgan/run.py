@@ -62,14 +62,6 @@ PRIVATE_RUN_INFO = ("train_rows_digest",)
 #: how long a DDP process waits for it (other nodes start on their own)
 FOLLOWER_WAIT_S = 600
 DEFAULT_MAX_STEPS = 1000
-#: Lightning's 16-bit mixed precision, whose GradScaler skips a whole optimizer step (every
-#: teacher of an ensemble, every parameter of a DP-SGD step) when one gradient overflows
-LOSS_SCALED_PRECISIONS = ("16", "16-mixed")
-#: The precisions a strategy that clips gradients (DP-SGD, the sanitizer) trains under: under a
-#: mixed precision autocast computes the per-record norms and the clipped sum in bfloat16 or
-#: float16, whose rounding scales with the whole batch's sum, so removing one record moved the
-#: clipped sum of DP-CTGAN's critic (batch 500) by 1.2 C where the accountant assumes C
-FLOAT32_PRECISIONS = ("None", "32", "32-true")
 #: Lightning precisions that hold the networks' weights in another type than float32: sampling's
 #: float32 latents met bf16 or float64 weights only as synthetic.csv was written, after training
 #: ("mat1 and mat2 must have the same dtype"), and 16-true's weights turned NaN at the first step
@@ -767,20 +759,11 @@ class Run:
                               f"processes (or leave --strategy out); allowed: {', '.join(PRIVATE_TRAINER_STRATEGIES)}")
 
     def _check_precision(self, precision: str) -> None:
-        """Refuse a ``--trainer.precision`` the run cannot train or sample under ("None" when unset)."""
-        if self.strategy is not None and self.strategy.clips_gradients and precision not in FLOAT32_PRECISIONS:
-            raise ConfigError(
-                f"trainer.precision {precision} cannot train under --privacy {self.strategy.name}: its "
-                "per-record clipping bounds each record's effect only in float32 arithmetic (in bfloat16, rounding "
-                "that scales with the whole batch moved a clipped sum by 1.2 times the bound when one record was "
-                "removed), so the reported epsilon would understate the cost. Pass --trainer.precision 32-true (or drop "
-                "the setting from the command line and the config file)")
-        if self.strategy is not None and precision in LOSS_SCALED_PRECISIONS:
-            raise ConfigError(
-                f"trainer.precision {precision} cannot train a private model: its loss scaler skips the "
-                "update of every network when one gradient overflows, so one record could decide whether a step "
-                "happens (and, for teachers, change the others' training), which no accountant counts. "
-                "Use --trainer.precision bf16-mixed (no loss scaler) or leave it out")
+        """Refuse a ``--trainer.precision`` the run cannot train or sample under ("None" when unset),
+        before anything is written (the strategy's own setup checks its part again)."""
+        refusal = self.strategy.precision_refusal(precision) if self.strategy is not None else None
+        if refusal:
+            raise ConfigError(refusal)
         if precision in NON_FLOAT32_WEIGHT_PRECISIONS:
             raise ConfigError(f"trainer.precision {precision} keeps the networks' weights in another type than float32, "
                               "which sampling and the privacy mechanisms do not support: use --trainer.precision "

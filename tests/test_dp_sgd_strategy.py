@@ -833,3 +833,38 @@ def test_a_module_fitted_before_is_refused_and_the_checkpoint_resume_it_names_ch
     fit(build(), resumed, 6, ckpt_path=tmp_path / "three.ckpt")
     assert resumed.steps_taken() == 6
     assert resumed.epsilon() == pytest.approx(opacus_epsilon(1.0, RATE, 6, 1e-3), rel=1e-12)
+
+
+def test_a_trainer_built_by_hand_in_mixed_precision_is_refused_before_its_first_step(tiny_image_data_dir, tmp_path):
+    """``train`` refused bf16-mixed for a clipping strategy, and a Trainer built by hand was not
+    checked: its per-record norms and clipped sum in bfloat16 moved by more than the bound."""
+    import lightning as L
+
+    from lightning_dpgan.callbacks.step_limit import StepLimit
+    from lightning_dpgan.datamodules.mnist import MNISTDataModule
+    from lightning_dpgan.modules.dpgan import DPGAN
+
+    module = DPGAN((1, 28, 28), 10, latent_dim=4, generator_kwargs={"base_channels": 4},
+                   discriminator_kwargs={"base_channels": 4})
+    strategy = DPSGD(noise_multiplier=1.0, delta=1e-3)
+    trainer = L.Trainer(max_epochs=-1, callbacks=[StepLimit(2), strategy], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                        precision="bf16-mixed")
+    data = MNISTDataModule(data_dir=tiny_image_data_dir / "mnist", batch_size=BATCH, verify_checksums=False)
+    with pytest.raises(ValueError, match=r"trainer.precision bf16-mixed cannot train under --privacy dp-sgd.*"
+                                         r"Trainer\(precision='32-true'\)"):
+        trainer.fit(module, datamodule=data)
+    assert module.train_steps == 0 and module.privacy is None and strategy.accountant is None
+
+
+def test_a_vote_counting_strategy_refuses_only_a_loss_scaled_precision_at_setup():
+    """PATE's votes are counts in any precision; fp16's loss scaler still lets one record decide
+    whether every teacher steps. (On CPU Lightning turns 16-mixed into bf16-mixed, so the Trainer
+    is a stand-in.)"""
+    from lightning_dpgan.callbacks.pate import PATEAggregation
+    from lightning_dpgan.modules.pategan import PATEGAN
+
+    with pytest.raises(ValueError, match="trainer.precision 16-mixed cannot train a private model: its loss scaler"):
+        PATEAggregation().setup(SimpleNamespace(world_size=1, precision="16-mixed"), PATEGAN((6,)), "fit")
+    assert PATEAggregation().precision_refusal("bf16-mixed") is None
+    assert "float32 arithmetic" in DPSGD(noise_multiplier=1.0).precision_refusal("bf16-mixed")
