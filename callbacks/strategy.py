@@ -14,7 +14,7 @@ from typing import Any, ClassVar, NoReturn
 
 import lightning as L
 
-from lightning_dpgan.callbacks.step_limit import StepLimit
+from lightning_dpgan.callbacks.step_limit import StepLimit, stop_floor_refusal
 from lightning_dpgan.ddp import PrivateDDPStrategy
 from lightning_dpgan.error_text import SET_BY
 from lightning_dpgan.privacy.accountants import Accountant, AccountantStateError
@@ -154,6 +154,8 @@ class PrivacyStrategy(L.Callback):
         self.check_not_fitted_before(pl_module)
         if refusal := self.precision_refusal(str(getattr(trainer, "precision", "32-true"))):
             raise ValueError(refusal)
+        if refusal := stop_floor_refusal(getattr(trainer, "min_steps", None), getattr(trainer, "min_epochs", None)):
+            raise ValueError(refusal)  # a Trainer built by hand: train refuses these before anything is written
         if trainer.world_size > 1 and not isinstance(trainer.strategy, PrivateDDPStrategy):
             # Lightning's own DDP averages gradients in backward, before a mechanism could clip
             # and noise them once for the global batch: not the single-process guarantee.

@@ -26,7 +26,7 @@ from lightning_dpgan.callbacks.checkpoint import LastCheckpoint
 from lightning_dpgan.callbacks.finite_generator import FiniteGeneratorGuard
 from lightning_dpgan.callbacks.same_release import SameRelease, release_digest
 from lightning_dpgan.callbacks.samples import SampleGrid, sample_grid
-from lightning_dpgan.callbacks.step_limit import StepLimit
+from lightning_dpgan.callbacks.step_limit import StepLimit, stop_floor_refusal
 from lightning_dpgan.callbacks.strategy import DEFAULT_DELTA, delta_origin
 from lightning_dpgan.checkpoint_io import ShareReadingCheckpointIO
 from lightning_dpgan.config import (
@@ -727,12 +727,8 @@ class Run:
         for reserved, own in RUN_OWNED_TRAINER_OPTIONS.items():
             if reserved in options:
                 raise ConfigError(f"set trainer.{reserved} through the run's own settings ({own}), not the trainer section")
-        for floor in ("min_steps", "min_epochs"):
-            if options.get(floor):
-                # Lightning trains on past a stop request until these are met: past the privacy
-                # budget's stop, or after a refused batch of answers
-                raise ConfigError(f"trainer.{floor} would make training go on past a stop (a private run's spent budget "
-                                  "or refused answers): set the run's length with --max-steps or --max-epochs instead")
+        if refusal := stop_floor_refusal(options.get("min_steps"), options.get("min_epochs")):
+            raise ConfigError(refusal)
         below = trainer_options_below_their_floor(options)  # Lightning takes -5 steps between logs in silence
         if below:
             raise ConfigError("; ".join(below))

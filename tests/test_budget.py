@@ -1,4 +1,5 @@
 """PrivacyBudgetStopping never lets epsilon pass the target, and stops no earlier than needed."""
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -314,3 +315,29 @@ def test_calibrating_without_a_run_length_names_what_a_library_user_gives():
     trainer = SimpleNamespace(callbacks=[], max_epochs=-1)
     with pytest.raises(ValueError, match=r"StepLimit\(n\) callback or Trainer\(max_epochs=n\)"):
         PrivacyStrategy.planned_batches(trainer, 10)
+
+
+@pytest.mark.parametrize("floors, said", [({"min_steps": 0}, "trainer.min_steps 0 (even 0"),
+                                          ({"min_epochs": 1}, "trainer.min_epochs 1 would make")])
+def test_a_trainer_built_by_hand_with_a_step_floor_is_refused_before_training_passes_its_target(
+        tiny_image_data_dir, tmp_path, floors, said):
+    """Lightning ignores a stop request until min_steps/min_epochs are met, and any min_steps makes
+    it finish the first epoch: a budget stop due after 8 of 10 batches trained all 10 and the
+    report gave epsilon 2.11 for a target of 2."""
+    import lightning as L
+
+    from lightning_dpgan.callbacks.dp_sgd import DPSGD
+    from lightning_dpgan.callbacks.step_limit import StepLimit
+    from lightning_dpgan.datamodules.mnist import MNISTDataModule
+    from lightning_dpgan.modules.dpgan import DPGAN
+
+    module = DPGAN((1, 28, 28), 10, latent_dim=4, generator_kwargs={"base_channels": 4},
+                   discriminator_kwargs={"base_channels": 4})
+    strategy = DPSGD(noise_multiplier=1.0, target_epsilon=2.0, delta=1e-3)
+    trainer = L.Trainer(max_epochs=-1, callbacks=[StepLimit(50), strategy, PrivacyBudgetStopping(2.0)], logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path, **floors)
+    data = MNISTDataModule(data_dir=tiny_image_data_dir / "mnist", batch_size=16, verify_checksums=False)
+    with pytest.raises(ValueError, match=re.escape(said)):
+        trainer.fit(module, datamodule=data)
+    assert module.train_steps == 0

@@ -365,8 +365,10 @@ def test_only_path_settings_given_as_text_are_made_absolute(tmp_path, monkeypatc
         (["--model.not_an_arg", "3"], "unknown key(s) model.not_an_arg for model 'gan'"),
         (["--data.not_an_arg", "3"], "unknown key(s) data.not_an_arg"),
         (["--trainer.not_an_arg", "3"], "unknown Lightning Trainer argument"),
-        (["--trainer.min_steps", "5"], "trainer.min_steps would make training go on past a stop"),
-        (["--trainer.min_epochs", "2"], "trainer.min_epochs would make training go on past a stop"),
+        (["--trainer.min_steps", "5"], "trainer.min_steps 5 would make training go on past a stop"),
+        # Lightning finishes the first epoch under any min_steps: a budget stop after 8 of 10 batches went on
+        (["--trainer.min_steps", "0"], "trainer.min_steps 0 (even 0: Lightning then finishes the first epoch)"),
+        (["--trainer.min_epochs", "2"], "trainer.min_epochs 2 would make training go on past a stop"),
         # the run's own length, logger and folder: Lightning's would replace the budget stop's bookkeeping
         (["--trainer.max_steps", "5"], "set trainer.max_steps through the run's own settings (--max-steps)"),
         (["--trainer.default_root_dir", "elsewhere"], "set trainer.default_root_dir through the run's own settings "
