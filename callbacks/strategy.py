@@ -151,6 +151,10 @@ class PrivacyStrategy(L.Callback):
         if stage != "fit":
             return
         self.check_compatible(pl_module)
+        strategies = [type(c).__name__ for c in getattr(trainer, "callbacks", []) if isinstance(c, PrivacyStrategy)]
+        if len(strategies) > 1:  # the second would install over the first, whose accountant then charges nothing
+            raise ValueError(f"a Trainer takes one privacy strategy callback, and this one has {len(strategies)}: "
+                             f"{', '.join(strategies)}. Keep one")
         self.check_not_fitted_before(pl_module)
         if refusal := self.precision_refusal(str(getattr(trainer, "precision", "32-true"))):
             raise ValueError(refusal)

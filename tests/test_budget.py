@@ -341,3 +341,15 @@ def test_a_trainer_built_by_hand_with_a_step_floor_is_refused_before_training_pa
     with pytest.raises(ValueError, match=re.escape(said)):
         trainer.fit(module, datamodule=data)
     assert module.train_steps == 0
+
+
+def test_a_trainer_with_two_privacy_strategies_is_refused_at_setup():
+    """The second would install its mechanism over the first's; the message must not blame an
+    earlier fit the module never had."""
+    from lightning_dpgan.callbacks.dp_sgd import DPSGD
+    from lightning_dpgan.modules.dpgan import DPGAN
+
+    first, second = DPSGD(noise_multiplier=1.0), DPSGD(noise_multiplier=2.0)
+    trainer = SimpleNamespace(world_size=1, callbacks=[first, second])
+    with pytest.raises(ValueError, match="a Trainer takes one privacy strategy callback, and this one has 2: DPSGD, DPSGD"):
+        first.setup(trainer, DPGAN((1, 28, 28), 10, latent_dim=4), "fit")
