@@ -151,21 +151,9 @@ class PrivacyStrategy(L.Callback):
         if stage != "fit":
             return
         self.check_compatible(pl_module)
-        strategies = [type(c).__name__ for c in getattr(trainer, "callbacks", []) if isinstance(c, PrivacyStrategy)]
-        if len(strategies) > 1:  # the second would install over the first, whose accountant then charges nothing
-            raise ValueError(f"a Trainer takes one privacy strategy callback, and this one has {len(strategies)}: "
-                             f"{', '.join(strategies)}. Keep one")
         self.check_not_fitted_before(pl_module)
-        if refusal := self.precision_refusal(str(getattr(trainer, "precision", "32-true"))):
-            raise ValueError(refusal)
-        if refusal := stop_floor_refusal(getattr(trainer, "min_steps", None), getattr(trainer, "min_epochs", None)):
-            raise ValueError(refusal)  # a Trainer built by hand: train refuses these before anything is written
-        if trainer.world_size > 1 and not isinstance(trainer.strategy, PrivateDDPStrategy):
-            # Lightning's own DDP averages gradients in backward, before a mechanism could clip
-            # and noise them once for the global batch: not the single-process guarantee.
-            raise ValueError(f"--privacy {self.name} trains in several processes only with --strategy ddp "
-                             f"(got {type(trainer.strategy).__name__})")
         self.check_target_enforced(trainer)
+        self.check_trainer(trainer)
         self.train_records = len(trainer.datamodule.train_dataset)
         self.delta = validate_delta(DEFAULT_DELTA if self.delta is None else self.delta, self.train_records,
                                     origin=delta_origin(self.delta))
@@ -173,6 +161,29 @@ class PrivacyStrategy(L.Callback):
         self.install(trainer, pl_module)
         if self.accountant is None:
             raise RuntimeError(f"{type(self).__name__}.install() must create the accountant")
+
+    def check_trainer(self, trainer: L.Trainer) -> None:
+        """Refuse a Trainer this strategy cannot keep its guarantee under. ``train`` refuses the
+        same settings before anything is written; these checks hold for a Trainer built by hand."""
+        strategies = [type(c).__name__ for c in getattr(trainer, "callbacks", []) if isinstance(c, PrivacyStrategy)]
+        if len(strategies) > 1:  # the second would install over the first, whose accountant then charges nothing
+            raise ValueError(f"a Trainer takes one privacy strategy callback, and this one has {len(strategies)}: "
+                             f"{', '.join(strategies)}. Keep one")
+        if refusal := self.precision_refusal(str(getattr(trainer, "precision", "32-true"))):
+            raise ValueError(refusal)
+        if refusal := stop_floor_refusal(getattr(trainer, "min_steps", None), getattr(trainer, "min_epochs", None)):
+            raise ValueError(refusal)
+        if trainer.world_size > 1 and not isinstance(trainer.strategy, PrivateDDPStrategy):
+            # Lightning's own DDP averages gradients in backward, before a mechanism could clip
+            # and noise them once for the global batch: not the single-process guarantee.
+            raise ValueError(f"--privacy {self.name} trains in several processes only with --strategy ddp "
+                             f"(got {type(trainer.strategy).__name__})")
+        if getattr(getattr(trainer, "datamodule", None), "train_dataset", None) is None:
+            raise ValueError(
+                f"--privacy {self.name} needs the records as one of this package's datamodules, passed as "
+                "trainer.fit(module, datamodule=...): it counts the training records, and draws the batches (or the "
+                "teachers' partitions) its accounting assumes. A DataLoader given as train_dataloaders cannot be "
+                "re-sampled")
 
     def precision_refusal(self, precision: str) -> str | None:
         """Why this strategy cannot train under a Trainer's ``precision``, or None. ``train``

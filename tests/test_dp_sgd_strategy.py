@@ -868,3 +868,25 @@ def test_a_vote_counting_strategy_refuses_only_a_loss_scaled_precision_at_setup(
         PATEAggregation().setup(SimpleNamespace(world_size=1, precision="16-mixed"), PATEGAN((6,)), "fit")
     assert PATEAggregation().precision_refusal("bf16-mixed") is None
     assert "float32 arithmetic" in DPSGD(noise_multiplier=1.0).precision_refusal("bf16-mixed")
+
+
+def test_records_given_as_a_dataloader_are_refused_with_what_the_strategy_needs(tiny_image_data_dir, tmp_path):
+    """DP-SGD counts the records and re-samples the batches; a DataLoader given as
+    ``train_dataloaders`` ended in "'NoneType' object has no attribute 'train_dataset'"."""
+    import lightning as L
+
+    from lightning_dpgan.callbacks.step_limit import StepLimit
+    from lightning_dpgan.datamodules.mnist import MNISTDataModule
+    from lightning_dpgan.modules.dpgan import DPGAN
+
+    data = MNISTDataModule(data_dir=tiny_image_data_dir / "mnist", batch_size=BATCH, verify_checksums=False)
+    data.setup("fit")
+    module = DPGAN((1, 28, 28), 10, latent_dim=4, generator_kwargs={"base_channels": 4},
+                   discriminator_kwargs={"base_channels": 4})
+    trainer = L.Trainer(max_epochs=-1, callbacks=[StepLimit(2), DPSGD(noise_multiplier=1.0, delta=1e-3)], logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"needs the records as one of this package's datamodules, passed as "
+                                         r"trainer.fit\(module, datamodule=...\)"):
+        trainer.fit(module, train_dataloaders=data.train_dataloader())
+    assert module.train_steps == 0 and module.privacy is None

@@ -75,9 +75,12 @@ def test_every_privacy_strategy_refuses_lightnings_own_multi_process_strategies(
     model = {"dp-sgd": "dpgan", "pate": "pategan", "gpate": "gpate", "sanitizer": "gswgan"}[strategy]
     shape = (4,) if model == "pategan" else (1, 8, 8)
     module = registry.lookup("model", model).load()(shape, None)
+    from lightning_dpgan.callbacks.budget import PrivacyBudgetStopping
+
     instance = cls(target_epsilon=1.0) if strategy in ("dp-sgd", "sanitizer") else cls()
+    trainer = SimpleNamespace(world_size=2, strategy=object(), callbacks=[instance, PrivacyBudgetStopping(1.0)])
     with pytest.raises(ValueError, match="only with --strategy ddp"):
-        instance.setup(SimpleNamespace(world_size=2, strategy=object()), module, "fit")
+        instance.setup(trainer, module, "fit")
 
 
 def test_validate_int_refuses_what_it_would_otherwise_truncate_and_the_values_below_the_minimum():
