@@ -343,6 +343,25 @@ def trainer_options_below_their_floor(options: dict[str, Any]) -> list[str]:
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value < floor(key)]
 
 
+def max_time_refusal(max_time: Any) -> str | None:
+    """Why ``--trainer.max_time`` is no duration Lightning's ``Timer`` can keep, or None. Asked of
+    the Timer itself, whose own errors name neither the flag nor a form that works (and a
+    mapping of text, ``{minutes: x}``, ended in a TypeError's traceback)."""
+    if max_time is None:
+        return None
+    from lightning.pytorch.callbacks import Timer
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    try:
+        duration = Timer(duration=max_time).time_remaining()
+    except (MisconfigurationException, TypeError, ValueError) as error:
+        return (f"trainer.max_time {max_time!r} is not a duration ({first_line(error)}): give DD:HH:MM:SS, e.g. "
+                "00:01:30:00, or a mapping such as {hours: 1, minutes: 30}")
+    if duration is not None and duration <= 0:
+        return f"trainer.max_time {max_time!r} leaves no time to train: give a duration above zero"
+    return None
+
+
 class Run:
     """Everything ``train`` does, in the order it does it."""
 
@@ -728,6 +747,8 @@ class Run:
             if reserved in options:
                 raise ConfigError(f"set trainer.{reserved} through the run's own settings ({own}), not the trainer section")
         if refusal := stop_floor_refusal(options.get("min_steps"), options.get("min_epochs")):
+            raise ConfigError(refusal)
+        if refusal := max_time_refusal(options.get("max_time")):
             raise ConfigError(refusal)
         below = trainer_options_below_their_floor(options)  # Lightning takes -5 steps between logs in silence
         if below:

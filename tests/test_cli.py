@@ -369,6 +369,13 @@ def test_only_path_settings_given_as_text_are_made_absolute(tmp_path, monkeypatc
         # Lightning finishes the first epoch under any min_steps: a budget stop after 8 of 10 batches went on
         (["--trainer.min_steps", "0"], "trainer.min_steps 0 (even 0: Lightning then finishes the first epoch)"),
         (["--trainer.min_epochs", "2"], "trainer.min_epochs 2 would make training go on past a stop"),
+        # Lightning's Timer named neither the flag nor a form that works; a mapping of text was a traceback
+        (["--trainer.max_time", "abc"], "trainer.max_time 'abc' is not a duration (`Timer(duration='abc')` is not a "
+                                        "valid duration. Expected a string in the format DD:HH:MM:SS): give DD:HH:MM:SS"),
+        (["--trainer.max_time", "{minutes: x}"], "trainer.max_time {'minutes': 'x'} is not a duration (unsupported type "
+                                                 "for timedelta minutes component: str)"),
+        (["--trainer.max_time", "00:00:00:00"], "trainer.max_time '00:00:00:00' leaves no time to train"),
+        (["--trainer.max_time", "{minutes: -5}"], "trainer.max_time {'minutes': -5} leaves no time to train"),
         # the run's own length, logger and folder: Lightning's would replace the budget stop's bookkeeping
         (["--trainer.max_steps", "5"], "set trainer.max_steps through the run's own settings (--max-steps)"),
         (["--trainer.default_root_dir", "elsewhere"], "set trainer.default_root_dir through the run's own settings "
