@@ -35,6 +35,18 @@ LOSS_SCALED_PRECISIONS = ("16", "16-mixed")
 FLOAT32_PRECISIONS = ("None", "32", "32-true")
 
 
+def overfit_refusal(overfit_batches: Any) -> str | None:
+    """Why a Trainer's ``overfit_batches`` cannot train a private model, or None. Lightning then
+    swaps a shuffling loader's sampler for a sequential one and trains on the same first batches
+    again and again, where the accountant charges each step for a fresh random batch: a DP-SGD
+    run with secret-shuffle batches reported epsilon 10 and spent about 27 (q = 1)."""
+    if not overfit_batches:
+        return None
+    return (f"trainer.overfit_batches {overfit_batches} cannot train a private model: Lightning then trains on the "
+            "same first batches over and over, and the accountant charges each step for a freshly drawn batch, so the "
+            "reported epsilon would understate the cost. Leave it out")
+
+
 def delta_origin(delta: float | None) -> str:
     """Where a strategy's δ came from, for a refusal: none given (``None``) is the default, else
     the user typed it or a config file or preset set it (the private models' presets do)."""
@@ -172,6 +184,8 @@ class PrivacyStrategy(L.Callback):
         if refusal := self.precision_refusal(str(getattr(trainer, "precision", "32-true"))):
             raise ValueError(refusal)
         if refusal := stop_floor_refusal(getattr(trainer, "min_steps", None), getattr(trainer, "min_epochs", None)):
+            raise ValueError(refusal)
+        if refusal := overfit_refusal(getattr(trainer, "overfit_batches", 0)):
             raise ValueError(refusal)
         if trainer.world_size > 1 and not isinstance(trainer.strategy, PrivateDDPStrategy):
             # Lightning's own DDP averages gradients in backward, before a mechanism could clip

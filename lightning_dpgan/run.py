@@ -27,7 +27,7 @@ from lightning_dpgan.callbacks.finite_generator import FiniteGeneratorGuard
 from lightning_dpgan.callbacks.same_release import SameRelease, release_digest
 from lightning_dpgan.callbacks.samples import SampleGrid, sample_grid
 from lightning_dpgan.callbacks.step_limit import StepLimit, stop_floor_refusal
-from lightning_dpgan.callbacks.strategy import DEFAULT_DELTA, delta_origin
+from lightning_dpgan.callbacks.strategy import DEFAULT_DELTA, delta_origin, overfit_refusal
 from lightning_dpgan.checkpoint_io import ShareReadingCheckpointIO
 from lightning_dpgan.config import (
     DEFAULT_QUAIL_SYNTHESIZER,
@@ -749,6 +749,8 @@ class Run:
         if refusal := stop_floor_refusal(options.get("min_steps"), options.get("min_epochs")):
             raise ConfigError(refusal)
         if refusal := max_time_refusal(options.get("max_time")):
+            raise ConfigError(refusal)
+        if self.strategy is not None and (refusal := overfit_refusal(options.get("overfit_batches"))):
             raise ConfigError(refusal)
         below = trainer_options_below_their_floor(options)  # Lightning takes -5 steps between logs in silence
         if below:

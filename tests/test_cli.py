@@ -376,6 +376,9 @@ def test_only_path_settings_given_as_text_are_made_absolute(tmp_path, monkeypatc
                                                  "for timedelta minutes component: str)"),
         (["--trainer.max_time", "00:00:00:00"], "trainer.max_time '00:00:00:00' leaves no time to train"),
         (["--trainer.max_time", "{minutes: -5}"], "trainer.max_time {'minutes': -5} leaves no time to train"),
+        # Lightning trains on the same first batches: a secret-shuffle DP-SGD run reported epsilon 10 for ~27
+        (["--model", "dpgan", "--privacy.noise_multiplier", "1", "--trainer.overfit_batches", "1"],
+         "trainer.overfit_batches 1 cannot train a private model"),
         # the run's own length, logger and folder: Lightning's would replace the budget stop's bookkeeping
         (["--trainer.max_steps", "5"], "set trainer.max_steps through the run's own settings (--max-steps)"),
         (["--trainer.default_root_dir", "elsewhere"], "set trainer.default_root_dir through the run's own settings "

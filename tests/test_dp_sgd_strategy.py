@@ -890,3 +890,24 @@ def test_records_given_as_a_dataloader_are_refused_with_what_the_strategy_needs(
                                          r"trainer.fit\(module, datamodule=...\)"):
         trainer.fit(module, train_dataloaders=data.train_dataloader())
     assert module.train_steps == 0 and module.privacy is None
+
+
+def test_overfit_batches_on_a_trainer_built_by_hand_is_refused_before_a_batch_repeats(tiny_image_data_dir, tmp_path):
+    """Lightning swaps the secret shuffle for a sequential sampler and trains on the same first
+    batch each step, which the accountant charged as a fresh draw at q = batch/N."""
+    import lightning as L
+
+    from lightning_dpgan.callbacks.step_limit import StepLimit
+    from lightning_dpgan.datamodules.mnist import MNISTDataModule
+    from lightning_dpgan.modules.dpgan import DPGAN
+
+    module = DPGAN((1, 28, 28), 10, latent_dim=4, generator_kwargs={"base_channels": 4},
+                   discriminator_kwargs={"base_channels": 4})
+    strategy = DPSGD(noise_multiplier=1.0, delta=1e-3, poisson_sampling=False)
+    trainer = L.Trainer(max_epochs=-1, callbacks=[StepLimit(3), strategy], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                        overfit_batches=1)
+    data = MNISTDataModule(data_dir=tiny_image_data_dir / "mnist", batch_size=BATCH, verify_checksums=False)
+    with pytest.raises(ValueError, match="trainer.overfit_batches 1 cannot train a private model"):
+        trainer.fit(module, datamodule=data)
+    assert module.train_steps == 0 and strategy.accountant is None
