@@ -164,6 +164,7 @@ class PrivacyStrategy(L.Callback):
             return
         self.check_compatible(pl_module)
         self.check_not_fitted_before(pl_module)
+        self.check_not_used_before()
         self.check_target_enforced(trainer)
         self.check_trainer(trainer)
         self.train_records = len(trainer.datamodule.train_dataset)
@@ -173,6 +174,17 @@ class PrivacyStrategy(L.Callback):
         self.install(trainer, pl_module)
         if self.accountant is None:
             raise RuntimeError(f"{type(self).__name__}.install() must create the accountant")
+
+    def check_not_used_before(self) -> None:
+        """Refuse a strategy instance whose accountant already charged an earlier fit's steps: a
+        PATE strategy keeps its accountant from construction, so a second module's report
+        added the first one's queries and answers. (A resume restores the accountant after this
+        setup, into an instance built afresh.)"""
+        if self.accountant is not None and self.steps_taken() > 0:
+            name = type(self).__name__
+            raise ValueError(f"this {name} already charged {self.steps_taken()} steps in an earlier fit(): a strategy "
+                             "holds the accountant of one training, and this fit's privacy report would add the earlier "
+                             f"one's. Build a new {name} for each fit (a resume from a checkpoint restores its accountant)")
 
     def check_trainer(self, trainer: L.Trainer) -> None:
         """Refuse a Trainer this strategy cannot keep its guarantee under. ``train`` refuses the

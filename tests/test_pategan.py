@@ -865,3 +865,17 @@ def test_a_module_a_strategy_made_private_is_refused_even_before_its_first_step(
     module.privacy = object()
     with pytest.raises(ValueError, match=r"went through an earlier private fit\(\) \(0 training steps\)"):
         PATEAggregation().setup(SimpleNamespace(world_size=1), module, "fit")
+
+
+def test_a_strategy_that_charged_an_earlier_fit_is_refused_for_a_new_module():
+    """PATE's accountant lives from construction: a second module fitted with the same instance
+    reported the first one's queries and answers as its own."""
+    datamodule, _, used, _ = fit_directly(steps=2)
+    charged = used.steps_taken()
+    fresh = PATEGAN(datamodule.data_shape)
+    trainer = L.Trainer(max_epochs=-1, callbacks=[StepLimit(2), used], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    with pytest.raises(ValueError, match=rf"this PATEAggregation already charged {charged} steps in an earlier fit\(\).*"
+                                         r"Build a new PATEAggregation for each fit"):
+        trainer.fit(fresh, datamodule=datamodule)
+    assert fresh.train_steps == 0 and used.steps_taken() == charged > 0
