@@ -396,12 +396,14 @@ class TabularDataModule(L.LightningDataModule):
             self._resolve(remote)
 
     #: What training does with a row holding a category outside the schema (see
-    #: :meth:`TableSchema.encode`): ``"drop"`` it, or keep it with that column ``"blank"``. A
-    #: run sets ``"blank"``: were the row dropped, the number of training records would depend
-    #: on a value, and it is released (privacy.json's ``train_records``, DP-SGD's sample rate,
-    #: synthetic.csv's length); under replace-one neighbours (PATE's teachers, GS-WGAN's
-    #: critics) it would also redraw every teacher's partition.
-    unknown_categories: str = "drop"
+    #: :meth:`TableSchema.encode`): keep it with that column ``"blank"``, or ``"drop"`` it.
+    #: ``"blank"``, always for ``train`` and ``evaluate`` and by default for a library user: were
+    #: the row dropped, the number of training records would depend on a value, and it is
+    #: released (privacy.json's ``train_records``, DP-SGD's sample rate, synthetic.csv's length);
+    #: under replace-one neighbours (PATE's teachers, GS-WGAN's critics) it would also redraw
+    #: every teacher's partition. (Until it was the default, a datamodule built by hand dropped
+    #: such rows, and a CSV with a category outside its schema trained on 114 of 160 rows.)
+    unknown_categories: str = "blank"
 
     def setup(self, stage: str | None = None) -> None:
         """Split the rows (once) and encode the train split alone into ``train_dataset``."""

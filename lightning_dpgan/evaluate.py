@@ -143,8 +143,6 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
                   "a built-in dataset's schema is this version's: evaluate the run with the version that trained it")
         check_same_schema(datamodule.schema, info["schema"], run_dir / LAST_CHECKPOINT, remedy=(
             f"{remedy}; its synthetic table was decoded under that schema, and would be scored under other columns"))
-    if getattr(datamodule, "kind", "image") != "image":
-        datamodule.unknown_categories = "blank"  # the training split as the run trained on it: every row
     csv_path = getattr(datamodule, "csv_path", None)
     if csv_path is not None and not csv_path.is_file():  # train's remedy (--data.csv) is not evaluate's
         raise FileNotFoundError(f"CSV file not found: {csv_path}, the file this run trained on ({config_path}, "

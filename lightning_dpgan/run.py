@@ -396,12 +396,6 @@ class Run:
         self._check_preprocessing_leaves_a_budget()
         self.module = self._build_module()
         self._warn_of_unused_batch_size()
-        if not self.is_image:
-            # every row of the split trains, a category outside the schema's list left blank: the
-            # number of training records must not depend on a value. Under replace-one it would
-            # redraw every teacher's partition; under add/remove it would be released unnoised (in
-            # train_records, the sample rate, synthetic.csv's length): a count of rare categories
-            self.datamodule.unknown_categories = "blank"
         if not config["max_steps"] and not config["max_epochs"]:
             config["max_steps"] = DEFAULT_MAX_STEPS
         self.trainer = self._build_trainer()  # its options are checked before the label model reads a row
