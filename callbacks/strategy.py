@@ -13,6 +13,7 @@ import math
 from typing import Any, ClassVar, NoReturn
 
 import lightning as L
+from lightning.pytorch.strategies import ParallelStrategy
 
 from lightning_dpgan.callbacks.step_limit import StepLimit, stop_floor_refusal
 from lightning_dpgan.ddp import PrivateDDPStrategy
@@ -199,11 +200,14 @@ class PrivacyStrategy(L.Callback):
             raise ValueError(refusal)
         if refusal := overfit_refusal(getattr(trainer, "overfit_batches", 0)):
             raise ValueError(refusal)
-        if trainer.world_size > 1 and not isinstance(trainer.strategy, PrivateDDPStrategy):
+        foreign = isinstance(trainer.strategy, ParallelStrategy) and not isinstance(trainer.strategy, PrivateDDPStrategy)
+        if foreign or (trainer.world_size > 1 and not isinstance(trainer.strategy, PrivateDDPStrategy)):
             # Lightning's own DDP averages gradients in backward, before a mechanism could clip
-            # and noise them once for the global batch: not the single-process guarantee.
+            # and noise them once for the global batch: not the single-process guarantee. Even in
+            # one process it swaps a secret shuffle for its publicly seeded DistributedSampler.
             raise ValueError(f"--privacy {self.name} trains in several processes only with --strategy ddp "
-                             f"(got {type(trainer.strategy).__name__})")
+                             f"(got {type(trainer.strategy).__name__}): as a library, "
+                             "Trainer(strategy=lightning_dpgan.ddp.PrivateDDPStrategy()), or no strategy for one process")
         if getattr(getattr(trainer, "datamodule", None), "train_dataset", None) is None:
             raise ValueError(
                 f"--privacy {self.name} needs the records as one of this package's datamodules, passed as "

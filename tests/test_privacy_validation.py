@@ -63,11 +63,16 @@ def test_valid_positive_is_returned_as_float():
     assert validate_positive("--lr", 2) == 2.0
 
 
+@pytest.mark.parametrize("world_size", [2, 1])
 @pytest.mark.parametrize("strategy", ["dp-sgd", "pate", "gpate", "sanitizer"])
-def test_every_privacy_strategy_refuses_lightnings_own_multi_process_strategies(strategy):
+def test_every_privacy_strategy_refuses_lightnings_own_multi_process_strategies(strategy, world_size):
     """Lightning's DistributedDataParallel averages gradients in backward and each rank would
-    draw its own noise: only ``--strategy ddp`` (PrivateDDPStrategy) is accepted."""
+    draw its own noise: only ``--strategy ddp`` (PrivateDDPStrategy) is accepted. In one process
+    too: a library user's Trainer(strategy="ddp_find_unused_parameters_true", devices=1) swapped
+    DP-SGD's secret shuffle for Lightning's publicly seeded DistributedSampler."""
     from types import SimpleNamespace
+
+    from lightning.pytorch.strategies import DDPStrategy
 
     from lightning_dpgan import registry
 
@@ -78,8 +83,8 @@ def test_every_privacy_strategy_refuses_lightnings_own_multi_process_strategies(
     from lightning_dpgan.callbacks.budget import PrivacyBudgetStopping
 
     instance = cls(target_epsilon=1.0) if strategy in ("dp-sgd", "sanitizer") else cls()
-    trainer = SimpleNamespace(world_size=2, strategy=object(), callbacks=[instance, PrivacyBudgetStopping(1.0)])
-    with pytest.raises(ValueError, match="only with --strategy ddp"):
+    trainer = SimpleNamespace(world_size=world_size, strategy=DDPStrategy(), callbacks=[instance, PrivacyBudgetStopping(1.0)])
+    with pytest.raises(ValueError, match=r"only with --strategy ddp \(got DDPStrategy\).*PrivateDDPStrategy\(\)"):
         instance.setup(trainer, module, "fit")
 
 
