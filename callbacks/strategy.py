@@ -169,8 +169,7 @@ class PrivacyStrategy(L.Callback):
         self.check_target_enforced(trainer)
         self.check_trainer(trainer)
         self.train_records = len(trainer.datamodule.train_dataset)
-        self.delta = validate_delta(DEFAULT_DELTA if self.delta is None else self.delta, self.train_records,
-                                    origin=delta_origin(self.delta))
+        self.delta = self._checked_delta(trainer.datamodule)
         self._compose_preprocessing(trainer.datamodule)
         self.install(trainer, pl_module)
         if self.accountant is None:
@@ -231,6 +230,17 @@ class PrivacyStrategy(L.Callback):
                     "happens (and, for teachers, change the others' training), which no accountant counts. "
                     "Use --trainer.precision bf16-mixed (no loss scaler) or leave it out")
         return None
+
+    def _checked_delta(self, datamodule: Any) -> float:
+        """The δ given, else the dataset's own default where it has one (Kaggle credit's 1e-6,
+        below its 1/n where 1e-5 is not; ``train`` passes it on as given, a library user's
+        strategy reads it here), else the strategies' 1e-5: refused unless below 1/n."""
+        if self.delta is not None:
+            return validate_delta(self.delta, self.train_records, origin=delta_origin(self.delta))
+        dataset_default = getattr(datamodule, "default_delta", None)
+        if dataset_default is None:
+            return validate_delta(DEFAULT_DELTA, self.train_records, origin=delta_origin(None))
+        return validate_delta(dataset_default, self.train_records, origin="the dataset's default")
 
     def check_not_fitted_before(self, pl_module: Any) -> None:
         """Refuse a module object that an earlier ``fit()`` trained or made private. A new fit

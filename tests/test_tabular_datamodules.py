@@ -927,3 +927,18 @@ def test_path_settings_are_kept_as_text_so_a_checkpoint_loads_with_weights_only(
     torch.save({"datamodule_hyper_parameters": dict(adult.hparams)}, saved)
     saved.seek(0)
     assert torch.load(saved, weights_only=True)["datamodule_hyper_parameters"]["data_dir"] == str(FIXTURES / "adult_tiny")
+
+
+def test_a_strategy_built_by_hand_takes_the_datasets_own_delta():
+    """Kaggle credit's default δ is 1e-6 (1e-5 is not below 1/n of its full rows): ``train`` passed
+    it on, and a library user's strategy without a δ reported 1e-5."""
+    from lightning_dpgan.callbacks.dp_sgd import DPSGD
+
+    def delta_at_setup(datamodule, delta=None):
+        strategy = DPSGD(noise_multiplier=1.0, delta=delta)
+        strategy.train_records = len(datamodule.train_dataset)
+        return strategy._checked_delta(datamodule)
+
+    credit, adult = loaded(KaggleCreditDataModule, "credit_tiny"), loaded(AdultDataModule, "adult_tiny")
+    assert delta_at_setup(credit) == 1e-6 and delta_at_setup(credit, 1e-4) == 1e-4  # a δ given still wins
+    assert delta_at_setup(adult) == 1e-5  # no default of its own: the strategies'
