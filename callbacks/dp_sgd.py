@@ -134,7 +134,9 @@ class DPSGD(CalibratedNoiseStrategy):
         if is_distributed():
             raise ValueError("--privacy.poisson_sampling false trains in one process only: under --strategy ddp "
                              "each step must be one Poisson sample of all the records (the default)")
-        loader = datamodule.train_dataloader()
+        # the datamodule class's own loader: an earlier fit's strategy may have replaced the
+        # instance's (a datamodule reused in a notebook), and Opacus' Poisson loader has no batch size
+        loader = type(datamodule).train_dataloader(datamodule)
         dataset, generator = loader.dataset, self.noise.generator("cpu")
         datamodule.train_dataloader = lambda: DataLoader(
             dataset, batch_size=loader.batch_size, sampler=RandomSampler(dataset, generator=generator),

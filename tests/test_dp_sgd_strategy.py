@@ -911,3 +911,33 @@ def test_overfit_batches_on_a_trainer_built_by_hand_is_refused_before_a_batch_re
     with pytest.raises(ValueError, match="trainer.overfit_batches 1 cannot train a private model"):
         trainer.fit(module, datamodule=data)
     assert module.train_steps == 0 and strategy.accountant is None
+
+
+def test_a_datamodule_reused_after_a_poisson_fit_gives_secret_shuffle_batches_of_the_batch_size(
+        tiny_image_data_dir, tmp_path):
+    """The shuffle was built from the datamodule's loader as an earlier fit's strategy left it:
+    Opacus' Poisson loader, which has no batch size, so the next fit got single records and failed
+    in the critic."""
+    import lightning as L
+
+    from lightning_dpgan.callbacks.step_limit import StepLimit
+    from lightning_dpgan.datamodules.mnist import MNISTDataModule
+    from lightning_dpgan.modules.dpgan import DPGAN
+
+    data = MNISTDataModule(data_dir=tiny_image_data_dir / "mnist", batch_size=BATCH, verify_checksums=False)
+    sizes = []
+
+    class BatchSizes(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            sizes.append(len(batch[0]))
+
+    for poisson in (True, False):
+        module = DPGAN((1, 28, 28), 10, latent_dim=4, generator_kwargs={"base_channels": 4},
+                       discriminator_kwargs={"base_channels": 4})
+        strategy = DPSGD(noise_multiplier=1.0, delta=1e-3, poisson_sampling=poisson)
+        sizes.clear()
+        L.Trainer(max_epochs=-1, callbacks=[StepLimit(3), strategy, BatchSizes()], logger=False,
+                  enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                  default_root_dir=tmp_path).fit(module, datamodule=data)
+        assert module.train_steps == 3
+    assert sizes == [BATCH] * 3 and strategy.privacy_report()["sampling"] == "shuffle"
