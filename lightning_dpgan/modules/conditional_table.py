@@ -42,7 +42,8 @@ def check_table_layout(layout: Any) -> dict[str, Any]:
     if not isinstance(layout, dict) or any(key not in layout for key in LAYOUT_KEYS):
         raise ValueError(
             "CTGAN-style models need the table layout of a mode-specific encoding (keys "
-            f"{', '.join(LAYOUT_KEYS)}); train them on a table dataset with --data.encoding mode-specific"
+            f"{', '.join(LAYOUT_KEYS)}); train them on a table dataset with --data.encoding mode-specific (from Python: "
+            "the datamodule's encoding='mode-specific', and the module's table_layout=datamodule.table_layout)"
         )
     return layout
 
