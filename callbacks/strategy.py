@@ -175,6 +175,24 @@ class PrivacyStrategy(L.Callback):
         if self.accountant is None:
             raise RuntimeError(f"{type(self).__name__}.install() must create the accountant")
 
+    def check_not_fitted_before(self, pl_module: Any) -> None:
+        """Refuse a module object that an earlier ``fit()`` trained or made private. A new fit
+        starts a new accountant (or a new strategy's), which would charge only its own steps
+        while the networks carry what the earlier ones learned from the private records: PATE-GAN
+        fitted twice reported the epsilon of its second fit alone. A resume from a checkpoint
+        restores the accountant, but only into a module built afresh (its state is restored
+        after this setup, and the earlier mechanism stays attached to the old object)."""
+        steps = getattr(pl_module, "train_steps", 0)
+        if steps == 0 and getattr(pl_module, "privacy", None) is None:
+            return
+        raise ValueError(
+            f"this {type(pl_module).__name__} object went through an earlier private fit() ({steps} training steps), "
+            "and a second fit() of it is refused: a new accountant would charge only its own steps, and the reported "
+            "epsilon would leave out what the earlier ones spent. To train on, build a new module with the same "
+            "settings and resume it from the earlier run's checkpoint (trainer.fit(new_module, datamodule=..., "
+            "ckpt_path=...)), which carries the accountant on; to train afresh, build a new module"
+        )
+
     def check_not_used_before(self) -> None:
         """Refuse a strategy instance whose accountant already charged an earlier fit's steps: a
         PATE strategy keeps its accountant from construction, so a second module's report
@@ -199,8 +217,8 @@ class PrivacyStrategy(L.Callback):
             raise ValueError(refusal)
         if refusal := overfit_refusal(getattr(trainer, "overfit_batches", 0)):
             raise ValueError(refusal)
-        foreign = isinstance(trainer.strategy, ParallelStrategy) and not isinstance(trainer.strategy, PrivateDDPStrategy)
-        if foreign or (trainer.world_size > 1 and not isinstance(trainer.strategy, PrivateDDPStrategy)):
+        several = isinstance(trainer.strategy, ParallelStrategy) or trainer.world_size > 1
+        if several and not isinstance(trainer.strategy, PrivateDDPStrategy):
             # Lightning's own DDP averages gradients in backward, before a mechanism could clip
             # and noise them once for the global batch: not the single-process guarantee. Even in
             # one process it swaps a secret shuffle for its publicly seeded DistributedSampler.
@@ -241,24 +259,6 @@ class PrivacyStrategy(L.Callback):
         if dataset_default is None:
             return validate_delta(DEFAULT_DELTA, self.train_records, origin=delta_origin(None))
         return validate_delta(dataset_default, self.train_records, origin="the dataset's default")
-
-    def check_not_fitted_before(self, pl_module: Any) -> None:
-        """Refuse a module object that an earlier ``fit()`` trained or made private. A new fit
-        starts a new accountant (or a new strategy's), which would charge only its own steps
-        while the networks carry what the earlier ones learned from the private records: PATE-GAN
-        fitted twice reported the epsilon of its second fit alone. A resume from a checkpoint
-        restores the accountant, but only into a module built afresh (its state is restored
-        after this setup, and the earlier mechanism stays attached to the old object)."""
-        steps = getattr(pl_module, "train_steps", 0)
-        if steps == 0 and getattr(pl_module, "privacy", None) is None:
-            return
-        raise ValueError(
-            f"this {type(pl_module).__name__} object went through an earlier private fit() ({steps} training steps), "
-            "and a second fit() of it is refused: a new accountant would charge only its own steps, and the reported "
-            "epsilon would leave out what the earlier ones spent. To train on, build a new module with the same settings and resume it from the "
-            "earlier run's checkpoint (trainer.fit(new_module, datamodule=..., ckpt_path=...)), which carries the "
-            "accountant on; to train afresh, build a new module"
-        )
 
     def check_target_enforced(self, trainer: L.Trainer) -> None:
         """Refuse a target epsilon nothing on this Trainer would hold training to. Nothing by
