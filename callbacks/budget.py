@@ -48,7 +48,14 @@ class PrivacyBudgetStopping(L.Callback):
             raise ValueError(f"PrivacyBudgetStopping needs exactly one privacy strategy callback, found {len(strategies)}")
         self.strategy = strategies[0]
         own = getattr(self.strategy, "target_epsilon", None)
-        if own is not None and own != self.target_epsilon:
+        if own is None:  # the vote strategies refuse an answer past the target only when they hold it
+            name = type(self.strategy).__name__
+            raise ValueError(
+                f"PrivacyBudgetStopping({self.target_epsilon:g}) needs the same target on its strategy, and {name} has "
+                f"none: its look-ahead prices the cheapest next step (unanswered or unanimous queries), and only "
+                f"{name} itself can refuse the answers that would pass the target (G-PATE ended at epsilon 0.60 for "
+                f"0.5). Give {name}(target_epsilon={self.target_epsilon:g}, ...)")
+        if own != self.target_epsilon:
             raise ValueError(
                 f"PrivacyBudgetStopping({self.target_epsilon:g}) and {type(self.strategy).__name__}(target_epsilon={own:g}) "
                 f"disagree: training would stop at one while the privacy report states the other as the target. "

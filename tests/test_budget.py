@@ -34,7 +34,7 @@ class StubStrategy(PrivacyStrategy):
 
 def run_until_stopped(strategy, target, max_steps=5000):
     """Drive the callback the way Lightning's loop does; returns (callback, trainer)."""
-    budget = PrivacyBudgetStopping(target)
+    budget, strategy.target_epsilon = PrivacyBudgetStopping(target), target
     trainer = SimpleNamespace(should_stop=False, callbacks=[strategy, budget], log_every_n_steps=50, loggers=[])
     module = SimpleNamespace(train_steps=0, log=lambda *args, **kwargs: None)
     budget.setup(trainer, module, "fit")
@@ -219,6 +219,7 @@ class RecordingLogger:
 def drive(strategy, target, steps, log_every_n_steps=50):
     """Lightning's loop for at most ``steps`` batches; returns what the module and the loggers got."""
     budget, logger = PrivacyBudgetStopping(target), RecordingLogger()
+    strategy.target_epsilon = target
     trainer = SimpleNamespace(should_stop=False, callbacks=[strategy, budget], log_every_n_steps=log_every_n_steps,
                               loggers=[logger])
     logged = []
@@ -353,3 +354,16 @@ def test_a_trainer_with_two_privacy_strategies_is_refused_at_setup():
     trainer = SimpleNamespace(world_size=1, callbacks=[first, second])
     with pytest.raises(ValueError, match="a Trainer takes one privacy strategy callback, and this one has 2: DPSGD, DPSGD"):
         first.setup(trainer, DPGAN((1, 28, 28), 10, latent_dim=4), "fit")
+
+
+def test_a_budget_stop_over_a_strategy_without_the_target_is_refused():
+    """A vote strategy refuses an answer past the target only when it holds the target, and the
+    budget's look-ahead prices the cheapest next step: G-PATE with PrivacyBudgetStopping(0.5) and
+    no target of its own ended at epsilon 0.60."""
+    from lightning_dpgan.callbacks.gpate import ProjectedVoting
+
+    strategy = ProjectedVoting(num_teachers=4)
+    budget = PrivacyBudgetStopping(0.5)
+    with pytest.raises(ValueError, match=r"PrivacyBudgetStopping\(0.5\) needs the same target on its strategy, and "
+                                         r"ProjectedVoting has none.*Give ProjectedVoting\(target_epsilon=0.5, ...\)"):
+        budget.setup(SimpleNamespace(callbacks=[strategy, budget]), None, "fit")
