@@ -25,6 +25,8 @@ from lightning_dpgan.privacy.slots import PrivacyBudgetExhausted
 from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon, validate_noise_scale, validate_positive
 
 DEFAULT_DELTA = 1e-5
+#: the name QUAIL's label model's release is composed under (see ``add_prior_release``)
+QUAIL_LABEL_MODEL = "quail_label_model"
 #: Lightning's 16-bit mixed precision, whose GradScaler skips a whole optimizer step (every
 #: teacher of an ensemble, every parameter of a DP-SGD step) when one gradient overflows
 LOSS_SCALED_PRECISIONS = ("16", "16-mixed")
@@ -62,7 +64,7 @@ class IncompatibleModelError(ValueError):
 SPEND_LESS = {
     "schema": "a schema file (--data.schema) instead of a CSV's DP bounds (--data.bounds_epsilon, --data.bounds_delta)",
     "modes": "a smaller --data.modes_epsilon, or --data.modes bounds for modes from the public bounds",
-    "quail_label_model": "a smaller --quail-split for QUAIL's label model",
+    QUAIL_LABEL_MODEL: "a smaller --quail-split for QUAIL's label model",
 }
 
 
@@ -168,6 +170,7 @@ class PrivacyStrategy(L.Callback):
         self.check_not_used_before()
         self.check_target_enforced(trainer)
         self.check_trainer(trainer)
+        self.check_label_model_composed(trainer.datamodule)
         self.train_records = len(trainer.datamodule.train_dataset)
         self.delta = self._checked_delta(trainer.datamodule)
         self._compose_preprocessing(trainer.datamodule)
@@ -231,6 +234,23 @@ class PrivacyStrategy(L.Callback):
                 "trainer.fit(module, datamodule=...): it counts the training records, and draws the batches (or the "
                 "teachers' partitions) its accounting assumes. A DataLoader given as train_dataloaders cannot be "
                 "re-sampled")
+
+    def add_prior_release(self, name: str, release: dict[str, Any]) -> None:
+        """Compose a DP release drawn from the training rows before training by another part than
+        the datamodule (QUAIL's label model: ``labeler.release``) into this strategy's budget and
+        report. Call it before ``fit``: the training target is what is left."""
+        self.prior_releases[name] = {key: release[key] for key in ("epsilon", "delta", "neighbours", "mechanism")}
+
+    def check_label_model_composed(self, datamodule: Any) -> None:
+        """Refuse a datamodule that leaves the label to QUAIL's label model (``exclude_label``)
+        when that model's release was not composed: from Python, a QUAIL synthesizer's report
+        left out the label model's epsilon (0.50 of a target of 1, reported 1.0 in all)."""
+        hparams = getattr(datamodule, "hparams", {})
+        if hparams.get("exclude_label") and QUAIL_LABEL_MODEL not in self.prior_releases:
+            raise ValueError(
+                "the datamodule leaves the label out (exclude_label=True) for QUAIL's label model, whose release this "
+                f"strategy has not composed: call {type(self).__name__}.add_prior_release('{QUAIL_LABEL_MODEL}', "
+                "labeler.release) with the labeler QUAIL.fit_labeler returned, before fit")
 
     def precision_refusal(self, precision: str) -> str | None:
         """Why this strategy cannot train under a Trainer's ``precision``, or None. ``train``

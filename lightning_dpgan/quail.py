@@ -228,6 +228,12 @@ class QuailLabeler:
         self.cost = dict(cost)
 
     @property
+    def release(self) -> dict[str, Any]:
+        """The label model's DP release as a strategy composes it: pass it to the synthesizer's
+        strategy before training, ``strategy.add_prior_release("quail_label_model", labeler.release)``."""
+        return {key: self.cost[key] for key in ("epsilon", "delta", "neighbours", "mechanism")}
+
+    @property
     def fits(self) -> str:
         """What the network is, in words, for the privacy report: ``logistic`` is one linear layer,
         which for a continuous label (King's price) is a linear regression, not a logistic one."""

@@ -27,7 +27,7 @@ from lightning_dpgan.callbacks.finite_generator import FiniteGeneratorGuard
 from lightning_dpgan.callbacks.same_release import SameRelease, release_digest
 from lightning_dpgan.callbacks.samples import SampleGrid, sample_grid
 from lightning_dpgan.callbacks.step_limit import StepLimit, stop_floor_refusal
-from lightning_dpgan.callbacks.strategy import DEFAULT_DELTA, delta_origin, overfit_refusal
+from lightning_dpgan.callbacks.strategy import DEFAULT_DELTA, QUAIL_LABEL_MODEL, delta_origin, overfit_refusal
 from lightning_dpgan.checkpoint_io import ShareReadingCheckpointIO
 from lightning_dpgan.config import (
     DEFAULT_QUAIL_SYNTHESIZER,
@@ -439,7 +439,7 @@ class Run:
         if self.quail is not None:  # QUAIL needs a target epsilon (_check_quail_is_private)
             label_epsilon, label_delta = label_model_budget(self.quail.split, self.strategy.target_epsilon, delta,
                                                             self.strategy.neighbours)
-            releases["quail_label_model"] = {"epsilon": label_epsilon, "delta": label_delta,
+            releases[QUAIL_LABEL_MODEL] = {"epsilon": label_epsilon, "delta": label_delta,
                                              "mechanism": "planned label model"}
         spent = self.strategy.composed_preprocessing(planned(), releases)
         for budget, given in (("epsilon", self.strategy.target_epsilon), ("delta", delta)):
@@ -680,8 +680,7 @@ class Run:
             raise ConfigError(f"the checkpoint's label model learnt the label {'in log space' if labeler.log_label else 'min-max'}, "
                               f"not as --quail.log_label {str(self.quail.log_label).lower()} asks: resume with "
                               f"--quail.log_label {theirs}")
-        self.strategy.prior_releases["quail_label_model"] = {
-            key: labeler.cost[key] for key in ("epsilon", "delta", "neighbours", "mechanism")}
+        self.strategy.add_prior_release(QUAIL_LABEL_MODEL, labeler.release)
         self.module.run_info["quail"] = labeler.to_dict()
         return labeler
 

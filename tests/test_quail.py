@@ -847,3 +847,31 @@ def test_fit_labeler_refuses_bad_log_features_itself_before_training(monkeypatch
     with pytest.raises(ValueError, match=r"names \['workclass'\], which are not numeric feature columns"):
         QUAIL(batch_size=8, log_features="workclass").fit_labeler(datamodule, 8.0, 1e-4, "add-remove")
     assert not trained
+
+
+def test_from_python_the_label_models_release_must_be_composed_into_the_synthesizers_strategy():
+    """A QUAIL synthesizer trained from Python reported epsilon 1.0 where the label model had spent
+    0.5 of it besides: a datamodule that leaves the label to the label model is refused at the
+    strategy's setup until the release is added, and then the report composes it."""
+    from types import SimpleNamespace
+
+    from lightning_dpgan.callbacks.budget import PrivacyBudgetStopping
+    from lightning_dpgan.callbacks.dp_sgd import DPSGD
+    from lightning_dpgan.modules.dpgan import DPGAN
+
+    datamodule = AdultDataModule(data_dir=FIXTURES / "adult_tiny", download=False, batch_size=8, exclude_label=True)
+    datamodule.setup("fit")
+    labeler = QUAIL(batch_size=8).fit_labeler(datamodule, 8.0, 1e-4, "add-remove")
+    strategy = DPSGD(noise_multiplier=1.0, target_epsilon=8.0, delta=1e-4)
+    trainer = SimpleNamespace(world_size=1, strategy=None, datamodule=datamodule,
+                              callbacks=[strategy, PrivacyBudgetStopping(8.0)])
+    synthesizer = DPGAN(datamodule.data_shape, None, arch="mlp", latent_dim=4)
+    with pytest.raises(ValueError, match=r"exclude_label=True.*DPSGD.add_prior_release\('quail_label_model', "
+                                         r"labeler.release\)"):
+        strategy.setup(trainer, synthesizer, "fit")
+    assert synthesizer.privacy is None
+    strategy.add_prior_release("quail_label_model", labeler.release)
+    strategy.check_label_model_composed(datamodule)  # composed: accepted
+    composed = strategy.composed_preprocessing(datamodule.privacy_cost())  # a public schema: the label model alone
+    assert labeler.cost["epsilon"] > 0 and composed["epsilon"] == pytest.approx(labeler.cost["epsilon"])
+    assert labeler.release == {key: labeler.cost[key] for key in ("epsilon", "delta", "neighbours", "mechanism")}
