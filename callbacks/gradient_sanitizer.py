@@ -168,6 +168,7 @@ class GradientSanitizer(CalibratedNoiseStrategy):
     name: ClassVar[str] = "sanitizer"
     slot: ClassVar[type] = GradientSanitizerSlot
     mechanism_name: ClassVar[str] = "gradient sanitizer (per-record clipping and Gaussian noise on dL/dG(z))"
+    datamodule_needs: ClassVar[tuple[str, ...]] = ("train_dataset.tensors", "hparams.batch_size", "partitions")
 
     def __init__(
         self,

@@ -50,6 +50,15 @@ def overfit_refusal(overfit_batches: Any) -> str | None:
             "reported epsilon would understate the cost. Leave it out")
 
 
+def _has_path(owner: Any, path: str) -> bool:
+    """Whether ``owner.a.b`` (for ``path`` ``"a.b"``) exists and is not None."""
+    for name in path.split("."):
+        owner = getattr(owner, name, None)
+        if owner is None:
+            return False
+    return True
+
+
 def delta_origin(delta: float | None) -> str:
     """Where a strategy's δ came from, for a refusal: none given (``None``) is the default, else
     the user typed it or a config file or preset set it (the private models' presets do)."""
@@ -107,6 +116,9 @@ class PrivacyStrategy(L.Callback):
     #: whether the sensitivity is a bound that clipping float gradients enforces, which only float32
     #: arithmetic keeps (a vote count is a count in any precision): see ``FLOAT32_PRECISIONS``
     clips_gradients: ClassVar[bool] = False
+    #: what the strategy reads from its datamodule (dotted attribute paths), checked at setup so
+    #: that a user's own datamodule is told what it lacks: the records it counts and draws from
+    datamodule_needs: ClassVar[tuple[str, ...]] = ("train_dataset",)
 
     def __init__(self, target_epsilon: float | None = None, delta: float | None = None,
                  noise_seed: int | None = None) -> None:
@@ -228,12 +240,20 @@ class PrivacyStrategy(L.Callback):
             raise ValueError(f"--privacy {self.name} trains in several processes only with --strategy ddp "
                              f"(got {type(trainer.strategy).__name__}): as a library, "
                              "Trainer(strategy=lightning_dpgan.ddp.PrivateDDPStrategy()), or no strategy for one process")
-        if getattr(getattr(trainer, "datamodule", None), "train_dataset", None) is None:
+        datamodule = getattr(trainer, "datamodule", None)
+        if datamodule is None:
             raise ValueError(
                 f"--privacy {self.name} needs the records as one of this package's datamodules, passed as "
                 "trainer.fit(module, datamodule=...): it counts the training records, and draws the batches (or the "
                 "teachers' partitions) its accounting assumes. A DataLoader given as train_dataloaders cannot be "
                 "re-sampled")
+        missing = [need for need in self.datamodule_needs if not _has_path(datamodule, need)]
+        if missing:
+            raise ValueError(
+                f"--privacy {self.name} reads {', '.join(self.datamodule_needs)} from its datamodule, and "
+                f"{type(datamodule).__name__} lacks {', '.join(missing)} (after its setup('fit')). This package's "
+                "datamodules have them: CSVDataModule takes any table, and docs/architecture.md (\"Data\") says what "
+                "each part is")
 
     def add_prior_release(self, name: str, release: dict[str, Any]) -> None:
         """Compose a DP release drawn from the training rows before training by another part than

@@ -175,6 +175,7 @@ class TeacherStrategy(PrivacyStrategy):
     #: The partitions are a seeded permutation of the N records: with N fixed, replacing one
     #: record changes exactly one teacher's partition, which is what the vote sensitivity needs.
     neighbours = "replace-one"
+    datamodule_needs = ("train_dataset.tensors", "partitions")
 
     def __init__(
         self,

@@ -128,3 +128,42 @@ def test_a_strategys_counts_are_whole_numbers_refused_by_their_flag(build, optio
     noise = {"noise_multiplier": 1.0} if build == "sanitizer" else {}
     with pytest.raises(ValueError, match=rf"^--privacy\.{option} must be an integer >= \d, got "):
         strategy(**noise, **{option: value})
+
+
+def _own_datamodule_case(strategy):
+    """A strategy and a module it fits, built as a library user would."""
+    from lightning_dpgan.callbacks.dp_sgd import DPSGD
+    from lightning_dpgan.callbacks.gradient_sanitizer import GradientSanitizer
+    from lightning_dpgan.callbacks.pate import PATEAggregation
+    from lightning_dpgan.modules.dpgan import DPGAN
+    from lightning_dpgan.modules.gswgan import GSWGAN
+    from lightning_dpgan.modules.pategan import PATEGAN
+
+    return {"dp-sgd": lambda: (DPSGD(noise_multiplier=1.0), DPGAN((6,), None, arch="mlp")),
+            "pate": lambda: (PATEAggregation(), PATEGAN((6,))),
+            "sanitizer": lambda: (GradientSanitizer(noise_multiplier=1.0), GSWGAN((6,), None, arch="mlp"))}[strategy]()
+
+
+@pytest.mark.parametrize("strategy, lacks", [("dp-sgd", "lacks hparams.batch_size, hparams.num_workers"),
+                                             ("pate", "lacks partitions"),
+                                             ("sanitizer", "lacks hparams.batch_size, partitions")])
+def test_a_users_own_datamodule_is_told_what_the_strategy_reads_from_it(strategy, lacks):
+    """A plain LightningDataModule was told to pass a datamodule instead of train_dataloaders (it
+    had), then, given a train_dataset, met raw AttributeErrors for batch_size or partitions."""
+    from types import SimpleNamespace
+
+    import lightning as L
+    import torch
+    from torch.utils.data import TensorDataset
+
+    class OwnData(L.LightningDataModule):
+        def __init__(self):
+            super().__init__()
+            self.train_dataset = TensorDataset(torch.rand(32, 6))
+
+    instance, module = _own_datamodule_case(strategy)
+    trainer = SimpleNamespace(world_size=1, strategy=None, callbacks=[instance], datamodule=OwnData())
+    with pytest.raises(ValueError, match=rf"--privacy {strategy} reads .* from its datamodule, and OwnData {lacks} "
+                                         r"\(after its setup\('fit'\)\)"):
+        instance.setup(trainer, module, "fit")
+    assert module.privacy is None
