@@ -10,6 +10,7 @@ resumed run whose checkpoint lacks it is refused, never silently restarted at ze
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, ClassVar, NoReturn
 
 import lightning as L
@@ -141,6 +142,8 @@ class PrivacyStrategy(L.Callback):
         #: steps charged by then
         self.segment_start = 0
         self.charged_at_start = 0
+        #: whether ``on_train_end`` warns of a refusal or an untrained generator (``train`` says it)
+        self.warn_at_end = True
 
     def training_warnings(self) -> list[str]:
         """What a user must know about the finished training beyond its privacy figures (e.g. that
@@ -424,6 +427,23 @@ class PrivacyStrategy(L.Callback):
                 f"the checkpoint's {self.name} accountant charged {self.steps_taken()} steps, but its networks took "
                 f"{pl_module.train_steps} training steps, which need {expected}: the state is damaged, and the budget "
                 "those steps spent cannot be known. Resuming from it is refused; start a new run instead.")
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Tell a library user what ``train`` prints at the end (it sets ``warn_at_end`` off, as it
+        says so itself): a refused query batch that ended training, an untrained generator, and
+        ``training_warnings()``. From Python a refusal at the first step returned from ``fit()``
+        in silence, leaving the generator's random initialisation to be sampled."""
+        if not self.warn_at_end or not getattr(trainer, "is_global_zero", True):
+            return
+        name, steps = type(self).__name__, getattr(pl_module, "train_steps", 0)
+        if self.refusal is not None:
+            warnings.warn(f"{name} refused a query batch that would have passed the target ({self.refusal}); nothing "
+                          f"of it was released, and training stopped after {steps} steps", UserWarning, stacklevel=2)
+        if getattr(pl_module, "generator_updates", 1) == 0:
+            warnings.warn("no generator update was taken: the generator and its samples are its random "
+                          "initialisation", UserWarning, stacklevel=2)
+        for warning in self.training_warnings():
+            warnings.warn(warning, UserWarning, stacklevel=2)
 
     def charges_for(self, train_steps: int) -> int | None:
         """The accountant steps ``train_steps`` training steps charge at least, where a strategy

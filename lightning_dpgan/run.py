@@ -637,6 +637,7 @@ class Run:
         args = section_arguments(self.config, "privacy", cls, provided=PRIVACY_PROVIDED)
         strategy = cls(target_epsilon=self.config["epsilon"], delta=self.default_delta(), **args)
         strategy.check_compatible(model_class(self.config))
+        strategy.warn_at_end = False  # the run says it all when it ends (stop_sentence, untrained_reason)
         return strategy
 
     def _build_labeler(self) -> Any:

@@ -89,7 +89,7 @@ def test_every_query_is_charged_and_the_users_delta_is_used(pategan_run):
     assert set(report["answers"]) == {"generated", "real"} and sum(report["answers"].values()) == report["queries"]
 
 
-def test_a_budget_spent_within_the_first_step_says_the_generator_is_untrained(tmp_path, capsys, monkeypatch):
+def test_a_budget_spent_within_the_first_step_says_the_generator_is_untrained(tmp_path, capsys, monkeypatch, recwarn):
     """Data-dependent PATE charges batch by batch: teachers that split on the first step can
     spend the budget before any generator update (PATE-GAN on Adult at epsilon 0.1, seed 1, did).
     The run still writes what it released, and says the generator is its initialisation."""
@@ -120,6 +120,7 @@ def test_a_budget_spent_within_the_first_step_says_the_generator_is_untrained(tm
     assert report["stopped_by"] == "refused" and stop_line in captured.out
     refused_figure = captured.out.split(stop_line)[1].split()[0]
     assert float(refused_figure) > target and refused_figure not in (tmp_path / "split" / "privacy.json").read_text()
+    assert not [w for w in recwarn if "refused a query batch" in str(w.message)]  # train said it: the strategy keeps quiet
 
     monkeypatch.setattr(PATELabelAggregator, "aggregate", original)
     assert main(pategan_args(tmp_path / "trained", 2, 8.0)) == 0
@@ -879,3 +880,16 @@ def test_a_strategy_that_charged_an_earlier_fit_is_refused_for_a_new_module():
                                          r"Build a new PATEAggregation for each fit"):
         trainer.fit(fresh, datamodule=datamodule)
     assert fresh.train_steps == 0 and used.steps_taken() == charged > 0
+
+
+def test_a_refusal_that_ends_a_fit_from_python_is_told_not_returned_in_silence():
+    """``train`` prints a refusal and an untrained generator; from Python fit() returned quietly,
+    and the generator's random initialisation was there to be sampled."""
+    with pytest.warns(UserWarning) as warned:
+        _, module, strategy, _ = fit_directly(steps=3, strategy_kwargs={"target_epsilon": 0.01})
+    said = [str(w.message) for w in warned]
+    assert strategy.refusal is not None and module.generator_updates == 0
+    assert any(f"PATEAggregation refused a query batch that would have passed the target ({strategy.refusal})" in text
+               for text in said)
+    assert any(text.startswith("no generator update was taken") for text in said)
+
