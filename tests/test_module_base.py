@@ -44,13 +44,14 @@ def test_generated_labels_are_uniform_over_every_class():
     torch.testing.assert_close(shares, torch.full((5,), 0.2), atol=0.015, rtol=0)
 
 
-@pytest.mark.parametrize("labels", [[-1, 0], [0, 1, 2]])
-def test_sample_refuses_negative_labels_and_a_count_other_than_n(labels):
-    """A label below 0 would index the embedding from its end (or fail deep in torch); the
-    caller is told what labels ``sample`` takes."""
+@pytest.mark.parametrize("labels", [[-1, 0], [0, 1, 2], [0.5, 1.0], [True, False]])
+def test_sample_refuses_negative_fractional_or_boolean_labels_and_a_count_other_than_n(labels):
+    """A label below 0 would index the embedding from its end (or fail deep in torch), and 0.5
+    was drawn as class 0; the caller is told what labels ``sample`` takes."""
     module = GAN((4,), 3, **TABLE)
-    with pytest.raises(ValueError, match=r"labels must be 2 class indices in \[0, 3\)"):
+    with pytest.raises(ValueError, match=r"labels must be 2 class indices \(whole numbers\) in \[0, 3\)"):
         module.sample(2, torch.tensor(labels))
+    assert module.sample(2, [2.0, 1]).shape == (2, 4)  # whole numbers written as floats are classes
 
 
 def test_sampling_runs_the_generator_in_eval_mode_and_leaves_its_statistics_alone():

@@ -188,9 +188,11 @@ class GANModule(L.LightningModule):
         elif self.num_classes is None:
             raise ValueError("this model is unconditional: it takes no labels")
         else:
-            labels = torch.as_tensor(labels, device=self.device).long()
-            if labels.shape != (n,) or labels.min() < 0 or labels.max() >= self.num_classes:
-                raise ValueError(f"labels must be {n} class indices in [0, {self.num_classes})")
+            given = torch.as_tensor(labels, device=self.device)
+            labels = given.long()  # 0.5 would be taken as class 0: refused below, as a fraction
+            if (labels.shape != (n,) or labels.min() < 0 or labels.max() >= self.num_classes
+                    or given.dtype == torch.bool or not torch.equal(labels.to(given.dtype), given)):
+                raise ValueError(f"labels must be {n} class indices (whole numbers) in [0, {self.num_classes})")
         was_training = self.generator.training
         self.generator.eval()
         try:
