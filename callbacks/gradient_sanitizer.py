@@ -229,7 +229,8 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         pl_module.generated_batch_size = self._records_per_rank(pl_module)
         if not self.amplified and getattr(pl_module, "num_critics", 1) > 1:
             raise ValueError(f"the model has {pl_module.num_critics} critics: train them with "
-                             f"--privacy.num_critics {pl_module.num_critics}")
+                             f"--privacy.num_critics {pl_module.num_critics} (from Python: "
+                             f"GradientSanitizer(num_critics={pl_module.num_critics}, ...))")
         # the training device: the module is moved there only after the callbacks' setup
         check_generated_batch_memory(pl_module.generated_batch_size, pl_module.data_shape, trainer.strategy.root_device)
         if self.amplified:

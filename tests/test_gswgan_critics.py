@@ -397,7 +397,8 @@ def test_several_critics_need_the_sanitizers_partitions():
     module = GSWGAN((WIDTH,), num_critics=3, discriminator_kwargs={"hidden": (8,)})
     with pytest.raises(ValueError, match="--privacy.num_critics 3"):
         module.setup("fit")
-    with pytest.raises(ValueError, match="already has 3 critics"):
+    with pytest.raises(ValueError, match=r"already has 3 critics, not 2: give the strategy as many \(--privacy.num_critics "
+                                         r"3; from Python GradientSanitizer\(num_critics=3, ...\)\)"):
         module.build_critics(2)
     with_batchnorm = GSWGAN((WIDTH,), discriminator_kwargs={"hidden": (8,)})
     with_batchnorm.discriminator.body.append(torch.nn.BatchNorm1d(8))

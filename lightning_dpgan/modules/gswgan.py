@@ -173,7 +173,10 @@ class GSWGAN(WGAN):
         num_critics = int(num_critics)
         if num_critics != self.num_critics:
             if self.num_critics > 1:
-                raise ValueError(f"this model already has {self.num_critics} critics, not {num_critics}")
+                raise ValueError(f"this model already has {self.num_critics} critics, not {num_critics}: give the "
+                                 f"strategy as many (--privacy.num_critics {self.num_critics}; from Python "
+                                 f"GradientSanitizer(num_critics={self.num_critics}, ...)), or build the module with "
+                                 f"num_critics={num_critics}")
             critic = self.discriminator
             if any(isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats for m in critic.modules()):
                 # the answering critic's forward pass would update them: a state that records the secret selection
