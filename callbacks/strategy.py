@@ -194,7 +194,8 @@ class PrivacyStrategy(L.Callback):
             raise RuntimeError(f"{type(self).__name__}.install() must create the accountant")
 
     def check_not_fitted_before(self, pl_module: Any) -> None:
-        """Refuse a module object that an earlier ``fit()`` trained or made private. A new fit
+        """Refuse a module object that an earlier ``fit()`` trained or made private, or that
+        ``load_from_checkpoint`` gave its trained steps. A new fit
         starts a new accountant (or a new strategy's), which would charge only its own steps
         while the networks carry what the earlier ones learned from the private records: PATE-GAN
         fitted twice reported the epsilon of its second fit alone. A resume from a checkpoint
@@ -203,9 +204,11 @@ class PrivacyStrategy(L.Callback):
         steps = getattr(pl_module, "train_steps", 0)
         if steps == 0 and getattr(pl_module, "privacy", None) is None:
             return
+        done = (f"already trained {steps} steps (in an earlier fit(), or in the checkpoint it was loaded from)" if steps
+                else "was made private by an earlier fit()")
         raise ValueError(
-            f"this {type(pl_module).__name__} object went through an earlier private fit() ({steps} training steps), "
-            "and a second fit() of it is refused: a new accountant would charge only its own steps, and the reported "
+            f"this {type(pl_module).__name__} object {done}, and fitting it again "
+            "is refused: a new accountant would charge only its own steps, and the reported "
             "epsilon would leave out what the earlier ones spent. To train on, build a new module with the same "
             "settings and resume it from the earlier run's checkpoint (trainer.fit(new_module, datamodule=..., "
             "ckpt_path=...)), which carries the accountant on; to train afresh, build a new module"

@@ -824,10 +824,13 @@ def test_a_module_fitted_before_is_refused_and_the_checkpoint_resume_it_names_ch
     module, first = build(), DPSGD(noise_multiplier=1.0, delta=1e-3)
     fit(module, first, 3).save_checkpoint(tmp_path / "three.ckpt")
     for again in (first, DPSGD(noise_multiplier=1.0, delta=1e-3)):
-        with pytest.raises(ValueError, match=r"this DPGAN object went through an earlier private fit\(\) \(3 training "
-                                             r"steps\).*build a new module .* ckpt_path="):
+        with pytest.raises(ValueError, match=r"this DPGAN object already trained 3 steps \(in an earlier fit\(\), or in "
+                                             r"the checkpoint it was loaded from\).*build a new module .* ckpt_path="):
             fit(module, again, 6)
     assert module.train_steps == 3 and first.steps_taken() == 3
+    loaded = DPGAN.load_from_checkpoint(tmp_path / "three.ckpt")  # its trained steps come with it
+    with pytest.raises(ValueError, match=r"this DPGAN object already trained 3 steps"):
+        fit(loaded, DPSGD(noise_multiplier=1.0, delta=1e-3), 6)
 
     resumed = DPSGD(noise_multiplier=1.0, delta=1e-3)
     fit(build(), resumed, 6, ckpt_path=tmp_path / "three.ckpt")

@@ -853,8 +853,8 @@ def test_a_second_fit_of_a_trained_module_is_refused_before_a_new_accountant_und
                             delta=1e-3)
     trainer = L.Trainer(max_epochs=-1, callbacks=[StepLimit(4), fresh], logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
-    with pytest.raises(ValueError, match=r"this PATEGAN object went through an earlier private fit\(\) \(2 training "
-                                         r"steps\).*epsilon would leave out"):
+    with pytest.raises(ValueError, match=r"this PATEGAN object already trained 2 steps \(in an earlier fit\(\).*"
+                                         r"epsilon would leave out"):
         trainer.fit(module, datamodule=datamodule)
     assert module.train_steps == 2 and len(fresh.accountant) == 0
     assert all(torch.equal(before, after) for before, after in zip(teachers, module.teachers.parameters()))
@@ -864,7 +864,7 @@ def test_a_module_a_strategy_made_private_is_refused_even_before_its_first_step(
     """A first fit that failed after install leaves the mechanism in the slot (DP-SGD's hooks)."""
     module = PATEGAN((6,), num_teachers=3)
     module.privacy = object()
-    with pytest.raises(ValueError, match=r"went through an earlier private fit\(\) \(0 training steps\)"):
+    with pytest.raises(ValueError, match=r"this PATEGAN object was made private by an earlier fit\(\), and fitting it again is refused"):
         PATEAggregation().setup(SimpleNamespace(world_size=1), module, "fit")
 
 
