@@ -130,7 +130,8 @@ def check_same_partition_seed(state: dict[str, Any], given: int, whose: str) -> 
     saved = state.get("partition_seed")
     if saved is not None and saved != given:
         raise ValueError(f"the checkpoint's {whose} partitions were drawn with --privacy.partition_seed {saved}, and "
-                         f"they go on: resume with --privacy.partition_seed {saved}, not {given}")
+                         f"they go on: resume with --privacy.partition_seed {saved}, not {given} (from Python, the "
+                         f"strategy's partition_seed={saved})")
 
 
 def drawn_with_replacement(member: str, batch_size: int, smallest: int, flag: str) -> str:

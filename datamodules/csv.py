@@ -155,6 +155,10 @@ class CSVDataModule(TabularDataModule):
         """True until a schema exists: without a schema file, using it runs a DP estimate."""
         return self._schema is None
 
+    def _released_schema(self) -> dict[str, Any] | None:
+        """The schema the DP estimate released (this run's or a restored one), else None."""
+        return self._schema.to_dict() if self._bounds_cost is not None else None
+
     def restore_schema(self, schema: TableSchema, cost: dict[str, Any] | None) -> None:
         """Use a schema released by an earlier run of the same training (a resume), and the
         privacy its estimate cost (already spent once: reported, never spent again).

@@ -4,6 +4,7 @@ one-hot, or CTGAN's mode-specific encoding with modes fitted under DP."""
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import os
@@ -388,6 +389,62 @@ class TabularDataModule(L.LightningDataModule):
         self._transformer = restored.with_calibration(self.hparams.calibrate_marginals)
         self._modes_cost = dict(modes_cost) if modes_cost else dict(BOUNDS_MODES_COST)
 
+    # --- releases in checkpoints -------------------------------------------------------------
+
+    def _released_schema(self) -> dict[str, Any] | None:
+        """The schema as released by a DP estimate (a CSV without a schema file), else None."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The DP releases drawn from the rows (a CSV's estimated schema, the mode-specific
+        encoding's DP modes) with their cost, once drawn: Lightning keeps this in every checkpoint,
+        whoever trains. A resume restores them (:meth:`restore_releases`) instead of drawing and
+        paying for new ones, and :meth:`load_state_dict` refuses a datamodule that drew its own."""
+        state: dict[str, Any] = {}
+        if (schema := self._released_schema()) is not None:
+            state["schema"] = schema
+        if self.mode_specific and self.hparams.modes == "dp" and self._transformer is not None:
+            state["table_transformer"] = self._transformer.to_dict()
+        if state:
+            state["preprocessing_cost"] = self.privacy_cost()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Refuse to go on from a checkpoint under other DP releases than its own: a datamodule
+        built afresh for a resume from Python drew its own DP modes (a second histogram no report
+        counted) and, at the same width, trained on in silence on records encoded otherwise."""
+        differing = []
+        if "schema" in state and encoding_layout(state["schema"]) != encoding_layout(self.schema.to_dict()):
+            differing.append("DP-estimated schema")
+        if "table_transformer" in state and (
+                _plain_encoding(state["table_transformer"]) != _plain_encoding(self.released_transformer())):
+            differing.append("mode-specific encoding (its DP modes)")
+        if differing:
+            raise ValueError(
+                f"{self.name}: this datamodule's {' and '.join(differing)} is not the checkpoint's: built afresh, it "
+                f"drew its own from the rows (spending epsilon {self.privacy_cost()['epsilon']:g} that no report "
+                "counts) where a resume must reuse the checkpoint's. Build the datamodule anew and call "
+                "restore_releases(checkpoint) on it before anything reads its data_shape, table_layout or setup")
+
+    def restore_releases(self, checkpoint: str | os.PathLike[str] | Mapping[str, Any]) -> None:
+        """Take the DP releases a checkpoint holds instead of drawing new ones: call it on a
+        datamodule built afresh to resume, before anything reads ``data_shape``, ``table_layout``
+        or ``setup``. ``checkpoint``: a file (its datamodule state, or ``train``'s run information),
+        or the mapping of either already read. Nothing to do for releases the datamodule does
+        not draw (a schema file, ``modes="bounds"``)."""
+        if isinstance(checkpoint, Mapping):
+            released = checkpoint
+        else:
+            from lightning_dpgan.modules.base import CHECKPOINT_KEY
+            from lightning_dpgan.sampling import read_checkpoint
+
+            read = read_checkpoint(checkpoint)
+            released = read.get(type(self).__qualname__) or (read.get(CHECKPOINT_KEY) or {}).get("run") or {}
+        if getattr(self, "estimates_schema", False) and "schema" in released:
+            self.restore_schema(TableSchema.from_dict(released["schema"]), released.get("preprocessing_cost"))
+        if self.fits_encoding and "table_transformer" in released:
+            self.restore_transformer(released["table_transformer"], released.get("preprocessing_cost"))
+
     # --- Lightning hooks ---------------------------------------------------------------------
 
     def prepare_data(self) -> None:
@@ -731,6 +788,14 @@ def _mixed(mixed: Mapping[str, Sequence[float]]) -> dict[str, list[float]]:
             raise ValueError(f"mixed['{name}'] special values must be numbers, got {list(values)!r}")
         out[str(name)] = [float(v) for v in values]
     return out
+
+
+def _plain_encoding(transformer: Mapping[str, Any] | None) -> Any:
+    """A transformer's stored form without its calibration setting (post-processing that a
+    resume may change), as plain JSON values, for comparing two encodings."""
+    if transformer is None:
+        return None
+    return json.loads(json.dumps({k: v for k, v in transformer.items() if k != "calibrated"}, default=list, sort_keys=True))
 
 
 def _part(cost: Mapping[str, Any] | None, name: str) -> dict[str, Any] | None:

@@ -96,15 +96,9 @@ def restore_released_schema(datamodule: Any, checkpoint: str | Path, info: dict[
     encoding's DP modes. A fresh DP estimate would spend its budget a second time, unaccounted,
     and could encode the data differently. ``info``: the checkpoint's run information when
     already read (it is loaded only when needed otherwise)."""
-    needs_schema = getattr(datamodule, "estimates_schema", False)
-    needs_encoding = getattr(datamodule, "fits_encoding", False)
-    if not (needs_schema or needs_encoding):
+    if not (getattr(datamodule, "estimates_schema", False) or getattr(datamodule, "fits_encoding", False)):
         return
-    info = info if info is not None else read_run_info(checkpoint)
-    if needs_schema and "schema" in info:
-        datamodule.restore_schema(TableSchema.from_dict(info["schema"]), info.get("preprocessing_cost"))
-    if needs_encoding and "table_transformer" in info:
-        datamodule.restore_transformer(info["table_transformer"], info.get("preprocessing_cost"))
+    datamodule.restore_releases(info if info is not None else read_run_info(checkpoint))
 
 
 #: what a resume under another schema is told to do (check_same_schema's default remedy)

@@ -188,3 +188,16 @@ def test_fewer_classes_unconditional_and_unset_datamodules_are_judged_as_they_sh
         check_fits_datamodule(GAN((1, 28, 28), 10, latent_dim=4), SimpleNamespace(num_classes=None))  # a table's
     with pytest.raises(ValueError, match="num_classes must be an integer >= 0, got 2.5"):
         GAN((1, 28, 28), 2.5)
+
+
+def test_a_resume_under_another_table_layout_names_the_python_remedy():
+    """From Python a fresh table datamodule drew its own DP encoding, and the refusal spoke only of
+    --model flags and --resume."""
+    with pytest.raises(ValueError, match=r"from Python, build the module with the checkpoint's hyper_parameters; from "
+                                         r"Python, a table datamodule built afresh draws its own DP encoding: call its "
+                                         r"restore_releases\(checkpoint\) before reading its table_layout\), or drop "
+                                         r"--resume \(ckpt_path\)"):
+        check_same_model_settings({"table_layout": {"spans": [[1, "tanh"]]}}, {"table_layout": {"spans": [[2, "tanh"]]}})
+    with pytest.raises(ValueError) as refused:
+        check_same_model_settings({"latent_dim": 4}, {"latent_dim": 8})
+    assert "restore_releases" not in str(refused.value)  # only where the table's encoding differs

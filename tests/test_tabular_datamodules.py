@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import shutil
@@ -942,3 +943,77 @@ def test_a_strategy_built_by_hand_takes_the_datasets_own_delta():
     credit, adult = loaded(KaggleCreditDataModule, "credit_tiny"), loaded(AdultDataModule, "adult_tiny")
     assert delta_at_setup(credit) == 1e-6 and delta_at_setup(credit, 1e-4) == 1e-4  # a δ given still wins
     assert delta_at_setup(adult) == 1e-5  # no default of its own: the strategies'
+
+
+def _mode_specific_adult():
+    return AdultDataModule(data_dir=FIXTURES / "adult_tiny", batch_size=8, encoding="mode-specific", download=False)
+
+
+def test_a_checkpoint_keeps_the_dp_releases_and_a_fresh_datamodule_restores_them_or_is_refused(tmp_path):
+    """A datamodule built afresh for a resume from Python drew a second DP histogram (spent, in no
+    report) and, when the width came out the same, trained on in silence under other modes: the
+    releases now travel in the datamodule's checkpoint state."""
+    first = _mode_specific_adult()
+    layout = first.table_layout  # draws the DP modes
+    state = first.state_dict()
+    assert set(state) == {"table_transformer", "preprocessing_cost"}
+    assert state["preprocessing_cost"]["epsilon"] == pytest.approx(0.1)
+
+    resumed = _mode_specific_adult()
+    resumed.restore_releases(state)  # before anything reads the encoding: nothing drawn again
+    assert resumed.table_layout == layout and resumed.privacy_cost() == first.privacy_cost()
+    resumed.load_state_dict(state)  # the checkpoint's own releases: accepted
+
+    redrawn = _mode_specific_adult()
+    other = copy.deepcopy(state)  # another draw of the modes: one frequency moved
+    frequencies = next(c for c in other["table_transformer"]["columns"] if "frequencies" in c)["frequencies"]
+    frequencies[0], frequencies[-1] = frequencies[-1], frequencies[0] + 1e-3
+    with pytest.raises(ValueError, match=r"adult: this datamodule's mode-specific encoding \(its DP modes\) is not the "
+                                         r"checkpoint's: built afresh, it drew its own .*restore_releases\(checkpoint\)"):
+        redrawn.load_state_dict({**other})
+    assert _mode_specific_adult().state_dict() == {}  # nothing drawn yet: nothing to keep
+
+
+def test_a_csvs_dp_estimated_schema_travels_in_the_state_and_is_restored_not_estimated_again(tmp_path, monkeypatch):
+    def estimated():
+        return CSVDataModule(csv=write_csv(tmp_path / "data.csv"), target="churned", categorical="region",
+                             label_kind="binary", integer=["visits"], drop="row_id", bounds_epsilon=20.0, batch_size=16)
+
+    first = estimated()
+    first.setup("fit")
+    state = first.state_dict()
+    assert state["schema"] == first.schema.to_dict() and state["preprocessing_cost"] == first.privacy_cost()
+    seen = record_calls(monkeypatch, csv_module, "infer_schema_dp")
+    resumed = estimated()
+    resumed.restore_releases(state)
+    resumed.setup("fit")
+    assert not seen and resumed.schema.to_dict() == first.schema.to_dict()
+    assert resumed.privacy_cost() == first.privacy_cost()
+
+
+def test_a_dp_ctgan_resumed_from_python_into_a_fresh_datamodule_pays_for_its_modes_once(tmp_path):
+    """The README's resume, across processes: a fresh datamodule restores the checkpoint's DP
+    modes, and the accountant goes on from the checkpoint."""
+    import lightning as L
+
+    from lightning_dpgan.callbacks import StepLimit
+    from lightning_dpgan.callbacks.dp_sgd import DPSGD
+    from lightning_dpgan.modules.dpctgan import DPCTGAN
+
+    def fit(data, steps, ckpt_path=None):
+        model = DPCTGAN(data.data_shape, data.num_classes, table_layout=data.table_layout, generator_hidden=(8,),
+                        discriminator_hidden=(8,), latent_dim=4)
+        strategy = DPSGD(noise_multiplier=1.0, delta=1e-3)
+        trainer = L.Trainer(max_epochs=-1, callbacks=[StepLimit(steps), strategy], logger=False,
+                            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                            default_root_dir=tmp_path)
+        trainer.fit(model, datamodule=data, ckpt_path=ckpt_path)
+        return trainer, strategy
+
+    trainer, _ = fit(_mode_specific_adult(), 2)
+    trainer.save_checkpoint(tmp_path / "two.ckpt")
+    fresh = _mode_specific_adult()
+    fresh.restore_releases(tmp_path / "two.ckpt")
+    _, resumed = fit(fresh, 4, tmp_path / "two.ckpt")
+    report = resumed.privacy_report()
+    assert report["steps"] == 4 and report["preprocessing"]["epsilon"] == pytest.approx(0.1)

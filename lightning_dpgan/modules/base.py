@@ -44,9 +44,12 @@ def check_same_model_settings(saved: dict[str, Any] | None, current: dict[str, A
     if differing:
         said = ", ".join(f"{key} {normal(saved.get(key))!r} (this run: {normal(current.get(key))!r})" for key in differing)
         flags = ", ".join(f"--{STRATEGY_SETTINGS.get(key, 'model')}.{key}" for key in differing)
+        table = ("; from Python, a table datamodule built afresh draws its own DP encoding: call its "
+                 "restore_releases(checkpoint) before reading its table_layout" if "table_layout" in differing else "")
         raise ValueError(f"the checkpoint's model was built with other settings: {said}. Resume with the settings it was "
                          f"trained with ({flags}; its run's config.yaml lists those set by a flag or a preset, not defaults "
-                         "that changed since), or drop --resume")
+                         f"that changed since; from Python, build the module with the checkpoint's hyper_parameters"
+                         f"{table}), or drop --resume (ckpt_path)")
 
 
 def check_fits_datamodule(module: Any, datamodule: Any) -> None:

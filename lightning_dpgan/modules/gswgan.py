@@ -256,5 +256,6 @@ class GSWGAN(WGAN):
         saved = int(checkpoint.get("hyper_parameters", {}).get("num_critics", 1) or 1)
         if saved != self.num_critics:
             raise ValueError(f"the checkpoint trained {saved} critic(s) and this run has {self.num_critics}: "
-                             f"resume with --privacy.num_critics {saved}")
+                             f"resume with --privacy.num_critics {saved} (from Python, GradientSanitizer(num_critics="
+                             f"{saved}, ...) and a module built with num_critics={saved})")
         super().on_load_checkpoint(checkpoint)
