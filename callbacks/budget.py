@@ -52,9 +52,10 @@ class PrivacyBudgetStopping(L.Callback):
             name = type(self.strategy).__name__
             raise ValueError(
                 f"PrivacyBudgetStopping({self.target_epsilon:g}) needs the same target on its strategy, and {name} has "
-                f"none: its look-ahead prices the cheapest next step (unanswered or unanimous queries), and only "
-                f"{name} itself can refuse the answers that would pass the target (G-PATE ended at epsilon 0.60 for "
-                f"0.5). Give {name}(target_epsilon={self.target_epsilon:g}, ...)")
+                f"none: its privacy report would state no target, and a vote strategy (PATE, G-PATE) refuses the "
+                "answers that would pass the target only when it holds it, since the look-ahead prices the cheapest "
+                f"next step (G-PATE ended at epsilon 0.60 for 0.5). Give {name}(target_epsilon={self.target_epsilon:g}, "
+                "...)")
         if own != self.target_epsilon:
             raise ValueError(
                 f"PrivacyBudgetStopping({self.target_epsilon:g}) and {type(self.strategy).__name__}(target_epsilon={own:g}) "

@@ -43,7 +43,7 @@ class DPSGD(CalibratedNoiseStrategy):
     name: ClassVar[str] = "dp-sgd"
     slot: ClassVar[type] = GradientPrivatizer
     mechanism_name: ClassVar[str] = "dp-sgd (subsampled Gaussian)"
-    datamodule_needs: ClassVar[tuple[str, ...]] = ("train_dataset", "hparams.batch_size", "hparams.num_workers")
+    datamodule_needs = ("train_dataset", "hparams.batch_size", "hparams.num_workers")
 
     def __init__(
         self,

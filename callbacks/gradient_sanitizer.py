@@ -168,7 +168,6 @@ class GradientSanitizer(CalibratedNoiseStrategy):
     name: ClassVar[str] = "sanitizer"
     slot: ClassVar[type] = GradientSanitizerSlot
     mechanism_name: ClassVar[str] = "gradient sanitizer (per-record clipping and Gaussian noise on dL/dG(z))"
-    datamodule_needs: ClassVar[tuple[str, ...]] = ("train_dataset.tensors", "hparams.batch_size", "partitions")
 
     def __init__(
         self,
@@ -221,6 +220,12 @@ class GradientSanitizer(CalibratedNoiseStrategy):
     def amplified(self) -> bool:
         """Whether this is GS-WGAN's N-critic mode."""
         return self.num_critics > 1
+
+    @property
+    def datamodule_needs(self) -> tuple[str, ...]:
+        """The batch size, and in the N-critic mode the critics' partitions of the records."""
+        return (("train_dataset.tensors", "hparams.batch_size", "partitions") if self.amplified
+                else ("train_dataset", "hparams.batch_size"))
 
     # -------------------------------------------------------------- install
     def install(self, trainer: L.Trainer, pl_module: Any) -> None:

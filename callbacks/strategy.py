@@ -119,7 +119,8 @@ class PrivacyStrategy(L.Callback):
     clips_gradients: ClassVar[bool] = False
     #: what the strategy reads from its datamodule (dotted attribute paths), checked at setup so
     #: that a user's own datamodule is told what it lacks: the records it counts and draws from
-    datamodule_needs: ClassVar[tuple[str, ...]] = ("train_dataset",)
+    #: (a strategy whose needs depend on its settings makes it a property)
+    datamodule_needs: tuple[str, ...] = ("train_dataset",)
 
     def __init__(self, target_epsilon: float | None = None, delta: float | None = None,
                  noise_seed: int | None = None) -> None:
@@ -238,14 +239,18 @@ class PrivacyStrategy(L.Callback):
             raise ValueError(refusal)
         if refusal := overfit_refusal(getattr(trainer, "overfit_batches", 0)):
             raise ValueError(refusal)
-        several = isinstance(trainer.strategy, ParallelStrategy) or trainer.world_size > 1
-        if several and not isinstance(trainer.strategy, PrivateDDPStrategy):
+        parallel = isinstance(trainer.strategy, ParallelStrategy)
+        if (parallel or trainer.world_size > 1) and not isinstance(trainer.strategy, PrivateDDPStrategy):
             # Lightning's own DDP averages gradients in backward, before a mechanism could clip
             # and noise them once for the global batch: not the single-process guarantee. Even in
             # one process it swaps a secret shuffle for its publicly seeded DistributedSampler.
             raise ValueError(f"--privacy {self.name} trains in several processes only with --strategy ddp "
                              f"(got {type(trainer.strategy).__name__}): as a library, "
                              "Trainer(strategy=lightning_dpgan.ddp.PrivateDDPStrategy()), or no strategy for one process")
+        if parallel and trainer.world_size == 1:  # train swaps it for one process's strategy itself
+            raise ValueError("PrivateDDPStrategy in one process would still put Lightning's distributed sampler, which "
+                             "anyone can replay, in place of the private batches: use it with devices > 1, or leave the "
+                             "strategy out for one process")
         datamodule = getattr(trainer, "datamodule", None)
         if datamodule is None:
             raise ValueError(

@@ -141,12 +141,15 @@ def _own_datamodule_case(strategy):
 
     return {"dp-sgd": lambda: (DPSGD(noise_multiplier=1.0), DPGAN((6,), None, arch="mlp")),
             "pate": lambda: (PATEAggregation(), PATEGAN((6,))),
-            "sanitizer": lambda: (GradientSanitizer(noise_multiplier=1.0), GSWGAN((6,), None, arch="mlp"))}[strategy]()
+            "sanitizer": lambda: (GradientSanitizer(noise_multiplier=1.0), GSWGAN((6,), None, arch="mlp")),
+            "critics": lambda: (GradientSanitizer(noise_multiplier=1.0, num_critics=3),
+                                GSWGAN((6,), None, arch="mlp", num_critics=3))}[strategy]()
 
 
 @pytest.mark.parametrize("strategy, lacks", [("dp-sgd", "lacks hparams.batch_size, hparams.num_workers"),
                                              ("pate", "lacks partitions"),
-                                             ("sanitizer", "lacks hparams.batch_size, partitions")])
+                                             ("sanitizer", "lacks hparams.batch_size"),  # one critic: no partitions
+                                             ("critics", "lacks hparams.batch_size, partitions")])
 def test_a_users_own_datamodule_is_told_what_the_strategy_reads_from_it(strategy, lacks):
     """A plain LightningDataModule was told to pass a datamodule instead of train_dataloaders (it
     had), then, given a train_dataset, met raw AttributeErrors for batch_size or partitions."""
@@ -163,7 +166,23 @@ def test_a_users_own_datamodule_is_told_what_the_strategy_reads_from_it(strategy
 
     instance, module = _own_datamodule_case(strategy)
     trainer = SimpleNamespace(world_size=1, strategy=None, callbacks=[instance], datamodule=OwnData())
-    with pytest.raises(ValueError, match=rf"--privacy {strategy} reads .* from its datamodule, and OwnData {lacks} "
+    name = "sanitizer" if strategy == "critics" else strategy
+    with pytest.raises(ValueError, match=rf"--privacy {name} reads .* from its datamodule, and OwnData {lacks} "
                                          r"\(after its setup\('fit'\)\)"):
         instance.setup(trainer, module, "fit")
     assert module.privacy is None
+
+
+def test_private_ddp_in_one_process_is_refused_for_a_trainer_built_by_hand():
+    """In one process Lightning's DDP still puts its distributed sampler, which anyone can replay,
+    in place of DP-SGD's secret shuffle (train swaps the strategy out itself)."""
+    from types import SimpleNamespace
+
+    from lightning_dpgan.callbacks.dp_sgd import DPSGD
+    from lightning_dpgan.ddp import PrivateDDPStrategy
+    from lightning_dpgan.modules.dpgan import DPGAN
+
+    strategy = DPSGD(noise_multiplier=1.0, poisson_sampling=False)
+    trainer = SimpleNamespace(world_size=1, strategy=PrivateDDPStrategy(), callbacks=[strategy])
+    with pytest.raises(ValueError, match="PrivateDDPStrategy in one process .* use it with devices > 1"):
+        strategy.setup(trainer, DPGAN((6,), None, arch="mlp"), "fit")
