@@ -429,17 +429,14 @@ class TabularDataModule(L.LightningDataModule):
     def restore_releases(self, checkpoint: str | os.PathLike[str] | Mapping[str, Any]) -> None:
         """Take the DP releases a checkpoint holds instead of drawing new ones: call it on a
         datamodule built afresh to resume, before anything reads ``data_shape``, ``table_layout``
-        or ``setup``. ``checkpoint``: a file (its datamodule state, or ``train``'s run information),
-        or the mapping of either already read. Nothing to do for releases the datamodule does
-        not draw (a schema file, ``modes="bounds"``)."""
-        if isinstance(checkpoint, Mapping):
-            released = checkpoint
-        else:
-            from lightning_dpgan.modules.base import CHECKPOINT_KEY
-            from lightning_dpgan.sampling import read_checkpoint
+        or ``setup``. ``checkpoint``: a file or the checkpoint already read (its datamodule state is
+        taken, else ``train``'s run information), or either of those mappings itself. Nothing to do
+        for releases the datamodule does not draw (a schema file, ``modes="bounds"``)."""
+        from lightning_dpgan.modules.base import CHECKPOINT_KEY
+        from lightning_dpgan.sampling import read_checkpoint
 
-            read = read_checkpoint(checkpoint)
-            released = read.get(type(self).__qualname__) or (read.get(CHECKPOINT_KEY) or {}).get("run") or {}
+        read = checkpoint if isinstance(checkpoint, Mapping) else read_checkpoint(checkpoint)
+        released = read.get(type(self).__qualname__) or (read.get(CHECKPOINT_KEY) or {}).get("run") or read
         if getattr(self, "estimates_schema", False) and "schema" in released:
             self.restore_schema(TableSchema.from_dict(released["schema"]), released.get("preprocessing_cost"))
         if self.fits_encoding and "table_transformer" in released:

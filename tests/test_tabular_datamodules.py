@@ -959,10 +959,11 @@ def test_a_checkpoint_keeps_the_dp_releases_and_a_fresh_datamodule_restores_them
     assert set(state) == {"table_transformer", "preprocessing_cost"}
     assert state["preprocessing_cost"]["epsilon"] == pytest.approx(0.1)
 
-    resumed = _mode_specific_adult()
-    resumed.restore_releases(state)  # before anything reads the encoding: nothing drawn again
-    assert resumed.table_layout == layout and resumed.privacy_cost() == first.privacy_cost()
-    resumed.load_state_dict(state)  # the checkpoint's own releases: accepted
+    for given in (state, {"AdultDataModule": state, "state_dict": {}}):  # the state, or the checkpoint read
+        resumed = _mode_specific_adult()
+        resumed.restore_releases(given)  # before anything reads the encoding: nothing drawn again
+        assert resumed.table_layout == layout and resumed.privacy_cost() == first.privacy_cost()
+        resumed.load_state_dict(state)  # the checkpoint's own releases: accepted
 
     redrawn = _mode_specific_adult()
     other = copy.deepcopy(state)  # another draw of the modes: one frequency moved
