@@ -20,7 +20,7 @@ from lightning_dpgan.callbacks.step_limit import StepLimit, stop_floor_refusal
 from lightning_dpgan.ddp import PrivateDDPStrategy
 from lightning_dpgan.error_text import SET_BY
 from lightning_dpgan.privacy.accountants import Accountant, AccountantStateError
-from lightning_dpgan.privacy.composition import compose_costs
+from lightning_dpgan.privacy.composition import compose_costs, release_fields
 from lightning_dpgan.privacy.noise_source import NoiseSource
 from lightning_dpgan.privacy.slots import PrivacyBudgetExhausted
 from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon, validate_noise_scale, validate_positive
@@ -270,7 +270,7 @@ class PrivacyStrategy(L.Callback):
         """Compose a DP release drawn from the training rows before training by another part than
         the datamodule (QUAIL's label model: ``labeler.release``) into this strategy's budget and
         report. Call it before ``fit``: the training target is what is left."""
-        self.prior_releases[name] = {key: release[key] for key in ("epsilon", "delta", "neighbours", "mechanism")}
+        self.prior_releases[name] = release_fields(release)
 
     def check_label_model_composed(self, datamodule: Any) -> None:
         """Refuse a datamodule that leaves the label to QUAIL's label model (``exclude_label``)

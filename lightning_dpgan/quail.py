@@ -38,6 +38,7 @@ from torch import nn
 
 from lightning_dpgan.config import DEFAULT_QUAIL_SYNTHESIZER
 from lightning_dpgan.data.schema import TableSchema, column_names
+from lightning_dpgan.privacy.composition import release_fields
 from lightning_dpgan.privacy.dp_label_model import ARCHITECTURES, DPSGDSettings, label_network, train_dp_label_model
 
 
@@ -231,7 +232,7 @@ class QuailLabeler:
     def release(self) -> dict[str, Any]:
         """The label model's DP release as a strategy composes it: pass it to the synthesizer's
         strategy before training, ``strategy.add_prior_release("quail_label_model", labeler.release)``."""
-        return {key: self.cost[key] for key in ("epsilon", "delta", "neighbours", "mechanism")}
+        return release_fields(self.cost)
 
     @property
     def fits(self) -> str:

@@ -5,7 +5,7 @@ import pytest
 
 from lightning_dpgan.callbacks.pate import PATEAggregation
 from lightning_dpgan.callbacks.strategy import epsilon_parts
-from lightning_dpgan.privacy.composition import compose_costs
+from lightning_dpgan.privacy.composition import compose_costs, release_fields
 
 
 def cost(epsilon, delta, mechanism, **extra):
@@ -105,3 +105,14 @@ def test_a_refusal_names_each_parts_own_epsilon():
     composed = compose_costs({"schema": {"epsilon": 0.3, "delta": 0.0, "mechanism": "bounds"},
                               "modes": {"epsilon": 0.2, "delta": 0.0, "mechanism": "histogram"}})
     assert epsilon_parts(composed) == "schema 0.3 (bounds), modes 0.2 (histogram)"
+
+
+def test_a_release_to_compose_keeps_its_four_fields_and_must_state_them_all():
+    """A strategy composes a prior release (QUAIL's label model) from its epsilon, delta,
+    neighbouring relation and mechanism: anything else in the cost stays out, and a release that
+    lacks one of the four is refused by name (it was a KeyError naming the key alone)."""
+    cost = {"epsilon": 0.5, "delta": 1e-6, "neighbours": "add-remove", "mechanism": "dp-sgd", "split": 0.5}
+    assert release_fields(cost) == {"epsilon": 0.5, "delta": 1e-6, "neighbours": "add-remove", "mechanism": "dp-sgd"}
+    with pytest.raises(ValueError, match=r"must state epsilon, delta, neighbours, mechanism; this one lacks "
+                                         r"neighbours, mechanism"):
+        release_fields({"epsilon": 0.5, "delta": 1e-6})

@@ -875,3 +875,4 @@ def test_from_python_the_label_models_release_must_be_composed_into_the_synthesi
     composed = strategy.composed_preprocessing(datamodule.privacy_cost())  # a public schema: the label model alone
     assert labeler.cost["epsilon"] > 0 and composed["epsilon"] == pytest.approx(labeler.cost["epsilon"])
     assert labeler.release == {key: labeler.cost[key] for key in ("epsilon", "delta", "neighbours", "mechanism")}
+    assert strategy.prior_releases["quail_label_model"] == labeler.release

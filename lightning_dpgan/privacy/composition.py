@@ -6,6 +6,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+#: What a DP release states to be composed with others (a datamodule's, QUAIL's label model's).
+RELEASE_FIELDS = ("epsilon", "delta", "neighbours", "mechanism")
+
+
+def release_fields(cost: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`RELEASE_FIELDS` of a release's cost; a cost that lacks one is refused by name."""
+    missing = [key for key in RELEASE_FIELDS if key not in cost]
+    if missing:
+        raise ValueError(f"a DP release to compose must state {', '.join(RELEASE_FIELDS)}; this one lacks "
+                         f"{', '.join(missing)}")
+    return {key: cost[key] for key in RELEASE_FIELDS}
+
 
 def compose_costs(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Basic composition of preprocessing mechanisms run on the same rows: ε and δ add up.
