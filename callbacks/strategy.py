@@ -24,6 +24,7 @@ from lightning_dpgan.privacy.composition import compose_costs, release_fields
 from lightning_dpgan.privacy.noise_source import NoiseSource
 from lightning_dpgan.privacy.slots import PrivacyBudgetExhausted
 from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon, validate_noise_scale, validate_positive
+from lightning_dpgan.versions import software_versions
 
 DEFAULT_DELTA = 1e-5
 #: the name QUAIL's label model's release is composed under (see ``add_prior_release``)
@@ -543,6 +544,7 @@ class PrivacyStrategy(L.Callback):
             **self.report_parameters(),
             **({"segments": segments} if len(segments) > 1 else {}),
             "accountant_state": self.accountant.public_state_dict(),
+            "software": software_versions(),
         }
 
 

@@ -40,6 +40,7 @@ from lightning_dpgan.config import BOOLEAN_SETTINGS, CODE_DEFAULTS, FLAG_KEYS, P
 from lightning_dpgan.data.download import DataIntegrityError
 from lightning_dpgan.error_text import first_line
 from lightning_dpgan.host_memory import reuse_freed_memory
+from lightning_dpgan.versions import version_line
 
 
 def command_prog(command: str) -> str:
@@ -588,6 +589,9 @@ COMMAND_HELP = {
     "benchmark": "run a benchmark suite (tables, images, speed, peers) and regenerate RESULTS.md",
 }
 
+#: ``--version`` alone, or after a command (``python train.py --version``)
+VERSION_HELP = "print this package's version and those of the packages its privacy figures rely on"
+
 
 def usage() -> str:
     """The package's usage line, naming the way it was started (see :func:`command_prog`)."""
@@ -616,6 +620,10 @@ def main(argv: list[str] | None = None) -> int:
         print(usage() + "\n\ncommands:")
         for name, text in COMMAND_HELP.items():
             print(f"  {name:<10} {text}")
+        print(f"\noptions:\n  {'--version':<10} {VERSION_HELP}")
+        return 0
+    if argv == ["--version"] or (len(argv) == 2 and argv[0] in COMMANDS and argv[1] == "--version"):
+        print(version_line())
         return 0
     if not argv or argv[0] not in COMMANDS:
         print(usage(), file=sys.stderr)

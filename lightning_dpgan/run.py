@@ -52,6 +52,7 @@ from lightning_dpgan.outputs import write_csv_chunks, write_json, write_png, wri
 from lightning_dpgan.privacy.validation import validate_delta
 from lightning_dpgan.run_folder import LAST_CHECKPOINT, RELEASED_SCHEMA, continue_command
 from lightning_dpgan.sampling import read_run_info, resume_checkpoint, synthetic_row_chunks, table_labeler
+from lightning_dpgan.versions import software_versions
 
 MODEL_PROVIDED = ("data_shape", "num_classes", "table_layout")
 #: rank 0's released preprocessing, for the other processes of a DDP run (in the run folder)
@@ -1056,6 +1057,7 @@ class Run:
                 "accountant": None,
                 "note": "trained without privacy: no (epsilon, delta) guarantee",
                 "lineage": self.lineage,
+                "software": software_versions(),
             }
         report = self.strategy.privacy_report()
         report["stopped_by"] = self.stop_cause()

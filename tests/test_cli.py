@@ -12,6 +12,7 @@ import torch
 import yaml
 from PIL import Image
 
+import lightning_dpgan
 from lightning_dpgan.cli import main
 from run_helpers import grid_tiles, read_json, tiny_run_args
 
@@ -36,6 +37,7 @@ def test_privacy_report_of_a_non_private_run(gan_run):
     report = json.loads((gan_run / "privacy.json").read_text())
     assert PRIVACY_KEYS <= set(report)
     assert report["mechanism"] == "none" and report["epsilon"] is None and report["steps"] == 6
+    assert report["software"]["lightning-dpgan"] == lightning_dpgan.__version__  # what wrote it, for a reader later
 
 
 def test_metrics_and_resolved_config(gan_run):

@@ -1,5 +1,6 @@
 """DPSGD strategy and DPGAN through the CLI: accounting against Opacus, budget stopping,
 calibration, resume, composition, and refusals."""
+from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -38,6 +39,8 @@ def test_privacy_report_recomputes_with_opacus(fixed_noise_run):
     assert report["mechanism"].startswith("dp-sgd") and report["accountant"] == "rdp"
     assert (report["steps"], report["noise_multiplier"], report["sample_rate"]) == (7, 1.3, RATE)
     assert report["stopped_by"] == "max-steps"  # a fixed noise at epsilon's default target lasts longer
+    # the accountant's code, for a reader of the report later: the installed Opacus and torch
+    assert (report["software"]["opacus"], report["software"]["torch"]) == (metadata.version("opacus"), torch.__version__)
     expected = opacus_epsilon(report["noise_multiplier"], report["sample_rate"], report["steps"], report["delta"])
     assert report["epsilon"] == pytest.approx(expected, rel=1e-12)
 
