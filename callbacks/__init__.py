@@ -17,5 +17,5 @@ _LAZY = {
     "BudgetTooSmallError": "lightning_dpgan.callbacks.budget:BudgetTooSmallError",
     "PrivacyStrategy": "lightning_dpgan.callbacks.strategy:PrivacyStrategy",
 }
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 __all__ += list(_LAZY)

@@ -12,5 +12,5 @@ _LAZY = {
     "TabularDataModule": "lightning_dpgan.datamodules.tabular:TabularDataModule",
     "IDXImageDataModule": "lightning_dpgan.datamodules.images:IDXImageDataModule",
 }
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, [])
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 __all__ = list(_LAZY)

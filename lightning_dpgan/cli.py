@@ -78,7 +78,29 @@ def command_parser(command: str, description: str, **kwargs: Any) -> argparse.Ar
     parser = argparse.ArgumentParser(prog=command_prog(command), description=description, **kwargs)
     for name in (None, "store"):
         parser.register("action", name, _StoreNotingRepeats)
+    add_version_option(parser)
     return parser
+
+
+VERSION_HELP = "print this package's version (and commit) and those of the packages its privacy figures rely on"
+
+
+class _PrintVersion(argparse.Action):
+    """``--version``: print :func:`~lightning_dpgan.versions.version_line` and exit, whatever else
+    the command line holds, as argparse's version action does; on one line (argparse's wraps it
+    to the terminal), and read only when asked for (it runs git in a checkout)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(version_line())
+        parser.exit()
+
+
+def add_version_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", action=_PrintVersion, help=VERSION_HELP)
 
 
 def _train_parser() -> argparse.ArgumentParser:
@@ -109,6 +131,7 @@ def _train_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
+    add_version_option(parser)
     add = parser.add_argument
     add("--model", help="model name (see below)")
     add("--dataset", help="dataset name (see below)")
@@ -589,10 +612,6 @@ COMMAND_HELP = {
     "benchmark": "run a benchmark suite (tables, images, speed, peers) and regenerate RESULTS.md",
 }
 
-#: ``--version`` alone, or after a command (``python train.py --version``)
-VERSION_HELP = "print this package's version and those of the packages its privacy figures rely on"
-
-
 def usage() -> str:
     """The package's usage line, naming the way it was started (see :func:`command_prog`)."""
     return f"usage: {command_prog('{' + ','.join(COMMANDS) + '}')} [options]  (--help after a command for its options)"
@@ -622,7 +641,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:<10} {text}")
         print(f"\noptions:\n  {'--version':<10} {VERSION_HELP}")
         return 0
-    if argv == ["--version"] or (len(argv) == 2 and argv[0] in COMMANDS and argv[1] == "--version"):
+    if argv[:1] == ["--version"]:  # after a command, that command's parser prints it (add_version_option)
         print(version_line())
         return 0
     if not argv or argv[0] not in COMMANDS:

@@ -21,10 +21,10 @@ def registry_targets(entries: Iterable[Any], package: str) -> dict[str, str]:
             if entry.target is not None and entry.target.startswith(f"{package}.")}
 
 
-def lazy_exports(package: str, targets: Mapping[str, str], eager: Iterable[str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(package: str, targets: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of ``package``: a name of ``targets`` imports its
-    ``"module:attribute"`` on first use and is kept in the package from then on; ``eager`` are
-    the names the package imports itself."""
+    ``"module:attribute"`` on first use and is kept in the package from then on; ``dir()`` lists
+    them beside what the package holds already (its own names, submodules imported)."""
 
     def __getattr__(name: str) -> Any:
         target = targets.get(name)
@@ -36,6 +36,6 @@ def lazy_exports(package: str, targets: Mapping[str, str], eager: Iterable[str])
         return value
 
     def __dir__() -> list[str]:
-        return sorted({*eager, *targets})
+        return sorted({*vars(sys.modules[package]), *targets})
 
     return __getattr__, __dir__

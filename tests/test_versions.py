@@ -1,6 +1,7 @@
 """The software versions a privacy report names (``software`` in privacy.json) and ``--version``."""
 import json
 import platform
+import subprocess
 import tomllib
 from importlib import metadata
 from pathlib import Path
@@ -10,7 +11,7 @@ import torch
 
 import lightning_dpgan
 from lightning_dpgan.cli import main
-from lightning_dpgan.versions import installed_version, software_versions, version_line
+from lightning_dpgan.versions import installed_version, software_versions, source_commit, version_line
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,18 +41,73 @@ def test_the_package_version_is_set_in_one_place():
     assert metadata.version("lightning-dpgan") == lightning_dpgan.__version__
 
 
-@pytest.mark.parametrize("argv", [["--version"], ["train", "--version"], ["sample", "--version"]])
-def test_version_option_prints_the_versions_alone(argv, capsys):
-    assert main(argv) == 0
-    printed = capsys.readouterr().out.strip()
-    assert printed == version_line()
-    assert printed.startswith(f"lightning-dpgan {lightning_dpgan.__version__} (python {platform.python_version()}, "
-                              f"torch {torch.__version__}, ")
+def exit_code(argv):
+    """``main``'s status: returned, or a command parser's exit (argparse exits from --version)."""
+    try:
+        return main(argv)
+    except SystemExit as stop:
+        return stop.code
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--version", "--help"], ["train", "--version"],
+                                  ["sample", "--version"], ["evaluate", "--version"], ["audit", "--version"],
+                                  ["benchmark", "--version"]])
+def test_version_option_prints_the_versions_on_one_line(argv, capsys):
+    assert exit_code(argv) in (0, None)
+    printed = capsys.readouterr().out
+    assert printed == version_line() + "\n"
+    assert printed.startswith(f"lightning-dpgan {lightning_dpgan.__version__} (")
+    assert f"python {platform.python_version()}, torch {torch.__version__}, " in printed
     assert f"opacus {metadata.version('opacus')}" in printed
 
 
-def test_version_among_other_options_is_not_taken_as_the_version_request(capsys):
-    """Only ``--version`` alone (or after a command) prints it: within a training command line it is
-    an unknown option of train's, refused as such, nothing trained."""
-    assert main(["train", "--model", "gan", "--version"]) == 2
-    assert "--version" in capsys.readouterr().err
+def test_version_among_training_options_prints_it_and_trains_nothing(tmp_path, capsys):
+    """As argparse's version option does: it answers and exits before anything is read or written."""
+    out = tmp_path / "run"
+    assert exit_code(["train", "--model", "gan", "--dataset", "mnist", "--output-dir", str(out), "--version"]) in (0, None)
+    assert capsys.readouterr().out == version_line() + "\n"
+    assert not out.exists()
+
+
+def test_a_checkout_names_its_commit_and_an_installed_copy_does_not():
+    """The suite runs from a git checkout (CI clones one): the report names its HEAD, read here
+    with git itself; without one (an sdist), nothing."""
+    source = software_versions().get("lightning-dpgan source")
+    if (REPO / ".git").exists():
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+        assert source["commit"] == head.stdout.strip() and isinstance(source["modified"], bool)
+        assert f"commit {head.stdout.strip()[:12]}" in version_line()
+    else:
+        assert source is None
+
+
+def _commit_all(repo):
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"], cwd=repo, check=True)
+
+
+def test_the_commit_says_whether_tracked_files_were_modified_and_a_copy_without_git_has_none(tmp_path, monkeypatch,
+                                                                                              request):
+    """A package imported from a checkout of its own (pyproject.toml beside it, under git): its
+    commit, modified once a tracked file differs (an untracked file does not count); the same
+    files outside git: no commit."""
+    package = tmp_path / "checkout" / "lightning_dpgan"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text('__version__ = "0.1.0"\n')
+    (package.parent / "pyproject.toml").write_text("[project]\nname = 'lightning-dpgan'\n")
+    monkeypatch.setattr(lightning_dpgan, "__file__", str(package / "__init__.py"))
+    request.addfinalizer(source_commit.cache_clear)  # then the real checkout's is read again
+
+    def read():
+        source_commit.cache_clear()
+        return source_commit()
+
+    assert read() is None  # not under git: an installed copy
+    subprocess.run(["git", "init", "-q"], cwd=package.parent, check=True)
+    _commit_all(package.parent)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=package.parent, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    (package / "notes.txt").write_text("untracked")
+    assert read() == {"commit": head, "modified": False}
+    (package / "__init__.py").write_text('__version__ = "0.1.0"  # edited\n')
+    assert read() == {"commit": head, "modified": True}

@@ -14,7 +14,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 from collections import defaultdict
 from datetime import date
 from pathlib import Path
@@ -24,6 +23,7 @@ import torch
 
 from lightning_dpgan.benchmark.paths import REPO
 from lightning_dpgan.outputs import write_json
+from lightning_dpgan.versions import git
 
 
 def machine() -> dict[str, Any]:
@@ -64,27 +64,21 @@ def commit(repo: Path | None = None, own_output: Path | None = None, own_folders
     also gets ``changes``, a digest of its differences (the diff against HEAD, and each file git
     has not seen, by content): an edit to a tree already dirty changes it, where sha and dirty
     stay the same (``commit_at_end`` compares the whole record)."""
-    def git(*args: str) -> str | None:
-        try:
-            return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return None
-
     repo = repo if repo is not None else REPO
-    head = git("rev-parse", "HEAD")
-    top = git("rev-parse", "--show-toplevel")
+    head = git(repo, "rev-parse", "HEAD")
+    top = git(repo, "rev-parse", "--show-toplevel")
 
     def inside(path: Path) -> bool:  # git refuses a pathspec outside the tree
         return top is not None and path.resolve().is_relative_to(Path(top).resolve())
 
     own = [path for path in ([own_output] if own_output is not None else []) + list(own_folders) if inside(path)]
     excluded = [f":(exclude){path.resolve()}" for path in own]
-    status = git("status", "--porcelain", "--untracked-files=all", "--", ".", *excluded)
+    status = git(repo, "status", "--porcelain", "--untracked-files=all", "--", ".", *excluded)
     record: dict[str, Any] = {"sha": head, "dirty": bool(status) if status is not None else None}
     if status:
-        diff = git("diff", "HEAD", "--binary", "--", ".", *excluded)
-        unseen = git("ls-files", "--others", "--exclude-standard", "-z", "--", ".", *excluded)
-        contents = git("hash-object", "--", *unseen.split("\0")[:-1]) if unseen else ""
+        diff = git(repo, "diff", "HEAD", "--binary", "--", ".", *excluded)
+        unseen = git(repo, "ls-files", "--others", "--exclude-standard", "-z", "--", ".", *excluded)
+        contents = git(repo, "hash-object", "--", *unseen.split("\0")[:-1]) if unseen else ""
         if diff is not None and contents is not None:
             digest = hashlib.sha256("\0".join([diff, unseen or "", contents]).encode())
             record["changes"] = digest.hexdigest()[:16]

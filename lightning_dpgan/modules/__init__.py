@@ -12,5 +12,5 @@ from lightning_dpgan.modules.wgan import WGAN
 __all__ = ["GAN", "GANModule", "WGAN"]
 _LAZY = {name: target for name, target in registry_targets(registry.MODELS.values(), __name__).items()
          if name not in __all__}
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 __all__ += list(_LAZY)
