@@ -242,6 +242,7 @@ def checkpoint_of_this_run(run_dir: Path, config: dict[str, Any]) -> dict[str, A
     model, dataset, or QUAIL against not): its samples would be scored and reported under this
     run's ε, and a table run would estimate a fresh DP schema from the private rows. None when
     the folder has no checkpoint (the callers that need one say so)."""
+    from lightning_dpgan.python_run_info import refuse_outside_python
     from lightning_dpgan.run import model_name
     from lightning_dpgan.sampling import read_run_info
 
@@ -249,6 +250,8 @@ def checkpoint_of_this_run(run_dir: Path, config: dict[str, Any]) -> dict[str, A
     if not checkpoint.is_file():
         return None
     info = read_run_info(checkpoint)
+    refuse_outside_python(info, checkpoint, "evaluate")
+
     def described(model: Any, dataset: Any, quail: bool) -> str:
         return f"--model {model} --dataset {dataset}" + (" (QUAIL)" if quail else "")
 

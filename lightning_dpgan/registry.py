@@ -90,6 +90,12 @@ def lookup(kind: str, name: str) -> Entry:
     raise UnknownNameError(f"unknown {kind} '{name}'.{did_you_mean(name, table)} Valid {kind} names: {valid}.")
 
 
+def name_of(kind: str, cls: type) -> str | None:
+    """The name table ``kind`` gives exactly ``cls`` (not a subclass of it), or None."""
+    target = f"{cls.__module__}:{cls.__qualname__}"
+    return next((name for name, entry in TABLES[kind].items() if entry.target == target), None)
+
+
 def did_you_mean(name: str, names: Iterable[str]) -> str:
     """`` Did you mean 'x'?`` for the one of ``names`` closest to a misspelt ``name``, else ''."""
     close = difflib.get_close_matches(name, list(names), n=1)

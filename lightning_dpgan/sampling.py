@@ -20,6 +20,7 @@ from lightning_dpgan.data.schema import TableSchema
 from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.error_text import byte_size, first_line
 from lightning_dpgan.outputs import atomic_write, image_grid, images_to_uint8, write_csv_chunks, write_png
+from lightning_dpgan.python_run_info import TRAINED_BY_PYTHON, refuse_outside_python
 from lightning_dpgan.run_folder import LAST_CHECKPOINT
 
 
@@ -53,14 +54,17 @@ def guarantee_note(path: str | Path) -> str:
     run's ``privacy.json`` states) whatever their number, and a run without privacy carries none.
     The checkpoint is read once (``sample`` has checked it already)."""
     checkpoint = read_checkpoint(path)
-    if checkpoint[CHECKPOINT_KEY]["run"].get("privacy") == "none":
+    run = checkpoint[CHECKPOINT_KEY]["run"]
+    if run.get("privacy") == "none":
         return "trained without privacy: these records carry no (epsilon, delta) guarantee"
     spent = spent_privacy(checkpoint)
     if spent is None:  # a checkpoint from before the figures were kept
         return "the checkpoint does not record its privacy spend: its run's privacy.json states the guarantee"
     epsilon = "not finite" if spent["epsilon"] is None else f"{spent['epsilon']:.6g}"
+    report = ("the privacy_report() of the strategy that trained it" if run.get("trained_by") == TRAINED_BY_PYTHON
+              else "its run's privacy.json")
     return (f"released under the checkpoint's privacy spend, epsilon {epsilon} and delta {spent['delta']:g} (how it "
-            "was accounted: its run's privacy.json); drawing more records spends nothing more")
+            f"was accounted: {report}); drawing more records spends nothing more")
 
 
 def _checkpoint_record(path: str | Path) -> dict[str, Any]:
@@ -86,8 +90,9 @@ def _checkpoint_record(path: str | Path) -> dict[str, Any]:
                               f"{first_line(error)}. {_CHECKPOINT_HINT}") from error
     info = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
     if not isinstance(info, dict) or not isinstance(info.get("run"), dict) or "model" not in info["run"]:
-        raise CheckpointError(f"{path} was not written by lightning-dpgan's train (no run information in it). "
-                              f"{_CHECKPOINT_HINT}")
+        raise CheckpointError(f"{path} was not written by lightning-dpgan's train (no run information in it; a Trainer "
+                              "built in Python records it for the models train names, on an image or table datamodule, "
+                              f"but not for QUAIL's synthesizer alone). {_CHECKPOINT_HINT}")
     return info
 
 
@@ -131,6 +136,7 @@ def resume_checkpoint(path: str | Path, model: str, dataset: str, quail: bool = 
     other would drop (or invent) the label model's cost."""
     record = _checkpoint_record(path)
     info, steps = record["run"], record.get("train_steps")
+    refuse_outside_python(info, path, "--resume")
     if ("quail" in info) != quail:
         theirs, ours = ("a QUAIL", "not") if "quail" in info else ("not a QUAIL", "a QUAIL")
         raise CheckpointError(f"--resume {path} is {theirs} run's checkpoint, and this run is {ours} one: resume "

@@ -21,6 +21,7 @@ from lightning_dpgan.distributed import own_share_of_draw
 from lightning_dpgan.nets import build_networks
 from lightning_dpgan.privacy.slots import GradientPrivatizer, GradientSanitizer
 from lightning_dpgan.privacy.validation import validate_int
+from lightning_dpgan.python_run_info import python_run_info
 from lightning_dpgan.random_streams import seeded_stream
 
 LATENT_DISTRIBUTIONS = ("normal", "uniform")
@@ -50,6 +51,13 @@ def check_same_model_settings(saved: dict[str, Any] | None, current: dict[str, A
                          f"trained with ({flags}; its run's config.yaml lists those set by a flag or a preset, not defaults "
                          f"that changed since; from Python, build the module with the checkpoint's hyper_parameters"
                          f"{table}), or drop --resume (ckpt_path)")
+
+
+def privacy_strategy_of(trainer: Any) -> Any:
+    """The privacy strategy among the Trainer's callbacks, or None (a run without privacy)."""
+    from lightning_dpgan.callbacks.strategy import PrivacyStrategy
+
+    return next((callback for callback in trainer.callbacks if isinstance(callback, PrivacyStrategy)), None)
 
 
 def check_fits_datamodule(module: Any, datamodule: Any) -> None:
@@ -130,7 +138,10 @@ class GANModule(L.LightningModule):
         (:func:`check_fits_datamodule`). Subclasses that override it call it first."""
         if stage == "fit":
             trainer = getattr(self, "_trainer", None)  # set up by hand in some tests: no Trainer then
-            check_fits_datamodule(self, getattr(trainer, "datamodule", None))
+            datamodule = getattr(trainer, "datamodule", None)
+            check_fits_datamodule(self, datamodule)
+            if not self.run_info and datamodule is not None:  # a Trainer built in Python: what sample reads
+                self.run_info = python_run_info(self, datamodule, privacy_strategy_of(trainer))
 
     def make_networks(self) -> tuple[nn.Module, nn.Module | None]:
         """``(generator, discriminator)`` from the hyper-parameters (see :func:`build_networks`)."""

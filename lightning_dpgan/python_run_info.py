@@ -1,0 +1,51 @@
+"""What a checkpoint written by a Trainer built in Python records, so that ``sample`` reads it.
+
+``train`` gives its module the run's information before fitting (``run.py``): the model and
+dataset names, and for a table the schema and DP encoding its records decode with. A module fitted
+on a Trainer built by hand had none, and ``sample`` refused its checkpoints. So at ``setup`` a
+module without run information takes what ``sample`` needs from the parts it trains with
+(:func:`python_run_info`), for the models and kinds of data ``train`` knows. What it records is
+what ``train``'s checkpoints hold on it: public, or a DP release already paid for (the datamodule's
+``privacy_cost``, which the strategy composed into the report).
+
+Marked ``"trained_by": "python"``: ``train --resume`` and ``evaluate`` refuse such a checkpoint by
+name (:func:`refuse_outside_python`), since it lacks the run folder, split and release settings
+they check a run against; from Python it resumes with ``trainer.fit(..., ckpt_path=...)``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lightning_dpgan import registry
+
+#: ``run_info["trained_by"]`` of a checkpoint a Trainer built in Python wrote
+TRAINED_BY_PYTHON = "python"
+
+
+def python_run_info(module: Any, datamodule: Any, strategy: Any) -> dict[str, Any]:
+    """The run information ``sample`` reads, or ``{}`` where it could not rebuild or decode the
+    records: a model class ``train`` does not name (a subclass of one), a datamodule of no kind it
+    knows, or QUAIL's synthesizer alone (``exclude_label``: its rows need the label model, which
+    the module does not know)."""
+    model = registry.name_of("model", type(module))
+    kind = getattr(datamodule, "kind", None)
+    hparams = getattr(datamodule, "hparams", None) or {}
+    if model is None or kind not in ("image", "table") or hparams.get("exclude_label"):
+        return {}
+    info: dict[str, Any] = {"model": model, "dataset": registry.name_of("dataset", type(datamodule)),
+                            "privacy": getattr(strategy, "name", "none"), "trained_by": TRAINED_BY_PYTHON}
+    if kind == "table":
+        info["schema"] = datamodule.schema.to_dict()
+        info["preprocessing_cost"] = datamodule.privacy_cost()
+        if getattr(datamodule, "table_transformer", None) is not None:
+            info["table_transformer"] = datamodule.table_transformer.to_dict()
+    return info
+
+
+def refuse_outside_python(info: dict[str, Any], path: str | Path, use: str) -> None:
+    """Refuse ``use`` (``--resume``, ``evaluate``) of a checkpoint a Trainer built in Python wrote."""
+    if info.get("trained_by") == TRAINED_BY_PYTHON:
+        raise ValueError(f"{path} was written by a Trainer built in Python, not by train: {use} needs train's run "
+                         "folder and settings. Resume it from Python (a fresh module and strategy, "
+                         "trainer.fit(..., ckpt_path=...)); sample draws from it as from train's checkpoints")

@@ -1,0 +1,106 @@
+"""Checkpoints a Trainer built in Python writes: ``sample`` draws from them as from train's, and
+``train --resume`` and ``evaluate``, which need train's run folder and settings, refuse them by name."""
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pandas as pd
+import pytest
+
+from lightning_dpgan.callbacks import DPSGD, PrivacyBudgetStopping, StepLimit
+from lightning_dpgan.cli import main
+from lightning_dpgan.datamodules import AdultDataModule, MNISTDataModule
+from lightning_dpgan.evaluate import checkpoint_of_this_run
+from lightning_dpgan.modules import DPCTGAN, GAN
+from lightning_dpgan.python_run_info import python_run_info
+from lightning_dpgan.sampling import guarantee_note, read_run_info, sample_to_file
+
+ADULT = Path(__file__).parent / "fixtures" / "adult_tiny"
+
+
+def fit_by_hand(model, data, root, *callbacks, steps=3):
+    """A plain Lightning Trainer with its own ModelCheckpoint (no train): the checkpoint it wrote."""
+    trainer = L.Trainer(max_epochs=-1, logger=False, default_root_dir=root, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[StepLimit(steps), *callbacks])
+    trainer.fit(model, datamodule=data)
+    (checkpoint,) = Path(root, "checkpoints").glob("*.ckpt")
+    return checkpoint
+
+
+@pytest.fixture(scope="module")
+def dpctgan_by_hand(tmp_path_factory):
+    root = tmp_path_factory.mktemp("by_hand")
+    data = AdultDataModule(data_dir=ADULT, batch_size=8, encoding="mode-specific")
+    data.prepare_data()
+    data.setup("fit")  # the DP mode histogram, a release of its own
+    model = DPCTGAN(data.data_shape, data.num_classes, table_layout=data.table_layout)
+    strategy = DPSGD(target_epsilon=8.0, delta=1e-3)
+    checkpoint = fit_by_hand(model, data, root, strategy, PrivacyBudgetStopping(8.0))
+    return checkpoint, data, strategy
+
+
+def test_a_table_models_checkpoint_holds_what_sample_decodes_with(dpctgan_by_hand):
+    checkpoint, data, strategy = dpctgan_by_hand
+    info = read_run_info(checkpoint)
+    assert (info["model"], info["dataset"], info["privacy"], info["trained_by"]) == ("dpctgan", "adult", "dp-sgd", "python")
+    assert info["schema"] == data.schema.to_dict()
+    assert info["table_transformer"] == data.table_transformer.to_dict()  # the DP modes its rows decode with
+    assert info["preprocessing_cost"] == data.privacy_cost() and data.privacy_cost()["epsilon"] > 0
+
+
+def test_sample_draws_decoded_rows_from_it_and_states_the_strategys_spend(dpctgan_by_hand, tmp_path):
+    checkpoint, data, strategy = dpctgan_by_hand
+    out = sample_to_file(checkpoint, 25, tmp_path / "synthetic.csv")
+    rows = pd.read_csv(out)
+    assert list(rows.columns) == list(data.train_frame.columns) and len(rows) == 25
+    assert set(rows["income"]) <= set(data.schema.column("income").categories)
+    note = guarantee_note(checkpoint)
+    assert f"epsilon {strategy.epsilon():.6g} and delta {strategy.training_delta:g}" in note
+    assert "privacy_report() of the strategy that trained it" in note
+
+
+def test_train_resume_and_evaluate_refuse_it_by_name(dpctgan_by_hand, tmp_path, capsys):
+    checkpoint, _, _ = dpctgan_by_hand
+    code = main(["train", "--model", "dpctgan", "--dataset", "adult", "--data-dir", str(ADULT), "--resume",
+                 str(checkpoint), "--output-dir", str(tmp_path / "run")])
+    assert code == 2
+    assert "written by a Trainer built in Python, not by train: --resume needs" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "privacy.json").exists()
+    run = tmp_path / "copied"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_bytes(checkpoint.read_bytes())
+    with pytest.raises(ValueError, match="written by a Trainer built in Python, not by train: evaluate needs"):
+        checkpoint_of_this_run(run, {"model": {"name": "dpctgan"}, "data": {"name": "adult"}})
+
+
+def test_an_image_model_without_privacy_samples_and_says_it_carries_no_guarantee(tiny_image_data_dir, tmp_path):
+    data = MNISTDataModule(data_dir=tiny_image_data_dir / "mnist", batch_size=16, verify_checksums=False)
+    model = GAN(data.data_shape, data.num_classes, latent_dim=8)
+    checkpoint = fit_by_hand(model, data, tmp_path / "gan", steps=2)
+    assert read_run_info(checkpoint)["privacy"] == "none"
+    out = sample_to_file(checkpoint, 20, tmp_path / "samples.npz")
+    arrays = np.load(out)
+    assert arrays["images"].shape == (20, 1, 28, 28) and sorted(set(arrays["labels"])) == list(range(10))
+    assert guarantee_note(checkpoint).startswith("trained without privacy")
+
+
+def test_nothing_is_recorded_where_sample_could_not_rebuild_or_decode(tmp_path):
+    """A subclass of a model (train names its parent, whose class sample would rebuild), and
+    QUAIL's synthesizer alone (its rows need the label model, which the module does not know):
+    sample then refuses the checkpoint as having no run information."""
+    class MyDPCTGAN(DPCTGAN):
+        pass
+
+    data = AdultDataModule(data_dir=ADULT, batch_size=8, encoding="mode-specific")
+    data.setup("fit")
+    own = MyDPCTGAN(data.data_shape, data.num_classes, table_layout=data.table_layout)
+    assert python_run_info(own, data, None) == {}
+    assert python_run_info(DPCTGAN(data.data_shape, data.num_classes, table_layout=data.table_layout), data, None)
+    unlabelled = AdultDataModule(data_dir=ADULT, batch_size=8, exclude_label=True)
+    unlabelled.setup("fit")
+    assert python_run_info(GAN(unlabelled.data_shape, None, arch="mlp", latent_dim=4), unlabelled, None) == {}
+    model = GAN(unlabelled.data_shape, None, arch="mlp", latent_dim=4)
+    checkpoint = fit_by_hand(model, unlabelled, tmp_path / "quail_synthesizer", steps=1)
+    with pytest.raises(ValueError, match="no run information in it; a Trainer built in Python records it for the "
+                                         "models train names, on an image or table datamodule, but not for QUAIL's"):
+        sample_to_file(checkpoint, 5, tmp_path / "rows.csv")
