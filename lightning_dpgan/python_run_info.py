@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_dpgan import registry
+from lightning_dpgan.run_folder import data_files
 
 #: ``run_info["trained_by"]`` of a checkpoint a Trainer built in Python wrote
 TRAINED_BY_PYTHON = "python"
@@ -34,7 +35,8 @@ def python_run_info(module: Any, datamodule: Any, strategy: Any) -> dict[str, An
     if model is None or kind not in ("image", "table") or hparams.get("exclude_label"):
         return {}
     info: dict[str, Any] = {"model": model, "dataset": registry.name_of("dataset", type(datamodule)),
-                            "privacy": getattr(strategy, "name", "none"), "trained_by": TRAINED_BY_PYTHON}
+                            "privacy": getattr(strategy, "name", "none"), "trained_by": TRAINED_BY_PYTHON,
+                            "data_files": data_files(hparams)}  # a CSV's files, which sample --out refuses
     if kind == "table":
         info["schema"] = datamodule.schema.to_dict()
         info["preprocessing_cost"] = datamodule.privacy_cost()

@@ -23,8 +23,11 @@ holding one is refused unless ``--overwrite``, which moves the old audit to ``pr
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -54,6 +57,14 @@ LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"
 AUDIT_REPORT = "audit.json"
 AUDIT_TRIALS = ("trials", "calibration")
 AUDIT_OUTPUTS = (AUDIT_REPORT,) + AUDIT_TRIALS
+
+
+def data_files(settings: Mapping[str, Any]) -> list[str]:
+    """The files a run read its records and schema from (a CSV run's ``csv`` and ``schema``
+    settings), absolute: kept in its checkpoint, so that ``sample --out`` refuses to write over
+    them."""
+    return [str(Path(settings[key]).expanduser().resolve()) for key in ("csv", "schema")
+            if isinstance(settings.get(key), (str, os.PathLike))]
 
 
 def held_run_files(folder: Path) -> list[str]:

@@ -104,3 +104,32 @@ def test_nothing_is_recorded_where_sample_could_not_rebuild_or_decode(tmp_path):
     with pytest.raises(ValueError, match="no run information in it; a Trainer built in Python records it for the "
                                          "models train names, on an image or table datamodule, but not for QUAIL's"):
         sample_to_file(checkpoint, 5, tmp_path / "rows.csv")
+
+
+def test_sample_refuses_to_write_over_the_csv_and_schema_it_trained_on(tmp_path):
+    """The files a CSV datamodule read are recorded, as train records them: even with --overwrite,
+    a slip of --out must not replace the private records by synthetic ones."""
+    import yaml
+
+    from lightning_dpgan.datamodules import CSVDataModule
+
+    rng = np.random.default_rng(0)
+    csv = tmp_path / "private.csv"
+    pd.DataFrame({"amount": rng.gamma(2.0, 50.0, 40).round(2), "kind": rng.choice(["a", "b"], 40),
+                  "label": rng.choice(["no", "yes"], 40)}).to_csv(csv, index=False)
+    schema = tmp_path / "schema.yaml"
+    schema.write_text(yaml.safe_dump({"label": "label", "label_kind": "binary", "columns": [
+        {"name": "amount", "kind": "continuous", "bounds": [0, 500]},
+        {"name": "kind", "kind": "categorical", "categories": ["a", "b"]},
+        {"name": "label", "kind": "categorical", "categories": ["no", "yes"]}]}))
+    data = CSVDataModule(csv=csv, schema=schema, batch_size=8)
+    data.setup("fit")
+    model = GAN(data.data_shape, None, arch="mlp", latent_dim=4)
+    checkpoint = fit_by_hand(model, data, tmp_path / "run", steps=1)
+    assert read_run_info(checkpoint)["data_files"] == [str(csv.resolve()), str(schema.resolve())]
+    before = csv.read_bytes()
+    with pytest.raises(ValueError, match="is a file the run trained on"):
+        sample_to_file(checkpoint, 5, csv, overwrite=True)
+    assert csv.read_bytes() == before
+    rows = pd.read_csv(sample_to_file(checkpoint, 5, tmp_path / "synthetic.csv"))
+    assert list(rows.columns) == ["amount", "kind", "label"]
