@@ -351,10 +351,15 @@ def _checkpoints_other_target(config: dict[str, Any], notes: list[str]) -> float
 def checkpoint_target_epsilon(path: str) -> float | None:
     """The target epsilon of the checkpoint's last training segment, or None (not a private run's,
     or a file the resume itself will refuse with its reason)."""
+    from lightning_dpgan.modules.base import CHECKPOINT_KEY
+    from lightning_dpgan.python_run_info import TRAINED_BY_PYTHON
     from lightning_dpgan.sampling import read_checkpoint
 
     try:
-        states = read_checkpoint(Path(path).expanduser()).get("callbacks", {}).values()
+        checkpoint = read_checkpoint(Path(path).expanduser())
+        if ((checkpoint.get(CHECKPOINT_KEY) or {}).get("run") or {}).get("trained_by") == TRAINED_BY_PYTHON:
+            return None  # refused by the resume's own check, which says why: no note about it first
+        states = checkpoint.get("callbacks", {}).values()
     except Exception:  # noqa: BLE001 - a damaged or missing file: the run's own checks name it
         return None
     segments = [state["segments"] for state in states if isinstance(state, dict) and state.get("segments")]
