@@ -1044,8 +1044,10 @@ def test_the_package_help_lists_every_command_and_exits_0(capsys):
         assert main([flag]) == 0
         out = capsys.readouterr().out
         assert out.startswith("usage: python -m lightning_dpgan")
-        listed = [line.split()[0] for line in out.split("commands:")[1].strip().splitlines()]
+        commands, options = out.split("commands:")[1].split("\noptions:")
+        listed = [line.split()[0] for line in commands.strip().splitlines()]
         assert listed == list(COMMANDS)
+        assert [line.split()[0] for line in options.strip().splitlines()] == ["--version"]
     assert main([]) == 2 and "usage:" in capsys.readouterr().err  # no command: still an error
 
 
