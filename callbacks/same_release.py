@@ -12,16 +12,24 @@ the bytes it read with rank 0's, and every process stops when any differs.
 from __future__ import annotations
 
 import hashlib
-import lightning as L
-import torch
-import torch.distributed as dist
+import json
+from typing import Any
 
-from lightning_dpgan.distributed import from_rank_zero, is_distributed
+import lightning as L
+
+from lightning_dpgan.distributed import differs_from_rank_zero
 
 
 def release_digest(content: bytes) -> int:
     """The first 8 bytes of the SHA-256 of a release file's bytes, as a signed 64-bit integer."""
     return int.from_bytes(hashlib.sha256(content).digest()[:8], "big", signed=True)
+
+
+def datamodule_release_digest(datamodule: Any) -> int:
+    """:func:`release_digest` of the DP releases a datamodule drew from the rows (its
+    ``state_dict()``: a CSV's estimated schema, DP modes, their cost; empty for the rest)."""
+    state = datamodule.state_dict() if hasattr(datamodule, "state_dict") else {}
+    return release_digest(json.dumps(state, sort_keys=True, default=str).encode())
 
 
 class StaleReleaseError(RuntimeError):
@@ -35,12 +43,9 @@ class SameRelease(L.Callback):
         self.digest, self.release_file = digest, release_file
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if stage != "fit" or not is_distributed():
+        if stage != "fit":
             return
-        mine = torch.tensor([self.digest], dtype=torch.int64, device=pl_module.device)
-        differs = (from_rank_zero(mine.clone()) != mine).to(torch.int64)
-        dist.all_reduce(differs, op=dist.ReduceOp.MAX)  # every process stops, not the one that differs alone
-        if int(differs.item()):
+        if differs_from_rank_zero(self.digest):  # every process stops, not the one that differs alone
             raise StaleReleaseError(
                 f"a process of this run read another preprocessing release than rank 0 wrote ({self.release_file}): a "
                 "file left by an interrupted run was read before rank 0 replaced it. Delete that file from the output "

@@ -16,8 +16,10 @@ from typing import Any, ClassVar, NoReturn
 import lightning as L
 from lightning.pytorch.strategies import ParallelStrategy
 
+from lightning_dpgan.callbacks.same_release import datamodule_release_digest
 from lightning_dpgan.callbacks.step_limit import StepLimit, stop_floor_refusal
 from lightning_dpgan.ddp import PrivateDDPStrategy
+from lightning_dpgan.distributed import differs_from_rank_zero
 from lightning_dpgan.error_text import SET_BY
 from lightning_dpgan.privacy.accountants import Accountant, AccountantStateError
 from lightning_dpgan.privacy.composition import compose_costs, release_fields
@@ -187,6 +189,7 @@ class PrivacyStrategy(L.Callback):
         self.check_not_used_before()
         self.check_target_enforced(trainer)
         self.check_trainer(trainer)
+        self.check_same_releases(trainer)
         self.check_label_model_composed(trainer.datamodule)
         self.train_records = len(trainer.datamodule.train_dataset)
         self.delta = self._checked_delta(trainer.datamodule)
@@ -266,6 +269,21 @@ class PrivacyStrategy(L.Callback):
                 f"{type(datamodule).__name__} lacks {', '.join(missing)} (after its setup('fit')). This package's "
                 "datamodules have them: CSVDataModule takes any table, and docs/architecture.md (\"Data\") says what "
                 "each part is")
+
+    def check_same_releases(self, trainer: L.Trainer) -> None:
+        """Under DDP every process must train on one DP preprocessing release. ``train`` has rank
+        0 draw it and the others read it. A script is run once per process (Lightning's launcher
+        starts it again for each), so each process's datamodule drew its own: releases the report
+        would charge once, and records encoded differently in each process. Refused in every
+        process alike (their ``state_dict()`` digests are compared)."""
+        if trainer.world_size > 1 and differs_from_rank_zero(datamodule_release_digest(trainer.datamodule)):
+            raise ValueError(
+                "the processes of this run drew different DP preprocessing releases from the rows (a CSV's estimated "
+                "schema, DP modes): a script run in several processes runs once in each, and each datamodule drew its "
+                "own, which the report would charge once. Draw them once: in one process, data.setup('fit') and "
+                "torch.save(data.state_dict(), 'releases.pt'); in the script, data.restore_releases('releases.pt') "
+                "before anything reads data_shape, table_layout or setup. (train --strategy ddp does this itself; a "
+                "schema file, or modes='bounds', draws nothing)")
 
     def add_prior_release(self, name: str, release: dict[str, Any]) -> None:
         """Compose a DP release drawn from the training rows before training by another part than

@@ -105,6 +105,17 @@ def sum_across_ranks(tensor: Tensor) -> Tensor:
     return tensor
 
 
+def differs_from_rank_zero(value: Any) -> bool:
+    """Whether any process holds another ``value`` (a picklable digest) than rank 0: the same
+    answer on every process, so that all stop together or none does (a collective: every process
+    must call it). Object collectives, so it holds on any backend and device. False in one process."""
+    if not is_distributed():
+        return False
+    values: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return any(other != values[0] for other in values)
+
+
 def from_rank_zero(tensor: Tensor) -> Tensor:
     """Rank 0's ``tensor`` on every rank (in place; returned). Other ranks pass a tensor of the
     same shape and dtype, whose content is ignored."""

@@ -554,3 +554,60 @@ def test_every_rank_steps_the_generator_through_rank_zeros_answering_critic():
     """GS-WGAN with N critics: the generator steps through rank 0's secret answering critic on
     every rank, whatever each rank's loader drew."""
     assert workers.run_on_ranks(workers.answer_worker) == [[1], [1]]
+
+
+# ------------------------------------------------------------- a script in two processes
+#: DP-CTGAN on the tiny Adult table with DP modes, on a Trainer built in Python with two processes
+#: (Lightning's launcher runs the script again for the second); argv[1], when given, names the
+#: releases every process restores instead of drawing its own.
+PYTHON_DDP_SCRIPT = """
+import sys
+import lightning as L
+from lightning_dpgan.callbacks import DPSGD, PrivacyBudgetStopping, StepLimit
+from lightning_dpgan.datamodules import AdultDataModule
+from lightning_dpgan.ddp import PrivateDDPStrategy
+from lightning_dpgan.modules import DPCTGAN
+
+data = AdultDataModule(data_dir=sys.argv[2], batch_size=8, encoding="mode-specific", max_modes=1)
+if sys.argv[1] != "-":
+    data.restore_releases(sys.argv[1])
+data.setup("fit")
+model = DPCTGAN(data.data_shape, data.num_classes, table_layout=data.table_layout)
+strategy = DPSGD(target_epsilon=8.0, delta=1e-3)
+trainer = L.Trainer(accelerator="cpu", devices=2, strategy=PrivateDDPStrategy(), max_epochs=-1, logger=False,
+                    enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                    callbacks=[StepLimit(2), strategy, PrivacyBudgetStopping(8.0)])
+trainer.fit(model, datamodule=data)
+if trainer.is_global_zero:
+    print("epsilon", strategy.epsilon(), "modes epsilon", data.privacy_cost()["epsilon"])
+"""
+
+
+def test_a_script_in_two_processes_trains_on_one_dp_release_or_is_refused(tmp_path, no_launcher):
+    """Each process of a script runs it anew, so each datamodule drew its own DP modes: two
+    releases, one charged, and records encoded differently per process. Refused in both
+    processes; with the releases drawn once and restored in each (the refusal's remedy), it trains
+    and the report charges the one release."""
+    script = tmp_path / "ddp_script.py"
+    script.write_text(PYTHON_DDP_SCRIPT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+
+    def run(releases: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(script), releases, str(ADULT)], capture_output=True, text=True,
+                              timeout=240, env=env, cwd=tmp_path)
+
+    refused = run("-")
+    assert refused.returncode != 0
+    assert "the processes of this run drew different DP preprocessing releases" in refused.stderr
+    assert "epsilon" not in refused.stdout
+
+    from lightning_dpgan.datamodules import AdultDataModule
+
+    data = AdultDataModule(data_dir=ADULT, batch_size=8, encoding="mode-specific", max_modes=1)
+    data.setup("fit")
+    torch.save(data.state_dict(), tmp_path / "releases.pt")
+    trained = run(str(tmp_path / "releases.pt"))
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    (line,) = [line for line in trained.stdout.splitlines() if line.startswith("epsilon")]
+    epsilon, modes = float(line.split()[1]), float(line.split()[-1])
+    assert modes == data.privacy_cost()["epsilon"] > 0 and modes < epsilon <= 8.0
