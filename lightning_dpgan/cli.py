@@ -352,12 +352,12 @@ def checkpoint_target_epsilon(path: str) -> float | None:
     """The target epsilon of the checkpoint's last training segment, or None (not a private run's,
     or a file the resume itself will refuse with its reason)."""
     from lightning_dpgan.modules.base import CHECKPOINT_KEY
-    from lightning_dpgan.python_run_info import TRAINED_BY_PYTHON
+    from lightning_dpgan.python_run_info import trained_in_python
     from lightning_dpgan.sampling import read_checkpoint
 
     try:
         checkpoint = read_checkpoint(Path(path).expanduser())
-        if ((checkpoint.get(CHECKPOINT_KEY) or {}).get("run") or {}).get("trained_by") == TRAINED_BY_PYTHON:
+        if trained_in_python((checkpoint.get(CHECKPOINT_KEY) or {}).get("run") or {}):
             return None  # refused by the resume's own check, which says why: no note about it first
         states = checkpoint.get("callbacks", {}).values()
     except Exception:  # noqa: BLE001 - a damaged or missing file: the run's own checks name it

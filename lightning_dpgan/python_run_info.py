@@ -45,9 +45,22 @@ def python_run_info(module: Any, datamodule: Any, strategy: Any) -> dict[str, An
     return info
 
 
+def trained_in_python(info: dict[str, Any]) -> bool:
+    """Whether run information is :func:`python_run_info`'s (a Trainer built in Python wrote it)."""
+    return info.get("trained_by") == TRAINED_BY_PYTHON
+
+
+#: What to do instead, from Python, of what refuse_outside_python refuses
+PYTHON_REMEDIES = {
+    "--resume": "resume it from Python (a fresh module and strategy, trainer.fit(..., ckpt_path=...))",
+    "evaluate": ("evaluate from Python: lightning_dpgan.evaluate.evaluate_table(data, data.decode(model.sample(n))) "
+                 "with the module loaded from it and the datamodule it trained on"),
+}
+
+
 def refuse_outside_python(info: dict[str, Any], path: str | Path, use: str) -> None:
     """Refuse ``use`` (``--resume``, ``evaluate``) of a checkpoint a Trainer built in Python wrote."""
-    if info.get("trained_by") == TRAINED_BY_PYTHON:
+    if trained_in_python(info):
         raise ValueError(f"{path} was written by a Trainer built in Python, not by train: {use} needs train's run "
-                         "folder and settings. Resume it from Python (a fresh module and strategy, "
-                         "trainer.fit(..., ckpt_path=...)); sample draws from it as from train's checkpoints")
+                         f"folder and settings. Instead, {PYTHON_REMEDIES[use]}; sample draws from it as from "
+                         "train's checkpoints")

@@ -20,7 +20,7 @@ from lightning_dpgan.data.schema import TableSchema
 from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.error_text import byte_size, first_line
 from lightning_dpgan.outputs import atomic_write, image_grid, images_to_uint8, write_csv_chunks, write_png
-from lightning_dpgan.python_run_info import TRAINED_BY_PYTHON, refuse_outside_python
+from lightning_dpgan.python_run_info import refuse_outside_python, trained_in_python
 from lightning_dpgan.run_folder import LAST_CHECKPOINT
 
 
@@ -57,12 +57,11 @@ def guarantee_note(path: str | Path) -> str:
     run = checkpoint[CHECKPOINT_KEY]["run"]
     if run.get("privacy") == "none":
         return "trained without privacy: these records carry no (epsilon, delta) guarantee"
+    report = "the privacy_report() of the strategy that trained it" if trained_in_python(run) else "its run's privacy.json"
     spent = spent_privacy(checkpoint)
     if spent is None:  # a checkpoint from before the figures were kept
-        return "the checkpoint does not record its privacy spend: its run's privacy.json states the guarantee"
+        return f"the checkpoint does not record its privacy spend: {report} states the guarantee"
     epsilon = "not finite" if spent["epsilon"] is None else f"{spent['epsilon']:.6g}"
-    report = ("the privacy_report() of the strategy that trained it" if run.get("trained_by") == TRAINED_BY_PYTHON
-              else "its run's privacy.json")
     return (f"released under the checkpoint's privacy spend, epsilon {epsilon} and delta {spent['delta']:g} (how it "
             f"was accounted: {report}); drawing more records spends nothing more")
 

@@ -71,7 +71,8 @@ def test_train_resume_and_evaluate_refuse_it_by_name(dpctgan_by_hand, tmp_path, 
     run = tmp_path / "copied"
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "last.ckpt").write_bytes(checkpoint.read_bytes())
-    with pytest.raises(ValueError, match="written by a Trainer built in Python, not by train: evaluate needs"):
+    with pytest.raises(ValueError, match=r"written by a Trainer built in Python, not by train: evaluate needs .* "
+                                         r"Instead, evaluate from Python: lightning_dpgan.evaluate.evaluate_table"):
         checkpoint_of_this_run(run, {"model": {"name": "dpctgan"}, "data": {"name": "adult"}})
 
 
@@ -135,3 +136,27 @@ def test_sample_refuses_to_write_over_the_csv_and_schema_it_trained_on(tmp_path)
     assert csv.read_bytes() == before
     rows = pd.read_csv(sample_to_file(checkpoint, 5, tmp_path / "synthetic.csv"))
     assert list(rows.columns) == ["amount", "kind", "label"]
+
+
+def test_each_fit_records_the_privacy_it_trained_under(tiny_image_data_dir, tmp_path):
+    """The run information is taken again at every fit of a module object: one that DP-SGD
+    trained and that a second Trainer without a strategy then trained on is said to carry no
+    guarantee (its first record kept saying dp-sgd, and sample pointed at a privacy.json)."""
+    from lightning_dpgan.modules import DPGAN
+
+    data = MNISTDataModule(data_dir=tiny_image_data_dir / "mnist", batch_size=16, verify_checksums=False)
+    model = DPGAN(data.data_shape, data.num_classes, latent_dim=8)
+    private = fit_by_hand(model, data, tmp_path / "private", DPSGD(noise_multiplier=1.0, delta=1e-3), steps=1)
+    assert read_run_info(private)["privacy"] == "dp-sgd"
+    assert guarantee_note(private).startswith("released under the checkpoint's privacy spend")
+    trained_on = fit_by_hand(model, data, tmp_path / "trained_on", steps=2)
+    assert read_run_info(trained_on)["privacy"] == "none"
+    assert guarantee_note(trained_on).startswith("trained without privacy")
+    # the same from the private checkpoint: a fresh module resumed on a Trainer without a strategy
+    resumed = DPGAN(data.data_shape, data.num_classes, latent_dim=8)
+    trainer = L.Trainer(max_epochs=-1, logger=False, default_root_dir=tmp_path / "resumed", enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[StepLimit(3)])
+    trainer.fit(resumed, datamodule=data, ckpt_path=private)
+    (checkpoint,) = (tmp_path / "resumed" / "checkpoints").glob("*.ckpt")
+    assert read_run_info(checkpoint)["privacy"] == "none" and resumed.train_steps == 3
+    assert guarantee_note(checkpoint).startswith("trained without privacy")

@@ -21,7 +21,7 @@ from lightning_dpgan.distributed import own_share_of_draw
 from lightning_dpgan.nets import build_networks
 from lightning_dpgan.privacy.slots import GradientPrivatizer, GradientSanitizer
 from lightning_dpgan.privacy.validation import validate_int
-from lightning_dpgan.python_run_info import python_run_info
+from lightning_dpgan.python_run_info import python_run_info, trained_in_python
 from lightning_dpgan.random_streams import seeded_stream
 
 LATENT_DISTRIBUTIONS = ("normal", "uniform")
@@ -132,6 +132,8 @@ class GANModule(L.LightningModule):
         self.generated_batch_size: int | None = None
         #: Names of the run (model, dataset, ...) stored in checkpoints for ``sample``.
         self.run_info: dict[str, Any] = {}
+        #: whether the current fit runs on a Trainer built in Python (set at setup)
+        self.fit_from_python = False
 
     def setup(self, stage: str) -> None:
         """Before fitting, refuse a datamodule whose records or classes are not this module's
@@ -140,7 +142,10 @@ class GANModule(L.LightningModule):
             trainer = getattr(self, "_trainer", None)  # set up by hand in some tests: no Trainer then
             datamodule = getattr(trainer, "datamodule", None)
             check_fits_datamodule(self, datamodule)
-            if not self.run_info and datamodule is not None:  # a Trainer built in Python: what sample reads
+            # A Trainer built in Python (train sets the run information before fitting): what sample
+            # reads, taken again at every fit, whose strategy (or none) is what the module trains under
+            self.fit_from_python = datamodule is not None and (not self.run_info or trained_in_python(self.run_info))
+            if self.fit_from_python:
                 self.run_info = python_run_info(self, datamodule, privacy_strategy_of(trainer))
 
     def make_networks(self) -> tuple[nn.Module, nn.Module | None]:
@@ -381,7 +386,12 @@ class GANModule(L.LightningModule):
             raise ValueError("this checkpoint was not written by lightning-dpgan (no run information in it)")
         check_same_model_settings(checkpoint.get("hyper_parameters"), dict(self.hparams))
         self.train_steps = int(info["train_steps"])
-        self.run_info = dict(info.get("run", {}))
+        restored = dict(info.get("run", {}))
+        if getattr(self, "fit_from_python", False) and self.run_info.get("privacy") == "none":
+            # trained on from Python without a strategy: whatever the checkpoint's run spent, the
+            # generator it writes next carries no guarantee, as sample must then say
+            restored["privacy"] = "none"
+        self.run_info = restored
 
     def holds_a_share(self) -> bool:
         """Whether this process holds only a share of the module (a DDP rank's teachers): then a
