@@ -160,3 +160,26 @@ def test_each_fit_records_the_privacy_it_trained_under(tiny_image_data_dir, tmp_
     (checkpoint,) = (tmp_path / "resumed" / "checkpoints").glob("*.ckpt")
     assert read_run_info(checkpoint)["privacy"] == "none" and resumed.train_steps == 3
     assert guarantee_note(checkpoint).startswith("trained without privacy")
+
+
+def test_a_train_run_continued_from_python_is_a_python_runs_checkpoint(tiny_image_data_dir, tmp_path, capsys):
+    """train's run information describes train's run (its privacy.json, its lineage): continued
+    from Python, the checkpoint written next is marked as a Python run's, so train --resume and
+    evaluate refuse it and sample does not point at the old run's report."""
+    from run_helpers import tiny_run_args
+
+    from lightning_dpgan.sampling import read_checkpoint
+
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "run", steps=2)) == 0
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert "trained_by" not in read_run_info(last) and read_run_info(last)["lineage"]
+    data = MNISTDataModule(data_dir=tiny_image_data_dir / "mnist", batch_size=16, verify_checksums=False)
+    module = GAN(**read_checkpoint(last)["hyper_parameters"])
+    trainer = L.Trainer(max_epochs=-1, logger=False, default_root_dir=tmp_path / "python", enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[StepLimit(4)])
+    trainer.fit(module, datamodule=data, ckpt_path=last)
+    (continued,) = (tmp_path / "python" / "checkpoints").glob("*.ckpt")
+    info = read_run_info(continued)
+    assert info["trained_by"] == "python" and info["privacy"] == "none" and module.train_steps == 4
+    code = main(tiny_run_args(tiny_image_data_dir, tmp_path / "again", steps=6) + ["--resume", str(continued)])
+    assert code == 2 and "written by a Trainer built in Python" in capsys.readouterr().err

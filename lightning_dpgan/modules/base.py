@@ -21,7 +21,7 @@ from lightning_dpgan.distributed import own_share_of_draw
 from lightning_dpgan.nets import build_networks
 from lightning_dpgan.privacy.slots import GradientPrivatizer, GradientSanitizer
 from lightning_dpgan.privacy.validation import validate_int
-from lightning_dpgan.python_run_info import python_run_info, trained_in_python
+from lightning_dpgan.python_run_info import TRAINED_BY_PYTHON, python_run_info, trained_in_python
 from lightning_dpgan.random_streams import seeded_stream
 
 LATENT_DISTRIBUTIONS = ("normal", "uniform")
@@ -387,10 +387,13 @@ class GANModule(L.LightningModule):
         check_same_model_settings(checkpoint.get("hyper_parameters"), dict(self.hparams))
         self.train_steps = int(info["train_steps"])
         restored = dict(info.get("run", {}))
-        if getattr(self, "fit_from_python", False) and self.run_info.get("privacy") == "none":
-            # trained on from Python without a strategy: whatever the checkpoint's run spent, the
-            # generator it writes next carries no guarantee, as sample must then say
-            restored["privacy"] = "none"
+        if getattr(self, "fit_from_python", False) and restored:
+            # trained on from Python, a train run's checkpoint too: what it writes next is a Python
+            # run's (train's report and lineage no longer describe it); without a strategy,
+            # whatever the checkpoint's run spent, it carries no guarantee, as sample must then say
+            restored["trained_by"] = TRAINED_BY_PYTHON
+            if self.run_info.get("privacy") == "none":
+                restored["privacy"] = "none"
         self.run_info = restored
 
     def holds_a_share(self) -> bool:
