@@ -1,7 +1,7 @@
-"""``SameRelease`` in one process: ranks are threads, the two collectives it uses are stand-ins.
+"""``SameRelease`` in one process: ranks are threads, the collective it uses is a stand-in.
 
 ``tests/test_ddp.py`` runs it in real process groups (slow); here each simulated rank calls
-``setup`` in its own thread, and ``broadcast``/``all_reduce`` exchange the tensors the threads
+``setup`` in its own thread, and ``all_gather_object`` exchanges the digests the threads
 actually pass, so what the callback guarantees can be checked in milliseconds: every rank stops
 when any rank read another release than rank 0, and none stops when all read rank 0's.
 """
@@ -14,7 +14,6 @@ import pytest
 import torch
 import torch.distributed as dist
 
-import lightning_dpgan.callbacks.same_release as same_release
 import lightning_dpgan.distributed as distributed
 from lightning_dpgan.callbacks.same_release import SameRelease, StaleReleaseError, release_digest
 from thread_world import ThreadWorld
@@ -41,10 +40,9 @@ class ReleaseWorld(ThreadWorld):
 def world(monkeypatch):
     """Three ranks, with the process-group functions the callback calls routed to a ThreadWorld."""
     world = ReleaseWorld(3)
-    monkeypatch.setattr(same_release, "is_distributed", lambda: True)
-    monkeypatch.setattr(distributed, "is_distributed", lambda: True)  # from_rank_zero broadcasts
-    monkeypatch.setattr(dist, "broadcast", world.broadcast)
-    monkeypatch.setattr(dist, "all_reduce", world.all_reduce)
+    monkeypatch.setattr(distributed, "is_distributed", lambda: True)  # differs_from_rank_zero gathers
+    monkeypatch.setattr(dist, "get_world_size", lambda: world.size)
+    monkeypatch.setattr(dist, "all_gather_object", world.all_gather_object)
     return world
 
 
@@ -65,7 +63,7 @@ def test_every_rank_stops_when_one_rank_read_another_release(world, stale_rank):
 def test_only_the_fit_stage_is_checked(world):
     """Other stages (a validation or predict run) build no release: nothing to compare, no collective."""
     assert world.run([1, 2, 3], stage="validate") == ["ok", "ok", "ok"]
-    assert world.reduce_ops == []
+    assert world.gathers == 0
 
 
 def test_one_process_makes_no_collective_call(monkeypatch):
@@ -75,6 +73,7 @@ def test_one_process_makes_no_collective_call(monkeypatch):
 
     monkeypatch.setattr(dist, "broadcast", refuse)
     monkeypatch.setattr(dist, "all_reduce", refuse)
+    monkeypatch.setattr(dist, "all_gather_object", refuse)
     SameRelease(release_digest(b"x"), RELEASE).setup(None, SimpleNamespace(device=torch.device("cpu")), "fit")
 
 

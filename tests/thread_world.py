@@ -1,6 +1,6 @@
 """Ranks as threads, for DDP code tested in one process (``tests/test_ddp.py`` runs real process
-groups, slowly): ``broadcast`` and ``all_reduce`` stand in for ``torch.distributed``'s and
-exchange the tensors the threads actually pass."""
+groups, slowly): ``broadcast``, ``all_reduce`` and ``all_gather_object`` stand in for
+``torch.distributed``'s and exchange what the threads actually pass."""
 from __future__ import annotations
 
 import threading
@@ -21,6 +21,8 @@ class ThreadWorld:
         self.size, self.barrier, self.local = size, threading.Barrier(size, timeout=10), threading.local()
         self.slots: list[torch.Tensor | None] = [None] * size
         self.reduce_ops: list[object] = []
+        self.objects: list[Any] = [None] * size
+        self.gathers = 0  # all_gather_object calls, counted once per collective
 
     def _exchange(self, tensor: torch.Tensor) -> torch.Tensor:
         self.slots[self.local.rank] = tensor.clone()
@@ -35,6 +37,14 @@ class ThreadWorld:
     def all_reduce(self, tensor: torch.Tensor, op: object = dist.ReduceOp.SUM) -> None:
         self.reduce_ops.append(op)
         tensor.copy_(self.REDUCE[op](self._exchange(tensor), dim=0))
+
+    def all_gather_object(self, object_list: list[Any], obj: Any) -> None:
+        self.objects[self.local.rank] = obj
+        self.barrier.wait()
+        object_list[:] = list(self.objects)
+        if self.local.rank == 0:
+            self.gathers += 1
+        self.barrier.wait()  # all have read before any slot is reused
 
     def rank(self) -> int:
         return self.local.rank
