@@ -106,7 +106,8 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
         example = f" ({run}, it seems)" if run is not None else ""
         raise FileNotFoundError(f"{run_dir} is a file: give the output folder of the train run{example}")
     if not config_path.is_file():
-        raise FileNotFoundError(f"{run_dir} has no config.yaml: is it the output folder of a train run?")
+        raise FileNotFoundError(f"{run_dir} has no config.yaml: is it the output folder of a train run? (A model trained "
+                                "from Python is scored from Python: evaluate_table(data, data.decode(model.sample(n))))")
     config = read_run_file(config_path, yaml.safe_load)
     for section in ("data", "model"):  # each named as train writes it, else a KeyError or TypeError from deep inside
         if not (isinstance(config, dict) and isinstance(config.get(section), dict)

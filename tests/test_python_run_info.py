@@ -183,3 +183,14 @@ def test_a_train_run_continued_from_python_is_a_python_runs_checkpoint(tiny_imag
     assert info["trained_by"] == "python" and info["privacy"] == "none" and module.train_steps == 4
     code = main(tiny_run_args(tiny_image_data_dir, tmp_path / "again", steps=6) + ["--resume", str(continued)])
     assert code == 2 and "written by a Trainer built in Python" in capsys.readouterr().err
+
+
+def test_evaluate_of_a_python_runs_folder_names_the_python_route(dpctgan_by_hand):
+    """The folder a plain Trainer wrote into holds no config.yaml: evaluate says so, and how such a
+    model is scored."""
+    from lightning_dpgan.evaluate import evaluate_run
+
+    checkpoint, _, _ = dpctgan_by_hand
+    with pytest.raises(FileNotFoundError, match=r"has no config.yaml: is it the output folder of a train run\? \(A "
+                                                r"model trained from Python is scored from Python: evaluate_table"):
+        evaluate_run(checkpoint.parent.parent)
