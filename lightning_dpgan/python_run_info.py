@@ -38,10 +38,17 @@ def python_run_info(module: Any, datamodule: Any, strategy: Any) -> dict[str, An
                             "privacy": getattr(strategy, "name", "none"), "trained_by": TRAINED_BY_PYTHON,
                             "data_files": data_files(hparams)}  # a CSV's files, which sample --out refuses
     if kind == "table":
-        info["schema"] = datamodule.schema.to_dict()
-        info["preprocessing_cost"] = datamodule.privacy_cost()
-        if getattr(datamodule, "table_transformer", None) is not None:
-            info["table_transformer"] = datamodule.table_transformer.to_dict()
+        info.update(table_decoding_info(datamodule))
+    return info
+
+
+def table_decoding_info(datamodule: Any) -> dict[str, Any]:
+    """What a table run's checkpoint records for ``sample`` to decode its records, ``train``'s and
+    a Python fit's alike: the schema (public, or paid for with the DP-bounds budget), the
+    preprocessing's cost, and the DP modes and frequencies of a mode-specific encoding."""
+    info = {"schema": datamodule.schema.to_dict(), "preprocessing_cost": datamodule.privacy_cost()}
+    if getattr(datamodule, "table_transformer", None) is not None:
+        info["table_transformer"] = datamodule.table_transformer.to_dict()
     return info
 
 

@@ -50,6 +50,7 @@ from lightning_dpgan.data.schema import TableSchema, encoding_layout
 from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.outputs import write_csv_chunks, write_json, write_png, write_torch, write_yaml
 from lightning_dpgan.privacy.validation import validate_delta
+from lightning_dpgan.python_run_info import table_decoding_info
 from lightning_dpgan.run_folder import LAST_CHECKPOINT, RELEASED_SCHEMA, continue_command, data_files
 from lightning_dpgan.sampling import read_run_info, resume_checkpoint, synthetic_row_chunks, table_labeler
 from lightning_dpgan.versions import software_versions
@@ -580,13 +581,8 @@ class Run:
             # PRIVATE_RUN_INFO, the checkpoint's only: evaluate checks that the data it reads is what was trained on
             # (an image run's, once its files are downloaded: _record_lineage)
             module.run_info["train_rows_digest"] = self.datamodule.train_rows_digest()
-            # Public by construction (or paid for with the DP-bounds budget): `sample` needs it to decode.
-            module.run_info["schema"] = self.datamodule.schema.to_dict()
-            module.run_info["preprocessing_cost"] = self.datamodule.privacy_cost()
+            module.run_info.update(table_decoding_info(self.datamodule))
             module.run_info["release_settings"] = release_settings(self.datamodule, self.quail)
-            if getattr(self.datamodule, "table_transformer", None) is not None:
-                # DP modes and frequencies (their cost is in preprocessing_cost): needed to decode.
-                module.run_info["table_transformer"] = self.datamodule.table_transformer.to_dict()
         return module
 
     def default_delta(self) -> float | None:

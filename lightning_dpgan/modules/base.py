@@ -387,7 +387,7 @@ class GANModule(L.LightningModule):
         check_same_model_settings(checkpoint.get("hyper_parameters"), dict(self.hparams))
         self.train_steps = int(info["train_steps"])
         restored = dict(info.get("run", {}))
-        if getattr(self, "fit_from_python", False) and restored:
+        if self.fit_from_python and restored:
             # trained on from Python, a train run's checkpoint too: what it writes next is a Python
             # run's (train's report and lineage no longer describe it); without a strategy,
             # whatever the checkpoint's run spent, it carries no guarantee, as sample must then say
