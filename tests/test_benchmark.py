@@ -295,6 +295,23 @@ def test_a_goal_is_never_met_by_a_cell_of_fewer_than_three_seeds():
         "| not measured on the full protocol | | | |")
 
 
+def test_a_goal_met_by_an_older_figure_says_that_the_cells_newest_attempt_failed(tmp_path):
+    """A suite run today whose cell fails on every seed leaves the older figure in the tables
+    (the newest measurement there is), but the goal it meets must not read as a plain "yes"
+    for code that now fails."""
+    reference = {"goals": [{"dataset": "adult", "measure": "utility/B_auroc", "epsilon": 1.0, "at_least": 0.87}]}
+    for day, runs in ((date(2026, 1, 1), [run("a", s, 0.9) for s in range(3)]),
+                      (date(2026, 1, 2), [run("a", s, None, status="failed") | {"error": "broke"} for s in range(3)])):
+        content = {**result_file("tables", "full-subset", runs), "seeds": [0, 1, 2]}
+        content.pop("file")
+        results.results_path(tmp_path, "tables", day).write_text(json.dumps(content))
+    merged = results.protocol_results(tmp_path, "tables")
+    assert report.goal_lines([merged], reference)[2].endswith(
+        "| 0.900 ± 0.000 (3) | a | 3 | yes; a newer attempt of this cell failed (see its suite) |")
+    assert report.goal_lines([result_file("tables", "full", [run("a", s, 0.9) for s in range(3)])], reference)[2].endswith(
+        "| a | 3 | yes |")  # no newer attempt: a plain verdict
+
+
 def test_plots_carry_the_papers_figures_measured_the_same_way(tmp_path):
     reference = report.load_reference(REFERENCE)
     stars = report.markers_for(reference, "mnist", "utility/cnn_accuracy")
@@ -457,9 +474,10 @@ def test_runs_of_parts_of_the_grid_are_merged_cell_by_cell_newest_first(tmp_path
 
 def test_a_newer_run_whose_seeds_partly_failed_does_not_replace_a_whole_measurement(tmp_path):
     """Newest first, each cell from a file that measured it on every seed it planned: a newer
-    file whose cell lost two of three seeds leaves the older three-seed figure standing (and its
-    failures are not shown: that cell is measured). A cell that no file measured shows its
-    newest failures, under the file that attempted it, even when that file gave no other cell."""
+    file whose cell lost two of three seeds leaves the older three-seed figure standing, and its
+    failures are shown beside it (the code of the newer attempt fails, which the older figure
+    must not hide). A cell that no file measured shows its newest failures, under the file that
+    attempted it, even when that file gave no other cell."""
     def write(day, runs):
         content = {**result_file("tables", "full-subset", runs), "seeds": [0, 1, 2]}
         content.pop("file")
@@ -477,7 +495,12 @@ def test_a_newer_run_whose_seeds_partly_failed_does_not_replace_a_whole_measurem
     section = report.generated_section(tmp_path, {}, ["tables"], tmp_path)
     assert "new pategan failure" in section and "old pategan failure" not in section
     assert "`tables-2026-01-03.json`" in section and "Cells no file measured" in section
-    assert "quail broke" not in section and "`tables-2026-01-02.json`" not in section
+    assert "quail broke" in section and "`tables-2026-01-02.json`" in section
+    assert "Cells whose newest attempt is this file's and failed** on some seed (below); the figure shown for them " \
+           "is an older file's, measured at its commit: quail / adult / ε=1." in section
+    assert "| quail (a newer attempt failed) | adult | 1 |" in section
+    assert {(r["seed"], r["status"]) for r in merged["runs"] if r["model"] == "quail"} == {
+        (0, "ok"), (1, "ok"), (2, "ok"), (1, "failed"), (2, "failed")}  # the newer file's lone good seed is not mixed in
     # with no whole measurement anywhere, the newest partial one stands (its n says so)
     (tmp_path / "tables-2026-01-01.json").unlink()
     (quail,) = [row for row in results.protocol_results(tmp_path, "tables")["summary"] if row["model"] == "quail"]
@@ -737,7 +760,9 @@ def test_a_data_independent_bound_below_a_thousand_keeps_its_decimals():
     ("full-subset", ["Size full-subset: part of the full grid, each cell on the full protocol."],
      ["not the full protocol", "Size dev"]),
     ("dev", ["Size dev: scored on records held out of the training split"], ["not the full protocol"]),
-    ("quick", ["Size quick: not the full protocol"], ["Size full-subset", "Size dev"]),
+    ("quick", ["Size quick: a smoke test of the harness", "not the full protocol"], ["Size full-subset", "Size dev"]),
+    ("dev-quick", ["Size dev-quick: scored on records held out", "Size dev-quick: a smoke test"], ["Size full-subset"]),
+    ("custom", ["Size custom: not the full protocol", "count for no goal"], ["smoke test", "Size dev"]),
 ])
 def test_each_size_says_in_the_header_what_its_figures_stand_for(size, says, not_says):
     header = "\n".join(report._header(result_file("tables", size, [run("gan", 0, 0.5)])))
@@ -1205,6 +1230,14 @@ def test_the_harness_own_markdown_does_not_make_the_tree_dirty(tmp_path):
     (tmp_path / "preset.yaml").write_text("lr: 2\n")  # the same unseen file, edited
     assert results.commit(tmp_path, own_output=tmp_path / "RESULTS.md", own_folders=(tmp_path / "results",)) != with_preset
     (tmp_path / "preset.yaml").unlink()
+    (tmp_path / "vendored").mkdir()  # an untracked link to a folder (git sees a link, with no content to hash)
+    (tmp_path / "link").symlink_to(tmp_path / "vendored", target_is_directory=True)
+    linked = results.commit(tmp_path, own_output=tmp_path / "RESULTS.md", own_folders=(tmp_path / "results",))
+    assert linked["dirty"] is True and "changes" in linked
+    (tmp_path / "link").unlink()
+    (tmp_path / "link").symlink_to(tmp_path / "results", target_is_directory=True)  # pointed elsewhere: another tree
+    assert results.commit(tmp_path, own_output=tmp_path / "RESULTS.md", own_folders=(tmp_path / "results",)) != linked
+    (tmp_path / "link").unlink()
     (tmp_path / "code.py").write_text("b\n")
     edited = results.commit(tmp_path, own_output=tmp_path / "RESULTS.md")
     assert edited["dirty"] is True and "changes" in edited

@@ -157,6 +157,27 @@ def test_a_cell_that_only_failed_is_shown_from_the_newest_file_that_attempted_it
     assert {r["error"] for r in merged["runs"] if r["status"] == "failed"} == {"new"}
 
 
+def test_a_newer_attempt_that_failed_is_named_beside_the_older_figure_it_did_not_replace(tmp_path):
+    """The figure stays the older file's (nothing newer measured the cell), but the newer file
+    that failed on it is a part of the result, listing the cell, and the row says so; a failure
+    older than the figure is superseded by it and is not listed."""
+    failed = lambda error: [{**run("quail", s, None), "status": "failed", "error": error} for s in range(2)]
+    write(tmp_path, date(2026, 1, 1), "full-subset", failed("older"), seeds=[0, 1])
+    write(tmp_path, date(2026, 1, 2), "full-subset", [run("quail", s, 0.8) for s in range(2)], seeds=[0, 1])
+    write(tmp_path, date(2026, 1, 3), "full-subset", failed("newer"), seeds=[0, 1])
+    merged = results.protocol_results(tmp_path, "tables")
+    newer, measured = merged["parts"]
+    assert newer["file"] == "tables-2026-01-03.json" and newer["cells"] == [] and newer["failed_cells"] == []
+    assert newer["failed_since"] == [("quail", "adult", 1.0)]
+    assert measured["file"] == "tables-2026-01-02.json" and measured["failed_since"] == []
+    (row,) = merged["summary"]
+    assert row["newest_attempt_failed"] and row["measures"]["utility/B_auroc"]["mean"] == pytest.approx(0.8)
+    assert {r["error"] for r in merged["runs"] if r["status"] == "failed"} == {"newer"}
+    (tmp_path / "tables-2026-01-03.json").unlink()  # the measurement is the newest attempt again
+    (row,) = results.protocol_results(tmp_path, "tables")["summary"]
+    assert "newest_attempt_failed" not in row
+
+
 # ----------------------------------------------------------------------- peers
 def categorical_schema():
     return TableSchema((Column("age", "integer", bounds=(17, 90)),

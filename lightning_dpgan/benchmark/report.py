@@ -127,9 +127,12 @@ def _header(result: dict[str, Any], list_cells: bool = True) -> list[str]:
     elif result["size"].startswith("dev"):
         lines.append(f"- Size {result['size']}: scored on records held out of the training split (`--dev-fraction`), "
                      "not on the test split: figures to choose settings by, not the protocol's.")
-    if result["size"] not in ("full", "full-subset", "dev"):
-        lines.append(f"- Size {result['size']}: not the full protocol (a quick size is a smoke test of the harness: "
-                     "few steps, one seed); its figures say nothing of the models.")
+    if result["size"] in ("quick", "dev-quick"):
+        lines.append(f"- Size {result['size']}: a smoke test of the harness (few steps, one seed), not the full "
+                     "protocol; its figures say nothing of the models.")
+    elif result["size"] not in ("full", "full-subset", "dev"):
+        lines.append(f"- Size {result['size']}: not the full protocol (settings changed, or fewer than three seeds, "
+                     "or a cell outside the grid); its figures count for no goal.")
     ended = result.get("commit_at_end")
     if ended:
         lines.append(f"- **The code changed while the suite ran**: commit `{(ended.get('sha') or 'unknown')[:10]}`"
@@ -143,13 +146,18 @@ def _header(result: dict[str, Any], list_cells: bool = True) -> list[str]:
                      "the cells that ran every seed are shown from it.")
     merged = "cells" in result  # a part of a merged result: it speaks for its own cells only
     cells = {tuple(cell) for cell in result.get("cells", [])}
-    shown_failures = cells | {tuple(cell) for cell in result.get("failed_cells", [])}
+    since = {tuple(cell) for cell in result.get("failed_since", [])}
+    shown_failures = cells | since | {tuple(cell) for cell in result.get("failed_cells", [])}
     if cells and list_cells:
         lines.append("- Cells from this file: " + ", ".join(
             f"{model} / {dataset} / ε={_epsilon(epsilon)}" for model, dataset, epsilon in sorted(cells, key=str)) + ".")
     if result.get("failed_cells"):
         lines.append("- Cells no file measured, whose newest attempt is this file's: " + ", ".join(
             f"{model} / {dataset} / ε={_epsilon(epsilon)}" for model, dataset, epsilon in result["failed_cells"]) + ".")
+    if since:
+        lines.append("- **Cells whose newest attempt is this file's and failed** on some seed (below); the figure "
+                     "shown for them is an older file's, measured at its commit: " + ", ".join(
+                         f"{model} / {dataset} / ε={_epsilon(epsilon)}" for model, dataset, epsilon in sorted(since, key=str)) + ".")
     resumed = [run for run in result["runs"] if run.get("resumed") and (not merged or cell_key(run) in cells)]
     if resumed:
         lines.append(f"- {len(resumed)} of its runs were taken up after an interruption (`--resume`): "
@@ -180,7 +188,8 @@ def measure_table(result: dict[str, Any], goals: list[dict[str, Any]] = ()) -> l
     head = ["model", "dataset", "target ε", "spent ε", "steps", "train s", "fit s", *columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in sorted(rows, key=lambda r: (r["dataset"], r["model"], r["target_epsilon"] or math.inf)):
-        cells = [row["model"], row["dataset"], _epsilon(row["target_epsilon"]), _spent(row),
+        model = row["model"] + (" (a newer attempt failed)" if row.get("newest_attempt_failed") else "")
+        cells = [model, row["dataset"], _epsilon(row["target_epsilon"]), _spent(row),
                  fmt(row["steps"], 0), fmt(row["train_seconds"], 0), fmt(row["fit_seconds"], 0),
                  *(fmt(row["measures"].get(c), goal_digits(goals, row, c)) for c in columns)]
         lines.append("| " + " | ".join(cells) + " |")
@@ -215,7 +224,7 @@ def goal_lines(results: list[dict[str, Any]], reference: dict[str, Any]) -> list
     for goal in reference.get("goals", []):
         target = goal_bound(goal)
         better = max if "at_least" in goal else min
-        found = [(row["measures"][goal["measure"]], row["model"])
+        found = [(row["measures"][goal["measure"]], row["model"], row.get("newest_attempt_failed", False))
                  for result in results if result["size"] in PROTOCOL_SIZES and result["suite"] != "peers"  # ours alone
                  for row in result["summary"] if goal_reads(goal, row)]
         sign = "≥" if "at_least" in goal else "≤"
@@ -229,10 +238,11 @@ def goal_lines(results: list[dict[str, Any]], reference: dict[str, Any]) -> list
                          f"| {name} | measured with {few[0]['n']} seed(s) only, fewer than {GOAL_SEEDS} | {few[1]} | "
                          f"{few[0]['n']} | no |")
             continue
-        summary, model = better(enough, key=lambda item: item[0]["mean"])
+        summary, model, failed_since = better(enough, key=lambda item: item[0]["mean"])
         met = summary["mean"] >= target if "at_least" in goal else summary["mean"] <= target
         digits = separating_digits(summary["mean"], target)
-        lines.append(f"| {name} | {fmt(summary, digits)} | {model} | {summary['n']} | {'yes' if met else 'no'} |")
+        verdict = ("yes" if met else "no") + ("; a newer attempt of this cell failed (see its suite)" if failed_since else "")
+        lines.append(f"| {name} | {fmt(summary, digits)} | {model} | {summary['n']} | {verdict} |")
     return lines
 
 
@@ -455,7 +465,8 @@ def generated_section(results_dir: Path, reference: dict[str, Any], suites: list
     lines = [BEGIN, "## Benchmark harness results", "",
              f"Generated by `python -m lightning_dpgan benchmark` from `{shown_folder(results_dir)}/`: for each suite its full "
              "and full-subset runs merged, each cell from the newest file that measured it on all its seeds (else the "
-             "newest that measured it at all), or without such runs its newest run; mean ± sample std over seeds, the "
+             "newest that measured it at all), or without such runs its newest run; a newer attempt's failures are listed "
+             "beside an older figure; mean ± sample std over seeds, the "
              f"number of seeds in brackets. A goal counts only cells of {GOAL_SEEDS} seeds or more. "
              "Paper figures come from `benchmarks/reference.yaml`. `train s` is the wall time of the whole train "
              "command (data, preprocessing, outputs), `fit s` that of its training alone.", ""]

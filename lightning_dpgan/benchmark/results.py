@@ -78,11 +78,21 @@ def commit(repo: Path | None = None, own_output: Path | None = None, own_folders
     if status:
         diff = git(repo, "diff", "HEAD", "--binary", "--", ".", *excluded)
         unseen = git(repo, "ls-files", "--others", "--exclude-standard", "-z", "--", ".", *excluded)
-        contents = git(repo, "hash-object", "--", *unseen.split("\0")[:-1]) if unseen else ""
-        if diff is not None and contents is not None:
-            digest = hashlib.sha256("\0".join([diff, unseen or "", contents]).encode())
+        if diff is not None and unseen is not None:
+            digest = hashlib.sha256("\0".join([diff, unseen]).encode())
+            for name in unseen.split("\0")[:-1]:
+                digest.update(_content_of(Path(repo) / name))  # names are relative to repo
             record["changes"] = digest.hexdigest()[:16]
     return record
+
+
+def _content_of(path: Path) -> bytes:
+    """What an untracked file holds, for the change digest: a link's target (git tracks a link,
+    not what it points to; a link to a folder has no content to read), else the file's bytes."""
+    try:
+        return b"link:" + os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+    except OSError as error:  # unreadable (permissions, removed meanwhile): its name still counts
+        return f"unreadable: {error.strerror}".encode()
 
 
 def summarize(values: list[float | None]) -> dict[str, Any]:
@@ -282,9 +292,11 @@ def merge_subsets(newest_first: list[dict[str, Any]]) -> dict[str, Any] | None:
     from the newest file that measured it on every seed it planned, else (no file did) from the
     newest file that measured it at all -- so a newer run whose seeds partly failed does not
     replace a whole measurement with a mean over fewer seeds. ``parts`` lists the files that
-    contributed, each with the ``cells`` it gave and the ``failed_cells`` whose failures nothing
-    newer or whole replaced (the newest file that attempted a cell no file measured), so every
-    figure still names the file, command and commit it came from, and no failure goes unshown.
+    contributed, each with the ``cells`` it gave and its failures that nothing newer replaced:
+    ``failed_cells``, cells no file measured whose newest attempt is this file; ``failed_since``,
+    cells shown from an older file although this newer attempt failed on some seed. The rows of
+    the latter say so (``newest_attempt_failed``), so an older figure never stands for code that
+    now fails without a word. Every figure still names the file, command and commit it came from.
     None when no file measured or failed a cell."""
     chosen: dict[tuple, tuple[int, dict[str, Any]]] = {}
     for whole_only in (True, False):
@@ -292,21 +304,26 @@ def merge_subsets(newest_first: list[dict[str, Any]]) -> dict[str, Any] | None:
             for row in finished_summary(content):
                 if cell_key(row) not in chosen and (ran_every_seed(content, row) or not whole_only):
                     chosen[cell_key(row)] = (index, row)
-    failed_only: dict[tuple, int] = {}
+    newest_failure: dict[tuple, int] = {}  # cell -> the newest file whose attempt at it failed on some seed
     for index, content in enumerate(newest_first):
         for run in content["runs"]:
-            if run.get("status") == "failed" and cell_key(run) not in chosen:
-                failed_only.setdefault(cell_key(run), index)
+            if run.get("status") == "failed":
+                newest_failure.setdefault(cell_key(run), index)
+    unshown = {key: index for key, index in newest_failure.items() if key not in chosen or index < chosen[key][0]}
     parts, runs = [], []
     for index, content in enumerate(newest_first):
         cells = {key for key, (taken_from, _) in chosen.items() if taken_from == index}
-        failed = {key for key, taken_from in failed_only.items() if taken_from == index}
-        if cells or failed:
-            runs += [run for run in content["runs"] if cell_key(run) in cells | failed]
-            parts.append({**content, "cells": sorted(cells, key=str), "failed_cells": sorted(failed, key=str)})
+        failed = {key for key, taken_from in unshown.items() if taken_from == index}
+        unmeasured, since = failed - chosen.keys(), failed & chosen.keys()
+        if cells or failed:  # of a cell shown from an older file, this file's failures alone
+            runs += [run for run in content["runs"] if cell_key(run) in cells | unmeasured
+                     or (cell_key(run) in since and run.get("status") == "failed")]
+            parts.append({**content, "cells": sorted(cells, key=str), "failed_cells": sorted(unmeasured, key=str),
+                          "failed_since": sorted(since, key=str)})
     if not parts:
         return None
-    return {**parts[0], "parts": parts, "summary": [row for _, row in chosen.values()], "runs": runs}
+    summary = [{**row, "newest_attempt_failed": True} if key in unshown else row for key, (_, row) in chosen.items()]
+    return {**parts[0], "parts": parts, "summary": summary, "runs": runs}
 
 
 def protocol_results(results_dir: Path, suite: str) -> dict[str, Any] | None:
