@@ -19,6 +19,7 @@ from lightning_dpgan.data.download import (
     DatasetNotFoundError,
     RemoteFile,
     data_folder,
+    damaged_cache_message,
     default_cache_dir,
     fetch,
     locate,
@@ -118,7 +119,7 @@ class IDXImageDataModule(L.LightningDataModule):
             try:
                 fetch(remote, self._cache_folder())
             except DatasetNotFoundError as err:
-                raise DatasetNotFoundError(f"{err} {self._not_found_message('download failed', [remote])}") from err
+                raise DatasetNotFoundError(f"{err} {self._not_found_message('download failed', missing)}") from err
 
     def setup(self, stage: str | None = None) -> None:
         """Load both splits (once) as tensors, the dev records apart from the train split's; the
@@ -217,9 +218,7 @@ class IDXImageDataModule(L.LightningDataModule):
                     try:
                         return fetch(remote, self._cache_folder())
                     except DatasetNotFoundError as failed:  # no network: the damaged copy is the thing to name
-                        raise DatasetNotFoundError(
-                            f"{failed} The cached copy {path} is damaged ({err}) and could not be downloaded again: "
-                            f"delete it, and pass `--data-dir DIR` pointing at the official {self.name} files") from err
+                        raise DatasetNotFoundError(f"{failed} {damaged_cache_message(path, err, self.name)}") from err
                 remedy = "delete the file to download it again (or run with downloads allowed), " if in_cache else ""
                 raise DataIntegrityError(
                     f"{err} To fix: {remedy}pass `--data-dir DIR` pointing at the official {self.name} files, or train "

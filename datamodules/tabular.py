@@ -23,6 +23,7 @@ from lightning_dpgan.data.download import (
     DataIntegrityError,
     DatasetNotFoundError,
     RemoteFile,
+    damaged_cache_message,
     data_folder,
     default_cache_dir,
     fetch,
@@ -700,21 +701,27 @@ class TabularDataModule(L.LightningDataModule):
                 log.warning("%s: %s is not the canonical %s (its content's md5 differs from %s): training on it as "
                             "it is", self.name, found, remote.name, remote.md5)
             return found
-        cached = self._cache_folder() / remote.name
-        if cached.is_file() and not self.hparams.download:
-            verify_file(cached, remote)
-            warn_downloading(self.name, [remote.name], self.data_dir, self._cache_folder(), cached=True)
-            return cached
+        cached, damaged = self._cache_folder() / remote.name, None
+        if cached.is_file():
+            try:
+                verify_file(cached, remote)
+            except DataIntegrityError as err:
+                damaged = err
+            else:
+                warn_downloading(self.name, [remote.name], self.data_dir, self._cache_folder(), cached=True)
+                return cached
         if not self.hparams.download:
+            if damaged is not None:
+                raise DataIntegrityError(f"{damaged} To fix: delete the cached copy to download it again (with downloads "
+                                         f"allowed), or pass `--data-dir DIR` pointing at the official {self.name} files.")
             raise DatasetNotFoundError(self._not_found_message([remote.name], "download=False"))
-        if cached.is_file() and is_valid_copy(cached, remote):
-            warn_downloading(self.name, [remote.name], self.data_dir, self._cache_folder(), cached=True)
-            return cached
         warn_downloading(self.name, [remote.name], self.data_dir, self._cache_folder())
         try:
             return fetch(remote, self._cache_folder())
         except DatasetNotFoundError as err:
-            raise DatasetNotFoundError(f"{err} {self._not_found_message([remote.name], 'download failed')}") from err
+            said = (damaged_cache_message(cached, damaged, self.name) if damaged is not None
+                    else self._not_found_message([remote.name], "download failed"))
+            raise DatasetNotFoundError(f"{err} {said}") from err
 
     def _cache_folder(self) -> Path:
         return self.cache_dir / self.name

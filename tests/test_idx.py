@@ -12,6 +12,7 @@ import pytest
 
 from lightning_dpgan.data import download
 from lightning_dpgan.data.download import (
+    CacheNotWritableError,
     DataIntegrityError,
     DatasetNotFoundError,
     RemoteFile,
@@ -191,6 +192,42 @@ def test_fetch_reuses_valid_cache_and_replaces_corrupt_cache(
 
     monkeypatch.setattr(download.urllib.request, "urlopen", lambda *a, **k: pytest.fail("re-downloaded"))
     assert fetch(remote, cache) == cache / "f.gz"
+
+
+def test_a_cache_that_cannot_be_written_is_named_and_no_mirror_is_tried(
+        tmp_path: Path, mirrors: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only or unmakeable cache read as "could not download from any mirror", each mirror's
+    failure being the temporary file's, and sent the user to look at the network."""
+    import errno
+
+    monkeypatch.setattr(download.urllib.request, "urlopen", lambda *a, **k: pytest.fail("a mirror was contacted"))
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(CacheNotWritableError, match=r"download cache .*a_file/mnist cannot be written .*"
+                                                    r"LIGHTNING_DPGAN_CACHE_DIR.*--data.cache_dir.*--data-dir"):
+        fetch(_mirrored_remote(mirrors, "good"), tmp_path / "a_file" / "mnist")
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(download.tempfile, "TemporaryFile", read_only)
+    with pytest.raises(CacheNotWritableError, match=r"cache .*new/mnist cannot be written \(Read-only file system\)"):
+        fetch(_mirrored_remote(mirrors, "good"), tmp_path / "new" / "mnist")
+    assert not (tmp_path / "new").exists()  # the folders it made for nothing are taken away
+
+
+def test_a_killed_downloads_leftover_is_removed_but_not_one_being_written(tmp_path: Path, mirrors: dict[str, Path]) -> None:
+    import os
+    import time
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    stale, live = cache / ".f.gz.abc123.part", cache / ".f.gz.def456.part"
+    stale.write_bytes(b"half")
+    live.write_bytes(b"half")
+    long_ago = time.time() - download.STALE_PART_S - 60
+    os.utime(stale, (long_ago, long_ago))
+    fetch(_mirrored_remote(mirrors, "good"), cache)
+    assert not stale.exists() and live.read_bytes() == b"half"
 
 
 def test_a_download_gets_the_usual_file_permissions_not_mkstemps(tmp_path: Path, mirrors: dict[str, Path]) -> None:

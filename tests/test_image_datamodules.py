@@ -231,8 +231,8 @@ def test_prepare_data_download_failure_explains_how_to_provide_files(tiny_image_
 
     message = str(excinfo.value)
     assert unreachable in message
-    # the file whose download failed (the first), not every file whether it failed or not
-    assert f"Expected: {FILE_NAMES[0]} " in message and "--data-dir" in message
+    # every file still missing (here all four), not only the first, whose download failed
+    assert f"Expected: {', '.join(FILE_NAMES)} (or their" in message and "--data-dir" in message
     # one paragraph, its advice said once (the download's own message said to pass --data-dir too)
     assert message.count("--data-dir") == 1 and "\n" not in message
     assert not (tmp_path / "cache").exists()  # the failed download leaves no empty cache folders

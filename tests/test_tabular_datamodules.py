@@ -804,6 +804,25 @@ def test_a_cached_file_that_is_not_the_canonical_one_is_refused_or_downloaded_ag
     assert sorted(remote.name for remote, _ in calls) == ["adult.data", "adult.test"]
 
 
+def test_a_damaged_cached_table_that_cannot_be_downloaded_again_is_named_not_said_missing(tmp_path, monkeypatch):
+    """Offline, a damaged cached copy read "adult files not found", with the file right there."""
+    cache = tmp_path / "cache"
+    shutil.copytree(FIXTURES / "adult_tiny", cache / "adult")
+
+    def offline(remote, cache_dir):
+        raise DatasetNotFoundError(f"Could not download {remote.name} from any mirror (no network).")
+
+    monkeypatch.setattr(tabular_module, "fetch", offline)
+    with pytest.raises(DatasetNotFoundError) as refused:
+        AdultDataModule(cache_dir=cache).prepare_data()
+    message = str(refused.value)
+    assert f"The cached copy {cache / 'adult' / 'adult.data'} is damaged (" in message
+    assert "delete it, and pass `--data-dir DIR`" in message and "not found" not in message
+    with pytest.raises(DataIntegrityError, match=r"does not match adult.data.* To fix: delete the cached copy to "
+                                                 r"download it again .*--data-dir DIR"):
+        AdultDataModule(cache_dir=cache, download=False).prepare_data()
+
+
 def test_king_refuses_an_openml_copy_of_another_size(monkeypatch, tmp_path):
     """The OpenML copy is checked by its row count (the Kaggle file's 21,613 sales)."""
     raw = pd.read_csv(FIXTURES / "king_tiny" / "kc_house_data.csv")

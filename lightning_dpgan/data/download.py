@@ -17,6 +17,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+import time
 import urllib.request
 import zipfile
 import zlib
@@ -43,6 +44,15 @@ class DataIntegrityError(RuntimeError):
 
 class DatasetNotFoundError(FileNotFoundError):
     """A dataset file is neither available locally nor downloadable."""
+
+
+class CacheNotWritableError(OSError):
+    """The download cache cannot be made or written: a local problem, not the network's."""
+
+
+#: a download's temporary file whose last write is older than this is left over by a killed run
+#: (a download in progress writes to its file at least every read timeout)
+STALE_PART_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -196,7 +206,8 @@ def fetch(remote: RemoteFile, cache_dir: str | os.PathLike[str]) -> Path:
     dest = folder / remote.name
     if dest.is_file() and is_valid_copy(dest, remote):
         return dest
-    made = _make_folders(folder)
+    made = _writable_cache(folder)
+    _remove_stale_parts(folder, remote.name)
     failures = []
     for url in remote.urls:
         try:
@@ -217,6 +228,45 @@ def _make_folders(folder: Path) -> list[Path]:
     missing = [path for path in (folder, *folder.parents) if not path.exists()]
     folder.mkdir(parents=True, exist_ok=True)
     return missing
+
+
+def _writable_cache(folder: Path) -> list[Path]:
+    """:func:`_make_folders`, then a probe that a file can be written there: a read-only or
+    unmakeable cache is named as such, not reported as every mirror failing."""
+    try:
+        made = _make_folders(folder)
+    except OSError as err:
+        raise CacheNotWritableError(_unwritable(folder, err)) from err
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        _remove_if_empty(made)
+        raise CacheNotWritableError(_unwritable(folder, err)) from err
+    return made
+
+
+def _unwritable(folder: Path, err: OSError) -> str:
+    return (f"The download cache {folder} cannot be written ({err.strerror or err}): set ${CACHE_DIR_ENV} (or "
+            "`--data.cache_dir`) to a folder you can write, or pass `--data-dir DIR` pointing at a folder that "
+            "holds the dataset's files.")
+
+
+def _remove_stale_parts(folder: Path, name: str) -> None:
+    """Remove the temporary files a killed download of ``name`` left (none is ever trusted), but not
+    one another process is writing now: only those untouched for :data:`STALE_PART_S`."""
+    now = time.time()
+    for part in folder.glob(f".{name}.*.part"):
+        with contextlib.suppress(OSError):  # gone already, or not ours to remove
+            if now - part.stat().st_mtime > STALE_PART_S:
+                part.unlink()
+
+
+def damaged_cache_message(path: Path, err: DataIntegrityError, dataset: str) -> str:
+    """What to say of a cached copy that fails its checksum and could not be downloaded again (the
+    file is there, so "not found" would mislead)."""
+    return (f"The cached copy {path} is damaged ({err}) and could not be downloaded again: delete it, and pass "
+            f"`--data-dir DIR` pointing at the official {dataset} files")
 
 
 def _remove_if_empty(folders: list[Path]) -> None:
