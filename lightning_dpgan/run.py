@@ -358,6 +358,34 @@ def max_time_refusal(max_time: Any) -> str | None:
     return None
 
 
+def check_trainer_keys(options: dict[str, Any]) -> None:
+    """Every ``trainer.*`` option is an argument of Lightning's Trainer, with a value of its type."""
+    unknown = sorted(set(options) - set(init_arguments(L.Trainer)))
+    if unknown:
+        raise ConfigError(f"unknown Lightning Trainer argument(s): {', '.join('trainer.' + k for k in unknown)}")
+    wrong = mismatches("trainer", options, L.Trainer)  # Lightning compares "abc" with 0 deep inside, or keeps "maybe"
+    if wrong:
+        raise ConfigError("; ".join(wrong))
+
+
+def check_section_keys(config: dict[str, Any]) -> None:
+    """The keys of the model, data, privacy, QUAIL and trainer sections, and their values' types,
+    checked against what takes them, as a run checks them, but with nothing built or read: the
+    benchmark checks each cell's settings so before its first cell runs (a typo after ``--``
+    would otherwise fail every cell, one after the other)."""
+    model_cls = model_class(config)
+    if config["model"]["name"] == QUAIL:
+        from lightning_dpgan.quail import QUAIL as QuailSettings
+
+        section_arguments({**config, QUAIL: config.get(QUAIL) or {}}, QUAIL, QuailSettings)
+    section_arguments(config, "model", model_cls, provided=MODEL_PROVIDED)
+    section_arguments(config, "data", registry.lookup("dataset", config["data"]["name"]).load())
+    strategy_cls = registry.lookup("privacy", privacy_name(config, model_cls)).load()
+    if strategy_cls is not None:
+        section_arguments(config, "privacy", strategy_cls, provided=PRIVACY_PROVIDED)
+    check_trainer_keys(config["trainer"])
+
+
 class Run:
     """Everything ``train`` does, in the order it does it."""
 
@@ -720,12 +748,7 @@ class Run:
     def _check_trainer_options(self) -> None:
         """Refuse the trainer options that cannot train this run, before any row is read."""
         options = self.config["trainer"]
-        unknown = sorted(set(options) - set(init_arguments(L.Trainer)))
-        if unknown:
-            raise ConfigError(f"unknown Lightning Trainer argument(s): {', '.join('trainer.' + k for k in unknown)}")
-        wrong = mismatches("trainer", options, L.Trainer)  # Lightning compares "abc" with 0 deep inside, or keeps "maybe"
-        if wrong:
-            raise ConfigError("; ".join(wrong))
+        check_trainer_keys(options)
         for reserved, own in RUN_OWNED_TRAINER_OPTIONS.items():
             if reserved in options:
                 raise ConfigError(f"set trainer.{reserved} through the run's own settings ({own}), not the trainer section")

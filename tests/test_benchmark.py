@@ -1293,6 +1293,14 @@ def test_a_grid_with_repeats_or_unknown_models_is_refused_before_any_cell(tmp_pa
     ("tables", ["--batch-size", "32", "--data.batch_size", "64"], "--batch-size 32 and --data.batch_size 64 both set"),
     ("tables", ["--privacy", "dp-sgd", "--privacy", "none"], "--privacy dp-sgd and --privacy none both set privacy.name"),
     ("peers", ["--privacy.noise_multiplier", "2"], "the peers suite runs smartnoise-synth, not train"),
+    # read by train's parser, refused by the model, strategy or Trainer each cell builds: checked on each cell's
+    # resolved settings (the presets' included) before the first runs
+    ("tables", ["--model.latnt_dim", "64"], r"the cells pategan / adult / ε=1 would be refused by train, before any "
+                                            r"of them runs: unknown key\(s\) model.latnt_dim for model 'pategan'"),
+    ("tables", ["--model.pac", "2"], r"cells pategan / adult / ε=1 .*unknown key\(s\) model.pac"),  # dpctgan's, not pategan's
+    ("tables", ["--privacy.noise_multiplier", "2"], r"cells pategan .*unknown key\(s\) privacy.noise_multiplier for privacy"),
+    ("tables", ["--model.latent_dim", "many"], r"cells pategan .*model.latent_dim"),
+    ("tables", ["--trainer.max_epochz", "2"], r"cells pategan .*unknown Lightning Trainer argument\(s\): trainer.max_epochz"),
 ])
 def test_train_options_after_the_double_dash_that_the_grid_sets_or_train_does_not_read_are_refused(
         tmp_path, monkeypatch, suite, train_args, message):
@@ -1306,6 +1314,19 @@ def test_train_options_after_the_double_dash_that_the_grid_sets_or_train_does_no
     assert not list(tmp_path.glob(f"{suite}-*.json"))
     cli.check_train_args(["--privacy.noise_multiplier", "2", "--quail-split", "0.3", "--batch-size=64",
                           "--checkpoint_every_n_steps", "100", "--max-epochs", "3"])  # settings the grid leaves alone
+
+
+def test_every_cell_of_every_suite_passes_the_settings_check_with_its_presets_and_valid_options():
+    """The check before the grid must refuse only what train refuses: each suite's cells, full
+    and quick, on a dev split too, and with options every model of the grid takes."""
+    settings = Settings(out_dir=Path("out"), data_dir=None, accelerator=None, dev_fraction=0.2)
+    for suite in ("tables", "images", "speed"):
+        for quick in (False, True):
+            size = suite_size(suite, quick)
+            cli.check_cell_settings(size, settings, {})
+    quail = suite_size("tables", False).with_overrides(models=("quail", "dpctgan"), datasets=("king",))
+    cli.check_cell_settings(quail.with_overrides(train_args=["--batch-size", "64", "--model.lr_generator", "1e-4",
+                                                             "--trainer.log_every_n_steps", "5"]), settings, {})
 
 
 def test_the_settings_refused_after_the_double_dash_are_those_a_cells_train_command_sets():
@@ -1345,10 +1366,26 @@ def test_a_results_md_in_a_folder_that_does_not_exist_is_refused_before_any_work
     """It failed at the very end, after every cell (or the plots) had been written."""
     monkeypatch.setattr(cli, "run_grid", never_run)
     extra = ["--report-only"] if report_only else ["--quick", "--out-dir", str(tmp_path / "runs")]
+    results_dir = tmp_path / "results"
+    if report_only:  # the folder it reads is there (one that is not is named first: below)
+        results_dir.mkdir()
     with pytest.raises(SystemExit, match="the folder of --results-md .* does not exist"):
-        cli.benchmark(["--suite", "images", "--results-dir", str(tmp_path / "results"),
+        cli.benchmark(["--suite", "images", "--results-dir", str(results_dir),
                        "--results-md", str(tmp_path / "nodir" / "RESULTS.md"), *extra])
-    assert not (tmp_path / "results").exists()
+    assert report_only or not results_dir.exists()
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_report_only_names_a_results_dir_that_is_not_a_folder_not_the_results_md_it_implies(tmp_path, kind):
+    """--report-only --results-dir X (a file, or no such folder) was refused as "the folder of
+    --results-md X/RESULTS.md does not exist", a flag the user had not given."""
+    results_dir = tmp_path / "results"
+    if kind == "file":
+        results_dir.write_text("x")
+    with pytest.raises(SystemExit) as refused:
+        cli.benchmark(["--report-only", "--results-dir", str(results_dir)])
+    assert f"--results-dir {results_dir} is not a folder of results files" in str(refused.value)
+    assert "--results-md" not in str(refused.value)
 
 
 def test_a_new_results_dir_holds_its_results_md_and_is_not_refused_for_it(tmp_path, monkeypatch):

@@ -23,8 +23,8 @@ from typing import Any, Callable
 from lightning_dpgan.benchmark.paths import BENCHMARKS, check_benchmarks_folder
 from lightning_dpgan.benchmark.results import ResultsFile, ResultsFileError, commit, machine
 from lightning_dpgan.benchmark.runner import (Settings, failed_run, is_image_dataset, portable, resume_mismatch, run_cell,
-                                              skip_reason)
-from lightning_dpgan.benchmark.suites import SUITES, Cell, Size, suite_size
+                                              skip_reason, train_command)
+from lightning_dpgan.benchmark.suites import SUITES, Cell, Size, epsilon_text, suite_size
 from lightning_dpgan.data.dev_split import check_dev_fraction
 from lightning_dpgan.data.download import default_data_dir
 
@@ -202,6 +202,29 @@ def check_train_args(train_args: tuple[str, ...] | list[str]) -> None:
         raise SystemExit("benchmark: the train options after -- set what each cell's command sets itself, so the "
                          "results would file the runs under values they did not run at: "
                          + "; ".join(f"{key} (set by {CELL_SETTINGS[key]})" for key in owned))
+
+
+def check_cell_settings(size: Size, settings: Settings, skipped: dict[str, str]) -> None:
+    """Before any cell runs: each cell's train settings (the presets, with the options after
+    ``--``) resolved as train resolves them, and their keys checked against the model, dataset,
+    strategy and Trainer that take them (:func:`~lightning_dpgan.run.check_section_keys`): a key
+    that one model lacks, or a misspelt one, would fail each of its cells, hours apart."""
+    from lightning_dpgan.cli import build_config
+    from lightning_dpgan.config import ConfigError
+    from lightning_dpgan.run import check_section_keys
+
+    checked = set()
+    for cell in size.cells():
+        if cell.dataset in skipped or (cell.model, cell.dataset, cell.epsilon) in checked:
+            continue
+        checked.add((cell.model, cell.dataset, cell.epsilon))
+        command = train_command(cell, size, settings)
+        try:
+            check_section_keys(build_config(command[command.index("train") + 1:]))
+        except (ConfigError, argparse.ArgumentError) as error:
+            at = f" / ε={epsilon_text(cell.epsilon)}" if cell.epsilon is not None else ""
+            raise SystemExit(f"benchmark: the cells {cell.model} / {cell.dataset}{at} would be refused by train, "
+                             f"before any of them runs: {error}") from None
 
 
 def refuse_non_private_models(size: Size) -> None:
@@ -392,6 +415,9 @@ def benchmark(argv: list[str]) -> Path:
     args = parse_args(argv)
     check_benchmarks_folder()
     made_with_the_results = args.results_md.parent == args.results_dir and not args.report_only
+    if args.report_only and not args.results_dir.is_dir():  # the folder read first: named before RESULTS.md's
+        raise SystemExit(f"benchmark: --results-dir {args.results_dir} is not a folder of results files; nothing "
+                         "was regenerated")
     if not args.results_md.parent.is_dir() and not made_with_the_results:  # found at the end, after hours of cells
         raise SystemExit(f"benchmark: the folder of --results-md {args.results_md} does not exist: create it, or give "
                          "another file")
@@ -437,6 +463,8 @@ def benchmark(argv: list[str]) -> Path:
     settings = Settings(out_dir=out_dir, data_dir=args.data_dir, accelerator=args.accelerator,
                         evaluate=args.suite != "speed", jobs=max(1, min(args.jobs, cells)), resume=args.resume,
                         dev_fraction=args.dev_fraction)
+    if args.suite != "peers":
+        check_cell_settings(size, settings, skipped)
     if skipped and set(skipped) >= set(size.datasets):  # nothing to run: no file that would read as a finished suite
         reasons = "; ".join(f"{name}: {reason}" for name, reason in skipped.items())
         remedy = (f"Put the files in the data folder, {args.data_dir}" if args.data_dir else
