@@ -499,12 +499,15 @@ def test_a_newer_run_whose_seeds_partly_failed_does_not_replace_a_whole_measurem
     assert "Cells whose newest attempt is this file's and failed** on some seed (below); the figure shown for them " \
            "is an older file's, measured at its commit: quail / adult / ε=1." in section
     assert "| quail (a newer attempt failed) | adult | 1 |" in section
-    assert {(r["seed"], r["status"]) for r in merged["runs"] if r["model"] == "quail"} == {
-        (0, "ok"), (1, "ok"), (2, "ok"), (1, "failed"), (2, "failed")}  # the newer file's lone good seed is not mixed in
+    assert sorted((r["seed"], r["status"]) for r in merged["runs"] if r["model"] == "quail") == [
+        (0, "ok"), (1, "failed"), (1, "ok"), (2, "failed"), (2, "ok")]  # the newer file's lone good seed is not mixed in
     # with no whole measurement anywhere, the newest partial one stands (its n says so)
     (tmp_path / "tables-2026-01-01.json").unlink()
-    (quail,) = [row for row in results.protocol_results(tmp_path, "tables")["summary"] if row["model"] == "quail"]
+    merged = results.protocol_results(tmp_path, "tables")
+    (quail,) = [row for row in merged["summary"] if row["model"] == "quail"]
     assert quail["measures"]["utility/B_auroc"]["n"] == 1
+    # its failures are that file's own, beside its own figure: not a newer attempt's
+    assert "newest_attempt_failed" not in quail and all(part["failed_since"] == [] for part in merged["parts"])
 
 
 def edited(**changes) -> str:

@@ -116,3 +116,8 @@ def test_a_release_to_compose_keeps_its_four_fields_and_must_state_them_all():
     with pytest.raises(ValueError, match=r"must state epsilon, delta, neighbours, mechanism; this one lacks "
                                          r"neighbours, mechanism"):
         release_fields({"epsilon": 0.5, "delta": 1e-6})
+    strategy = PATEAggregation(target_epsilon=1.0, delta=1e-5)  # what a strategy composes from Python: the same
+    with pytest.raises(ValueError, match="this one lacks neighbours"):
+        strategy.add_prior_release("label_model", {"epsilon": 0.5, "delta": 1e-6, "mechanism": "dp-sgd"})
+    strategy.add_prior_release("label_model", cost)
+    assert strategy.prior_releases == {"label_model": release_fields(cost)}

@@ -226,6 +226,9 @@ def test_a_killed_downloads_leftover_is_removed_but_not_one_being_written(tmp_pa
     live.write_bytes(b"half")
     long_ago = time.time() - download.STALE_PART_S - 60
     os.utime(stale, (long_ago, long_ago))
+    # a download that waits on a slow mirror writes at least once a read timeout: ten of them is no leftover
+    paused = time.time() - 10 * download.DOWNLOAD_TIMEOUT_S
+    os.utime(live, (paused, paused))
     fetch(_mirrored_remote(mirrors, "good"), cache)
     assert not stale.exists() and live.read_bytes() == b"half"
 

@@ -99,6 +99,8 @@ def test_nothing_is_recorded_where_sample_could_not_rebuild_or_decode(tmp_path):
     own = MyDPCTGAN(data.data_shape, data.num_classes, table_layout=data.table_layout)
     assert python_run_info(own, data, None) == {}
     assert python_run_info(DPCTGAN(data.data_shape, data.num_classes, table_layout=data.table_layout), data, None)
+    data.kind = "video"  # a datamodule of a kind sample has no writer or decoder for
+    assert python_run_info(DPCTGAN(data.data_shape, data.num_classes, table_layout=data.table_layout), data, None) == {}
     unlabelled = AdultDataModule(data_dir=ADULT, batch_size=8, exclude_label=True)
     unlabelled.setup("fit")
     assert python_run_info(GAN(unlabelled.data_shape, None, arch="mlp", latent_dim=4), unlabelled, None) == {}

@@ -111,3 +111,59 @@ def test_the_commit_says_whether_tracked_files_were_modified_and_a_copy_without_
     assert read() == {"commit": head, "modified": False}
     (package / "__init__.py").write_text('__version__ = "0.1.0"  # edited\n')
     assert read() == {"commit": head, "modified": True}
+    assert f"(commit {head[:12]}, modified; python " in version_line()
+
+
+def _read_source(package, monkeypatch, request):
+    monkeypatch.setattr(lightning_dpgan, "__file__", str(package / "__init__.py"))
+    request.addfinalizer(source_commit.cache_clear)
+    source_commit.cache_clear()
+    return source_commit()
+
+
+def _package_in(folder):
+    package = folder / "lightning_dpgan"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text('__version__ = "0.1.0"\n')
+    return package
+
+
+def test_a_copy_inside_someone_elses_repository_names_no_commit(tmp_path, monkeypatch, request):
+    """The commit is this package's checkout's only: a copy unpacked inside the user's own git
+    repository (no .git beside its pyproject.toml), or a package folder vendored at the root of
+    another repository (no pyproject.toml), would name that repository's commit as ours."""
+    unpacked = _package_in(tmp_path / "outer" / "checkout")
+    (unpacked.parent / "pyproject.toml").write_text("[project]\nname = 'lightning-dpgan'\n")
+    vendored = _package_in(tmp_path / "vendored")
+    for repository in (tmp_path / "outer", vendored.parent):
+        subprocess.run(["git", "init", "-q"], cwd=repository, check=True)
+        _commit_all(repository)
+    assert _read_source(unpacked, monkeypatch, request) is None
+    assert _read_source(vendored, monkeypatch, request) is None
+
+
+def test_a_checkout_git_cannot_read_or_a_machine_without_git_names_no_commit(tmp_path, monkeypatch, request):
+    """A broken .git folder, or git not installed (a slim image): the report names no commit and
+    nothing fails (every privacy report asks)."""
+    package = _package_in(tmp_path / "checkout")
+    (package.parent / "pyproject.toml").write_text("[project]\nname = 'lightning-dpgan'\n")
+    (package.parent / ".git").mkdir()  # not a repository git can read
+    assert _read_source(package, monkeypatch, request) is None
+    assert version_line().startswith(f"lightning-dpgan {lightning_dpgan.__version__} (python ")
+    subprocess.run(["git", "init", "-q"], cwd=package.parent, check=True)  # readable now, but no git to read it
+
+    def no_git(*args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", "git")
+
+    monkeypatch.setattr("lightning_dpgan.versions.subprocess.run", no_git)
+    assert _read_source(package, monkeypatch, request) is None
+
+
+def test_a_package_that_is_not_installed_is_said_so_in_the_version_line(monkeypatch):
+    monkeypatch.setattr("lightning_dpgan.versions.installed_version", lambda name: None)
+    assert "scipy not installed" in version_line() and "None" not in version_line()
+
+
+def test_the_top_level_help_lists_the_version_option(capsys):
+    assert exit_code(["--help"]) in (0, None)
+    assert "--version" in capsys.readouterr().out
