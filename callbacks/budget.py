@@ -103,7 +103,8 @@ class PrivacyBudgetStopping(L.Callback):
         if decided_by_rank_zero(self.next_step_fits()):
             return
         if self.strategy.steps_taken() == 0:
-            raise BudgetTooSmallError(self.strategy.first_step_refusal(self.target_epsilon))
+            raise BudgetTooSmallError(self.strategy.first_step_refusal(self.target_epsilon)
+                                      + self.strategy.spent_before_training_note())
         self._stop(trainer)  # resumed with the budget already spent
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:

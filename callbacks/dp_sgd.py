@@ -37,6 +37,11 @@ class LoaderBatches(IterableDataset):
         return len(self.loader)
 
 
+#: the refusal of a gradient penalty under DP-SGD (the strategy's at install, and train's up front)
+GRADIENT_PENALTY_UNDER_DP_SGD = ("dp-sgd cannot clip per-record gradients of a gradient penalty: set "
+                                 "--model.gradient_penalty 0")
+
+
 class DPSGD(CalibratedNoiseStrategy):
     """DP-SGD (Opacus): clip each real record's gradient, add Gaussian noise, Poisson-sample batches."""
 
@@ -79,7 +84,7 @@ class DPSGD(CalibratedNoiseStrategy):
     # ----------------------------------------------------------------- install
     def install(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if getattr(pl_module.hparams, "gradient_penalty", 0):
-            raise ValueError("dp-sgd cannot clip per-record gradients of a gradient penalty: set --model.gradient_penalty 0")
+            raise ValueError(GRADIENT_PENALTY_UNDER_DP_SGD)
         datamodule = trainer.datamodule
         batch_size = datamodule.hparams.batch_size
         self.check_batch_size(batch_size, self.train_records)

@@ -165,19 +165,21 @@ class PrivacyStrategy(L.Callback):
         size is fine by default (a batch above the records takes them all); QUAIL asks before its
         label model spends budget, the strategy itself again when it is installed."""
 
-    def check_compatible(self, module: Any) -> None:
-        """Refuse a module (or a module class: ``train`` checks before building it) that lacks
-        this strategy's slot, naming the models that have it."""
+    @classmethod
+    def check_compatible(cls, module: Any) -> None:
+        """Refuse a module (or a module class: ``train`` checks before building either, and
+        before reading the strategy's settings, whose keys a preset wrote for the model's own
+        strategy) that lacks this strategy's slot, naming the models that have it."""
         model = module if isinstance(module, type) else type(module)
-        if getattr(model, "privacy_slot", None) is self.slot:
+        if getattr(model, "privacy_slot", None) is cls.slot:
             return
         from lightning_dpgan import registry
 
-        compatible = registry.models_with_slot(self.slot)
+        compatible = registry.models_with_slot(cls.slot)
         raise IncompatibleModelError(
-            f"--privacy {self.name} needs a model with a {self.slot.__name__} slot, and "
+            f"--privacy {cls.name} needs a model with a {cls.slot.__name__} slot, and "
             f"{model.__name__} has {getattr(getattr(model, 'privacy_slot', None), '__name__', 'none')}. "
-            f"Models that take --privacy {self.name}: {', '.join(compatible) or 'none yet'}."
+            f"Models that take --privacy {cls.name}: {', '.join(compatible) or 'none yet'}."
         )
 
     # ---------------------------------------------------------- Lightning
@@ -525,6 +527,15 @@ class PrivacyStrategy(L.Callback):
         return (f"a single training step would spend epsilon = {self.epsilon_if(1):.4g}, more than --epsilon "
                 f"{target_epsilon:g}: raise --epsilon, or make each step cheaper (more noise, smaller batches: the "
                 "strategy's --privacy.* settings, listed by --help).")
+
+    def spent_before_training_note(self) -> str:
+        """For a refusal of the first step: how much of its figure the releases before training
+        (DP modes, a DP schema, QUAIL's label model) spent, and how to spend less there; a step's
+        price alone, which the refusal's remedies address, is the rest."""
+        if not self.preprocessing["epsilon"]:
+            return ""
+        return (f" Of that, {self.preprocessing['epsilon']:.4g} was spent before training "
+                f"({epsilon_parts(self.preprocessing)}): or {spend_less(self.preprocessing, 'epsilon')}.")
 
     def training_epsilon(self) -> float:
         return self.accountant.get_epsilon(self.training_delta)

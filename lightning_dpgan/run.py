@@ -382,6 +382,7 @@ def check_section_keys(config: dict[str, Any]) -> None:
     section_arguments(config, "data", registry.lookup("dataset", config["data"]["name"]).load())
     strategy_cls = registry.lookup("privacy", privacy_name(config, model_cls)).load()
     if strategy_cls is not None:
+        strategy_cls.check_compatible(model_cls)
         section_arguments(config, "privacy", strategy_cls, provided=PRIVACY_PROVIDED)
     check_trainer_keys(config["trainer"])
 
@@ -417,6 +418,7 @@ class Run:
         self.strategy = self._build_privacy()
         self._check_quail_is_private()
         self._check_trainer_options()
+        self._check_model_settings_fit_dp_sgd()
         self._check_preprocessing_leaves_a_budget()
         self.module = self._build_module()
         self._warn_of_unused_batch_size()
@@ -446,6 +448,27 @@ class Run:
         if self.quail is not None and (self.strategy is None or self.strategy.target_epsilon is None):
             raise ConfigError("QUAIL splits --epsilon between its label model and a private synthesizer: "
                               "give --epsilon, and a synthesizer with a privacy strategy")
+
+    def _check_model_settings_fit_dp_sgd(self) -> None:
+        """Refuse, before any row is read, model settings DP-SGD cannot bound a record's gradient
+        under, all at once: a gradient penalty (per-record clipping cannot see the penalty's
+        gradient) and CTGAN's packs (``pac`` > 1: one record in many packs). The strategy and the
+        module refuse them too, but only once the DP modes were drawn, and QUAIL's label model
+        trained, and one after the other."""
+        if self.strategy is None or self.strategy.name != "dp-sgd":
+            return
+        from lightning_dpgan.callbacks.dp_sgd import GRADIENT_PENALTY_UNDER_DP_SGD
+        from lightning_dpgan.modules.ctgan import pac_under_dp_sgd
+
+        defaults = {name: parameter.default for name, parameter in init_arguments(model_class(self.config)).items()}
+        settings = {**defaults, **self.config["model"]}
+        refusals = []
+        if isinstance(penalty := settings.get("gradient_penalty", 0.0), (int, float)) and penalty > 0:
+            refusals.append(GRADIENT_PENALTY_UNDER_DP_SGD)
+        if isinstance(pac := settings.get("pac", 1), int) and pac > 1:
+            refusals.append(pac_under_dp_sgd(pac))
+        if refusals:
+            raise ConfigError("; ".join(refusals))
 
     def _check_preprocessing_leaves_a_budget(self) -> None:
         """Refuse, before any row is read, a budget that the releases made before training (a
@@ -483,13 +506,8 @@ class Run:
         if self.module.generator_normalizes_batches and isinstance(generated, int) and generated < 2:
             raise ConfigError(f"the {self.config['model']['name']} generator normalizes each batch (BatchNorm), which needs "
                               f"at least 2 generated records a step, and this run generates {generated}: use --batch-size 2 or more")
-        pac = getattr(getattr(self.module, "hparams", None), "pac", 1)
+        pac = getattr(getattr(self.module, "hparams", None), "pac", 1)  # under DP-SGD 1 (refused before otherwise)
         batch = getattr(getattr(self.datamodule, "hparams", None), "batch_size", None)
-        if isinstance(pac, int) and pac > 1 and self.config["privacy"].get("name") == "dp-sgd":
-            # the module refuses this too, at setup: said first here, as no batch size can help
-            from lightning_dpgan.modules.ctgan import pac_under_dp_sgd
-
-            raise ConfigError(pac_under_dp_sgd(pac))
         if not (isinstance(pac, int) and pac > 1 and isinstance(batch, int)):
             return
         # CTGAN's discriminator judges packs of pac consecutive records: training would fail at
@@ -653,9 +671,9 @@ class Run:
                     "would carry no privacy guarantee. Choose a privacy strategy (--privacy dp-sgd, ...; see --help) "
                     "or a private model, or drop those settings.")
             return None
+        cls.check_compatible(model_class(self.config))  # before its keys: a preset's are for the model's own strategy
         args = section_arguments(self.config, "privacy", cls, provided=PRIVACY_PROVIDED)
         strategy = cls(target_epsilon=self.config["epsilon"], delta=self.default_delta(), **args)
-        strategy.check_compatible(model_class(self.config))
         strategy.warn_at_end = False  # the run says it all when it ends (stop_sentence, untrained_reason)
         return strategy
 

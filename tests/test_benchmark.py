@@ -1304,6 +1304,7 @@ def test_a_grid_with_repeats_or_unknown_models_is_refused_before_any_cell(tmp_pa
     ("tables", ["--privacy.noise_multiplier", "2"], r"cells pategan .*unknown key\(s\) privacy.noise_multiplier for privacy"),
     ("tables", ["--model.latent_dim", "many"], r"cells pategan .*model.latent_dim"),
     ("tables", ["--trainer.max_epochz", "2"], r"cells pategan .*unknown Lightning Trainer argument\(s\): trainer.max_epochz"),
+    ("tables", ["--privacy", "dp-sgd"], r"cells pategan .*--privacy dp-sgd needs a model with a GradientPrivatizer slot"),
 ])
 def test_train_options_after_the_double_dash_that_the_grid_sets_or_train_does_not_read_are_refused(
         tmp_path, monkeypatch, suite, train_args, message):

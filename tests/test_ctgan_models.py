@@ -194,6 +194,52 @@ def test_packing_under_dp_sgd_is_refused(tmp_path, capsys):
     assert not (tmp_path / "run" / "synthetic.csv").exists()
 
 
+def test_dp_sgd_under_a_gradient_penalty_or_packs_is_refused_at_once_before_any_row_is_read(tmp_path, capsys, monkeypatch):
+    """CTGAN's defaults (penalty 10, pac 10) under --privacy dp-sgd were refused one after the
+    other, and only once the DP modes were drawn; with QUAIL, once its label model had trained
+    and spent its share."""
+    from lightning_dpgan.datamodules.tabular import TabularDataModule
+    from lightning_dpgan.quail import QUAIL
+
+    for reads in ("prepare_data", "setup"):
+        monkeypatch.setattr(TabularDataModule, reads, lambda *args, **kwargs: pytest.fail("a row was read"))
+    monkeypatch.setattr(QUAIL, "fit_labeler", lambda *args, **kwargs: pytest.fail("the label model trained"))
+    args = [a for a in run_args("ctgan", "adult", tmp_path / "run") if a not in ("--model.pac", "2")]
+    assert main([*args, "--privacy", "dp-sgd", "--epsilon", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot clip per-record gradients of a gradient penalty: set --model.gradient_penalty 0" in err
+    assert "pac = 10 under DP-SGD" in err
+    quail = ["train", "--model", "quail", "--quail-synthesizer", "ctgan", "--privacy", "dp-sgd", "--model.pac", "1",
+             "--dataset", "adult", "--data-dir", str(DATA["adult"][0]), "--epsilon", "8", "--output-dir", str(tmp_path / "q")]
+    assert main(quail) == 2
+    err = capsys.readouterr().err
+    assert "set --model.gradient_penalty 0" in err and "pac" not in err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "q").exists()
+
+
+def test_a_strategy_the_model_cannot_take_is_named_before_its_presets_settings(tmp_path, capsys):
+    """patectgan on adult with --privacy dp-sgd was refused for the preset's PATE keys
+    (privacy.num_teachers, ...), which the user cannot drop, not for the model."""
+    args = ["train", "--model", "patectgan", "--dataset", "adult", "--data-dir", str(DATA["adult"][0]), "--privacy",
+            "dp-sgd", "--epsilon", "8", "--output-dir", str(tmp_path / "run")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "--privacy dp-sgd needs a model with a GradientPrivatizer slot, and PATECTGAN has LabelAggregator" in err
+    assert "unknown key" not in err
+
+
+def test_a_first_step_the_budget_cannot_pay_says_what_was_spent_before_training(tmp_path, capsys):
+    """The refusal priced the step with the releases before it (DP modes, QUAIL's label model)
+    and named only the step's own settings as the remedy."""
+    args = run_args("patectgan", "adult", tmp_path / "run", 2, "--data.modes_epsilon", "0.3")
+    args[args.index("--epsilon") + 1] = "1.2"
+    assert main(args) != 0
+    err = capsys.readouterr().err
+    assert "a single training step would spend at least epsilon" in err
+    assert "Of that, 0.6 was spent before training (" in err  # 0.3, restated for replace-one
+    assert "a smaller --data.modes_epsilon" in err
+
+
 def layout(label=None):
     """Two continuous slots, then a 3-category column and a 2-category column."""
     return {

@@ -221,7 +221,7 @@ def check_cell_settings(size: Size, settings: Settings, skipped: dict[str, str])
         command = train_command(cell, size, settings)
         try:
             check_section_keys(build_config(command[command.index("train") + 1:]))
-        except (ConfigError, argparse.ArgumentError) as error:
+        except (ConfigError, argparse.ArgumentError, ValueError) as error:  # ValueError: a model without the strategy's slot
             at = f" / ε={epsilon_text(cell.epsilon)}" if cell.epsilon is not None else ""
             raise SystemExit(f"benchmark: the cells {cell.model} / {cell.dataset}{at} would be refused by train, "
                              f"before any of them runs: {error}") from None
