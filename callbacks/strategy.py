@@ -305,21 +305,26 @@ class PrivacyStrategy(L.Callback):
                 "labeler.release) with the labeler QUAIL.fit_labeler returned, before fit")
 
     def precision_refusal(self, precision: str) -> str | None:
-        """Why this strategy cannot train under a Trainer's ``precision``, or None. ``train``
-        asks before anything is written; ``setup`` again, for a Trainer built by hand."""
+        """Why this strategy cannot train under a Trainer's ``precision``, or None, with every
+        reason that applies (``16-mixed`` under clipping has two). ``train`` asks before anything
+        is written; ``setup`` again, for a Trainer built by hand."""
+        reasons = []
         if self.clips_gradients and precision not in FLOAT32_PRECISIONS:
-            return (f"trainer.precision {precision} cannot train under --privacy {self.name}: its "
-                    "per-record clipping bounds each record's effect only in float32 arithmetic (in bfloat16, rounding "
-                    "that scales with the whole batch moved a clipped sum by 1.2 times the bound when one record was "
-                    "removed), so the reported epsilon would understate the cost. Pass --trainer.precision 32-true (or "
-                    "drop the setting from the command line and the config file; Trainer(precision='32-true') as a "
-                    "library)")
+            reasons.append("its per-record clipping bounds each record's effect only in float32 arithmetic (in "
+                           "bfloat16, rounding that scales with the whole batch moved a clipped sum by 1.2 times the "
+                           "bound when one record was removed), so the reported epsilon would understate the cost")
         if precision in LOSS_SCALED_PRECISIONS:
-            return (f"trainer.precision {precision} cannot train a private model: its loss scaler skips the "
-                    "update of every network when one gradient overflows, so one record could decide whether a step "
-                    "happens (and, for teachers, change the others' training), which no accountant counts. "
-                    "Use --trainer.precision bf16-mixed (no loss scaler) or leave it out")
-        return None
+            reasons.append("its loss scaler skips the update of every network when one gradient overflows, so one "
+                           "record could decide whether a step happens (and, for teachers, change the others' "
+                           "training), which no accountant counts")
+        if not reasons:
+            return None
+        if self.clips_gradients:
+            return (f"trainer.precision {precision} cannot train under --privacy {self.name}: {'; and '.join(reasons)}. "
+                    "Pass --trainer.precision 32-true (or drop the setting from the command line and the config "
+                    "file; Trainer(precision='32-true') as a library)")
+        return (f"trainer.precision {precision} cannot train a private model: {reasons[0]}. "
+                "Use --trainer.precision bf16-mixed (no loss scaler) or leave it out")
 
     def _checked_delta(self, datamodule: Any) -> float:
         """The δ given, else the dataset's own default where it has one (Kaggle credit's 1e-6,

@@ -121,7 +121,8 @@ def _train_parser() -> argparse.ArgumentParser:
             "< configs/<model>_<dataset>_eps<E>.yaml (when the run's epsilon is E: --epsilon's, else a --config file's,\n"
             "else the presets' own) < --config FILE < flags < dotted overrides.\n"
             "A setting given twice with two values takes the last, with a note; --epsilon, --delta and --privacy\n"
-            "given two values, or one setting under two names (--batch-size, --data.batch_size), are refused.",
+            "given two values, or one setting under two names with two values (--batch-size, --data.batch_size),\n"
+            "are refused.",
         ]
     )
     parser = argparse.ArgumentParser(

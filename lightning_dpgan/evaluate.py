@@ -80,6 +80,12 @@ def warn(message: str) -> None:
     print(f"evaluate: warning: {message}", file=sys.stderr)
 
 
+def say_stage(text: str) -> None:
+    """One line as each stage of an evaluation starts: a table's 36 classifier fits take minutes
+    on a small machine, and an evaluation that printed nothing for them read as hung."""
+    print(f"evaluate: {text}", file=sys.stderr, flush=True)
+
+
 def read_run_file(path: Path, parse: Any) -> Any:
     """``parse`` of a run file's text; a damaged file (cut short, edited by hand) is refused by
     name, with the parser's first line, before any evaluation work."""
@@ -485,6 +491,7 @@ def _evaluate_images(run_dir: Path, datamodule: Any, held_out: Any, n: int | Non
     test_images, test_labels = held_out.tensors
     n = n or len(train_images)
     torch.manual_seed(seed)
+    say_stage(f"drawing {n} synthetic images")
     labels = module.balanced_labels(n)
     # drawn on the evaluation device (G-PATE's 60,000 images took 21 s on 2 CPU threads)
     synthetic = _as_published(draw_images(module, n, labels))
@@ -492,11 +499,13 @@ def _evaluate_images(run_dir: Path, datamodule: Any, held_out: Any, n: int | Non
     results: dict[str, Any] = {"synthetic_records": n}
     if labels is not None:
         _warn_of_classes_not_drawn(labels, module.num_classes)
+        say_stage(f"utility: the CNN, {cnn_epochs} epochs on the synthetic images, tested on the real ones")
         cnn = cnn_accuracy(synthetic, labels, test_images, test_labels, epochs=cnn_epochs, seed=seed, device=device)
         results.update({"utility/cnn_accuracy": cnn["accuracy"], "utility/cnn_epochs": cnn_epochs})
     else:  # said, or a --cnn-epochs given goes unused in silence
         warn("the generator draws unlabelled images (--model.conditional false): no CNN accuracy, which trains on "
              "labelled synthetic images; the membership attack alone is scored")
+    say_stage("risk: the membership attack")
     attack = membership_inference(synthetic, train_images, test_images, seed=seed)
     return {**results, **_risk(attack)}
 
@@ -538,7 +547,8 @@ def _evaluate_table(run_dir: Path, datamodule: Any, held_out: pd.DataFrame, seed
         figures[title] = _save(figure, run_dir, name)
 
     synthetic = read_synthetic_table(synthetic_path, datamodule.schema)
-    return evaluate_table(datamodule, synthetic, seed, save if figures is not None else None, held_out=held_out)
+    return evaluate_table(datamodule, synthetic, seed, save if figures is not None else None, held_out=held_out,
+                          progress=say_stage)
 
 
 def read_synthetic_table(path: Path, schema: Any) -> pd.DataFrame:
@@ -601,11 +611,12 @@ def refuse_unencodable(synthetic: pd.DataFrame, schema: Any) -> None:
 
 def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
                    save: Callable[[Any, str, str], None] | None = None,
-                   held_out: pd.DataFrame | None = None) -> dict[str, Any]:
+                   held_out: pd.DataFrame | None = None,
+                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The table measures of :func:`evaluate_run` for ``synthetic`` against the datamodule's
     real train split and ``held_out`` (default: its test split) (also used for tables made
     elsewhere: the benchmark's peers). ``save(figure, title, file_name)`` keeps the report
-    figures; without it none are drawn."""
+    figures; without it none are drawn. ``progress(stage)`` is told as each stage starts."""
     from lightning_dpgan.evaluation import fidelity
     from lightning_dpgan.evaluation.membership import membership_inference
     from lightning_dpgan.evaluation.ranking import feature_importance_agreement, synthetic_ranking_agreement
@@ -617,8 +628,10 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
     refuse_unencodable(synthetic, schema)
     real_train = datamodule.train_frame
     real_test = datamodule.test_frame if held_out is None else held_out
+    tell = progress or (lambda stage: None)
     results: dict[str, Any] = {"synthetic_records": len(synthetic)}
     if schema.label_kind == "continuous":
+        tell(f"utility: the regressors, trained on the real rows, then on the {len(synthetic)} synthetic ones")
         real = regression_utility(real_train, real_test, schema, seed=seed)
         synth = regression_utility(synthetic, real_test, schema, seed=seed)
         difference = utility_differences(real, synth)
@@ -630,6 +643,7 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
             for regressor, scores in result["per_regressor"].items():
                 results.update({f"utility/{kind}_{metric}/{regressor}": scores[metric] for metric in REGRESSION_METRICS})
     else:
+        tell(f"utility: the classifiers of settings A, B and C (real and {len(synthetic)} synthetic rows)")
         settings = settings_abc(real_train, synthetic, real_test, schema, seed=seed)
         _warn_of_unfitted_classifiers(settings)
         for name, count in _warn_of_a_thin_held_out_class(real_test, schema).items():
@@ -652,6 +666,7 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
                  "Classifiers trained on real vs synthetic data", "auroc.png")
     if schema.label_kind in ("binary", "continuous"):
         results["utility/feature_agreement"] = feature_importance_agreement(real_train, synthetic, schema)["agreement"]
+    tell("fidelity: the columns' distances, correlations and pMSE")
     wasserstein = fidelity.wasserstein_per_column(real_train, synthetic, schema)
     jsd = fidelity.jensen_shannon_per_column(real_train, synthetic, schema)
     propensity = fidelity.pmse(real_train, synthetic, schema, seed=seed)
@@ -675,6 +690,7 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
     if save is not None:
         save(marginals_figure(real_train, synthetic, schema), "Marginals, real vs synthetic", "marginals.png")
         save(correlation_figure(members.numpy(), released.numpy()), "Correlations of the encoded features", "correlations.png")
+    tell("risk: the membership attack")
     return {**results, **_risk(membership_inference(released, members, non_members, seed=seed))}
 
 

@@ -876,6 +876,16 @@ def test_a_vote_counting_strategy_refuses_only_a_loss_scaled_precision_at_setup(
     assert "float32 arithmetic" in DPSGD(noise_multiplier=1.0).precision_refusal("bf16-mixed")
 
 
+def test_a_clipping_strategy_gives_both_reasons_against_fp16():
+    """16-mixed breaks DP-SGD twice: bfloat16-sized rounding of the clipped sum and a loss scaler
+    that lets one record skip a step. The message gave only the first, where the README gives
+    the second."""
+    refusal = DPSGD(noise_multiplier=1.0).precision_refusal("16-mixed")
+    assert "float32 arithmetic" in refusal and "loss scaler" in refusal and "32-true" in refusal
+    assert "loss scaler" not in DPSGD(noise_multiplier=1.0).precision_refusal("bf16-mixed")
+    assert DPSGD(noise_multiplier=1.0).precision_refusal("32-true") is None
+
+
 def test_records_given_as_a_dataloader_are_refused_with_what_the_strategy_needs(tiny_image_data_dir, tmp_path):
     """DP-SGD counts the records and re-samples the batches; a DataLoader given as
     ``train_dataloaders`` ended in "'NoneType' object has no attribute 'train_dataset'"."""

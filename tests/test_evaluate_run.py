@@ -85,8 +85,17 @@ def test_attack_wins_against_a_generator_that_copies_its_training_records():
     assert membership_inference(members.clone(), members, non_members)["auc"] == 1.0
 
 
-def test_train_with_evaluate_writes_image_utility_and_risk(tiny_image_data_dir, tmp_path):
+def assert_stages_said(err: str, stages: list[str]) -> None:
+    """Each stage is said once, in this order: a long evaluation tells where it is."""
+    places = [err.find(stage) for stage in stages]
+    assert -1 not in places and places == sorted(places), err
+    assert all(err.count(stage) == 1 for stage in stages), err
+
+
+def test_train_with_evaluate_writes_image_utility_and_risk(tiny_image_data_dir, tmp_path, capsys):
     assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "run", steps=3) + ["--evaluate"]) == 0
+    assert_stages_said(capsys.readouterr().err, ["evaluate: drawing 160 synthetic images", "evaluate: utility: the CNN, 10 epochs",
+                                                 "evaluate: risk: the membership attack"])
     evaluation = read_json(tmp_path / "run" / "evaluation.json")
     assert 0.0 <= evaluation["utility/cnn_accuracy"] <= 1.0 and evaluation["utility/cnn_epochs"] == 10
     assert 0.0 <= evaluation["privacy_risk/mia_auc"] <= 1.0
@@ -299,13 +308,16 @@ def test_evaluation_draws_its_images_a_chunk_at_a_time_with_every_class_balanced
                                "utility/synthetic_r2/ridge", "fidelity/wasserstein/sqft_living"]),
     ],
 )
-def test_evaluate_a_table_run(tmp_path, dataset, fixture, keys):
+def test_evaluate_a_table_run(tmp_path, dataset, fixture, keys, capsys):
     run = tmp_path / "run"
     args = ["train", "--model", "gan", "--dataset", dataset, "--data-dir", str(FIXTURES / fixture), "--output-dir", str(run),
             "--max-steps", "3", "--batch-size", "8", "--trainer.enable_progress_bar", "false",
             "--trainer.enable_model_summary", "false"]
     assert main(args) == 0
+    capsys.readouterr()
     assert main(["evaluate", "--run", str(run)]) == 0
+    assert_stages_said(capsys.readouterr().err, ["evaluate: utility: the", "evaluate: fidelity:",
+                                                 "evaluate: risk: the membership attack"])
     evaluation = read_json(run / "evaluation.json")
     for key in [*keys, "fidelity/correlation_difference", "fidelity/pmse", "fidelity/pmse_cart_ratio",
                 "utility/feature_agreement", "privacy_risk/mia_auc"]:
