@@ -164,7 +164,8 @@ class DPSGD(CalibratedNoiseStrategy):
 
     def segment(self) -> dict[str, Any]:
         return {**super().segment(), "sampling": "poisson" if self.poisson_sampling else "shuffle",
-                "max_grad_norm": self.max_grad_norm, "train_records": self.train_records}
+                "max_grad_norm": self.max_grad_norm, "train_records": self.train_records,
+                "grad_sample_mode": self.mechanism.mode}
 
     def charges_for(self, train_steps: int) -> int:
         """Every training step takes one private critic step: one subsampled Gaussian charge."""
@@ -175,15 +176,18 @@ class DPSGD(CalibratedNoiseStrategy):
 
     def report_parameters(self) -> dict[str, Any]:
         last = self.last_step_params()
+        segments = self.segments()
+        # the last segment that took steps (a resume that took none adds no segment), not this
+        # resume's settings: the report's top level is the last step's
+        taken = {**self.segment(), **segments[-1]}
         report = {
             "noise_multiplier": last["noise_multiplier"],
             "sample_rate": last["sample_rate"],
-            "max_grad_norm": self.max_grad_norm,
-            "sampling": "poisson" if self.poisson_sampling else "shuffle",
-            "grad_sample_mode": self.mechanism.mode,
-            "calibrated_for_steps": self.calibrated_for_steps,
+            "max_grad_norm": taken["max_grad_norm"],
+            "sampling": taken["sampling"],
+            "grad_sample_mode": taken["grad_sample_mode"],
+            "calibrated_for_steps": self.noise_state()["calibrated_for_steps"],
         }
-        segments = self.segments()
         shuffled = [str(segment["from_step"]) for segment in segments if segment.get("sampling") == "shuffle"]
         if shuffled:  # in any segment: the guarantee is that of its weakest part
             where = "" if len(segments) == 1 else f" in the segment(s) from step {', '.join(shuffled)}"

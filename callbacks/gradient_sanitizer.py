@@ -397,7 +397,7 @@ class GradientSanitizer(CalibratedNoiseStrategy):
             "max_norm": self.max_norm,
             "generated_batch_size": last.get("generated_batch_size", self.generated_batch_size),
             "effective_noise_multiplier": effective,
-            "calibrated_for_steps": self.calibrated_for_steps,
+            "calibrated_for_steps": self.noise_state()["calibrated_for_steps"],
             "generator_steps": len(self.accountant),
             "num_critics": self.num_critics,
         }

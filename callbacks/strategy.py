@@ -425,6 +425,12 @@ class PrivacyStrategy(L.Callback):
         if segments is None and self.steps_taken() > 0:  # a checkpoint from before segments were kept
             segments = [{"from_step": 0, "noise_source": "not recorded (a checkpoint from before segments were kept)"}]
         self.earlier_segments = [dict(segment) for segment in segments or []]
+        self.charged_at_start = self.steps_taken()  # again at on_train_start; known here for a refusal before it
+
+    def charged_nothing_since_resume(self) -> bool:
+        """Whether this process resumed a checkpoint and has charged no step since (its first
+        step refused, or its limit already reached): its settings then describe no step taken."""
+        return bool(self.earlier_segments) and self.steps_taken() <= self.charged_at_start
 
     def segment(self) -> dict[str, Any]:
         """What this process's training segment ran with that the accountant's history does not
@@ -436,7 +442,7 @@ class PrivacyStrategy(L.Callback):
     def segments(self) -> list[dict[str, Any]]:
         """The earlier segments (from the checkpoint) and this one, unless it charged nothing
         after a resume (a resume that took no step adds no segment)."""
-        if self.earlier_segments and self.steps_taken() <= self.charged_at_start:
+        if self.charged_nothing_since_resume():
             return list(self.earlier_segments)
         return [*self.earlier_segments, self.segment()]
 
@@ -618,17 +624,29 @@ class CalibratedNoiseStrategy(PrivacyStrategy):
         self.noise_multiplier = noise_multiplier
         self.noise_multiplier_given = noise_multiplier is not None
         self.calibrated_for_steps: int | None = None
+        #: the checkpoint's noise multiplier and calibration, on resume
+        self.resumed_noise: dict[str, Any] | None = None
         self.mechanism: Any = None
 
+    def noise_state(self) -> dict[str, Any]:
+        """The noise multiplier and the steps it was calibrated for, as the checkpoint keeps them:
+        the resumed checkpoint's while this process has charged nothing. A resume refused at its
+        first step, with another --privacy.noise_multiplier, rewrote the checkpoint with a σ that
+        noised no step, and the σ the budget was calibrated for was lost to later resumes."""
+        if self.resumed_noise is not None and self.charged_nothing_since_resume():
+            return dict(self.resumed_noise)
+        return {"noise_multiplier": self.noise_multiplier, "calibrated_for_steps": self.calibrated_for_steps}
+
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "noise_multiplier": self.noise_multiplier,
-                "calibrated_for_steps": self.calibrated_for_steps}
+        return {**super().state_dict(), **self.noise_state()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume with the checkpoint's noise multiplier, unless the user set one now.
 
         Runs before the optimizers are built, so the restored value is the one used."""
         super().load_state_dict(state_dict)
+        self.resumed_noise = {"noise_multiplier": state_dict.get("noise_multiplier"),
+                              "calibrated_for_steps": state_dict.get("calibrated_for_steps")}
         if not self.noise_multiplier_given:
             self.noise_multiplier = validate_positive("noise_multiplier in the checkpoint", state_dict.get("noise_multiplier"))
             self.calibrated_for_steps = state_dict.get("calibrated_for_steps")

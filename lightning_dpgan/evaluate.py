@@ -251,11 +251,12 @@ def checkpoint_of_this_run(run_dir: Path, config: dict[str, Any]) -> dict[str, A
     the folder has no checkpoint (the callers that need one say so)."""
     from lightning_dpgan.python_run_info import refuse_outside_python
     from lightning_dpgan.run import model_name
-    from lightning_dpgan.sampling import read_run_info
+    from lightning_dpgan.sampling import read_run_info, verify_checkpoint_bytes
 
     checkpoint = run_dir / LAST_CHECKPOINT
     if not checkpoint.is_file():
         return None
+    verify_checkpoint_bytes(checkpoint)  # a table run trusts its schema, split, digest and spend, unread otherwise
     info = read_run_info(checkpoint)
     refuse_outside_python(info, checkpoint, "evaluate")
 
@@ -343,6 +344,10 @@ def _sole_evaluation(run_dir: Path) -> Iterator[None]:
 NOT_COVERED_BY_EPSILON = ("these measures are read from the real rows without noise: not covered by epsilon (the "
                           "epsilon and delta here are the synthetic data's). Keep this file with the data holder; "
                           "do not publish it")
+#: The note of a run without privacy.json (interrupted, or failed): there are no figures to point at.
+NOT_COVERED_NO_FIGURES = ("these measures are read from the real rows without noise: not covered by any epsilon "
+                          "(this run has no privacy.json, so none is stated here). Keep this file with the data holder; "
+                          "do not publish it")
 
 
 #: epochs of G-PATE's evaluation CNN on an image run's synthetic images (``--cnn-epochs``)
@@ -377,7 +382,11 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
     else:
         results = _evaluate_table(run_dir, datamodule, held_out, seed, figures if report else None)
     results["held_out_split"] = split
-    results["privacy_note"] = NOT_COVERED_BY_EPSILON
+    # what the figures were drawn with: another seed moves every one (the CNN, the classifiers, the attack)
+    results["seed"] = seed
+    if getattr(datamodule, "kind", "image") == "image":
+        results["device"] = device
+    results["privacy_note"] = NOT_COVERED_BY_EPSILON if privacy is not None else NOT_COVERED_NO_FIGURES
     if privacy is not None:
         results = {"epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"), **results}
     else:  # an interrupted or failed run: its report must not read as a finished one's
@@ -454,7 +463,7 @@ def _warn_of_unfitted_classifiers(settings: dict[str, Any]) -> None:
         if unfitted:
             listed = "; ".join(f"{name} {reason}" for name, reason in unfitted.items())
             warn(f"setting {setting}: {listed}. Each is scored as a constant prediction "
-                 "(AUROC 0.5), kept in the averages")
+                 "(AUROC 0.5; undefined where the test rows hold one class), kept in the averages")
 
 
 def _publish_figures(run_dir: Path) -> None:

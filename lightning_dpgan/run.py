@@ -14,6 +14,7 @@ from typing import Any
 
 import lightning as L
 import torch
+import yaml
 from lightning.pytorch.callbacks import LambdaCallback
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.strategies import StrategyRegistry
@@ -51,7 +52,7 @@ from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.outputs import write_csv_chunks, write_json, write_png, write_torch, write_yaml
 from lightning_dpgan.privacy.validation import validate_delta
 from lightning_dpgan.python_run_info import table_decoding_info
-from lightning_dpgan.run_folder import LAST_CHECKPOINT, RELEASED_SCHEMA, continue_command, data_files
+from lightning_dpgan.run_folder import LAST_CHECKPOINT, RELEASED_SCHEMA, continue_command, data_files, data_folders
 from lightning_dpgan.sampling import read_run_info, resume_checkpoint, synthetic_row_chunks, table_labeler
 from lightning_dpgan.versions import software_versions
 
@@ -166,9 +167,12 @@ def check_same_preprocessing_cost(current: dict[str, Any], saved: dict[str, Any]
 #: datamodule settings that shape what a table's DP preprocessing released: the estimated schema
 #: of a CSV without a schema file, and the DP modes. A resume reuses the checkpoint's release, so
 #: another value would go unused. (``calibrate_marginals`` post-processes the release on resume
-#: too, and is the resuming run's to choose.)
+#: too, and is the resuming run's to choose.) The DP modes were fitted to the columns' declared
+#: roles as well: another ``log_columns`` leaves the encoding's layout as it was, and went unused
+#: while config.yaml recorded it.
 SCHEMA_RELEASE_SETTINGS = ("bounds_epsilon", "bounds_delta")
-MODES_RELEASE_SETTINGS = ("modes_epsilon", "max_modes", "histogram_bins", "histogram_threshold")
+MODES_RELEASE_SETTINGS = ("modes_epsilon", "max_modes", "histogram_bins", "histogram_threshold", "log_columns", "mixed",
+                          "discrete_columns")
 
 
 def release_settings(datamodule: Any, quail: Any) -> dict[str, Any]:
@@ -200,7 +204,9 @@ def flag_for(dotted: str) -> str:
 
 
 def as_flag_value(value: Any) -> str:
-    """``value`` as a flag takes it: ``true``, ``a,b`` (``[]`` for none), ``0.1``."""
+    """``value`` as a flag takes it: ``true``, ``a,b`` (``[]`` for none), ``0.1``, ``{a: [0.0]}``."""
+    if isinstance(value, dict):
+        return yaml.safe_dump(value, default_flow_style=True).strip()
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (list, tuple)):
@@ -745,13 +751,14 @@ class Run:
 
     def _record_lineage(self, trainer: L.Trainer, module: Any) -> None:
         """Into the module's run information, once a resumed checkpoint's has been loaded over it:
-        the runs training went through, the files this run read its records and schema from
-        (``sample --out`` refuses them, even where the run's config.yaml is gone), and an image
+        the runs training went through, the files and the data folder this run read its records and
+        schema from (``sample --out`` refuses them, even where the run's config.yaml is gone), and an image
         run's digest of its training images."""
         module.run_info["lineage"] = [dict(segment) for segment in self.lineage]
         if self.is_image:  # read only now: Lightning downloads the files (prepare_data) as fit starts
             module.run_info["train_rows_digest"] = self.datamodule.train_rows_digest()
         module.run_info["data_files"] = data_files(self.config["data"])
+        module.run_info["data_folders"] = data_folders(self.datamodule)
 
     def _write_config(self, trainer: L.Trainer, module: Any) -> None:
         if trainer.is_global_zero:

@@ -67,6 +67,15 @@ def data_files(settings: Mapping[str, Any]) -> list[str]:
             if isinstance(settings.get(key), (str, os.PathLike))]
 
 
+def data_folders(datamodule: Any) -> list[str]:
+    """The folder a built-in dataset's files were read from (``--data-dir``, or
+    ``$LIGHTNING_DPGAN_DATA_DIR``), absolute, or none: kept in the checkpoint, so that ``sample
+    --out --overwrite`` refuses to replace a file there (a user's only copy of King's Kaggle file
+    was replaced by five synthetic rows)."""
+    folder = getattr(datamodule, "data_dir", None)
+    return [str(Path(folder).expanduser().resolve())] if isinstance(folder, (str, os.PathLike)) else []
+
+
 def held_run_files(folder: Path) -> list[str]:
     """The run files ``folder`` holds (none if it does not exist)."""
     return [name for name in MARKERS if (folder / name).exists()] if folder.is_dir() else []

@@ -295,6 +295,17 @@ def recorded_data_files(checkpoint: Path) -> list[Path] | None:
     return [Path(file) for file in kept or []] + (named or [])
 
 
+def recorded_data_folders(checkpoint: Path) -> list[Path]:
+    """The folders a checkpoint's run read a built-in dataset's files from: the one the checkpoint
+    keeps, and the ``data.data_dir`` its run's config.yaml records."""
+    kept = [Path(folder) for folder in read_run_info(checkpoint).get("data_folders") or []]
+    try:
+        named = yaml.safe_load((run_of(checkpoint) / "config.yaml").read_text())["data"].get("data_dir")
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, TypeError, KeyError, AttributeError):
+        named = None
+    return kept + ([Path(named).expanduser()] if isinstance(named, str) else [])
+
+
 def run_of(checkpoint: Path) -> Path:
     """The run folder a checkpoint lies in (``RUN/checkpoints/last.ckpt``), however it was given."""
     return checkpoint.expanduser().resolve().parent.parent
@@ -304,9 +315,16 @@ def refuse_the_runs_own_data(out: Path, checkpoint: Path, overwrite: bool = Fals
     """``--out`` may not be the file the run trained on, nor its schema file: with
     ``--overwrite`` a slip of the path would replace the private records (or the columns they
     are read with) by synthetic ones, which nothing could undo. Where the run's files cannot be
-    told, a CSV run's ``--overwrite`` of an existing file is refused. (A built-in dataset's files
-    are checksummed and downloaded again.)"""
+    told, a CSV run's ``--overwrite`` of an existing file is refused. Nor may ``--overwrite``
+    replace a file in the folder a built-in dataset was read from: a download is checksummed
+    and can be fetched again, but the user's own copy there may be the only one (King's Kaggle
+    original needs a login)."""
     target = out.expanduser().resolve()
+    if overwrite and target.is_file():
+        for folder in recorded_data_folders(checkpoint):
+            if target.is_relative_to(folder.resolve()):
+                raise ValueError(f"--out {out} is in {folder}, the folder the run read its data from (--data-dir): "
+                                 "--overwrite might replace the real records. Give a file elsewhere")
     files = recorded_data_files(checkpoint)
     if files is None:
         if overwrite and target.is_file() and read_run_info(checkpoint).get("dataset") == "csv":

@@ -1172,6 +1172,34 @@ def test_sample_refuses_the_csv_a_run_trained_on_after_its_config_is_gone(tmp_pa
     assert csv.read_bytes() == before
 
 
+def test_evaluate_refuses_a_table_runs_checkpoint_whose_bytes_changed(tmp_path, capsys):
+    """A table run is scored on its synthetic.csv, so its networks are never loaded, but its
+    checkpoint's run information (schema, split, training rows' digest, spend) is trusted: a
+    flipped bit there was scored, where sample and an image run's evaluate refused it."""
+    run = tmp_path / "run"
+    assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(Path(__file__).parent / "fixtures" /
+                 "adult_tiny"), "--output-dir", str(run), "--max-steps", "2", "--trainer.enable_progress_bar", "false"]) == 0
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    checkpoint.write_bytes(with_a_bit_flipped_in_its_largest_tensor(checkpoint))
+    assert_refused(["evaluate", "--run", str(run)], capsys, "does not match the checksum it was written with")
+    assert not (run / "evaluation.json").exists()
+
+
+def test_sample_refuses_to_replace_a_built_in_datasets_file_in_the_data_dir(tmp_path, capsys):
+    """King's file in --data-dir (the Kaggle original needs a login) was replaced by synthetic
+    rows with sample --out FILE --overwrite: train keeps the folder it read, in the checkpoint."""
+    data = tmp_path / "data"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "king_tiny", data / "king")
+    original = data / "king" / "kc_house_data.csv"
+    assert main(["train", "--model", "gan", "--dataset", "king", "--data-dir", str(data), "--output-dir",
+                 str(tmp_path / "run"), "--max-steps", "2", "--trainer.enable_progress_bar", "false"]) == 0
+    (tmp_path / "run" / "config.yaml").unlink()  # the checkpoint alone names the folder
+    before = original.read_bytes()
+    assert_refused(["sample", "--checkpoint", str(tmp_path / "run" / "checkpoints" / "last.ckpt"), "-n", "5",
+                    "--out", str(original), "--overwrite"], capsys, "the folder the run read its data from")
+    assert original.read_bytes() == before
+
+
 def test_a_table_the_disk_has_no_room_for_is_refused_before_writing(tmp_path, capsys, schema_file, monkeypatch):
     import shutil as shutil_module
 

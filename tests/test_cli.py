@@ -602,6 +602,9 @@ def test_evaluating_a_run_without_its_privacy_report_warns(tmp_path, capsys):
     (run / "privacy.json").unlink()
     assert main(["evaluate", "--run", str(run)]) == 0
     assert "has no privacy.json" in capsys.readouterr().err
+    evaluation = read_json(run / "evaluation.json")  # its note points at no figures it lacks
+    assert "epsilon" not in evaluation and "epsilon and delta here" not in evaluation["privacy_note"]
+    assert "not covered by any epsilon" in evaluation["privacy_note"]
 
 
 def test_a_budget_preprocessing_uses_up_names_the_parts_and_the_settings_that_spend_them(tmp_path, capsys):

@@ -160,7 +160,9 @@ def test_a_resume_records_the_settings_of_the_dp_modes_it_reuses_not_its_own(tmp
     """The checkpoint's DP modes are reused at no further cost: a resume's --data.modes_epsilon
     0.5 went unused while its config.yaml recorded it, as if the modes had been estimated again.
     It gives way to the checkpoint's 0.1, which config.yaml records, with a note; a setting that
-    post-processes the release (calibrate_marginals) stays the resuming run's own."""
+    post-processes the release (calibrate_marginals) stays the resuming run's own. So do the
+    column roles the modes were fitted to: another --data.log_columns leaves the layout as it
+    was, and went unused in silence."""
     import yaml
 
     first = tmp_path / "first"
@@ -168,13 +170,16 @@ def test_a_resume_records_the_settings_of_the_dp_modes_it_reuses_not_its_own(tmp
     resume = ("--resume", str(first / "checkpoints" / "last.ckpt"))
     other = tmp_path / "other"
     assert main(run_args("dpctgan", "king", other, 4, *resume, "--data.modes_epsilon", "0.5",
-                         "--data.histogram_threshold", "3", "--data.calibrate_marginals", "true")) == 0
+                         "--data.histogram_threshold", "3", "--data.calibrate_marginals", "true",
+                         "--data.log_columns", "price")) == 0
     err = capsys.readouterr().err
     trained = yaml.safe_load((first / "config.yaml").read_text())["data"]  # the preset's threshold
     assert f"train: note: --data.modes_epsilon 0.5 ({SET_BY}) gave way to the checkpoint's 0.1" in err
     assert f"--data.histogram_threshold 3 ({SET_BY}) gave way to the checkpoint's {trained['histogram_threshold']}" in err
     assert "calibrate_marginals" not in err
+    assert f"--data.log_columns price ({SET_BY}) gave way to the checkpoint's price,sqft_lot,sqft_lot15" in err
     recorded = yaml.safe_load((other / "config.yaml").read_text())["data"]
+    assert recorded["log_columns"] == ["price", "sqft_lot", "sqft_lot15"]
     assert (recorded["modes_epsilon"], recorded["histogram_threshold"]) == (0.1, trained["histogram_threshold"])
     assert recorded["calibrate_marginals"] is True
     assert read_json(other / "privacy.json")["preprocessing"]["epsilon"] == pytest.approx(0.1)

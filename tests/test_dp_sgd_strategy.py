@@ -122,6 +122,30 @@ def test_resume_keeps_the_calibrated_noise(tiny_image_data_dir, tmp_path):
     assert second["epsilon"] <= 6 and second["steps"] >= first["steps"]
 
 
+def test_a_resume_that_takes_no_step_keeps_the_checkpoints_noise_and_reports_the_last_steps_settings(
+        tiny_image_data_dir, tmp_path):
+    """A resume refused at its first step (σ 0.3 would pass the target at once) rewrites the
+    checkpoint: it kept its own σ, and the calibrated σ was lost to the next resume, which then
+    trained at 0.3; and privacy.json's clip norm was the refused resume's, not the last step's."""
+    assert dpgan(tiny_image_data_dir, tmp_path / "a", 4, "--epsilon", "6", "--delta", "1e-4") == 0
+    first = read_json(tmp_path / "a" / "privacy.json")
+    assert first["calibrated_for_steps"] == 4
+    assert dpgan(tiny_image_data_dir, tmp_path / "b", 8, "--epsilon", "6", "--delta", "1e-4",
+                 "--privacy.noise_multiplier", "0.3", "--privacy.max_grad_norm", "2", "--privacy.poisson_sampling", "false",
+                 "--resume", str(tmp_path / "a" / "checkpoints" / "last.ckpt")) == 0
+    refused = read_json(tmp_path / "b" / "privacy.json")
+    assert refused["steps"] == 4 and refused["epsilon"] == first["epsilon"]
+    for key in ("noise_multiplier", "max_grad_norm", "sampling", "grad_sample_mode", "calibrated_for_steps"):
+        assert refused[key] == first[key], key
+    checkpoint = torch.load(tmp_path / "b" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    (state,) = [value for key, value in checkpoint["callbacks"].items() if "DPSGD" in key]
+    assert (state["noise_multiplier"], state["calibrated_for_steps"]) == (first["noise_multiplier"], 4)
+    assert dpgan(tiny_image_data_dir, tmp_path / "c", 6, "--epsilon", "20", "--delta", "1e-4",
+                 "--resume", str(tmp_path / "b" / "checkpoints" / "last.ckpt")) == 0
+    resumed = read_json(tmp_path / "c" / "privacy.json")
+    assert resumed["steps"] == 6 and resumed["noise_multiplier"] == first["noise_multiplier"]
+
+
 def test_a_resume_under_a_larger_target_draws_the_noise_it_charges(tiny_image_data_dir, tmp_path, monkeypatch):
     """The checkpoint's sigma must reach the optimizer that draws the noise, not only the report
     and the accountant: recalibrated for the larger target it would be smaller than what is charged."""

@@ -210,7 +210,8 @@ def test_evaluate_trains_the_cnn_on_its_schedule_and_tests_it_on_the_test_images
     assert main(["evaluate", "--run", str(run), "--data-dir", str(tiny_image_data_dir), "-n", "20",
                  "--cnn-epochs", "2", "--seed", "7"]) == 0
     assert seen["epochs"] == 2 and seen["seed"] == 7
-    assert read_json(run / "evaluation.json")["utility/cnn_epochs"] == 2
+    evaluation = read_json(run / "evaluation.json")
+    assert evaluation["utility/cnn_epochs"] == 2 and (evaluation["seed"], evaluation["device"]) == (7, "cpu")
     real = MNISTDataModule(data_dir=tiny_image_data_dir, verify_checksums=False)
     real.prepare_data()
     real.setup()
@@ -371,6 +372,7 @@ def test_an_evaluation_that_fails_midway_leaves_the_earlier_one_whole(tmp_path, 
     capsys.readouterr()
     assert main(["evaluate", "--run", str(run), "--seed", "7"]) == 0
     assert "replaced the earlier evaluation.json and report.md" in capsys.readouterr().err
+    assert read_json(run / "evaluation.json")["seed"] == 7 and "device" not in read_json(run / "evaluation.json")
     assert (run / "evaluation.json").read_bytes() != before["evaluation.json"]
 
 

@@ -420,7 +420,7 @@ def test_a_classifier_that_predicts_the_same_for_every_row_scores_as_a_constant(
     train = pd.concat([one_row] * 10, ignore_index=True).assign(y=["yes"] * 5 + ["no"] * 5)
     scores = classification_utility(train, make_table(200, 12), SCHEMA, {name: CLASSIFIERS[name]})["per_classifier"][name]
     assert scores["auroc"] == 0.5
-    assert scores["degenerate_reason"] == "the same prediction for every test row"
+    assert scores["degenerate_reason"] == "gave the same prediction for every test row"
 
 
 def test_probabilities_apart_by_more_than_rounding_stay_a_ranking() -> None:

@@ -241,6 +241,31 @@ def test_the_runs_own_data_is_never_written_over_when_its_config_is_gone(tmp_pat
     assert len(pd.read_csv(sample_to_file(builtin, 5, other, overwrite=True))) == 5  # its files are checksummed
 
 
+def test_a_file_in_the_folder_a_built_in_dataset_was_read_from_is_never_replaced(tmp_path, monkeypatch):
+    """King's Kaggle file in --data-dir (its original needs a login) was replaced by five synthetic
+    rows with --overwrite: only a CSV run's files were guarded. The folder is kept in the
+    checkpoint and named by config.yaml; a new file there, or a file elsewhere, is still written."""
+    monkeypatch.setattr(sampling, "load_module", lambda path: TableModule())
+    data = tmp_path / "data"
+    (data / "king").mkdir(parents=True)
+    original = data / "king" / "kc_house_data.csv"
+    original.write_text("the user's only copy\n")
+    run = {"model": "gan", "dataset": "king", "schema": SCHEMA.to_dict(), "data_files": []}
+    kept = fake_checkpoint(tmp_path / "kept.ckpt", {**run, "data_folders": [str(data)]})
+    with pytest.raises(ValueError, match="the folder the run read its data from"):
+        sample_to_file(kept, 5, original, overwrite=True)
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "config.yaml").write_text(f"data:\n  name: king\n  data_dir: {data}\n")
+    named = fake_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt", run)
+    with pytest.raises(ValueError, match="the folder the run read its data from"):
+        sample_to_file(named, 5, original, overwrite=True)
+    assert original.read_text() == "the user's only copy\n"
+    assert len(pd.read_csv(sample_to_file(kept, 5, data / "synthetic.csv"))) == 5  # new: nothing to lose
+    elsewhere = tmp_path / "elsewhere.csv"
+    elsewhere.write_text("old\n")
+    assert len(pd.read_csv(sample_to_file(kept, 5, elsewhere, overwrite=True))) == 5
+
+
 def test_a_config_yaml_that_is_not_utf8_does_not_stop_sample_and_the_checkpoints_files_stay_guarded(tmp_path, monkeypatch):
     """config.yaml is read only to name the run's data files, which the checkpoint keeps too: one
     byte of Latin-1 in it (an editor's save) stopped `sample` with a bare codec error."""

@@ -209,7 +209,7 @@ def _fit_predict_proba(
     fitted, constant = _without_rounding_noise(fitted)
     proba = np.zeros((len(x_test), n_classes))
     proba[:, present] = fitted
-    return proba, "the same prediction for every test row" if constant else None
+    return proba, "gave the same prediction for every test row" if constant else None
 
 
 #: A class's probabilities that differ across the test rows by no more than this many float64
