@@ -256,8 +256,8 @@ def checkpoint_of_this_run(run_dir: Path, config: dict[str, Any]) -> dict[str, A
     checkpoint = run_dir / LAST_CHECKPOINT
     if not checkpoint.is_file():
         return None
-    verify_checkpoint_bytes(checkpoint)  # a table run trusts its schema, split, digest and spend, unread otherwise
     info = read_run_info(checkpoint)
+    verify_checkpoint_bytes(checkpoint)  # a table run trusts its schema, split, digest and spend, unread otherwise
     refuse_outside_python(info, checkpoint, "evaluate")
 
     def described(model: Any, dataset: Any, quail: bool) -> str:
