@@ -322,6 +322,7 @@ def build_config(argv: list[str]) -> dict[str, Any]:
     flags = {key: value for key, value in vars(args).items() if key != "config"}
     overrides = parse_overrides(extra)
     config = resolve(flags, overrides, config_file=args.config, notes=notes)
+    drop_the_files_schema_estimate(config, overrides, args.config, notes)
     if config.get("resume") and flags.get("epsilon") is None and not (args.config and "epsilon" in load_yaml(args.config)):
         target = _checkpoints_other_target(config, notes)
         if target is not None:  # resolved again: the presets that apply depend on the target (an _eps0.1 preset)
@@ -334,6 +335,28 @@ def build_config(argv: list[str]) -> dict[str, Any]:
             raise ConfigError(f"--{kind} is required{_resume_hint(config.get('resume'))}. "
                               f"Valid {kind} names: {', '.join(registry.TABLES[kind])}.")
     return config
+
+
+#: a csv run's settings of the DP estimate of its schema, which a schema file makes void
+SCHEMA_ESTIMATE_SETTINGS = ("bounds_epsilon", "bounds_delta", "categorical", "integer", "drop")
+
+
+def drop_the_files_schema_estimate(config: dict[str, Any], overrides: dict[str, Any], config_file: str | None,
+                                   notes: list[str]) -> None:
+    """``--data.schema FILE`` over the ``--config`` of a csv run that estimated its schema (the
+    README's way to reuse that run's ``released_schema.yaml``): the file's estimate settings are
+    dropped, with a note. They were refused, naming flags the user never typed. Given on the
+    command line as well, they stay, and the datamodule refuses them by name."""
+    if config["data"].get("name") != "csv" or overrides.get("data.schema") is None or not config_file:
+        return
+    recorded = load_yaml(config_file).get("data") or {}
+    dropped = [key for key in SCHEMA_ESTIMATE_SETTINGS
+               if recorded.get(key) not in (None, []) and f"data.{key}" not in overrides]
+    for key in dropped:
+        config["data"][key] = None
+    if dropped:
+        notes.append(f"--data.schema gives the columns, so {config_file}'s settings of the schema's DP estimate "
+                     f"({', '.join('data.' + key for key in dropped)}) are dropped: nothing is estimated or spent")
 
 
 def _checkpoints_other_target(config: dict[str, Any], notes: list[str]) -> float | None:

@@ -1009,17 +1009,20 @@ class Run:
         message = "no generator update was taken: the saved generator and its samples are its random initialisation"
         every = self.module.hparams.get("discriminator_steps", 1)
         if self.module.train_steps > 0 and self.module.generator_updates == 0:
-            epsilon = 0.0 if self.strategy is None else self.strategy.epsilon()
-            spent = f" (and spent epsilon {epsilon:.4g} on them all the same)" if epsilon > 0 else ""
+            # training's own spend: what preprocessing and QUAIL's label model spent was not for these steps
+            epsilon = 0.0 if self.strategy is None else self.strategy.training_epsilon()
+            spent = f" (and spent epsilon {epsilon:.4g} of training's budget on them all the same)" if epsilon > 0 else ""
             return (f"{message}. The generator steps once every {every} training steps (--model.discriminator_steps), "
                     f"and the run took {self.module.train_steps}{spent}: train for more steps")
         refusal = None if self.strategy is None else self.strategy.refusal
         if refusal is None:  # stopped for another reason (e.g. --trainer.max_time)
             return message
         spent = self.strategy.training_epsilon()
+        share = (f", or leave the synthesizer more of it (a --quail-split below {self.quail.split:g}, the label "
+                 "model's share)") if self.quail is not None else ""
         return (f"{message}. The privacy budget ran out within the first step ({refusal}; epsilon {spent:.4g} "
-                f"spent on training, of --epsilon {self.strategy.target_epsilon:g}): raise --epsilon, or make each step "
-                "cheaper (fewer queries, more noise, or for PATE more teachers; see --privacy.* in --help)")
+                f"spent on training, of --epsilon {self.strategy.target_epsilon:g}): raise --epsilon{share}, or make "
+                "each step cheaper (fewer queries, more noise, or for PATE more teachers; see --privacy.* in --help)")
 
     def _count_steps_per_rank(self, trainer: L.Trainer, module: Any) -> None:
         """Every process's training steps (under DDP they must all stop at the same one)."""

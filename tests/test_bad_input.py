@@ -542,6 +542,27 @@ def test_a_dp_schema_budget_beside_a_schema_file_is_refused_not_ignored(tmp_path
     assert (estimated.bounds_epsilon, estimated.bounds_delta) == (DEFAULT_BOUNDS_EPSILON, DEFAULT_BOUNDS_DELTA) == (0.1, 1e-6)
 
 
+def test_a_released_schema_given_over_its_runs_config_replaces_the_estimate_settings_with_a_note(tmp_path, capsys):
+    """The README's reuse of released_schema.yaml, --config RUN/config.yaml --data.schema
+    RUN/released_schema.yaml, was refused twice for settings of the estimate the user never typed
+    (config.yaml's bounds budget, then its categorical columns). Typed again beside the schema,
+    they are still refused."""
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame)
+    first = tmp_path / "first"
+    assert main(csv_args(csv, first, None)) == 0
+    released = first / "released_schema.yaml"
+    again = ["train", "--config", str(first / "config.yaml"), "--data.schema", str(released), "--output-dir",
+             str(tmp_path / "again")]
+    capsys.readouterr()
+    assert main(again) == 0
+    note = capsys.readouterr().err
+    assert "settings of the schema's DP estimate (data.bounds_epsilon, data.categorical) are dropped" in note
+    recorded = yaml.safe_load((tmp_path / "again" / "config.yaml").read_text())["data"]
+    assert not recorded.get("bounds_epsilon") and not recorded.get("categorical")
+    assert_refused(again[:-1] + [str(tmp_path / "third"), "--data.bounds_epsilon", "5"], capsys,
+                   "--data.bounds_epsilon sets", "nothing would be spent")
+
+
 def test_a_run_whose_config_recorded_the_unused_estimate_budget_beside_its_schema_file_still_evaluates(tmp_path, schema_file):
     """A run trained before the refusal with --data.bounds_epsilon/--data.bounds_delta beside its
     schema file recorded them (unused) in config.yaml; evaluate rebuilds its datamodule without them."""

@@ -185,6 +185,18 @@ def test_a_resume_records_the_settings_of_the_dp_modes_it_reuses_not_its_own(tmp
     assert read_json(other / "privacy.json")["preprocessing"]["epsilon"] == pytest.approx(0.1)
 
 
+def test_a_run_too_short_for_a_generator_step_names_trainings_spend_not_the_modes(tmp_path, capsys):
+    """Two critic steps and no generator step: the warning said the total (the DP modes' 0.1
+    included, and under QUAIL the label model's) was spent "on them", the critic steps."""
+    run = tmp_path / "run"
+    assert main(run_args("dpctgan", "adult", run, 2, "--model.discriminator_steps", "5")) == 0
+    report = read_json(run / "privacy.json")
+    assert report["preprocessing"]["epsilon"] > 0
+    warning = capsys.readouterr().err.split("no generator update was taken")[1]
+    assert f"spent epsilon {report['epsilon_training']:.4g} of training's budget on them" in warning
+    assert f"{report['epsilon']:.4g}" not in warning
+
+
 def test_models_that_need_the_mode_specific_encoding_refuse_images_and_other_encodings(tmp_path, capsys):
     assert main(run_args("dpctgan", "adult", tmp_path / "a", 4, "--data.encoding", "minmax")) != 0
     assert "needs --data.encoding mode-specific" in capsys.readouterr().err

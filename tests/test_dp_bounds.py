@@ -223,8 +223,19 @@ def test_infer_schema_refuses_nans():
 def test_a_binary_label_whose_rare_class_is_not_released_asks_for_a_schema_file():
     frame = make_frame(400)
     frame["fraud"] = [1] * 3 + [0] * 397
-    with pytest.raises(SchemaError, match="schema file"):
+    with pytest.raises(SchemaError, match="schema file") as refused:
         infer_schema_dp(frame, "fraud", ["city"], epsilon=1.0, delta=1e-6, label_kind="binary", rng=np.random.default_rng(11))
+    assert "count --data.bounds_epsilon and --data.bounds_delta as spent" in str(refused.value)  # the verdict is a release
+
+
+def test_a_column_none_of_whose_categories_is_released_says_the_estimate_spent_its_budget():
+    """The refusal is read off the noisy counts: the budget is spent though no run records it, and
+    a rerun with a larger budget spends again."""
+    frame = make_frame(400)
+    frame["city"] = [f"c{i}" for i in range(400)]  # every category once: none passes the threshold
+    with pytest.raises(SchemaError, match="no category of column 'city' passed the DP threshold") as refused:
+        infer_schema_dp(frame, "fraud", ["city"], epsilon=1.0, delta=1e-6, label_kind="binary", rng=np.random.default_rng(3))
+    assert "count --data.bounds_epsilon and --data.bounds_delta as spent on this data" in str(refused.value)
 
 
 def test_released_categories_that_differ_only_in_spaces_or_case_are_pointed_out(caplog):

@@ -115,10 +115,13 @@ def test_an_untrained_generators_warning_gives_the_epsilon_its_training_spent():
     would read as training having spent the whole budget and point at the wrong remedy."""
     strategy = SimpleNamespace(refusal="answering would spend epsilon 3.2", target_epsilon=2.0,
                                training_epsilon=lambda: 0.25, epsilon=lambda: 1.25)  # 1.0 of preprocessing
-    run = SimpleNamespace(module=SimpleNamespace(hparams={}, train_steps=0, generator_updates=0), strategy=strategy)
+    run = SimpleNamespace(module=SimpleNamespace(hparams={}, train_steps=0, generator_updates=0), strategy=strategy,
+                          quail=None)
     reason = Run.untrained_reason(run)
     assert "ran out within the first step (answering would spend epsilon 3.2; epsilon 0.25 spent on training, " \
-           "of --epsilon 2)" in reason
+           "of --epsilon 2)" in reason and "quail" not in reason
+    run.quail = SimpleNamespace(split=0.5)  # the label model took half: a smaller share leaves training more
+    assert "raise --epsilon, or leave the synthesizer more of it (a --quail-split below 0.5" in Run.untrained_reason(run)
 
 
 def test_rank_zero_of_a_new_ddp_run_checks_that_every_process_read_its_release(tmp_path, monkeypatch):

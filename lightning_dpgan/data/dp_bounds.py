@@ -51,6 +51,11 @@ DEFAULT_ALPHA = 0.01
 #: The way out of a DP estimate that released too little (the budget is split evenly over the
 #: columns; an attempt spends its budget whether or not the run goes on, see docs/privacy.md)
 RAISE_BUDGET = "raise --data.bounds_epsilon (split evenly over the columns) or pass --data.schema, a schema file"
+#: Said with a refusal read off the estimate's own noisy releases: they were drawn from the rows,
+#: and the refusal itself is their output, so the budget is spent though nothing was trained.
+SPENT_ON_A_REFUSED_ESTIMATE = (". This refusal is read off the estimate's noisy releases, drawn from the rows: count "
+                               "--data.bounds_epsilon and --data.bounds_delta as spent on this data (no run records "
+                               "them), and a rerun's estimate as spent again")
 #: Probability that any empty bin of the grid survives the noise threshold. Such a bin may lie
 #: anywhere on the grid, and in a small table its noisy count passes ``alpha`` of the kept mass,
 #: so the bounds stretch across the grid to cover it: at 0.05, bounds of an 18-89 column of 300
@@ -275,7 +280,7 @@ def _infer_column(
             raise SchemaError(
                 f"no category of column '{name}' passed the DP threshold (ε={epsilon:.3g}, δ={delta:.3g} for this "
                 f"column: a category needs about {stability_threshold(epsilon, delta):.0f} training rows to pass): "
-                f"{RAISE_BUDGET} with the public category list"
+                f"{RAISE_BUDGET} with the public category list{SPENT_ON_A_REFUSED_ESTIMATE}"
             )
         if twins := spelling_twins(categories):  # read off the release alone: post-processing, no cost
             log.warning("column '%s': the DP estimate released categories that differ only in spaces or case (%s): "
@@ -311,4 +316,4 @@ def _labelled_schema(columns: list[Column], target: str, label_kind: str, drop: 
                               "--data.label_kind categorical, or give a schema file with its classes)") from err
         raise SchemaError(f"{err} (DP estimate; classes rarer than the threshold are not released: if the file "
                           f"holds more classes, {RAISE_BUDGET} with the public classes; a label the file gives one "
-                          "class only cannot be learnt)") from err
+                          f"class only cannot be learnt){SPENT_ON_A_REFUSED_ESTIMATE}") from err
