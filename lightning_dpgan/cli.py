@@ -415,6 +415,11 @@ def _output_dir(config: dict[str, Any]) -> Path:
                           "outputs/<model>-<dataset>-<timestamp>")
     if config["output_dir"]:
         return Path(config["output_dir"])
+    if why := _processes_started_apart(config):
+        raise ConfigError(f"--output-dir is needed {why}: each process would name the default folder "
+                          "(outputs/<model>-<dataset>-<timestamp>) by its own clock, so processes started a second "
+                          "apart would train into two folders, the others waiting on the first's release. Give "
+                          "--output-dir, a folder every process sees")
     from lightning_dpgan.distributed import launched_as_follower
 
     if launched_as_follower() and os.environ.get(RUN_DIR_ENV):
@@ -423,6 +428,19 @@ def _output_dir(config: dict[str, Any]) -> Path:
     path = Path("outputs") / f"{config['model']['name']}-{config['data']['name']}-{stamp}"
     os.environ[RUN_DIR_ENV] = str(path)
     return path
+
+
+def _processes_started_apart(config: dict[str, Any]) -> str | None:
+    """How this run's processes were started each on its own, which no default folder can be
+    shared across, or None. Lightning's launcher starts one machine's processes from the first,
+    which hands them its folder (``RUN_DIR_ENV``); torchrun and the machines of ``--num-nodes``
+    each run the command themselves."""
+    num_nodes = config["trainer"].get("num_nodes")
+    if isinstance(num_nodes, int) and num_nodes > 1:
+        return f"with --num-nodes {num_nodes}"
+    if os.environ.get("TORCHELASTIC_RUN_ID") is not None and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        return "under torchrun"
+    return None
 
 
 def _first_missing_folder(folder: Path) -> Path | None:

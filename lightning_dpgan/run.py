@@ -393,6 +393,16 @@ def check_section_keys(config: dict[str, Any]) -> None:
     check_trainer_keys(config["trainer"])
 
 
+def steps_saved_in(checkpoint: Path) -> int | None:
+    """The training steps a run's checkpoint holds, or None where it has none it can read."""
+    from lightning_dpgan.sampling import CheckpointError, checkpoint_steps
+
+    try:
+        return checkpoint_steps(checkpoint)
+    except CheckpointError:
+        return None
+
+
 class Run:
     """Everything ``train`` does, in the order it does it."""
 
@@ -998,9 +1008,19 @@ class Run:
         """The user's line when SIGTERM stopped the run: what is kept, what is not written, and
         how to go on."""
         checkpoint = self.output_dir / LAST_CHECKPOINT
-        kept = (f"{checkpoint} holds them, with the privacy accountant" if self.trainer.world_size == 1 else
-                f"{checkpoint} holds the steps up to its last periodic save")
-        return (f"stopped by SIGTERM after {self.module.train_steps} steps: {kept}; privacy.json, metrics.json and "
+        stopped = f"stopped by SIGTERM after {self.module.train_steps} steps"
+        if self.trainer.world_size == 1:
+            kept = f"{checkpoint} holds them, with the privacy accountant"
+        else:  # several processes save nothing as they stop (a save is a collective a stopping peer may not join)
+            saved = steps_saved_in(checkpoint)
+            if saved is None:
+                settings = f"--config {self.output_dir / 'config.yaml'} " if (self.output_dir / "config.yaml").is_file() else ""
+                return (f"{stopped}, before its first periodic checkpoint (every --checkpoint_every_n_steps "
+                        f"{self.config['checkpoint_every_n_steps']} steps; several processes save none as they stop): "
+                        f"there is nothing to continue. Train again with: python train.py {settings}--output-dir "
+                        f"{self.output_dir} --overwrite")
+            kept = f"{checkpoint} holds {saved} of them, its last periodic save, with the privacy accountant"
+        return (f"{stopped}: {kept}; privacy.json, metrics.json and "
                 f"the synthetic data are written when the run ends. Continue it with: {continue_command(self.output_dir)}")
 
     def untrained_reason(self) -> str:

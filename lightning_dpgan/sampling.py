@@ -127,6 +127,13 @@ def verify_checkpoint_bytes(path: str | Path) -> None:
                               "with, so its weights cannot be trusted. Restore the file from a copy, or train again.")
 
 
+def checkpoint_steps(path: str | Path) -> int:
+    """The training steps a checkpoint of ``train`` holds (0 where it does not say); refuses a
+    missing, corrupt or foreign file as :func:`resume_checkpoint` does."""
+    steps = _checkpoint_record(path).get("train_steps")
+    return steps if isinstance(steps, int) else 0
+
+
 def resume_checkpoint(path: str | Path, model: str, dataset: str, quail: bool = False) -> tuple[dict[str, Any], int]:
     """Refuse a ``--resume`` checkpoint that is missing, corrupt, foreign, or from a run of another
     model or dataset -- before anything is built, trained or written; return its run information

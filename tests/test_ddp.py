@@ -474,6 +474,30 @@ def test_a_run_on_several_machines_without_a_meeting_place_is_refused_before_any
     assert not out.exists()
 
 
+@pytest.mark.parametrize("environment,flags", [
+    ({"TORCHELASTIC_RUN_ID": "run-1", "WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1"}, []),
+    ({"MASTER_ADDR": "10.0.0.1"}, ["--num-nodes", "2", "--strategy", "ddp"]),
+])
+def test_processes_started_each_on_its_own_need_an_output_dir(tmp_path, no_launcher, capsys, environment, flags):
+    """Under torchrun, or on several machines, each process runs the command and named the default
+    folder by its own clock: processes a second apart trained into two folders, one waiting ten
+    minutes on the other's release. Refused before anything is written; one process is not."""
+    from lightning_dpgan.cli import main
+
+    no_launcher.chdir(tmp_path)
+    for name, value in environment.items():
+        no_launcher.setenv(name, value)
+    args = ["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(Path(__file__).parent / "fixtures" /
+            "adult_tiny"), "--max-steps", "1", *flags]
+    assert main(args) == 2
+    assert "--output-dir is needed" in capsys.readouterr().err
+    assert not (tmp_path / "outputs").exists()
+    no_launcher.setenv("WORLD_SIZE", "1")  # torchrun of one process, or one machine: the default folder is its own
+    if not flags:
+        assert main(args + ["--trainer.enable_progress_bar", "false"]) == 0
+        assert len(list((tmp_path / "outputs").iterdir())) == 1
+
+
 def test_dp_sgd_poisson_sampling_over_two_ranks_is_one_poisson_sample_at_the_global_rate():
     """Each rank samples its own records (disjoint shards) and each record joins a batch with
     probability q = batch / N: the rate the accountant charges, not q per rank twice over."""

@@ -16,6 +16,7 @@ import yaml
 from lightning_dpgan.callbacks.same_release import SameRelease, release_digest
 from lightning_dpgan.cli import build_config, main
 from lightning_dpgan.config import ConfigError
+from lightning_dpgan.modules.base import CHECKPOINT_KEY
 from lightning_dpgan.run import DEFAULT_MAX_STEPS, RANK_ZERO_RELEASE, Run
 from lightning_dpgan.sampling import read_run_info
 from run_helpers import read_json, tiny_run_args
@@ -151,17 +152,27 @@ def test_config_yaml_keeps_the_data_dir_given_over_the_environments(tiny_image_d
     assert saved == str(given.resolve())
 
 
-def test_a_sigterm_says_what_the_checkpoint_holds_in_one_process_and_in_several():
+def test_a_sigterm_says_what_the_checkpoint_holds_in_one_process_and_in_several(tmp_path):
     """One process saves its last steps, with the accountant, on SIGTERM; under DDP the checkpoint
-    holds only its last periodic save. The line must not promise steps that a DDP run lost."""
+    holds only its last periodic save, and before the first there is none: the line sent the user
+    to --resume a file that did not exist, and said 610 steps of a checkpoint holding 600."""
     def said(world_size):
-        run = SimpleNamespace(output_dir=Path("out"), trainer=SimpleNamespace(world_size=world_size),
-                              module=SimpleNamespace(train_steps=7))
+        run = SimpleNamespace(output_dir=tmp_path, trainer=SimpleNamespace(world_size=world_size),
+                              module=SimpleNamespace(train_steps=7), config={"checkpoint_every_n_steps": 5})
         return Run.terminated_sentence(run)
 
-    checkpoint = Path("out") / "checkpoints" / "last.ckpt"
+    checkpoint = tmp_path / "checkpoints" / "last.ckpt"
     assert said(1).startswith(f"stopped by SIGTERM after 7 steps: {checkpoint} holds them, with the privacy accountant;")
-    assert said(2).startswith(f"stopped by SIGTERM after 7 steps: {checkpoint} holds the steps up to its last periodic save;")
+    (tmp_path / "config.yaml").write_text("model: {name: gan}\n")
+    assert said(2) == (f"stopped by SIGTERM after 7 steps, before its first periodic checkpoint (every "
+                       f"--checkpoint_every_n_steps 5 steps; several processes save none as they stop): there is nothing "
+                       f"to continue. Train again with: python train.py --config {tmp_path / 'config.yaml'} --output-dir "
+                       f"{tmp_path} --overwrite")
+    checkpoint.parent.mkdir()
+    torch.save({CHECKPOINT_KEY: {"format": 1, "train_steps": 5, "run": {"model": "gan"}}}, checkpoint)
+    assert said(2).startswith(f"stopped by SIGTERM after 7 steps: {checkpoint} holds 5 of them, its last periodic save, "
+                              "with the privacy accountant;")
+    assert f"--resume {checkpoint}" in said(2)
 
 
 def test_metrics_hold_every_processs_step_count():
