@@ -632,13 +632,16 @@ class TabularDataModule(L.LightningDataModule):
     def _load_frames(self) -> None:
         if self.train_frame is None:
             train, test = self._read_split()
-            for split, frame in (("training", train), ("test", test)):
-                # every row, the held-out ones too: a gap there would surface only at evaluate,
-                # after the budget was spent. Refusing reads nothing into any release
-                if counts := missing_value_counts(frame):
-                    raise SchemaError(f"{self.name}: missing values (NaN) in the {split} rows, columns: {counts}; "
-                                      f"{missing_values_remedy(frame)} (every row is checked before training, the "
-                                      "held-out ones too)")
+            # every row, the held-out ones too: a gap there would surface only at evaluate, after
+            # the budget was spent. Both splits in one message: fixed one at a time, the file took
+            # two rounds. Refusing reads nothing into any release
+            gaps = [(split, counts, frame) for split, frame in (("training", train), ("test", test))
+                    if (counts := missing_value_counts(frame))]
+            if gaps:
+                where = "; ".join(f"in the {split} rows, columns: {counts}" for split, counts, _ in gaps)
+                raise SchemaError(f"{self.name}: missing values (NaN) {where}; "
+                                  f"{missing_values_remedy(pd.concat([frame for _, _, frame in gaps]))} (every row is "
+                                  "checked before training, the held-out ones too)")
             self.test_frame = test
             kept, dev = dev_split(len(train), self.hparams.dev_fraction, self.hparams.split_seed)
             if len(dev):

@@ -454,7 +454,7 @@ def test_a_gap_in_the_held_out_rows_alone_is_refused_before_training(tmp_path, c
     out = tmp_path / "out"
     plant_earlier_run(out)
     assert_refused(csv_args(csv, out, schema_file if with_schema else None), capsys,
-                   "missing values (NaN)", "visits (1 rows)", "the held-out ones too")
+                   "missing values (NaN)", f"visits (1 rows: data row {held_out[0] + 1})", "the held-out ones too")
     assert_nothing_lost(out)
     assert [p.name for p in (out / "checkpoints").iterdir()] == ["last.ckpt"]  # no new one
 

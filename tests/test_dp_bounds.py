@@ -216,7 +216,7 @@ def test_infer_schema_errors_are_clear(kwargs, message):
 def test_infer_schema_refuses_nans():
     frame = make_frame()
     frame.loc[[3, 4], "amount"] = np.nan
-    with pytest.raises(SchemaError, match=r"amount \(2 rows\)"):
+    with pytest.raises(SchemaError, match=r"amount \(2 rows: data rows 4, 5\)"):
         infer_schema_dp(frame, "fraud", ["city"], epsilon=1.0, delta=1e-6, label_kind="binary")
 
 
@@ -296,7 +296,7 @@ def test_an_integer_columns_bounds_are_whole_numbers_that_cover_the_grid_bounds(
 def test_a_single_nan_is_refused():
     frame = make_frame()
     frame.loc[7, "amount"] = np.nan
-    with pytest.raises(SchemaError, match=r"amount \(1 rows\)"):
+    with pytest.raises(SchemaError, match=r"amount \(1 rows: data row 8\)"):
         infer_schema_dp(frame, "fraud", ["city"], epsilon=1.0, delta=1e-6, label_kind="binary")
 
 

@@ -250,7 +250,7 @@ def test_missing_values_are_named_with_counts():
     frame = make_frame(10)
     frame.loc[[1, 2], "height"] = np.nan
     frame.loc[3, "colour"] = None
-    with pytest.raises(SchemaError, match=r"height \(2 rows\), colour \(1 rows\)"):
+    with pytest.raises(SchemaError, match=r"height \(2 rows: data rows 2, 3\), colour \(1 rows: data row 4\)"):
         make_schema().encode(frame)
 
 

@@ -490,8 +490,14 @@ def test_csv_data_errors_are_clear(tmp_path):
     frame.loc[[1, 2, 3], "amount"] = np.nan
     frame.to_csv(path, index=False)
     datamodule = CSVDataModule(csv=path, target="churned", categorical="region", label_kind="binary", drop="row_id")
-    with pytest.raises(SchemaError, match=r"amount \(\d rows\)"):
+    with pytest.raises(SchemaError, match=r"amount \(\d rows: data rows? ") as refused:
         datamodule.setup()
+    # both splits in one message (they took two rounds), each gap by its row in the file
+    message = str(refused.value)
+    assert "in the training rows" in message and "in the test rows" in message
+    named = {int(n) for n in re.findall(r"data rows? ([\d, ]+)\)", message)[0].split(", ") +
+             re.findall(r"data rows? ([\d, ]+)\)", message)[1].split(", ")}
+    assert named == {2, 3, 4}
     clean = write_csv(tmp_path / "clean.csv")
     missing_target = CSVDataModule(csv=clean, target="label", categorical="region", label_kind="binary")
     with pytest.raises(SchemaError, match="target column 'label'"):

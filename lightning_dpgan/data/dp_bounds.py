@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lightning_dpgan.data.schema import (DP_ESTIMATE_SOURCE, LABEL_KINDS, Column, SchemaError, TableSchema, missing_values_remedy,
+from lightning_dpgan.data.schema import (DP_ESTIMATE_SOURCE, LABEL_KINDS, Column, SchemaError, TableSchema, missing_value_counts,
+                                         missing_values_remedy,
                                          non_numeric_examples, header_hint)
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
 
@@ -256,10 +257,7 @@ def _schema_columns(
     """The columns to describe, after checks that need no statistic beyond clean-data errors."""
     check_listed_columns(frame, target, categorical, integer, drop)
     names = [str(name) for name in frame.columns if name not in drop]
-    nans = frame[names].isna().sum()
-    nans = nans[nans > 0]
-    if len(nans):
-        counts = ", ".join(f"{name} ({count} rows)" for name, count in nans.items())
+    if counts := missing_value_counts(frame[names]):
         raise SchemaError(f"missing values (NaN) in columns: {counts}; {missing_values_remedy(frame[names])}")
     return names
 

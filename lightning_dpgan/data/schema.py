@@ -678,10 +678,23 @@ class TableSchema:
 
 
 def missing_value_counts(frame: pd.DataFrame) -> str:
-    """``"age (1 rows), color (2 rows)"``: the columns of ``frame`` with missing values (NaN/None)
-    and how many; empty when there are none."""
-    gaps = frame.isna().sum()
-    return ", ".join(f"{name} ({count} rows)" for name, count in gaps[gaps > 0].items())
+    """``"age (1 rows: data row 7), color (2 rows: data rows 3, 9)"``: the columns of ``frame``
+    with missing values (NaN/None), how many, and the first few by their place in the file (the
+    frame's index, as read); empty when there are none."""
+    gaps = frame.isna()
+    counts = gaps.sum()
+    return ", ".join(f"{name} ({count} rows{_data_rows(frame.index[gaps[name].to_numpy()])})"
+                     for name, count in counts[counts > 0].items())
+
+
+def _data_rows(index: pd.Index, shown: int = 3) -> str:
+    """``": data rows 3, 9, ..."``: rows of the file by their 1-based place (the frame's integer
+    index), the first ``shown``; nothing where the index is not the rows' places."""
+    if not pd.api.types.is_integer_dtype(index.dtype):
+        return ""
+    rows = [str(int(place) + 1) for place in sorted(index)[:shown]]
+    more = ", ..." if len(index) > shown else ""
+    return f": data row{'s' if len(index) > 1 else ''} {', '.join(rows)}{more}"
 
 
 def missing_values_remedy(frame: pd.DataFrame) -> str:
