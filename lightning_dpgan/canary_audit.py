@@ -539,8 +539,9 @@ def run_audit(
     ``output_dir/calibration/NNN``. ``prepare_run`` is for tests only (see :func:`run_trial`).
     """
     if not MIN_CONFIDENCE <= confidence < 1:
-        raise ValueError(f"--confidence must be in [{MIN_CONFIDENCE}, 1), got {confidence}: below {MIN_CONFIDENCE} "
-                         "a sound mechanism is often reported as a violation")
+        why = (f"below {MIN_CONFIDENCE} a sound mechanism is often reported as a violation" if confidence < MIN_CONFIDENCE
+               else "a bound held with certainty from finitely many trials is no bound (epsilon 0 at best)")
+        raise ValueError(f"--confidence must be in [{MIN_CONFIDENCE}, 1), got {confidence}: {why}")
     if samples < 1:
         raise ValueError(f"--samples must be at least 1, got {samples}")
     check_threshold(threshold)

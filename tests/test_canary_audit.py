@@ -234,10 +234,11 @@ def test_audit_refuses_quail_whose_label_model_it_does_not_cover(tmp_path, capsy
     (["--trials", "3"], "--trials must be even and at least 2 (half the trials hold the canary), got 3"),
     (["--calibration-trials", "1"], "--calibration-trials must be even and at least 2 (half the trials hold the canary), got 1"),
     (["--confidence", "0.5"], "--confidence must be in [0.9, 1), got 0.5: below 0.9 a sound mechanism is often reported"),
+    (["--confidence", "1"], "--confidence must be in [0.9, 1), got 1.0: a bound held with certainty"),
     (["--samples", "0"], "--samples must be at least 1, got 0"),
     (["--threshold", "0.5", "--calibration-trials", "2"], "--calibration-trials choose the threshold, and --threshold gives it"),
 ], ids=["devices", "ddp", "nodes", "evaluate", "nan-threshold", "negative-threshold", "odd-trials", "odd-calibration",
-        "low-confidence", "no-samples", "threshold-and-calibration"])
+        "low-confidence", "certain-confidence", "no-samples", "threshold-and-calibration"])
 def test_an_audit_setting_it_cannot_honour_is_refused_by_its_flag_before_any_trial(tiny_table, tmp_path, capsys, extra, message):
     """Each refused before a trial runs, naming the flag: several processes (each would restart the
     audit, and rank 1 found rank 0's first trial folder and died without a word), --evaluate (it
