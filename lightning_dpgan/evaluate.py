@@ -361,9 +361,10 @@ def refuse_image_options(run_dir: Path, **given: Any) -> None:
     if flags:
         raise ValueError(
             f"{', '.join(flags)} {'is' if len(flags) == 1 else 'are'} for image runs (the images drawn and the evaluation "
-            f"CNN); {run_dir} is a table run, scored on its synthetic.csv as written: drop {' and '.join(flags)}. To "
-            f"score another number of rows, move its synthetic.csv aside and write them in its place: python -m "
-            f"lightning_dpgan sample --checkpoint {run_dir / LAST_CHECKPOINT} -n N --out {run_dir / 'synthetic.csv'}")
+            f"CNN); {run_dir} is a table run, scored on its synthetic.csv as written: drop {' and '.join(flags)}."
+            + (f" To score another number of rows, move its synthetic.csv aside and write them in its place: python -m "
+               f"lightning_dpgan sample --checkpoint {run_dir / LAST_CHECKPOINT} -n N --out {run_dir / 'synthetic.csv'}"
+               if "n_synthetic" in given and given["n_synthetic"] is not None else ""))
 
 
 def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: dict[str, Any] | None,

@@ -473,8 +473,10 @@ def test_an_image_option_for_a_table_run_is_refused_and_a_run_without_its_table_
                                                                   "--cnn-epochs, --device are for image runs")):
         assert main(["evaluate", "--run", str(run), *flags]) == 2
         error = capsys.readouterr().err
-        assert named in error and "scored on its synthetic.csv as written" in error and "move its synthetic.csv aside" in error
-        assert "sample --checkpoint" in error and "--overwrite" not in error  # the run's own table is not replaced
+        assert named in error and "scored on its synthetic.csv as written" in error
+        rows = "-n" in flags  # only a number of rows is told how to score another: the CNN's options have no such remedy
+        assert ("move its synthetic.csv aside" in error) == ("sample --checkpoint" in error) == rows
+        assert "--overwrite" not in error  # the run's own table is not replaced
         assert not (run / "evaluation.json").exists()
     (run / "synthetic.csv").unlink()
     assert main(["evaluate", "--run", str(run)]) == 2

@@ -169,7 +169,7 @@ def render_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping
 def _not_for_publishing(privacy: Mapping[str, Any] | None) -> str:
     """What of a run may be published: never this report, which reads the real rows without noise;
     privacy.json too unless its epsilon was computed from the teachers' votes (data-dependent)."""
-    report = ("For the data holder: this report and `report/` are computed from the real rows without noise and "
+    report = ("For the data holder: this report and the figures it shows are computed from the real rows without noise and "
               "are not covered by any privacy guarantee.")
     if not privacy or privacy.get("epsilon") is None:
         return f"{report} The run states no privacy guarantee: do not publish its synthetic data as private."
