@@ -57,7 +57,12 @@ def guarantee_note(path: str | Path) -> str:
     run = checkpoint[CHECKPOINT_KEY]["run"]
     if run.get("privacy") == "none":
         return "trained without privacy: these records carry no (epsilon, delta) guarantee"
-    report = "the privacy_report() of the strategy that trained it" if trained_in_python(run) else "its run's privacy.json"
+    if trained_in_python(run):
+        report = "the privacy_report() of the strategy that trained it"
+    elif (run_of(Path(path)) / "privacy.json").is_file():
+        report = "its run's privacy.json"
+    else:  # a run stopped before its end (SIGTERM) writes it when continued; an earlier one in previous/ is not it
+        report = "the privacy.json its run writes when training ends, which it has not yet"
     spent = spent_privacy(checkpoint)
     if spent is None:  # a checkpoint from before the figures were kept
         return f"the checkpoint does not record its privacy spend: {report} states the guarantee"

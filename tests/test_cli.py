@@ -133,6 +133,9 @@ def test_sample_says_what_guarantee_the_records_it_drew_carry(gan_run, tmp_path,
     torch.save(state, checkpoint)
     assert main(["sample", "--checkpoint", str(checkpoint), "-n", "5", "--out", str(tmp_path / "b.csv")]) == 0
     assert "does not record its privacy spend: its run's privacy.json states the guarantee" in capsys.readouterr().err
+    (run / "privacy.json").unlink()  # as a run stopped by SIGTERM leaves it: the pointer names no file it lacks
+    assert main(["sample", "--checkpoint", str(checkpoint), "-n", "5", "--out", str(tmp_path / "c.csv")]) == 0
+    assert "the privacy.json its run writes when training ends, which it has not yet" in capsys.readouterr().err
 
 
 def test_sample_draws_images_a_chunk_at_a_time_keeping_no_graph(gan_run, tmp_path, monkeypatch):
