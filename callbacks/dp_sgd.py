@@ -177,9 +177,7 @@ class DPSGD(CalibratedNoiseStrategy):
     def report_parameters(self) -> dict[str, Any]:
         last = self.last_step_params()
         segments = self.segments()
-        # the last segment that took steps (a resume that took none adds no segment), not this
-        # resume's settings: the report's top level is the last step's
-        taken = {**self.segment(), **segments[-1]}
+        taken = self.last_charged_segment()
         report = {
             "noise_multiplier": last["noise_multiplier"],
             "sample_rate": last["sample_rate"],

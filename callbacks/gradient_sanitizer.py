@@ -375,7 +375,7 @@ class GradientSanitizer(CalibratedNoiseStrategy):
     def segment(self) -> dict[str, Any]:
         """Also the noise multiplier and B this segment's generator steps were sanitized with,
         and, with N critics, where the answering critics were drawn from."""
-        segment = {**super().segment(), "noise_multiplier": self.noise_multiplier,
+        segment = {**super().segment(), "noise_multiplier": self.noise_multiplier, "max_norm": self.max_norm,
                    "generated_batch_size": self.generated_batch_size}
         return {**segment, "selection_source": self.selection_source()} if self.amplified else segment
 
@@ -388,14 +388,13 @@ class GradientSanitizer(CalibratedNoiseStrategy):
 
     def report_parameters(self) -> dict[str, Any]:
         effective = self.last_step_params()["noise_multiplier"] if self.generated_batch_size else None
-        # the last segment that took steps (a resume that took none adds no segment): its sigma
-        # and B are those of the effective multiplier beside them, not this resume's settings
-        segments = self.segments()
-        last = segments[-1] if segments else {}
+        # the last segment that took steps: its sigma, C and B are those of the effective multiplier
+        # beside them, not the settings of a resume that took none
+        last = self.last_charged_segment()
         report = {
-            "noise_multiplier": last.get("noise_multiplier", self.noise_multiplier),
-            "max_norm": self.max_norm,
-            "generated_batch_size": last.get("generated_batch_size", self.generated_batch_size),
+            "noise_multiplier": last["noise_multiplier"],
+            "max_norm": last["max_norm"],
+            "generated_batch_size": last["generated_batch_size"],
             "effective_noise_multiplier": effective,
             "calibrated_for_steps": self.noise_state()["calibrated_for_steps"],
             "generator_steps": len(self.accountant),
@@ -414,7 +413,7 @@ class GradientSanitizer(CalibratedNoiseStrategy):
                             "gamma = 1 / num_critics, replace-one neighbours) of the Gaussian (lambda, 2 B lambda / sigma^2)",
             "partition_sizes": [min(sizes), max(sizes)] if sizes else None,
             "partition_seed": self.partition_seed,
-            "selection_source": self.noise_source_report(segments, "selection_source"),
+            "selection_source": self.noise_source_report(self.segments(), "selection_source"),
             "composition": "adaptive RDP composition of the per-step bound: every critic's state is a function of its "
                            "own partition, the released generator states and the public round-robin schedule, and the "
                            "answering critic is drawn afresh and secretly each step; see docs/privacy.md, Gradient sanitizer",

@@ -439,6 +439,12 @@ class PrivacyStrategy(L.Callback):
         resume shows here too)."""
         return {"from_step": self.segment_start, "noise_source": self.noise.describe(), "target_epsilon": self.target_epsilon}
 
+    def last_charged_segment(self) -> dict[str, Any]:
+        """The settings of the last segment that charged steps, which the report's top level
+        states (a resume that charged none adds no segment, and its own settings took no step);
+        this segment's where an older checkpoint's segment lacks a key."""
+        return {**self.segment(), **self.segments()[-1]}
+
     def segments(self) -> list[dict[str, Any]]:
         """The earlier segments (from the checkpoint) and this one, unless it charged nothing
         after a resume (a resume that took no step adds no segment)."""
@@ -639,6 +645,10 @@ class CalibratedNoiseStrategy(PrivacyStrategy):
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), **self.noise_state()}
+
+    def last_charged_segment(self) -> dict[str, Any]:
+        # an older checkpoint's segments lack sigma: the kept one, not a sigma given to a resume that took no step
+        return {**self.segment(), "noise_multiplier": self.noise_state()["noise_multiplier"], **self.segments()[-1]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume with the checkpoint's noise multiplier, unless the user set one now.

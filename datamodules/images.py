@@ -191,6 +191,10 @@ class IDXImageDataModule(L.LightningDataModule):
     def _remotes(self) -> list[RemoteFile]:
         return [remote for split in _SPLITS for remote in self.files[split]]
 
+    def raw_file_names(self) -> list[str]:
+        """The files looked up in ``data_dir`` (``sample --out`` refuses those found there)."""
+        return [remote.name for remote in self._remotes()]
+
     def _cache_folder(self) -> Path:
         return self.cache_dir / self.name
 

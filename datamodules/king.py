@@ -126,6 +126,10 @@ class KingDataModule(TabularDataModule):
         """Where the OpenML copy is kept (the only download: the Kaggle original needs a login)."""
         return self.cache_dir / "openml"
 
+    def raw_file_names(self) -> list[str]:
+        """Kaggle's file, looked up in ``data_dir`` (its download is OpenML's copy, in the cache)."""
+        return [FILE_NAME]
+
     def _local_file(self) -> Path | None:
         return locate(FILE_NAME, self.data_dir, self.subdirs) if self.data_dir is not None else None
 

@@ -520,6 +520,10 @@ class TabularDataModule(L.LightningDataModule):
         and a small budget over a small file cuts them short."""
         if not self.schema.released_by_a_dp_estimate:
             return ""
+        if self.hparams.get("schema") is not None:  # an earlier run's release, given as --data.schema
+            return ("; the schema file was released by an earlier run's DP estimate, which a small budget on few rows "
+                    "cuts short: estimate it again with a larger --data.bounds_epsilon (without --data.schema; that "
+                    "spends again), or give a schema file with public bounds and category lists")
         return ("; the schema is a DP estimate of this file's bounds and categories, which a small budget on few rows "
                 "cuts short: raise --data.bounds_epsilon, or give a schema file with public bounds and category "
                 "lists (--data.schema)")
@@ -684,6 +688,10 @@ class TabularDataModule(L.LightningDataModule):
             )
         order = np.random.default_rng(self.hparams.split_seed).permutation(n_rows)
         return frame.iloc[np.sort(order[n_test:])], frame.iloc[np.sort(order[:n_test])]
+
+    def raw_file_names(self) -> list[str]:
+        """The files looked up in ``data_dir`` (``sample --out`` refuses those found there)."""
+        return [remote.name for remote in self.files]
 
     def _resolve(self, remote: RemoteFile) -> Path:
         """Local path of ``remote``, downloading it when missing and allowed.

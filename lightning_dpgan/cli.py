@@ -433,13 +433,17 @@ def _output_dir(config: dict[str, Any]) -> Path:
 def _processes_started_apart(config: dict[str, Any]) -> str | None:
     """How this run's processes were started each on its own, which no default folder can be
     shared across, or None. Lightning's launcher starts one machine's processes from the first,
-    which hands them its folder (``RUN_DIR_ENV``); torchrun and the machines of ``--num-nodes``
-    each run the command themselves."""
+    which hands them its folder (``RUN_DIR_ENV``); torchrun, SLURM's tasks and the machines of
+    ``--num-nodes`` each run the command themselves."""
     num_nodes = config["trainer"].get("num_nodes")
     if isinstance(num_nodes, int) and num_nodes > 1:
         return f"with --num-nodes {num_nodes}"
     if os.environ.get("TORCHELASTIC_RUN_ID") is not None and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
         return "under torchrun"
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    if SLURMEnvironment.detect() and int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1:
+        return "in a SLURM job of several tasks"
     return None
 
 

@@ -52,7 +52,7 @@ from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.outputs import write_csv_chunks, write_json, write_png, write_torch, write_yaml
 from lightning_dpgan.privacy.validation import validate_delta
 from lightning_dpgan.python_run_info import table_decoding_info
-from lightning_dpgan.run_folder import LAST_CHECKPOINT, RELEASED_SCHEMA, continue_command, data_files, data_folders
+from lightning_dpgan.run_folder import LAST_CHECKPOINT, RELEASED_SCHEMA, continue_command, data_files, located_data_files
 from lightning_dpgan.sampling import read_run_info, resume_checkpoint, synthetic_row_chunks, table_labeler
 from lightning_dpgan.versions import software_versions
 
@@ -761,14 +761,14 @@ class Run:
 
     def _record_lineage(self, trainer: L.Trainer, module: Any) -> None:
         """Into the module's run information, once a resumed checkpoint's has been loaded over it:
-        the runs training went through, the files and the data folder this run read its records and
-        schema from (``sample --out`` refuses them, even where the run's config.yaml is gone), and an image
+        the runs training went through, the files this run read its records and schema from (a CSV's,
+        a built-in dataset's in --data-dir: ``sample --out`` refuses them, even where the run's
+        config.yaml is gone), and an image
         run's digest of its training images."""
         module.run_info["lineage"] = [dict(segment) for segment in self.lineage]
         if self.is_image:  # read only now: Lightning downloads the files (prepare_data) as fit starts
             module.run_info["train_rows_digest"] = self.datamodule.train_rows_digest()
-        module.run_info["data_files"] = data_files(self.config["data"])
-        module.run_info["data_folders"] = data_folders(self.datamodule)
+        module.run_info["data_files"] = data_files(self.config["data"]) + located_data_files(self.datamodule)
 
     def _write_config(self, trainer: L.Trainer, module: Any) -> None:
         if trainer.is_global_zero:
@@ -958,7 +958,7 @@ class Run:
         if cause == "refused":
             said = f"the privacy budget ({self.strategy.refusal}): that query batch was refused and nothing of it released"
         elif cause == "budget" and self._budget_ran_out_as_planned():
-            planned = self.strategy.calibrated_for_steps
+            planned = self.strategy.noise_state()["calibrated_for_steps"]
             unit = ("generator " if planned != self.module.train_steps else "") + ("step" if planned == 1 else "steps")
             said = (f"the privacy budget, as planned: the noise was calibrated for the {planned} {unit} taken (one more "
                     "would spend more than --epsilon)")
@@ -974,7 +974,9 @@ class Run:
         """Whether the noise was calibrated for exactly the steps charged: the one-critic
         sanitizer charges generator steps, and its last batches of a planned epoch would train
         the critic alone, so the budget ends the run there rather than the run's length."""
-        planned = getattr(self.strategy, "calibrated_for_steps", None)
+        if not hasattr(self.strategy, "noise_state"):
+            return False
+        planned = self.strategy.noise_state()["calibrated_for_steps"]
         return planned is not None and planned == self.strategy.steps_taken()
 
     #: Below this share of --epsilon spent, a run whose noise was given (not calibrated) is told so.
@@ -985,13 +987,15 @@ class Run:
         calibrated, and the run ended by its length with much of --epsilon left: that --epsilon
         was only a ceiling, and how to have σ calibrated to spend it. None otherwise."""
         target = report.get("target_epsilon")
+        if self.strategy.charged_nothing_since_resume():  # no step took the sigma it was given: nothing to say of it
+            return None
         given = getattr(self.strategy, "noise_multiplier_given", False) or (  # or kept from a checkpoint that set it
             self.resume_info is not None and getattr(self.strategy, "calibrated_for_steps", 0) is None)
         if not given or target is None or report.get("stopped_by") not in ("max-steps", "max-epochs"):
             return None
         if report["epsilon"] >= self.UNSPENT_NOTE_SHARE * target:
             return None
-        remedy = ("a resumed run keeps its checkpoint's noise, so only a new run (without --resume) with "
+        remedy = ("A resumed run keeps its checkpoint's noise, so only a new run (without --resume) with "
                   "--privacy.noise_multiplier null calibrates it" if self.resume_info is not None else
                   "--privacy.noise_multiplier null calibrates it")
         return (f"the noise multiplier {self.strategy.noise_multiplier:g} was set (--privacy.noise_multiplier, by a "
@@ -1015,9 +1019,11 @@ class Run:
             saved = steps_saved_in(checkpoint)
             if saved is None:
                 settings = f"--config {self.output_dir / 'config.yaml'} " if (self.output_dir / "config.yaml").is_file() else ""
+                # config.yaml keeps no --resume: without it the rerun would start afresh and spend the budget again
+                resumed = f"--resume {self.config['resume']} " if self.config.get("resume") else ""
                 return (f"{stopped}, before its first periodic checkpoint (every --checkpoint_every_n_steps "
                         f"{self.config['checkpoint_every_n_steps']} steps; several processes save none as they stop): "
-                        f"there is nothing to continue. Train again with: python train.py {settings}--output-dir "
+                        f"there is nothing to continue. Train again with: python train.py {settings}{resumed}--output-dir "
                         f"{self.output_dir} --overwrite")
             kept = f"{checkpoint} holds {saved} of them, its last periodic save, with the privacy accountant"
         return (f"{stopped}: {kept}; privacy.json, metrics.json and "

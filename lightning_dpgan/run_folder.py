@@ -67,13 +67,18 @@ def data_files(settings: Mapping[str, Any]) -> list[str]:
             if isinstance(settings.get(key), (str, os.PathLike))]
 
 
-def data_folders(datamodule: Any) -> list[str]:
-    """The folder a built-in dataset's files were read from (``--data-dir``, or
-    ``$LIGHTNING_DPGAN_DATA_DIR``), absolute, or none: kept in the checkpoint, so that ``sample
-    --out --overwrite`` refuses to replace a file there (a user's only copy of King's Kaggle file
-    was replaced by five synthetic rows)."""
+def located_data_files(datamodule: Any) -> list[str]:
+    """A built-in dataset's raw files as found in its data folder (``--data-dir``, or
+    ``$LIGHTNING_DPGAN_DATA_DIR``), absolute; not its downloads, which are checksummed and
+    fetched again. Kept in the checkpoint with :func:`data_files`, so that ``sample --out``
+    refuses them: a user's only copy of King's Kaggle file was replaced by five synthetic rows."""
+    from lightning_dpgan.data.download import locate
+
     folder = getattr(datamodule, "data_dir", None)
-    return [str(Path(folder).expanduser().resolve())] if isinstance(folder, (str, os.PathLike)) else []
+    if folder is None or not hasattr(datamodule, "raw_file_names"):
+        return []
+    found = [locate(name, folder, datamodule.subdirs) for name in datamodule.raw_file_names()]
+    return [str(path.resolve()) for path in found if path is not None]
 
 
 def held_run_files(folder: Path) -> list[str]:

@@ -118,8 +118,16 @@ def verify_checkpoint_bytes(path: str | Path) -> None:
     run or its samples would carry it. Reading every record once against its checksum costs
     seconds even for a G-PATE checkpoint of tens of GB (about 2 GB/s), so it is done before
     training resumes from a file and before samples are drawn from one, not for reading the run
-    information alone."""
+    information alone. A file checked once in this process is not read again while its size and
+    time are unchanged (evaluate checks an image run's checkpoint, then loads it to draw)."""
     path = Path(path)
+    try:
+        seen = path.stat()
+        stamp = (str(path.resolve()), seen.st_size, seen.st_mtime_ns)
+    except OSError:
+        stamp = None  # the archive's own open below names the problem
+    if stamp is not None and stamp in _verified_checkpoints:
+        return
     try:
         with zipfile.ZipFile(path) as archive:
             damaged = archive.testzip()
@@ -130,6 +138,12 @@ def verify_checkpoint_bytes(path: str | Path) -> None:
         record = damaged.split("/", 1)[-1]  # under the archive's folder, named after the file torch.save wrote
         raise CheckpointError(f"{path} is corrupt: its record {record} does not match the checksum it was written "
                               "with, so its weights cannot be trusted. Restore the file from a copy, or train again.")
+    if stamp is not None:
+        _verified_checkpoints.add(stamp)
+
+
+#: (path, size, modification time) of the checkpoints :func:`verify_checkpoint_bytes` found whole
+_verified_checkpoints: set[tuple[str, int, int]] = set()
 
 
 def checkpoint_steps(path: str | Path) -> int:
@@ -307,17 +321,6 @@ def recorded_data_files(checkpoint: Path) -> list[Path] | None:
     return [Path(file) for file in kept or []] + (named or [])
 
 
-def recorded_data_folders(checkpoint: Path) -> list[Path]:
-    """The folders a checkpoint's run read a built-in dataset's files from: the one the checkpoint
-    keeps, and the ``data.data_dir`` its run's config.yaml records."""
-    kept = [Path(folder) for folder in read_run_info(checkpoint).get("data_folders") or []]
-    try:
-        named = yaml.safe_load((run_of(checkpoint) / "config.yaml").read_text())["data"].get("data_dir")
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, TypeError, KeyError, AttributeError):
-        named = None
-    return kept + ([Path(named).expanduser()] if isinstance(named, str) else [])
-
-
 def run_of(checkpoint: Path) -> Path:
     """The run folder a checkpoint lies in (``RUN/checkpoints/last.ckpt``), however it was given."""
     return checkpoint.expanduser().resolve().parent.parent
@@ -327,16 +330,10 @@ def refuse_the_runs_own_data(out: Path, checkpoint: Path, overwrite: bool = Fals
     """``--out`` may not be the file the run trained on, nor its schema file: with
     ``--overwrite`` a slip of the path would replace the private records (or the columns they
     are read with) by synthetic ones, which nothing could undo. Where the run's files cannot be
-    told, a CSV run's ``--overwrite`` of an existing file is refused. Nor may ``--overwrite``
-    replace a file in the folder a built-in dataset was read from: a download is checksummed
-    and can be fetched again, but the user's own copy there may be the only one (King's Kaggle
-    original needs a login)."""
+    told, a CSV run's ``--overwrite`` of an existing file is refused. A built-in dataset's files
+    found in the data folder are the run's too (the user's copy may be the only one: King's
+    Kaggle original needs a login); its downloads are checksummed and fetched again."""
     target = out.expanduser().resolve()
-    if overwrite and target.is_file():
-        for folder in recorded_data_folders(checkpoint):
-            if target.is_relative_to(folder.resolve()):
-                raise ValueError(f"--out {out} is in {folder}, the folder the run read its data from (--data-dir): "
-                                 "--overwrite might replace the real records. Give a file elsewhere")
     files = recorded_data_files(checkpoint)
     if files is None:
         if overwrite and target.is_file() and read_run_info(checkpoint).get("dataset") == "csv":

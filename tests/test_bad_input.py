@@ -1208,7 +1208,8 @@ def test_evaluate_refuses_a_table_runs_checkpoint_whose_bytes_changed(tmp_path, 
 
 def test_sample_refuses_to_replace_a_built_in_datasets_file_in_the_data_dir(tmp_path, capsys):
     """King's file in --data-dir (the Kaggle original needs a login) was replaced by synthetic
-    rows with sample --out FILE --overwrite: train keeps the folder it read, in the checkpoint."""
+    rows with sample --out FILE --overwrite: train keeps the files it found there, in the
+    checkpoint. Another file in that folder is still written."""
     data = tmp_path / "data"
     shutil.copytree(Path(__file__).parent / "fixtures" / "king_tiny", data / "king")
     original = data / "king" / "kc_house_data.csv"
@@ -1217,8 +1218,13 @@ def test_sample_refuses_to_replace_a_built_in_datasets_file_in_the_data_dir(tmp_
     (tmp_path / "run" / "config.yaml").unlink()  # the checkpoint alone names the folder
     before = original.read_bytes()
     assert_refused(["sample", "--checkpoint", str(tmp_path / "run" / "checkpoints" / "last.ckpt"), "-n", "5",
-                    "--out", str(original), "--overwrite"], capsys, "the folder the run read its data from")
+                    "--out", str(original), "--overwrite"], capsys, "is a file the run trained on")
     assert original.read_bytes() == before
+    beside = data / "king" / "synthetic.csv"
+    beside.write_text("an earlier draw\n")
+    assert main(["sample", "--checkpoint", str(tmp_path / "run" / "checkpoints" / "last.ckpt"), "-n", "5",
+                 "--out", str(beside), "--overwrite"]) == 0
+    assert len(pd.read_csv(beside)) == 5
 
 
 def test_a_table_the_disk_has_no_room_for_is_refused_before_writing(tmp_path, capsys, schema_file, monkeypatch):

@@ -130,6 +130,8 @@ def test_the_four_classifier_average_of_the_adult_goal():
                  ("gaussian_nb", 0.0)]}
     assert with_derived_measures(measures)["utility/B_auroc_four"] == pytest.approx(0.75)
     assert "utility/B_auroc_four" not in with_derived_measures({"utility/B_auroc/mlp": 0.6})
+    # how the evaluation was made is not a measure averaged over a cell's seeds
+    assert with_derived_measures({"utility/B_auroc/mlp": 0.6, "seed": 2, "device": "cpu"}) == {"utility/B_auroc/mlp": 0.6}
 
 
 # ---------------------------------------------------------------------- results

@@ -477,6 +477,7 @@ def test_a_run_on_several_machines_without_a_meeting_place_is_refused_before_any
 @pytest.mark.parametrize("environment,flags", [
     ({"TORCHELASTIC_RUN_ID": "run-1", "WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1"}, []),
     ({"MASTER_ADDR": "10.0.0.1"}, ["--num-nodes", "2", "--strategy", "ddp"]),
+    ({"SLURM_NTASKS": "2", "SLURM_JOB_NAME": "train", "MASTER_ADDR": "127.0.0.1"}, ["--devices", "2"]),
 ])
 def test_processes_started_each_on_its_own_need_an_output_dir(tmp_path, no_launcher, capsys, environment, flags):
     """Under torchrun, or on several machines, each process runs the command and named the default
@@ -492,10 +493,26 @@ def test_processes_started_each_on_its_own_need_an_output_dir(tmp_path, no_launc
     assert main(args) == 2
     assert "--output-dir is needed" in capsys.readouterr().err
     assert not (tmp_path / "outputs").exists()
-    no_launcher.setenv("WORLD_SIZE", "1")  # torchrun of one process, or one machine: the default folder is its own
-    if not flags:
+    no_launcher.setenv("WORLD_SIZE", "1")  # torchrun of one process: the default folder is its own
+    if "TORCHELASTIC_RUN_ID" in environment:
         assert main(args + ["--trainer.enable_progress_bar", "false"]) == 0
         assert len(list((tmp_path / "outputs").iterdir())) == 1
+
+
+def test_one_process_of_any_launcher_keeps_its_default_folder(no_launcher):
+    """A SLURM job of one task, torchrun of one process, --num-nodes 1 and Lightning's own children
+    (handed rank 0's folder) are not refused for want of --output-dir."""
+    from lightning_dpgan.cli import _processes_started_apart
+
+    one_machine = {"trainer": {"num_nodes": 1}}
+    assert _processes_started_apart(one_machine) is None
+    for environment in ({"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "train"}, {"TORCHELASTIC_RUN_ID": "r", "WORLD_SIZE": "1"},
+                        {"LOCAL_RANK": "1", "WORLD_SIZE": "2"}):
+        for name, value in environment.items():
+            no_launcher.setenv(name, value)
+        assert _processes_started_apart(one_machine) is None, environment
+        for name in environment:
+            no_launcher.delenv(name)
 
 
 def test_dp_sgd_poisson_sampling_over_two_ranks_is_one_poisson_sample_at_the_global_rate():

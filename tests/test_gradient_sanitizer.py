@@ -273,15 +273,26 @@ def test_the_reports_effective_noise_is_the_last_charged_steps_after_a_resume_th
     assert strategy.report_parameters()["effective_noise_multiplier"] == effective_noise_multiplier(2.0, 16)
 
 
-def test_a_resume_that_takes_no_step_reports_the_noise_its_steps_had(gswgan_run, tiny_image_data_dir, tmp_path):
-    """Another --privacy.noise_multiplier given to a resume that takes no step: the report said
-    the new sigma beside the effective multiplier of the checkpoint's steps (0.75, from its sigma)."""
+def test_a_resume_that_takes_no_step_reports_the_noise_its_steps_had(gswgan_run, tiny_image_data_dir, tmp_path,
+                                                                     capsys):
+    """Another --privacy.noise_multiplier and clip norm given to a resume that takes no step: the
+    report said the new sigma beside the effective multiplier of the checkpoint's steps (0.75,
+    from its sigma), and the new clip norm; the checkpoint kept the new sigma for the next resume;
+    and a note called the new sigma "set, not calibrated", of steps it never noised."""
     first = read_json(gswgan_run / "privacy.json")
+    capsys.readouterr()
     assert main(gswgan_args(tiny_image_data_dir, tmp_path / "idle", 10, "--resume",  # the run's 10 batches: no more
-                            str(gswgan_run / "checkpoints" / "last.ckpt"), "--privacy.noise_multiplier", "1")) == 0
+                            str(gswgan_run / "checkpoints" / "last.ckpt"), "--privacy.noise_multiplier", "1",
+                            "--privacy.max_norm", "3")) == 0
+    assert "was set" not in capsys.readouterr().err
     idle = read_json(tmp_path / "idle" / "privacy.json")
     assert idle["generator_steps"] == first["generator_steps"]
     assert idle["noise_multiplier"] == first["noise_multiplier"] != 1
+    assert idle["max_norm"] == first["max_norm"] != 3
+    assert idle["calibrated_for_steps"] == first["calibrated_for_steps"] == 2
+    checkpoint = torch.load(tmp_path / "idle" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    (state,) = [value for key, value in checkpoint["callbacks"].items() if "GradientSanitizer" in key]
+    assert (state["noise_multiplier"], state["calibrated_for_steps"]) == (first["noise_multiplier"], 2)
     assert idle["effective_noise_multiplier"] == pytest.approx(
         idle["noise_multiplier"] / (2 * idle["generated_batch_size"] ** 0.5), rel=1e-12)
 

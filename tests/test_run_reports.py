@@ -58,7 +58,7 @@ def test_a_run_with_its_noise_set_that_left_most_of_its_budget_says_epsilon_was_
         "--resume", str(tmp_path / "set" / "checkpoints" / "last.ckpt"), "--privacy.noise_multiplier", "null"]
     assert main(resumed) == 0
     err = capsys.readouterr().err
-    assert "a resumed run keeps its checkpoint's noise, so only a new run (without --resume)" in err
+    assert ". A resumed run keeps its checkpoint's noise, so only a new run (without --resume)" in err
 
 
 def test_a_csv_runs_dp_estimated_schema_is_written_for_the_user_and_reads_back_as_a_schema_file(tmp_path, caplog):
@@ -156,9 +156,9 @@ def test_a_sigterm_says_what_the_checkpoint_holds_in_one_process_and_in_several(
     """One process saves its last steps, with the accountant, on SIGTERM; under DDP the checkpoint
     holds only its last periodic save, and before the first there is none: the line sent the user
     to --resume a file that did not exist, and said 610 steps of a checkpoint holding 600."""
-    def said(world_size):
+    def said(world_size, resume=None):
         run = SimpleNamespace(output_dir=tmp_path, trainer=SimpleNamespace(world_size=world_size),
-                              module=SimpleNamespace(train_steps=7), config={"checkpoint_every_n_steps": 5})
+                              module=SimpleNamespace(train_steps=7), config={"checkpoint_every_n_steps": 5, "resume": resume})
         return Run.terminated_sentence(run)
 
     checkpoint = tmp_path / "checkpoints" / "last.ckpt"
@@ -168,6 +168,10 @@ def test_a_sigterm_says_what_the_checkpoint_holds_in_one_process_and_in_several(
                        f"--checkpoint_every_n_steps 5 steps; several processes save none as they stop): there is nothing "
                        f"to continue. Train again with: python train.py --config {tmp_path / 'config.yaml'} --output-dir "
                        f"{tmp_path} --overwrite")
+    # a resume into a new folder, stopped before its first save: rerun from the checkpoint it resumed
+    # (config.yaml keeps no --resume), or training would start afresh and spend the budget again
+    assert said(2, resume="earlier/last.ckpt").endswith(
+        f"--config {tmp_path / 'config.yaml'} --resume earlier/last.ckpt --output-dir {tmp_path} --overwrite")
     checkpoint.parent.mkdir()
     torch.save({CHECKPOINT_KEY: {"format": 1, "train_steps": 5, "run": {"model": "gan"}}}, checkpoint)
     assert said(2).startswith(f"stopped by SIGTERM after 7 steps: {checkpoint} holds 5 of them, its last periodic save, "

@@ -1,6 +1,8 @@
 """``sample_to_file`` and the checkpoint checks in front of it, with a stand-in module (no
 training): how many records are written, from which seed, decoded how, and that a bad request
 is refused before anything is drawn or any file is touched."""
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -241,29 +243,25 @@ def test_the_runs_own_data_is_never_written_over_when_its_config_is_gone(tmp_pat
     assert len(pd.read_csv(sample_to_file(builtin, 5, other, overwrite=True))) == 5  # its files are checksummed
 
 
-def test_a_file_in_the_folder_a_built_in_dataset_was_read_from_is_never_replaced(tmp_path, monkeypatch):
-    """King's Kaggle file in --data-dir (its original needs a login) was replaced by five synthetic
-    rows with --overwrite: only a CSV run's files were guarded. The folder is kept in the
-    checkpoint and named by config.yaml; a new file there, or a file elsewhere, is still written."""
-    monkeypatch.setattr(sampling, "load_module", lambda path: TableModule())
-    data = tmp_path / "data"
-    (data / "king").mkdir(parents=True)
-    original = data / "king" / "kc_house_data.csv"
-    original.write_text("the user's only copy\n")
-    run = {"model": "gan", "dataset": "king", "schema": SCHEMA.to_dict(), "data_files": []}
-    kept = fake_checkpoint(tmp_path / "kept.ckpt", {**run, "data_folders": [str(data)]})
-    with pytest.raises(ValueError, match="the folder the run read its data from"):
-        sample_to_file(kept, 5, original, overwrite=True)
-    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
-    (tmp_path / "run" / "config.yaml").write_text(f"data:\n  name: king\n  data_dir: {data}\n")
-    named = fake_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt", run)
-    with pytest.raises(ValueError, match="the folder the run read its data from"):
-        sample_to_file(named, 5, original, overwrite=True)
-    assert original.read_text() == "the user's only copy\n"
-    assert len(pd.read_csv(sample_to_file(kept, 5, data / "synthetic.csv"))) == 5  # new: nothing to lose
-    elsewhere = tmp_path / "elsewhere.csv"
-    elsewhere.write_text("old\n")
-    assert len(pd.read_csv(sample_to_file(kept, 5, elsewhere, overwrite=True))) == 5
+def test_a_built_in_datasets_files_are_those_found_in_its_data_folder_not_its_downloads(tmp_path):
+    """What a checkpoint keeps for sample --out to refuse: King's Kaggle file where the user keeps
+    it (in the folder or its king/ subfolder), Adult's two files; none for a folder without them
+    (the downloads are checksummed and fetched again), and none for a CSV, whose own are kept."""
+    from lightning_dpgan.datamodules.adult import AdultDataModule
+    from lightning_dpgan.datamodules.csv import CSVDataModule
+    from lightning_dpgan.datamodules.king import KingDataModule
+    from lightning_dpgan.run_folder import located_data_files
+
+    fixtures = Path(__file__).parent / "fixtures"
+    (tmp_path / "king").mkdir()
+    original = tmp_path / "king" / "kc_house_data.csv"
+    original.write_bytes((fixtures / "king_tiny" / "kc_house_data.csv").read_bytes())
+    assert located_data_files(KingDataModule(data_dir=tmp_path)) == [str(original.resolve())]
+    adult = fixtures / "adult_tiny"
+    assert located_data_files(AdultDataModule(data_dir=adult)) == [str((adult / name).resolve())
+                                                                   for name in ("adult.data", "adult.test")]
+    assert located_data_files(AdultDataModule(data_dir=tmp_path)) == []  # only its downloads would be read
+    assert located_data_files(CSVDataModule(csv=original, target="price", label_kind="continuous")) == []
 
 
 def test_a_config_yaml_that_is_not_utf8_does_not_stop_sample_and_the_checkpoints_files_stay_guarded(tmp_path, monkeypatch):
@@ -472,3 +470,29 @@ def test_without_overwrite_an_existing_out_is_told_to_add_overwrite(tmp_path, mo
     out.write_text("earlier\n")
     with pytest.raises(ValueError, match="exists: give another file, or --overwrite"):
         sample_to_file(older, 5, out)
+
+
+def test_a_checkpoint_is_read_for_its_checksums_once_while_unchanged(tmp_path, monkeypatch):
+    """evaluate checks an image run's checkpoint, then loads it to draw: a G-PATE checkpoint of
+    tens of GB was read whole twice. Changed since, it is read again, and a damage is found."""
+    import os
+    import zipfile
+
+    from lightning_dpgan.sampling import verify_checkpoint_bytes
+
+    path = tmp_path / "last.ckpt"
+    torch.save({"weights": torch.arange(1000.0)}, path)
+    reads = []
+    testzip = zipfile.ZipFile.testzip
+    monkeypatch.setattr(zipfile.ZipFile, "testzip", lambda self: reads.append(1) or testzip(self))
+    verify_checkpoint_bytes(path)
+    verify_checkpoint_bytes(path)
+    assert len(reads) == 1
+    data = bytearray(path.read_bytes())
+    data[data.find(b"\x00\x00\x80\x3f") + 2] ^= 0x01  # inside the tensor 1.0's bytes: the record's CRC no longer holds
+    path.write_bytes(bytes(data))
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # a rewrite, whatever the clock's grain
+    with pytest.raises(CheckpointError, match="does not match the checksum"):
+        verify_checkpoint_bytes(path)
+    assert len(reads) == 2

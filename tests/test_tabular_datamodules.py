@@ -659,6 +659,13 @@ def test_bounds_that_clip_many_training_values_are_warned_with_the_remedy_for_a_
     warning = next(r.getMessage() for r in caplog.records if "outside the schema" in r.getMessage())
     assert "the schema is a DP estimate" in warning and "raise --data.bounds_epsilon" in warning
     assert from_file._estimate_hint() == ""
+    # the same release given back as --data.schema: a budget flag beside it is refused, so the
+    # remedy is to estimate again (spending again), or a public schema file
+    released = tmp_path / "released.yaml"
+    released.write_text(yaml.safe_dump(estimated.schema.to_dict()))
+    reused = CSVDataModule(csv=tmp_path / "rare.csv", schema=released, batch_size=8)
+    hint = reused._estimate_hint()
+    assert "released by an earlier run's DP estimate" in hint and "without --data.schema; that spends again" in hint
 
 
 @pytest.mark.parametrize("damage,message", [

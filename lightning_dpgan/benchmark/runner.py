@@ -262,8 +262,15 @@ def read_json(path: Path) -> dict[str, Any]:
 FOUR_CLASSIFIERS = ("logistic_regression", "random_forest", "gradient_boosting", "mlp")
 
 
+#: what evaluation.json records of how it was made, not a measure to average over seeds (the cell's
+#: seed is the run's own, in its record)
+EVALUATION_SETTINGS = ("seed", "device")
+
+
 def with_derived_measures(measures: dict[str, Any]) -> dict[str, Any]:
-    """``utility/B_auroc_four``: the setting-B AUROC averaged over :data:`FOUR_CLASSIFIERS`."""
+    """``utility/B_auroc_four``: the setting-B AUROC averaged over :data:`FOUR_CLASSIFIERS`;
+    without :data:`EVALUATION_SETTINGS`."""
+    measures = {key: value for key, value in measures.items() if key not in EVALUATION_SETTINGS}
     four = [measures.get(f"utility/B_auroc/{name}") for name in FOUR_CLASSIFIERS]
     if all(isinstance(value, (int, float)) for value in four):
         return {**measures, "utility/B_auroc_four": sum(four) / len(four)}
