@@ -326,3 +326,13 @@ def test_without_an_rng_the_noise_comes_from_fresh_entropy():
     frame = pd.DataFrame({"t": np.full(5, 100.0)})
     estimates = {infer_schema_dp(frame, "t", [], 1e-6, 0.0, "continuous")[0].column("t").bounds for _ in range(6)}
     assert len(estimates) > 1
+
+
+def test_a_binary_label_released_with_three_classes_says_the_estimate_spent_its_budget():
+    """Read off the noisy release as well: the budget is spent though nothing trained."""
+    frame = make_frame(600)
+    frame["fraud"] = ["a", "b", "c"] * 200
+    with pytest.raises(SchemaError, match="holds more than two classes") as refused:
+        infer_schema_dp(frame, "fraud", ["city", "fraud"], epsilon=1.0, delta=1e-6, label_kind="binary",
+                        rng=np.random.default_rng(4))
+    assert "count --data.bounds_epsilon and --data.bounds_delta as spent on this data" in str(refused.value)

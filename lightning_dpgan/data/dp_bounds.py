@@ -311,7 +311,8 @@ def _labelled_schema(columns: list[Column], target: str, label_kind: str, drop: 
         label = next((column for column in columns if column.name == target), None)
         if label_kind == "binary" and label is not None and len(label.categories or ()) > 2:  # no budget removes a class
             raise SchemaError(f"{err} (DP estimate: the file's label holds more than two classes; declare it "
-                              "--data.label_kind categorical, or give a schema file with its classes)") from err
+                              "--data.label_kind categorical, or give a schema file with its "
+                              f"classes){SPENT_ON_A_REFUSED_ESTIMATE}") from err
         raise SchemaError(f"{err} (DP estimate; classes rarer than the threshold are not released: if the file "
                           f"holds more classes, {RAISE_BUDGET} with the public classes; a label the file gives one "
                           f"class only cannot be learnt){SPENT_ON_A_REFUSED_ESTIMATE}") from err
