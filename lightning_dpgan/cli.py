@@ -322,11 +322,11 @@ def build_config(argv: list[str]) -> dict[str, Any]:
     flags = {key: value for key, value in vars(args).items() if key != "config"}
     overrides = parse_overrides(extra)
     config = resolve(flags, overrides, config_file=args.config, notes=notes)
-    drop_the_files_schema_estimate(config, overrides, args.config, notes)
     if config.get("resume") and flags.get("epsilon") is None and not (args.config and "epsilon" in load_yaml(args.config)):
         target = _checkpoints_other_target(config, notes)
         if target is not None:  # resolved again: the presets that apply depend on the target (an _eps0.1 preset)
             config = resolve({**flags, "epsilon": target}, overrides, config_file=args.config, notes=[])
+    drop_the_files_schema_estimate(config, overrides, args.config, notes)  # on the configuration as resolved last
     for note in notes:
         if not launched_as_follower():  # each process of a DDP run reads the command line
             print(f"train: note: {note}", file=sys.stderr)

@@ -149,7 +149,11 @@ _verified_checkpoints: set[tuple[str, int, int]] = set()
 def checkpoint_steps(path: str | Path) -> int:
     """The training steps a checkpoint of ``train`` holds (0 where it does not say); refuses a
     missing, corrupt or foreign file as :func:`resume_checkpoint` does."""
-    steps = _checkpoint_record(path).get("train_steps")
+    return _train_steps(_checkpoint_record(path))
+
+
+def _train_steps(record: dict[str, Any]) -> int:
+    steps = record.get("train_steps")
     return steps if isinstance(steps, int) else 0
 
 
@@ -160,7 +164,7 @@ def resume_checkpoint(path: str | Path, model: str, dataset: str, quail: bool = 
     A QUAIL run and a run of its synthesizer alone are different runs: resuming one from the
     other would drop (or invent) the label model's cost."""
     record = _checkpoint_record(path)
-    info, steps = record["run"], record.get("train_steps")
+    info = record["run"]
     refuse_outside_python(info, path, "--resume")
     if ("quail" in info) != quail:
         theirs, ours = ("a QUAIL", "not") if "quail" in info else ("not a QUAIL", "a QUAIL")
@@ -175,7 +179,7 @@ def resume_checkpoint(path: str | Path, model: str, dataset: str, quail: bool = 
             "or drop --resume to start a new run."
         )
     verify_checkpoint_bytes(path)
-    return info, steps if isinstance(steps, int) else 0
+    return info, _train_steps(record)
 
 
 def table_decoder(info: dict[str, Any]) -> Any:
