@@ -547,20 +547,25 @@ def test_a_released_schema_given_over_its_runs_config_replaces_the_estimate_sett
     RUN/released_schema.yaml, was refused twice for settings of the estimate the user never typed
     (config.yaml's bounds budget, then its categorical columns). Typed again beside the schema,
     they are still refused."""
-    csv = write_case(tmp_path / "data.csv", lambda frame: frame)
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame.assign(note="free text"))
     first = tmp_path / "first"
-    assert main(csv_args(csv, first, None)) == 0
+    assert main(csv_args(csv, first, None, "--data.drop", "note")) == 0
     released = first / "released_schema.yaml"
     again = ["train", "--config", str(first / "config.yaml"), "--data.schema", str(released), "--output-dir",
              str(tmp_path / "again")]
     capsys.readouterr()
     assert main(again) == 0
     note = capsys.readouterr().err
-    assert "settings of the schema's DP estimate (data.bounds_epsilon, data.categorical) are dropped" in note
+    assert "settings of the schema's DP estimate (data.bounds_epsilon, data.categorical, data.drop) are dropped" in note
     recorded = yaml.safe_load((tmp_path / "again" / "config.yaml").read_text())["data"]
     assert not recorded.get("bounds_epsilon") and not recorded.get("categorical")
     assert_refused(again[:-1] + [str(tmp_path / "third"), "--data.bounds_epsilon", "5"], capsys,
                    "--data.bounds_epsilon sets", "nothing would be spent")
+    # resumed under the released file, the checkpoint's estimate would go uncounted: refused for that,
+    # not as if the label or layout differed (the file lists the dropped columns, the estimate did not)
+    line = assert_refused(again[:-1] + [str(tmp_path / "fourth"), "--resume", str(first / "checkpoints" / "last.ckpt")],
+                          capsys, "spent epsilon 5, delta 1e-06 on preprocessing", "without --data.schema")
+    assert "label / layout" not in line
 
 
 def test_a_run_whose_config_recorded_the_unused_estimate_budget_beside_its_schema_file_still_evaluates(tmp_path, schema_file):

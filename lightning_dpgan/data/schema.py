@@ -319,8 +319,10 @@ def encoding_layout(spec: Mapping[str, Any]) -> dict[str, Any]:
     two schemas with the same layout encode every row identically, so a checkpoint trained
     under one can be resumed, sampled and evaluated under the other (runs from before a
     built-in schema declared its steps keep decoding as they were trained, and a reworded
-    source locks no run out)."""
-    layout = dict(spec)
+    source locks no run out). The file's columns listed as ``drop`` are never encoded: a DP
+    estimate's schema holds none, the file it released lists them, and a resume under that file
+    was refused as if its label or layout differed."""
+    layout = {key: value for key, value in spec.items() if key != "drop"}
     layout["columns"] = [{k: v for k, v in column.items() if k not in NOT_LAYOUT} for column in spec.get("columns", [])]
     return layout
 
