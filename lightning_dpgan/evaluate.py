@@ -364,7 +364,7 @@ def refuse_image_options(run_dir: Path, **given: Any) -> None:
             f"CNN); {run_dir} is a table run, scored on its synthetic.csv as written: drop {' and '.join(flags)}."
             + (f" To score another number of rows, move its synthetic.csv aside and write them in its place: python -m "
                f"lightning_dpgan sample --checkpoint {run_dir / LAST_CHECKPOINT} -n N --out {run_dir / 'synthetic.csv'}"
-               if "n_synthetic" in given and given["n_synthetic"] is not None else ""))
+               if given.get("n_synthetic") is not None else ""))
 
 
 def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: dict[str, Any] | None,

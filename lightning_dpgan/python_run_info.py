@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_dpgan import registry
-from lightning_dpgan.run_folder import data_files, located_data_files
+from lightning_dpgan.run_folder import data_files
 
 #: ``run_info["trained_by"]`` of a checkpoint a Trainer built in Python wrote
 TRAINED_BY_PYTHON = "python"
@@ -37,7 +37,7 @@ def python_run_info(module: Any, datamodule: Any, strategy: Any) -> dict[str, An
     info: dict[str, Any] = {"model": model, "dataset": registry.name_of("dataset", type(datamodule)),
                             "privacy": getattr(strategy, "name", "none"), "trained_by": TRAINED_BY_PYTHON,
                             # a CSV's files and a built-in dataset's in its data folder, which sample --out refuses
-                            "data_files": data_files(hparams) + located_data_files(datamodule)}
+                            "data_files": data_files(hparams, datamodule)}
     if kind == "table":
         info.update(table_decoding_info(datamodule))
     return info

@@ -52,7 +52,7 @@ from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.outputs import write_csv_chunks, write_json, write_png, write_torch, write_yaml
 from lightning_dpgan.privacy.validation import validate_delta
 from lightning_dpgan.python_run_info import table_decoding_info
-from lightning_dpgan.run_folder import LAST_CHECKPOINT, RELEASED_SCHEMA, continue_command, data_files, located_data_files
+from lightning_dpgan.run_folder import LAST_CHECKPOINT, RELEASED_SCHEMA, continue_command, data_files
 from lightning_dpgan.sampling import read_run_info, resume_checkpoint, synthetic_row_chunks, table_labeler
 from lightning_dpgan.versions import software_versions
 
@@ -768,7 +768,7 @@ class Run:
         module.run_info["lineage"] = [dict(segment) for segment in self.lineage]
         if self.is_image:  # read only now: Lightning downloads the files (prepare_data) as fit starts
             module.run_info["train_rows_digest"] = self.datamodule.train_rows_digest()
-        module.run_info["data_files"] = data_files(self.config["data"]) + located_data_files(self.datamodule)
+        module.run_info["data_files"] = data_files(self.config["data"], self.datamodule)
 
     def _write_config(self, trainer: L.Trainer, module: Any) -> None:
         if trainer.is_global_zero:

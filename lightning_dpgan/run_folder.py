@@ -59,12 +59,12 @@ AUDIT_TRIALS = ("trials", "calibration")
 AUDIT_OUTPUTS = (AUDIT_REPORT,) + AUDIT_TRIALS
 
 
-def data_files(settings: Mapping[str, Any]) -> list[str]:
+def data_files(settings: Mapping[str, Any], datamodule: Any) -> list[str]:
     """The files a run read its records and schema from (a CSV run's ``csv`` and ``schema``
-    settings), absolute: kept in its checkpoint, so that ``sample --out`` refuses to write over
-    them."""
+    settings, a built-in dataset's :func:`located_data_files`), absolute: kept in its
+    checkpoint, so that ``sample --out`` refuses to write over them."""
     return [str(Path(settings[key]).expanduser().resolve()) for key in ("csv", "schema")
-            if isinstance(settings.get(key), (str, os.PathLike))]
+            if isinstance(settings.get(key), (str, os.PathLike))] + located_data_files(datamodule)
 
 
 def located_data_files(datamodule: Any) -> list[str]:
