@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -481,6 +482,7 @@ def train(argv: list[str]) -> Path:
     from lightning_dpgan.distributed import launched_as_follower
 
     if launched_as_follower():
+        quiet_machine_followers()
         inherited = os.environ.get(RUN_CONFIG_ENV)  # absent under torchrun, which starts every process itself
         return _train(yaml.safe_load(inherited) if inherited else build_config(argv))
     config = build_config(argv)
@@ -681,6 +683,17 @@ def report_error(error: Exception) -> None:
         print(f"error: {error}", file=sys.stderr)
     elif not launched_as_machine_follower() or not isinstance(error, (ValueError, MisconfigurationException)):
         print(f"error ({launched_process_name()}): {error}", file=sys.stderr)
+
+
+def quiet_machine_followers() -> None:
+    """Print the library's warnings once for each machine of a DDP run, as :func:`report_error`
+    prints refusals: every process reads the same rows and settings, so a machine's other
+    processes would repeat its first one's warnings word for word (the data's clipped bounds, a
+    teacher batch drawn with replacement). Their errors still print."""
+    from lightning_dpgan.distributed import launched_as_machine_follower
+
+    if launched_as_machine_follower():
+        logging.getLogger("lightning_dpgan").setLevel(logging.ERROR)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +47,13 @@ def launched_as_machine_follower() -> bool:
     """True in a DDP process other than its machine's first (``LOCAL_RANK`` above 0): the
     processes of one machine share its terminal, those of another machine do not."""
     return int(os.environ.get("LOCAL_RANK", "0") or 0) > 0
+
+
+def say_once_per_machine(line: str) -> None:
+    """Print a note or warning that every process of a DDP run reaches alike (it reads the same
+    command line and rows) from each machine's first process only: the others share its terminal."""
+    if not launched_as_machine_follower():
+        print(line, file=sys.stderr)
 
 
 def launched_process_name() -> str:

@@ -42,7 +42,7 @@ from lightning_dpgan.config import (
     with_absolute_paths,
 )
 from lightning_dpgan.ddp import PRIVATE_TRAINER_STRATEGIES, PrivateDDPStrategy, resolve_strategy
-from lightning_dpgan.distributed import launched_as_follower, rows_per_process
+from lightning_dpgan.distributed import launched_as_follower, rows_per_process, say_once_per_machine
 from lightning_dpgan.error_text import SET_BY, first_line
 from lightning_dpgan.lineage import extended_lineage, new_run_id
 from lightning_dpgan.loggers import build_logger, log_run_config, publish_run
@@ -454,9 +454,9 @@ class Run:
         if not isinstance(self.strategy, TeacherStrategy) or given is None or given == self.strategy.teacher_batch_size:
             return
         used = self.strategy.teacher_batch_size or "its default"
-        print(f"train: warning: data.batch_size {given} (--batch-size, a config file or a preset) is not used by "
-              f"--privacy {self.strategy.name}: each teacher trains on --privacy.teacher_batch_size records a step "
-              f"({used})", file=sys.stderr)
+        say_once_per_machine(f"train: warning: data.batch_size {given} (--batch-size, a config file or a preset) is "
+                             f"not used by --privacy {self.strategy.name}: each teacher trains on "
+                             f"--privacy.teacher_batch_size records a step ({used})")
 
     def _check_quail_is_private(self) -> None:
         """QUAIL's budget split needs a target and a private synthesizer: refused before the other
@@ -618,7 +618,7 @@ class Run:
                                               self.config["resume"])
                 for note in adopt_release_settings(self.config, release_settings(datamodule, self.quail),
                                                    self.resume_info.get("release_settings")):
-                    print(f"train: note: {note}", file=sys.stderr)
+                    say_once_per_machine(f"train: note: {note}")
                 if self.quail is not None:
                     self.quail = self._build_quail()  # with the checkpoint's label model settings
         return datamodule

@@ -141,7 +141,11 @@ def run_train(output: Path, *args: str, devices: int = 1, timeout: int = 240) ->
 
 
 def train(output: Path, *args: str, devices: int = 1, timeout: int = 240) -> dict:
-    result = run_train(output, *args, devices=devices, timeout=timeout)
+    return reports(output, run_train(output, *args, devices=devices, timeout=timeout))
+
+
+def reports(output: Path, result: subprocess.CompletedProcess) -> dict:
+    """privacy.json and metrics.json of a run that succeeded, which rank 0 alone reported."""
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("train: wrote") == 1  # rank 0 alone reports (and writes)
     return {name: json.loads((output / f"{name}.json").read_text()) for name in ("privacy", "metrics")}
@@ -213,10 +217,15 @@ def test_dp_sgd_run_on_two_processes_spends_what_one_process_does(tmp_path):
 def test_pategan_run_on_two_processes_keeps_all_teachers_and_resumes_in_one_or_two(tmp_path):
     """Sharded teachers: the checkpoint rank 0 writes holds all K (gathered); a single process
     resumes from it with the accountant's spend carried over, and two processes, each reading its
-    shard of the checkpoint, resume to the same teachers and the same spend."""
+    shard of the checkpoint, resume to the same teachers and the same spend. The two processes
+    share a terminal: what both reach alike (an unused --batch-size, teacher batches drawn with
+    replacement from partitions of 7 records) is printed once."""
     args = ["--model", "pategan", "--privacy.num_teachers", "5", "--batch-size", "4", "--epsilon", "5000",
             "--max-steps", "2"]
-    two = train(tmp_path / "two", *args, devices=2)
+    started = run_train(tmp_path / "two", *args, devices=2)
+    two = reports(tmp_path / "two", started)
+    for warning in ("data.batch_size 4 (--batch-size", "drawn with replacement from its partition"):
+        assert started.stderr.count(warning) == 1, started.stderr[-3000:]
     assert two["metrics"]["steps_per_rank"] == [2, 2]
     checkpoint = torch.load(tmp_path / "two" / "checkpoints" / "last.ckpt", weights_only=False)
     weights = checkpoint["state_dict"]["teachers.layers.0.weight"]
