@@ -130,8 +130,11 @@ def test_the_four_classifier_average_of_the_adult_goal():
                  ("gaussian_nb", 0.0)]}
     assert with_derived_measures(measures)["utility/B_auroc_four"] == pytest.approx(0.75)
     assert "utility/B_auroc_four" not in with_derived_measures({"utility/B_auroc/mlp": 0.6})
-    # how the evaluation was made is not a measure averaged over a cell's seeds
+    # how the evaluation was made, or what it read of the run, is not a measure averaged over a cell's seeds
     assert with_derived_measures({"utility/B_auroc/mlp": 0.6, "seed": 2, "device": "cpu"}) == {"utility/B_auroc/mlp": 0.6}
+    recorded = {"epsilon": 0.99, "delta": 1e-5, "synthetic_records": 17290, "privacy_risk/mia_records_per_group": 2000,
+                "privacy_risk/mia_auc": 0.5}
+    assert with_derived_measures(recorded) == {"privacy_risk/mia_auc": 0.5}
 
 
 # ---------------------------------------------------------------------- results

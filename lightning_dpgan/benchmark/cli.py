@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import datetime
@@ -22,6 +23,7 @@ from typing import Any, Callable
 
 from lightning_dpgan.benchmark.paths import BENCHMARKS, check_benchmarks_folder
 from lightning_dpgan.benchmark.results import ResultsFile, ResultsFileError, commit, machine
+from lightning_dpgan.benchmark.stopping import SuiteTerminated, children_stopped_on_sigterm
 from lightning_dpgan.benchmark.runner import (Settings, failed_run, is_image_dataset, portable, resume_mismatch, run_cell,
                                               skip_reason, train_command)
 from lightning_dpgan.benchmark.suites import SUITES, Cell, Size, epsilon_text, suite_size
@@ -33,7 +35,8 @@ from lightning_dpgan.data.download import default_data_dir
 #: --suite is not here: "not needed with --report-only", it is allowed there)
 RUNNING_OPTIONS = {"quick": False, "models": None, "datasets": None, "epsilons": None, "seeds": None,
                    "max_steps": None, "n_synthetic": None, "cnn_epochs": None, "data_dir": None, "accelerator": None,
-                   "jobs": 1, "out_dir": None, "peers_venv": None, "resume": False, "dev_fraction": 0.0, "train_args": []}
+                   "jobs": 1, "out_dir": None, "peers_venv": None, "resume": False, "overwrite": False, "dev_fraction": 0.0,
+                   "train_args": []}
 
 
 def options_a_report_ignores(args: argparse.Namespace) -> list[str]:
@@ -79,6 +82,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                                "cells with a checkpoint continue from it, trained ones are only "
                                                "evaluated, evaluated ones are read back (their wall times are not "
                                                "recorded); the others run afresh")
+    add("--overwrite", action="store_true", help="redo the cells whose runs an earlier invocation left in --out-dir "
+                                                  "(else refused): each cell's earlier run is moved to its previous/ "
+                                                  "folder, a peer's is replaced")
     add("--dev-fraction", type=float, default=0.0,
         help="hold this share of the training records out of training and score the runs on them instead of on "
              "the test split (evaluate --split dev): for choosing settings without reading the test split; a 'dev' "
@@ -169,7 +175,7 @@ CELL_SETTINGS = {
     "model.name": "--models", "data.name": "--datasets", "epsilon": "--epsilons", "seed": "--seeds",
     "delta": "the suite's (1e-5, or the dataset's own default below 1/n)", "output_dir": "--out-dir",
     "data.data_dir": "--data-dir", "max_steps": "--max-steps", "trainer.accelerator": "--accelerator",
-    "data.dev_fraction": "--dev-fraction", "resume": "--resume", "overwrite": "the suite's (each cell's folder is replaced)",
+    "data.dev_fraction": "--dev-fraction", "resume": "--resume", "overwrite": "--overwrite",
 }
 
 
@@ -321,6 +327,28 @@ def check_resumable(size: Size, settings: Settings) -> None:
                          + "\nResume with the interrupted invocation's options, or give another --out-dir")
 
 
+def cells_run_before(size: Size, settings: Settings, suite: str) -> list[str]:
+    """The cells of ``size`` whose folders in ``settings.out_dir`` hold a run already."""
+    from lightning_dpgan.benchmark.peers import peer_folder
+    from lightning_dpgan.run_folder import held_run_files
+
+    if suite == "peers":
+        return [cell.name for cell in size.cells() if (peer_folder(settings.out_dir, cell) / "peer.json").exists()]
+    return [cell.name for cell in size.cells() if held_run_files(settings.out_dir / cell.name)]
+
+
+def check_out_dir_free(size: Size, settings: Settings, suite: str, overwrite: bool) -> None:
+    """Before any cell runs: an --out-dir holding this grid's runs is continued (--resume) or
+    redone (--overwrite), not redone unasked -- hours of finished cells."""
+    if settings.resume or overwrite:
+        return
+    if earlier := cells_run_before(size, settings, suite):
+        shown = ", ".join(earlier[:3]) + (f" and {len(earlier) - 3} more" if len(earlier) > 3 else "")
+        resume = "" if suite in ("speed", "peers") else "continue them with --resume, "
+        raise SystemExit(f"benchmark: --out-dir {settings.out_dir} holds runs of {len(earlier)} of this grid's cells "
+                         f"({shown}), so nothing ran: {resume}redo them with --overwrite, or give another --out-dir")
+
+
 def run_grid(size: Size, settings: Settings, skipped: dict[str, str],
              on_run: Callable[[list[dict[str, Any]]], Any] = lambda runs: None) -> list[dict[str, Any]]:
     """Every cell of ``size`` not on a skipped dataset, ``settings.jobs`` at a time; ``on_run``
@@ -411,6 +439,22 @@ def remove_unreferenced_plots(plots: Path, markdown: str) -> list[str]:
     return stale
 
 
+def run_suite(args: argparse.Namespace, size: Size, settings: Settings, skipped: dict[str, str],
+              on_run: Callable[[list[dict[str, Any]]], Any]) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, str]]:
+    """The suite's runs, its extras (the speed suite's micro benchmarks) and the datasets skipped."""
+    if args.suite == "peers":
+        from lightning_dpgan.benchmark.peers import run_peers
+
+        runs, also_skipped = run_peers(size, settings, args.peers_venv, on_run=on_run)
+        return runs, {}, {**skipped, **also_skipped}
+    runs = run_grid(size, settings, skipped, on_run=on_run)
+    if args.suite != "speed":
+        return runs, {}, skipped
+    from lightning_dpgan.benchmark.speed import micro_benchmarks
+
+    return runs, micro_benchmarks(args.quick, args.data_dir, args.accelerator, settings.out_dir), skipped
+
+
 def benchmark(argv: list[str]) -> Path:
     args = parse_args(argv)
     check_benchmarks_folder()
@@ -471,6 +515,9 @@ def benchmark(argv: list[str]) -> Path:
                   "Give --data-dir, or set LIGHTNING_DPGAN_DATA_DIR")  # a folder given already: not "give one"
         raise SystemExit(f"benchmark: no dataset of the {args.suite} suite is at hand, so nothing ran and nothing "
                          f"was written ({reasons}). {remedy}")
+    if args.resume and args.overwrite:
+        raise SystemExit("benchmark: --resume continues the runs in --out-dir and --overwrite redoes them: give one")
+    check_out_dir_free(size, settings, args.suite, args.overwrite)
     if args.resume:
         check_resumable(size, settings)
     results_file = ResultsFile(args.results_dir, args.suite, {
@@ -487,18 +534,17 @@ def benchmark(argv: list[str]) -> Path:
     def save_partial(runs: list[dict[str, Any]]) -> None:
         results_file.save(runs, skipped=skipped)
 
-    extras: dict[str, Any] = {}
-    if args.suite == "peers":
-        from lightning_dpgan.benchmark.peers import run_peers
-
-        runs, also_skipped = run_peers(size, settings, args.peers_venv, on_run=save_partial)
-        skipped = {**skipped, **also_skipped}
-    else:
-        runs = run_grid(size, settings, skipped, on_run=save_partial)
-    if args.suite == "speed":
-        from lightning_dpgan.benchmark.speed import micro_benchmarks
-
-        extras = micro_benchmarks(args.quick, args.data_dir, args.accelerator, out_dir)
+    try:
+        with children_stopped_on_sigterm():
+            runs, extras, skipped = run_suite(args, size, settings, skipped, save_partial)
+    except SuiteTerminated:
+        kept = f"the runs it finished are in {results_file.path}" if results_file.path else "it finished no run"
+        again = (f"run it again: its runs are timed whole (--overwrite redoes them in {out_dir})"
+                 if args.suite in ("speed", "peers") else
+                 f"continue with the same command and --resume --out-dir {out_dir}: each cell takes up where it stopped")
+        print(f"benchmark: stopped by SIGTERM, with the processes it was running; {kept}. To finish the suite, "
+              f"{again}", file=sys.stderr)
+        raise SystemExit(128 + signal.SIGTERM) from None
     ended = commit(**own)
     changed = {} if ended == code else {"commit_at_end": ended}  # each cell ran the tree as it was when it started
     path = results_file.save(runs, complete=True, skipped=skipped, extras=extras, **changed)
@@ -506,8 +552,10 @@ def benchmark(argv: list[str]) -> Path:
         regenerate(args)  # "benchmark: wrote PATH" is the command's last line (cli.main)
     except SystemExit as error:  # RESULTS.md left as it was: the measured results are still there
         raise SystemExit(f"{error.code}. The suite's results were written to {path}") from None
-    if any(run.get("status") == "failed" for run in runs):
-        print(f"benchmark: wrote {path}; some runs failed (listed in it and in RESULTS.md)", file=sys.stderr)
+    failed = ["some runs"] if any(run.get("status") == "failed" for run in runs) else []
+    failed += [f"the {name} script" for name, extra in extras.items() if "failed" in extra]  # the speed suite's
+    if failed:
+        print(f"benchmark: wrote {path}; {' and '.join(failed)} failed (listed in it and in RESULTS.md)", file=sys.stderr)
         raise SystemExit(1)
     return path
 

@@ -127,6 +127,10 @@ def peer_command(python: Path, cell: Cell, train: Path, spec: Path, n: int, size
     return command
 
 
+def peer_folder(out_dir: Path, cell: Cell) -> Path:
+    return out_dir / f"smartnoise-{cell.name}"
+
+
 def run_peers(size: Size, settings: Settings, venv: Path | None,
               on_run: Callable[[list[dict[str, Any]]], Any] = lambda runs: None) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Every peer cell: fit in the peers' venv, evaluate here; ``on_run`` gets the runs so far
@@ -144,7 +148,7 @@ def run_peers(size: Size, settings: Settings, venv: Path | None,
             continue
         train, spec = export_split(datamodule, settings.out_dir / f"{dataset}-split")
         for cell in (c for c in size.cells() if c.dataset == dataset):
-            folder = settings.out_dir / f"smartnoise-{cell.name}"
+            folder = peer_folder(settings.out_dir, cell)
             command = peer_command(python, cell, train, spec, len(datamodule.train_frame), size, folder)
             print(f"benchmark: smartnoise {cell.name}", flush=True)
             try:

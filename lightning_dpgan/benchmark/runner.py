@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_dpgan.benchmark.paths import REPO
+from lightning_dpgan.benchmark.stopping import waited_on
 from lightning_dpgan.benchmark.suites import Cell, Size, delta_for, epsilon_text
 from lightning_dpgan.data.download import DATA_DIR_ENV, default_cache_dir
 from lightning_dpgan.data.dev_split import scored_split
@@ -227,18 +228,18 @@ def skip_reason(error: BaseException, data_dir: str | None = None, out_dir: str 
 def run_logged(command: list[str], log: Path, env: dict[str, str] | None = None) -> float:
     """Run ``command`` with its output in ``log`` (in ``env``, else this process's environment);
     return its wall time. A failure raises with the end of the log, so the reason is on screen
-    and the whole of it is kept."""
+    and the whole of it is kept. SIGTERM to the suite is passed on to it (:mod:`.stopping`)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with log.open("a") as handle:
         handle.write(f"$ {shlex.join(command)}\n")
         handle.flush()
-        result = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=env)
+        returncode = waited_on(command, stdout=handle, stderr=subprocess.STDOUT, env=env)
     seconds = time.perf_counter() - started
-    if result.returncode != 0:
+    if returncode != 0:
         tail = "\n".join(log.read_text().splitlines()[-15:])
-        raise RuntimeError(f"{shlex.join(command)} failed (exit {result.returncode}); end of {log}:\n{tail}"
-                           + killed_by(result.returncode))
+        raise RuntimeError(f"{shlex.join(command)} failed (exit {returncode}); end of {log}:\n{tail}"
+                           + killed_by(returncode))
     return seconds
 
 
@@ -262,9 +263,10 @@ def read_json(path: Path) -> dict[str, Any]:
 FOUR_CLASSIFIERS = ("logistic_regression", "random_forest", "gradient_boosting", "mlp")
 
 
-#: what evaluation.json records of how it was made, not a measure to average over seeds (the cell's
-#: seed is the run's own, in its record)
-EVALUATION_SETTINGS = ("seed", "device")
+#: what evaluation.json records of how it was made or of the run it read, not a measure to average
+#: over seeds (the cell's seed is the run's own, in its record; its spent epsilon and delta are
+#: summarized from privacy.json beside the measures)
+EVALUATION_SETTINGS = ("seed", "device", "epsilon", "delta", "synthetic_records", "privacy_risk/mia_records_per_group")
 
 
 def with_derived_measures(measures: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,160 @@
+"""SIGTERM to a running suite stops it as Ctrl-C does, with its train/evaluate processes: they get
+the signal (train keeps what it can resume from), no further cell starts, the finished runs stay in
+the results file; and an --out-dir already holding the grid's runs is continued or redone only
+when asked (--resume, --overwrite), never redone unasked."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lightning_dpgan.benchmark import cli
+from lightning_dpgan.benchmark.runner import Settings, run_logged
+from lightning_dpgan.benchmark.stopping import SuiteTerminated, children_stopped_on_sigterm, waited_on
+from lightning_dpgan.benchmark.suites import suite_size
+
+#: a child that says when it started, and what ended it
+CHILD = """
+import pathlib, signal, sys, time
+folder = pathlib.Path(sys.argv[1])
+def stop(signum, frame):
+    (folder / "stopped_by").write_text(signal.Signals(signum).name)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+(folder / "started").write_text("yes")
+time.sleep(60)
+"""
+
+
+def sigterm_once_started(folder) -> threading.Thread:
+    """SIGTERM to this (the suite's) process alone, once the child has started."""
+    def send():
+        deadline = time.monotonic() + 30
+        while not (folder / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_sigterm_to_the_suite_alone_reaches_its_child_which_stops_as_its_own_sigterm_makes_it(tmp_path):
+    before = signal.getsignal(signal.SIGTERM)
+    log = tmp_path / "cell.log"
+    started = time.monotonic()
+    with children_stopped_on_sigterm():
+        sender = sigterm_once_started(tmp_path)
+        with pytest.raises(SuiteTerminated):
+            run_logged([sys.executable, "-c", CHILD, str(tmp_path)], log)
+        sender.join()
+        assert (tmp_path / "stopped_by").read_text() == "SIGTERM"  # its own handler ran: not killed outright
+        # nothing starts after it, not even a process that would be quick
+        with pytest.raises(SuiteTerminated):
+            waited_on([sys.executable, "-c", f"open({str(tmp_path / 'late')!r}, 'w')"])
+    assert not (tmp_path / "late").exists()
+    assert time.monotonic() - started < 30  # it did not sleep out its minute
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is the suite's only while it runs
+
+
+def test_a_failed_child_is_still_a_failure_and_not_a_stop(tmp_path):
+    with children_stopped_on_sigterm(), pytest.raises(RuntimeError, match="exit 3"):
+        run_logged([sys.executable, "-c", "import sys; sys.exit(3)"], tmp_path / "cell.log")
+
+
+def tiny_grid():
+    return suite_size("tables", quick=False).with_overrides(models=["quail", "dpctgan"], datasets=["adult"],
+                                                          epsilons=[1.0], seeds=[0])
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_stopped_cell_is_not_recorded_as_failed_and_the_grid_goes_no_further(tmp_path, monkeypatch, jobs):
+    started, recorded = [], []
+
+    def stopped_cell(cell, size, settings):
+        started.append(cell.name)
+        if len(started) == 1:
+            raise SuiteTerminated
+        time.sleep(0.2)
+        return {**cell.record, "measures": {}}
+
+    monkeypatch.setattr(cli, "run_cell", stopped_cell)
+    with pytest.raises(SuiteTerminated):
+        cli.run_grid(tiny_grid(), Settings(out_dir=tmp_path, jobs=jobs), {}, on_run=recorded.append)
+    assert not any(run.get("status") == "failed" for runs in recorded for run in runs)
+    assert len(started) <= jobs
+
+
+def benchmark_args(tmp_path, *extra):
+    return ["--suite", "tables", "--models", "quail", "dpctgan", "--datasets", "adult", "--epsilons", "1", "--seeds",
+            "0", "--results-dir", str(tmp_path / "results"), "--out-dir", str(tmp_path / "runs"), *extra]
+
+
+@pytest.fixture
+def no_data_or_git(monkeypatch):
+    monkeypatch.setattr(cli, "commit", lambda **kwargs: {"sha": "abc", "dirty": False})
+    monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, data_dir: {})
+    monkeypatch.setattr(cli, "check_cell_settings", lambda size, settings, skipped: None)
+
+
+def test_a_suite_stopped_by_sigterm_keeps_its_finished_runs_and_says_how_to_continue(tmp_path, monkeypatch, capsys,
+                                                                                   no_data_or_git):
+    def stopped_after_one(size, settings, skipped, on_run):
+        on_run([{"status": "ok", **size.cells()[0].record, "measures": {"utility/B_auroc": 0.8}}])
+        raise SuiteTerminated
+
+    monkeypatch.setattr(cli, "run_grid", stopped_after_one)
+    with pytest.raises(SystemExit) as stop:
+        cli.benchmark(benchmark_args(tmp_path))
+    assert stop.value.code == 128 + signal.SIGTERM
+    (kept,) = (tmp_path / "results").glob("tables-*.json")
+    content = json.loads(kept.read_text())
+    assert content["complete"] is False and len(content["runs"]) == 1
+    said = capsys.readouterr().err
+    assert "stopped by SIGTERM" in said and str(kept) in said and f"--resume --out-dir {tmp_path / 'runs'}" in said
+
+
+@pytest.mark.parametrize("marker", ["privacy.json", "checkpoints"])
+def test_an_out_dir_holding_the_grids_runs_is_continued_or_redone_only_when_asked(tmp_path, monkeypatch, no_data_or_git,
+                                                                                 marker):
+    ran = []
+    monkeypatch.setattr(cli, "run_grid", lambda size, settings, skipped, on_run: ran.append(settings) or [])
+    monkeypatch.setattr(cli, "regenerate", lambda args: None)
+    cell = tmp_path / "runs" / tiny_grid().cells()[1].name
+    cell.mkdir(parents=True)
+    (cell / marker).mkdir() if marker == "checkpoints" else (cell / marker).write_text("{}")
+    with pytest.raises(SystemExit, match=r"holds runs of 1 of this grid's cells \(dpctgan.*nothing ran: continue them "
+                                         r"with --resume, redo them with --overwrite"):
+        cli.benchmark(benchmark_args(tmp_path))
+    assert not ran and not (tmp_path / "results").exists()
+    with pytest.raises(SystemExit, match="give one"):
+        cli.benchmark(benchmark_args(tmp_path, "--resume", "--overwrite"))
+    cli.benchmark(benchmark_args(tmp_path, "--overwrite"))
+    assert len(ran) == 1 and not ran[0].resume
+
+
+def test_a_speed_script_that_failed_makes_the_suite_fail_with_its_name(tmp_path, monkeypatch, capsys, no_data_or_git):
+    from lightning_dpgan.benchmark import speed
+
+    def one_script_fails(command, log, env=None):
+        if "teacher_ensemble.py" in command[1]:
+            raise RuntimeError("teacher_ensemble.py failed (exit 1)")
+        Path(command[command.index("--json") + 1]).write_text(json.dumps({"rows": [{"k": 1}]}))
+        return 0.1
+
+    monkeypatch.setattr(speed, "run_logged", one_script_fails)
+    monkeypatch.setattr(cli, "run_grid", lambda size, settings, skipped, on_run: [])
+    monkeypatch.setattr(cli, "regenerate", lambda args: None)
+    with pytest.raises(SystemExit) as failed:
+        cli.benchmark(["--suite", "speed", "--quick", "--results-dir", str(tmp_path / "results"),
+                       "--out-dir", str(tmp_path / "runs")])
+    assert failed.value.code == 1
+    assert "the teacher_ensemble script failed" in capsys.readouterr().err
+    (written,) = (tmp_path / "results").glob("speed-*.json")
+    assert "failed" in json.loads(written.read_text())["extras"]["teacher_ensemble"]
