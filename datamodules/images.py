@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_dpgan.data.download import (
     DATA_DIR_ENV,
+    ContentMismatchError,
     DataIntegrityError,
     DatasetNotFoundError,
     RemoteFile,
@@ -37,6 +38,15 @@ from lightning_dpgan.privacy.validation import validate_int
 log = logging.getLogger(__name__)
 
 _SPLITS = ("train", "test")
+
+
+def known_image_files() -> dict[str, str]:
+    """Every image dataset's official files by md5, so that one put in another's place (a
+    Fashion-MNIST file in MNIST's folder) is named for what it is."""
+    from lightning_dpgan.datamodules.fashion_mnist import FashionMNISTDataModule
+    from lightning_dpgan.datamodules.mnist import MNISTDataModule
+
+    return {**MNISTDataModule.official_files(), **FashionMNISTDataModule.official_files()}
 
 
 class IDXImageDataModule(L.LightningDataModule):
@@ -215,7 +225,7 @@ class IDXImageDataModule(L.LightningDataModule):
                         "%s", self.name, path, remote.name)
         else:
             try:
-                verify_file(path, remote)
+                verify_file(path, remote, known_image_files())
             except DataIntegrityError as err:
                 in_cache = path == self._cache_folder() / remote.name
                 if in_cache and self.hparams.download:  # a damaged download: fetch checks it and downloads it again
@@ -224,11 +234,17 @@ class IDXImageDataModule(L.LightningDataModule):
                     except DatasetNotFoundError as failed:  # no network: the damaged copy is the thing to name
                         raise DatasetNotFoundError(f"{failed} {damaged_cache_message(path, err, self.name)}") from err
                 remedy = "delete the file to download it again (or run with downloads allowed), " if in_cache else ""
+                custom = (", or, for deliberately custom files, train with `--data.verify_checksums false` (evaluate "
+                          "reads a run's files as it was trained)") if isinstance(err, ContentMismatchError) else ""
                 raise DataIntegrityError(
-                    f"{err} To fix: {remedy}pass `--data-dir DIR` pointing at the official {self.name} files, or train "
-                    "with `--data.verify_checksums false` if you deliberately use custom files."
+                    f"{err} To fix: {remedy}pass `--data-dir DIR` pointing at the official {self.name} files{custom}."
                 ) from err
         return path
+
+    @classmethod
+    def official_files(cls) -> dict[str, str]:
+        """md5 -> "DATASET's FILE" for each file this dataset pins."""
+        return {remote.md5: f"{cls.name}'s {remote.name}" for pair in cls.files.values() for remote in pair}
 
     def _load_split(self, split: str) -> TensorDataset:
         images_remote, labels_remote = self.files[split]

@@ -509,7 +509,8 @@ def _evaluate_images(run_dir: Path, datamodule: Any, held_out: Any, n: int | Non
     results: dict[str, Any] = {"synthetic_records": n}
     if labels is not None:
         _warn_of_classes_not_drawn(labels, module.num_classes)
-        say_stage(f"utility: the CNN, {cnn_epochs} epochs on the synthetic images, tested on the real ones")
+        say_stage(f"utility: the CNN, {cnn_epochs} epoch{'' if cnn_epochs == 1 else 's'} on the synthetic images, tested on "
+                  "the real ones")
         cnn = cnn_accuracy(synthetic, labels, test_images, test_labels, epochs=cnn_epochs, seed=seed, device=device)
         results.update({"utility/cnn_accuracy": cnn["accuracy"], "utility/cnn_epochs": cnn_epochs})
     else:  # said, or a --cnn-epochs given goes unused in silence

@@ -111,14 +111,16 @@ def test_a_truncated_image_file_is_a_clear_error(damaged_image_dir, tmp_path, ca
     path = damaged_image_dir / "mnist" / "train-images-idx3-ubyte.gz"
     if verify:  # a download cut off half-way: the gzip stream ends early
         path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-        keywords = ["is not a readable gzip file", "To fix: pass `--data-dir DIR` pointing at the official mnist files"]
+        keywords = ["is not a readable gzip file", "was reached. To fix: pass `--data-dir DIR` pointing at the official "
+                    "mnist files."]
     else:  # an intact gzip of a cut-off IDX file
         raw = gzip.decompress(path.read_bytes())
         path.write_bytes(gzip.compress(raw[: len(raw) // 2], mtime=0))
         keywords = ["header announces shape", "truncated or corrupt, re-download it"]
     out = tmp_path / "out"
     plant_earlier_run(out)
-    assert_refused(image_args(damaged_image_dir, out, verify=verify), capsys, str(path), *keywords)
+    refusal = assert_refused(image_args(damaged_image_dir, out, verify=verify), capsys, str(path), *keywords)
+    assert "verify_checksums false" not in refusal  # damaged whether checked or not: no remedy
     assert_nothing_lost(out)
     assert [p.name for p in (out / "checkpoints").iterdir()] == ["last.ckpt"]  # no new one
 
@@ -920,7 +922,9 @@ DATA_FREE_REFUSALS = {
     (["--data.split_seed", "-1"], "--data.split_seed must be an integer >= 0, got -1"),
     (["--model.pac", "0"], "--model.pac must be at least 1 (records per discriminator input), got 0"),
     (["--model.gradient_penalty", "-1"], "--model.gradient_penalty must be 0 or more, got -1"),
-], ids=["batch-size", "split-seed", "pac", "gradient-penalty"])
+    (["--model.discriminator_steps", "0"], "--model.discriminator_steps must be at least 1, got 0"),
+    (["--model.latent_dim", "0"], "--model.latent_dim must be at least 1, got 0"),
+], ids=["batch-size", "split-seed", "pac", "gradient-penalty", "discriminator-steps", "latent-dim"])
 def test_a_bad_model_or_data_setting_is_refused_by_the_flag_that_sets_it(tmp_path, capsys, extra, said):
     """They were refused as "batch_size must be ...", "pac must be at least 1 and gradient_penalty
     non-negative": names of the code's arguments, and two settings blamed for one."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import gzip
 import hashlib
 import shutil
@@ -135,6 +137,25 @@ def test_checksum_mismatch_names_file_md5s_and_fix(tiny_image_data_dir: Path, tm
     message = str(excinfo.value)
     for part in (expected.name, expected.md5, actual_md5, "--data-dir", "--data.verify_checksums false"):
         assert part in message
+
+
+def test_another_datasets_official_file_in_the_place_of_this_ones_is_named_for_what_it_is(
+        tiny_image_data_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """Fashion-MNIST's files in MNIST's folder: the md5 mismatch says whose file it is."""
+    from lightning_dpgan.datamodules.images import known_image_files
+
+    known = known_image_files()  # every pinned file of both datasets, by its md5
+    for module in (MNISTDataModule, FashionMNISTDataModule):
+        for remote in (remote for pair in module.files.values() for remote in pair):
+            assert known[remote.md5] == f"{module.name}'s {remote.name}"
+    planted = MNISTDataModule.files["train"][0].name
+    md5, size = content_digest(tiny_image_data_dir / "mnist" / planted)
+    # the tiny file stands in for Fashion-MNIST's official one: its md5 pinned as Fashion's
+    fashion = {split: tuple(dataclasses.replace(remote, md5=md5, size=size) if remote.name == planted else remote
+                            for remote in pair) for split, pair in FashionMNISTDataModule.files.items()}
+    monkeypatch.setattr(FashionMNISTDataModule, "files", fashion)
+    with pytest.raises(DataIntegrityError, match=f"does not match {planted}.*: it is fashion-mnist's {planted}. To fix"):
+        MNISTDataModule(data_dir=tiny_image_data_dir, cache_dir=tmp_path, download=False).setup("fit")
 
 
 def test_missing_files_without_download_name_files_and_data_dir(tmp_path: Path) -> None:

@@ -21,7 +21,8 @@ TABLE = {"latent_dim": 3, "generator_kwargs": {"hidden": (8,)}, "discriminator_k
 def test_a_zero_latent_size_or_critic_schedule_is_refused_up_front(setting):
     """A generator without noise draws one record over and over; 0 discriminator steps would
     divide by zero in the schedule. Both are refused when the module is built."""
-    with pytest.raises(ValueError, match="at least 1"):
+    (name, value), = setting.items()
+    with pytest.raises(ValueError, match=f"^--model.{name} must be at least 1, got {value}$"):  # the flag, alone
         GAN((4,), None, **{**TABLE, **setting})
 
 

@@ -165,17 +165,24 @@ def content_digest(path: str | os.PathLike[str]) -> tuple[str, int]:
                 md5.update(chunk)
                 size += len(chunk)
         except (*_DECOMPRESSION_ERRORS, OSError) as err:  # the same decompressor errors as a table read
-            raise DataIntegrityError(f"{path} is not a readable gzip file: {err}") from err
+            raise DataIntegrityError(f"{path} is not a readable gzip file: {err}.") from err
     return md5.hexdigest(), size
 
 
-def verify_file(path: str | os.PathLike[str], remote: RemoteFile) -> None:
-    """Raise :class:`DataIntegrityError` unless ``path`` decompresses to ``remote``'s content."""
+class ContentMismatchError(DataIntegrityError):
+    """A file read whole whose content is not the one pinned (a damaged file raises its parent)."""
+
+
+def verify_file(path: str | os.PathLike[str], remote: RemoteFile,
+                known: dict[str, str] | None = None) -> None:
+    """Raise :class:`DataIntegrityError` unless ``path`` decompresses to ``remote``'s content;
+    ``known`` (md5 -> what file has it) names a file put in another's place."""
     md5, size = content_digest(path)
     if md5 != remote.md5 or size != remote.size:
-        raise DataIntegrityError(
+        which = f": it is {known[md5]}" if known and md5 in known else ""
+        raise ContentMismatchError(
             f"{path} does not match {remote.name}: expected decompressed md5 {remote.md5} "
-            f"({remote.size} bytes), got md5 {md5} ({size} bytes)."
+            f"({remote.size} bytes), got md5 {md5} ({size} bytes){which}."
         )
 
 

@@ -79,6 +79,13 @@ def check_fits_datamodule(module: Any, datamodule: Any) -> None:
                          "(or conditional=False)")
 
 
+def check_at_least_one(**settings: int) -> None:
+    """Refuse a count of the model's (``--model.NAME``) below 1, naming it and its value."""
+    for name, value in settings.items():
+        if value < 1:
+            raise ValueError(f"--model.{name} must be at least 1, got {value}")
+
+
 class GANModule(L.LightningModule):
     """A generator/discriminator pair; subclasses give the losses and optimizers.
 
@@ -111,8 +118,7 @@ class GANModule(L.LightningModule):
         discriminator_steps: int = 1,
     ) -> None:
         super().__init__()
-        if latent_dim < 1 or discriminator_steps < 1:
-            raise ValueError("latent_dim and discriminator_steps must be at least 1")
+        check_at_least_one(latent_dim=latent_dim, discriminator_steps=discriminator_steps)
         if latent_distribution not in LATENT_DISTRIBUTIONS:
             raise ValueError(f"latent_distribution must be one of {LATENT_DISTRIBUTIONS}, got {latent_distribution!r}")
         if num_classes is not None:

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lightning_dpgan.argument_types import network_settings
+from lightning_dpgan.modules.base import check_at_least_one
 from lightning_dpgan.modules.teachers import TeacherModel
 from lightning_dpgan.nets import build_networks
 from lightning_dpgan.nets.ensemble import ConvTeacher, MLPTeacherEnsemble, teacher_arch
@@ -80,8 +81,7 @@ class GPATE(TeacherModel):
         if not is_image:
             kwargs.setdefault("arch", "mlp")
             kwargs.setdefault("generator_kwargs", {"hidden": (width, max(width // 2, 1), width), "output_activation": "sigmoid"})
-        if teacher_steps < 1:
-            raise ValueError("teacher_steps must be at least 1")
+        check_at_least_one(teacher_steps=teacher_steps)
         if perturbation not in PERTURBATIONS:
             raise ValueError(f"perturbation must be one of {PERTURBATIONS}, got {perturbation!r}")
         super().__init__(data_shape, num_classes, **kwargs)

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lightning_dpgan.modules.base import check_at_least_one
 from lightning_dpgan.modules.teachers import TeacherModel
 from lightning_dpgan.privacy.slots import LabelAggregator, PrivacyBudgetExhausted
 
@@ -58,8 +59,7 @@ class PATEGAN(TeacherModel):
         # tables: sigmoid, records in [0, 1]; images: tanh, pixels in [-1, 1] (the factory's convention)
         kwargs.setdefault("generator_kwargs", {"hidden": paper_widths, "norm": None})
         kwargs.setdefault("discriminator_kwargs", {"hidden": paper_widths})
-        if teacher_steps < 1 or student_steps < 1:
-            raise ValueError("teacher_steps and student_steps must be at least 1")
+        check_at_least_one(teacher_steps=teacher_steps, student_steps=student_steps)
         if teacher_lr is not None and teacher_lr <= 0:
             raise ValueError(f"teacher_lr must be positive, got {teacher_lr}")
         super().__init__(data_shape, num_classes, **kwargs)
