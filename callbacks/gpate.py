@@ -23,6 +23,8 @@ never exceeds the target.
 """
 from __future__ import annotations
 
+import logging
+
 from typing import Any, ClassVar
 
 import lightning as L
@@ -35,6 +37,8 @@ from lightning_dpgan.privacy.analysis.gnmax import gnmax_log_q
 from lightning_dpgan.privacy.gradient_voting import ProjectedGradientAggregator
 from lightning_dpgan.privacy.slots import GradientAggregator
 from lightning_dpgan.privacy.validation import validate_int, validate_noise_scale, validate_within
+
+log = logging.getLogger(__name__)
 
 #: Default number of teachers: one per 30 training records (G-PATE's MNIST setup at epsilon 10).
 RECORDS_PER_TEACHER = 30
@@ -49,6 +53,16 @@ MAX_BINS = 10_000
 #: --privacy.clip's range: the bound is applied to float32 gradients (1e300 overflowed it at the first
 #: step) and divided into bins (a width below float32's smallest normal is 0)
 CLIP_RANGE = (1e-30, 1e30)
+
+
+def answers_drowned(sigma2: float, teachers: int) -> str:
+    """Why answers whose noise is at least every teacher's vote together teach nothing (a
+    preset's sigmas kept while --privacy.num_teachers is lowered)."""
+    return (f"--privacy.sigma2 {sigma2:g} is at least the {teachers} teachers' whole vote on a dimension: even a "
+            "unanimous vote stands less than one noise scale above an empty bin, so the answers are mostly noise and "
+            "the generator learns little from them. The presets pair their sigmas with their teachers (2000 teachers "
+            "at sigma2 100, 4000 at 1000): use more teachers, or lower --privacy.sigma1 and --privacy.sigma2 "
+            "(each query then costs more of the budget)")
 
 
 class ProjectedVoting(TeacherStrategy):
@@ -112,6 +126,8 @@ class ProjectedVoting(TeacherStrategy):
         return self.teacher_batch_size * self.projection_dim
 
     def install_aggregator(self, trainer: L.Trainer, pl_module: Any) -> None:
+        if self.sigma2 >= self.num_teachers:
+            log.warning(answers_drowned(self.sigma2, self.num_teachers))
         pl_module.privacy = ProjectedGradientAggregator(
             self.projection_dim, self.bins, self.clip, self.sigma1, self.sigma2,
             self.threshold * self.num_teachers, check=self._check, charge=self._charge, noise=self.noise,

@@ -307,6 +307,10 @@ class TeacherStrategy(PrivacyStrategy):
             return [f"the data-dependent epsilon of this run is {dependent:.4g}, for the data holder only: it is "
                     "computed from the teachers' votes, so it is left out of privacy.json, whose epsilon "
                     f"{independent:.4g} holds whatever the votes"]
+        if f"{dependent:.4g}" == f"{independent:.4g}":  # the votes saved nothing: the figure is the bound
+            return [f"epsilon {dependent:.4g}, the data-dependent figure the PATE papers report, is this run's bound that "
+                    "holds whatever the teachers' votes (epsilon_data_independent in privacy.json): the votes were not "
+                    "unanimous enough to price any lower"]
         return [f"epsilon {dependent:.4g} is the data-dependent figure the PATE papers report: it is computed from the "
                 "teachers' votes, so it is not itself differentially private. The bound that holds whatever the votes is "
                 f"{independent:.4g} (epsilon_data_independent in privacy.json); --privacy.accounting data-independent "

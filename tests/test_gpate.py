@@ -973,3 +973,15 @@ def test_a_batch_size_the_teachers_never_read_and_minibatches_larger_than_a_part
             "teacher trains on --privacy.teacher_batch_size records a step (30)") in capsys.readouterr().err
     assert "each teacher's minibatch of 30 records is drawn with replacement" in caplog.text
     assert "smallest of which holds 20" in caplog.text
+
+
+@pytest.mark.parametrize("sigma2,drowned", [("20", True), ("4", False)])
+def test_answers_whose_noise_outweighs_every_teachers_vote_are_said_to_teach_little(
+        tiny_image_data_dir, tmp_path, caplog, sigma2, drowned):
+    """A preset's sigmas kept while --privacy.num_teachers is lowered (sigma2 1000 against 20
+    teachers) trained on answers that were mostly noise, without a word."""
+    args = gpate_args(tiny_image_data_dir, tmp_path / "run", "--max-steps", "1", "--epsilon", "50")
+    args[args.index("--privacy.sigma2") + 1] = sigma2
+    with caplog.at_level("WARNING"):
+        assert main(["train", *args]) == 0
+    assert (f"--privacy.sigma2 {sigma2} is at least the 8 teachers' whole vote" in caplog.text) is drowned

@@ -893,3 +893,32 @@ def test_a_refusal_that_ends_a_fit_from_python_is_told_not_returned_in_silence()
                for text in said)
     assert any(text.startswith("no generator update was taken") for text in said)
 
+
+
+class VotesPricedAt:
+    """An accountant whose data-dependent and data-independent figures are given."""
+
+    def __init__(self, dependent: float, independent: float):
+        self.accounting, self.dependent, self.independent = "data-dependent", dependent, independent
+
+    def __len__(self) -> int:
+        return 8
+
+    def epsilon_data_dependent(self, delta: float) -> float:
+        return self.dependent
+
+    def epsilon_data_independent(self, delta: float) -> float:
+        return self.independent
+
+
+@pytest.mark.parametrize("dependent,independent,saved", [(0.4, 0.9, True), (0.9, 0.9, False)])
+def test_the_data_dependent_figure_is_set_against_the_bound_only_where_the_votes_priced_lower(dependent, independent,
+                                                                                              saved):
+    """Where the votes saved nothing the figure is the bound itself: "not differentially
+    private ... the bound is 0.9" of an epsilon of 0.9 would contradict itself."""
+    strategy = PATEAggregation(num_teachers=5, target_epsilon=1.0, delta=1e-5)
+    strategy.accountant = VotesPricedAt(dependent, independent)
+    (warning,) = strategy.accounting_warnings()
+    assert ("not itself differentially private" in warning) is saved
+    assert (f"epsilon {dependent:.4g}, the data-dependent figure the PATE papers report, is this run's bound that holds "
+            "whatever the teachers' votes" in warning) is not saved
