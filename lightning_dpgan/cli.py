@@ -572,7 +572,7 @@ class EvaluationFailed(ValueError):
 
 
 def sample(argv: list[str]) -> Path:
-    from lightning_dpgan.sampling import guarantee_note, sample_to_file
+    from lightning_dpgan.sampling import guarantee_note, sample_to_file, untrained_warning
 
     parser = command_parser("sample", "Draw synthetic records from a checkpoint.")
     parser.add_argument("--checkpoint", required=True, help="a checkpoint written by train (checkpoints/last.ckpt)")
@@ -589,6 +589,8 @@ def sample(argv: list[str]) -> Path:
         path = sample_to_file(args.checkpoint, args.n, args.out, seed=args.seed, overwrite=args.overwrite,
                               classes=args.classes)
     print(f"sample: {guarantee_note(args.checkpoint)}", file=sys.stderr)
+    if (warning := untrained_warning(args.checkpoint)) is not None:
+        print(f"sample: warning: {warning}", file=sys.stderr)
     return path
 
 

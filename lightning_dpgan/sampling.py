@@ -71,6 +71,17 @@ def guarantee_note(path: str | Path) -> str:
             f"was accounted: {report}); drawing more records spends nothing more")
 
 
+def untrained_warning(path: str | Path) -> str | None:
+    """For ``sample``: that the checkpoint's generator never took a step, so what it draws is its
+    random initialisation (``train`` said so as it ended; a user sampling later may not have read
+    it). None for a trained generator, and for checkpoints that predate the count."""
+    record = read_checkpoint(path)[CHECKPOINT_KEY]
+    if record.get("generator_updates") != 0:
+        return None
+    return (f"the checkpoint's generator took no update in its {record['train_steps']} training steps: these records "
+            "are drawn from its random initialisation, not learnt from the data")
+
+
 def _checkpoint_record(path: str | Path) -> dict[str, Any]:
     """What ``GANModule.on_save_checkpoint`` stored (the run information and the step count),
     read once; refuses a missing, corrupt or foreign file by name."""

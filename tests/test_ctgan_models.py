@@ -195,6 +195,16 @@ def test_a_run_too_short_for_a_generator_step_names_trainings_spend_not_the_mode
     warning = capsys.readouterr().err.split("no generator update was taken")[1]
     assert f"spent epsilon {report['epsilon_training']:.4g} of training's budget on them" in warning
     assert f"{report['epsilon']:.4g}" not in warning
+    # sampling it later says so again: the user who samples may not have read train's warning
+    assert main(["sample", "--checkpoint", str(run / "checkpoints" / "last.ckpt"), "-n", "5",
+                 "--out", str(tmp_path / "drawn.csv")]) == 0
+    assert ("sample: warning: the checkpoint's generator took no update in its 2 training steps: these records are "
+            "drawn from its random initialisation") in capsys.readouterr().err
+    assert main(run_args("dpctgan", "adult", tmp_path / "stepped", 2, "--model.discriminator_steps", "1")) == 0
+    capsys.readouterr()
+    assert main(["sample", "--checkpoint", str(tmp_path / "stepped" / "checkpoints" / "last.ckpt"), "-n", "5",
+                 "--out", str(tmp_path / "drawn_stepped.csv")]) == 0
+    assert "took no update" not in capsys.readouterr().err
 
 
 def test_models_that_need_the_mode_specific_encoding_refuse_images_and_other_encodings(tmp_path, capsys):

@@ -53,7 +53,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add = parser.add_argument
     add("--suite", choices=list(SUITES), help="the suite to run (not needed with --report-only)")
     add("--quick", action="store_true", help="the small size: a smoke test that finishes in minutes on 2 CPU cores "
-                                                 "(kaggle-credit's 227,846 rows take tens of minutes to score)")
+                                                 "(about 15 for the tables suite, most of it scoring Adult's rows; "
+                                                 "kaggle-credit's 227,846 rows take tens of minutes to score)")
     add("--models", nargs="+", help="replace the suite's models (peers: smartnoise synthesizers)")
     add("--datasets", nargs="+", help="replace the suite's datasets")
     add("--epsilons", nargs="+", type=float, help="replace the suite's target epsilons")

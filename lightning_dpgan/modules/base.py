@@ -384,7 +384,9 @@ class GANModule(L.LightningModule):
 
     # -------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint[CHECKPOINT_KEY] = {"format": 1, "train_steps": self.train_steps, "run": dict(self.run_info)}
+        # generator_updates: for sample, which warns of a generator that never stepped without building the module
+        checkpoint[CHECKPOINT_KEY] = {"format": 1, "train_steps": self.train_steps,
+                                      "generator_updates": self.generator_updates, "run": dict(self.run_info)}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         info = checkpoint.get(CHECKPOINT_KEY)
