@@ -599,18 +599,13 @@ def terminated_as_exit() -> Iterator[None]:
     """Within the block, SIGTERM (``kill``, a scheduler's stop) raises ``SystemExit(143)`` instead of
     ending the process at once, so that the file being written (``outputs.atomic_write``) removes
     its temporary file rather than leave it, possibly gigabytes, beside ``--out``."""
+    from lightning_dpgan.sigterm import on_sigterm
+
     def stop(signum: int, frame: Any) -> None:
         raise SystemExit(128 + signum)
 
-    try:
-        previous = signal.signal(signal.SIGTERM, stop)
-    except ValueError:  # not the main thread: leave the default
+    with on_sigterm(stop):
         yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def evaluate(argv: list[str]) -> Path:

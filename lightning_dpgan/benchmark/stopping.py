@@ -16,6 +16,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from lightning_dpgan.sigterm import on_sigterm
+
 
 class SuiteTerminated(BaseException):
     """SIGTERM reached the suite. Not an ``Exception``: a cell's failure is recorded and the suite
@@ -41,14 +43,9 @@ def children_stopped_on_sigterm() -> Iterator[None]:
     docstring). Outside the main thread (a suite run from Python's own threads) the default stays."""
     _terminated.clear()
     try:
-        previous = signal.signal(signal.SIGTERM, _pass_on)
-    except ValueError:
-        yield
-        return
-    try:
-        yield
+        with on_sigterm(_pass_on):
+            yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
         _terminated.clear()
 
 
