@@ -75,13 +75,19 @@ def tiny_grid():
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_stopped_cell_is_not_recorded_as_failed_and_the_grid_goes_no_further(tmp_path, monkeypatch, jobs):
-    started, recorded = [], []
+    started, ended, recorded = [], [], []
+
+    beside = threading.Event()
 
     def stopped_cell(cell, size, settings):
         started.append(cell.name)
         if len(started) == 1:
+            if jobs > 1:  # the signal comes while a cell runs beside this one
+                assert beside.wait(10)
             raise SuiteTerminated
-        time.sleep(0.2)
+        beside.set()
+        time.sleep(0.5)  # whose process the signal also reached
+        ended.append(cell.name)
         return {**cell.record, "measures": {}}
 
     monkeypatch.setattr(cli, "run_cell", stopped_cell)
@@ -89,6 +95,7 @@ def test_a_stopped_cell_is_not_recorded_as_failed_and_the_grid_goes_no_further(t
         cli.run_grid(tiny_grid(), Settings(out_dir=tmp_path, jobs=jobs), {}, on_run=recorded.append)
     assert not any(run.get("status") == "failed" for runs in recorded for run in runs)
     assert len(started) <= jobs
+    assert ended == started[1:]  # the cells beside it were waited for: none starts a process after the suite ended
 
 
 def benchmark_args(tmp_path, *extra):

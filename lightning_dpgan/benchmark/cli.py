@@ -377,8 +377,9 @@ def run_grid(size: Size, settings: Settings, skipped: dict[str, str],
         for future in as_completed(futures):
             finished[futures[future]] = future.result()
             on_run([finished[index] for index in sorted(finished)])
-    except BaseException:  # Ctrl-C: no queued cell starts; the running ones end with their processes
-        pool.shutdown(wait=False, cancel_futures=True)
+    except BaseException as stop:  # Ctrl-C: no queued cell starts; the running ones end with their processes
+        # SIGTERM: they were passed it; waited for, so none starts its next process once the suite has ended
+        pool.shutdown(wait=isinstance(stop, SuiteTerminated), cancel_futures=True)
         raise
     pool.shutdown()
     return [finished[index] for index in sorted(finished)]
