@@ -377,8 +377,10 @@ class PrivacyStrategy(L.Callback):
         relation = cost.get("neighbours", "add-remove")
         if epsilon == 0.0 and delta == 0.0 or relation == self.neighbours:
             return {"epsilon": epsilon, "delta": delta, "neighbours": self.neighbours}
-        if cost.get("parts"):  # a composition (the data's schema and modes): each part restated, then added up
-            restated = [self._in_own_neighbours(part) for part in cost["parts"].values()]
+        # a composition (the data's schema and modes; a DP schema's columns, each estimated on its own
+        # share): each part restated, then added up -- a sum of (1 + e^eps_c) delta_c, not (1 + e^eps) delta
+        if composite := cost.get("parts") or cost.get("columns"):
+            restated = [self._in_own_neighbours({"neighbours": relation, **part}) for part in composite.values()]
             return {"epsilon": sum(part["epsilon"] for part in restated), "delta": sum(part["delta"] for part in restated),
                     "neighbours": self.neighbours, "as_spent": {"epsilon": epsilon, "delta": delta, "neighbours": relation}}
         if (relation, self.neighbours) != ("add-remove", "replace-one"):

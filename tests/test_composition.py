@@ -56,6 +56,28 @@ def test_a_composite_cost_is_restated_for_replace_one_part_by_part():
     assert composed["neighbours"] == "replace-one"
 
 
+def test_a_dp_schemas_columns_are_restated_one_by_one():
+    """A DP schema estimate is itself a basic composition, each of its columns estimated on its own
+    share. Restated column by column for PATE's replace-one it costs the sum of (1 + e^eps_c)
+    delta_c: here 2 (1 + e) 5e-7 = 3.7e-6, where restating the block's (3, 1e-6) as one gave
+    (1 + e^3) 1e-6 = 2.1e-5 and refused runs a valid restatement fits."""
+    import math
+
+    from lightning_dpgan.callbacks.pate import PATEAggregation
+
+    columns = {"amount": {"epsilon": 1.0, "delta": 0.0, "mechanism": "laplace histogram on a geometric grid"},
+               "channel": {"epsilon": 1.0, "delta": 5e-7, "mechanism": "stability-based histogram"},
+               "fraud": {"epsilon": 1.0, "delta": 5e-7, "mechanism": "stability-based histogram"}}
+    schema = {"epsilon": 3.0, "delta": 1e-6, "mechanism": "DP schema estimate", "neighbours": "add-remove",
+              "columns": columns}
+    strategy = PATEAggregation(target_epsilon=10.0, delta=1e-4)
+    for data in (schema, compose_costs({"schema": schema, "modes": {"epsilon": 0.1, "delta": 0.0, "mechanism": "h"}})):
+        composed = strategy.composed_preprocessing(data, {})
+        assert composed["epsilon"] == pytest.approx(2 * data["epsilon"])
+        assert composed["delta"] == pytest.approx(2 * (1 + math.e) * 5e-7)
+        assert composed["as_spent"] == {"epsilon": data["epsilon"], "delta": 1e-6, "neighbours": "add-remove"}
+
+
 def test_a_cost_whose_restated_delta_overflows_is_restated_as_infinite_not_a_traceback():
     """(1 + e^eps) delta for eps above ~709 overflowed math.exp: --data.bounds_epsilon 800 under
     a PATE strategy ended in OverflowError. Any delta passes it: infinite, which the delta check
