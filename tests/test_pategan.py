@@ -923,3 +923,16 @@ def test_the_data_dependent_figure_is_set_against_the_bound_only_where_the_votes
     assert ("not itself differentially private" in warning) is saved
     assert (f"epsilon {dependent:.4g}, the data-dependent figure the PATE papers report, is this run's bound that holds "
             "whatever the teachers' votes" in warning) is not saved
+
+
+def test_the_preset_gives_no_batch_size_for_the_teachers_loader_to_leave_unread(tmp_path, capsys):
+    """pategan.yaml listed data.batch_size 64, which the teachers' own loader never reads: every run
+    that changed --privacy.teacher_batch_size was warned of a --batch-size nobody typed."""
+    args = pategan_args(tmp_path / "run", 1)  # a teacher batch of 8, not the preset's 64
+    at = args.index("--batch-size")
+    del args[at:at + 2]
+    assert main(args) == 0
+    assert "is not used by --privacy pate" not in capsys.readouterr().err
+    assert main(pategan_args(tmp_path / "given", 1, 8.0, "--batch-size", "4")) == 0  # typed, and unread: said
+    assert "data.batch_size 4 (--batch-size, a config file or a preset) is not used by --privacy pate" in \
+        capsys.readouterr().err
