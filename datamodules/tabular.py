@@ -473,6 +473,7 @@ class TabularDataModule(L.LightningDataModule):
                               + (f"; {booleans} list booleans: {YAML_BOOLEANS}" if booleans else ""))
         self._refuse_a_single_class()
         self._refuse_held_out_labels_outside_the_classes()
+        self._refuse_a_column_wholly_outside_its_bounds()
         self.train_dataset = TensorDataset(records)
         log.info("%s train split: %s", self.name, self._report.summary())
         if self._report.rows_rejected or self._report.rows_blanked:  # for the data holder (private counts)
@@ -487,6 +488,21 @@ class TabularDataModule(L.LightningDataModule):
                         round(100 * CLIPPED_SHARE_WARNING), ", ".join(clipped),
                         ", ".join(f"{name} {count} of {self._report.rows_in}" for name, count in clipped.items()),
                         self._grid_end_hint(clipped) or self._estimate_hint())
+
+    def _refuse_a_column_wholly_outside_its_bounds(self) -> None:
+        """A declared (public) bound that clips every training value of its column: the column is
+        learnt as a constant at the bound, a schema mistake (a unit, a typo) that only warned. For
+        the data holder: counts read from the private rows, released nowhere. A DP estimate's
+        bounds are not refused here (its budget is spent; the clipping warning names them)."""
+        rows = self._report.rows_in
+        for name, counts in self._report.clipped.items():
+            declared = not self.schema.column(name).from_dp_estimate
+            if declared and rows and counts["below"] + counts["above"] == rows:
+                low, high = self.schema.column(name).bounds
+                raise SchemaError(
+                    f"{self.name}: every one of the {rows} training values of '{name}' lies outside its declared "
+                    f"bounds [{low:g}, {high:g}] ({counts['below']} below, {counts['above']} above): the column would be "
+                    "learnt as a constant at a bound. Correct the bounds in the schema (a unit or a typo?)")
 
     def _refuse_a_single_class(self) -> None:
         """A class label whose training rows all hold the same class: no classifier can be

@@ -292,6 +292,18 @@ def test_a_csv_none_of_whose_rows_fits_the_schema_says_so(tmp_path, capsys, sche
                    "['kind'] list booleans: YAML reads unquoted no/yes", "quote the classes")
 
 
+def test_declared_bounds_that_clip_every_value_of_a_column_are_refused(tmp_path, capsys, schema_file):
+    """Amounts in thousands against bounds [0, 500]: every value was clipped to 500 and the run
+    trained on a constant column, with one warning in the log."""
+    csv = write_case(tmp_path / "data.csv", lambda frame: frame.assign(amount=frame["amount"] * 1000 + 1000))
+    refusal = assert_refused(csv_args(csv, tmp_path / "out", schema_file), capsys,
+                             "training values of 'amount' lies outside its declared bounds [0, 500] (0 below,",
+                             "above): the column would be learnt as a constant", "Correct the bounds in the schema")
+    assert "every one of the" in refusal and not (tmp_path / "out").exists()
+    some = write_case(tmp_path / "some.csv", lambda frame: frame.assign(amount=np.where(frame.index % 2, 900.0, 10.0)))
+    assert main(csv_args(some, tmp_path / "half", schema_file)) == 0  # half of them: trained, with the warning
+
+
 @pytest.mark.parametrize("with_schema", [True, False], ids=["schema-file", "dp-schema"])
 @pytest.mark.parametrize("case", list(CSV_CASES))
 def test_a_bad_csv_is_a_clear_error_and_loses_nothing(tmp_path, capsys, schema_file, case, with_schema):
