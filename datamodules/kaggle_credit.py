@@ -31,7 +31,8 @@ SCHEMA = TableSchema(
             "Time",
             "continuous",
             bounds=(0.0, 172_800.0),
-            source=f"{_DESCRIPTION}: seconds since the first transaction, over two days (2 x 86,400 s)",
+            step=1.0,
+            source=f"{_DESCRIPTION}: whole seconds since the first transaction, over two days (2 x 86,400 s)",
         ),
         *(
             Column(

@@ -30,8 +30,8 @@ _KAGGLE = "Kaggle description: sales between May 2014 and May 2015"
 _ASSESSOR = "King County Assessor's code"
 _EXTENT = "King County's extent (US Census TIGER county boundary)"
 _WIDE = "no published limit: a generous fixed bound, larger values are clipped"
-_AREA = f"square feet; {_WIDE}"
-_LOT = "square feet; 50 acres (43,560 sq ft each), " + _WIDE
+_AREA = f"whole square feet (the file's format); {_WIDE}"
+_LOT = "whole square feet (the file's format); 50 acres (43,560 sq ft each), " + _WIDE
 
 #: The public schema. Bounds come from the dataset's description, the King County Assessor's
 #: coding (grade, condition, view), geography (the county's extent, its ZIP code range) and,
@@ -48,19 +48,19 @@ SCHEMA = TableSchema(
             bounds=(120, 515),
             source=f"days since 2014-01-01; {_KAGGLE} (2014-05-01 = 120, 2015-05-31 = 515)",
         ),
-        Column("price", "continuous", bounds=(0.0, 10_000_000.0), source=f"US dollars; {_WIDE}"),
+        Column("price", "continuous", bounds=(0.0, 10_000_000.0), step=1.0, source=f"whole US dollars; {_WIDE}"),
         Column("bedrooms", "integer", bounds=(0, 15), source=_WIDE),
         Column("bathrooms", "continuous", bounds=(0.0, 10.0), step=0.25,
                source=f"{_ASSESSOR}: counted in quarters; {_WIDE}"),
-        Column("sqft_living", "continuous", bounds=(0.0, 20_000.0), source=_AREA),
-        Column("sqft_lot", "continuous", bounds=(0.0, 2_178_000.0), source=_LOT),
+        Column("sqft_living", "continuous", bounds=(0.0, 20_000.0), step=1.0, source=_AREA),
+        Column("sqft_lot", "continuous", bounds=(0.0, 2_178_000.0), step=1.0, source=_LOT),
         Column("floors", "continuous", bounds=(1.0, 4.0), step=0.5, source=f"{_ASSESSOR}: floors in half steps"),
         Column("waterfront", "categorical", categories=(0, 1), source="0/1 indicator (dataset description)"),
         Column("view", "integer", bounds=(0, 4), source=f"{_ASSESSOR}: view rating 0 (none) to 4 (excellent)"),
         Column("condition", "integer", bounds=(1, 5), source=f"{_ASSESSOR}: building condition 1 (poor) to 5 (very good)"),
         Column("grade", "integer", bounds=(1, 13), source=f"{_ASSESSOR}: building grade 1 to 13"),
-        Column("sqft_above", "continuous", bounds=(0.0, 20_000.0), source=_AREA),
-        Column("sqft_basement", "continuous", bounds=(0.0, 10_000.0), source=_AREA),
+        Column("sqft_above", "continuous", bounds=(0.0, 20_000.0), step=1.0, source=_AREA),
+        Column("sqft_basement", "continuous", bounds=(0.0, 10_000.0), step=1.0, source=_AREA),
         Column("yr_built", "integer", bounds=(1850, 2015),
                source=f"King County was founded in 1852: a generous round bound below it (older years are clipped); {_KAGGLE}"),
         Column("yr_renovated", "integer", bounds=(0, 2015), source=f"0 = never renovated, else a year; {_KAGGLE}"),
@@ -73,8 +73,8 @@ SCHEMA = TableSchema(
         ),
         Column("lat", "continuous", bounds=(47.0, 47.8), source=f"{_EXTENT}: 47.08-47.78 N, padded"),
         Column("long", "continuous", bounds=(-122.6, -121.0), source=f"{_EXTENT}: 122.54-121.07 W, padded"),
-        Column("sqft_living15", "continuous", bounds=(0.0, 20_000.0), source=_AREA),
-        Column("sqft_lot15", "continuous", bounds=(0.0, 2_178_000.0), source=_LOT),
+        Column("sqft_living15", "continuous", bounds=(0.0, 20_000.0), step=1.0, source=_AREA),
+        Column("sqft_lot15", "continuous", bounds=(0.0, 2_178_000.0), step=1.0, source=_LOT),
     ),
     label="price",
     label_kind="continuous",

@@ -146,6 +146,22 @@ def test_king_drops_id_converts_dates_and_counts_clipping():
     assert datamodule.decode(datamodule.train_dataset.tensors[0])["bedrooms"].max() <= 15
 
 
+@pytest.mark.parametrize("module,fixture,whole", [
+    (KingDataModule, "king_tiny", ["price", "sqft_living", "sqft_lot", "sqft_above", "sqft_basement", "sqft_living15",
+                                   "sqft_lot15"]),
+    (KaggleCreditDataModule, "credit_tiny", ["Time"]),
+])
+def test_columns_the_file_holds_in_whole_units_are_decoded_in_whole_units(module, fixture, whole):
+    """King's prices and areas and credit's seconds are whole numbers in their files; a generator's
+    values were written back as 6479.362845420837 sq ft and $98961.9077."""
+    datamodule = loaded(module, fixture)
+    generated = torch.rand(50, datamodule.train_dataset.tensors[0].shape[1], generator=torch.Generator().manual_seed(0))
+    decoded = datamodule.decode(generated)
+    for name in whole:
+        assert datamodule.train_frame[name].mod(1).eq(0).all()  # the file's values are whole
+        assert decoded[name].mod(1).eq(0).all() and decoded[name].nunique() > 1, name
+
+
 def test_a_credit_file_resaved_with_float_classes_trains_as_the_original(tmp_path):
     """Class written 0.0/1.0 (the file re-saved through pandas with a float column): encoding
     matches 1.0 to the class 1, but the one-class check compared the text "1.0" with "1" and
