@@ -936,7 +936,10 @@ DATA_FREE_REFUSALS = {
     (["--model.gradient_penalty", "-1"], "--model.gradient_penalty must be 0 or more, got -1"),
     (["--model.discriminator_steps", "0"], "--model.discriminator_steps must be at least 1, got 0"),
     (["--model.latent_dim", "0"], "--model.latent_dim must be at least 1, got 0"),
-], ids=["batch-size", "split-seed", "pac", "gradient-penalty", "discriminator-steps", "latent-dim"])
+    (["--model.lr_generator", "-0.001"], "--model.lr_generator must be above 0, got -0.001"),
+    (["--model.lr_discriminator", "0"], "--model.lr_discriminator must be above 0, got 0"),
+], ids=["batch-size", "split-seed", "pac", "gradient-penalty", "discriminator-steps", "latent-dim", "negative-lr",
+        "zero-lr"])
 def test_a_bad_model_or_data_setting_is_refused_by_the_flag_that_sets_it(tmp_path, capsys, extra, said):
     """They were refused as "batch_size must be ...", "pac must be at least 1 and gradient_penalty
     non-negative": names of the code's arguments, and two settings blamed for one."""

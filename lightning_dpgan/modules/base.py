@@ -86,6 +86,15 @@ def check_at_least_one(**settings: int) -> None:
             raise ValueError(f"--model.{name} must be at least 1, got {value}")
 
 
+def check_learning_rates(settings: Any) -> None:
+    """Refuse a learning rate (a ``--model`` setting named ``lr`` or ``*_lr``/``lr_*``) not above 0,
+    naming its flag: a negative one reached torch's "Invalid learning rate" once the data was
+    read, and 0 trained a network that never moved."""
+    for name, value in settings.items():
+        if "lr" in name.split("_") and isinstance(value, (int, float)) and not value > 0:
+            raise ValueError(f"--model.{name} must be above 0, got {value}")
+
+
 class GANModule(L.LightningModule):
     """A generator/discriminator pair; subclasses give the losses and optimizers.
 
@@ -123,7 +132,8 @@ class GANModule(L.LightningModule):
             raise ValueError(f"latent_distribution must be one of {LATENT_DISTRIBUTIONS}, got {latent_distribution!r}")
         if num_classes is not None:
             validate_int("num_classes", num_classes, minimum=0)  # 2.5 was taken as 2 classes
-        self.save_hyperparameters()
+        self.save_hyperparameters()  # the subclass's settings too: their learning rates are checked here
+        check_learning_rates(self.hparams)
         self.automatic_optimization = False
         self.data_shape = tuple(int(s) for s in data_shape)
         self.num_classes = int(num_classes) if (conditional and num_classes) else None

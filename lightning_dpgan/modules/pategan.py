@@ -60,8 +60,6 @@ class PATEGAN(TeacherModel):
         kwargs.setdefault("generator_kwargs", {"hidden": paper_widths, "norm": None})
         kwargs.setdefault("discriminator_kwargs", {"hidden": paper_widths})
         check_at_least_one(teacher_steps=teacher_steps, student_steps=student_steps)
-        if teacher_lr is not None and teacher_lr <= 0:
-            raise ValueError(f"teacher_lr must be positive, got {teacher_lr}")
         super().__init__(data_shape, num_classes, **kwargs)
         self.save_hyperparameters()
         self._xavier_init(self.generator)
