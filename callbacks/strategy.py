@@ -553,8 +553,10 @@ class PrivacyStrategy(L.Callback):
         price alone, which the refusal's remedies address, is the rest."""
         if not self.preprocessing["epsilon"]:
             return ""
+        restated = (f"; as spent, for add/remove neighbours, restated for {self.neighbours} by group privacy"
+                    if "as_spent" in self.preprocessing else "")
         return (f" Of that, {self.preprocessing['epsilon']:.4g} was spent before training "
-                f"({epsilon_parts(self.preprocessing)}): or {spend_less(self.preprocessing, 'epsilon')}.")
+                f"({epsilon_parts(self.preprocessing)}{restated}): or {spend_less(self.preprocessing, 'epsilon')}.")
 
     def training_epsilon(self) -> float:
         return self.accountant.get_epsilon(self.training_delta)

@@ -264,6 +264,8 @@ def test_a_first_step_the_budget_cannot_pay_says_what_was_spent_before_training(
     err = capsys.readouterr().err
     assert "a single training step would spend at least epsilon" in err
     assert "Of that, 0.6 was spent before training (" in err  # 0.3, restated for replace-one
+    # the parts are listed as spent: the message says why they add up to less than its figure
+    assert "modes 0.3 (" in err and "; as spent, for add/remove neighbours, restated for replace-one by group privacy)" in err
     assert "a smaller --data.modes_epsilon" in err
 
 
