@@ -506,14 +506,16 @@ def table(n: int, seed: int) -> pd.DataFrame:
 
 
 def odd_table(n: int) -> pd.DataFrame:
-    """Rows unlike :func:`table`'s in every respect a leak could read: whole numbers far outside
-    the bounds, constant and one-category columns, a skewed label."""
+    """Rows unlike :func:`table`'s in every respect a leak could read: whole numbers nearly all far
+    outside the bounds (a tenth inside: a column wholly outside its declared bounds is refused),
+    near-constant and one-category columns, a skewed label."""
     rng = np.random.default_rng(5)
+    inside = np.arange(n) % 10 == 0
     return pd.DataFrame({
         "x": rng.integers(-1000, 1000, n).astype(float),
         "gain": np.zeros(n, dtype=int),
-        "lot": np.full(n, 1e9),
-        "rooms": np.full(n, 40),
+        "lot": np.where(inside, 0.5, 1e9),
+        "rooms": np.where(inside, 0, 40),
         "colour": ["red"] * n,
         "y": np.where(rng.random(n) < 0.95, "yes", "no"),
     })
