@@ -170,7 +170,7 @@ class IDXImageDataModule(L.LightningDataModule):
             records = (f"the {len(dataset)} training records of {self.name}" if processes == 1 else
                        f"the {share} training records each of the {processes} processes reads ({len(dataset)} "
                        f"in all, of {self.name})")
-            raise ValueError(f"batch_size={self.hparams.batch_size} exceeds {records}; pass a smaller batch_size.")
+            raise ValueError(f"--batch-size {self.hparams.batch_size} exceeds {records}: pass a smaller --batch-size")
         return self._loader(dataset, shuffle=True, drop_last=True)
 
     def test_dataloader(self) -> DataLoader:

@@ -206,12 +206,12 @@ class TabularDataModule(L.LightningDataModule):
         validate_int("--data.num_workers", num_workers, minimum=0)
         validate_int("--data.split_seed", split_seed, minimum=0)
         if not (isinstance(test_fraction, (int, float)) and 0 < test_fraction < 1):
-            raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+            raise ValueError(f"--data.test_fraction must be in (0, 1), got {test_fraction!r}")
         check_dev_fraction(dev_fraction)
         _check_encoding_args(encoding, modes, modes_epsilon, max_modes, histogram_bins, mixed, log_columns,
                              label_encoding, histogram_threshold, discrete_columns, calibrate_marginals)
         if not isinstance(exclude_label, bool):
-            raise ValueError(f"exclude_label must be true or false, got {exclude_label!r}")
+            raise ValueError(f"--data.exclude_label must be true or false, got {exclude_label!r}")
         self.save_hyperparameters()
         settings_with_text_paths(self.hparams)
         self.mixed = _mixed(mixed) if mixed is not None else _mixed(self.default_mixed)
@@ -776,32 +776,32 @@ def _check_encoding_args(
 ) -> None:
     """Argument checks that need no schema (column names are checked against it at the fit)."""
     if encoding not in ENCODINGS:
-        raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
+        raise ValueError(f"--data.encoding must be one of {ENCODINGS}, got {encoding!r}")
     if modes not in MODES:
-        raise ValueError(f"modes must be one of {MODES}, got {modes!r}")
+        raise ValueError(f"--data.modes must be one of {MODES}, got {modes!r}")
     if isinstance(modes_epsilon, bool) or not isinstance(modes_epsilon, (int, float)) or not (
         math.isfinite(modes_epsilon) and modes_epsilon > 0
     ):
-        raise ValueError(f"modes_epsilon must be a finite number > 0, got {modes_epsilon!r}")
+        raise ValueError(f"--data.modes_epsilon must be a finite number > 0, got {modes_epsilon!r}")
     validate_int("--data.max_modes", max_modes, minimum=1)
     validate_int("--data.histogram_bins", histogram_bins, minimum=1)
     if encoding != "mode-specific" and (mixed is not None or log_columns is not None or discrete_columns is not None):
-        raise ValueError("mixed, log_columns and discrete_columns declare columns of the mode-specific encoding: "
-                         "pass encoding='mode-specific' with them")
+        raise ValueError("--data.mixed, --data.log_columns and --data.discrete_columns declare columns of the "
+                         "mode-specific encoding: pass --data.encoding mode-specific with them")
     if label_encoding not in LABEL_ENCODINGS:
-        raise ValueError(f"label_encoding must be one of {LABEL_ENCODINGS}, got {label_encoding!r}")
+        raise ValueError(f"--data.label_encoding must be one of {LABEL_ENCODINGS}, got {label_encoding!r}")
     if label_encoding != "scalar" and encoding != "mode-specific":
-        raise ValueError("label_encoding chooses how the mode-specific encoding holds a continuous label: "
-                         "pass encoding='mode-specific' with it")
+        raise ValueError("--data.label_encoding chooses how the mode-specific encoding holds a continuous label: "
+                         "pass --data.encoding mode-specific with it")
     if isinstance(histogram_threshold, bool) or not isinstance(histogram_threshold, (int, float)) or not (
         math.isfinite(histogram_threshold) and histogram_threshold >= 0
     ):
-        raise ValueError(f"histogram_threshold must be a finite number >= 0, got {histogram_threshold!r}")
+        raise ValueError(f"--data.histogram_threshold must be a finite number >= 0, got {histogram_threshold!r}")
     if not isinstance(calibrate_marginals, bool):
-        raise ValueError(f"calibrate_marginals must be true or false, got {calibrate_marginals!r}")
+        raise ValueError(f"--data.calibrate_marginals must be true or false, got {calibrate_marginals!r}")
     if calibrate_marginals and (encoding != "mode-specific" or modes != "dp"):
-        raise ValueError("calibrate_marginals moves generated columns onto the DP histogram of the mode-specific "
-                         "encoding: it needs encoding='mode-specific' with modes='dp'")
+        raise ValueError("--data.calibrate_marginals moves generated columns onto the DP histogram of the "
+                         "mode-specific encoding: it needs --data.encoding mode-specific with --data.modes dp")
     if mixed is not None:
         _mixed(mixed)
 
@@ -809,14 +809,14 @@ def _check_encoding_args(
 def _mixed(mixed: Mapping[str, Sequence[float]]) -> dict[str, list[float]]:
     """``{column: [special values]}`` as plain lists (a single number is a list of one)."""
     if not isinstance(mixed, Mapping):
-        raise ValueError(f"mixed must map column names to lists of special values, got {mixed!r}")
+        raise ValueError(f"--data.mixed must map column names to lists of special values, got {mixed!r}")
     out = {}
     for name, values in mixed.items():
         values = [values] if isinstance(values, (int, float)) and not isinstance(values, bool) else values
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-            raise ValueError(f"mixed['{name}'] must be a non-empty list of special values, got {values!r}")
+            raise ValueError(f"--data.mixed['{name}'] must be a non-empty list of special values, got {values!r}")
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            raise ValueError(f"mixed['{name}'] special values must be numbers, got {list(values)!r}")
+            raise ValueError(f"--data.mixed['{name}'] special values must be numbers, got {list(values)!r}")
         out[str(name)] = [float(v) for v in values]
     return out
 

@@ -47,7 +47,7 @@ LABEL_DRAWS = ("sample", "most-likely")
 
 def check_label_draw(labels: str) -> None:
     if labels not in LABEL_DRAWS:
-        raise ValueError(f"quail.labels must be one of {LABEL_DRAWS}, got {labels!r}")
+        raise ValueError(f"--quail.labels must be one of {LABEL_DRAWS}, got {labels!r}")
 
 
 def check_log_features(schema: TableSchema, names: Sequence[str]) -> None:
@@ -163,11 +163,11 @@ class QUAIL:
         if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0.0 < split < 1.0:
             raise ValueError(f"--quail-split must be in (0, 1) (the label model's share of epsilon), got {split!r}")
         if label_model not in ARCHITECTURES:
-            raise ValueError(f"quail.label_model must be one of {ARCHITECTURES}, got {label_model!r}")
+            raise ValueError(f"--quail.label_model must be one of {ARCHITECTURES}, got {label_model!r}")
         check_label_draw(labels)
         hidden = [hidden] if isinstance(hidden, int) else list(hidden)
         if not hidden or not all(isinstance(width, int) and width > 0 for width in hidden):
-            raise ValueError(f"quail.hidden must be a list of positive widths, got {hidden!r}")
+            raise ValueError(f"--quail.hidden must be a list of positive widths, got {hidden!r}")
         self.synthesizer = synthesizer
         self.split = float(split)
         self.label_model = label_model
@@ -175,7 +175,7 @@ class QUAIL:
         self.labels = labels
         self.log_features = column_names(log_features)
         if not isinstance(log_label, bool):
-            raise ValueError(f"quail.log_label must be true or false, got {log_label!r}")
+            raise ValueError(f"--quail.log_label must be true or false, got {log_label!r}")
         self.log_label = log_label
         self.settings = DPSGDSettings(epochs=epochs, batch_size=batch_size, lr=lr, max_grad_norm=max_grad_norm,
                                      scale_share=scale_share)

@@ -938,11 +938,17 @@ DATA_FREE_REFUSALS = {
     (["--model.latent_dim", "0"], "--model.latent_dim must be at least 1, got 0"),
     (["--model.lr_generator", "-0.001"], "--model.lr_generator must be above 0, got -0.001"),
     (["--model.lr_discriminator", "0"], "--model.lr_discriminator must be above 0, got 0"),
+    (["--data.modes_epsilon", "-1"], "--data.modes_epsilon must be a finite number > 0, got -1"),
+    (["--data.histogram_threshold", "-1"], "--data.histogram_threshold must be a finite number >= 0, got -1"),
+    (["--data.test_fraction", "2"], "--data.test_fraction must be in (0, 1), got 2"),
+    (["--data.modes", "median"], "--data.modes must be one of ('dp', 'bounds'), got 'median'"),
+    (["--data.dev_fraction", "1.5"], "--data.dev_fraction must be a number in [0, 1) (0: no dev split), got 1.5"),
 ], ids=["batch-size", "split-seed", "pac", "gradient-penalty", "discriminator-steps", "latent-dim", "negative-lr",
-        "zero-lr"])
+        "zero-lr", "modes-epsilon", "histogram-threshold", "test-fraction", "modes", "dev-fraction"])
 def test_a_bad_model_or_data_setting_is_refused_by_the_flag_that_sets_it(tmp_path, capsys, extra, said):
-    """They were refused as "batch_size must be ...", "pac must be at least 1 and gradient_penalty
-    non-negative": names of the code's arguments, and two settings blamed for one."""
+    """They were refused as "batch_size must be ...", "modes_epsilon must be ...", "pac must be at
+    least 1 and gradient_penalty non-negative": names of the code's arguments, and two settings
+    blamed for one."""
     batch = [] if "--batch-size" in extra else ["--batch-size", "8"]
     args = ["train", "--model", "ctgan", "--dataset", "adult", "--data-dir", str(Path(__file__).parent / "fixtures" / "adult_tiny"),
             "--output-dir", str(tmp_path / "out"), "--max-steps", "2", *batch, *extra]

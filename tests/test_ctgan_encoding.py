@@ -675,10 +675,10 @@ def test_adult_mode_specific_keeps_capital_gain_zeros():
         (dict(encoding="mode-specific", modes_epsilon=0.0), ValueError, "modes_epsilon"),
         (dict(encoding="mode-specific", modes_epsilon=-1), ValueError, "modes_epsilon"),
         (dict(encoding="mode-specific", max_modes=0), ValueError, "max_modes"),
-        (dict(mixed={"price": [0]}), ValueError, "encoding='mode-specific'"),
+        (dict(mixed={"price": [0]}), ValueError, "pass --data.encoding mode-specific"),
         (dict(encoding="mode-specific", mixed={"price": "zero"}), ValueError, "special values"),
         (dict(encoding="mode-specific", label_encoding="modes"), ValueError, "label_encoding must be one of"),
-        (dict(label_encoding="mode-specific"), ValueError, "encoding='mode-specific'"),
+        (dict(label_encoding="mode-specific"), ValueError, "pass --data.encoding mode-specific"),
         (dict(encoding="mode-specific", histogram_threshold=-1.0), ValueError, "histogram_threshold"),
     ],
 )
@@ -840,7 +840,7 @@ def test_the_datamodule_encodes_its_declared_discrete_columns(tmp_path):
     decoded = discrete.decode(discrete.train_dataset.tensors[0])
     train = discrete.train_frame.reset_index(drop=True)
     assert (decoded["grade"] == train["grade"]).all() and (decoded["floors"] == train["floors"]).all()
-    with pytest.raises(ValueError, match="encoding='mode-specific'"):
+    with pytest.raises(ValueError, match="pass --data.encoding mode-specific"):
         KingDataModule(discrete_columns=["grade"])
     refused = KingDataModule(data_dir=tmp_path, download=False, encoding="mode-specific", discrete_columns=["zipcode"])
     with pytest.raises(SchemaError, match="categorical"):

@@ -41,16 +41,16 @@ def test_the_split_is_a_fixed_disjoint_cover_of_the_asked_size():
 
 @pytest.mark.parametrize("fraction", [-0.1, 1.0, 1.5, True, "0.2", None])
 def test_a_fraction_outside_zero_to_one_is_refused(fraction):
-    with pytest.raises(ValueError, match="dev_fraction must be a number in \\[0, 1\\)"):
+    with pytest.raises(ValueError, match="--data.dev_fraction must be a number in \\[0, 1\\)"):
         check_dev_fraction(fraction)
-    with pytest.raises(ValueError, match="dev_fraction"):
+    with pytest.raises(ValueError, match="--data.dev_fraction"):
         MNISTDataModule(dev_fraction=fraction)
 
 
 def test_train_refuses_a_dev_fraction_before_training(tmp_path, capsys):
     assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(FIXTURES / "adult_tiny"),
                  "--output-dir", str(tmp_path / "run"), "--data.dev_fraction", "1"]) == 2
-    assert "dev_fraction must be a number in [0, 1)" in capsys.readouterr().err
+    assert "--data.dev_fraction must be a number in [0, 1)" in capsys.readouterr().err
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
@@ -248,7 +248,7 @@ def test_the_harness_trains_without_the_dev_records_and_scores_on_them(tmp_path)
 @pytest.mark.parametrize("argv,message", [
     (["--suite", "speed", "--dev-fraction", "0.2"], "times runs and scores none"),
     (["--suite", "peers", "--dev-fraction", "0.2"], "scores the peers on the test split"),
-    (["--suite", "images", "--dev-fraction", "1"], "--dev-fraction: dev_fraction must be a number"),
+    (["--suite", "images", "--dev-fraction", "1"], "benchmark: --dev-fraction must be a number"),
 ])
 def test_the_harness_refuses_a_dev_split_it_cannot_use(tmp_path, argv, message):
     with pytest.raises(SystemExit, match=message):

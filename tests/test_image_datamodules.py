@@ -93,7 +93,7 @@ def test_test_loader_covers_test_split_in_order(tiny_image_data_dir: Path, tmp_p
 def test_batch_size_larger_than_train_set_is_rejected(tiny_image_data_dir: Path, tmp_path: Path) -> None:
     dm = _ready(MNISTDataModule, tiny_image_data_dir, tmp_path, batch_size=161)
 
-    with pytest.raises(ValueError, match="batch_size=161 exceeds the 160 training records"):
+    with pytest.raises(ValueError, match="--batch-size 161 exceeds the 160 training records"):
         dm.train_dataloader()
 
 
@@ -103,7 +103,7 @@ def test_a_batch_larger_than_each_ddp_process_share_is_rejected(tiny_image_data_
     dm = _ready(MNISTDataModule, tiny_image_data_dir, tmp_path, batch_size=100)
     assert len(dm.train_dataloader()) == 1
     dm.trainer = SimpleNamespace(world_size=2)
-    with pytest.raises(ValueError, match=r"batch_size=100 exceeds the 80 training records each of the 2 processes "
+    with pytest.raises(ValueError, match=r"--batch-size 100 exceeds the 80 training records each of the 2 processes "
                                          r"reads \(160 in all, of mnist\)"):
         dm.train_dataloader()
 

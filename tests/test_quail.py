@@ -671,9 +671,11 @@ def test_quail_with_another_synthesizer_leaves_out_the_presets_tuned_for_dp_ctga
     (["--quail-synthesizer", "quail"], "it cannot be quail"),
     # a private synthesizer with its strategy turned off was told to give "a private --quail-synthesizer"
     (["--quail-synthesizer", "dpctgan", "--privacy", "none"], "--privacy none turns a private model's off"),
-    (["--quail.label_model", "forest"], "quail.label_model must be one of"),
-    (["--quail.labels", "mode"], "quail.labels must be one of"),
-    (["--quail.scale_share", "1"], "scale_share must be in [0, 1)"),
+    (["--quail.label_model", "forest"], "--quail.label_model must be one of"),
+    (["--quail.labels", "mode"], "--quail.labels must be one of"),
+    (["--quail.epochs", "0"], "--quail.epochs must be an integer >= 1, got 0"),
+    (["--quail.lr", "-1"], "--quail.lr must be a finite number > 0"),
+    (["--quail.scale_share", "1"], "--quail.scale_share must be in [0, 1)"),
     (["--quail.depth", "3"], "unknown key(s) quail.depth"),
     (["--quail-split", "0.99"], "preprocessing would spend epsilon 8.02 of --epsilon 8"),  # modes' 0.1 + 0.99 x 8 > 8
     (["--quail.log_features", "capital-gain,workclass"], "names ['workclass'], which are not numeric feature columns"),

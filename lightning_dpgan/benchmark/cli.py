@@ -489,9 +489,9 @@ def benchmark(argv: list[str]) -> Path:
                          "continue: give the --out-dir of the interrupted invocation, or drop --resume to run the "
                          "suite afresh")
     try:
-        check_dev_fraction(args.dev_fraction)
+        check_dev_fraction(args.dev_fraction, flag="--dev-fraction")
     except ValueError as error:
-        raise SystemExit(f"benchmark: --dev-fraction: {error}") from None
+        raise SystemExit(f"benchmark: {error}") from None
     if args.dev_fraction and args.suite in ("speed", "peers"):
         raise SystemExit(f"benchmark: --dev-fraction scores runs on a dev split; the {args.suite} suite "
                          + ("times runs and scores none" if args.suite == "speed" else "scores the peers on the test split"))

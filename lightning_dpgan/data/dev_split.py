@@ -21,10 +21,10 @@ import numpy as np
 DEV_STREAM = 1
 
 
-def check_dev_fraction(fraction: float) -> float:
-    """``fraction`` as a float in [0, 1), or a ValueError naming the option."""
+def check_dev_fraction(fraction: float, flag: str = "--data.dev_fraction") -> float:
+    """``fraction`` as a float in [0, 1), or a ValueError naming ``flag``, the option that gave it."""
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
-        raise ValueError(f"dev_fraction must be a number in [0, 1) (0: no dev split), got {fraction!r}")
+        raise ValueError(f"{flag} must be a number in [0, 1) (0: no dev split), got {fraction!r}")
     return float(fraction)
 
 
@@ -39,7 +39,7 @@ def dev_split(n: int, fraction: float, seed: int = 0) -> tuple[np.ndarray, np.nd
         return np.arange(n), np.arange(0)
     n_dev = int(round(n * fraction))
     if not 0 < n_dev < n:
-        raise ValueError(f"dev_fraction={fraction} leaves {n_dev} of {n} training records for the dev split; "
+        raise ValueError(f"--data.dev_fraction {fraction} leaves {n_dev} of {n} training records for the dev split; "
                          "both the dev split and what is left for training need at least one record")
     order = np.random.default_rng([seed, DEV_STREAM]).permutation(n)
     return np.sort(order[n_dev:]), np.sort(order[:n_dev])

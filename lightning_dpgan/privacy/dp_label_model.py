@@ -57,7 +57,9 @@ def label_network(architecture: str, in_features: int, out_features: int, hidden
 @dataclass(frozen=True)
 class DPSGDSettings:
     """How the label model is trained; ``epochs`` is what σ is calibrated for, ``scale_share`` the
-    part of ε a continuous target's location and scale cost (0: train on the raw encoding)."""
+    part of ε a continuous target's location and scale cost (0: train on the raw encoding).
+
+    They are QUAIL's ``quail`` settings, so a refusal names the ``--quail.*`` flag that gave them."""
 
     epochs: int = 10
     batch_size: int = 256
@@ -69,12 +71,12 @@ class DPSGDSettings:
         for name in ("epochs", "batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"label model {name} must be an integer >= 1, got {value!r}")
-        validate_positive("label model lr", self.lr)
-        validate_positive("label model max_grad_norm", self.max_grad_norm)
+                raise ValueError(f"--quail.{name} must be an integer >= 1, got {value!r}")
+        validate_positive("--quail.lr", self.lr)
+        validate_positive("--quail.max_grad_norm", self.max_grad_norm)
         share = self.scale_share
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share < 1.0:
-            raise ValueError(f"label model scale_share must be in [0, 1), got {share!r}")
+            raise ValueError(f"--quail.scale_share must be in [0, 1), got {share!r}")
 
 
 def per_record_loss(outputs: Tensor, targets: Tensor) -> Tensor:
@@ -117,7 +119,7 @@ def train_dp_label_model(
     validate_positive("label model epsilon", epsilon)
     n = len(features)
     if settings.batch_size > n:
-        raise ValueError(f"label model batch_size {settings.batch_size} exceeds the {n} training records: "
+        raise ValueError(f"--quail.batch_size {settings.batch_size} exceeds the {n} training records: "
                          "give QUAIL a smaller --quail.batch_size")
     if not 0.0 < delta < 1.0 / n:
         raise ValueError(f"label model delta must be in (0, 1/n = {1.0 / n:.3g}), got {delta}")
