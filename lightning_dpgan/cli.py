@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import os
 import re
 import shutil
@@ -479,7 +478,7 @@ RUN_CONFIG_ENV = "LIGHTNING_DPGAN_RUN_CONFIG"
 
 def train(argv: list[str]) -> Path:
     """Run ``train`` and return the output directory."""
-    from lightning_dpgan.distributed import launched_as_follower
+    from lightning_dpgan.distributed import launched_as_follower, quiet_machine_followers
 
     if launched_as_follower():
         quiet_machine_followers()
@@ -680,17 +679,6 @@ def report_error(error: Exception) -> None:
         print(f"error: {error}", file=sys.stderr)
     elif not launched_as_machine_follower() or not isinstance(error, (ValueError, MisconfigurationException)):
         print(f"error ({launched_process_name()}): {error}", file=sys.stderr)
-
-
-def quiet_machine_followers() -> None:
-    """Print the library's warnings once for each machine of a DDP run, as :func:`report_error`
-    prints refusals: every process reads the same rows and settings, so a machine's other
-    processes would repeat its first one's warnings word for word (the data's clipped bounds, a
-    teacher batch drawn with replacement). Their errors still print."""
-    from lightning_dpgan.distributed import launched_as_machine_follower
-
-    if launched_as_machine_follower():
-        logging.getLogger("lightning_dpgan").setLevel(logging.ERROR)
 
 
 def main(argv: list[str] | None = None) -> int:

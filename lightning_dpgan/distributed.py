@@ -8,6 +8,7 @@ path serves both.
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
@@ -54,6 +55,16 @@ def say_once_per_machine(line: str) -> None:
     command line and rows) from each machine's first process only: the others share its terminal."""
     if not launched_as_machine_follower():
         print(line, file=sys.stderr)
+
+
+def quiet_machine_followers() -> None:
+    """Log the library's warnings from each machine's first process only, as
+    :func:`say_once_per_machine` prints notes and ``cli.report_error`` refusals: every process
+    reads the same rows and settings, so a machine's other processes would repeat its first one's
+    warnings word for word (the data's clipped bounds, a teacher batch drawn with replacement).
+    Their errors still print."""
+    if launched_as_machine_follower():
+        logging.getLogger("lightning_dpgan").setLevel(logging.ERROR)
 
 
 def launched_process_name() -> str:
