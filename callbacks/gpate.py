@@ -35,6 +35,7 @@ from lightning_dpgan.callbacks.teachers import TeacherStrategy
 from lightning_dpgan.privacy.accountants import ConfidentGNMaxAccountant
 from lightning_dpgan.privacy.analysis.gnmax import gnmax_log_q
 from lightning_dpgan.privacy.gradient_voting import ProjectedGradientAggregator
+from lightning_dpgan.privacy.mechanisms import NO_ANSWER
 from lightning_dpgan.privacy.slots import GradientAggregator
 from lightning_dpgan.privacy.validation import validate_int, validate_noise_scale, validate_within
 
@@ -53,6 +54,11 @@ MAX_BINS = 10_000
 #: --privacy.clip's range: the bound is applied to float32 gradients (1e300 overflowed it at the first
 #: step) and divided into bins (a width below float32's smallest normal is 0)
 CLIP_RANGE = (1e-30, 1e30)
+#: When this percentage of the answers or more fall in the bins around 0 (or in the two outermost
+#: ones), the bins resolved little more than the gradients' sign: --privacy.clip is far above (or
+#: below) their scale, and the run warns. At least MIN_ANSWERS_TO_JUDGE answers are needed.
+ONE_SIDED_PERCENT = 90
+MIN_ANSWERS_TO_JUDGE = 100
 
 
 def answers_drowned(sigma2: float, teachers: int) -> str:
@@ -117,6 +123,8 @@ class ProjectedVoting(TeacherStrategy):
         self.accountant = ConfidentGNMaxAccountant(accounting)  # validates the mode early
         self.accounting = accounting
         self._pending_log_q: np.ndarray | None = None
+        #: answers released so far, by bin (identical on every DDP rank: rank 0 draws them)
+        self.answers_per_bin = np.zeros(bins, dtype=np.int64)
 
     def default_teacher_batch_size(self, smallest_partition: int) -> int:
         return min(smallest_partition, MAX_DEFAULT_BATCH)
@@ -131,7 +139,17 @@ class ProjectedVoting(TeacherStrategy):
         pl_module.privacy = ProjectedGradientAggregator(
             self.projection_dim, self.bins, self.clip, self.sigma1, self.sigma2,
             self.threshold * self.num_teachers, check=self._check, charge=self._charge, noise=self.noise,
+            on_answered=self._count_answers,
         )
+
+    def _count_answers(self, answers: Tensor) -> None:
+        given = answers[answers != NO_ANSWER].cpu().numpy()
+        self.answers_per_bin += np.bincount(given, minlength=self.bins)
+
+    @property
+    def uncounted_answers(self) -> int:
+        """Answers given before a resume from a checkpoint that did not count them by bin."""
+        return self.accountant.answered - int(self.answers_per_bin.sum())
 
     # -------------------------------------------------------------- accounting
     def _check(self, votes: Tensor) -> None:
@@ -175,11 +193,12 @@ class ProjectedVoting(TeacherStrategy):
                 "--privacy.projection_dim).")
 
     def answer_warnings(self) -> list[str]:
-        """A warning when (almost) no query was answered: the student generator then moved by
-        (almost) nothing the teachers said."""
+        """Warnings when (almost) no query was answered, or when the answers crowd into the bins
+        around 0 or the outermost ones: the student generator then moved by (almost) nothing the
+        teachers said, or by little more than the gradients' sign."""
         queries, answered = len(self.accountant), self.accountant.answered
         if queries == 0 or 100 * answered >= ANSWERED_PERCENT * queries:
-            return []
+            return self.clip_scale_warnings()
         return [f"only {answered} of the {queries} projected-gradient queries were answered ({answered / queries:.2%}): "
                 "an unanswered dimension contributes nothing, so the student generator got (almost) no signal from "
                 "the teachers. Fewer answers pass the threshold check when the teachers' votes spread over the bins; "
@@ -198,6 +217,42 @@ class ProjectedVoting(TeacherStrategy):
             "queries": queries,
             "answered": self.accountant.answered,
             "answered_fraction": self.accountant.answered / queries if queries else None,
+            "answers_per_bin": self.answers_per_bin.tolist(),
+            **({"answers_uncounted": self.uncounted_answers} if self.uncounted_answers else {}),
             **self.partition_report(),
         }
+
+    def clip_scale_warnings(self) -> list[str]:
+        """A warning when the answers say --privacy.clip is far from the projected gradients'
+        scale. The answers are released values, so reading them costs no privacy."""
+        counts, total = self.answers_per_bin, int(self.answers_per_bin.sum())
+        if self.bins < 3 or total < MIN_ANSWERS_TO_JUDGE:  # with 2 bins every answer is a sign by design
+            return []
+        middle = counts[(self.bins - 1) // 2: self.bins // 2 + 1].sum()
+        outermost = counts[0] + counts[-1]
+        share = f"of the {total} answers"
+        fix = ("The clip sets no sensitivity or noise (the votes, not the gradients, are what the privacy is "
+               "computed on), though votes spread over more bins pass the threshold check less often")
+        if 100 * middle >= ONE_SIDED_PERCENT * total:
+            where = "the two bins around 0" if self.bins % 2 == 0 else (
+                "the middle bin, whose midpoint is 0: those answers moved the generator by nothing")
+            return [f"{middle} {share} ({middle / total:.2%}) fell in {where}. The projected gradients are small "
+                    f"against --privacy.clip {self.clip:g}, so the answers carried little more than their sign: a "
+                    f"smaller --privacy.clip, near the gradients' scale, resolves them. {fix}"]
+        if 100 * outermost >= ONE_SIDED_PERCENT * total:
+            return [f"{outermost} {share} ({outermost / total:.2%}) fell in the two outermost bins. The projected "
+                    f"gradients mostly exceed --privacy.clip {self.clip:g} and were clipped to it, so the answers "
+                    f"carried little more than their sign: a larger --privacy.clip resolves them. {fix}"]
+        return []
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "answers_per_bin": self.answers_per_bin.tolist()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        # a checkpoint written before the answers were counted by bin (or with other --privacy.bins):
+        # its answers become answers_uncounted
+        counts = state_dict.get("answers_per_bin")
+        if counts is not None and len(counts) == self.bins:
+            self.answers_per_bin = np.asarray(counts, dtype=np.int64)
 

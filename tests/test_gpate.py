@@ -289,6 +289,57 @@ def test_a_run_with_almost_no_answered_query_says_its_generator_got_no_signal(an
         assert "only 0 of the 100 projected-gradient queries were answered" in warnings[0]
 
 
+@pytest.mark.parametrize("clip, bins, said", [
+    (1e30, 10, "160 of the 160 answers (100.00%) fell in the two bins around 0"),
+    (1e30, 5, "fell in the middle bin, whose midpoint is 0"),
+    (1e-12, 10, "160 of the 160 answers (100.00%) fell in the two outermost bins"),
+    (5e-3, 10, None),  # 2.5 of the projected gradients' standard deviations: they spread over the bins
+])
+def test_answers_crowded_around_zero_or_at_the_clip_say_the_clip_is_off_the_gradients_scale(clip, bins, said):
+    """--privacy.clip 1e30 was accepted and every answer landed beside 0: the generator was told
+    the gradients' sign at most, in silence. The answers are released, so counting them is free."""
+    from types import SimpleNamespace
+
+    torch.manual_seed(0)
+    strategy = ProjectedVoting(num_teachers=10, projection_dim=4, bins=bins, clip=clip, sigma1=1e-3, sigma2=1e-3,
+                               delta=1e-5, noise_seed=0)
+    strategy.num_teachers = 10
+    strategy.preprocessing = {"epsilon": 0.0, "delta": 0.0}
+    module = SimpleNamespace()
+    strategy.install_aggregator(None, module)
+    common = torch.randn(40, 16) * 1e-3  # projected, about N(0, 2e-3): every teacher agrees on each record
+    module.privacy.aggregate(common.expand(10, 40, 16).contiguous())
+    assert strategy.answers_per_bin.sum() == strategy.accountant.answered == 40 * 4
+    assert strategy.report_parameters()["answers_per_bin"] == strategy.answers_per_bin.tolist()
+    warnings = strategy.answer_warnings()
+    if said is None:
+        assert warnings == []
+    else:
+        [warning] = warnings
+        assert said in warning and f"--privacy.clip {clip:g}" in warning
+
+
+def test_the_answers_by_bin_survive_a_checkpoint_and_one_without_them_leaves_them_uncounted():
+    from types import SimpleNamespace
+
+    def voting():
+        strategy = ProjectedVoting(num_teachers=10, bins=4, sigma1=5.0, sigma2=3.0, delta=1e-5)
+        strategy.sampler = SimpleNamespace(state_dict=lambda: None, load_state_dict=lambda state: None,
+                                           partitions=[])  # set at fit
+        return strategy
+
+    strategy = voting()
+    strategy.accountant.step(5.0, 3.0, 100, np.full(7, -5.0))
+    strategy.answers_per_bin[:] = [1, 2, 3, 1]
+    state = strategy.state_dict()
+    resumed = voting()
+    resumed.load_state_dict(state)
+    assert resumed.answers_per_bin.tolist() == [1, 2, 3, 1] and resumed.uncounted_answers == 0
+    older = voting()
+    older.load_state_dict({key: value for key, value in state.items() if key != "answers_per_bin"})
+    assert older.answers_per_bin.tolist() == [0] * 4 and older.report_parameters()["answers_uncounted"] == 7
+
+
 def test_strategy_refuses_a_batch_that_could_pass_the_target():
     strategy = ProjectedVoting(num_teachers=10, sigma1=1.0, sigma2=1.0, target_epsilon=0.5, delta=1e-5)
     strategy.preprocessing = {"epsilon": 0.0, "delta": 0.0}
@@ -412,6 +463,7 @@ def test_gpate_trains_from_train_py_and_writes_its_outputs(gpate_run):
     assert report["steps"] == 6
     assert report["queries"] == 6 * 10 * 4  # steps x generated records x projected dimensions
     assert 0 < report["answered"] <= report["queries"]
+    assert len(report["answers_per_bin"]) == 10 and sum(report["answers_per_bin"]) == report["answered"]
     assert report["epsilon_data_dependent"] <= report["epsilon_data_independent"]
     assert report["epsilon"] == pytest.approx(report["epsilon_data_dependent"])
     assert report["epsilon"] <= report["target_epsilon"] == 10.0  # the preset's
@@ -583,6 +635,9 @@ def test_resume_continues_the_spend(gpate_run, tmp_path, tiny_image_data_dir):
     assert resumed["steps"] == 9 and resumed["queries"] == 9 * 10 * 4
     assert resumed["epsilon_data_independent"] > first["epsilon_data_independent"]
     assert np.isfinite(resumed["epsilon"])
+    # the first run's answers are counted by bin with the resumed run's, not restarted from zero
+    assert sum(resumed["answers_per_bin"]) == resumed["answered"] > first["answered"]
+    assert all(after >= before for after, before in zip(resumed["answers_per_bin"], first["answers_per_bin"]))
 
 
 def test_perturbations_point_where_each_teacher_finds_the_record_more_real():

@@ -72,7 +72,10 @@ class ProjectedGradientAggregator:
         check: Callable[[Tensor], None],
         charge: Callable[[Tensor, Tensor], None],
         noise: NoiseSource | None = None,
+        on_answered: Callable[[Tensor], None] | None = None,
     ) -> None:
+        """``on_answered`` receives each batch's answers (bin indices, ``NO_ANSWER`` where none was
+        given): released values, so the strategy may count them at no privacy cost."""
         if projection_dim < 1 or bins < 2:
             raise ValueError(f"projection_dim must be >= 1 and bins >= 2, got {projection_dim}, {bins}")
         if not (clip > 0 and sigma1 > 0 and sigma2 > 0):
@@ -81,6 +84,7 @@ class ProjectedGradientAggregator:
         self.sigma1, self.sigma2, self.threshold = float(sigma1), float(sigma2), float(threshold)
         self.check, self.charge = check, charge
         self.noise = noise or NoiseSource()  # Confident-GNMax's draws; the projections are public
+        self.on_answered = on_answered
 
     def aggregate(self, teacher_gradients: Tensor) -> Tensor:
         """``teacher_gradients [K, B, ...]`` (teacher k's gradient on record b) -> ``[B, ...]``."""
@@ -97,6 +101,8 @@ class ProjectedGradientAggregator:
             lambda: confident_gnmax(votes, self.threshold, self.sigma1, self.sigma2, self.noise.generator(votes.device)),
             (votes.shape[0],), torch.long, votes.device)
         self.charge(votes, answers != NO_ANSWER)
+        if self.on_answered is not None:
+            self.on_answered(answers)
         aggregated = bin_midpoints(answers, self.clip, self.bins).reshape(records, self.projection_dim)
         back = torch.einsum("bj,bdj->bd", aggregated, projection)
         return back.reshape(records, *teacher_gradients.shape[2:]).to(teacher_gradients.dtype)
