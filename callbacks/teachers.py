@@ -8,8 +8,10 @@ for the whole run and saved in checkpoints). Only the teachers read real records
 subclass's aggregator releases from them is the single place privacy is spent.
 
 Under DDP (``--strategy ddp``) the teachers are sharded: rank r builds only its contiguous slice
-of the K teachers (:func:`~lightning_dpgan.distributed.shard`), with the initial values one
-process would give them, and trains them on their partitions; the sampler draws the indices of
+of the K teachers (:func:`~lightning_dpgan.distributed.shard`), with the initial values a
+process building all K at that point would give them, and trains them on their partitions (a
+one-process run differs from the start: Lightning re-seeds each DDP process with ``--seed`` at
+setup, after the generator is built, and a single process is not re-seeded); the sampler draws the indices of
 all K and keeps the slice's, so every teacher sees the minibatches a single process would give it.
 The aggregator adds up the ranks' vote histograms and draws the noise on rank 0
 (:mod:`lightning_dpgan.privacy.pate`, :mod:`lightning_dpgan.privacy.gradient_voting`).
