@@ -619,6 +619,9 @@ def evaluate(argv: list[str]) -> Path:
     parser.add_argument("-n", type=_positive_int, help="synthetic images to draw (default: as many as training images)")
     parser.add_argument("--cnn-epochs", type=_positive_int, help="epochs of the evaluation CNN (images; default 10)")
     parser.add_argument("--device", type=_torch_device, help="device of the evaluation CNN (images; default cpu)")
+    parser.add_argument("--real-baseline", action="store_true",
+                        help="images: also train the evaluation CNN on as many real training images, and report its "
+                             "accuracy and the synthetic images' gap to it (utility/difference_cnn_accuracy)")
     parser.add_argument("--seed", type=_seed, default=0,
                         help="seed of what is drawn or fitted: synthetic images, classifiers, the CNN, the membership attack (default 0)")
     parser.add_argument("--split", choices=HELD_OUT_SPLITS, default="test",
@@ -626,7 +629,8 @@ def evaluate(argv: list[str]) -> Path:
                              "--data.dev_fraction) the dev records it held out of training, to choose settings "
                              "on; writes evaluation-dev.json and no report")
     args = parser.parse_args(argv)
-    evaluate_run(args.run, args.data_dir, args.n, args.cnn_epochs, args.seed, args.device, args.split)
+    evaluate_run(args.run, args.data_dir, args.n, args.cnn_epochs, args.seed, args.device, args.split,
+                 args.real_baseline)
     return Path(args.run) / EVALUATION_FILES[args.split]
 
 

@@ -280,13 +280,15 @@ def evaluate_run(
     seed: int = 0,
     device: str | None = None,
     split: str = "test",
+    real_baseline: bool = False,
 ) -> dict[str, Any]:
     """Evaluate the run in ``run_dir`` on its held-out ``split``, write its
     :data:`~lightning_dpgan.run_folder.EVALUATION_FILES` entry there (and, for the test split,
     ``report.md`` and ``report/``) and return its content; an earlier evaluation's files are
     replaced, and the user told so. ``n_synthetic``, ``cnn_epochs`` (default
     :data:`DEFAULT_CNN_EPOCHS`) and ``device`` (default cpu) are an image run's: refused for a
-    table run, which is scored on its ``synthetic.csv`` as written."""
+    table run, which is scored on its ``synthetic.csv`` as written. ``real_baseline`` (images) also
+    trains the CNN on as many real training images, for the accuracy the synthetic ones fall short of."""
     run_dir = Path(run_dir)
     said_warnings.clear()
     privacy_path = run_dir / "privacy.json"
@@ -297,7 +299,8 @@ def evaluate_run(
         check_privacy_figures(privacy_path, privacy)
     def refuse_options_this_run_cannot_take(datamodule: Any) -> None:
         if getattr(datamodule, "kind", "image") != "image":
-            refuse_image_options(run_dir, n_synthetic=n_synthetic, cnn_epochs=cnn_epochs, device=device)
+            refuse_image_options(run_dir, n_synthetic=n_synthetic, cnn_epochs=cnn_epochs, device=device,
+                                 real_baseline=real_baseline or None)
         check_held_out_split(split, datamodule.hparams.dev_fraction, datamodule.name)
 
     with _sole_evaluation(run_dir):
@@ -308,7 +311,7 @@ def evaluate_run(
         shutil.rmtree(run_dir / STAGED_FIGURES, ignore_errors=True)  # a failed evaluation's leftovers
         try:
             return _evaluate_and_write(run_dir, datamodule, held_out, privacy, n_synthetic, cnn_epochs, seed, device,
-                                       split)
+                                       split, real_baseline)
         finally:  # published by then, or a failure's: either way nothing is left half-way
             shutil.rmtree(run_dir / STAGED_FIGURES, ignore_errors=True)
 
@@ -368,7 +371,8 @@ def refuse_image_options(run_dir: Path, **given: Any) -> None:
 
 
 def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: dict[str, Any] | None,
-                        n_synthetic: int | None, cnn_epochs: int, seed: int, device: str, split: str) -> dict[str, Any]:
+                        n_synthetic: int | None, cnn_epochs: int, seed: int, device: str, split: str,
+                        real_baseline: bool = False) -> dict[str, Any]:
     """:func:`evaluate_run`'s work: the figures are drawn into a staging folder and take
     ``report/``'s place only once ``evaluation.json`` is written, so a failure midway leaves the
     earlier evaluation's files as they were, not new figures beside old figures."""
@@ -377,7 +381,7 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
     figures: dict[str, str] = {}
     report = split == "test"  # a dev score is a tuning aid: no report to overwrite the test one's
     if getattr(datamodule, "kind", "image") == "image":
-        results = _evaluate_images(run_dir, datamodule, held_out, n_synthetic, cnn_epochs, seed, device)
+        results = _evaluate_images(run_dir, datamodule, held_out, n_synthetic, cnn_epochs, seed, device, real_baseline)
         if (run_dir / "samples.png").is_file():  # a row per class where the generator draws labelled images
             figures["Samples (one row per class)" if "utility/cnn_accuracy" in results else "Samples"] = "samples.png"
     else:
@@ -491,13 +495,13 @@ def _save(figure: Any, run_dir: Path, name: str) -> str:
 
 
 def _evaluate_images(run_dir: Path, datamodule: Any, held_out: Any, n: int | None, cnn_epochs: int, seed: int,
-                     device: str) -> dict[str, Any]:
+                     device: str, real_baseline: bool = False) -> dict[str, Any]:
     from lightning_dpgan.evaluation.images import cnn_accuracy
     from lightning_dpgan.evaluation.membership import membership_inference
     from lightning_dpgan.sampling import draw_images, load_module
 
     module = load_module(run_dir / LAST_CHECKPOINT).to(device)
-    train_images, _ = datamodule.train_dataset.tensors
+    train_images, train_labels = datamodule.train_dataset.tensors
     test_images, test_labels = held_out.tensors
     n = n or len(train_images)
     torch.manual_seed(seed)
@@ -513,12 +517,32 @@ def _evaluate_images(run_dir: Path, datamodule: Any, held_out: Any, n: int | Non
                   "the real ones")
         cnn = cnn_accuracy(synthetic, labels, test_images, test_labels, epochs=cnn_epochs, seed=seed, device=device)
         results.update({"utility/cnn_accuracy": cnn["accuracy"], "utility/cnn_epochs": cnn_epochs})
+        if real_baseline:
+            results.update(_real_baseline(train_images, train_labels, held_out, n, cnn, cnn_epochs, seed, device))
     else:  # said, or a --cnn-epochs given goes unused in silence
         warn("the generator draws unlabelled images (--model.conditional false): no CNN accuracy, which trains on "
-             "labelled synthetic images; the membership attack alone is scored")
+             "labelled synthetic images; the membership attack alone is scored"
+             + (", and --real-baseline, its real-data counterpart, is not either" if real_baseline else ""))
     say_stage("risk: the membership attack")
     attack = membership_inference(synthetic, train_images, test_images, seed=seed)
     return {**results, **_risk(attack)}
+
+
+def _real_baseline(train_images: torch.Tensor, train_labels: torch.Tensor, held_out: Any, n: int,
+                   synthetic: dict[str, Any], cnn_epochs: int, seed: int, device: str) -> dict[str, Any]:
+    """The same CNN, schedule and seed trained on ``n`` real training images instead (all of them
+    where ``n`` is more; a seeded draw where fewer), tested on the same held-out ones: the
+    accuracy the synthetic images are measured against, and the gap."""
+    from lightning_dpgan.evaluation.images import cnn_accuracy
+
+    kept = min(n, len(train_images))
+    chosen = torch.randperm(len(train_images), generator=torch.Generator().manual_seed(seed))[:kept]
+    say_stage(f"utility: the same CNN on {kept} real training images, for comparison")
+    test_images, test_labels = held_out.tensors
+    real = cnn_accuracy(train_images[chosen], train_labels[chosen], test_images, test_labels, epochs=cnn_epochs,
+                        seed=seed, device=device)
+    return {"utility/cnn_accuracy_real": real["accuracy"], "utility/cnn_real_records": kept,
+            "utility/difference_cnn_accuracy": real["accuracy"] - synthetic["accuracy"]}
 
 
 def _as_published(images: torch.Tensor) -> torch.Tensor:

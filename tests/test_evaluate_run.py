@@ -220,6 +220,46 @@ def test_evaluate_trains_the_cnn_on_its_schedule_and_tests_it_on_the_test_images
     assert torch.equal(seen["synthetic"], drawn(20).clamp(-1, 1))
 
 
+def test_the_real_baseline_trains_the_same_cnn_on_as_many_real_training_images(image_run, tiny_image_data_dir,
+                                                                                monkeypatch):
+    """--real-baseline: the CNN of the synthetic images, on their schedule and seed, trained on n
+    real training images (a seeded draw of distinct ones) and tested on the same test images; the
+    gap is the real accuracy less the synthetic one. Without the flag, no second CNN is trained."""
+    from lightning_dpgan.datamodules.mnist import MNISTDataModule
+    from lightning_dpgan.evaluation import images
+
+    trained = []
+
+    def spy_cnn(train_images, train_labels, test_images, test_labels, **kwargs):
+        trained.append((train_images, train_labels, test_images, kwargs))
+        return {"accuracy": 0.75 if len(trained) == 2 else 0.5}  # the synthetic CNN first, then the real one
+
+    monkeypatch.setattr(images, "cnn_accuracy", spy_cnn)
+    run = image_run.parent / "baseline"
+    shutil.copytree(image_run, run)
+    common = ["evaluate", "--run", str(run), "--data-dir", str(tiny_image_data_dir), "-n", "20", "--cnn-epochs", "2",
+              "--seed", "3"]
+    assert main(common) == 0
+    assert len(trained) == 1 and "utility/cnn_accuracy_real" not in read_json(run / "evaluation.json")
+    trained.clear()
+    assert main([*common, "--real-baseline"]) == 0
+    (_, _, synthetic_test, synthetic_kwargs), (real_images, real_labels, real_test, real_kwargs) = trained
+    real = MNISTDataModule(data_dir=tiny_image_data_dir, verify_checksums=False)
+    real.prepare_data()
+    real.setup()
+    train_images, train_labels = real.train_dataset.tensors
+    assert len(real_images) == 20 < len(train_images)
+    rows = [int(torch.nonzero((train_images == image).flatten(1).all(1))[0]) for image in real_images]
+    assert len(set(rows)) == 20 and torch.equal(real_labels, train_labels[rows])  # distinct real images, their labels
+    assert torch.equal(real_test, synthetic_test) and real_kwargs == synthetic_kwargs == {"epochs": 2, "seed": 3,
+                                                                                           "device": "cpu"}
+    evaluation = read_json(run / "evaluation.json")
+    assert evaluation["utility/cnn_accuracy"] == 0.5 and evaluation["utility/cnn_accuracy_real"] == 0.75
+    assert evaluation["utility/cnn_real_records"] == 20
+    assert evaluation["utility/difference_cnn_accuracy"] == pytest.approx(0.25)
+    assert "utility/difference_cnn_accuracy" in (run / "report.md").read_text()
+
+
 def test_a_draw_of_every_class_warns_of_none_nor_repeats_an_earlier_evaluations_warnings(
         image_run, tiny_image_data_dir, capsys):
     """-n 3 warns that 7 classes are missing; the next evaluation in the same process, of every
@@ -470,7 +510,8 @@ def test_an_image_option_for_a_table_run_is_refused_and_a_run_without_its_table_
     train_table_run(run)
     capsys.readouterr()
     for flags, named in ((["-n", "100"], "-n is for image runs"), (["--cnn-epochs", "3", "--device", "cpu"],
-                                                                  "--cnn-epochs, --device are for image runs")):
+                                                                  "--cnn-epochs, --device are for image runs"),
+                         (["--real-baseline"], "--real-baseline is for image runs")):
         assert main(["evaluate", "--run", str(run), *flags]) == 2
         error = capsys.readouterr().err
         assert named in error and "scored on its synthetic.csv as written" in error
