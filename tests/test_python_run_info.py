@@ -1,5 +1,6 @@
 """Checkpoints a Trainer built in Python writes: ``sample`` draws from them as from train's, and
 ``train --resume`` and ``evaluate``, which need train's run folder and settings, refuse them by name."""
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -148,17 +149,24 @@ def test_each_fit_records_the_privacy_it_trained_under(tiny_image_data_dir, tmp_
 
     data = MNISTDataModule(data_dir=tiny_image_data_dir / "mnist", batch_size=16, verify_checksums=False)
     model = DPGAN(data.data_shape, data.num_classes, latent_dim=8)
-    private = fit_by_hand(model, data, tmp_path / "private", DPSGD(noise_multiplier=1.0, delta=1e-3), steps=1)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        private = fit_by_hand(model, data, tmp_path / "private", DPSGD(noise_multiplier=1.0, delta=1e-3), steps=1)
+    assert not [warning for warning in said if "WITHOUT privacy" in str(warning.message)]
     assert read_run_info(private)["privacy"] == "dp-sgd"
     assert guarantee_note(private).startswith("released under the checkpoint's privacy spend")
-    trained_on = fit_by_hand(model, data, tmp_path / "trained_on", steps=2)
+    # a private model whose strategy was left out: allowed from Python, and said as it starts
+    with pytest.warns(UserWarning, match="DPGAN is fitted with no privacy strategy among the Trainer's callbacks: it "
+                                         "trains WITHOUT privacy"):
+        trained_on = fit_by_hand(model, data, tmp_path / "trained_on", steps=2)
     assert read_run_info(trained_on)["privacy"] == "none"
     assert guarantee_note(trained_on).startswith("trained without privacy")
     # the same from the private checkpoint: a fresh module resumed on a Trainer without a strategy
     resumed = DPGAN(data.data_shape, data.num_classes, latent_dim=8)
     trainer = L.Trainer(max_epochs=-1, logger=False, default_root_dir=tmp_path / "resumed", enable_progress_bar=False,
                         enable_model_summary=False, callbacks=[StepLimit(3)])
-    trainer.fit(resumed, datamodule=data, ckpt_path=private)
+    with pytest.warns(UserWarning, match="WITHOUT privacy"):
+        trainer.fit(resumed, datamodule=data, ckpt_path=private)
     (checkpoint,) = (tmp_path / "resumed" / "checkpoints").glob("*.ckpt")
     assert read_run_info(checkpoint)["privacy"] == "none" and resumed.train_steps == 3
     assert guarantee_note(checkpoint).startswith("trained without privacy")

@@ -9,6 +9,7 @@ mechanism on the discriminator covers everything that touches private records.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any, ClassVar
@@ -58,6 +59,20 @@ def privacy_strategy_of(trainer: Any) -> Any:
     from lightning_dpgan.callbacks.strategy import PrivacyStrategy
 
     return next((callback for callback in trainer.callbacks if isinstance(callback, PrivacyStrategy)), None)
+
+
+def warn_if_private_model_fits_without_privacy(module: Any, trainer: Any) -> None:
+    """A private model (DPGAN, GS-WGAN, DP-CTGAN, ...) fitted on a Trainer built in Python without
+    its strategy callback trains without privacy. ``train`` never does this; from Python it is
+    allowed (the checkpoint is marked as trained without privacy, and ``sample`` says so), but a
+    user who forgot the callback must hear it as training starts, not after publishing."""
+    if module.default_privacy == "none" or privacy_strategy_of(trainer) is not None:
+        return
+    name = type(module).__name__
+    warnings.warn(f"{name} is fitted with no privacy strategy among the Trainer's callbacks: it trains WITHOUT "
+                  f"privacy, and its checkpoint says so. For a private run, pass its strategy (--privacy "
+                  f"{module.default_privacy} in train) with PrivacyBudgetStopping in callbacks=[...]; for a "
+                  "non-private baseline, fit the model it builds on (GAN, WGAN or CTGAN)", UserWarning, stacklevel=2)
 
 
 def check_fits_datamodule(module: Any, datamodule: Any) -> None:
@@ -163,6 +178,7 @@ class GANModule(L.LightningModule):
             self.fit_from_python = datamodule is not None and (not self.run_info or trained_in_python(self.run_info))
             if self.fit_from_python:
                 self.run_info = python_run_info(self, datamodule, privacy_strategy_of(trainer))
+                warn_if_private_model_fits_without_privacy(self, trainer)
 
     def make_networks(self) -> tuple[nn.Module, nn.Module | None]:
         """``(generator, discriminator)`` from the hyper-parameters (see :func:`build_networks`)."""

@@ -104,10 +104,10 @@ class TeacherModel(GANModule):
         return loss.detach() / self.teachers.num_teachers
 
     def setup(self, stage: str) -> None:
-        super().setup(stage)
-        if stage == "fit" and (self.teachers is None or self.privacy is None):
+        if stage == "fit" and (self.teachers is None or self.privacy is None):  # refused before the base class warns
             name = self.run_info.get("model", type(self).__name__.lower())
             raise ValueError(f"{name} trains only through its teachers' private votes: run it with --privacy {self.default_privacy}")
+        super().setup(stage)
 
     def private_networks(self) -> dict[str, Any]:
         return {"teachers": self.teachers}
