@@ -578,6 +578,12 @@ class PrivacyStrategy(L.Callback):
         return "; then ".join(f"from step {start}: {source}" for start, source in sources)
 
     def privacy_report(self) -> dict[str, Any]:
+        """What the strategy spent and how it was accounted: the part of ``train``'s
+        ``privacy.json`` that is the strategy's (``train`` adds how the run stopped and its
+        lineage). A strategy a Trainer has not set up yet knows no records to report on."""
+        if self.train_records is None:
+            raise RuntimeError(f"{type(self).__name__}.privacy_report(): the strategy has not been set up by a Trainer "
+                               "yet, so it has no records, mechanism or spend to report: call it after trainer.fit(...)")
         segments = self.segments()
         return {
             "mechanism": self.mechanism_name,

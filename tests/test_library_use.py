@@ -39,3 +39,15 @@ def test_a_ctgan_module_built_without_a_table_layout_is_told_the_library_remedy_
     with pytest.raises(ValueError, match=r"--data.encoding mode-specific \(from Python: the datamodule's "
                                          r"encoding='mode-specific', and the module's table_layout=datamodule.table_layout\)"):
         DPCTGAN((12,), None)
+
+
+@pytest.mark.parametrize("strategy", ["DPSGD", "PATEAggregation", "ProjectedVoting", "GradientSanitizer"])
+def test_a_strategys_report_asked_for_before_fit_says_it_has_nothing_to_report_yet(strategy):
+    """DPSGD's crashed in an AttributeError on its missing mechanism (others reported empty
+    figures, train_records None): a strategy a Trainer has not set up has nothing to report."""
+    from lightning_dpgan import callbacks
+
+    unfitted = getattr(callbacks, strategy)(target_epsilon=1.0, delta=1e-5)
+    with pytest.raises(RuntimeError, match=rf"{strategy}.privacy_report\(\): the strategy has not been set up by a "
+                                           r"Trainer yet.*call it after trainer.fit"):
+        unfitted.privacy_report()
