@@ -714,10 +714,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SIGTERMException:  # Lightning's stop on SIGTERM (train said what it kept): the shell's status for it
         return 128 + signal.SIGTERM
-    except KeyboardInterrupt:  # Ctrl-C: the file being written removed its temporary copy
+    except KeyboardInterrupt as interrupt:  # Ctrl-C: the file being written removed its temporary copy
         if os.environ.get("LIGHTNING_DPGAN_DEBUG"):
             raise
-        print(f"{command}: interrupted", file=sys.stderr)
+        # train's says what its checkpoint kept and how to go on (Run.interrupted_sentence)
+        print(f"{command}: {interrupt}" if str(interrupt) else f"{command}: interrupted", file=sys.stderr)
         return 130
     from lightning_dpgan.distributed import launched_as_follower
 

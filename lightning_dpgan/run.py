@@ -403,6 +403,25 @@ def steps_saved_in(checkpoint: Path) -> int | None:
         return None
 
 
+def last_periodic_save_sentence(output_dir: Path, config: dict[str, Any], stopped: str, why_unsaved: str) -> str:
+    """What a stop that saved nothing keeps (the run's last periodic checkpoint, or nothing), and
+    how to go on from it."""
+    checkpoint = output_dir / LAST_CHECKPOINT
+    saved = steps_saved_in(checkpoint)
+    if saved is None:
+        settings = f"--config {output_dir / 'config.yaml'} " if (output_dir / "config.yaml").is_file() else ""
+        # config.yaml keeps no --resume: without it the rerun would start afresh and spend the budget again
+        resumed = f"--resume {config['resume']} " if config.get("resume") else ""
+        every = config["checkpoint_every_n_steps"]
+        when = (f"before its first periodic checkpoint (every --checkpoint_every_n_steps {every} steps" if every else
+                f"with no periodic checkpoint (--checkpoint_every_n_steps {every}")
+        return (f"{stopped}, {when}; {why_unsaved}): there is nothing to continue. "
+                f"Train again with: python train.py {settings}{resumed}--output-dir {output_dir} --overwrite")
+    return (f"{stopped}: {checkpoint} holds {saved} of them, its last periodic save, with the privacy accountant; "
+            f"privacy.json, metrics.json and the synthetic data are written when the run ends. Continue it with: "
+            f"{continue_command(output_dir)}")
+
+
 class Run:
     """Everything ``train`` does, in the order it does it."""
 
@@ -903,7 +922,7 @@ class Run:
             # Lightning turns Ctrl-C into exit status 1 (its sys.exit within the handling of the
             # KeyboardInterrupt): said as an interruption; another exit from training passes on as it is
             if isinstance(exit_.__context__, KeyboardInterrupt):
-                raise KeyboardInterrupt from None
+                raise KeyboardInterrupt(self.interrupted_sentence() if self.trainer.is_global_zero else "") from None
             raise
         except RuntimeError as error:
             if self.config["resume"] and "Error(s) in loading state_dict" in str(error):
@@ -1011,23 +1030,21 @@ class Run:
     def terminated_sentence(self) -> str:
         """The user's line when SIGTERM stopped the run: what is kept, what is not written, and
         how to go on."""
-        checkpoint = self.output_dir / LAST_CHECKPOINT
         stopped = f"stopped by SIGTERM after {self.module.train_steps} steps"
-        if self.trainer.world_size == 1:
-            kept = f"{checkpoint} holds them, with the privacy accountant"
-        else:  # several processes save nothing as they stop (a save is a collective a stopping peer may not join)
-            saved = steps_saved_in(checkpoint)
-            if saved is None:
-                settings = f"--config {self.output_dir / 'config.yaml'} " if (self.output_dir / "config.yaml").is_file() else ""
-                # config.yaml keeps no --resume: without it the rerun would start afresh and spend the budget again
-                resumed = f"--resume {self.config['resume']} " if self.config.get("resume") else ""
-                return (f"{stopped}, before its first periodic checkpoint (every --checkpoint_every_n_steps "
-                        f"{self.config['checkpoint_every_n_steps']} steps; several processes save none as they stop): "
-                        f"there is nothing to continue. Train again with: python train.py {settings}{resumed}--output-dir "
-                        f"{self.output_dir} --overwrite")
-            kept = f"{checkpoint} holds {saved} of them, its last periodic save, with the privacy accountant"
+        # several processes save nothing as they stop (a save is a collective a stopping peer may not join)
+        if self.trainer.world_size > 1:
+            return last_periodic_save_sentence(self.output_dir, self.config, stopped,
+                                               "several processes save none as they stop")
+        kept = f"{self.output_dir / LAST_CHECKPOINT} holds them, with the privacy accountant"
         return (f"{stopped}: {kept}; privacy.json, metrics.json and "
                 f"the synthetic data are written when the run ends. Continue it with: {continue_command(self.output_dir)}")
+
+    def interrupted_sentence(self) -> str:
+        """The user's line when Ctrl-C stopped the run: Lightning saves nothing as it stops on
+        one, so what is kept is the last periodic checkpoint."""
+        return last_periodic_save_sentence(self.output_dir, self.config,
+                                           f"interrupted after {self.module.train_steps} steps",
+                                           "Ctrl-C saves none as it stops")
 
     def untrained_reason(self) -> str:
         """Why a run took no generator step. Its outputs are still written (they are what was

@@ -1680,13 +1680,25 @@ def test_sigterm_during_training_keeps_its_steps_and_exits_143(tiny_image_data_d
     assert report["steps"] == 6 and report["epsilon"] <= 5
 
 
-def test_ctrl_c_during_training_says_so_and_exits_130(tiny_image_data_dir, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("every", [0, 2])
+def test_ctrl_c_during_training_says_so_what_is_kept_and_exits_130(tiny_image_data_dir, tmp_path, capsys, monkeypatch,
+                                                                   every):
     """Lightning turns Ctrl-C into exit status 1, the status of a failure: train says it was
-    interrupted and exits 130, as sample and evaluate do."""
-    act_after_training_step(monkeypatch, 2, press_ctrl_c)
+    interrupted and exits 130, as sample and evaluate do. It said no more, though Lightning saves
+    nothing on a Ctrl-C: how many steps the last periodic checkpoint holds, and how to go on
+    (as a SIGTERM's stop says), or that there is nothing to continue."""
+    act_after_training_step(monkeypatch, 3, press_ctrl_c)
+    out = tmp_path / "out"
     with sigint_restored():
-        assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "out", steps=6)) == 130
-    assert capsys.readouterr().err.strip().endswith("train: interrupted")
+        assert main(tiny_run_args(tiny_image_data_dir, out, steps=6) + ["--checkpoint_every_n_steps", str(every)]) == 130
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    if every:
+        assert last.startswith(f"train: interrupted after 3 steps: {out / 'checkpoints' / 'last.ckpt'} holds 2 of them, "
+                               "its last periodic save")
+        assert f"Continue it with: python train.py --config {out / 'config.yaml'} --resume" in last
+    else:
+        assert last.startswith("train: interrupted after 3 steps, with no periodic checkpoint (--checkpoint_every_n_steps "
+                               "0; Ctrl-C saves none as it stops): there is nothing to continue. Train again with")
 
 
 def test_a_private_checkpoint_resumed_without_its_privacy_is_refused(tiny_image_data_dir, tmp_path, capsys):
