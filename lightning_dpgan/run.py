@@ -45,7 +45,7 @@ from lightning_dpgan.ddp import PRIVATE_TRAINER_STRATEGIES, PrivateDDPStrategy, 
 from lightning_dpgan.distributed import launched_as_follower, rows_per_process, say_once_per_machine
 from lightning_dpgan.error_text import SET_BY, first_line
 from lightning_dpgan.lineage import extended_lineage, new_run_id
-from lightning_dpgan.loggers import build_logger, log_run_config, publish_run
+from lightning_dpgan.loggers import build_logger, check_logger, log_run_config, publish_run
 from lightning_dpgan.data.download import default_data_dir
 from lightning_dpgan.data.schema import TableSchema, encoding_layout
 from lightning_dpgan.data.table_transformer import TableTransformer
@@ -823,6 +823,7 @@ class Run:
                                   + ("; DP-SGD clips each record's gradient by --privacy.max_grad_norm"
                                      if option == "gradient_clip_val" else ""))
         check_accelerator(options.get("accelerator"), options.get("devices"))
+        check_logger(self.config["logger"]["name"], {k: v for k, v in self.config["logger"].items() if k != "name"})
         chosen = options.get("strategy", "auto")
         if isinstance(chosen, str) and chosen not in PRIVATE_TRAINER_STRATEGIES and chosen not in StrategyRegistry:
             hint = registry.did_you_mean(chosen, PRIVATE_TRAINER_STRATEGIES)
@@ -1014,7 +1015,8 @@ class Run:
             return None
         if report["epsilon"] >= self.UNSPENT_NOTE_SHARE * target:
             return None
-        remedy = ("A resumed run keeps its checkpoint's noise, so only a new run (without --resume) with "
+        remedy = ("A resume never calibrates the noise (it keeps the checkpoint's, or takes a "
+                  "--privacy.noise_multiplier given as it is), so only a new run (without --resume) with "
                   "--privacy.noise_multiplier null calibrates it" if self.resume_info is not None else
                   "--privacy.noise_multiplier null calibrates it")
         return (f"the noise multiplier {self.strategy.noise_multiplier:g} was set (--privacy.noise_multiplier, by a "

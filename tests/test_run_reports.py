@@ -58,7 +58,8 @@ def test_a_run_with_its_noise_set_that_left_most_of_its_budget_says_epsilon_was_
         "--resume", str(tmp_path / "set" / "checkpoints" / "last.ckpt"), "--privacy.noise_multiplier", "null"]
     assert main(resumed) == 0
     err = capsys.readouterr().err
-    assert ". A resumed run keeps its checkpoint's noise, so only a new run (without --resume)" in err
+    assert (". A resume never calibrates the noise (it keeps the checkpoint's, or takes a --privacy.noise_multiplier "
+            "given as it is), so only a new run (without --resume)") in err
 
 
 def test_a_csv_runs_dp_estimated_schema_is_written_for_the_user_and_reads_back_as_a_schema_file(tmp_path, caplog):
