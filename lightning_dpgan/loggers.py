@@ -27,6 +27,30 @@ WANDB_FLAGS = {"project": "--wandb-project", "entity": "--wandb-entity", "run_na
 PROVIDED = ("save_dir", "name", "version", "root_dir", "log_dir")
 
 
+#: the ``--logger`` names
+LOGGERS = ("csv", "tensorboard", "wandb")
+
+
+def check_logger(name: str, options: Mapping[str, Any]) -> None:
+    """Refuse a logger the run cannot build (an unknown name, wandb not installed, settings csv or
+    tensorboard does not take) before any row is read: the logger itself is built with the
+    trainer, after the data's DP releases have drawn from the rows."""
+    if name not in LOGGERS:
+        raise ConfigError(f"unknown logger {name!r}: use csv (the default), tensorboard or wandb")
+    if name == "wandb":
+        _import_wandb()
+    else:
+        check_logger_options(name, options)
+
+
+def _import_wandb() -> Any:
+    try:
+        import wandb
+    except ImportError as error:
+        raise ConfigError("--logger wandb needs the wandb package: pip install 'lightning-dpgan[wandb]'") from error
+    return wandb
+
+
 def check_logger_options(name: str, options: Mapping[str, Any]) -> None:
     """Refuse settings the csv or tensorboard logger does not take, before anything is built: a
     W&B flag (the run did not ask for ``--logger wandb``), an unknown ``--logger.KEY``. (W&B's
@@ -54,23 +78,17 @@ def _logger_arguments(name: str) -> list[str]:
 
 def build_logger(name: str, output_dir: Path, options: dict[str, Any], run_name: str) -> Logger:
     """Create the logger ``name`` writing under ``output_dir/logs`` (W&B: its own run dir)."""
-    if name in ("csv", "tensorboard"):
-        check_logger_options(name, options)
+    check_logger(name, options)
     save_dir = output_dir / "logs"
     if name == "csv":
         return CSVLogger(save_dir=str(save_dir), name="", version="", **options)
     if name == "tensorboard":
         return TensorBoardLogger(save_dir=str(save_dir), name="", version="", **options)
-    if name == "wandb":
-        return _wandb_logger(save_dir, options, run_name)
-    raise ConfigError(f"unknown logger {name!r}: use csv (the default), tensorboard or wandb")
+    return _wandb_logger(save_dir, options, run_name)
 
 
 def _wandb_logger(save_dir: Path, options: dict[str, Any], run_name: str) -> Logger:
-    try:
-        import wandb
-    except ImportError as error:
-        raise ConfigError("--logger wandb needs the wandb package: pip install 'lightning-dpgan[wandb]'") from error
+    wandb = _import_wandb()
     from lightning.pytorch.loggers import WandbLogger
 
     options = dict(options)

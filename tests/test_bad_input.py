@@ -917,6 +917,10 @@ DATA_FREE_REFUSALS = {
     "clipped-in-bf16": (["--privacy", "dp-sgd", "--epsilon", "1", "--trainer.precision", "bf16-mixed"],
                         "trainer.precision bf16-mixed cannot train under --privacy dp-sgd"),
     "unknown-strategy": (["--strategy", "zzz"], "--strategy zzz is not a Lightning strategy"),
+    # these were refused as the trainer was built, after the DP releases
+    "unknown-logger": (["--logger", "mlflow"], "unknown logger 'mlflow'"),
+    "unknown-logger-key": (["--logger.colour", "red"],
+                           "unknown key(s) logger.colour for logger 'csv'"),
     # these ended after training, writing synthetic.csv (bf16-true, 64-true), or in Lightning's
     # refusal at fit (the others), both after the DP releases had read the rows
     "bf16-weights": (["--trainer.precision", "bf16-true"], "trainer.precision bf16-true keeps the networks' weights"),
