@@ -2,6 +2,7 @@
 checks and modes, the settings a resume must match, and what a training step logs."""
 import copy
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -174,6 +175,26 @@ def test_a_module_built_by_hand_for_other_data_is_refused_before_its_first_step(
     trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=tmp_path)
     with pytest.raises(ValueError, match=re.escape(said)):
+        trainer.fit(built, datamodule=data)
+    assert built.train_steps == 0
+
+
+def test_a_table_module_built_for_another_width_is_refused_once_the_data_is_set_up(tmp_path):
+    """DPGAN((7,), 2) on Adult failed in torch ("mat1 and mat2 shapes cannot be multiplied") at the
+    first step; the width is known, at no cost, once the datamodule is set up, before the module's
+    setup. Asked before, a mode-specific datamodule would draw its DP release to answer."""
+    import lightning as L
+
+    from lightning_dpgan.datamodules import AdultDataModule
+
+    data = AdultDataModule(data_dir=Path(__file__).parent / "fixtures" / "adult_tiny", batch_size=8)
+    built = GAN((7,), data.num_classes, arch="mlp", latent_dim=4)
+    check_fits_datamodule(built, data)  # not set up: its width is not asked for
+    assert data.train_dataset is None
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp_path)
+    with pytest.raises(ValueError, match=re.escape(f"built for records of shape (7,), and the datamodule's are "
+                                                   f"{tuple(data.data_shape)}: build it with data_shape=datamodule.data_shape")):
         trainer.fit(built, datamodule=data)
     assert built.train_steps == 0
 

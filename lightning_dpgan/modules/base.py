@@ -78,11 +78,14 @@ def warn_if_private_model_fits_without_privacy(module: Any, trainer: Any) -> Non
 def check_fits_datamodule(module: Any, datamodule: Any) -> None:
     """``train`` builds a module from its datamodule; built by hand, a module of another image
     shape failed in torch at the first step, and one with more classes than the data trained
-    and then drew classes that do not exist. (A table's width is not checked here: a
-    mode-specific datamodule learns it from a DP release, which asking would make.)"""
+    and then drew classes that do not exist. A table's width is checked once its datamodule is
+    set up (at fit, before the module's setup): a mode-specific datamodule learns it from a DP
+    release, which asking earlier would make."""
     if datamodule is None:
         return
-    if getattr(datamodule, "kind", None) == "image" and tuple(datamodule.data_shape) != tuple(module.data_shape):
+    kind = getattr(datamodule, "kind", None)
+    shaped = kind == "image" or (kind == "table" and getattr(datamodule, "train_dataset", None) is not None)
+    if shaped and tuple(datamodule.data_shape) != tuple(module.data_shape):
         raise ValueError(f"the module was built for records of shape {tuple(module.data_shape)}, and the datamodule's "
                          f"are {tuple(datamodule.data_shape)}: build it with data_shape=datamodule.data_shape")
     if not hasattr(datamodule, "num_classes"):  # a user's own datamodule: its classes are not declared
