@@ -699,6 +699,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not argv or argv[0] not in COMMANDS:
         print(usage(), file=sys.stderr)
+        if argv:  # a typo ('trian') or an option before the command: say which word was not one
+            print(f"error: {argv[0]!r} is not a command.{registry.did_you_mean(argv[0], COMMANDS)} Commands: "
+                  f"{', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     command, rest = argv[0], argv[1:]
     try:

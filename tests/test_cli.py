@@ -1076,5 +1076,10 @@ def test_sample_and_evaluate_draw_with_seed_0_unless_told(monkeypatch, tmp_path)
 
 
 def test_an_unknown_command_prints_the_usage_and_exits_2(capsys):
+    """It printed the usage alone, not saying that 'trian' was the word at fault."""
     assert main(["trian", "--model", "gan"]) == 2
-    assert capsys.readouterr().err.startswith("usage: ")
+    usage_line, error = capsys.readouterr().err.strip().splitlines()
+    assert usage_line.startswith("usage: ")
+    assert error.startswith("error: 'trian' is not a command. Did you mean 'train'? Commands: train, sample, evaluate")
+    assert main([]) == 2
+    assert capsys.readouterr().err.strip().startswith("usage: ")  # no command at all: the usage says what to give
