@@ -5,6 +5,8 @@ A thin wrapper over ``python -m lightning_dpgan train``; ``--help`` lists every 
 import sys
 
 from lightning_dpgan.cli import main
+from lightning_dpgan.console_log import route_library_log_to_console
 
 if __name__ == "__main__":
+    route_library_log_to_console("train")
     sys.exit(main(["train", *sys.argv[1:]]))

@@ -64,6 +64,8 @@ class PrivacyBudgetStopping(L.Callback):
             )
 
     def next_step_fits(self) -> bool:
+        """Whether one more step keeps the strategy's epsilon within the target: the question
+        asked before every batch, so that a step that would pass the target is never taken."""
         return self.strategy.steps_taken() + 1 <= self.allowed_total_steps()
 
     def allowed_total_steps(self) -> int:

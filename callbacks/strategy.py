@@ -559,6 +559,8 @@ class PrivacyStrategy(L.Callback):
                 f"({epsilon_parts(self.preprocessing)}{restated}): or {spend_less(self.preprocessing, 'epsilon')}.")
 
     def training_epsilon(self) -> float:
+        """What training alone has spent, at training's share of delta: the figure the budget
+        compares with the target less preprocessing's spend (``epsilon()`` adds that spend back)."""
         return self.accountant.get_epsilon(self.training_delta)
 
     def training_epsilon_if(self, steps: int) -> float:

@@ -571,6 +571,8 @@ class EvaluationFailed(ValueError):
 
 
 def sample(argv: list[str]) -> Path:
+    """Run ``sample`` and return the file written: drawing from a checkpoint is post-processing,
+    so the records carry its spend, which the command states (and warns of an untrained one)."""
     from lightning_dpgan.sampling import guarantee_note, sample_to_file, untrained_warning
 
     parser = command_parser("sample", "Draw synthetic records from a checkpoint.")
@@ -608,6 +610,8 @@ def terminated_as_exit() -> Iterator[None]:
 
 
 def evaluate(argv: list[str]) -> Path:
+    """Run ``evaluate`` and return the evaluation file written (``evaluation.json``, or
+    ``evaluation-dev.json`` for ``--split dev``)."""
     from lightning_dpgan.data.dev_split import HELD_OUT_SPLITS
     from lightning_dpgan.evaluate import evaluate_run
     from lightning_dpgan.run_folder import EVALUATION_FILES

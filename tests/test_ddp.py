@@ -226,6 +226,9 @@ def test_pategan_run_on_two_processes_keeps_all_teachers_and_resumes_in_one_or_t
     two = reports(tmp_path / "two", started)
     for warning in ("data.batch_size 4 (--batch-size", "drawn with replacement from its partition"):
         assert started.stderr.count(warning) == 1, started.stderr[-3000:]
+    # the library's logged warning reads as train's own lines do (it was date-stamped, in Opacus' format)
+    [logged] = [line for line in started.stderr.splitlines() if "drawn with replacement" in line]
+    assert logged.startswith("train: warning: "), logged
     assert two["metrics"]["steps_per_rank"] == [2, 2]
     checkpoint = torch.load(tmp_path / "two" / "checkpoints" / "last.ckpt", weights_only=False)
     weights = checkpoint["state_dict"]["teachers.layers.0.weight"]
