@@ -8,10 +8,9 @@ for the whole run and saved in checkpoints). Only the teachers read real records
 subclass's aggregator releases from them is the single place privacy is spent.
 
 Under DDP (``--strategy ddp``) the teachers are sharded: rank r builds only its contiguous slice
-of the K teachers (:func:`~lightning_dpgan.distributed.shard`), with the initial values a
-process building all K at that point would give them, and trains them on their partitions (a
-one-process run differs from the start: Lightning re-seeds each DDP process with ``--seed`` at
-setup, after the generator is built, and a single process is not re-seeded); the sampler draws the indices of
+of the K teachers (:func:`~lightning_dpgan.distributed.shard`), with the initial values one
+process gives them (both restart the stream from ``--seed`` first, :func:`reseed_for_the_teachers`),
+and trains them on their partitions; the sampler draws the indices of
 all K and keeps the slice's, so every teacher sees the minibatches a single process would give it.
 The aggregator adds up the ranks' vote histograms and draws the noise on rank 0
 (:mod:`lightning_dpgan.privacy.pate`, :mod:`lightning_dpgan.privacy.gradient_voting`).
@@ -20,10 +19,12 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
@@ -56,6 +57,22 @@ TEACHER_STATE_FACTOR = 4
 SLICE_MARGIN = 1.7
 #: Records per slice when teachers train a slice at a time: teachers per slice = this / batch.
 TRAIN_CHUNK_RECORDS = 4096
+#: the teachers' random stream, drawn from --seed and this id (:func:`reseed_for_the_teachers`)
+TEACHERS_STREAM = 2
+
+
+def reseed_for_the_teachers() -> None:
+    """Restart torch's global stream at a seed derived from the run's ``--seed`` before the
+    teachers are built. Lightning re-seeds each DDP process with ``--seed`` as it sets them up,
+    after the generator is built, and does not re-seed a single process: without a common restart
+    here, the teachers' initial values, and every draw after them (query records, the student's
+    steps), differed between one process and several, so that one ``--seed`` gave two runs.
+    Derived rather than ``--seed`` itself, so that the teachers do not start from the very numbers
+    the generator was initialised with. Nothing to do where no seed was set (``seed_everything``):
+    the run is not reproducible anyway."""
+    seed = os.environ.get("PL_GLOBAL_SEED")
+    if seed is not None:
+        torch.manual_seed(int(np.random.SeedSequence([int(seed), TEACHERS_STREAM]).generate_state(1)[0]))
 
 
 class TeacherMemoryError(ValueError):
@@ -204,6 +221,7 @@ class TeacherStrategy(PrivacyStrategy):
 
     def install(self, trainer: L.Trainer, pl_module: Any) -> None:
         self._module = pl_module
+        reseed_for_the_teachers()  # one --seed, one run, on one process or several
         datamodule = trainer.datamodule
         k = self.num_teachers or max(1, self.train_records // self.records_per_teacher)
         if k > self.train_records:
