@@ -1069,7 +1069,7 @@ def test_sample_and_evaluate_draw_with_seed_0_unless_told(monkeypatch, tmp_path)
                         lambda checkpoint, n, out, seed, overwrite, classes: seen.append(seed) or out)
     monkeypatch.setattr(sampling, "guarantee_note", lambda checkpoint: "")  # c.ckpt is never written
     monkeypatch.setattr(sampling, "untrained_warning", lambda checkpoint: None)
-    monkeypatch.setattr(evaluate, "evaluate_run", lambda run, data_dir, n, epochs, seed, device, split: seen.append(seed))
+    monkeypatch.setattr(evaluate, "evaluate_run", lambda run, data_dir, n, epochs, seed, device, split, real_baseline: seen.append(seed))
     cli.sample(["--checkpoint", "c.ckpt", "-n", "3", "--out", str(tmp_path / "s.csv")])
     cli.evaluate(["--run", str(tmp_path)])
     assert seen == [0, 0]
