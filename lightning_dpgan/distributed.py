@@ -63,8 +63,10 @@ def quiet_machine_followers() -> None:
     reads the same rows and settings, so a machine's other processes would repeat its first one's
     warnings word for word (the data's clipped bounds, a teacher batch drawn with replacement).
     Their errors still print."""
+    from lightning_dpgan.console_log import LIBRARY_LOGGER
+
     if launched_as_machine_follower():
-        logging.getLogger("lightning_dpgan").setLevel(logging.ERROR)
+        logging.getLogger(LIBRARY_LOGGER).setLevel(logging.ERROR)
 
 
 def launched_process_name() -> str:
