@@ -195,6 +195,30 @@ def test_a_train_run_continued_from_python_is_a_python_runs_checkpoint(tiny_imag
     assert code == 2 and "written by a Trainer built in Python" in capsys.readouterr().err
 
 
+def test_a_private_train_checkpoint_loaded_and_fitted_without_its_strategy_says_it_trains_without_privacy(
+        tiny_image_data_dir, tmp_path):
+    """DPGAN.load_from_checkpoint(train's checkpoint) kept train's record (privacy dp-sgd) through a
+    fit on a Trainer without a strategy: no warning, and the checkpoints it wrote claimed a
+    guarantee their training no longer had. Its record is now the Python fit's."""
+    from run_helpers import tiny_run_args
+
+    from lightning_dpgan.modules import DPGAN
+
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "run", model="dpgan", steps=2) + ["--epsilon", "5"]) == 0
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert read_run_info(last)["privacy"] == "dp-sgd"
+    module = DPGAN.load_from_checkpoint(last)
+    data = MNISTDataModule(data_dir=tiny_image_data_dir / "mnist", batch_size=16, verify_checksums=False)
+    trainer = L.Trainer(max_epochs=-1, logger=False, default_root_dir=tmp_path / "python", enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[StepLimit(4)])
+    with pytest.warns(UserWarning, match="DPGAN is fitted with no privacy strategy"):
+        trainer.fit(module, datamodule=data)
+    (written,) = (tmp_path / "python" / "checkpoints").glob("*.ckpt")
+    info = read_run_info(written)
+    assert (info["privacy"], info["trained_by"]) == ("none", "python")
+    assert guarantee_note(written).startswith("trained without privacy")
+
+
 def test_evaluate_of_a_python_runs_folder_names_the_python_route(dpctgan_by_hand):
     """The folder a plain Trainer wrote into holds no config.yaml: evaluate says so, and how such a
     model is scored."""

@@ -168,17 +168,23 @@ class GANModule(L.LightningModule):
         self.run_info: dict[str, Any] = {}
         #: whether the current fit runs on a Trainer built in Python (set at setup)
         self.fit_from_python = False
+        #: whether ``run_info`` was read from a checkpoint outside a fit (``load_from_checkpoint``):
+        #: it then describes the run that wrote the file, not the fit about to start
+        self.run_info_from_a_file = False
 
     def setup(self, stage: str) -> None:
         """Before fitting, refuse a datamodule whose records or classes are not this module's
-        (:func:`check_fits_datamodule`). Subclasses that override it call it first."""
+        (:func:`check_fits_datamodule`). Subclasses that override it call it, after any refusal
+        of their own."""
         if stage == "fit":
             trainer = getattr(self, "_trainer", None)  # set up by hand in some tests: no Trainer then
             datamodule = getattr(trainer, "datamodule", None)
             check_fits_datamodule(self, datamodule)
             # A Trainer built in Python (train sets the run information before fitting): what sample
             # reads, taken again at every fit, whose strategy (or none) is what the module trains under
-            self.fit_from_python = datamodule is not None and (not self.run_info or trained_in_python(self.run_info))
+            # (a module loaded from train's checkpoint and fitted again is too: its record was train's)
+            self.fit_from_python = datamodule is not None and (
+                not self.run_info or trained_in_python(self.run_info) or self.run_info_from_a_file)
             if self.fit_from_python:
                 self.run_info = python_run_info(self, datamodule, privacy_strategy_of(trainer))
                 warn_if_private_model_fits_without_privacy(self, trainer)
@@ -432,6 +438,7 @@ class GANModule(L.LightningModule):
             if self.run_info.get("privacy") == "none":
                 restored["privacy"] = "none"
         self.run_info = restored
+        self.run_info_from_a_file = getattr(self, "_trainer", None) is None  # load_from_checkpoint, not a fit's resume
 
     def holds_a_share(self) -> bool:
         """Whether this process holds only a share of the module (a DDP rank's teachers): then a
