@@ -240,9 +240,11 @@ class ProjectedVoting(TeacherStrategy):
                     f"against --privacy.clip {self.clip:g}, so the answers carried little more than their sign: a "
                     f"smaller --privacy.clip, near the gradients' scale, resolves them. {fix}"]
         if 100 * outermost >= ONE_SIDED_PERCENT * total:
-            return [f"{outermost} {share} ({outermost / total:.2%}) fell in the two outermost bins. The projected "
-                    f"gradients mostly exceed --privacy.clip {self.clip:g} and were clipped to it, so the answers "
-                    f"carried little more than their sign: a larger --privacy.clip resolves them. {fix}"]
+            edge = (1 - 2 / self.bins) * self.clip
+            return [f"{outermost} {share} ({outermost / total:.2%}) fell in the two outermost bins, which hold the "
+                    f"projected gradients at or past {edge:g} in size. They mostly reach --privacy.clip {self.clip:g} "
+                    f"(or were clipped to it), so the answers carried little more than their sign: a larger "
+                    f"--privacy.clip resolves them. {fix}"]
         return []
 
     def state_dict(self) -> dict[str, Any]:

@@ -724,8 +724,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as interrupt:  # Ctrl-C: the file being written removed its temporary copy
         if os.environ.get("LIGHTNING_DPGAN_DEBUG"):
             raise
-        # train's says what its checkpoint kept and how to go on (Run.interrupted_sentence)
-        print(f"{command}: {interrupt}" if str(interrupt) else f"{command}: interrupted", file=sys.stderr)
+        from lightning_dpgan.distributed import say_once_per_machine
+
+        if str(interrupt):  # train's rank 0 says what its checkpoint kept and how to go on (Run.interrupted_sentence)
+            print(f"{command}: {interrupt}", file=sys.stderr)
+        else:  # a DDP machine's other processes share its terminal
+            say_once_per_machine(f"{command}: interrupted")
         return 130
     from lightning_dpgan.distributed import launched_as_follower
 

@@ -65,7 +65,13 @@ from lightning_dpgan.data.dev_split import check_held_out_split
 from lightning_dpgan.error_text import first_line
 from lightning_dpgan.outputs import write_json
 from lightning_dpgan.run import check_same_schema, check_same_split, restore_released_schema, split_settings
-from lightning_dpgan.run_folder import EVALUATION_FILES, IMAGE_EVALUATE_OPTIONS, LAST_CHECKPOINT, continue_command
+from lightning_dpgan.run_folder import (
+    EVALUATION_FILES,
+    IMAGE_EVALUATE_OPTIONS,
+    IMAGE_EVALUATE_SWITCHES,
+    LAST_CHECKPOINT,
+    continue_command,
+)
 
 
 #: the warnings of the evaluation in progress (:func:`warn`), cleared as :func:`evaluate_run` starts
@@ -360,7 +366,7 @@ DEFAULT_CNN_EPOCHS = 10
 def refuse_image_options(run_dir: Path, **given: Any) -> None:
     """An image run's options given for a table run, which would be ignored in silence: its
     synthetic.csv is scored as written (as many rows as it holds), by scikit-learn models."""
-    flags = [IMAGE_EVALUATE_OPTIONS[name] for name, value in given.items() if value is not None]
+    flags = [{**IMAGE_EVALUATE_OPTIONS, **IMAGE_EVALUATE_SWITCHES}[name] for name, value in given.items() if value is not None]
     if flags:
         raise ValueError(
             f"{', '.join(flags)} {'is' if len(flags) == 1 else 'are'} for image runs (the images drawn and the evaluation "

@@ -38,8 +38,9 @@ from lightning_dpgan.outputs import write_json
 EVALUATION_FILES = {"test": "evaluation.json", "dev": "evaluation-dev.json"}
 #: ``evaluate``'s options that only an image run takes, by argument name (each flag takes a value);
 #: refused for a table run, which is scored on its synthetic.csv as written (the harness reads them too)
-IMAGE_EVALUATE_OPTIONS = {"n_synthetic": "-n", "cnn_epochs": "--cnn-epochs", "device": "--device",
-                          "real_baseline": "--real-baseline"}
+IMAGE_EVALUATE_OPTIONS = {"n_synthetic": "-n", "cnn_epochs": "--cnn-epochs", "device": "--device"}
+#: ``evaluate``'s switches (no value) that only an image run takes, refused alike
+IMAGE_EVALUATE_SWITCHES = {"real_baseline": "--real-baseline"}
 #: What a run writes besides its checkpoints (moved aside when the folder is reused).
 #: A CSV run's DP-estimated schema (no schema file given): a DP release, written for the user to
 #: read, and to give as --data.schema to later runs on the same data (its cost stays spent).

@@ -322,8 +322,8 @@ def test_answers_crowded_around_zero_or_at_the_clip_say_the_clip_is_off_the_grad
 def test_the_answers_by_bin_survive_a_checkpoint_and_one_without_them_leaves_them_uncounted():
     from types import SimpleNamespace
 
-    def voting():
-        strategy = ProjectedVoting(num_teachers=10, bins=4, sigma1=5.0, sigma2=3.0, delta=1e-5)
+    def voting(bins=4):
+        strategy = ProjectedVoting(num_teachers=10, bins=bins, sigma1=5.0, sigma2=3.0, delta=1e-5)
         strategy.sampler = SimpleNamespace(state_dict=lambda: None, load_state_dict=lambda state: None,
                                            partitions=[])  # set at fit
         return strategy
@@ -338,6 +338,9 @@ def test_the_answers_by_bin_survive_a_checkpoint_and_one_without_them_leaves_the
     older = voting()
     older.load_state_dict({key: value for key, value in state.items() if key != "answers_per_bin"})
     assert older.answers_per_bin.tolist() == [0] * 4 and older.report_parameters()["answers_uncounted"] == 7
+    rebinned = voting(bins=5)  # resumed with another --privacy.bins: the counts are of other bins
+    rebinned.load_state_dict(state)
+    assert rebinned.answers_per_bin.tolist() == [0] * 5 and rebinned.uncounted_answers == 7
 
 
 def test_strategy_refuses_a_batch_that_could_pass_the_target():
