@@ -148,8 +148,8 @@ def test_calibration_is_kept_in_the_description_and_needs_released_marginals(cal
 
 
 @pytest.mark.parametrize("settings, message", [
-    (dict(calibrate_marginals=True), "needs encoding='mode-specific' with modes='dp'"),
-    (dict(encoding="mode-specific", modes="bounds", calibrate_marginals=True), "needs encoding='mode-specific'"),
+    (dict(calibrate_marginals=True), "needs --data.encoding mode-specific with --data.modes dp"),
+    (dict(encoding="mode-specific", modes="bounds", calibrate_marginals=True), "needs --data.encoding mode-specific"),
     (dict(encoding="mode-specific", calibrate_marginals="yes"), "calibrate_marginals must be true or false"),
 ])
 def test_the_datamodule_refuses_calibration_without_a_dp_histogram(settings, message):
