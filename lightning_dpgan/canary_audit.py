@@ -64,6 +64,12 @@ DECISION = "canary guessed when score <= threshold (score: distance from the can
 #: Below this confidence a sound mechanism is often called a violation (at 0.5, a randomized
 #: response exactly at its ε with 50 trials per side is, about one audit in five).
 MIN_CONFIDENCE = 0.9
+#: More trials than this (each a whole training run) is a typo, refused before any is drawn (a
+#: trillion asked for ended in numpy's MemoryError while the trials' seeds were chosen).
+MAX_TRIALS = 100_000
+#: Settings that fix a mechanism's random draws (tests only): every trial would draw the same
+#: noise or the same selection, so the trials would not be independent runs of the mechanism.
+FIXED_DRAW_SETTINGS = ("noise_seed", "selection_seed")
 
 
 # ------------------------------------------------------------------------------------ canaries
@@ -348,7 +354,7 @@ class CanaryAudit:
         if claimed == lower and not self.consistent:
             lower, claimed = f"{self.epsilon_lower:.10g}", f"{self.claimed_epsilon:.10g}"
         return (f"audit: epsilon_lower {lower} vs training's claimed {claimed} (delta {self.delta:g}, "
-                f"{self.confidence:.0%} confidence; TP {self.true_positives}/{self.trials_per_side}, "
+                f"{self.confidence * 100:.4g}% confidence; TP {self.true_positives}/{self.trials_per_side}, "
                 f"FP {self.false_positives}/{self.trials_per_side}; a perfect test could show at most "
                 f"{self.largest_detectable_epsilon:.3f}): {verdict}")
 
@@ -399,6 +405,8 @@ def balanced_assignment(count: int, rng: np.random.Generator, flag: str = "--tri
     setting that gave ``count``, for its error)."""
     if count < 2 or count % 2:
         raise ValueError(f"{flag} must be even and at least 2 (half the trials hold the canary), got {count}")
+    if count > MAX_TRIALS:
+        raise ValueError(f"{flag} {count}: each trial is a whole training run; give at most {MAX_TRIALS}")
     return [bool(x) for x in rng.permutation([True] * (count // 2) + [False] * (count // 2))]
 
 
@@ -431,8 +439,8 @@ def one_process(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_private(config: dict[str, Any]) -> str:
-    """The run's privacy strategy name; refuses a model that trains without privacy, and a
-    meaningless --epsilon or --delta, before any trial."""
+    """The run's privacy strategy name; refuses, before any trial, a model that trains without
+    privacy, a setting that fixes the mechanism's draws, and a meaningless --epsilon or --delta."""
     from lightning_dpgan.config import QUAIL
     from lightning_dpgan.run import model_class, privacy_name
 
@@ -447,6 +455,11 @@ def check_private(config: dict[str, Any]) -> str:
         )
     if config["resume"]:
         raise ConfigError("--resume makes no sense in an audit: every trial trains from scratch")
+    fixed = [f"--privacy.{key}" for key in FIXED_DRAW_SETTINGS if config["privacy"].get(key) is not None]
+    if fixed:
+        raise ConfigError(
+            f"{' and '.join(fixed)} fixes the mechanism's random draws: every trial would draw the same ones, so the "
+            "trials would not be independent runs of the mechanism and the bound would not hold. Drop it")
     from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon
 
     # as train refuses them, but before any trial (else the refusal reads as a trial's failure)
@@ -539,7 +552,8 @@ def run_audit(
     ``output_dir/calibration/NNN``. ``prepare_run`` is for tests only (see :func:`run_trial`).
     """
     if not MIN_CONFIDENCE <= confidence < 1:
-        why = (f"below {MIN_CONFIDENCE} a sound mechanism is often reported as a violation" if confidence < MIN_CONFIDENCE
+        why = ("it is not a number" if math.isnan(confidence) else
+               f"below {MIN_CONFIDENCE} a sound mechanism is often reported as a violation" if confidence < MIN_CONFIDENCE
                else "a bound held with certainty from finitely many trials is no bound (epsilon 0 at best)")
         raise ValueError(f"--confidence must be in [{MIN_CONFIDENCE}, 1), got {confidence}: {why}")
     if samples < 1:
@@ -567,8 +581,8 @@ def run_audit(
         try:
             result = run_trial(config, where, canary, seed, samples, prepare_run)
         except Exception:
-            print(f"audit: trial {folder}/{index:03d} ({'with' if canary else 'without'} the canary, which an "
-                  "add/remove strategy appends to the training records) stopped:", file=sys.stderr)
+            print(f"audit: trial {folder}/{index:03d} ({'with' if canary else 'without'} the canary) stopped:",
+                  file=sys.stderr)
             raise
         if not math.isfinite(result.score):
             raise ValueError(f"audit trial {where}: the canary score is {result.score} (its generator drew NaN or "

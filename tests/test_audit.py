@@ -54,6 +54,24 @@ def test_each_direction_of_the_bound_counts_where_it_is_the_larger(true_positive
     assert epsilon_lower_bound(true_positives, false_positives, n) == pytest.approx(max(positive, negative, 0.0), rel=1e-9)
 
 
+def test_a_test_whose_guesses_run_the_wrong_way_is_bounded_by_the_swapped_inequalities():
+    """10 of 50 canary runs flagged and 40 of 50 clean ones: the canary makes "canary" rarer, which
+    (epsilon, delta)-DP limits as much (FPR <= e^eps TPR + delta, FNR <= e^eps TNR + delta). Worked
+    out from scipy's exact intervals; the two unswapped directions conclude nothing here."""
+    from scipy.stats import binomtest
+
+    n, delta = 50, 1e-3
+    tpr = binomtest(10, n).proportion_ci(0.95, method="exact")
+    fpr = binomtest(40, n).proportion_ci(0.95, method="exact")
+    swapped_positive = math.log((fpr.low - delta) / tpr.high)  # FPR <= e^eps TPR + delta
+    swapped_negative = math.log((1 - tpr.high - delta) / (1 - fpr.low))  # FNR <= e^eps TNR + delta
+    assert tpr.low < fpr.high and 1 - fpr.high < 1 - tpr.low  # the unswapped directions give nothing
+    bound = epsilon_lower_bound(10, 40, n, delta=delta)
+    assert bound == pytest.approx(max(swapped_positive, swapped_negative), rel=1e-9) and bound > 0.5
+    assert bound == pytest.approx(epsilon_lower_bound(40, 10, n, delta=delta), rel=1e-9)  # the mirror image
+    assert epsilon_lower_bound(0, n, n) == pytest.approx(epsilon_lower_bound(n, 0, n))  # always wrong: as telling
+
+
 def test_a_perfect_test_bounds_epsilon_by_the_trial_count_only():
     n, alpha = 1000, 0.05
     tpr_low = (alpha / 2) ** (1 / n)

@@ -4,6 +4,7 @@ lower bound on epsilon. A sound DP-SGD GAN stays within its claim; the same GAN 
 switched off (only here, through the test hook) is caught."""
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -203,7 +204,8 @@ def test_an_audit_that_fails_after_a_trial_trained_keeps_that_trial(tiny_table, 
     out = tmp_path / "audit"
     args = [*dp_sgd_args(tiny_table), "--trials", "2", "--threshold", "0.5", "--samples", "50", "--max-steps", "2"]
     assert main(["audit", *args, "--output-dir", str(out)]) == 2
-    assert "disk full" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "disk full" in said and re.search(r"audit: trial trials/001 \((with|without) the canary\) stopped:", said)
     assert (out / "trials" / "000" / "config.yaml").is_file() and not (out / AUDIT_FILE).exists()
 
 
@@ -235,10 +237,14 @@ def test_audit_refuses_quail_whose_label_model_it_does_not_cover(tmp_path, capsy
     (["--calibration-trials", "1"], "--calibration-trials must be even and at least 2 (half the trials hold the canary), got 1"),
     (["--confidence", "0.5"], "--confidence must be in [0.9, 1), got 0.5: below 0.9 a sound mechanism is often reported"),
     (["--confidence", "1"], "--confidence must be in [0.9, 1), got 1.0: a bound held with certainty"),
+    (["--confidence", "nan"], "--confidence must be in [0.9, 1), got nan: it is not a number"),
     (["--samples", "0"], "--samples must be at least 1, got 0"),
+    (["--trials", str(10**12)], "--trials 1000000000000: each trial is a whole training run; give at most 100000"),
+    (["--privacy.noise_seed", "3"], "--privacy.noise_seed fixes the mechanism's random draws: every trial would draw"),
     (["--threshold", "0.5", "--calibration-trials", "2"], "--calibration-trials choose the threshold, and --threshold gives it"),
 ], ids=["devices", "ddp", "nodes", "evaluate", "nan-threshold", "negative-threshold", "odd-trials", "odd-calibration",
-        "low-confidence", "certain-confidence", "no-samples", "threshold-and-calibration"])
+        "low-confidence", "certain-confidence", "nan-confidence", "no-samples", "huge-trials", "fixed-noise",
+        "threshold-and-calibration"])
 def test_an_audit_setting_it_cannot_honour_is_refused_by_its_flag_before_any_trial(tiny_table, tmp_path, capsys, extra, message):
     """Each refused before a trial runs, naming the flag: several processes (each would restart the
     audit, and rank 1 found rank 0's first trial folder and died without a word), --evaluate (it
@@ -529,16 +535,18 @@ def solve_increasing(f, target):
 
 def exact_epsilon_lower(tp, fp, n, delta, confidence):
     """Clopper-Pearson bounds from the binomial tails themselves (not scipy's beta quantiles),
-    then the two (epsilon, delta)-DP inequalities TPR <= e^eps FPR + delta and
-    TNR <= e^eps FNR + delta solved for epsilon."""
+    then the four (epsilon, delta)-DP inequalities TPR <= e^eps FPR + delta, TNR <= e^eps FNR + delta
+    and their swapped forms (FPR <= e^eps TPR + delta, FNR <= e^eps TNR + delta) solved for epsilon."""
     tail = (1 - confidence) / 2
     tpr_low = 0.0 if tp == 0 else solve_increasing(lambda p: binomial_tail_at_least(tp, n, p), tail)
+    tpr_high = 1.0 if tp == n else solve_increasing(lambda p: binomial_tail_at_least(tp + 1, n, p), 1 - tail)
+    fpr_low = 0.0 if fp == 0 else solve_increasing(lambda p: binomial_tail_at_least(fp, n, p), tail)
     fpr_high = 1.0 if fp == n else solve_increasing(lambda p: binomial_tail_at_least(fp + 1, n, p), 1 - tail)
     candidates = [0.0]
-    if tpr_low - delta > 0 and fpr_high > 0:
-        candidates.append(math.log((tpr_low - delta) / fpr_high))
-    if (1 - fpr_high) - delta > 0 and 1 - tpr_low > 0:
-        candidates.append(math.log((1 - fpr_high - delta) / (1 - tpr_low)))
+    for larger_low, smaller_high in ((tpr_low, fpr_high), (1 - fpr_high, 1 - tpr_low),
+                                     (fpr_low, tpr_high), (1 - tpr_high, 1 - fpr_low)):
+        if larger_low - delta > 0 and smaller_high > 0:
+            candidates.append(math.log((larger_low - delta) / smaller_high))
     return max(candidates)
 
 
@@ -650,15 +658,17 @@ def test_a_violation_never_reads_as_two_equal_figures():
 
     from lightning_dpgan.canary_audit import CanaryAudit
 
-    def summary(lower, claimed):
+    def summary(lower, claimed, confidence=0.95):
         audit = SimpleNamespace(claimed_epsilon=claimed, epsilon_lower=lower, consistent=lower <= claimed, delta=1e-5,
-                                confidence=0.95, true_positives=12, false_positives=0, trials_per_side=12,
+                                confidence=confidence, true_positives=12, false_positives=0, trials_per_side=12,
                                 largest_detectable_epsilon=1.022)
         return CanaryAudit.summary(audit)
 
     assert "epsilon_lower 1.021904 vs training's claimed 1.0219 " in summary(1.021904, 1.0219)
     assert "epsilon_lower 0.844 vs training's claimed 0.25 " in summary(0.844, 0.25)
     assert "epsilon_lower 0.2 vs training's claimed 0.25 " in summary(0.2, 0.25) and "consistent" in summary(0.2, 0.25)
+    assert "(delta 1e-05, 95% confidence;" in summary(0.2, 0.25)
+    assert "(delta 1e-05, 99.9% confidence;" in summary(0.2, 0.25, confidence=0.999)  # it read "100%"
 
 
 def test_an_unbounded_training_claim_reads_unbounded_not_infinity(tiny_table, tmp_path, monkeypatch):

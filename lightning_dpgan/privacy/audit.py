@@ -2,11 +2,12 @@
 
 An (ε, δ)-DP mechanism run on neighbouring inputs D (without a canary record) and D' (with it)
 limits every test that guesses "canary present": its true-positive rate TPR and false-positive
-rate FPR satisfy ``TPR <= e^ε FPR + δ`` (and the same with the roles of the two outcomes
-swapped). So from ``trials`` runs on each input, ε is at least
-``log((TPR - δ) / FPR)`` -- with Clopper-Pearson intervals, a lower TPR bound and an upper FPR
-bound, so that the result holds with the stated confidence (Jagielski, Ullman & Oprea 2020,
-"Auditing Differentially Private Machine Learning"; Nasr et al. 2021).
+rate FPR satisfy ``TPR <= e^ε FPR + δ``, and the same with the outcomes' roles swapped (misses
+against true negatives) and with the inputs' roles swapped (:func:`epsilon_lower_bound`). So
+from ``trials`` runs on each input, ε is at least ``log((TPR - δ) / FPR)`` (and its three
+twins) -- with Clopper-Pearson intervals, a lower TPR bound and an upper FPR bound, so that the
+result holds with the stated confidence (Jagielski, Ullman & Oprea 2020, "Auditing
+Differentially Private Machine Learning"; Nasr et al. 2021).
 
 A sound mechanism gives ``epsilon_lower <= epsilon`` (up to the confidence level); a broken one
 -- noise at the wrong scale, a record reaching several teachers -- is caught when its
@@ -39,16 +40,27 @@ def epsilon_lower_bound(
     """The ε any (ε, δ)-DP mechanism must have for a test with these counts (``trials`` runs
     with the canary, ``trials`` without), at ``confidence``; 0 when nothing can be concluded.
 
-    Both directions are used: ``TPR <= e^ε FPR + δ`` and ``1 - FPR <= e^ε (1 - TPR) + δ``."""
-    tpr_low, _ = clopper_pearson(true_positives, trials, confidence)
-    _, fpr_high = clopper_pearson(false_positives, trials, confidence)
-    bounds = [0.0]
-    if tpr_low - delta > 0 and fpr_high > 0:
-        bounds.append(math.log((tpr_low - delta) / fpr_high))
-    tnr_low, fnr_high = 1.0 - fpr_high, 1.0 - tpr_low
-    if tnr_low - delta > 0 and fnr_high > 0:
-        bounds.append(math.log((tnr_low - delta) / fnr_high))
-    return max(bounds)
+    (ε, δ)-DP bounds every outcome's probability on one input by e^ε times its probability on
+    the other, plus δ, in both directions. So four inequalities hold: ``TPR <= e^ε FPR + δ``,
+    ``TNR <= e^ε FNR + δ`` (a test that flags the canary), and, swapped, ``FPR <= e^ε TPR + δ``,
+    ``FNR <= e^ε TNR + δ`` (a test whose guesses run the wrong way: the canary makes "canary"
+    rarer). Each is solved for ε at the ends of the same two intervals, so the largest of the
+    four holds at the same confidence as any one of them."""
+    tpr_low, tpr_high = clopper_pearson(true_positives, trials, confidence)
+    fpr_low, fpr_high = clopper_pearson(false_positives, trials, confidence)
+    return max(0.0,
+               _log_ratio_bound(tpr_low, fpr_high, delta),  # TPR <= e^ε FPR + δ
+               _log_ratio_bound(1.0 - fpr_high, 1.0 - tpr_low, delta),  # TNR <= e^ε FNR + δ
+               _log_ratio_bound(fpr_low, tpr_high, delta),  # FPR <= e^ε TPR + δ
+               _log_ratio_bound(1.0 - tpr_high, 1.0 - fpr_low, delta))  # FNR <= e^ε TNR + δ
+
+
+def _log_ratio_bound(larger_low: float, smaller_high: float, delta: float) -> float:
+    """The ε that ``larger <= e^ε smaller + δ`` needs, at the lower end of ``larger``'s interval
+    and the upper end of ``smaller``'s; 0 where that says nothing."""
+    if larger_low - delta > 0 and smaller_high > 0:
+        return math.log((larger_low - delta) / smaller_high)
+    return 0.0
 
 
 @dataclass(frozen=True)
