@@ -514,6 +514,7 @@ def run_trial(
     run = Run(trial_config, output_dir)
     if run.strategy is None:
         raise ConfigError("this run has no privacy strategy: nothing to audit")
+    run.mark_as_audit_trial()
     set_up(run.datamodule)
     canary = build_canary(run.datamodule)
     check_memory_for_samples(samples, canary)

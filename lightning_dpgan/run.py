@@ -52,7 +52,7 @@ from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.outputs import write_csv_chunks, write_json, write_png, write_torch, write_yaml
 from lightning_dpgan.privacy.validation import validate_delta
 from lightning_dpgan.python_run_info import table_decoding_info
-from lightning_dpgan.run_folder import LAST_CHECKPOINT, RELEASED_SCHEMA, continue_command, data_files
+from lightning_dpgan.run_folder import AUDIT_TRIAL_NOTE, LAST_CHECKPOINT, RELEASED_SCHEMA, continue_command, data_files
 from lightning_dpgan.sampling import read_run_info, resume_checkpoint, synthetic_row_chunks, table_labeler
 from lightning_dpgan.versions import software_versions
 
@@ -664,7 +664,13 @@ class Run:
             module.run_info["train_rows_digest"] = self.datamodule.train_rows_digest()
             module.run_info.update(table_decoding_info(self.datamodule))
             module.run_info["release_settings"] = release_settings(self.datamodule, self.quail)
+        if (self.resume_info or {}).get("audit_trial"):  # resumed, it is still the audit's trial
+            module.run_info["audit_trial"] = self.resume_info["audit_trial"]
         return module
+
+    def mark_as_audit_trial(self) -> None:
+        """Mark this run as an audit trial, in its checkpoints and privacy.json (``AUDIT_TRIAL_NOTE``)."""
+        self.module.run_info["audit_trial"] = AUDIT_TRIAL_NOTE
 
     def default_delta(self) -> float | None:
         """``--delta``, else the dataset's own default where it has one (a built-in table whose
@@ -1152,6 +1158,8 @@ class Run:
         report = self.strategy.privacy_report()
         report["stopped_by"] = self.stop_cause()
         report["lineage"] = self.lineage
+        if self.module.run_info.get("audit_trial"):
+            report["audit_trial"] = self.module.run_info["audit_trial"]
         if self.labeler is not None:
             report["quail"] = {
                 "synthesizer": self.quail.synthesizer,

@@ -5,6 +5,7 @@ switched off (only here, through the test hook) is caught."""
 
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -31,6 +32,7 @@ from lightning_dpgan.canary_audit import (
 from lightning_dpgan.cli import build_config, main
 from lightning_dpgan.privacy.audit import epsilon_lower_bound
 from lightning_dpgan.run import Run
+from lightning_dpgan.run_folder import AUDIT_TRIAL_NOTE
 from run_helpers import read_json, record_calls, tiny_run_args
 
 CLAIMED = 0.25
@@ -140,6 +142,7 @@ def test_audit_command_writes_audit_json(tiny_table, tmp_path, capsys):
         assert privacy["epsilon"] == trial["epsilon"] and privacy["epsilon_training"] == trial["epsilon_training"]
         assert privacy["train_records"] == TRAIN_RECORDS + trial["canary"]
         assert trial["guess"] == (trial["score"] <= report["threshold"])
+        assert privacy["audit_trial"] == AUDIT_TRIAL_NOTE  # its figures are the claim under test, not a release's
     # the bound, recomputed from the trials' own guesses, at the --confidence given and training's delta
     guesses = [(t["canary"], t["guess"]) for t in report["per_trial"]]
     assert report["true_positives"] == guesses.count((True, True))
@@ -149,6 +152,13 @@ def test_audit_command_writes_audit_json(tiny_table, tmp_path, capsys):
                                                           report["delta"], 0.9)
     assert report["claimed_epsilon"] == max(p["epsilon_training"] for p in privacies)
     assert report["largest_detectable_epsilon"] == epsilon_lower_bound(2, 0, 2, report["delta"], 0.9)
+    # a trial's generator, trained with a canary chosen from the data, is not for release: sample says so
+    trial_checkpoint = Path(report["per_trial"][0]["output_dir"]) / "checkpoints" / "last.ckpt"
+    capsys.readouterr()
+    assert main(["sample", "--checkpoint", str(trial_checkpoint), "-n", "5", "--out", str(tmp_path / "s.csv")]) == 0
+    said = capsys.readouterr().err
+    assert f"sample: warning: these records are not for release: the checkpoint is {AUDIT_TRIAL_NOTE}" in said
+    assert "released under" not in said
 
 
 def test_a_folder_holding_an_audit_is_refused_unless_overwritten(tiny_table, tmp_path, capsys):
