@@ -2,8 +2,9 @@
 at several claimed epsilons, for DP-SGD as implemented and with its noise switched off.
 
 With n trials per side a perfect membership test can show at most ln(q / (1 - q)), where
-q = (α/2)^(1/n), at confidence 1 - α (1.02 for n = 12, 2.57 for 50, 3.28 for 100 at 95%; close
-to ln(n / ln(2 / α)) only for large n), so the CI test (12 per
+q = (α/4)^(1/n), at confidence 1 - α (each of the four interval ends the bound reads may miss
+with α/4; 0.82 for n = 12, 2.39 for 50, 3.11 for 100 at 95%; close to ln(n / ln(4 / α)) only
+for large n), so the CI test (12 per
 side) can only catch a broken mechanism claiming less than 1. Here the trial count is a flag:
 at 100 per side a broken run claiming up to ~3 is caught, and a sound run's lower bound shows
 how close the test gets to the claim. A folder of ``--out-dir`` that already holds an audit is

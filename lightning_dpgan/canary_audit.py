@@ -27,7 +27,7 @@ Choosing it on the counted trials would bias the bound upwards.
 What it shows: ``epsilon_lower > claimed ε`` proves (at the stated confidence) that the
 implementation does not give its claimed guarantee. ``epsilon_lower <= claimed ε`` proves
 nothing: it is a lower bound from one canary, one test and few trials (with n trials per side,
-even a perfect test shows little: 0.81 at n = 10, 2.57 at n = 50, at 95 % confidence;
+even a perfect test shows little: 0.60 at n = 10, 2.39 at n = 50, at 95 % confidence;
 ``largest_detectable_epsilon`` in ``audit.json``).
 
 The claim audited is training's own (ε, δ), ``privacy.json``'s ``epsilon_training`` and

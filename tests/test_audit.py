@@ -27,12 +27,14 @@ def test_clopper_pearson_matches_its_closed_form_at_the_ends():
 
 def test_the_epsilon_bound_of_an_imperfect_test_with_delta_matches_scipys_exact_intervals():
     """40 of 50 canary runs flagged, 10 of 50 clean ones: each direction's bound worked out from
-    scipy's own exact binomial intervals, with delta subtracted as (epsilon, delta)-DP allows."""
+    scipy's own exact binomial intervals, with delta subtracted as (epsilon, delta)-DP allows.
+    The intervals are 97.5 % ones: four interval ends are read, each may miss with 1.25 %, so
+    all four hold together at 95 % (union bound)."""
     from scipy.stats import binomtest
 
     n, delta = 50, 1e-3
-    tpr = binomtest(40, n).proportion_ci(0.95, method="exact")
-    fpr = binomtest(10, n).proportion_ci(0.95, method="exact")
+    tpr = binomtest(40, n).proportion_ci(0.975, method="exact")
+    fpr = binomtest(10, n).proportion_ci(0.975, method="exact")
     positive = math.log((tpr.low - delta) / fpr.high)  # TPR <= e^eps FPR + delta
     negative = math.log((1 - fpr.high - delta) / (1 - tpr.low))  # TNR <= e^eps FNR + delta
     assert epsilon_lower_bound(40, 10, n, delta=delta) == pytest.approx(max(positive, negative), rel=1e-9)
@@ -46,8 +48,8 @@ def test_each_direction_of_the_bound_counts_where_it_is_the_larger(true_positive
     from scipy.stats import binomtest
 
     n = 50
-    tpr = binomtest(true_positives, n).proportion_ci(0.95, method="exact")
-    fpr = binomtest(false_positives, n).proportion_ci(0.95, method="exact")
+    tpr = binomtest(true_positives, n).proportion_ci(0.975, method="exact")
+    fpr = binomtest(false_positives, n).proportion_ci(0.975, method="exact")
     positive = math.log(tpr.low / fpr.high)  # TPR <= e^eps FPR
     negative = math.log((1 - fpr.high) / (1 - tpr.low))  # TNR <= e^eps FNR
     assert abs(positive - negative) > 0.3  # one direction is clearly the larger
@@ -61,8 +63,8 @@ def test_a_test_whose_guesses_run_the_wrong_way_is_bounded_by_the_swapped_inequa
     from scipy.stats import binomtest
 
     n, delta = 50, 1e-3
-    tpr = binomtest(10, n).proportion_ci(0.95, method="exact")
-    fpr = binomtest(40, n).proportion_ci(0.95, method="exact")
+    tpr = binomtest(10, n).proportion_ci(0.975, method="exact")
+    fpr = binomtest(40, n).proportion_ci(0.975, method="exact")
     swapped_positive = math.log((fpr.low - delta) / tpr.high)  # FPR <= e^eps TPR + delta
     swapped_negative = math.log((1 - tpr.high - delta) / (1 - fpr.low))  # FNR <= e^eps TNR + delta
     assert tpr.low < fpr.high and 1 - fpr.high < 1 - tpr.low  # the unswapped directions give nothing
@@ -74,10 +76,27 @@ def test_a_test_whose_guesses_run_the_wrong_way_is_bounded_by_the_swapped_inequa
 
 def test_a_perfect_test_bounds_epsilon_by_the_trial_count_only():
     n, alpha = 1000, 0.05
-    tpr_low = (alpha / 2) ** (1 / n)
+    tpr_low = (alpha / 4) ** (1 / n)  # one-sided error alpha / 4: four interval ends are read
     expected = math.log(tpr_low / (1 - tpr_low))
     assert epsilon_lower_bound(n, 0, n) == pytest.approx(expected)
     assert epsilon_lower_bound(500, 500, n) == 0.0  # a coin flip proves nothing
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 1.0])
+def test_the_bound_exceeds_the_true_epsilon_at_most_one_time_in_twenty(epsilon):
+    """Randomized response at exactly epsilon (TPR = e^eps / (1 + e^eps), FPR = 1 - TPR) is the
+    mechanism every form of the inequality is tight for: over every outcome of 20 trials per
+    side, weighted by its binomial probability, the bound passes epsilon with probability at
+    most 5 % at 95 % confidence -- in either direction, as the wrong-way forms are read too."""
+    from scipy.stats import binom
+
+    n = 20
+    tpr = math.exp(epsilon) / (1 + math.exp(epsilon))
+    above = [(tp, fp) for tp in range(n + 1) for fp in range(n + 1)
+             if epsilon_lower_bound(tp, fp, n) > epsilon + 1e-12]
+    assert above  # some outcomes do overstate epsilon ...
+    chance = sum(binom.pmf(tp, n, tpr) * binom.pmf(fp, n, 1 - tpr) for tp, fp in above)
+    assert chance <= 0.05  # ... but, together, rarely
 
 
 # ---------------------------------------------------------------- PATE (Laplace)

@@ -5,9 +5,9 @@ limits every test that guesses "canary present": its true-positive rate TPR and 
 rate FPR satisfy ``TPR <= e^ε FPR + δ``, and the same with the outcomes' roles swapped (misses
 against true negatives) and with the inputs' roles swapped (:func:`epsilon_lower_bound`). So
 from ``trials`` runs on each input, ε is at least ``log((TPR - δ) / FPR)`` (and its three
-twins) -- with Clopper-Pearson intervals, a lower TPR bound and an upper FPR bound, so that the
-result holds with the stated confidence (Jagielski, Ullman & Oprea 2020, "Auditing
-Differentially Private Machine Learning"; Nasr et al. 2021).
+twins) -- with Clopper-Pearson intervals, a lower TPR bound and an upper FPR bound, each wide
+enough that all four forms hold together with the stated confidence (Jagielski, Ullman &
+Oprea 2020, "Auditing Differentially Private Machine Learning"; Nasr et al. 2021).
 
 A sound mechanism gives ``epsilon_lower <= epsilon`` (up to the confidence level); a broken one
 -- noise at the wrong scale, a record reaching several teachers -- is caught when its
@@ -44,10 +44,14 @@ def epsilon_lower_bound(
     the other, plus δ, in both directions. So four inequalities hold: ``TPR <= e^ε FPR + δ``,
     ``TNR <= e^ε FNR + δ`` (a test that flags the canary), and, swapped, ``FPR <= e^ε TPR + δ``,
     ``FNR <= e^ε TNR + δ`` (a test whose guesses run the wrong way: the canary makes "canary"
-    rarer). Each is solved for ε at the ends of the same two intervals, so the largest of the
-    four holds at the same confidence as any one of them."""
-    tpr_low, tpr_high = clopper_pearson(true_positives, trials, confidence)
-    fpr_low, fpr_high = clopper_pearson(false_positives, trials, confidence)
+    rarer). The four read the four ends of the two rates' intervals, so each end is taken at
+    one-sided error ``(1 - confidence) / 4`` (two-sided intervals at ``1 - (1 - confidence) / 2``):
+    by the union bound all four ends hold at once with probability ``confidence``, whichever
+    form turns out the largest. (Intervals at ``confidence`` itself would cover only
+    ``2 confidence - 1`` jointly: 90 % where 95 % was asked.)"""
+    interval_confidence = 1.0 - (1.0 - confidence) / 2
+    tpr_low, tpr_high = clopper_pearson(true_positives, trials, interval_confidence)
+    fpr_low, fpr_high = clopper_pearson(false_positives, trials, interval_confidence)
     return max(0.0,
                _log_ratio_bound(tpr_low, fpr_high, delta),  # TPR <= e^ε FPR + δ
                _log_ratio_bound(1.0 - fpr_high, 1.0 - tpr_low, delta),  # TNR <= e^ε FNR + δ
@@ -57,7 +61,8 @@ def epsilon_lower_bound(
 
 def _log_ratio_bound(larger_low: float, smaller_high: float, delta: float) -> float:
     """The ε that ``larger <= e^ε smaller + δ`` needs, at the lower end of ``larger``'s interval
-    and the upper end of ``smaller``'s; 0 where that says nothing."""
+    and the upper end of ``smaller``'s; 0 where that says nothing (a negative value, where the
+    rates run the other way, is as uninformative: the caller's floor of 0 takes it)."""
     if larger_low - delta > 0 and smaller_high > 0:
         return math.log((larger_low - delta) / smaller_high)
     return 0.0
