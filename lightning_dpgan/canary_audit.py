@@ -354,7 +354,7 @@ class CanaryAudit:
         if claimed == lower and not self.consistent:
             lower, claimed = f"{self.epsilon_lower:.10g}", f"{self.claimed_epsilon:.10g}"
         return (f"audit: epsilon_lower {lower} vs training's claimed {claimed} (delta {self.delta:g}, "
-                f"{self.confidence * 100:.4g}% confidence; TP {self.true_positives}/{self.trials_per_side}, "
+                f"{self.confidence * 100:.12g}% confidence; TP {self.true_positives}/{self.trials_per_side}, "
                 f"FP {self.false_positives}/{self.trials_per_side}; a perfect test could show at most "
                 f"{self.largest_detectable_epsilon:.3f}): {verdict}")
 
@@ -458,8 +458,9 @@ def check_private(config: dict[str, Any]) -> str:
     fixed = [f"--privacy.{key}" for key in FIXED_DRAW_SETTINGS if config["privacy"].get(key) is not None]
     if fixed:
         raise ConfigError(
-            f"{' and '.join(fixed)} fixes the mechanism's random draws: every trial would draw the same ones, so the "
-            "trials would not be independent runs of the mechanism and the bound would not hold. Drop it")
+            f"{' and '.join(fixed)} {'fixes' if len(fixed) == 1 else 'fix'} the mechanism's random draws: every "
+            "trial would draw the same ones, so the trials would not be independent runs of the mechanism and the "
+            f"bound would not hold. Drop {'it' if len(fixed) == 1 else 'them'}")
     from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon
 
     # as train refuses them, but before any trial (else the refusal reads as a trial's failure)

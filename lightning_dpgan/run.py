@@ -1033,7 +1033,9 @@ class Run:
         """The user's line on what the run spent (the figure ``privacy.json`` reports, unrounded there)."""
         target = report.get("target_epsilon")
         of = f" of --epsilon {target:g}" if target is not None else ""
-        return f"privacy: epsilon {report['epsilon']:.6g}{of} at delta {report['delta']:g} ({self.output_dir / 'privacy.json'})"
+        trial = " -- an audit trial's claim under test, not for release" if report.get("audit_trial") else ""
+        return (f"privacy: epsilon {report['epsilon']:.6g}{of} at delta {report['delta']:g} "
+                f"({self.output_dir / 'privacy.json'}){trial}")
 
     def terminated_sentence(self) -> str:
         """The user's line when SIGTERM stopped the run: what is kept, what is not written, and

@@ -30,6 +30,7 @@ from lightning_dpgan.canary_audit import (
     set_up,
 )
 from lightning_dpgan.cli import build_config, main
+from lightning_dpgan.evaluate import AUDIT_TRIAL_EVALUATION_NOTE
 from lightning_dpgan.privacy.audit import epsilon_lower_bound
 from lightning_dpgan.run import Run
 from lightning_dpgan.run_folder import AUDIT_TRIAL_NOTE
@@ -120,7 +121,10 @@ def test_audit_command_writes_audit_json(tiny_table, tmp_path, capsys):
     out = tmp_path / "audit"
     assert main(["audit", *dp_sgd_args(tiny_table), "--trials", "4", "--calibration-trials", "2", "--samples", "200",
                  "--output-dir", str(out), "--seed", "3", "--confidence", "0.9"]) == 0
-    assert "audit: epsilon_lower" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "audit: epsilon_lower" in said
+    # each trial's own line on what it spent says the figure is the claim under test, not a release's
+    assert said.count("train: privacy: epsilon") == said.count("-- an audit trial's claim under test, not for release") == 6
     report = read_json(out / AUDIT_FILE)
     for key in ("claimed_epsilon", "delta", "epsilon_lower", "confidence", "true_positives", "false_positives",
                 "trials", "trials_per_side", "threshold", "canary", "scores", "per_trial", "calibration", "consistent"):
@@ -159,6 +163,17 @@ def test_audit_command_writes_audit_json(tiny_table, tmp_path, capsys):
     said = capsys.readouterr().err
     assert f"sample: warning: these records are not for release: the checkpoint is {AUDIT_TRIAL_NOTE}" in said
     assert "released under" not in said
+    # continued by train, it is still the trial (the mark is kept in the checkpoint, not in config.yaml)
+    trial_dir = trial_checkpoint.parent.parent
+    resumed = tmp_path / "resumed"
+    assert main(["train", "--config", str(trial_dir / "config.yaml"), "--resume", str(trial_checkpoint),
+                 "--max-steps", "42", "--output-dir", str(resumed)]) == 0
+    assert read_json(resumed / "privacy.json")["audit_trial"] == AUDIT_TRIAL_NOTE
+    # and its evaluation's report and evaluation.json say not to publish it
+    assert main(["evaluate", "--run", str(resumed)]) == 0
+    assert "publish neither its synthetic data nor its `privacy.json`" in (resumed / "report.md").read_text()
+    assert "Publish the synthetic data" not in (resumed / "report.md").read_text()
+    assert read_json(resumed / "evaluation.json")["privacy_note"].endswith(AUDIT_TRIAL_EVALUATION_NOTE)
 
 
 def test_a_folder_holding_an_audit_is_refused_unless_overwritten(tiny_table, tmp_path, capsys):
@@ -250,10 +265,11 @@ def test_audit_refuses_quail_whose_label_model_it_does_not_cover(tmp_path, capsy
     (["--confidence", "nan"], "--confidence must be in [0.9, 1), got nan: it is not a number"),
     (["--samples", "0"], "--samples must be at least 1, got 0"),
     (["--trials", str(10**12)], "--trials 1000000000000: each trial is a whole training run; give at most 100000"),
+    (["--calibration-trials", str(10**12)], "--calibration-trials 1000000000000: each trial is a whole training run"),
     (["--privacy.noise_seed", "3"], "--privacy.noise_seed fixes the mechanism's random draws: every trial would draw"),
     (["--threshold", "0.5", "--calibration-trials", "2"], "--calibration-trials choose the threshold, and --threshold gives it"),
 ], ids=["devices", "ddp", "nodes", "evaluate", "nan-threshold", "negative-threshold", "odd-trials", "odd-calibration",
-        "low-confidence", "certain-confidence", "nan-confidence", "no-samples", "huge-trials", "fixed-noise",
+        "low-confidence", "certain-confidence", "nan-confidence", "no-samples", "huge-trials", "huge-calibration", "fixed-noise",
         "threshold-and-calibration"])
 def test_an_audit_setting_it_cannot_honour_is_refused_by_its_flag_before_any_trial(tiny_table, tmp_path, capsys, extra, message):
     """Each refused before a trial runs, naming the flag: several processes (each would restart the
@@ -264,6 +280,19 @@ def test_an_audit_setting_it_cannot_honour_is_refused_by_its_flag_before_any_tri
             "--accelerator", "cpu", *extra]
     assert main(["audit", *args]) == 2
     assert message in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_both_fixed_draw_seeds_are_named_and_refused(tiny_table, tmp_path, capsys):
+    """GS-WGAN's sanitizer takes both a noise seed and a critic-selection seed: each fixes draws
+    the trials must make afresh, and the refusal names both."""
+    out = tmp_path / "audit"
+    args = [*table_args(tiny_table, model="gswgan", privacy="sanitizer"), "--trials", "2", "--samples", "50",
+            "--output-dir", str(out), "--privacy.noise_seed", "1", "--privacy.selection_seed", "2"]
+    assert main(["audit", *args]) == 2
+    said = capsys.readouterr().err
+    assert "--privacy.noise_seed and --privacy.selection_seed fix the mechanism's random draws" in said
+    assert said.rstrip().endswith("Drop them")
     assert not out.exists() or not any(out.iterdir())
 
 
@@ -681,6 +710,7 @@ def test_a_violation_never_reads_as_two_equal_figures():
     assert "epsilon_lower 0.2 vs training's claimed 0.25 " in summary(0.2, 0.25) and "consistent" in summary(0.2, 0.25)
     assert "(delta 1e-05, 95% confidence;" in summary(0.2, 0.25)
     assert "(delta 1e-05, 99.9% confidence;" in summary(0.2, 0.25, confidence=0.999)  # it read "100%"
+    assert "(delta 1e-05, 99.995% confidence;" in summary(0.2, 0.25, confidence=0.99995)
 
 
 def test_an_unbounded_training_claim_reads_unbounded_not_infinity(tiny_table, tmp_path, monkeypatch):

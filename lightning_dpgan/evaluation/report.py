@@ -168,11 +168,15 @@ def render_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping
 
 def _not_for_publishing(privacy: Mapping[str, Any] | None) -> str:
     """What of a run may be published: never this report, which reads the real rows without noise;
-    privacy.json too unless its epsilon was computed from the teachers' votes (data-dependent)."""
+    privacy.json too unless its epsilon was computed from the teachers' votes (data-dependent), and
+    nothing of an audit's trial (its figures are the claim under test)."""
     report = ("For the data holder: this report and the figures it shows are computed from the real rows without noise and "
               "are not covered by any privacy guarantee.")
     if not privacy or privacy.get("epsilon") is None:
         return f"{report} The run states no privacy guarantee: do not publish its synthetic data as private."
+    if privacy.get("audit_trial"):
+        return (f"{report} The run is {privacy['audit_trial']}: publish neither its synthetic data nor its "
+                "`privacy.json`.")
     if privacy.get("accounting") == "data-dependent":
         return (f"{report} Its `privacy.json` is computed from the teachers' votes and is not itself private "
                 "either: publish the synthetic data with the data-independent bound only.")
