@@ -59,10 +59,13 @@ from lightning_dpgan.privacy.audit import epsilon_lower_bound
 AUDIT_FILE = run_folder.AUDIT_REPORT
 DEFAULT_TRIALS = 20
 DEFAULT_SAMPLES = 2000
+#: The W&B tag of every trial's run (its privacy figures are the claim under test).
+AUDIT_TRIAL_TAG = "audit-trial"
 #: How a trial's score becomes a guess (written into audit.json).
 DECISION = "canary guessed when score <= threshold (score: distance from the canary to its nearest generated record)"
 #: Below this confidence a sound mechanism is often called a violation (at 0.5, a randomized
-#: response exactly at its ε with 50 trials per side is, about one audit in five).
+#: response exactly at its ε = 1 with 50 trials per side is, about one audit in thirteen; at
+#: ε = 2, one in ten).
 MIN_CONFIDENCE = 0.9
 #: More trials than this (each a whole training run) is a typo, refused before any is drawn (a
 #: trillion asked for ended in numpy's MemoryError while the trials' seeds were chosen).
@@ -511,7 +514,10 @@ def run_trial(
     trial_config["output_dir"] = str(output_dir)
     trial_config["evaluate"] = False
     if trial_config.get("logger", {}).get("name") == "wandb":
-        trial_config["logger"]["run_name"] = trial_run_name(trial_config["logger"].get("run_name"), output_dir)
+        logger = trial_config["logger"]
+        logger["run_name"] = trial_run_name(logger.get("run_name"), output_dir)
+        # tagged, so that a dashboard does not show a trial's figures as a release's guarantee
+        logger["tags"] = [*(logger.get("tags") or []), AUDIT_TRIAL_TAG]
     run = Run(trial_config, output_dir)
     if run.strategy is None:
         raise ConfigError("this run has no privacy strategy: nothing to audit")
@@ -556,7 +562,8 @@ def run_audit(
     if not MIN_CONFIDENCE <= confidence < 1:
         why = ("it is not a number" if math.isnan(confidence) else
                f"below {MIN_CONFIDENCE} a sound mechanism is often reported as a violation" if confidence < MIN_CONFIDENCE
-               else "a bound held with certainty from finitely many trials is no bound (epsilon 0 at best)")
+               else "a bound held with certainty from finitely many trials is no bound (epsilon 0 at best)"
+               if confidence == 1 else "a confidence is a probability, below 1")
         raise ValueError(f"--confidence must be in [{MIN_CONFIDENCE}, 1), got {confidence}: {why}")
     if samples < 1:
         raise ValueError(f"--samples must be at least 1, got {samples}")

@@ -353,9 +353,11 @@ def _sole_evaluation(run_dir: Path) -> Iterator[None]:
 NOT_COVERED_BY_EPSILON = ("these measures are read from the real rows without noise: not covered by epsilon (the "
                           "epsilon and delta here are the synthetic data's). Keep this file with the data holder; "
                           "do not publish it")
-#: Added to the note of an audit's trial: its epsilon and delta are the claim the audit tests.
-AUDIT_TRIAL_EVALUATION_NOTE = ("; this run is an audit trial, whose epsilon and delta are the claim the audit tests: "
-                               "do not publish its synthetic data either")
+#: The note of an audit's trial: its epsilon and delta are the claim the audit tests, not a guarantee.
+NOT_COVERED_AUDIT_TRIAL = ("these measures are read from the real rows without noise: not covered by epsilon. This run "
+                           "is an audit trial: the epsilon and delta here are the claim the audit tests, not a guarantee "
+                           "for its synthetic data. Keep this file with the data holder; publish neither it nor this "
+                           "run's synthetic data")
 #: The note of a run without privacy.json (interrupted, or failed): there are no figures to point at.
 NOT_COVERED_NO_FIGURES = ("these measures are read from the real rows without noise: not covered by any epsilon "
                           "(this run has no privacy.json, so none is stated here). Keep this file with the data holder; "
@@ -402,7 +404,7 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
         results["device"] = device
     results["privacy_note"] = NOT_COVERED_BY_EPSILON if privacy is not None else NOT_COVERED_NO_FIGURES
     if privacy is not None and privacy.get("audit_trial"):
-        results["privacy_note"] += AUDIT_TRIAL_EVALUATION_NOTE
+        results["privacy_note"] = NOT_COVERED_AUDIT_TRIAL
     if privacy is not None:
         results = {"epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"), **results}
     else:  # an interrupted or failed run: its report must not read as a finished one's

@@ -63,8 +63,8 @@ AUDIT_OUTPUTS = (AUDIT_REPORT,) + AUDIT_TRIALS
 #: warns of: half the trials train on the data plus a canary built from the train split (its
 #: rarest categories, the side of its mean), so one real record may change two training records.
 AUDIT_TRIAL_NOTE = ("an audit trial (python -m lightning_dpgan audit): half the trials train with a canary record built "
-                    "from the train split, so its privacy figures are the claim the audit tests, not a guarantee for "
-                    "releasing what it generates. Release a generator trained by train")
+                    "from the train split, so this trial's privacy figures are the claim the audit tests, not a "
+                    "guarantee for releasing what it generates")
 
 
 def data_files(settings: Mapping[str, Any], datamodule: Any) -> list[str]:

@@ -58,7 +58,8 @@ def guarantee_note(path: str | Path) -> str:
     if run.get("privacy") == "none":
         return "trained without privacy: these records carry no (epsilon, delta) guarantee"
     if run.get("audit_trial"):
-        return f"warning: these records are not for release: the checkpoint is {run['audit_trial']}"
+        return (f"warning: these records are not for release: the checkpoint is of {run['audit_trial']}. Release "
+                "records drawn from a generator trained by train")
     if trained_in_python(run):
         report = "the privacy_report() of the strategy that trained it"
     elif (run_of(Path(path)) / "privacy.json").is_file():

@@ -30,7 +30,7 @@ from lightning_dpgan.canary_audit import (
     set_up,
 )
 from lightning_dpgan.cli import build_config, main
-from lightning_dpgan.evaluate import AUDIT_TRIAL_EVALUATION_NOTE
+from lightning_dpgan.evaluate import NOT_COVERED_AUDIT_TRIAL
 from lightning_dpgan.privacy.audit import epsilon_lower_bound
 from lightning_dpgan.run import Run
 from lightning_dpgan.run_folder import AUDIT_TRIAL_NOTE
@@ -161,7 +161,8 @@ def test_audit_command_writes_audit_json(tiny_table, tmp_path, capsys):
     capsys.readouterr()
     assert main(["sample", "--checkpoint", str(trial_checkpoint), "-n", "5", "--out", str(tmp_path / "s.csv")]) == 0
     said = capsys.readouterr().err
-    assert f"sample: warning: these records are not for release: the checkpoint is {AUDIT_TRIAL_NOTE}" in said
+    assert (f"sample: warning: these records are not for release: the checkpoint is of {AUDIT_TRIAL_NOTE}. Release "
+            "records drawn from a generator trained by train") in said
     assert "released under" not in said
     # continued by train, it is still the trial (the mark is kept in the checkpoint, not in config.yaml)
     trial_dir = trial_checkpoint.parent.parent
@@ -171,9 +172,9 @@ def test_audit_command_writes_audit_json(tiny_table, tmp_path, capsys):
     assert read_json(resumed / "privacy.json")["audit_trial"] == AUDIT_TRIAL_NOTE
     # and its evaluation's report and evaluation.json say not to publish it
     assert main(["evaluate", "--run", str(resumed)]) == 0
-    assert "publish neither its synthetic data nor its `privacy.json`" in (resumed / "report.md").read_text()
+    assert f"The run is {AUDIT_TRIAL_NOTE}: publish neither this run's synthetic data" in (resumed / "report.md").read_text()
     assert "Publish the synthetic data" not in (resumed / "report.md").read_text()
-    assert read_json(resumed / "evaluation.json")["privacy_note"].endswith(AUDIT_TRIAL_EVALUATION_NOTE)
+    assert read_json(resumed / "evaluation.json")["privacy_note"] == NOT_COVERED_AUDIT_TRIAL
 
 
 def test_a_folder_holding_an_audit_is_refused_unless_overwritten(tiny_table, tmp_path, capsys):
@@ -263,13 +264,14 @@ def test_audit_refuses_quail_whose_label_model_it_does_not_cover(tmp_path, capsy
     (["--confidence", "0.5"], "--confidence must be in [0.9, 1), got 0.5: below 0.9 a sound mechanism is often reported"),
     (["--confidence", "1"], "--confidence must be in [0.9, 1), got 1.0: a bound held with certainty"),
     (["--confidence", "nan"], "--confidence must be in [0.9, 1), got nan: it is not a number"),
+    (["--confidence", "1.5"], "--confidence must be in [0.9, 1), got 1.5: a confidence is a probability, below 1"),
     (["--samples", "0"], "--samples must be at least 1, got 0"),
     (["--trials", str(10**12)], "--trials 1000000000000: each trial is a whole training run; give at most 100000"),
     (["--calibration-trials", str(10**12)], "--calibration-trials 1000000000000: each trial is a whole training run"),
     (["--privacy.noise_seed", "3"], "--privacy.noise_seed fixes the mechanism's random draws: every trial would draw"),
     (["--threshold", "0.5", "--calibration-trials", "2"], "--calibration-trials choose the threshold, and --threshold gives it"),
 ], ids=["devices", "ddp", "nodes", "evaluate", "nan-threshold", "negative-threshold", "odd-trials", "odd-calibration",
-        "low-confidence", "certain-confidence", "nan-confidence", "no-samples", "huge-trials", "huge-calibration", "fixed-noise",
+        "low-confidence", "certain-confidence", "nan-confidence", "above-one-confidence", "no-samples", "huge-trials", "huge-calibration", "fixed-noise",
         "threshold-and-calibration"])
 def test_an_audit_setting_it_cannot_honour_is_refused_by_its_flag_before_any_trial(tiny_table, tmp_path, capsys, extra, message):
     """Each refused before a trial runs, naming the flag: several processes (each would restart the
@@ -503,25 +505,28 @@ def test_a_trial_whose_generator_drew_nan_is_refused(tiny_table, tmp_path, monke
 
 def test_an_audits_wandb_trials_are_named_by_their_kind_and_number(tiny_table, tmp_path, monkeypatch):
     """Under --logger wandb every trial was a run named after its folder, '000', '001', ..., the
-    counted trials and the calibration ones alike. Each is now named audit/kind/number."""
+    counted trials and the calibration ones alike. Each is now named audit/kind/number, and tagged
+    as an audit's trial (beside the user's own tags)."""
     from lightning_dpgan.canary_audit import run_trial
 
     monkeypatch.setenv("WANDB_MODE", "offline")
-    names = []
+    names, tags = [], []
 
     class Stop(Exception):
         pass
 
     def capture(run):
         names.append(run.config["logger"]["run_name"])
+        tags.append(run.config["logger"]["tags"])
         raise Stop
 
     for given, folder in ((None, "calibration"), ("nightly", "trials")):
-        extra = ["--logger", "wandb"] + ([] if given is None else ["--wandb-name", given])
+        extra = ["--logger", "wandb"] + ([] if given is None else ["--wandb-name", given, "--logger.tags", "[nightly]"])
         with pytest.raises(Stop):
             run_trial(build_config(dp_sgd_args(tiny_table, *extra)), tmp_path / "my-audit" / folder / "003", True, 1, 1,
                       prepare_run=capture)
     assert names == ["my-audit/calibration/003", "nightly/trials/003"]
+    assert tags == [["audit-trial"], ["nightly", "audit-trial"]]
 
 
 def test_the_full_size_benchmark_refuses_an_out_dir_holding_an_audit_before_any_trial(tmp_path, monkeypatch, capsys):

@@ -175,8 +175,8 @@ def _not_for_publishing(privacy: Mapping[str, Any] | None) -> str:
     if not privacy or privacy.get("epsilon") is None:
         return f"{report} The run states no privacy guarantee: do not publish its synthetic data as private."
     if privacy.get("audit_trial"):
-        return (f"{report} The run is {privacy['audit_trial']}: publish neither its synthetic data nor its "
-                "`privacy.json`.")
+        return (f"{report} The run is {privacy['audit_trial']}: publish neither this run's synthetic data nor its "
+                "`privacy.json`; release a generator trained by `train` instead.")
     if privacy.get("accounting") == "data-dependent":
         return (f"{report} Its `privacy.json` is computed from the teachers' votes and is not itself private "
                 "either: publish the synthetic data with the data-independent bound only.")

@@ -5,8 +5,9 @@ limits every test that guesses "canary present": its true-positive rate TPR and 
 rate FPR satisfy ``TPR <= e^ε FPR + δ``, and the same with the outcomes' roles swapped (misses
 against true negatives) and with the inputs' roles swapped (:func:`epsilon_lower_bound`). So
 from ``trials`` runs on each input, ε is at least ``log((TPR - δ) / FPR)`` (and its three
-twins) -- with Clopper-Pearson intervals, a lower TPR bound and an upper FPR bound, each wide
-enough that all four forms hold together with the stated confidence (Jagielski, Ullman &
+twins) -- read at the ends of Clopper-Pearson intervals of both rates (the lower end of the
+larger rate, the upper end of the smaller), each wide enough that all four forms hold together
+with the stated confidence (Jagielski, Ullman &
 Oprea 2020, "Auditing Differentially Private Machine Learning"; Nasr et al. 2021).
 
 A sound mechanism gives ``epsilon_lower <= epsilon`` (up to the confidence level); a broken one
