@@ -42,6 +42,7 @@ from lightning_dpgan.config import (
     with_absolute_paths,
 )
 from lightning_dpgan.ddp import PRIVATE_TRAINER_STRATEGIES, PrivateDDPStrategy, resolve_strategy
+from lightning_dpgan.ddp_sigterm import use_collective_free_sigterm
 from lightning_dpgan.distributed import launched_as_follower, rows_per_process, say_once_per_machine
 from lightning_dpgan.error_text import SET_BY, first_line
 from lightning_dpgan.lineage import extended_lineage, new_run_id
@@ -881,6 +882,7 @@ class Run:
             # Lightning's DDP would still put its distributed sampler, which --seed orders, in place
             # of a private one (DP-SGD's Poisson batches: a TypeError; its secret shuffle: replayable)
             trainer = L.Trainer(callbacks=list(callbacks), **settings, **{**options, "strategy": "auto"})
+        use_collective_free_sigterm(trainer)  # Lightning's hung DDP on a SIGTERM to every process: see ddp_sigterm.py
         return trainer
 
     def _plugins(self, given: Any, strategy: Any) -> list[Any]:
