@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import TensorDataset
 
 from lightning_dpgan import registry, run_folder
@@ -365,7 +366,8 @@ class CanaryAudit:
         """Said when no outcome of these trials could have contradicted the claim."""
         if self.could_detect_a_violation or self.claimed_epsilon is None:
             return None
-        return (f"audit: warning: with {self.trials_per_side} trials per side a perfect test shows at most epsilon "
+        trials = f"{self.trials_per_side} trial{'' if self.trials_per_side == 1 else 's'} per side"
+        return (f"audit: warning: with {trials} a perfect test shows at most epsilon "
                 f"{self.largest_detectable_epsilon:.3f}, not above the claimed {self.claimed_epsilon:.4g}: this audit "
                 "could not have found a violation. Use more --trials")
 
@@ -589,6 +591,11 @@ def run_audit(
         where = output_dir / folder / f"{index:03d}"
         try:
             result = run_trial(config, where, canary, seed, samples, prepare_run)
+        except (SIGTERMException, KeyboardInterrupt):
+            print(f"audit: stopped during trial {folder}/{index:03d} ({'with' if canary else 'without'} the canary): "
+                  "no audit.json is written, and an audit is not continued: run it again with --overwrite (this "
+                  "one's trials are moved to previous/)", file=sys.stderr)
+            raise
         except Exception:
             print(f"audit: trial {folder}/{index:03d} ({'with' if canary else 'without'} the canary) stopped:",
                   file=sys.stderr)
@@ -666,6 +673,7 @@ def audit_command(argv: list[str]) -> Path:
         config["output_dir"] = str(_output_dir(config)) + "-audit"
     output_dir = Path(config["output_dir"])
     run_folder.check_audit_dir(output_dir, config["overwrite"])
+    created = not output_dir.exists()
     previous = run_folder.set_aside(output_dir, run_folder.AUDIT_OUTPUTS) if output_dir.is_dir() else None
     try:
         audit = run_audit(config, output_dir, args.trials, args.confidence, args.threshold,
@@ -675,6 +683,8 @@ def audit_command(argv: list[str]) -> Path:
             run_folder.remove_audit_trials(output_dir)
             if previous is not None:
                 run_folder.restore_outputs(output_dir, previous)
+            if created and output_dir.is_dir() and not any(output_dir.iterdir()):
+                output_dir.rmdir()  # as a refused train leaves none
         raise
     print(audit.summary())
     warning = audit.undetectable_warning()

@@ -410,8 +410,10 @@ def check_setting_values(config: dict[str, Any], where: str = "") -> None:
 
     ``where`` names a config file: its values are checked only where it gives them, by their key.
     """
-    def named(key: str) -> str:
-        return f"{key}{where}" if where or key not in FLAG_KEYS else f"--{key.replace('_', '-')}"
+    def named(key: str) -> str:  # as the user gave it: a config file's key, a flag, or a top-level override
+        if where:
+            return f"{key}{where}"
+        return f"--{key.replace('_', '-')}" if key in FLAG_KEYS else f"--{key}"
 
     for key, (minimum, optional) in INTEGER_SETTINGS.items():
         value = config.get(key)

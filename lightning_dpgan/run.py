@@ -665,8 +665,11 @@ class Run:
             module.run_info["train_rows_digest"] = self.datamodule.train_rows_digest()
             module.run_info.update(table_decoding_info(self.datamodule))
             module.run_info["release_settings"] = release_settings(self.datamodule, self.quail)
-        if (self.resume_info or {}).get("audit_trial"):  # resumed, it is still the audit's trial
-            module.run_info["audit_trial"] = self.resume_info["audit_trial"]
+        if (self.resume_info or {}).get("audit_trial"):
+            raise ConfigError(
+                f"--resume {self.config['resume']} is the checkpoint of {self.resume_info['audit_trial']}. A trial is "
+                "not continued: resumed, a trial that held the canary trains on without it, and the audit reads its "
+                "trials only as they end. Run the audit again (python -m lightning_dpgan audit ... --overwrite)")
         return module
 
     def mark_as_audit_trial(self) -> None:
@@ -1043,6 +1046,8 @@ class Run:
         """The user's line when SIGTERM stopped the run: what is kept, what is not written, and
         how to go on."""
         stopped = f"stopped by SIGTERM after {self.module.train_steps} steps"
+        if self.module.run_info.get("audit_trial"):
+            return f"{stopped} of an audit's trial, which is not continued"
         # several processes save nothing as they stop (a save is a collective a stopping peer may not join)
         if self.trainer.world_size > 1:
             return last_periodic_save_sentence(self.output_dir, self.config, stopped,
@@ -1054,6 +1059,8 @@ class Run:
     def interrupted_sentence(self) -> str:
         """The user's line when Ctrl-C stopped the run: Lightning saves nothing as it stops on
         one, so what is kept is the last periodic checkpoint."""
+        if self.module.run_info.get("audit_trial"):
+            return f"interrupted after {self.module.train_steps} steps of an audit's trial, which is not continued"
         return last_periodic_save_sentence(self.output_dir, self.config,
                                            f"interrupted after {self.module.train_steps} steps",
                                            "Ctrl-C saves none as it stops")

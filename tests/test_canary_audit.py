@@ -4,6 +4,7 @@ lower bound on epsilon. A sound DP-SGD GAN stays within its claim; the same GAN 
 switched off (only here, through the test hook) is caught."""
 
 import math
+import os
 import re
 from pathlib import Path
 
@@ -164,17 +165,21 @@ def test_audit_command_writes_audit_json(tiny_table, tmp_path, capsys):
     assert (f"sample: warning: these records are not for release: the checkpoint is of {AUDIT_TRIAL_NOTE}. Release "
             "records drawn from a generator trained by train") in said
     assert "released under" not in said
-    # continued by train, it is still the trial (the mark is kept in the checkpoint, not in config.yaml)
+    # train does not continue it: resumed, a canary trial trained on without its canary (the mark
+    # is in the checkpoint, not in config.yaml)
     trial_dir = trial_checkpoint.parent.parent
     resumed = tmp_path / "resumed"
+    capsys.readouterr()
     assert main(["train", "--config", str(trial_dir / "config.yaml"), "--resume", str(trial_checkpoint),
-                 "--max-steps", "42", "--output-dir", str(resumed)]) == 0
-    assert read_json(resumed / "privacy.json")["audit_trial"] == AUDIT_TRIAL_NOTE
-    # and its evaluation's report and evaluation.json say not to publish it
-    assert main(["evaluate", "--run", str(resumed)]) == 0
-    assert f"The run is {AUDIT_TRIAL_NOTE}: publish neither this run's synthetic data" in (resumed / "report.md").read_text()
-    assert "Publish the synthetic data" not in (resumed / "report.md").read_text()
-    assert read_json(resumed / "evaluation.json")["privacy_note"] == NOT_COVERED_AUDIT_TRIAL
+                 "--max-steps", "42", "--output-dir", str(resumed)]) == 2
+    said = capsys.readouterr().err
+    assert f"--resume {trial_checkpoint} is the checkpoint of {AUDIT_TRIAL_NOTE}. A trial is not continued" in said
+    assert not resumed.exists()
+    # its evaluation's report and evaluation.json say not to publish it
+    assert main(["evaluate", "--run", str(trial_dir)]) == 0
+    assert f"The run is {AUDIT_TRIAL_NOTE}: publish neither this run's synthetic data" in (trial_dir / "report.md").read_text()
+    assert "Publish the synthetic data" not in (trial_dir / "report.md").read_text()
+    assert read_json(trial_dir / "evaluation.json")["privacy_note"] == NOT_COVERED_AUDIT_TRIAL
 
 
 def test_a_folder_holding_an_audit_is_refused_unless_overwritten(tiny_table, tmp_path, capsys):
@@ -283,6 +288,39 @@ def test_an_audit_setting_it_cannot_honour_is_refused_by_its_flag_before_any_tri
     assert main(["audit", *args]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "ctrl-c"])
+def test_an_audit_stopped_during_a_trial_says_which_and_to_run_it_again_not_to_resume_the_trial(
+        tiny_table, tmp_path, capsys, monkeypatch, stop):
+    """A SIGTERM in a trial printed only the trial's own line, whose 'Continue it with: train
+    --resume' trained a canary trial on without its canary; an audit is run again instead."""
+    import signal
+
+    from run_helpers import act_after_training_step, press_ctrl_c, sigint_restored
+
+    act_after_training_step(monkeypatch, 3, press_ctrl_c if stop == "ctrl-c" else
+                            lambda: os.kill(os.getpid(), signal.SIGTERM))
+    out = tmp_path / "audit"
+    with sigint_restored():
+        status = main(["audit", *dp_sgd_args(tiny_table), "--trials", "2", "--threshold", "0.5", "--samples", "50",
+                       "--output-dir", str(out)])
+    assert status == (130 if stop == "ctrl-c" else 128 + signal.SIGTERM)
+    said = capsys.readouterr().err
+    assert re.search(r"audit: stopped during trial trials/000 \((with|without) the canary\): no audit.json is written, "
+                     r"and an audit is not continued: run it again with --overwrite", said)
+    stopped = "interrupted after 3 steps" if stop == "ctrl-c" else "stopped by SIGTERM after 3 steps"
+    assert f"{stopped} of an audit's trial, which is not continued" in said
+    assert "Continue it with" not in said and "--resume" not in said
+    assert not (out / AUDIT_FILE).exists() and (out / "trials" / "000").is_dir()
+
+
+def test_an_audit_refused_before_its_first_trial_leaves_no_folder_it_made(tiny_table, tmp_path, capsys):
+    out = tmp_path / "audit"
+    assert main(["audit", *dp_sgd_args(tiny_table), "--trials", "2", "--threshold", "0.5", "--delta", "0.3",
+                 "--output-dir", str(out)]) == 2
+    assert "--delta 0.3" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_both_fixed_draw_seeds_are_named_and_refused(tiny_table, tmp_path, capsys):
