@@ -15,7 +15,7 @@ from lightning_dpgan.data.csv_missing import missing_spellings
 from lightning_dpgan.data.download import damaged_compression_refused
 from lightning_dpgan.data.dp_bounds import SCHEMA_MECHANISM as DP_SCHEMA_MECHANISM, check_listed_columns, infer_schema_dp
 from lightning_dpgan.data.schema import (LABEL_KINDS, SchemaError, TableSchema, as_schema_categories, booleans_refusal,
-                                         column_names, holds_booleans, non_numeric_values, row_examples)
+                                         column_names, header_hint, holds_booleans, non_numeric_values, row_examples)
 from lightning_dpgan.datamodules.tabular import TabularDataModule
 from lightning_dpgan.error_text import first_line
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
@@ -209,7 +209,8 @@ class CSVDataModule(TabularDataModule):
             frame = as_schema_categories(frame, self._schema)
         missing = [name for name in self.drop if name not in frame.columns]  # a schema file's drop list, a resume's
         if missing:
-            raise SchemaError(f"columns to drop {missing} are not in {self.csv_path} (columns: {list(frame.columns)})")
+            raise SchemaError(f"columns to drop {missing} are not in {self.csv_path} (columns: {list(frame.columns)})"
+                              f"{header_hint(frame, missing)}")
         return self._seeded_split(frame.drop(columns=self.drop))
 
 

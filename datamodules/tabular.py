@@ -696,11 +696,11 @@ class TabularDataModule(L.LightningDataModule):
                                      "least one each: train on more rows")
         n_test = int(round(n_rows * self.hparams.test_fraction))
         if not 0 < n_test < n_rows:
+            fractions = ("--data.test_fraction 0.5" if n_rows == 2 else  # one row each way: one fraction, not a range
+                         f"a fraction from {1 / n_rows:.6g} to {(n_rows - 1) / n_rows:.6g}")
             raise ValueError(
                 f"{self.name}: --data.test_fraction {self.hparams.test_fraction} leaves {n_test} of {n_rows} rows for "
-                f"testing; both splits need at least one row: use a fraction from {1 / n_rows:.6g} to "
-                f"{(n_rows - 1) / n_rows:.6g}, "
-                "or train on more rows"
+                f"testing; both splits need at least one row: use {fractions}, or train on more rows"
             )
         order = np.random.default_rng(self.hparams.split_seed).permutation(n_rows)
         return frame.iloc[np.sort(order[n_test:])], frame.iloc[np.sort(order[:n_test])]

@@ -749,10 +749,28 @@ def test_a_table_too_small_for_its_split_names_the_flag_and_the_fractions_that_w
     with pytest.raises(ValueError, match=r"--data.test_fraction 0.1 leaves 0 of 3 rows for testing; both splits need at "
                                          r"least one row: use a fraction from 0.333333 to 0.666667, or train on more rows"):
         CSVDataModule(csv=tmp_path / "three.csv", schema=schema_file, test_fraction=0.1)._load_frames()
+    make_frame(2, seed=0).to_csv(tmp_path / "two.csv", index=False)
+    with pytest.raises(ValueError, match=r"leaves 0 of 2 rows for testing; both splits need at least one row: use "
+                                         r"--data.test_fraction 0.5, or train on more rows"):  # not "from 0.5 to 0.5"
+        CSVDataModule(csv=tmp_path / "two.csv", schema=schema_file, test_fraction=0.1)._load_frames()
     for fraction, tested in ((0.333333, 1), (0.666667, 2)):  # the ends of the range, as said
         module = CSVDataModule(csv=tmp_path / "three.csv", schema=schema_file, test_fraction=fraction)
         module._load_frames()
         assert len(module.test_frame) == tested
+
+
+def test_a_semicolon_file_with_a_schema_drop_list_is_said_to_be_not_comma_separated(tmp_path):
+    """The drop list was checked first, and named its column as missing from a one-column header."""
+    import json
+
+    from test_ctgan_encoding import SCHEMA, make_frame
+
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps({**SCHEMA.to_dict(), "drop": ["id"]}))
+    make_frame(20, seed=0).assign(id=range(20)).to_csv(tmp_path / "semi.csv", index=False, sep=";")
+    with pytest.raises(SchemaError, match="columns to drop \\['id'\\] are not in .*the header read as a single column: "
+                                          "the file must be comma-separated"):
+        CSVDataModule(csv=tmp_path / "semi.csv", schema=schema_file)._load_frames()
 
 
 def test_the_seeded_split_depends_on_the_row_count_alone(tmp_path):
