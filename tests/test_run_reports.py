@@ -159,7 +159,8 @@ def test_a_sigterm_says_what_the_checkpoint_holds_in_one_process_and_in_several(
     to --resume a file that did not exist, and said 610 steps of a checkpoint holding 600."""
     def said(world_size, resume=None):
         run = SimpleNamespace(output_dir=tmp_path, trainer=SimpleNamespace(world_size=world_size),
-                              module=SimpleNamespace(train_steps=7), config={"checkpoint_every_n_steps": 5, "resume": resume})
+                              module=SimpleNamespace(train_steps=7, run_info={}),
+                              config={"checkpoint_every_n_steps": 5, "resume": resume})
         return Run.terminated_sentence(run)
 
     checkpoint = tmp_path / "checkpoints" / "last.ckpt"
