@@ -589,16 +589,15 @@ def run_audit(
     def trial(index: int, canary: bool, folder: str) -> Trial:
         seed = next(seeds)
         where = output_dir / folder / f"{index:03d}"
+        which = f"trial {folder}/{index:03d} ({'with' if canary else 'without'} the canary)"
         try:
             result = run_trial(config, where, canary, seed, samples, prepare_run)
         except (SIGTERMException, KeyboardInterrupt):
-            print(f"audit: stopped during trial {folder}/{index:03d} ({'with' if canary else 'without'} the canary): "
-                  "no audit.json is written, and an audit is not continued: run it again with --overwrite (this "
-                  "one's trials are moved to previous/)", file=sys.stderr)
+            print(f"audit: stopped during {which}: no audit.json is written, and an audit is not continued: run it "
+                  "again with --overwrite (this one's trials are moved to previous/)", file=sys.stderr)
             raise
         except Exception:
-            print(f"audit: trial {folder}/{index:03d} ({'with' if canary else 'without'} the canary) stopped:",
-                  file=sys.stderr)
+            print(f"audit: {which} stopped:", file=sys.stderr)
             raise
         if not math.isfinite(result.score):
             raise ValueError(f"audit trial {where}: the canary score is {result.score} (its generator drew NaN or "
