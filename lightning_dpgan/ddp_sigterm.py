@@ -12,7 +12,7 @@ The training loop already broadcasts rank 0's flag before every batch, and every
 ``SIGTERMException`` together from there, so the handler needs no collective at all: here rank
 0's handler forwards the first SIGTERM to the processes it launched, as Lightning's does, and
 sets the flag. The other processes' handlers set nothing: a flag of their own also stops them
-alone at an epoch's end (Lightning checks it there without asking rank 0), and rank 0 then
+alone at a batch's end (Lightning checks it there without asking rank 0), and rank 0 then
 failed in its next collective (exit status 1, no word of the SIGTERM). So rank 0 decides when
 all stop: a SIGTERM sent to another process alone is ignored.
 """

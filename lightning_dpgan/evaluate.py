@@ -402,9 +402,8 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
     results["seed"] = seed
     if getattr(datamodule, "kind", "image") == "image":
         results["device"] = device
-    results["privacy_note"] = NOT_COVERED_BY_EPSILON if privacy is not None else NOT_COVERED_NO_FIGURES
-    if privacy is not None and privacy.get("audit_trial"):
-        results["privacy_note"] = NOT_COVERED_AUDIT_TRIAL
+    results["privacy_note"] = (NOT_COVERED_NO_FIGURES if privacy is None else
+                               NOT_COVERED_AUDIT_TRIAL if privacy.get("audit_trial") else NOT_COVERED_BY_EPSILON)
     if privacy is not None:
         results = {"epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"), **results}
     else:  # an interrupted or failed run: its report must not read as a finished one's

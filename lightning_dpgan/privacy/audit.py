@@ -7,8 +7,8 @@ against true negatives) and with the inputs' roles swapped (:func:`epsilon_lower
 from ``trials`` runs on each input, ε is at least ``log((TPR - δ) / FPR)`` (and its three
 twins) -- read at the ends of Clopper-Pearson intervals of both rates (the lower end of the
 larger rate, the upper end of the smaller), each wide enough that all four forms hold together
-with the stated confidence (Jagielski, Ullman &
-Oprea 2020, "Auditing Differentially Private Machine Learning"; Nasr et al. 2021).
+with the stated confidence (Jagielski, Ullman & Oprea 2020, "Auditing Differentially Private
+Machine Learning"; Nasr et al. 2021).
 
 A sound mechanism gives ``epsilon_lower <= epsilon`` (up to the confidence level); a broken one
 -- noise at the wrong scale, a record reaching several teachers -- is caught when its
