@@ -32,8 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightning_dpgan import registry
 from lightning_dpgan.config import BOOLEAN_SETTINGS, CODE_DEFAULTS, FLAG_KEYS, PRIVACY_PROVIDED, ConfigError, load_yaml, parse_value, resolve
@@ -314,7 +312,7 @@ def settings_given_twice(argv: list[str]) -> list[str]:
 
 
 def build_config(argv: list[str]) -> dict[str, Any]:
-    from lightning_dpgan.distributed import launched_as_follower
+    from lightning_dpgan.launch_env import launched_as_follower
 
     argv = attach_negative_values(argv)
     notes = settings_given_twice(argv)
@@ -420,7 +418,7 @@ def _output_dir(config: dict[str, Any]) -> Path:
                           "(outputs/<model>-<dataset>-<timestamp>) by its own clock, so processes started a second "
                           "apart would train into two folders, the others waiting on the first's release. Give "
                           "--output-dir, a folder every process sees")
-    from lightning_dpgan.distributed import launched_as_follower
+    from lightning_dpgan.launch_env import launched_as_follower
 
     if launched_as_follower() and os.environ.get(RUN_DIR_ENV):
         return Path(os.environ[RUN_DIR_ENV])  # rank 0's timestamp, not this process's
@@ -478,7 +476,7 @@ RUN_CONFIG_ENV = "LIGHTNING_DPGAN_RUN_CONFIG"
 
 def train(argv: list[str]) -> Path:
     """Run ``train`` and return the output directory."""
-    from lightning_dpgan.distributed import launched_as_follower, quiet_machine_followers
+    from lightning_dpgan.launch_env import launched_as_follower, quiet_machine_followers
 
     if launched_as_follower():
         quiet_machine_followers()
@@ -514,7 +512,7 @@ def _prepend_earlier_steps(run: Any, output_dir: Path, previous: Path | None) ->
 
 def _train(config: dict[str, Any], shared: str | None = None) -> Path:
     """``train`` in this process; ``shared``: rank 0's settings for the processes its trainer starts."""
-    from lightning_dpgan.distributed import launched_as_follower
+    from lightning_dpgan.launch_env import launched_as_follower
     from lightning_dpgan.run import Run
     from lightning_dpgan import run_folder
 
@@ -573,8 +571,6 @@ class EvaluationFailed(ValueError):
 def sample(argv: list[str]) -> Path:
     """Run ``sample`` and return the file written: drawing from a checkpoint is post-processing,
     so the records carry its spend, which the command states (and warns of an untrained one)."""
-    from lightning_dpgan.sampling import guarantee_note, sample_to_file, untrained_warning
-
     parser = command_parser("sample", "Draw synthetic records from a checkpoint.")
     parser.add_argument("--checkpoint", required=True, help="a checkpoint written by train (checkpoints/last.ckpt)")
     parser.add_argument("-n", type=int, required=True, help="number of records to draw")
@@ -586,6 +582,8 @@ def sample(argv: list[str]) -> Path:
                         help="class-conditional image models: draw only these classes (indices), an equal "
                              "share of each (default: every class)")
     args = parser.parse_args(argv)
+    from lightning_dpgan.sampling import guarantee_note, sample_to_file, untrained_warning  # torch: after --help
+
     with terminated_as_exit():
         path = sample_to_file(args.checkpoint, args.n, args.out, seed=args.seed, overwrite=args.overwrite,
                               classes=args.classes)
@@ -613,8 +611,6 @@ def evaluate(argv: list[str]) -> Path:
     """Run ``evaluate`` and return the evaluation file written (``evaluation.json``, or
     ``evaluation-dev.json`` for ``--split dev``)."""
     from lightning_dpgan.data.dev_split import HELD_OUT_SPLITS
-    from lightning_dpgan.evaluate import evaluate_run
-    from lightning_dpgan.run_folder import EVALUATION_FILES
 
     parser = command_parser(
         "evaluate", "Utility, fidelity and membership-inference risk of a finished run (writes evaluation.json).")
@@ -633,6 +629,9 @@ def evaluate(argv: list[str]) -> Path:
                              "--data.dev_fraction) the dev records it held out of training, to choose settings "
                              "on; writes evaluation-dev.json and no report")
     args = parser.parse_args(argv)
+    from lightning_dpgan.evaluate import evaluate_run  # torch and scikit-learn: after --help
+    from lightning_dpgan.run_folder import EVALUATION_FILES
+
     evaluate_run(args.run, args.data_dir, args.n, args.cnn_epochs, args.seed, args.device, args.split,
                  args.real_baseline)
     return Path(args.run) / EVALUATION_FILES[args.split]
@@ -674,6 +673,22 @@ def usage() -> str:
     return f"usage: {command_prog('{' + ','.join(COMMANDS) + '}')} [options]  (--help after a command for its options)"
 
 
+def _loaded(module: str, name: str) -> tuple[type, ...]:
+    """Class ``name`` of ``module`` if that module is loaded, else nothing. Lightning's exceptions
+    are named this way: one can only have been raised once Lightning was imported, and the
+    commands' ``--help`` and ``--version`` answer in a second because they never import it."""
+    loaded = sys.modules.get(module)
+    return (getattr(loaded, name),) if loaded is not None else ()
+
+
+def _misconfiguration() -> tuple[type, ...]:
+    return _loaded("lightning.fabric.utilities.exceptions", "MisconfigurationException")
+
+
+def _lightning_sigterm() -> tuple[type, ...]:
+    return _loaded("lightning.pytorch.utilities.exceptions", "SIGTERMException")
+
+
 def report_error(error: Exception) -> None:
     """Print a refusal once for each machine of a DDP run. Every process of the run parses the
     same command line, so a refusal drawn from it (a ValueError: a bad option, an incompatible
@@ -681,11 +696,11 @@ def report_error(error: Exception) -> None:
     rank: each machine's first process prints it (rank 0 without naming itself), for the terminal
     that machine was started from. A file error (missing or damaged data, a full disk) may be one
     process's own, so every other process prints its own too, naming itself."""
-    from lightning_dpgan.distributed import launched_as_follower, launched_as_machine_follower, launched_process_name
+    from lightning_dpgan.launch_env import launched_as_follower, launched_as_machine_follower, launched_process_name
 
     if not launched_as_follower():
         print(f"error: {error}", file=sys.stderr)
-    elif not launched_as_machine_follower() or not isinstance(error, (ValueError, MisconfigurationException)):
+    elif not launched_as_machine_follower() or not isinstance(error, (ValueError, *_misconfiguration())):
         print(f"error ({launched_process_name()}): {error}", file=sys.stderr)
 
 
@@ -714,24 +729,24 @@ def main(argv: list[str] | None = None) -> int:
     # Lightning's MisconfigurationException: --devices 0, --accelerator gpu without one, ...
     # YAMLError: a damaged config.yaml (evaluate reads the run's).
     except (ConfigError, registry.UnknownNameError, ValueError, DataIntegrityError, OSError,
-            MisconfigurationException, yaml.YAMLError) as error:
+            *_misconfiguration(), yaml.YAMLError) as error:
         if os.environ.get("LIGHTNING_DPGAN_DEBUG"):
             raise
         report_error(error)
         return 2
-    except SIGTERMException:  # Lightning's stop on SIGTERM (train said what it kept): the shell's status for it
+    except _lightning_sigterm():  # Lightning's stop on SIGTERM (train said what it kept): the shell's status for it
         return 128 + signal.SIGTERM
     except KeyboardInterrupt as interrupt:  # Ctrl-C: the file being written removed its temporary copy
         if os.environ.get("LIGHTNING_DPGAN_DEBUG"):
             raise
-        from lightning_dpgan.distributed import say_once_per_machine
+        from lightning_dpgan.launch_env import say_once_per_machine
 
         if str(interrupt):  # train's rank 0 says what its checkpoint kept and how to go on (Run.interrupted_sentence)
             print(f"{command}: {interrupt}", file=sys.stderr)
         else:  # a DDP machine's other processes share its terminal
             say_once_per_machine(f"{command}: interrupted")
         return 130
-    from lightning_dpgan.distributed import launched_as_follower
+    from lightning_dpgan.launch_env import launched_as_follower
 
     if not launched_as_follower():  # a DDP run's files are rank 0's
         print(f"{command}: wrote {path}")

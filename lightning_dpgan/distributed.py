@@ -8,16 +8,23 @@ path serves both.
 """
 from __future__ import annotations
 
-import logging
 import math
-import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
+
+# which process of a launched run this is: read from the launcher's environment alone, kept where
+# the command line can ask it without importing torch (re-exported here with the collectives)
+from lightning_dpgan.launch_env import (
+    launched_as_follower,
+    launched_as_machine_follower,
+    launched_process_name,
+    quiet_machine_followers,
+    say_once_per_machine,
+)
 
 
 def is_distributed() -> bool:
@@ -35,46 +42,6 @@ def rank() -> int:
 
 def is_rank_zero() -> bool:
     return rank() == 0
-
-
-def launched_as_follower() -> bool:
-    """True in a DDP process other than global rank 0 (``LOCAL_RANK`` set by Lightning's launcher
-    for the processes it starts on a node, ``NODE_RANK`` on the other nodes, ``RANK`` by
-    torchrun), known before any process group exists."""
-    return any(int(os.environ.get(name, "0") or 0) > 0 for name in ("LOCAL_RANK", "NODE_RANK", "RANK"))
-
-
-def launched_as_machine_follower() -> bool:
-    """True in a DDP process other than its machine's first (``LOCAL_RANK`` above 0): the
-    processes of one machine share its terminal, those of another machine do not."""
-    return int(os.environ.get("LOCAL_RANK", "0") or 0) > 0
-
-
-def say_once_per_machine(line: str) -> None:
-    """Print a note or warning that every process of a DDP run reaches alike (it reads the same
-    command line and rows) from each machine's first process only: the others share its terminal."""
-    if not launched_as_machine_follower():
-        print(line, file=sys.stderr)
-
-
-def quiet_machine_followers() -> None:
-    """Log the library's warnings from each machine's first process only, as
-    :func:`say_once_per_machine` prints notes and ``cli.report_error`` refusals: every process
-    reads the same rows and settings, so a machine's other processes would repeat its first one's
-    warnings word for word (the data's clipped bounds, a teacher batch drawn with replacement).
-    Their errors still print."""
-    from lightning_dpgan.console_log import LIBRARY_LOGGER
-
-    if launched_as_machine_follower():
-        logging.getLogger(LIBRARY_LOGGER).setLevel(logging.ERROR)
-
-
-def launched_process_name() -> str:
-    """This DDP process as its launcher numbered it (``rank 3`` under torchrun, else ``node 1,
-    local rank 2``), for messages that only some processes may print."""
-    if os.environ.get("RANK"):
-        return f"rank {os.environ['RANK']}"
-    return f"node {os.environ.get('NODE_RANK') or 0}, local rank {os.environ.get('LOCAL_RANK') or 0}"
 
 
 def rows_per_process(rows: int, processes: int) -> int:
@@ -206,6 +173,7 @@ def gather_shards_on_rank_zero(tensor: Tensor, total: int) -> Tensor:
 
 __all__ = [
     "average_gradients", "batches_per_process", "decided_by_rank_zero", "drawn_by_rank_zero", "from_rank_zero",
-    "gather_shards_on_rank_zero", "is_distributed", "is_rank_zero", "launched_as_follower", "own_share_of_draw", "rank",
-    "rows_per_process", "shard", "sum_across_ranks", "world_size",
+    "gather_shards_on_rank_zero", "is_distributed", "is_rank_zero", "launched_as_follower",
+    "launched_as_machine_follower", "launched_process_name", "own_share_of_draw", "quiet_machine_followers", "rank",
+    "rows_per_process", "say_once_per_machine", "shard", "sum_across_ranks", "world_size",
 ]

@@ -1,7 +1,8 @@
 """Names users type (``--model gan``) mapped to the classes that implement them.
 
 Entries are import paths, loaded on first use, so adding a model is one line here and
-``--help`` can list everything with the first line of each class docstring.
+``--help`` can list everything with the first line of each class docstring, read from the
+source files without importing them (:mod:`lightning_dpgan.class_source`).
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from lightning_dpgan import class_source
 
 
 @dataclass(frozen=True)
@@ -27,10 +30,29 @@ class Entry:
 
     @property
     def description(self) -> str:
-        if self.summary:
+        """The summary, else the first line of the class's docstring: read from its source file
+        (:mod:`lightning_dpgan.class_source`), imported only when that cannot be read."""
+        if self.summary or self.target is None:
             return self.summary
+        module_name, _, attr = self.target.partition(":")
+        line = class_source.first_doc_line(module_name, attr)
+        if line is not None:
+            return line
         doc = (self.load().__doc__ or "").strip()
         return doc.splitlines()[0] if doc else ""
+
+    def settings(self) -> list[str]:
+        """The keyword arguments the class takes (``**kwargs`` followed to its bases), read from
+        source like :attr:`description`; [] for the empty choice."""
+        if self.target is None:
+            return []
+        module_name, _, attr = self.target.partition(":")
+        names = class_source.constructor_arguments(module_name, attr)
+        if names is not None:
+            return names
+        from lightning_dpgan.argument_types import init_arguments
+
+        return list(init_arguments(self.load()))
 
 
 def _table(*entries: Entry) -> dict[str, Entry]:
@@ -111,13 +133,10 @@ def describe_settings(kind: str, section: str, provided: tuple[str, ...] = ()) -
     """Per registered class, the dotted overrides its constructor takes (``--privacy.sigma1``
     ...) but ``provided`` (set by flags), for ``--help``: where an error says "the strategy's
     settings", this lists them."""
-    from lightning_dpgan.config import init_arguments
-
     lines = []
     for name, entry in TABLES[kind].items():
-        cls = entry.load()
-        if cls is not None:
-            settings = ", ".join(f"--{section}.{arg}" for arg in init_arguments(cls) if arg not in provided)
+        if entry.target is not None:
+            settings = ", ".join(f"--{section}.{arg}" for arg in entry.settings() if arg not in provided)
             lines.append(textwrap.fill(settings, width=100, initial_indent=f"  {name}: ", subsequent_indent="    "))
     return "\n".join(lines)
 

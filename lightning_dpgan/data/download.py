@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from lightning_dpgan.error_text import first_line
-from lightning_dpgan.outputs import file_creation_mask
 
 log = logging.getLogger(__name__)
 
@@ -296,6 +295,8 @@ def is_valid_copy(path: Path, remote: RemoteFile) -> bool:
 
 def _download_verified(url: str, remote: RemoteFile, dest: Path) -> None:
     """Download ``url`` next to ``dest``, verify it, then atomically move it onto ``dest``."""
+    from lightning_dpgan.outputs import file_creation_mask  # outputs imports torch: not for every command's --help
+
     log.info("Downloading %s from %s", remote.name, url)
     fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{remote.name}.", suffix=".part")
     tmp = Path(tmp_name)
