@@ -37,7 +37,6 @@ would pass a training that leaks up to that share more than it claims.
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import math
 import sys
@@ -54,20 +53,15 @@ from torch.utils.data import TensorDataset
 
 from lightning_dpgan import registry, run_folder
 from lightning_dpgan.config import ConfigError
+from lightning_dpgan.audit_options import DEFAULT_SAMPLES, DEFAULT_TRIALS, MIN_CONFIDENCE, audit_parser
 from lightning_dpgan.outputs import write_json
 from lightning_dpgan.privacy.audit import epsilon_lower_bound
 
 AUDIT_FILE = run_folder.AUDIT_REPORT
-DEFAULT_TRIALS = 20
-DEFAULT_SAMPLES = 2000
 #: The W&B tag of every trial's run (its privacy figures are the claim under test).
 AUDIT_TRIAL_TAG = "audit-trial"
 #: How a trial's score becomes a guess (written into audit.json).
 DECISION = "canary guessed when score <= threshold (score: distance from the canary to its nearest generated record)"
-#: Below this confidence a sound mechanism is often called a violation (at 0.5, a randomized
-#: response exactly at its ε = 1 with 50 trials per side is, about one audit in thirteen; at
-#: ε = 2, one in ten).
-MIN_CONFIDENCE = 0.9
 #: More trials than this (each a whole training run) is a typo, refused before any is drawn (a
 #: trillion asked for ended in numpy's MemoryError while the trials' seeds were chosen).
 MAX_TRIALS = 100_000
@@ -637,29 +631,6 @@ def canary_description(runs: Sequence[TrialRun]) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- command line
-def audit_parser() -> argparse.ArgumentParser:
-    from lightning_dpgan.cli import command_parser
-
-    parser = command_parser(
-        "audit",
-        "Empirical privacy audit: re-train the model TRIALS times, half of them with a canary "
-        "record, test the released generator for the canary and bound epsilon from below "
-        "(writes audit.json). Every other argument is a train.py flag or dotted override.",
-        allow_abbrev=False,
-    )
-    parser.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help=f"counted trials, even (default {DEFAULT_TRIALS})")
-    parser.add_argument("--confidence", type=float, default=0.95,
-                        help=f"confidence of the Clopper-Pearson bound, in [{MIN_CONFIDENCE}, 1) (default 0.95)")
-    parser.add_argument("--calibration-trials", dest="calibration_trials", type=int,
-                        help="extra trials that choose the threshold and are not counted, even "
-                             "(default: half the counted trials rounded down to an even number, at least 2)")
-    parser.add_argument("--threshold", type=float,
-                        help="fix the decision threshold in advance (distance); skips calibration")
-    parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES,
-                        help=f"records drawn per trial for the test (default {DEFAULT_SAMPLES})")
-    return parser
-
-
 def audit_command(argv: list[str]) -> Path:
     """``python -m lightning_dpgan audit``: returns the path of ``audit.json``."""
     from lightning_dpgan.cli import build_config

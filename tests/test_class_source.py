@@ -131,7 +131,8 @@ def test_a_module_outside_the_package_is_not_read():
     assert class_source.module_file("lightning_dpgan.datamodules.adult") == REPO / "datamodules" / "adult.py"
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["sample", "--help"], ["evaluate", "--help"]])
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["sample", "--help"], ["evaluate", "--help"],
+                                  ["audit", "--help"], ["audit", "--trials", "x"]])
 def test_help_answers_without_importing_torch(argv):
     """Help used to import every registered class (torch, Lightning, Opacus) before it printed:
     about ten seconds. It must still list the classes with their descriptions."""
