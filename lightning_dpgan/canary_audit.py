@@ -52,8 +52,8 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import TensorDataset
 
 from lightning_dpgan import registry, run_folder
-from lightning_dpgan.config import ConfigError
 from lightning_dpgan.audit_options import DEFAULT_SAMPLES, DEFAULT_TRIALS, MIN_CONFIDENCE, audit_parser
+from lightning_dpgan.config import ConfigError
 from lightning_dpgan.outputs import write_json
 from lightning_dpgan.privacy.audit import epsilon_lower_bound
 

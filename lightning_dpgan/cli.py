@@ -679,7 +679,7 @@ def usage() -> str:
 def _loaded(module: str, name: str) -> tuple[type, ...]:
     """Class ``name`` of ``module`` if that module is loaded, else nothing. Lightning's exceptions
     are named this way: one can only have been raised once Lightning was imported, and the
-    commands' ``--help`` and ``--version`` answer in a second because they never import it."""
+    commands' ``--help`` answers in a fraction of a second because it never imports it."""
     loaded = sys.modules.get(module)
     return (getattr(loaded, name),) if loaded is not None else ()
 
