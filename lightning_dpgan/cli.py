@@ -34,7 +34,19 @@ from typing import Any
 import yaml
 
 from lightning_dpgan import registry
-from lightning_dpgan.config import BOOLEAN_SETTINGS, CODE_DEFAULTS, FLAG_KEYS, PRIVACY_PROVIDED, ConfigError, load_yaml, parse_value, resolve
+from lightning_dpgan.config import (
+    BOOLEAN_SETTINGS,
+    CODE_DEFAULTS,
+    DEFAULT_QUAIL_SYNTHESIZER,
+    FLAG_KEYS,
+    MODEL_PROVIDED,
+    PRIVACY_PROVIDED,
+    QUAIL,
+    ConfigError,
+    load_yaml,
+    parse_value,
+    resolve,
+)
 from lightning_dpgan.data.download import DataIntegrityError
 from lightning_dpgan.error_text import first_line
 from lightning_dpgan.host_memory import reuse_freed_memory
@@ -101,7 +113,33 @@ def add_version_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", action=_PrintVersion, help=VERSION_HELP)
 
 
-def _train_parser() -> argparse.ArgumentParser:
+def chosen_settings(argv: list[str]) -> str:
+    """For ``train --help``: the dotted overrides of the model and dataset the command line names
+    (with ``--model quail``, QUAIL's own ``--quail.*`` and its synthesizer's ``--model.*``), or how
+    to have them listed. Every model's would be a page; the privacy strategies' few are listed."""
+    scan = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for flag in ("--model", "--dataset", "--quail-synthesizer"):
+        scan.add_argument(flag)
+    scan.add_argument("--quail.synthesizer", dest="dotted_synthesizer")
+    chosen, _ = scan.parse_known_args(argv)
+    lines = []
+    model = chosen.model
+    if model == QUAIL:
+        lines.append(registry.settings_line(QUAIL, registry.MODELS[QUAIL], QUAIL))
+        model = chosen.dotted_synthesizer or chosen.quail_synthesizer or DEFAULT_QUAIL_SYNTHESIZER
+    if model in registry.MODELS:
+        lines.append(registry.settings_line(model, registry.MODELS[model], "model", provided=MODEL_PROVIDED))
+    if chosen.dataset in registry.DATASETS:
+        lines.append(registry.settings_line(chosen.dataset, registry.DATASETS[chosen.dataset], "data"))
+    if not lines:
+        return ("settings of a model and dataset: give --model NAME and --dataset NAME with --help to list\n"
+                "their --model.* and --data.* settings")
+    return ("settings of the model and dataset given (their values: configs/, the precedence below):\n"
+            + "\n".join(lines))
+
+
+def _train_parser(chosen: str = "") -> argparse.ArgumentParser:
+    """``train``'s parser; ``chosen``: :func:`chosen_settings`' text for its help (only --help shows it)."""
     epilog = "\n\n".join(
         [
             "models:\n" + registry.describe("model"),
@@ -111,6 +149,7 @@ def _train_parser() -> argparse.ArgumentParser:
             "privacy\", says what each does):\n"
             + registry.describe_settings("privacy", "privacy", provided=PRIVACY_PROVIDED),
             "loggers (--logger):\n" + registry.describe("logger"),
+            *([chosen] if chosen else []),
             "Any argument of the model, datamodule, privacy strategy, logger or Lightning Trainer\n"
             "can be set with a dotted override, e.g. --model.lr_generator 1e-4 --data.num_workers 2\n"
             "--trainer.log_every_n_steps 10, and so can top-level settings: --sample_every_n_steps 500,\n"
@@ -316,7 +355,8 @@ def build_config(argv: list[str]) -> dict[str, Any]:
 
     argv = attach_negative_values(argv)
     notes = settings_given_twice(argv)
-    args, extra = _train_parser().parse_known_args(argv)
+    asks_help = any(arg in ("-h", "--help") for arg in argv)
+    args, extra = _train_parser(chosen_settings(argv) if asks_help else "").parse_known_args(argv)
     flags = {key: value for key, value in vars(args).items() if key != "config"}
     overrides = parse_overrides(extra)
     config = resolve(flags, overrides, config_file=args.config, notes=notes)

@@ -69,6 +69,8 @@ BOOLEAN_SETTINGS = ("evaluate", "overwrite")
 INVOCATION_ONLY = ("overwrite", "resume")
 #: A privacy strategy's arguments that --epsilon and --delta set (not dotted overrides)
 PRIVACY_PROVIDED = ("target_epsilon", "delta")
+#: A model's arguments the run fills in from its datamodule (not dotted overrides)
+MODEL_PROVIDED = ("data_shape", "num_classes", "table_layout")
 
 #: Settings that name a file or folder: a run's config.yaml holds them as absolute paths, so that
 #: ``--config`` and ``evaluate`` find the same data from any working directory.

@@ -133,12 +133,15 @@ def describe_settings(kind: str, section: str, provided: tuple[str, ...] = ()) -
     """Per registered class, the dotted overrides its constructor takes (``--privacy.sigma1``
     ...) but ``provided`` (set by flags), for ``--help``: where an error says "the strategy's
     settings", this lists them."""
-    lines = []
-    for name, entry in TABLES[kind].items():
-        if entry.target is not None:
-            settings = ", ".join(f"--{section}.{arg}" for arg in entry.settings() if arg not in provided)
-            lines.append(textwrap.fill(settings, width=100, initial_indent=f"  {name}: ", subsequent_indent="    "))
-    return "\n".join(lines)
+    return "\n".join(settings_line(name, entry, section, provided)
+                     for name, entry in TABLES[kind].items() if entry.target is not None)
+
+
+def settings_line(name: str, entry: Entry, section: str, provided: tuple[str, ...] = ()) -> str:
+    """``  name: --section.arg, ...`` wrapped at 100 columns: the dotted overrides ``entry``'s
+    class takes but ``provided``."""
+    settings = ", ".join(f"--{section}.{arg}" for arg in entry.settings() if arg not in provided)
+    return textwrap.fill(settings, width=100, initial_indent=f"  {name}: ", subsequent_indent="    ")
 
 
 def describe(kind: str) -> str:

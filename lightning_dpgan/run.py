@@ -34,6 +34,7 @@ from lightning_dpgan.config import (
     DEFAULT_QUAIL_SYNTHESIZER,
     FLAG_KEYS,
     INVOCATION_ONLY,
+    MODEL_PROVIDED,
     PRIVACY_PROVIDED,
     QUAIL,
     ConfigError,
@@ -57,7 +58,6 @@ from lightning_dpgan.run_folder import AUDIT_TRIAL_NOTE, LAST_CHECKPOINT, RELEAS
 from lightning_dpgan.sampling import read_run_info, resume_checkpoint, synthetic_row_chunks, table_labeler
 from lightning_dpgan.versions import software_versions
 
-MODEL_PROVIDED = ("data_shape", "num_classes", "table_layout")
 #: rank 0's released preprocessing, for the other processes of a DDP run (in the run folder)
 RANK_ZERO_RELEASE = ".released_preprocessing.pt"
 #: Run information about the private rows themselves, kept in the checkpoint only: never in the

@@ -676,6 +676,44 @@ def test_help_lists_each_privacy_strategys_settings_from_its_constructor():
     assert "--privacy.lap_inverse_scale" in lines["pate"] and "--privacy.target_epsilon" not in text
 
 
+def _settings_listed(capsys, argv):
+    """``train ARGV --help``'s section on the chosen model and dataset: {name: [dotted keys]}."""
+    with pytest.raises(SystemExit):
+        main(["train", *argv, "--help"])
+    out = capsys.readouterr().out
+    if "settings of the model and dataset given" not in out:
+        return None
+    section = out.split("settings of the model and dataset given", 1)[1].split("\n\n")[0]
+    entries = section.split("\n", 1)[1].replace("\n    ", " ").splitlines()
+    return {line.split(":")[0].strip(): [key.strip() for key in line.split(":", 1)[1].split(",")] for line in entries}
+
+
+def test_help_lists_the_settings_of_the_model_and_dataset_given(capsys):
+    """Every model's settings would be a page; --help after --model and --dataset lists theirs: the
+    keys a dotted override may set (those the run fills in itself left out), as a run checks them."""
+    from lightning_dpgan import registry
+    from lightning_dpgan.config import MODEL_PROVIDED, init_arguments
+
+    def keys(kind, name, section, provided=()):
+        cls = registry.lookup(kind, name).load()
+        return [f"--{section}.{arg}" for arg in init_arguments(cls) if arg not in provided]
+
+    listed = _settings_listed(capsys, ["--model", "dpgan", "--dataset", "adult"])
+    assert listed == {"dpgan": keys("model", "dpgan", "model", MODEL_PROVIDED), "adult": keys("dataset", "adult", "data")}
+    assert "--model.lr_generator" in listed["dpgan"] and "--model.data_shape" not in listed["dpgan"]
+    # QUAIL: its own settings, and the --model.* ones of the synthesizer it trains (dotted or flag)
+    for argv in (["--model", "quail", "--quail-synthesizer", "patectgan"], ["--model", "quail", "--quail.synthesizer", "patectgan"]):
+        assert _settings_listed(capsys, argv) == {"quail": keys("model", "quail", "quail"),
+                                                  "patectgan": keys("model", "patectgan", "model", MODEL_PROVIDED)}
+    assert set(_settings_listed(capsys, ["--model", "quail"])) == {"quail", "dpctgan"}
+    # nothing chosen, or a name that is not registered: how to have them listed
+    for argv in ([], ["--model", "nosuch"]):
+        assert _settings_listed(capsys, argv) is None
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "give --model NAME and --dataset NAME with --help" in capsys.readouterr().out
+
+
 def test_train_help_names_the_command_the_user_typed():
     """train.py and ``python -m lightning_dpgan train`` share one parser; its usage line names each."""
     through_module = subprocess.run([sys.executable, "-m", "lightning_dpgan", "train", "--help"],
