@@ -6,10 +6,13 @@ imports torch, Lightning and Opacus: about ten seconds on a small machine before
 appears. Their source files say the same without being imported, so these functions parse them
 with :mod:`ast` instead.
 
-What the source cannot settle without running code (a base class that is not a plain name
-imported from this package, several bases, a file that is not Python source) gives ``None``,
-and the caller imports the class (:class:`lightning_dpgan.registry.Entry`): slower, never
-different. ``tests/test_class_source.py`` checks both give the same for every registered class.
+Bases are followed in Python's method resolution order across this package's modules. What
+the source cannot settle without running code gives ``None`` -- a base made at run time or
+renamed on import, a metaclass, a decorated class (``@dataclass`` writes its ``__init__``), a
+``**kwargs`` chain that reaches a class from another package, a file that is not Python
+source -- and the caller imports the class (:class:`lightning_dpgan.registry.Entry`): slower,
+never different. ``tests/test_class_source.py`` checks both give the same for every registered
+class.
 """
 from __future__ import annotations
 
@@ -117,13 +120,25 @@ def _linearization(where: ClassName) -> list[ClassName] | None:
     if not _own(where):
         return [where, OBJECT]
     node = _class_def(*where)
-    bases = _bases_of(where[0], node) if node is not None else None
+    if node is None or _constructor_made_elsewhere(node):
+        return None
+    bases = _bases_of(where[0], node)
     if bases is None:
         return None
     lines = [_linearization(base) for base in bases] or [[OBJECT]]
     if any(line is None for line in lines):
         return None
     return _c3_merge([where], *[list(line) for line in lines], list(bases))
+
+
+def _constructor_made_elsewhere(node: ast.ClassDef) -> bool:
+    """Whether the class's ``__init__`` may come from somewhere its source does not spell out: a
+    decorator (``@dataclass`` writes one) or an assignment to ``__init__`` in its body."""
+    assigned = any(isinstance(item, (ast.Assign, ast.AnnAssign))
+                   and any(isinstance(target, ast.Name) and target.id == "__init__"
+                           for target in (item.targets if isinstance(item, ast.Assign) else [item.target]))
+                   for item in node.body)
+    return bool(node.decorator_list) or assigned
 
 
 def _c3_merge(head: list[ClassName], *sequences: list[ClassName]) -> list[ClassName] | None:

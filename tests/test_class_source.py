@@ -100,6 +100,7 @@ def test_what_the_source_cannot_settle_is_left_to_the_import(monkeypatch, tmp_pa
     _fake_modules(monkeypatch, tmp_path, {
         "fake_outside": """
             import argparse
+            import dataclasses
 
             class Outside(argparse.ArgumentParser):
                 def __init__(self, mine=1, **kwargs):
@@ -114,11 +115,20 @@ def test_what_the_source_cannot_settle_is_left_to_the_import(monkeypatch, tmp_pa
 
             class FromMade(Made):
                 pass
+
+            @dataclasses.dataclass
+            class Fields:
+                size: int = 1
+
+            class Assigned:
+                __init__ = Fields.__init__
             """,
     })
     assert class_source.constructor_arguments("lightning_dpgan.fake_outside", "Outside") is None
     assert class_source.constructor_arguments("lightning_dpgan.fake_outside", "Stops") == ["mine"]
     assert class_source.constructor_arguments("lightning_dpgan.fake_outside", "FromMade") is None
+    for made_elsewhere in ("Fields", "Assigned"):  # a decorator's or an assignment's __init__: not in the source
+        assert class_source.constructor_arguments("lightning_dpgan.fake_outside", made_elsewhere) is None
     assert class_source.first_doc_line("lightning_dpgan.fake_outside", "Missing") is None
     entry = registry.Entry("outside", "lightning_dpgan.fake_outside:Outside")
     assert entry.settings() == list(init_arguments(entry.load()))
