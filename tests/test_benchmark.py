@@ -1275,7 +1275,10 @@ def never_run(*args, **kwargs):
     (["--seeds", "0", "-1"], r"--seeds -1: seeds are whole numbers from 0"),
     (["--models", "quail", "gan"], r"--models gan trains without privacy \(--privacy none\)"),
     (["--models", "wgan", "dpgan", "ctgan"], r"--models wgan ctgan train without privacy.*-- --privacy dp-sgd"),
-    (["--datasets", "adult", "adlut"], "--datasets: .*adlut"),
+    (["--datasets", "adult", "adlut"], "--datasets: .*adlut.*Did you mean 'adult'"),
+    # any CSV has no schema or split of its own to compare on: not offered, and refused as such
+    (["--datasets", "nosuch"], r"Valid dataset names: mnist, fashion-mnist, adult, king, kaggle-credit\.$"),
+    (["--datasets", "csv", "--", "--data.csv", "my.csv"], "--datasets csv: the suites run the named datasets.*train --dataset csv"),
     (["--cnn-epochs", "3"], "--cnn-epochs set how image runs are scored, and the grid has no image dataset"),
     (["--n-synthetic", "50", "--cnn-epochs", "3"], "--n-synthetic and --cnn-epochs set how image runs are scored"),
     (["--max-steps", "0"], "--max-steps must be 1 or more, not 0"),  # 0 passed on nothing: the presets' whole length
