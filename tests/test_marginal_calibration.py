@@ -147,6 +147,16 @@ def test_calibration_is_kept_in_the_description_and_needs_released_marginals(cal
         TableTransformer.from_bounds(SCHEMA).with_calibration(True)
 
 
+def test_calibration_refused_when_the_threshold_left_no_marginal_says_so():
+    """A threshold that cut every bin leaves nothing to calibrate to; it was told to train again
+    with --data.modes dp, which it had done. Without calibration the same release still trains."""
+    fit = dict(mixed=MIXED, log_columns=LOG, rng=np.random.default_rng(0), threshold=1e9)
+    with pytest.raises(ValueError, match=r"nothing to calibrate to.*Lower --data.histogram_threshold"):
+        TableTransformer.fit_dp(make_frame(300), SCHEMA, 1.0, calibrated=True, **fit)
+    transformer, _ = TableTransformer.fit_dp(make_frame(300), SCHEMA, 1.0, **fit)
+    assert all(encoder.marginal is None for encoder in transformer.encoders)
+
+
 @pytest.mark.parametrize("settings, message", [
     (dict(calibrate_marginals=True), "needs --data.encoding mode-specific with --data.modes dp"),
     (dict(encoding="mode-specific", modes="bounds", calibrate_marginals=True), "needs --data.encoding mode-specific"),

@@ -399,6 +399,11 @@ class TableTransformer:
                 normalizer = ModeSpecificNormalizer.fit_histogram(histogram.edges, histogram.counts, max_modes, seed)
                 encoders.append(ColumnEncoder(column, MODE_SPECIFIC, normalizer, tuple(mixed.get(column.name, ())),
                                               column.name in log_columns, marginal=Marginal.from_histogram(histogram, column.bounds[0])))
+        if calibrated and not any(encoder.marginal is not None for encoder in encoders):
+            raise ValueError("--data.calibrate_marginals has nothing to calibrate to: no numeric column's released "
+                             "histogram kept a positive count (its noise, or --data.histogram_threshold cutting "
+                             "every bin; the warnings above say how much each kept). Lower "
+                             "--data.histogram_threshold, or leave calibration off")
         return cls(schema, encoders, "dp", calibrated)
 
     @classmethod
