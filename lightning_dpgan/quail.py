@@ -38,6 +38,7 @@ from torch import nn
 
 from lightning_dpgan.config import DEFAULT_QUAIL_SYNTHESIZER
 from lightning_dpgan.data.schema import TableSchema, column_names
+from lightning_dpgan.privacy.accountants.opacus_adapter import UnreachableEpsilon
 from lightning_dpgan.privacy.composition import release_fields
 from lightning_dpgan.privacy.dp_label_model import ARCHITECTURES, DPSGDSettings, label_network, train_dp_label_model
 
@@ -201,7 +202,13 @@ class QUAIL:
         with torch.random.fork_rng():  # the initial weights from the seed, without touching the run's RNG
             torch.manual_seed(seed)
             network = label_network(self.label_model, features.shape[1], targets.shape[1], hidden)
-        cost = train_dp_label_model(network, features, targets, label_epsilon, label_delta, self.settings)
+        try:
+            cost = train_dp_label_model(network, features, targets, label_epsilon, label_delta, self.settings)
+        except UnreachableEpsilon as error:  # its target is a share of the user's: name the settings that set it
+            raise ValueError(
+                f"QUAIL's label model gets --quail-split {self.split:g} of --epsilon {epsilon:g} and --delta {delta:g} "
+                f"(epsilon {label_epsilon:.3g}, delta {label_delta:.3g}), and at that share {error.reason}. Raise "
+                "--quail-split, or --epsilon") from error
         # the target it had its share of: a resume may raise --epsilon, and split is of this one
         cost = {**cost, "split": self.split, "of_epsilon": epsilon, "of_delta": delta,
                 "scale_share": self.settings.scale_share}

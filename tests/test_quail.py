@@ -753,6 +753,21 @@ def test_fit_labeler_trains_the_label_model_at_split_of_the_budget(monkeypatch, 
     assert seen == [pytest.approx(expected)]
 
 
+def test_a_split_too_small_for_any_label_model_names_the_split_not_a_target_the_user_never_set():
+    """At --quail-split 1e-9 no noise gets the label model to its share; the accountant's own
+    words ("raise the target epsilon", epsilon=1e-09) named a target the user had not given."""
+    from lightning_dpgan.quail import QUAIL
+
+    datamodule = AdultDataModule(data_dir=FIXTURES / "adult_tiny", download=False, batch_size=8)
+    datamodule.setup()
+    with pytest.raises(ValueError) as refused:
+        QUAIL(split=1e-9, batch_size=8).fit_labeler(datamodule, 1.0, 1e-4, "add-remove")
+    message = str(refused.value)
+    assert message.startswith("QUAIL's label model gets --quail-split 1e-09 of --epsilon 1 and --delta 0.0001 "
+                              "(epsilon 1e-09, delta 1e-13), and at that share however much noise is added")
+    assert message.endswith("Raise --quail-split, or --epsilon") and "target epsilon" not in message
+
+
 def test_quail_delta_not_below_one_over_n_is_refused_before_the_label_model_trains(tmp_path, capsys, monkeypatch):
     """A QUAIL run with delta >= 1/n is refused before its label model reads a row (the training
     strategy would refuse it too, but only after the label model had trained on the data)."""

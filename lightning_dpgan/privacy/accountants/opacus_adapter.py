@@ -30,6 +30,15 @@ _OPACUS_ACCOUNTANTS: dict[str, type[IAccountant]] = {
 }
 
 
+
+class UnreachableEpsilon(ValueError):
+    """No noise multiplier meets the target: ``reason`` says why, without the remedy the message
+    gives (a caller that set the target from other settings names those instead)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
 def _check_kind(kind: str) -> None:
     if kind not in _OPACUS_ACCOUNTANTS:
         raise ValueError(
@@ -193,14 +202,14 @@ def calibrate_noise_multiplier(
                           "the PRV accountant (within its error margin)")
             rdp_reaches = kind == "prv" and target_epsilon > rdp_epsilon_floor(delta)
             other = ", or use --privacy.accountant rdp" if rdp_reaches else ""
-            raise ValueError(
-                f"cannot reach epsilon={target_epsilon} at delta={delta}: however much noise is added, {accountant} "
-                f"certifies no less than epsilon {floor:.3g} at that delta. Raise the target epsilon to more than "
-                f"that, or the delta{other}") from error
-        raise ValueError(
-            f"cannot reach epsilon={target_epsilon} at delta={delta} with {steps} steps at "
-            f"sample rate {sample_rate} ({kind} accounting): even a noise multiplier of 1e6 "
-            "spends more. Raise the target epsilon, or train for fewer steps or with a "
-            f"smaller sample rate. (Opacus: {error})"
-        ) from error
+            reason = (f"however much noise is added, {accountant} certifies no less than epsilon {floor:.3g} at "
+                      "that delta")
+            raise UnreachableEpsilon(
+                f"cannot reach epsilon={target_epsilon:.6g} at delta={delta:.6g}: {reason}. Raise the target epsilon to "
+                f"more than that, or the delta{other}", reason) from error
+        reason = (f"with {steps} steps at sample rate {sample_rate} ({kind} accounting) even a noise multiplier of "
+                  "1e6 spends more")
+        raise UnreachableEpsilon(
+            f"cannot reach epsilon={target_epsilon:.6g} at delta={delta:.6g}: {reason}. Raise the target epsilon, or "
+            f"train for fewer steps or with a smaller sample rate. (Opacus: {error})", reason) from error
     return float(sigma)
