@@ -62,6 +62,8 @@ EARLIER_DP_SCHEMA_COST: dict[str, Any] = {
                  "not in this total)"}
 BOUNDS_MODES_COST: dict[str, Any] = {"epsilon": 0.0, "delta": 0.0, "mechanism": "modes from public bounds (no data read)"}
 ENCODINGS = ("minmax", "mode-specific")
+#: ε of the modes' DP histogram unless ``modes_epsilon`` says otherwise.
+DEFAULT_MODES_EPSILON = 0.1
 #: How the mode-specific encoding holds a continuous label (see ``label_encoding``).
 LABEL_ENCODINGS = ("scalar", "mode-specific")
 #: Public salt of the draw that assigns each value its mode (CTGAN samples it from the
@@ -136,7 +138,7 @@ class TabularDataModule(L.LightningDataModule):
         split_seed: int = 0,
         encoding: str = "minmax",
         modes: str = "dp",
-        modes_epsilon: float = 0.1,
+        modes_epsilon: float = DEFAULT_MODES_EPSILON,
         max_modes: int = 10,
         histogram_bins: int = 64,
         mixed: Mapping[str, Sequence[float]] | None = None,
@@ -799,6 +801,15 @@ def _check_encoding_args(
         raise ValueError(f"--data.histogram_threshold must be a finite number >= 0, got {histogram_threshold!r}")
     if not isinstance(calibrate_marginals, bool):
         raise ValueError(f"--data.calibrate_marginals must be true or false, got {calibrate_marginals!r}")
+    histogram_settings = [flag for flag, given in (("--data.modes_epsilon", modes_epsilon != DEFAULT_MODES_EPSILON),
+                                                   ("--data.histogram_threshold", histogram_threshold != 0))
+                          if given]
+    if histogram_settings and (encoding != "mode-specific" or modes != "dp"):  # else taken, and nothing done with them
+        releases = f"--data.encoding {encoding}" if encoding != "mode-specific" else "--data.modes bounds"
+        raise ValueError(f"{' and '.join(histogram_settings)} set{'s' if len(histogram_settings) == 1 else ''} the DP "
+                         "histogram of the mode-specific encoding's modes (--data.encoding mode-specific with "
+                         f"--data.modes dp); with {releases} no histogram is released and nothing is spent on "
+                         "modes: leave them out")
     if calibrate_marginals and (encoding != "mode-specific" or modes != "dp"):
         raise ValueError("--data.calibrate_marginals moves generated columns onto the DP histogram of the "
                          "mode-specific encoding: it needs --data.encoding mode-specific with --data.modes dp")

@@ -161,10 +161,20 @@ def test_calibration_refused_when_the_threshold_left_no_marginal_says_so():
     (dict(calibrate_marginals=True), "needs --data.encoding mode-specific with --data.modes dp"),
     (dict(encoding="mode-specific", modes="bounds", calibrate_marginals=True), "needs --data.encoding mode-specific"),
     (dict(encoding="mode-specific", calibrate_marginals="yes"), "calibrate_marginals must be true or false"),
+    # the histogram's own settings where none is released: they were taken, recorded and did nothing
+    (dict(modes_epsilon=0.5), r"^--data.modes_epsilon sets the DP histogram .* with --data.encoding minmax no "
+                              "histogram is released and nothing is spent on modes"),
+    (dict(encoding="mode-specific", modes="bounds", modes_epsilon=0.5, histogram_threshold=3),
+     r"^--data.modes_epsilon and --data.histogram_threshold set the DP histogram .* with --data.modes bounds"),
 ])
 def test_the_datamodule_refuses_calibration_without_a_dp_histogram(settings, message):
     with pytest.raises(ValueError, match=message):
         AdultDataModule(**settings)
+
+
+def test_the_histograms_settings_are_taken_where_it_is_released_and_their_defaults_anywhere():
+    AdultDataModule(encoding="mode-specific", modes_epsilon=0.5, histogram_threshold=3)
+    AdultDataModule(modes_epsilon=0.1, histogram_threshold=0)  # as a run's config.yaml lists them
 
 
 def test_a_resumed_datamodule_calibrates_as_this_run_asks(calibrated_transformer):
