@@ -44,6 +44,8 @@ from lightning_dpgan.privacy.dp_label_model import ARCHITECTURES, DPSGDSettings,
 
 
 LABEL_DRAWS = ("sample", "most-likely")
+#: The MLP label model's hidden widths unless ``--quail.hidden`` says otherwise.
+DEFAULT_HIDDEN = (64,)
 
 
 def check_label_draw(labels: str) -> None:
@@ -151,7 +153,7 @@ class QUAIL:
         synthesizer: str = DEFAULT_QUAIL_SYNTHESIZER,
         split: float = 0.5,
         label_model: str = "logistic",
-        hidden: int | Sequence[int] = (64,),
+        hidden: int | Sequence[int] = DEFAULT_HIDDEN,
         epochs: int = 10,
         batch_size: int = 256,
         lr: float = 0.01,
@@ -169,6 +171,9 @@ class QUAIL:
         hidden = [hidden] if isinstance(hidden, int) else list(hidden)
         if not hidden or not all(isinstance(width, int) and width > 0 for width in hidden):
             raise ValueError(f"--quail.hidden must be a list of positive widths, got {hidden!r}")
+        if label_model != "mlp" and hidden != list(DEFAULT_HIDDEN):  # else taken, recorded, and unused
+            raise ValueError(f"--quail.hidden {hidden} sets the hidden layers of --quail.label_model mlp; the "
+                             f"{label_model} label model has none: add --quail.label_model mlp, or leave --quail.hidden out")
         self.synthesizer = synthesizer
         self.split = float(split)
         self.label_model = label_model

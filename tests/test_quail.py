@@ -364,10 +364,23 @@ def test_fit_labeler_builds_the_label_model_asked_for_without_touching_the_runs_
     datamodule.setup()
     torch.manual_seed(99)
     before = torch.get_rng_state()
-    labeler = QUAIL(batch_size=8, label_model=label_model, hidden=[6]).fit_labeler(datamodule, 8.0, 1e-4, "add-remove")
+    widths = {"hidden": [6]} if label_model == "mlp" else {}
+    labeler = QUAIL(batch_size=8, label_model=label_model, **widths).fit_labeler(datamodule, 8.0, 1e-4, "add-remove")
     assert torch.equal(torch.get_rng_state(), before)
     assert [type(layer) for layer in labeler.network] == layers
     assert labeler.hidden == hidden and labeler.network[0].out_features == (hidden or [2])[0]
+
+
+def test_hidden_widths_for_a_label_model_without_hidden_layers_are_refused():
+    """--quail.hidden with the logistic label model was taken, written to config.yaml and unused
+    (privacy.json said hidden []); its default, as a run's config.yaml lists it, still passes."""
+    from lightning_dpgan.quail import DEFAULT_HIDDEN, QUAIL
+
+    with pytest.raises(ValueError, match=r"^--quail.hidden \[16\] sets the hidden layers of --quail.label_model mlp; "
+                                         r"the logistic label model has none"):
+        QUAIL(hidden=[16])
+    assert QUAIL(hidden=list(DEFAULT_HIDDEN)).label_model == "logistic"
+    assert QUAIL(label_model="mlp", hidden=16).hidden == [16]
 
 
 def test_fit_labeler_trains_the_label_model_on_the_log_scaled_features(monkeypatch):
