@@ -54,10 +54,17 @@ def test_train_refuses_a_dev_fraction_before_training(tmp_path, capsys):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
-@pytest.mark.parametrize("n,fraction", [(10, 0.01), (10, 0.99)])
-def test_a_fraction_that_leaves_a_part_empty_is_refused(n, fraction):
-    with pytest.raises(ValueError, match="need at least one record"):
+@pytest.mark.parametrize("n,fraction,held,left", [(10, 0.01, 0, 10), (10, 0.99, 10, 0)])
+def test_a_fraction_that_leaves_a_part_empty_is_refused(n, fraction, held, left):
+    """The message counts both parts (it read "leaves 10 of 10 training records for the dev split"
+    when none was left to train on) and gives the fractions that work, which do."""
+    with pytest.raises(ValueError, match=rf"^--data.dev_fraction {fraction} of 10 training records holds {held} out for "
+                                         rf"the dev split and leaves {left} to train on; each needs at least one record "
+                                         r"\(a fraction from 0.1 to 0.9 gives both\)$"):
         dev_split(n, fraction)
+    for working in (0.1, 0.9):
+        kept, dev = dev_split(n, working)
+        assert len(kept) and len(dev)
 
 
 def test_image_dev_records_leave_training_and_only_they_are_the_dev_split(tiny_image_data_dir, tmp_path):
