@@ -256,6 +256,9 @@ def resolve(flags: dict[str, Any], overrides: dict[str, Any], config_file: str |
     # (quail-dpctgan_king_eps1.yaml: DP-CTGAN's histogram settings, which another synthesizer refused)
     models = [model]
     if model == QUAIL:
+        if "" in (get_dotted(cli, "quail.synthesizer"), get_dotted(user, "quail.synthesizer")):
+            raise ConfigError(f"--quail-synthesizer is empty: name the table model that generates the features, or "
+                              f"leave it out for {DEFAULT_QUAIL_SYNTHESIZER}")
         synthesizer = get_dotted(cli, "quail.synthesizer") or get_dotted(user, "quail.synthesizer") or DEFAULT_QUAIL_SYNTHESIZER
         set_dotted(cli, "quail.synthesizer", synthesizer)
         models = [synthesizer, model, f"{QUAIL}-{synthesizer}"]

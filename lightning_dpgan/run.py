@@ -599,9 +599,11 @@ class Run:
             raise ConfigError("--quail-synthesizer names the model that generates the features; it cannot be quail")
         if synthesizer is not None and synthesizer not in registry.MODELS:
             names = [name for name in registry.MODELS if name != QUAIL]
+            private = [name for name in names if getattr(registry.MODELS[name].load(), "default_privacy", "none") != "none"]
             hint = registry.did_you_mean(synthesizer, names)
-            raise ConfigError(f"--quail-synthesizer {synthesizer} is not a model.{hint} It takes a table model that trains "
-                              f"privately (its own strategy or --privacy): {', '.join(names)}")
+            raise ConfigError(f"--quail-synthesizer {synthesizer} is not a model.{hint} It takes a table model that "
+                              f"trains privately: {', '.join(private)}; or {', '.join(n for n in names if n not in private)} "
+                              "with a privacy strategy (--privacy dp-sgd, ...)")
         return QuailSettings(**section_arguments(self.config, QUAIL, QuailSettings))
 
     def _build_datamodule(self) -> L.LightningDataModule:
@@ -704,10 +706,11 @@ class Run:
                           "choose a private model or a privacy strategy (see --help), or drop --epsilon/--delta "
                           "(a private model's preset sets them: for a non-private baseline, train the non-private "
                           "model it builds on, gan, wgan or ctgan)")
+                targets = ", ".join(f"{key} {self.config[key]:g}" for key in ("epsilon", "delta")
+                                    if self.config[key] is not None)
                 raise ConfigError(
-                    f"an epsilon/delta is set (by a flag, a config file or a preset: epsilon {self.config['epsilon']}, "
-                    f"delta {self.config['delta']}), but {subject} trains with --privacy none, so its output would "
-                    f"carry no privacy guarantee: {remedy}.")
+                    f"an epsilon/delta is set (by a flag, a config file or a preset: {targets}), but {subject} trains "
+                    f"with --privacy none, so its output would carry no privacy guarantee: {remedy}.")
             settings = sorted(key for key in section if key != "name")
             if settings:  # e.g. --privacy.noise_multiplier without --privacy dp-sgd: no noise would be added
                 raise ConfigError(

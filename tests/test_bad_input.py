@@ -828,14 +828,16 @@ def test_an_empty_output_dir_is_refused_not_replaced_by_the_default_folder(tiny_
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("budget", [["--epsilon", "5"], ["--delta", "1e-5"]], ids=["epsilon", "delta"])
+@pytest.mark.parametrize("budget,named", [(["--epsilon", "5"], "epsilon 5)"), (["--delta", "1e-5"], "delta 1e-05)")],
+                         ids=["epsilon", "delta"])
 def test_a_budget_for_a_non_private_model_is_refused_whichever_half_is_given(tiny_image_data_dir, tmp_path, capsys,
-                                                                              budget):
+                                                                              budget, named):
     """--delta alone, like --epsilon alone, says the user expects a guarantee: a model that trains
-    with --privacy none would ignore it and release its output with none."""
+    with --privacy none would ignore it and release its output with none. The message names the
+    half that was set (it said "delta None" of the other)."""
     out = tmp_path / "out"
     assert_refused(tiny_run_args(tiny_image_data_dir, out) + budget, capsys, "an epsilon/delta is set",
-                   "trains with --privacy none")
+                   f"a config file or a preset: {named}", "trains with --privacy none")
     assert not out.exists()
 
 

@@ -682,6 +682,11 @@ def test_quail_with_another_synthesizer_leaves_out_the_presets_tuned_for_dp_ctga
     (["--quail-synthesizer", "dpctgn"], "--quail-synthesizer dpctgn is not a model. Did you mean 'dpctgan'? It takes a "
                                         "table model that trains privately"),
     (["--quail-synthesizer", "quail"], "it cannot be quail"),
+    # the list told apart: ctgan, offered as one that "trains privately", was then refused without --privacy
+    (["--quail-synthesizer", "nosuch"], "trains privately: dpgan, pategan, gpate, gswgan, dpctgan, patectgan, "
+                                        "dpsactgan; or gan, wgan, ctgan with a privacy strategy (--privacy dp-sgd"),
+    (["--quail-synthesizer", ""], "--quail-synthesizer is empty: name the table model that generates the features, "
+                                  "or leave it out for dpctgan"),
     # a private synthesizer with its strategy turned off was told to give "a private --quail-synthesizer"
     (["--quail-synthesizer", "dpctgan", "--privacy", "none"], "--privacy none turns a private model's off"),
     (["--quail.label_model", "forest"], "--quail.label_model must be one of"),
