@@ -84,9 +84,9 @@ class CSVDataModule(TabularDataModule):
         if kwargs.get("data_dir") is not None:
             log.warning("csv: --data-dir %s is not read: the csv dataset reads the file --data.csv names, %s",
                         kwargs["data_dir"], self.csv_path)
-        self.categorical = column_names(categorical)
-        self.integer = column_names(integer)
-        self.drop = column_names(drop)
+        self.categorical = column_names(categorical, "--data.categorical")
+        self.integer = column_names(integer, "--data.integer")
+        self.drop = column_names(drop, "--data.drop")
         self._bounds_cost: dict[str, Any] | None = None
         if schema is not None:
             _refuse_estimate_budget_with_a_schema(bounds_epsilon, bounds_delta)

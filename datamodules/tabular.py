@@ -217,8 +217,8 @@ class TabularDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         settings_with_text_paths(self.hparams)
         self.mixed = _mixed(mixed) if mixed is not None else _mixed(self.default_mixed)
-        self.log_columns = column_names(log_columns) if log_columns is not None else list(self.default_log_columns)
-        self.discrete_columns = (column_names(discrete_columns) if discrete_columns is not None
+        self.log_columns = column_names(log_columns, "--data.log_columns") if log_columns is not None else list(self.default_log_columns)
+        self.discrete_columns = (column_names(discrete_columns, "--data.discrete_columns") if discrete_columns is not None
                                  else list(self.default_discrete_columns))
         self.data_dir = data_folder(data_dir) if self.reads_data_dir else None
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()

@@ -179,7 +179,7 @@ class QUAIL:
         self.label_model = label_model
         self.hidden = hidden
         self.labels = labels
-        self.log_features = column_names(log_features)
+        self.log_features = column_names(log_features, "--quail.log_features")
         if not isinstance(log_label, bool):
             raise ValueError(f"--quail.log_label must be true or false, got {log_label!r}")
         self.log_label = log_label

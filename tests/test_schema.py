@@ -569,3 +569,20 @@ def test_the_readmes_example_schema_file_reads_as_it_says():
     kinds = {column.name: column.kind for column in schema.columns}
     assert kinds == {"age": "integer", "sex": "categorical", "crp": "continuous", "diagnosis": "categorical"}
     assert schema.column("diagnosis").categories == ("no", "yes")  # quoted: YAML would read no as False
+
+
+def test_a_column_list_that_names_a_column_twice_is_refused_naming_its_option():
+    """--data.discrete_columns age,age was taken as age alone: a repeat does nothing, so it is more
+    likely a typo for another column than meant."""
+    from lightning_dpgan.data.schema import column_names
+    from lightning_dpgan.datamodules.adult import AdultDataModule
+    from lightning_dpgan.quail import QUAIL
+
+    assert column_names(" age, hours ,", "--data.log_columns") == ["age", "hours"]
+    assert column_names(["age", "age"]) == ["age", "age"]  # no option to name: the caller's to judge
+    with pytest.raises(ValueError, match=r"^--data.drop names 'age', 'b' more than once: give each column once$"):
+        column_names("age,b,age,b,c", "--data.drop")
+    with pytest.raises(ValueError, match="^--data.discrete_columns names 'age' more than once"):
+        AdultDataModule(encoding="mode-specific", discrete_columns="age,age")
+    with pytest.raises(ValueError, match="^--quail.log_features names 'fnlwgt' more than once"):
+        QUAIL(log_features=["fnlwgt", "fnlwgt"])

@@ -58,13 +58,19 @@ LABEL_KINDS = ("binary", "categorical", "continuous")
 UNKNOWN_RULES = ("drop", "blank", "error")
 
 
-def column_names(value: Sequence[str] | str | None) -> list[str]:
+def column_names(value: Sequence[str] | str | None, flag: str | None = None) -> list[str]:
     """Column names from a list or a comma-separated string (as typed on the command line);
-    ``None`` is none."""
+    ``None`` is none. With ``flag`` (the option that gave them), a name given twice is refused:
+    it does nothing the first did not, so it is likely a typo for another column."""
     if value is None:
         return []
     items = value.split(",") if isinstance(value, str) else list(value)
-    return [str(item).strip() for item in items if str(item).strip()]
+    names = [str(item).strip() for item in items if str(item).strip()]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if flag is not None and repeated:
+        raise ValueError(f"{flag} names {', '.join(repr(name) for name in repeated)} more than once: give each "
+                         "column once")
+    return names
 
 
 class SchemaError(ValueError):
