@@ -400,6 +400,8 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
     ``.png`` image grid or ``.npz`` image arrays; ``classes`` limits a class-conditional image
     model to those classes. An existing ``out`` (a run's own ``synthetic.csv``, say) is replaced
     only with ``overwrite``."""
+    if not str(out).strip():  # Path("") is the current folder: "--out . names a folder" for what was typed as ''
+        raise ValueError("--out is empty: give the file to write (a .csv for a table, .png or .npz for images)")
     named_as_folder = str(out).endswith(("/", os.sep))  # Path() drops the slash: x.csv/ would be written as x.csv
     out = Path(out)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:

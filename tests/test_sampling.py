@@ -363,6 +363,13 @@ def test_out_that_is_a_folder_is_refused(table_checkpoint, tmp_path):
         sample_to_file(table_checkpoint, 5, tmp_path / "out")
 
 
+@pytest.mark.parametrize("out", ["", "  "])
+def test_an_empty_out_is_refused_as_empty_not_as_the_current_folder(table_checkpoint, out):
+    """--out '' (an unset shell variable) read as '.', and was refused as "--out . names a folder"."""
+    with pytest.raises(ValueError, match=r"^--out is empty: give the file to write"):
+        sample_to_file(table_checkpoint, 3, out)
+
+
 def test_a_run_folder_given_as_checkpoint_names_the_file_to_pass(tmp_path):
     with pytest.raises(CheckpointError, match="is a folder, not a checkpoint") as excinfo:
         read_run_info(tmp_path)
