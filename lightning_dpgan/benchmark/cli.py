@@ -31,10 +31,10 @@ from lightning_dpgan.data.dev_split import check_dev_fraction
 from lightning_dpgan.data.download import default_data_dir
 
 
-#: what picks or runs a grid, by option: each is ignored by --report-only (a value here is its default;
-#: --suite is not here: "not needed with --report-only", it is allowed there)
 #: The registry's dataset of any CSV file: no suite runs it (it has no fixed schema or split).
 ANY_CSV = "csv"
+#: what picks or runs a grid, by option: each is ignored by --report-only (a value here is its default;
+#: --suite is not here: "not needed with --report-only", it is allowed there)
 RUNNING_OPTIONS = {"quick": False, "models": None, "datasets": None, "epsilons": None, "seeds": None,
                    "max_steps": None, "n_synthetic": None, "cnn_epochs": None, "data_dir": None, "accelerator": None,
                    "jobs": 1, "out_dir": None, "peers_venv": None, "resume": False, "overwrite": False, "dev_fraction": 0.0,

@@ -30,7 +30,6 @@ _OPACUS_ACCOUNTANTS: dict[str, type[IAccountant]] = {
 }
 
 
-
 class UnreachableEpsilon(ValueError):
     """No noise multiplier meets the target: ``reason`` says why, without the remedy the message
     gives (a caller that set the target from other settings names those instead)."""
@@ -38,6 +37,7 @@ class UnreachableEpsilon(ValueError):
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
 
 def _check_kind(kind: str) -> None:
     if kind not in _OPACUS_ACCOUNTANTS:
