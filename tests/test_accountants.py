@@ -449,6 +449,13 @@ def test_bad_state_is_refused_and_leaves_the_budget_untouched(case):
     assert len(accountant) == 3
 
 
+def test_a_state_of_the_other_opacus_accountant_is_refused_naming_the_setting_that_reads_it():
+    """Every other resume mismatch named its fix; this one said only "the accountant that wrote it"."""
+    saved = run(OpacusAccountant("rdp"), [(2.0, 1.0, 3)]).state_dict()
+    with pytest.raises(AccountantStateError, match=r"resume with the accountant that wrote it \(--privacy.accountant rdp\)$"):
+        OpacusAccountant("prv").load_state_dict(saved)
+
+
 def test_rdp_state_refused_by_gaussian_accountant():
     with pytest.raises(AccountantStateError, match="gaussian-subsampled"):
         GaussianAccountant().load_state_dict(_state("rdp"))

@@ -114,6 +114,11 @@ class Accountant(abc.ABC):
         mechanism's public parameters (noise, sampling rate, steps)."""
         return self.state_dict()
 
+    def resume_setting(self, saved_accountant: str) -> str:
+        """The setting that selects ``saved_accountant`` for this mechanism, as `` (--flag value)``,
+        for the refusal of a state another accountant wrote; '' where no setting chooses it."""
+        return ""
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Replace this accountant's record with a saved one.
 
@@ -193,6 +198,7 @@ class Accountant(abc.ABC):
                 f"saved privacy budget was recorded by the {state['accountant']!r} accountant "
                 f"for the {state['mechanism']!r} mechanism, but this run uses {self.name!r} "
                 f"for {self.mechanism!r}; resume with the accountant that wrote it"
+                f"{self.resume_setting(state['accountant']) if state['mechanism'] == self.mechanism else ''}"
             )
         if state["format_version"] != STATE_FORMAT_VERSION:
             raise AccountantStateError(

@@ -66,6 +66,10 @@ class OpacusAccountant(Accountant):
         super().__init__()
         self.name = kind
 
+    def resume_setting(self, saved_accountant: str) -> str:
+        """DP-SGD's ``--privacy.accountant`` chooses between Opacus' accountants."""
+        return f" (--privacy.accountant {saved_accountant})" if saved_accountant in _OPACUS_ACCOUNTANTS else ""
+
     def step(self, *, noise_multiplier: float, sample_rate: float) -> None:  # type: ignore[override]
         """Record one noisy step: noise std / clipping norm, and batch sampling rate."""
         super().step(noise_multiplier=noise_multiplier, sample_rate=sample_rate)
