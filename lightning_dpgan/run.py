@@ -850,6 +850,13 @@ class Run:
             what = "a private model" if self.strategy is not None else "a GAN's alternating updates"
             raise ConfigError(f"--strategy {chosen} cannot train {what}: use --strategy ddp for several "
                               f"processes (or leave --strategy out); allowed: {', '.join(PRIVATE_TRAINER_STRATEGIES)}")
+        several = {flag: options.get(key) for flag, key in (("--devices", "devices"), ("--num-nodes", "num_nodes"))
+                   if isinstance(options.get(key), int) and options[key] > 1
+                   or isinstance(options.get(key), list) and len(options[key]) > 1}
+        if chosen == "single_device" and several:  # Lightning trains on one device and keeps the count as given
+            asked = " and ".join(f"{flag} {value}" for flag, value in several.items())
+            raise ConfigError(f"--strategy single_device trains one process on one device, and {asked} asks for "
+                              "several: use --strategy ddp (or leave --strategy out), or one device")
 
     def _check_precision(self, precision: str) -> None:
         """Refuse a ``--trainer.precision`` the run cannot train or sample under ("None" when unset),

@@ -399,6 +399,9 @@ def test_only_path_settings_given_as_text_are_made_absolute(tmp_path, monkeypatc
         (["--seed", "4294967296"], "--seed must be below 2^32 = 4294967296, got 4294967296"),
         (["--strategy", "dpp"], "--strategy dpp is not a Lightning strategy. Did you mean 'ddp'? Allowed: auto, single_device, ddp"),
         (["--strategy", "zzz"], "--strategy zzz is not a Lightning strategy. Allowed: auto"),
+        # Lightning trained one process and the run's config.yaml said devices: 2
+        (["--strategy", "single_device", "--devices", "2"], "--strategy single_device trains one process on one "
+                                                            "device, and --devices 2 asks for several: use --strategy ddp"),
         (["--overwrite", "maybe"], "unrecognized argument 'maybe'"),
     ],
 )
