@@ -437,8 +437,19 @@ def _resume_hint(resume: str | None) -> str:
     from lightning_dpgan.run_folder import LAST_CHECKPOINT, continue_command
 
     run = Path(resume).expanduser().parent.parent
-    example = (continue_command(run) if (run / "config.yaml").is_file() and run / LAST_CHECKPOINT == Path(resume).expanduser()
-               else f"python train.py --config RUN/config.yaml --resume {resume} --output-dir RUN")
+    if (run / "config.yaml").is_file() and run / LAST_CHECKPOINT == Path(resume).expanduser():
+        example = continue_command(run)
+    else:  # a checkpoint away from its run folder still names its model and dataset
+        from lightning_dpgan.sampling import CheckpointError, read_run_info
+
+        try:
+            info = read_run_info(resume)
+        except CheckpointError:
+            info = {}
+        model = f"--model quail --quail-synthesizer {info['model']}" if "quail" in info else f"--model {info.get('model')}"
+        example = (f"python train.py {model} --dataset {info['dataset']} --resume {resume} and the run's other flags, "
+                   "which its config.yaml lists" if info.get("model") and info.get("dataset") else
+                   f"python train.py --config RUN/config.yaml --resume {resume} --output-dir RUN")
     return f" with --resume too (a checkpoint holds the networks, not the run's flags): give them again, e.g. {example}"
 
 

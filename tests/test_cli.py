@@ -1034,6 +1034,16 @@ def test_a_resume_given_alone_and_a_held_folder_name_the_command_that_continues_
     assert f"continue it with python train.py {continue_it}," in capsys.readouterr().err
     assert main(["train", *continue_it.split(), "--max-steps", "4"]) == 0
     assert json.loads((run / "privacy.json").read_text())["steps"] == 4 and [run] == list((tmp_path / "outputs").iterdir())
+    # a checkpoint away from its run folder: its model and dataset, read from it, not a RUN placeholder
+    lone = tmp_path / "lone.ckpt"
+    shutil.copy(checkpoint, lone)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(lone), "--max-steps", "8"]) == 2
+    assert (f"e.g. python train.py --model dpgan --dataset adult --resume {lone} and the run's other flags"
+            in capsys.readouterr().err)
+    lone.write_bytes(b"not a checkpoint")
+    assert main(["train", "--resume", str(lone), "--max-steps", "8"]) == 2
+    assert f"e.g. python train.py --config RUN/config.yaml --resume {lone} --output-dir RUN" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("model,setting,value", [
