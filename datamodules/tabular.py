@@ -804,12 +804,13 @@ def _check_encoding_args(
     histogram_settings = [flag for flag, given in (("--data.modes_epsilon", modes_epsilon != DEFAULT_MODES_EPSILON),
                                                    ("--data.histogram_threshold", histogram_threshold != 0))
                           if given]
-    if histogram_settings and (encoding != "mode-specific" or modes != "dp"):  # else taken, and nothing done with them
-        releases = f"--data.encoding {encoding}" if encoding != "mode-specific" else "--data.modes bounds"
+    # else taken and unused. Not refused with --data.modes bounds: the CTGAN models' presets set them
+    # for their DP modes, and --data.modes bounds is how a user turns those off
+    if histogram_settings and encoding != "mode-specific":
         raise ValueError(f"{' and '.join(histogram_settings)} set{'s' if len(histogram_settings) == 1 else ''} the DP "
-                         "histogram of the mode-specific encoding's modes (--data.encoding mode-specific with "
-                         f"--data.modes dp); with {releases} no histogram is released and nothing is spent on "
-                         "modes: leave them out")
+                         "histogram of the mode-specific encoding's modes; with --data.encoding "
+                         f"{encoding} no histogram is released and nothing is spent on modes: leave "
+                         f"{'it' if len(histogram_settings) == 1 else 'them'} out")
     if calibrate_marginals and (encoding != "mode-specific" or modes != "dp"):
         raise ValueError("--data.calibrate_marginals moves generated columns onto the DP histogram of the "
                          "mode-specific encoding: it needs --data.encoding mode-specific with --data.modes dp")
