@@ -11,9 +11,13 @@ differed from it.
 """
 from __future__ import annotations
 
+import ast
 import functools
+import importlib
+import importlib.util
 import platform
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -54,19 +58,50 @@ def source_commit() -> dict[str, Any] | None:
     return {"commit": head, "modified": bool(status)}
 
 
+def torch_version() -> str | None:
+    """torch's own version string, build tag included (``2.13.0+cpu``, ``2.13.0+cu130``): the
+    installed metadata may lack the tag (PyPI's wheels carry none), so it is read where torch
+    keeps it, ``torch/version.py``, without importing torch (a couple of seconds that
+    ``--version`` need not spend); torch's ``__version__`` once torch is imported anyway, and
+    where that file cannot be read. None where torch is not installed."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"].__version__
+    spec = importlib.util.find_spec("torch")
+    if spec is None:
+        return None
+    for folder in spec.submodule_search_locations or ():
+        if (written := _assigned_string(Path(folder) / "version.py", "__version__")) is not None:
+            return written
+    return importlib.import_module("torch").__version__
+
+
+def _assigned_string(source: Path, name: str) -> str | None:
+    """The string a module's top level assigns to ``name`` (``name = '...'`` or an annotated
+    assignment), read from its source; None where the file or the assignment is missing."""
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        value = getattr(node, "value", None)
+        if any(isinstance(target, ast.Name) and target.id == name for target in targets) \
+                and isinstance(value, ast.Constant) and isinstance(value.value, str):
+            return value.value
+    return None
+
+
 def software_versions() -> dict[str, Any]:
     """``{"lightning-dpgan": ..., "python": ..., "torch": ..., ...}``, with ``lightning-dpgan
     source`` (:func:`source_commit`) when run from a checkout. This package's version is its own
     ``__version__`` (a checkout run without installing has no metadata), torch's is the one it
-    reports (its build tag, ``+cpu`` or ``+cu130``, included)."""
-    import torch
-
+    reports (its build tag, ``+cpu`` or ``+cu130``, included: :func:`torch_version`)."""
     versions: dict[str, Any] = {"lightning-dpgan": lightning_dpgan.__version__}
     if (source := source_commit()) is not None:
         versions["lightning-dpgan source"] = source
     versions["python"] = platform.python_version()
     for distribution in ACCOUNTING_PACKAGES:
-        versions[distribution] = torch.__version__ if distribution == "torch" else installed_version(distribution)
+        versions[distribution] = torch_version() if distribution == "torch" else installed_version(distribution)
     return versions
 
 

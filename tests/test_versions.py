@@ -2,6 +2,7 @@
 import json
 import platform
 import subprocess
+import sys
 import tomllib
 from importlib import metadata
 from pathlib import Path
@@ -11,6 +12,7 @@ import torch
 
 import lightning_dpgan
 from lightning_dpgan.cli import main
+from lightning_dpgan import versions as versions_module
 from lightning_dpgan.versions import installed_version, software_versions, source_commit, version_line
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,6 +61,45 @@ def test_version_option_prints_the_versions_on_one_line(argv, capsys):
     assert printed.startswith(f"lightning-dpgan {lightning_dpgan.__version__} (")
     assert f"python {platform.python_version()}, torch {torch.__version__}, " in printed
     assert f"opacus {metadata.version('opacus')}" in printed
+
+
+def test_version_answers_without_importing_torch_and_names_its_build_tag():
+    """torch's version is read from its ``version.py`` (about two seconds saved): in a process
+    that never imports torch it must still read as torch's own ``__version__``, tag included."""
+    code = ("import sys\nfrom lightning_dpgan.cli import main\n"
+            "try:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
+            "print('TORCH LOADED' if 'torch' in sys.modules else 'NO TORCH')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    line, verdict = result.stdout.rstrip().splitlines()
+    assert verdict == "NO TORCH"
+    assert f", torch {torch.__version__}, " in line and "+" in torch.__version__  # this build's +cpu
+
+
+def test_torch_version_falls_back_to_importing_torch_where_its_file_says_nothing(tmp_path, monkeypatch):
+    """A torch whose version.py is missing or assigns no string: its imported ``__version__``."""
+    (tmp_path / "version.py").write_text("__version__ = compute()\n")
+
+    class Spec:
+        submodule_search_locations = [str(tmp_path)]
+
+    class ImportedTorch:
+        __version__ = "9.9.9+rocm7"
+
+    monkeypatch.setattr(versions_module.importlib.util, "find_spec", lambda name: Spec())
+    monkeypatch.setattr(versions_module.importlib, "import_module", lambda name: ImportedTorch)
+    monkeypatch.delitem(sys.modules, "torch")  # as in a process that has not imported it (restored after)
+    assert versions_module.torch_version() == "9.9.9+rocm7"
+    (tmp_path / "version.py").write_text("__version__ = '9.9.9+cpu'\n")
+    assert versions_module.torch_version() == "9.9.9+cpu"
+
+
+def test_an_assigned_string_is_read_from_source_plain_or_annotated(tmp_path):
+    module = tmp_path / "version.py"
+    module.write_text("from typing import Optional\n__version__: str = '9.9.9+cu130'\ncuda = '13.0'\n")
+    assert versions_module._assigned_string(module, "__version__") == "9.9.9+cu130"
+    assert versions_module._assigned_string(module, "cuda") == "13.0"
+    assert versions_module._assigned_string(module, "hip") is None
+    assert versions_module._assigned_string(tmp_path / "missing.py", "__version__") is None
 
 
 def test_version_among_training_options_prints_it_and_trains_nothing(tmp_path, capsys):
