@@ -67,6 +67,10 @@ AUDIT_TRIAL_NOTE = ("an audit trial (python -m lightning_dpgan audit): half the 
                     "guarantee for releasing what it generates")
 
 
+#: The options naming a file a run reads its records or its schema from (``--data-dir`` names a folder).
+DATA_FILE_FLAGS = ("--data.csv", "--data.schema")
+
+
 def data_files(settings: Mapping[str, Any], datamodule: Any) -> list[str]:
     """The files a run read its records and schema from (a CSV run's ``csv`` and ``schema``
     settings, a built-in dataset's :func:`located_data_files`), absolute: kept in its
@@ -104,9 +108,28 @@ def continues_run_in(folder: Path, resume: str | None) -> bool:
 
 
 def refuse_a_file(folder: Path) -> None:
-    """An output folder that names an existing file."""
+    """An output folder that names an existing file, a link to nothing (``mkdir`` would answer
+    "File exists"), or a folder this process cannot write in (found after Lightning's banner,
+    with the raw OS error, when the first file was written)."""
+    if folder.is_symlink() and not folder.exists():
+        raise ConfigError(f"--output-dir {folder} is a link to {os.readlink(folder)}, which does not exist: make that "
+                          "folder, or give another --output-dir")
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"--output-dir {folder} is a file: give a folder (it is created if missing)")
+    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"--output-dir {folder} is a folder you cannot write in: give a folder in a place you can "
+                          "write to")
+
+
+def refuse_the_data_folder(folder: Path, data_folders: Mapping[str, Any]) -> None:
+    """An output folder that is the folder the private records are read from (``data_folders``:
+    flag -> folder): a run folder is what is published (synthetic data, its privacy report), and
+    one holding the raw records beside them is one copy command away from publishing those."""
+    for flag, data_folder in data_folders.items():
+        if data_folder is not None and Path(data_folder).expanduser().resolve() == folder.resolve():
+            raise ConfigError(f"--output-dir {folder} is the folder the private records are read from ({flag}): a run "
+                              "folder is what gets published, so keep the raw data out of it and give another "
+                              "--output-dir (a new folder is made)")
 
 
 def continue_command(folder: Path) -> str:
@@ -119,10 +142,12 @@ def continue_command(folder: Path) -> str:
 
 
 def check_output_dir(folder: Path, resume: str | None, overwrite: bool, inputs: dict[str, str] | None = None) -> None:
-    """Refuse a file, or a folder holding a run that is neither continued nor to be replaced; and
-    a run that would move away a file it reads: the checkpoint it resumes, or one of ``inputs``
-    (flag -> path: the data files, which would be read from previous/'s place). Any existing
-    folder has its outputs set aside, run or not (``logs/`` of a run refused before training)."""
+    """Refuse a file, or a folder holding a run that is neither continued nor to be replaced; a
+    run that would move away a file it reads: the checkpoint it resumes, or one of ``inputs``
+    (flag -> path: the data files, which would be read from previous/'s place); and a folder the
+    data is read from (``inputs``' ``--data-dir``, or the folder of a :data:`DATA_FILE_FLAGS`
+    file). Any existing folder has its outputs set aside, run or not (``logs/`` of a run refused
+    before training)."""
     refuse_a_file(folder)
     held = held_run_files(folder)
     continued = continues_run_in(folder, resume)
@@ -141,6 +166,8 @@ def check_output_dir(folder: Path, resume: str | None, overwrite: bool, inputs: 
             where = "" if (folder / moved[0]).resolve() == read_from else "in "
             raise ConfigError(f"{flag} {path} is {where}{folder / moved[0]}, which {mover} to previous/ with the rest of "
                               f"the run's outputs: copy it out of {folder} first, or give another --output-dir")
+    refuse_the_data_folder(folder, {flag: Path(path).expanduser().parent if flag in DATA_FILE_FLAGS else path
+                                    for flag, path in (inputs or {}).items()})
 
 
 def set_aside_outputs(folder: Path, continued: bool) -> Path | None:

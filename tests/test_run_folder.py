@@ -1,6 +1,9 @@
 """A folder that holds a run (``lightning_dpgan.run_folder``): refused unless continued or
 replaced on purpose, its files set aside into ``previous*/`` and never deleted, put back when
 the new run is refused before training, and a continued run's step log kept whole."""
+import re
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -46,6 +49,55 @@ def test_each_file_a_run_writes_marks_its_folder_but_logs_alone_do_not(tmp_path)
     check_output_dir(tmp_path / "missing", None, False)
 
 
+def test_a_link_to_nothing_and_a_folder_that_cannot_be_written_are_named_before_training(tmp_path, monkeypatch):
+    """A dangling link read "cannot be made (File exists)"; a read-only folder failed after
+    Lightning's banner with the raw OS error of the first file written."""
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(ConfigError, match=rf"--output-dir {link} is a link to {tmp_path / 'gone'}, which does not exist"):
+        check_output_dir(link, None, False)
+    (tmp_path / "gone").mkdir()
+    check_output_dir(link, None, False)  # the folder it points to exists now
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    # root writes anywhere, so the permission is not chmod's here: the check asks os.access
+    monkeypatch.setattr(run_folder.os, "access", lambda path, mode: Path(path) != locked)
+    with pytest.raises(ConfigError, match=f"--output-dir {locked} is a folder you cannot write in"):
+        check_output_dir(locked, None, False)
+    check_output_dir(tmp_path / "writable", None, False)
+
+
+def test_the_folder_the_private_records_are_read_from_is_refused_as_output(tmp_path, monkeypatch):
+    """A run folder is what gets published; the raw data beside its synthetic.csv is one copy
+    away from being published with it. A data file in a subfolder, or the data folder's parent,
+    is not the same folder."""
+    data = tmp_path / "data"
+    (data / "raw").mkdir(parents=True)
+    for flag, path in (("--data-dir", str(data)), ("--data.csv", str(data / "records.csv")),
+                       ("--data.schema", str(data / "schema.yaml")), ("$LIGHTNING_DPGAN_DATA_DIR", f"{data}/")):
+        with pytest.raises(ConfigError, match=rf"--output-dir {data} is the folder the private records are read "
+                                              rf"from \({re.escape(flag)}\)"):
+            check_output_dir(data, None, False, {flag: path})
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="is the folder the private records are read from"):
+        check_output_dir(Path("data"), None, False, {"--data.csv": "data/records.csv"})  # relative, same folder
+    check_output_dir(data, None, False, {"--data.csv": str(data / "raw" / "records.csv")})
+    check_output_dir(data / "runs", None, False, {"--data-dir": str(data)})
+    check_output_dir(tmp_path, None, False, {"--data-dir": str(data)})
+
+
+def test_the_data_folder_checked_is_the_one_the_dataset_reads(monkeypatch):
+    """--data-dir, else the environment's folder for a built-in dataset; a CSV run reads none."""
+    from lightning_dpgan.cli import _data_folder_setting
+
+    monkeypatch.setenv("LIGHTNING_DPGAN_DATA_DIR", "/srv/data")
+    assert _data_folder_setting({"name": "mnist", "data_dir": "/mine"}) == {"--data-dir": "/mine"}
+    assert _data_folder_setting({"name": "mnist"}) == {"$LIGHTNING_DPGAN_DATA_DIR": "/srv/data"}
+    assert _data_folder_setting({"name": "csv", "csv": "/srv/data/x.csv"}) == {}
+    monkeypatch.delenv("LIGHTNING_DPGAN_DATA_DIR")
+    assert _data_folder_setting({"name": "mnist"}) == {}
+
+
 def test_a_run_is_continued_only_from_its_own_last_checkpoint(tmp_path, monkeypatch):
     run = plant_run(tmp_path / "run")
     monkeypatch.chdir(tmp_path)
@@ -81,7 +133,7 @@ def test_overwrite_refuses_to_move_away_the_data_a_run_would_read(tmp_path, monk
     with pytest.raises(ConfigError, match="which --overwrite moves to previous/"):
         check_output_dir(run, None, True, {"--data.csv": "~/run/synthetic.csv"})
     check_output_dir(run, None, True, {"--data.csv": str(tmp_path / "data.csv")})  # outside the folder: fine
-    check_output_dir(run, None, True, {"--data.csv": str(run / "data.csv")})  # in it, but no run's file: not moved
+    check_output_dir(run, None, True, {"--data.csv": str(run / "raw" / "data.csv")})  # in it, no run's file: not moved
     # continuing the run moves its outputs, not its checkpoints: a file among those stays where it is
     continued = str(run / LAST_CHECKPOINT)
     check_output_dir(run, continued, True, {"--data.schema": str(run / "checkpoints" / "schema.yaml")})
@@ -98,7 +150,7 @@ def test_a_folder_set_aside_without_overwrite_keeps_the_data_a_run_would_read(tm
     data = refused_before_training / "logs" / "data.csv"
     with pytest.raises(ConfigError, match=rf"--data.csv {data} is in {refused_before_training / 'logs'}, which the run moves"):
         check_output_dir(refused_before_training, None, False, {"--data.csv": str(data)})
-    check_output_dir(refused_before_training, None, False, {"--data.csv": str(refused_before_training / "data.csv")})
+    check_output_dir(refused_before_training, None, False, {"--data.csv": str(refused_before_training / "raw" / "data.csv")})
     new = tmp_path / "new"  # nothing there to move: a missing file is the datamodule's to name
     check_output_dir(new, None, False, {"--data.csv": str(new / "logs" / "data.csv")})
     run = plant_run(tmp_path / "run")
