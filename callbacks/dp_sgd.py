@@ -186,12 +186,25 @@ class DPSGD(CalibratedNoiseStrategy):
             "grad_sample_mode": taken["grad_sample_mode"],
             "calibrated_for_steps": self.noise_state()["calibrated_for_steps"],
         }
-        shuffled = [str(segment["from_step"]) for segment in segments if segment.get("sampling") == "shuffle"]
-        if shuffled:  # in any segment: the guarantee is that of its weakest part
-            where = "" if len(segments) == 1 else f" in the segment(s) from step {', '.join(shuffled)}"
-            report["note"] = (
-                f"batches were shuffled{where} (in an order drawn from the strategy's noise source, not from --seed), "
-                "not Poisson-sampled: epsilon is computed as if Poisson-subsampled, "
-                "which is the common practice but not a proven bound for shuffled batches"
-            )
+        if (note := self.shuffled_batches_note()) is not None:
+            report["note"] = note
         return report
+
+    def shuffled_batches_note(self) -> str | None:
+        """That epsilon is not a proven bound, where any segment took shuffled batches
+        (``--privacy.poisson_sampling false``, now or before a resume: the guarantee is that of
+        its weakest part); None where every one was Poisson-sampled."""
+        segments = self.segments()
+        shuffled = [str(segment["from_step"]) for segment in segments if segment.get("sampling") == "shuffle"]
+        if not shuffled:
+            return None
+        where = "" if len(segments) == 1 else f" in the segment(s) from step {', '.join(shuffled)}"
+        return (f"batches were shuffled{where} (in an order drawn from the strategy's noise source, not from --seed), "
+                "not Poisson-sampled: epsilon is computed as if Poisson-subsampled, "
+                "which is the common practice but not a proven bound for shuffled batches")
+
+    def training_warnings(self) -> list[str]:
+        """On the console too, not only in privacy.json: a run continued with Poisson batches
+        from shuffled ones said nothing of its weaker first part."""
+        note = self.shuffled_batches_note()
+        return [] if note is None else [note]

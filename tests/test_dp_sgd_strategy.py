@@ -219,15 +219,17 @@ def test_resume_with_an_accountant_that_charged_fewer_steps_than_were_taken_is_r
     assert not (tmp_path / "out" / "privacy.json").exists()
 
 
-def test_a_resumed_reports_noise_source_and_sampling_cover_every_segment(tiny_image_data_dir, tmp_path):
+def test_a_resumed_reports_noise_source_and_sampling_cover_every_segment(tiny_image_data_dir, tmp_path, capsys):
     """A first segment with a fixed noise seed and shuffled batches, resumed with neither: the
-    report must not describe the whole run by the last segment's settings."""
+    report must not describe the whole run by the last segment's settings, nor the console."""
     common = ("--privacy.noise_multiplier", "1.3", "--delta", "1e-4")
     assert dpgan(tiny_image_data_dir, tmp_path / "first", 4, *common, "--privacy.noise_seed", "0",
                  "--privacy.poisson_sampling", "false") == 0
     assert "segments" not in read_json(tmp_path / "first" / "privacy.json")  # one segment: nothing to list
+    assert "train: warning: batches were shuffled (in an order" in capsys.readouterr().err
     assert dpgan(tiny_image_data_dir, tmp_path / "second", 8, *common,
                  "--resume", str(tmp_path / "first" / "checkpoints" / "last.ckpt")) == 0
+    assert "train: warning: batches were shuffled in the segment(s) from step 0 " in capsys.readouterr().err
     report = read_json(tmp_path / "second" / "privacy.json")
     assert [(s["from_step"], s["sampling"]) for s in report["segments"]] == [(0, "shuffle"), (4, "poisson")]
     assert report["noise_source"].startswith("from step 0: FIXED SEED 0")
