@@ -176,7 +176,6 @@ class DPSGD(CalibratedNoiseStrategy):
 
     def report_parameters(self) -> dict[str, Any]:
         last = self.last_step_params()
-        segments = self.segments()
         taken = self.last_charged_segment()
         report = {
             "noise_multiplier": last["noise_multiplier"],
