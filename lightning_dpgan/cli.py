@@ -615,6 +615,11 @@ def _train(config: dict[str, Any], shared: str | None = None) -> Path:
         raise
     if continued and run.trainer.is_global_zero:
         _prepend_earlier_steps(run, output_dir, previous)
+    if previous is not None and run.trainer.is_global_zero:
+        # said once the run has trained: a refused one puts them back. A folder holding only the
+        # logs/ of a refused run is taken without --overwrite, so this is the only word of the move
+        moved = ", ".join(sorted(entry.name for entry in previous.iterdir()))
+        print(f"train: the folder's earlier outputs ({moved}) were moved to {previous}")
     if config["evaluate"] and run.trainer.is_global_zero:
         from lightning_dpgan.evaluate import evaluate_run
 

@@ -508,6 +508,7 @@ def test_a_folder_holding_a_run_is_refused_unless_continued_or_replaced(tiny_ima
     (refused / "logs" / "hparams.yaml").write_text("{}\n")
     assert main(tiny_run_args(tiny_image_data_dir, refused, steps=2)) == 0
     assert (refused / "previous" / "logs" / "hparams.yaml").is_file()
+    assert f"train: the folder's earlier outputs (logs) were moved to {refused / 'previous'}\n" in capsys.readouterr().out
     # a file is not a folder
     (tmp_path / "file").write_text("x")
     assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "file", steps=2)) == 2
@@ -529,8 +530,12 @@ def test_a_folder_holding_a_run_is_refused_unless_continued_or_replaced(tiny_ima
     assert {name: (run / name).read_bytes() for name in resumed} == resumed and not (run / "previous-2").exists()
     # replaced: the earlier checkpoint goes aside with its report; the rerun's config.yaml holds neither
     # --overwrite nor --resume, so rerunning it with --config neither replaces nor continues anything
+    capsys.readouterr()
     assert main(tiny_run_args(tiny_image_data_dir, run, steps=2) + ["--overwrite"]) == 0
     assert json.loads((run / "metrics.json").read_text())["steps"] == 2
+    moved = ", ".join(sorted(path.name for path in (run / "previous-2").iterdir()))
+    assert "checkpoints, config.yaml" in moved  # a replaced run's checkpoints go aside too
+    assert f"the folder's earlier outputs ({moved}) were moved to {run / 'previous-2'}\n" in capsys.readouterr().out
     assert {name: (run / "previous-2" / name).read_bytes() for name in resumed} == resumed
     assert not {"overwrite", "resume"} & set(yaml.safe_load((run / "config.yaml").read_text()))
 
