@@ -643,6 +643,7 @@ def audit_command(argv: list[str]) -> Path:
         config["output_dir"] = str(_output_dir(config)) + "-audit"
     output_dir = Path(config["output_dir"])
     run_folder.check_audit_dir(output_dir, config["overwrite"])
+    run_folder.refuse_holding_the_data(output_dir, run_folder.data_inputs(config["data"]))
     created = not output_dir.exists()
     previous = run_folder.set_aside(output_dir, run_folder.AUDIT_OUTPUTS) if output_dir.is_dir() else None
     try:

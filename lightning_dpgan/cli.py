@@ -496,20 +496,6 @@ def _processes_started_apart(config: dict[str, Any]) -> str | None:
     return None
 
 
-def _data_folder_setting(data: dict[str, Any]) -> dict[str, str]:
-    """The folder a built-in dataset's raw files are read from, by the option that named it
-    (``--data-dir``, else ``$LIGHTNING_DPGAN_DATA_DIR``; a CSV run, which has ``csv`` set, reads
-    no such folder), for :func:`~lightning_dpgan.run_folder.check_output_dir`; empty if none."""
-    from lightning_dpgan.data.download import DATA_DIR_ENV
-
-    given = data.get("data_dir")
-    if isinstance(given, (str, os.PathLike)) and str(given).strip():
-        return {"--data-dir": str(given)}
-    if given is None and "csv" not in data and os.environ.get(DATA_DIR_ENV, "").strip():
-        return {f"${DATA_DIR_ENV}": os.environ[DATA_DIR_ENV]}
-    return {}
-
-
 def _first_missing_folder(folder: Path) -> Path | None:
     """The outermost folder of ``folder``'s path that does not exist yet (None: it exists)."""
     missing = None
@@ -584,10 +570,7 @@ def _train(config: dict[str, Any], shared: str | None = None) -> Path:
     output_dir, previous, created, run = _output_dir(config), None, None, None
     continued = run_folder.continues_run_in(output_dir, config["resume"])
     if not launched_as_follower():  # a DDP run's other processes share rank 0's folder
-        data_files = {f"--data.{key}": config["data"][key] for key in ("csv", "schema")
-                      if isinstance(config["data"].get(key), (str, os.PathLike))}  # else refused as a setting, later
-        data_files.update(_data_folder_setting(config["data"]))
-        run_folder.check_output_dir(output_dir, config["resume"], config["overwrite"], data_files)
+        run_folder.check_output_dir(output_dir, config["resume"], config["overwrite"], run_folder.data_inputs(config["data"]))
         previous = run_folder.set_aside_outputs(output_dir, continued) if output_dir.is_dir() else None
         created = _first_missing_folder(output_dir)
     try:

@@ -71,6 +71,22 @@ AUDIT_TRIAL_NOTE = ("an audit trial (python -m lightning_dpgan audit): half the 
 DATA_FILE_FLAGS = ("--data.csv", "--data.schema")
 
 
+def data_inputs(data: Mapping[str, Any]) -> dict[str, str]:
+    """What a run's ``data`` settings read records from, by the option that named it: the files
+    ``--data.csv`` and ``--data.schema`` (a value of another kind is refused as a setting, later)
+    and a built-in dataset's folder (``--data-dir``, else ``$LIGHTNING_DPGAN_DATA_DIR``; a CSV
+    run, which has ``csv`` set, reads no such folder), as given: for :func:`check_output_dir`."""
+    from lightning_dpgan.data.download import DATA_DIR_ENV
+
+    inputs = {f"--data.{key}": data[key] for key in ("csv", "schema") if isinstance(data.get(key), (str, os.PathLike))}
+    given = data.get("data_dir")
+    if isinstance(given, (str, os.PathLike)) and str(given).strip():
+        inputs["--data-dir"] = str(given)
+    elif given is None and "csv" not in data and os.environ.get(DATA_DIR_ENV, "").strip():
+        inputs[f"${DATA_DIR_ENV}"] = os.environ[DATA_DIR_ENV]
+    return inputs
+
+
 def data_files(settings: Mapping[str, Any], datamodule: Any) -> list[str]:
     """The files a run read its records and schema from (a CSV run's ``csv`` and ``schema``
     settings, a built-in dataset's :func:`located_data_files`), absolute: kept in its
@@ -122,14 +138,19 @@ def refuse_a_file(folder: Path) -> None:
 
 
 def refuse_the_data_folder(folder: Path, data_folders: Mapping[str, Any]) -> None:
-    """An output folder that is the folder the private records are read from (``data_folders``:
-    flag -> folder): a run folder is what is published (synthetic data, its privacy report), and
-    one holding the raw records beside them is one copy command away from publishing those."""
+    """An output folder that holds the folder the private records are read from (``data_folders``:
+    flag -> folder), as it is or in a subfolder: a run folder is what is published (synthetic
+    data, its privacy report), and one holding the raw records beside them is one copy command
+    away from publishing those. The data folder may hold the run folder: that publishes nothing."""
     for flag, data_folder in data_folders.items():
-        if data_folder is not None and Path(data_folder).expanduser().resolve() == folder.resolve():
-            raise ConfigError(f"--output-dir {folder} is the folder the private records are read from ({flag}): a run "
-                              "folder is what gets published, so keep the raw data out of it and give another "
-                              "--output-dir (a new folder is made)")
+        if data_folder is None:
+            continue
+        read_from = Path(data_folder).expanduser().resolve()
+        if read_from.is_relative_to(folder.resolve()):
+            where = "is" if read_from == folder.resolve() else "holds"
+            raise ConfigError(f"--output-dir {folder} {where} the folder the private records are read from ({flag} "
+                              f"{read_from}): a run folder is what gets published, so keep the raw data out of it and "
+                              "give another --output-dir (a new folder is made)")
 
 
 def continue_command(folder: Path) -> str:
@@ -166,8 +187,14 @@ def check_output_dir(folder: Path, resume: str | None, overwrite: bool, inputs: 
             where = "" if (folder / moved[0]).resolve() == read_from else "in "
             raise ConfigError(f"{flag} {path} is {where}{folder / moved[0]}, which {mover} to previous/ with the rest of "
                               f"the run's outputs: copy it out of {folder} first, or give another --output-dir")
+    refuse_holding_the_data(folder, inputs or {})
+
+
+def refuse_holding_the_data(folder: Path, inputs: Mapping[str, Any]) -> None:
+    """:func:`refuse_the_data_folder` for ``inputs`` as :func:`data_inputs` gives them: a data
+    file's folder, or the data folder; those that do not exist are the datamodule's to name."""
     refuse_the_data_folder(folder, {flag: Path(path).expanduser().parent if flag in DATA_FILE_FLAGS else path
-                                    for flag, path in (inputs or {}).items()})
+                                    for flag, path in inputs.items() if Path(path).expanduser().exists()})
 
 
 def set_aside_outputs(folder: Path, continued: bool) -> Path | None:

@@ -1627,11 +1627,14 @@ def test_a_refusal_before_training_leaves_no_folder_it_made(tiny_image_data_dir,
 def test_the_data_folder_as_output_is_refused_and_left_as_it_was(tiny_image_data_dir, tmp_path, capsys):
     before = sorted(str(path.relative_to(tiny_image_data_dir)) for path in tiny_image_data_dir.rglob("*"))
     assert_refused(image_args(tiny_image_data_dir, tiny_image_data_dir), capsys,
-                   f"--output-dir {tiny_image_data_dir} is the folder the private records are read from (--data-dir)")
+                   f"--output-dir {tiny_image_data_dir} is the folder the private records are read from "
+                   f"(--data-dir {tiny_image_data_dir})")
     assert sorted(str(path.relative_to(tiny_image_data_dir)) for path in tiny_image_data_dir.rglob("*")) == before
-    csv = write_case(tmp_path / "data.csv", lambda frame: frame)
-    assert_refused(csv_args(csv, tmp_path, None), capsys, "(--data.csv)")
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["data.csv"]
+    (tmp_path / "raw").mkdir()
+    csv = write_case(tmp_path / "raw" / "data.csv", lambda frame: frame)
+    assert_refused(csv_args(csv, tmp_path, None), capsys, f"holds the folder the private records are read from "
+                                                          f"(--data.csv {tmp_path / 'raw'})")
+    assert sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*")) == ["raw", "raw/data.csv"]
 
 
 def test_a_compressed_csv_is_read_and_its_header_checked(tmp_path):

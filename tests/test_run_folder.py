@@ -68,34 +68,41 @@ def test_a_link_to_nothing_and_a_folder_that_cannot_be_written_are_named_before_
 
 
 def test_the_folder_the_private_records_are_read_from_is_refused_as_output(tmp_path, monkeypatch):
-    """A run folder is what gets published; the raw data beside its synthetic.csv is one copy
-    away from being published with it. A data file in a subfolder, or the data folder's parent,
-    is not the same folder."""
+    """A run folder is what gets published; the raw data beside its synthetic.csv, or in a
+    subfolder of it, is one copy away from being published with it. A run folder inside the
+    data folder publishes nothing of it."""
     data = tmp_path / "data"
     (data / "raw").mkdir(parents=True)
+    for name in ("records.csv", "schema.yaml", "raw/records.csv"):
+        (data / name).write_text("x\n")
     for flag, path in (("--data-dir", str(data)), ("--data.csv", str(data / "records.csv")),
                        ("--data.schema", str(data / "schema.yaml")), ("$LIGHTNING_DPGAN_DATA_DIR", f"{data}/")):
         with pytest.raises(ConfigError, match=rf"--output-dir {data} is the folder the private records are read "
-                                              rf"from \({re.escape(flag)}\)"):
+                                              rf"from \({re.escape(flag)} {data}\)"):
+            check_output_dir(data, None, False, {flag: path})
+    for flag, path in (("--data.csv", str(data / "raw" / "records.csv")), ("--data-dir", str(data / "raw"))):
+        with pytest.raises(ConfigError, match=rf"--output-dir {data} holds the folder the private records are read "
+                                              rf"from \({flag} {data / 'raw'}\)"):
             check_output_dir(data, None, False, {flag: path})
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match="is the folder the private records are read from"):
         check_output_dir(Path("data"), None, False, {"--data.csv": "data/records.csv"})  # relative, same folder
-    check_output_dir(data, None, False, {"--data.csv": str(data / "raw" / "records.csv")})
+    with pytest.raises(ConfigError, match="holds the folder the private records are read from"):
+        check_output_dir(Path("."), None, False, {"--data-dir": "data"})
     check_output_dir(data / "runs", None, False, {"--data-dir": str(data)})
-    check_output_dir(tmp_path, None, False, {"--data-dir": str(data)})
+    check_output_dir(tmp_path / "elsewhere", None, False, {"--data.csv": str(data / "records.csv")})
 
 
-def test_the_data_folder_checked_is_the_one_the_dataset_reads(monkeypatch):
-    """--data-dir, else the environment's folder for a built-in dataset; a CSV run reads none."""
-    from lightning_dpgan.cli import _data_folder_setting
-
+def test_the_data_read_is_named_by_its_option(monkeypatch):
+    """The CSV's files; --data-dir, else the environment's folder for a built-in dataset (a CSV run reads none)."""
     monkeypatch.setenv("LIGHTNING_DPGAN_DATA_DIR", "/srv/data")
-    assert _data_folder_setting({"name": "mnist", "data_dir": "/mine"}) == {"--data-dir": "/mine"}
-    assert _data_folder_setting({"name": "mnist"}) == {"$LIGHTNING_DPGAN_DATA_DIR": "/srv/data"}
-    assert _data_folder_setting({"name": "csv", "csv": "/srv/data/x.csv"}) == {}
+    assert run_folder.data_inputs({"name": "mnist", "data_dir": "/mine"}) == {"--data-dir": "/mine"}
+    assert run_folder.data_inputs({"name": "mnist"}) == {"$LIGHTNING_DPGAN_DATA_DIR": "/srv/data"}
+    assert run_folder.data_inputs({"name": "csv", "csv": "/srv/data/x.csv", "schema": "s.yaml"}) == {
+        "--data.csv": "/srv/data/x.csv", "--data.schema": "s.yaml"}
+    assert run_folder.data_inputs({"name": "csv", "csv": 2020}) == {}  # refused as a setting, later
     monkeypatch.delenv("LIGHTNING_DPGAN_DATA_DIR")
-    assert _data_folder_setting({"name": "mnist"}) == {}
+    assert run_folder.data_inputs({"name": "mnist"}) == {}
 
 
 def test_a_run_is_continued_only_from_its_own_last_checkpoint(tmp_path, monkeypatch):
@@ -133,7 +140,6 @@ def test_overwrite_refuses_to_move_away_the_data_a_run_would_read(tmp_path, monk
     with pytest.raises(ConfigError, match="which --overwrite moves to previous/"):
         check_output_dir(run, None, True, {"--data.csv": "~/run/synthetic.csv"})
     check_output_dir(run, None, True, {"--data.csv": str(tmp_path / "data.csv")})  # outside the folder: fine
-    check_output_dir(run, None, True, {"--data.csv": str(run / "raw" / "data.csv")})  # in it, no run's file: not moved
     # continuing the run moves its outputs, not its checkpoints: a file among those stays where it is
     continued = str(run / LAST_CHECKPOINT)
     check_output_dir(run, continued, True, {"--data.schema": str(run / "checkpoints" / "schema.yaml")})
@@ -150,7 +156,6 @@ def test_a_folder_set_aside_without_overwrite_keeps_the_data_a_run_would_read(tm
     data = refused_before_training / "logs" / "data.csv"
     with pytest.raises(ConfigError, match=rf"--data.csv {data} is in {refused_before_training / 'logs'}, which the run moves"):
         check_output_dir(refused_before_training, None, False, {"--data.csv": str(data)})
-    check_output_dir(refused_before_training, None, False, {"--data.csv": str(refused_before_training / "raw" / "data.csv")})
     new = tmp_path / "new"  # nothing there to move: a missing file is the datamodule's to name
     check_output_dir(new, None, False, {"--data.csv": str(new / "logs" / "data.csv")})
     run = plant_run(tmp_path / "run")
