@@ -26,6 +26,9 @@ AUTO = "auto"
 #: The budget of the DP schema estimate when no schema file is given and no flag sets it.
 DEFAULT_BOUNDS_EPSILON = 0.1
 DEFAULT_BOUNDS_DELTA = 1e-6
+#: the fewest categories a declared list must have for setup to warn that it reads like one
+#: taken from the records (with half as many as the training rows, or more)
+RECORD_LIKE_CATEGORIES = 10
 
 
 class CSVDataModule(TabularDataModule):
@@ -213,6 +216,33 @@ class CSVDataModule(TabularDataModule):
                               f"{header_hint(frame, missing)}")
         return self._seeded_split(frame.drop(columns=self.drop))
 
+
+    def setup(self, stage: str | None = None) -> None:
+        first = self.train_dataset is None
+        super().setup(stage)
+        if first:
+            self._warn_of_record_like_category_lists()
+
+    def _warn_of_record_like_category_lists(self) -> None:
+        """A declared (public) category list at least half as long as the training rows, and
+        :data:`RECORD_LIKE_CATEGORIES` long: it reads like one taken from the records (an ID,
+        a name column put in a schema file), and synthetic.csv releases its values as they are,
+        which the guarantee does not cover (it is for the records, the schema being public). A
+        DP estimate's lists are thresholded, so never hold one record's value. For the data
+        holder: the row count is read from the private rows. A CSV's alone: the built-in
+        datasets' schemas are the datasets' documented ones."""
+        rows = self._report.rows_in
+        if self._bounds_cost is not None:  # this run's DP estimate (or a resume's)
+            return
+        for column in self.schema.columns:
+            listed = len(column.categories or ())
+            if column.from_dp_estimate or listed < max(RECORD_LIKE_CATEGORIES, rows / 2):
+                continue
+            log.warning("%s: the schema lists %d categories for column '%s', half or more of the %d training rows: a "
+                        "list that long reads like one taken from the records (IDs, names), and synthetic.csv "
+                        "releases its values as they are. The guarantee covers the records, the schema being "
+                        "public: keep such a list only if it is public knowledge, else drop the column (the "
+                        "schema's drop list)", self.name, listed, column.name, rows)
 
     def _refuse_text_in_numeric_columns(self, frame: pd.DataFrame) -> None:
         """Text in a numeric column, found in every row of the file before it is split: checked

@@ -525,6 +525,29 @@ def test_values_that_match_a_declared_category_but_for_spaces_or_case_are_named(
     assert "hold categories outside the schema" in caplog.text and "spaces or case" not in caplog.text
 
 
+def test_a_declared_category_list_as_long_as_the_records_is_warned_of(tmp_path, caplog):
+    """An ID column declared categorical in a schema file: its real values went into
+    synthetic.csv under an epsilon that says nothing of them, with no word said."""
+    frame = table(60).assign(kind=[f"P{i:05d}" for i in range(60)])
+    schema = {**CSV_SCHEMA, "columns": [*CSV_SCHEMA["columns"][:2], {"name": "kind", "kind": "categorical",
+                                                                     "categories": list(frame["kind"])},
+                                        CSV_SCHEMA["columns"][3]]}
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(schema))
+    datamodule = CSVDataModule(csv=write_case(tmp_path / "ids.csv", lambda _: frame), schema=tmp_path / "schema.yaml")
+    with caplog.at_level("WARNING"):
+        datamodule.setup("fit")
+    rows = len(datamodule.train_frame)
+    assert (f"the schema lists 60 categories for column 'kind', half or more of the {rows} training rows: a list "
+            "that long reads like one taken from the records") in caplog.text
+    assert "'label'" not in caplog.text
+    caplog.clear()
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(CSV_SCHEMA))  # two categories: nothing to say
+    datamodule = CSVDataModule(csv=write_case(tmp_path / "data.csv", lambda frame: frame), schema=tmp_path / "schema.yaml")
+    with caplog.at_level("WARNING"):
+        datamodule.setup("fit")
+    assert "categories for column" not in caplog.text
+
+
 def test_a_dp_schema_budget_that_cannot_work_is_refused_by_its_flag(tmp_path):
     """A bad --data.bounds_epsilon/--data.bounds_delta is refused by its flag before the file is
     read; a budget too small for the file's rows says how many rows a category needs and which
