@@ -15,7 +15,8 @@ from lightning_dpgan.data.csv_missing import missing_spellings
 from lightning_dpgan.data.download import damaged_compression_refused
 from lightning_dpgan.data.dp_bounds import SCHEMA_MECHANISM as DP_SCHEMA_MECHANISM, check_listed_columns, infer_schema_dp
 from lightning_dpgan.data.schema import (LABEL_KINDS, SchemaError, TableSchema, as_schema_categories, booleans_refusal,
-                                         column_names, header_hint, holds_booleans, non_numeric_values, row_examples)
+                                         column_names, header_hint, holds_booleans, non_numeric_values, row_examples,
+                                         thousands_separated)
 from lightning_dpgan.datamodules.tabular import TabularDataModule
 from lightning_dpgan.error_text import first_line
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
@@ -264,6 +265,11 @@ class CSVDataModule(TabularDataModule):
                 continue
             gaps = int(frame[name].isna().sum())  # read as missing ('', 'n/a'): said now, not in a second refusal
             values = f"({row_examples(bad)}){f' and {gaps} missing values' if gaps else ''}"
+            if thousands_separated(bad):
+                kind = "numeric" if self._schema is None else self._schema.column(name).kind
+                raise SchemaError(f"column '{name}' is {kind} but holds numbers written with thousands separators "
+                                  f"{values}: remove the separators from the file (e.g. pandas.read_csv(path, "
+                                  "thousands=',').to_csv(new_path, index=False))")
             if self._schema is not None:
                 kind = self._schema.column(name).kind
                 raise SchemaError(f"column '{name}' is {kind} but holds non-numeric values {values}: "
@@ -355,9 +361,11 @@ def _header_names(path: Path) -> list[str]:
     names = first_row.iloc[0].tolist() if len(first_row) else []
     unnamed = [position + 1 for position, name in enumerate(names) if not str(name).strip()]
     if unnamed:  # pandas would call it 'Unnamed: 0', a name the file never had, and train on it
+        cause = ("a comma at the end of every line, as some spreadsheets export? Remove the trailing commas"
+                 if unnamed == [len(names)] else
+                 "a saved row index, as pandas' to_csv writes without index=False?")
         raise SchemaError(f"CSV file {path} has no name for column {', '.join(map(str, unnamed))} of its header "
-                          "(a saved row index, as pandas' to_csv writes without index=False?): name it in the header, "
-                          "or save the file without it")
+                          f"({cause}): name it in the header, or save the file without it")
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
         raise SchemaError(f"CSV file {path} names the columns {repeated} more than once in its header: give each "

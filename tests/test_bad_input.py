@@ -224,6 +224,10 @@ CSV_CASES = {
     "an-extra-field-on-every-row": ("amount,visits,kind,label\n" + "1.0,2,a,no,9\n3.0,4,b,yes,8\n" * 20,
                                     ["more fields than its header", "(line 2: 5 fields)", "delimiter"],
                                     ["more fields than its header", "(line 2: 5 fields)", "delimiter"]),
+    # a European spreadsheet's export: ';' between fields, decimal commas that split the rows
+    "semicolons-and-decimal-commas": ("amount;visits;kind;label\n" + "1,5;2;a;no\n3,25;4;b;yes\n" * 20,
+                                      ["more fields than its header", "separated by ';', not commas", "decimal=','"],
+                                      ["more fields than its header", "separated by ';', not commas", "decimal=','"]),
     # not text at all: the fix is the file's kind, not an encoding
     "gzip-named-csv": (gzip.compress(table().to_csv(index=False).encode()),
                        ["is gzip-compressed", ".gz ending"], ["is gzip-compressed", ".gz ending"]),
@@ -240,6 +244,16 @@ CSV_CASES = {
     # pandas' to_csv without index=False: the header's first name is empty
     "saved-row-index": (table().to_csv(), ["has no name for column 1 of its header", "row index"],
                         ["has no name for column 1 of its header", "row index"]),
+    # a spreadsheet's trailing comma on every line, the header's too: an unnamed last column
+    "trailing-commas": ("amount,visits,kind,label,\n" + "1.0,2,a,no,\n3.0,4,b,yes,\n" * 20,
+                        ["has no name for column 5 of its header", "a comma at the end of every line"],
+                        ["has no name for column 5 of its header", "a comma at the end of every line"]),
+    # numbers as a spreadsheet shows them: the fix is the separators, not --data.categorical
+    "thousands-separators": (lambda frame: frame.assign(amount=[f"{1000 + 37 * i:,}.5" for i in range(len(frame))]),
+                             ["'amount' is continuous but holds numbers written with thousands separators",
+                              "'1,000.5' (data row 1)", "thousands=','"],
+                             ["'amount' is numeric but holds numbers written with thousands separators",
+                              "'1,000.5' (data row 1)", "thousands=','"]),
     "one-label-class": (with_one_class, ["label 'label' holds one class ('yes')", "at least two classes"],
                         ["label 'label' must be binary (exactly 2 categories), but the schema lists 1"]),
 }

@@ -79,9 +79,35 @@ def refuse_extra_columns(frame: pd.DataFrame, columns: Sequence[str], path: Path
 def _extra_fields_message(path: Path) -> str:
     where = first_long_line(path)
     at = f" (line {where[0]}: {where[1]} fields)" if where else ""
+    if (mark := header_separator(path)) is not None:  # a European export: ';' between fields, decimal commas
+        return (f"CSV file {path} has data rows with more fields than its header{at}: its header is separated by "
+                f"{mark!r}, not commas, and the rows' commas are read as separators (decimal commas, say). The file "
+                "must be comma-separated with decimal points: export it again as CSV with commas (or convert it, "
+                "e.g. with pandas.read_csv(path, sep=';', decimal=',').to_csv(new_path, index=False))")
     return (f"CSV file {path} has data rows with more fields than its header{at}: their values would be read "
             "under other columns' names or dropped. Check the delimiter, the quoting of fields holding commas, "
             "and that the header names every column")
+
+
+#: the separators a spreadsheet writes in place of commas (a European locale's ';', a tab export)
+OTHER_SEPARATORS = (";", "\t", "|")
+
+
+def header_separator(path: Path) -> str | None:
+    """The other separator (:data:`OTHER_SEPARATORS`) a plain-text file's header holds where it
+    holds no comma, or None (a comma-separated header, a compressed file)."""
+    from lightning_dpgan.data.download import compression_of
+
+    if path.suffix.lower() in COMPRESSED_SUFFIXES or compression_of(path):
+        return None
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            header = handle.readline()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if "," in header:
+        return None
+    return next((mark for mark in OTHER_SEPARATORS if mark in header), None)
 
 
 def first_long_line(path: Path) -> tuple[int, int] | None:
@@ -102,4 +128,4 @@ def first_long_line(path: Path) -> tuple[int, int] | None:
     return None
 
 
-__all__ = ["ExtraFieldsError", "first_long_line", "read_csv_fields", "read_dataset_csv", "refuse_extra_columns"]
+__all__ = ["ExtraFieldsError", "first_long_line", "header_separator", "read_csv_fields", "read_dataset_csv", "refuse_extra_columns"]

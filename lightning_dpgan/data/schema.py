@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -758,6 +759,17 @@ def row_examples(values: pd.Series, most: int = 3) -> str:
 def non_numeric_values(series: pd.Series) -> pd.Series:
     """The values of ``series`` that are not numbers (missing values aside), with their index."""
     return series[pd.to_numeric(series, errors="coerce").isna() & series.notna()]
+
+
+#: a number written with thousands separators, as spreadsheets export them: 11,858 or 1,234,567.25
+_THOUSANDS_SEPARATED = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?")
+
+
+def thousands_separated(values: pd.Series) -> bool:
+    """Whether every one of ``values`` (a numeric column's non-numbers) is a number written with
+    thousands separators: the fix is then to remove them, not to call the column categorical."""
+    return not values.empty and all(isinstance(value, str) and _THOUSANDS_SEPARATED.fullmatch(value.strip())
+                                    for value in values)
 
 
 def _beyond_64_bits(value: Any) -> bool:
