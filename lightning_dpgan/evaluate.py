@@ -595,7 +595,7 @@ def _evaluate_table(run_dir: Path, datamodule: Any, held_out: pd.DataFrame, seed
 
     synthetic = read_synthetic_table(synthetic_path, datamodule.schema)
     return evaluate_table(datamodule, synthetic, seed, save if figures is not None else None, held_out=held_out,
-                          progress=say_stage)
+                          progress=say_stage, source=synthetic_path)
 
 
 def read_synthetic_table(path: Path, schema: Any) -> pd.DataFrame:
@@ -609,8 +609,7 @@ def read_synthetic_table(path: Path, schema: Any) -> pd.DataFrame:
     columns = schema.names
     def refuse(problem: str) -> ValueError:
         return ValueError(f"{path} {problem}: it is not a synthetic table as train writes it; write it again "
-                          f"with: python -m lightning_dpgan sample --checkpoint {path.parent / LAST_CHECKPOINT} -n N "
-                          f"--out {path} --overwrite")
+                          f"with: {rewrite_command(path)}")
 
     try:
         text = [c.name for c in schema.columns if not c.is_numeric]
@@ -628,18 +627,24 @@ def read_synthetic_table(path: Path, schema: Any) -> pd.DataFrame:
     return as_schema_categories(table, schema)
 
 
-def refuse_unencodable(synthetic: pd.DataFrame, schema: Any) -> None:
+def rewrite_command(path: Path) -> str:
+    """The command that writes a run's synthetic table ``path`` again from the run's checkpoint."""
+    return (f"python -m lightning_dpgan sample --checkpoint {path.parent / LAST_CHECKPOINT} -n N --out {path} "
+            "--overwrite")
+
+
+def refuse_unencodable(synthetic: pd.DataFrame, schema: Any, source: Path | None = None) -> None:
     """Refuse a synthetic table the schema cannot encode whole (a table made elsewhere, or
     edited). An infinite value would be clipped to a bound. For a category outside the schema,
     the measures that encode rows (classifiers, WD, JSD, Diff-Corr, pMSE, membership) would
     leave those rows out while the counting ones (TV, invented share) keep them: the figures
-    would describe two different tables, and none would say so."""
+    would describe two different tables, and none would say so. ``source``: a run's
+    ``synthetic.csv`` the table was read from, named in the remedy (else RUN stands for it)."""
     from lightning_dpgan.data.schema import SchemaError
 
     # the data's remedies (declare a column otherwise in the schema) would change the run: a
     # synthetic table is written again instead
-    again = ("it is not as train writes it: write it again with python -m lightning_dpgan sample --checkpoint "
-             "RUN/checkpoints/last.ckpt -n N --out RUN/synthetic.csv --overwrite")
+    again = f"it is not as train writes it: write it again with {rewrite_command(source or Path('RUN/synthetic.csv'))}"
     try:
         schema.validate_frame(synthetic)  # columns, missing and infinite values, types
     except SchemaError as error:
@@ -659,11 +664,12 @@ def refuse_unencodable(synthetic: pd.DataFrame, schema: Any) -> None:
 def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
                    save: Callable[[Any, str, str], None] | None = None,
                    held_out: pd.DataFrame | None = None,
-                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                   progress: Callable[[str], None] | None = None, source: Path | None = None) -> dict[str, Any]:
     """The table measures of :func:`evaluate_run` for ``synthetic`` against the datamodule's
     real train split and ``held_out`` (default: its test split) (also used for tables made
     elsewhere: the benchmark's peers). ``save(figure, title, file_name)`` keeps the report
-    figures; without it none are drawn. ``progress(stage)`` is told as each stage starts."""
+    figures; without it none are drawn. ``progress(stage)`` is told as each stage starts.
+    ``source``: the run's ``synthetic.csv`` it was read from, for a refusal's remedy."""
     from lightning_dpgan.evaluation import fidelity
     from lightning_dpgan.evaluation.membership import membership_inference
     from lightning_dpgan.evaluation.ranking import feature_importance_agreement, synthetic_ranking_agreement
@@ -672,7 +678,7 @@ def evaluate_table(datamodule: Any, synthetic: pd.DataFrame, seed: int = 0,
                                                     utility_differences)
 
     schema = datamodule.schema
-    refuse_unencodable(synthetic, schema)
+    refuse_unencodable(synthetic, schema, source)
     real_train = datamodule.train_frame
     real_test = datamodule.test_frame if held_out is None else held_out
     tell = progress or (lambda stage: None)

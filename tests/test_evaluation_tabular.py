@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -912,6 +913,12 @@ def test_a_damaged_synthetic_table_is_told_to_be_written_again_not_the_schema_ch
     message = str(refused.value)
     assert problem in message and "write it again with python -m lightning_dpgan sample" in message
     assert "declare" not in message and "schema file" not in message
+    run = Path("/runs/adult")  # a run's table: its own paths in the command, not RUN placeholders
+    with pytest.raises(ValueError) as refused:
+        evaluate_module.evaluate_table(NoTestSplit(SCHEMA, make_table(300, 1)), damage(make_table(300, 3)),
+                                       held_out=make_table(100, 2), source=run / "synthetic.csv")
+    assert (f"sample --checkpoint {run / 'checkpoints' / 'last.ckpt'} -n N --out {run / 'synthetic.csv'} "
+            "--overwrite") in str(refused.value) and "RUN" not in str(refused.value)
 
 
 def test_synthetic_values_outside_the_bounds_are_scored_clipped_and_said(capsys):
