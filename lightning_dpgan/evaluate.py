@@ -404,9 +404,10 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
         results["device"] = device
     results["privacy_note"] = (NOT_COVERED_NO_FIGURES if privacy is None else
                                NOT_COVERED_AUDIT_TRIAL if privacy.get("audit_trial") else NOT_COVERED_BY_EPSILON)
-    if privacy is not None:
-        results = {"epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"), **results}
-    else:  # an interrupted or failed run: its report must not read as a finished one's
+    # every evaluation.json has both keys (a script reads them alike): null without privacy.json
+    results = {"epsilon": None if privacy is None else privacy.get("epsilon"),
+               "delta": None if privacy is None else privacy.get("delta"), **results}
+    if privacy is None:  # an interrupted or failed run: its report must not read as a finished one's
         warn(f"{run_dir} has no privacy.json (the run did not finish writing its outputs): "
              "the report states no privacy guarantee")
     results = {key: _plain(value) for key, value in results.items()}
