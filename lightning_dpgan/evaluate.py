@@ -147,8 +147,9 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
                                     "its generator there; put the checkpoint back")
         _refuse_releases_left_without_their_checkpoint(run_dir, datamodule)
         warn(f"{run_dir} has no {LAST_CHECKPOINT}: the data, its schema and the split are read as "
-             f"{config_path} names them now, not checked against those the run trained on (its checkpoint keeps "
-             "them); put the checkpoint back to have them checked")
+             f"{config_path} names them now, not checked against those the run trained on, and privacy.json's "
+             "epsilon and delta, copied into the evaluation, are not checked against what the run spent (its "
+             "checkpoint keeps both); put the checkpoint back to have them checked")
     restore_released_schema(datamodule, run_dir / LAST_CHECKPOINT, info)  # never a second DP estimate
     if info is not None and "schema" in info:  # restored by then where it was estimated: reads no row
         remedy = (f"put back the schema file it was trained with ({config_path} names it) as it was"

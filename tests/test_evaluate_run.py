@@ -749,6 +749,7 @@ def test_a_run_without_its_checkpoint_is_evaluated_with_a_warning_that_nothing_w
     assert main(["evaluate", "--run", str(run)]) == 0
     err = capsys.readouterr().err
     assert f"{run} has no checkpoints/last.ckpt" in err and "not checked against those the run trained on" in err
+    assert "privacy.json's epsilon and delta, copied into the evaluation, are not checked against what the run spent" in err
 
 
 def test_split_settings_edited_since_training_are_named_not_blamed_on_the_data(tmp_path, capsys):
