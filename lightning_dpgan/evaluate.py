@@ -161,12 +161,13 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
     if csv_path is not None and not csv_path.is_file():  # train's remedy (--data.csv) is not evaluate's
         raise FileNotFoundError(f"CSV file not found: {csv_path}, the file this run trained on ({config_path}, "
                                 "data.csv): put it back there to evaluate the run")
-    if before_reading is not None:
-        before_reading(datamodule)
-    if info is not None:  # before the rows' digest, which a changed split changes too
+    if info is not None:  # before the rows' digest, which a changed split changes too, and before a
+        # --split dev refused for a dev_fraction edited out of config.yaml ("train it with --data.dev_fraction")
         check_same_split(split_settings(datamodule), info.get("split"), run_dir / LAST_CHECKPOINT, remedy=(
             f"{config_path} was edited since: put back the split settings the run trained with (the held-out rows "
             "would be others, and unseen records scored as members)"))
+    if before_reading is not None:
+        before_reading(datamodule)
     datamodule.prepare_data()
     datamodule.setup()
     check_same_training_rows(datamodule, info, config_path)

@@ -771,6 +771,23 @@ def test_split_settings_edited_since_training_are_named_not_blamed_on_the_data(t
     assert not (run / "evaluation.json").exists()
 
 
+def test_a_dev_fraction_edited_out_of_the_config_is_named_for_a_dev_split(tmp_path, capsys):
+    """--split dev of a run whose config.yaml lost its dev_fraction said "train it with
+    --data.dev_fraction F", though the checkpoint says it held one out: the edit is named first."""
+    import yaml
+
+    run = tmp_path / "run"
+    train_table_run(run, "adult", "adult_tiny", "--data.dev_fraction", "0.2")
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    del config["data"]["dev_fraction"]
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(run), "--split", "dev"]) == 2
+    err = capsys.readouterr().err
+    assert "it had --data.dev_fraction 0.2" in err and "put back the split settings the run trained with" in err
+    assert "train it with --data.dev_fraction" not in err and not (run / "evaluation-dev.json").exists()
+
+
 def test_a_test_fraction_edited_for_adults_official_split_is_not_refused(tmp_path, capsys):
     """Adult's official split ignores test_fraction, so editing it in config.yaml chooses no other
     records: refusing it (as for King above, where it draws the split) sent the user to undo a
