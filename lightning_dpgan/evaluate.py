@@ -63,7 +63,7 @@ from lightning_dpgan import registry
 from lightning_dpgan.config import QUAIL, section_arguments
 from lightning_dpgan.data.dev_split import check_held_out_split
 from lightning_dpgan.error_text import first_line
-from lightning_dpgan.outputs import write_json
+from lightning_dpgan.outputs import file_sha256, write_json
 from lightning_dpgan.run import check_same_schema, check_same_split, restore_released_schema, split_settings
 from lightning_dpgan.run_folder import (
     EVALUATION_FILES,
@@ -398,6 +398,8 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
         if (run_dir / "samples.png").is_file():  # a row per class where the generator draws labelled images
             figures["Samples (one row per class)" if "utility/cnn_accuracy" in results else "Samples"] = "samples.png"
     else:
+        if (run_dir / "synthetic.csv").is_file():  # said first: scoring takes minutes
+            _warn_of_a_synthetic_table_train_did_not_write(run_dir, privacy)
         results = _evaluate_table(run_dir, datamodule, held_out, seed, figures if report else None)
     results["held_out_split"] = split
     # what the figures were drawn with: another seed moves every one (the CNN, the classifiers, the attack)
@@ -432,6 +434,20 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
     if replaced:
         print(f"evaluate: replaced the earlier {' and '.join(replaced)} of {run_dir}", file=sys.stderr)
     return results
+
+
+def _warn_of_a_synthetic_table_train_did_not_write(run_dir: Path, privacy: dict[str, Any] | None) -> None:
+    """A ``synthetic.csv`` other than the one ``privacy.json`` was written for (its
+    ``synthetic_sha256``; reports from before it was kept have none): copied in from another run,
+    or edited, its scores would sit beside an epsilon that is not its own. Drawn again from this
+    run's checkpoint (``sample --out``), it is covered by the same guarantee, which evaluate
+    cannot tell from the file."""
+    recorded = (privacy or {}).get("synthetic_sha256")
+    if recorded is None or file_sha256(run_dir / "synthetic.csv") == recorded:
+        return
+    warn(f"{run_dir / 'synthetic.csv'} is not the file train wrote (its SHA-256 differs from privacy.json's "
+         "synthetic_sha256): drawn again from this run's checkpoint (sample --out), it has the same guarantee; "
+         "copied in from another run or edited, the epsilon beside its scores is not its own")
 
 
 def _warn_of_missing_label_classes(results: dict[str, Any], schema: Any) -> None:

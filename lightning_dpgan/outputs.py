@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob
+import hashlib
 import json
 import math
 import os
@@ -186,6 +187,16 @@ def write_csv_chunks(path: str | Path, frames: Iterable[pd.DataFrame]) -> Path:
             handle.write(frame.to_csv(index=False, header=index == 0).encode())
 
     return atomic_write(path, write)
+
+
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes, hex: ``privacy.json``'s ``synthetic_sha256`` names the
+    synthetic table its guarantee was written for (``sha256sum`` gives the same)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def images_to_uint8(images: torch.Tensor) -> np.ndarray:

@@ -51,7 +51,7 @@ from lightning_dpgan.loggers import build_logger, check_logger, log_run_config, 
 from lightning_dpgan.data.download import default_data_dir
 from lightning_dpgan.data.schema import TableSchema, encoding_layout
 from lightning_dpgan.data.table_transformer import TableTransformer
-from lightning_dpgan.outputs import write_csv_chunks, write_json, write_png, write_torch, write_yaml
+from lightning_dpgan.outputs import file_sha256, write_csv_chunks, write_json, write_png, write_torch, write_yaml
 from lightning_dpgan.privacy.validation import validate_delta
 from lightning_dpgan.python_run_info import table_decoding_info
 from lightning_dpgan.run_folder import AUDIT_TRIAL_NOTE, LAST_CHECKPOINT, RELEASED_SCHEMA, continue_command, data_files
@@ -1119,18 +1119,22 @@ class Run:
         ``privacy.json`` is complete, even after a failed write (e.g. a full disk). Returns the
         privacy report written."""
         metrics = self.metrics(wall_time)
+        synthetic_digest = None
         if self.is_image:
             write_png(self.output_dir / "samples.png", sample_grid(self.module, self.config["sample_columns"]))
         else:
             rows = self.config["num_synthetic"] or len(self.datamodule.train_dataset)
             chunks = synthetic_row_chunks(self.module, self.datamodule, self.labeler, rows)
             write_csv_chunks(self.output_dir / "synthetic.csv", self._counting_label_classes(chunks))
+            synthetic_digest = file_sha256(self.output_dir / "synthetic.csv")
             if self.config["data"]["name"] == "csv" and not self.config["data"].get("schema"):
                 # the file's columns it did not train on go in the drop list, so the file reads back as a schema file
                 dropped = {"drop": list(self.datamodule.drop)} if self.datamodule.drop else {}
                 write_yaml(self.output_dir / RELEASED_SCHEMA, {**self.datamodule.schema.to_dict(), **dropped})
         write_json(self.output_dir / "metrics.json", metrics)
         report = self.privacy_report()
+        if synthetic_digest is not None:  # the file this guarantee was written for (evaluate checks it)
+            report["synthetic_sha256"] = synthetic_digest
         write_json(self.output_dir / "privacy.json", report)
         publish_run(self.trainer.logger, self.output_dir, metrics)
         return report

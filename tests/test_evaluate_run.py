@@ -752,6 +752,27 @@ def test_a_run_without_its_checkpoint_is_evaluated_with_a_warning_that_nothing_w
     assert "privacy.json's epsilon and delta, copied into the evaluation, are not checked against what the run spent" in err
 
 
+def test_a_synthetic_table_other_than_the_one_train_wrote_is_scored_with_a_warning(tmp_path, capsys):
+    """privacy.json names the synthetic.csv it was written for by its SHA-256: a table copied in
+    from another run was scored beside this run's epsilon without a word."""
+    import hashlib
+
+    run = tmp_path / "run"
+    train_table_run(run)
+    table = run / "synthetic.csv"
+    assert read_json(run / "privacy.json")["synthetic_sha256"] == hashlib.sha256(table.read_bytes()).hexdigest()
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(run)]) == 0
+    assert "is not the file train wrote" not in capsys.readouterr().err
+    lines = table.read_text().splitlines(keepends=True)
+    table.write_text("".join(lines[:-1]))  # one row fewer: still a valid table
+    assert main(["evaluate", "--run", str(run)]) == 0
+    warning = f"{table} is not the file train wrote (its SHA-256 differs from privacy.json's synthetic_sha256)"
+    assert warning in capsys.readouterr().err
+    assert "is not the file train wrote" in (run / "report.md").read_text()
+    assert read_json(run / "evaluation.json")["synthetic_records"] == len(lines) - 2
+
+
 def test_split_settings_edited_since_training_are_named_not_blamed_on_the_data(tmp_path, capsys):
     """config.yaml's test_fraction edited: evaluate said "the data changed after training" (the
     rows' digest differed); the checkpoint keeps the split, which is compared first."""
