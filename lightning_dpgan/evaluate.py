@@ -642,6 +642,10 @@ def read_synthetic_table(path: Path, schema: Any) -> pd.DataFrame:
     if table.empty:
         raise refuse("has no rows")
     if table.isna().any().any():
+        gaps = table.isna().any(axis=1)
+        if gaps.sum() == 1 and gaps.iloc[-1]:  # a copy or a write cut short within its last line
+            raise refuse(f"has its last row cut short (missing values in columns "
+                         f"{sorted(table.columns[table.iloc[-1].isna()])}): the file was truncated")
         raise refuse(f"has missing values in columns {sorted(table.columns[table.isna().any()])}")
     return as_schema_categories(table, schema)
 

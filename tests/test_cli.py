@@ -583,7 +583,9 @@ def test_resuming_with_settings_that_reshape_the_networks_is_a_clear_error(gan_r
 
 
 @pytest.mark.parametrize("damage,problem", [
-    (lambda text: text[: len(text) // 2].rsplit("\n", 1)[0] + "\n1.0,", "has missing values"),
+    (lambda text: text[: len(text) // 2].rsplit("\n", 1)[0] + "\n1.0,", "has its last row cut short"),
+    (lambda text: "\n".join("," + line.split(",", 1)[1] if i == 2 else line for i, line in enumerate(text.split("\n"))),
+     "has missing values in columns"),  # a blank field in the second row: not a cut
     (lambda text: text.replace("income", "earnings", 1), "has other columns than the dataset's"),
     (lambda text: text.splitlines()[0] + "\n", "has no rows"),
     (lambda text: "", "cannot be read as a CSV table"),
@@ -598,7 +600,7 @@ def test_a_damaged_synthetic_table_is_named_as_the_problem(tmp_path, capsys, dam
     assert main(["evaluate", "--run", str(run)]) == 2
     error = capsys.readouterr().err
     assert f"{table} {problem}" in error
-    if problem == "has missing values":  # one message for all: its remedy is run once
+    if problem == "has its last row cut short":  # one message for all: its remedy is run once
         # it works as given: it named a RUN placeholder and lacked --overwrite
         remedy = error.split("write it again with: python -m lightning_dpgan ", 1)[1].split()
         assert main(["40" if word == "N" else word for word in remedy]) == 0
