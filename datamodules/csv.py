@@ -16,7 +16,7 @@ from lightning_dpgan.data.download import damaged_compression_refused
 from lightning_dpgan.data.dp_bounds import SCHEMA_MECHANISM as DP_SCHEMA_MECHANISM, check_listed_columns, infer_schema_dp
 from lightning_dpgan.data.schema import (LABEL_KINDS, SchemaError, TableSchema, as_schema_categories, booleans_refusal,
                                          column_names, header_hint, holds_booleans, non_numeric_values, row_examples,
-                                         thousands_separated)
+                                         comma_numbers)
 from lightning_dpgan.datamodules.tabular import TabularDataModule
 from lightning_dpgan.error_text import first_line
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
@@ -265,11 +265,12 @@ class CSVDataModule(TabularDataModule):
                 continue
             gaps = int(frame[name].isna().sum())  # read as missing ('', 'n/a'): said now, not in a second refusal
             values = f"({row_examples(bad)}){f' and {gaps} missing values' if gaps else ''}"
-            if thousands_separated(bad):
+            if comma_numbers(bad):
                 kind = "numeric" if self._schema is None else self._schema.column(name).kind
-                raise SchemaError(f"column '{name}' is {kind} but holds numbers written with thousands separators "
-                                  f"{values}: remove the separators from the file (e.g. pandas.read_csv(path, "
-                                  "thousands=',').to_csv(new_path, index=False))")
+                raise SchemaError(f"column '{name}' is {kind} but holds numbers written with a comma {values}, as "
+                                  "thousands separators or decimal commas: write them without (e.g. "
+                                  "pandas.read_csv(path, thousands=',') for separators, decimal=',' for decimal "
+                                  "commas, then .to_csv(new_path, index=False)), checking which the file means")
             if self._schema is not None:
                 kind = self._schema.column(name).kind
                 raise SchemaError(f"column '{name}' is {kind} but holds non-numeric values {values}: "

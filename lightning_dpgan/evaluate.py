@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import shutil
 import sys
 from collections.abc import Callable, Iterator
@@ -360,6 +361,9 @@ NOT_COVERED_AUDIT_TRIAL = ("these measures are read from the real rows without n
                            "is an audit trial: the epsilon and delta here are the claim the audit tests, not a guarantee "
                            "for its synthetic data. Keep this file with the data holder; publish neither it nor this "
                            "run's synthetic data")
+#: Put before the note where synthetic.csv is not the table privacy.json names (its SHA-256).
+NOT_THE_RECORDED_TABLE = ("synthetic.csv is not the table privacy.json was written for (its SHA-256 differs): the "
+                          "epsilon and delta here are not its own if it was copied in from another run or edited.")
 #: The note of a run without privacy.json (interrupted, or failed): there are no figures to point at.
 NOT_COVERED_NO_FIGURES = ("these measures are read from the real rows without noise: not covered by any epsilon "
                           "(this run has no privacy.json, so none is stated here). Keep this file with the data holder; "
@@ -393,13 +397,15 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
 
     figures: dict[str, str] = {}
     report = split == "test"  # a dev score is a tuning aid: no report to overwrite the test one's
+    other_table = False  # synthetic.csv is not the table privacy.json names
     if getattr(datamodule, "kind", "image") == "image":
         results = _evaluate_images(run_dir, datamodule, held_out, n_synthetic, cnn_epochs, seed, device, real_baseline)
         if (run_dir / "samples.png").is_file():  # a row per class where the generator draws labelled images
             figures["Samples (one row per class)" if "utility/cnn_accuracy" in results else "Samples"] = "samples.png"
     else:
-        if (run_dir / "synthetic.csv").is_file():  # said first: scoring takes minutes
-            _warn_of_a_synthetic_table_train_did_not_write(run_dir, privacy)
+        # said first (scoring takes minutes), and in evaluation.json's note
+        other_table = (run_dir / "synthetic.csv").is_file() and _warn_of_a_synthetic_table_train_did_not_write(
+            run_dir, privacy)
         results = _evaluate_table(run_dir, datamodule, held_out, seed, figures if report else None)
     results["held_out_split"] = split
     # what the figures were drawn with: another seed moves every one (the CNN, the classifiers, the attack)
@@ -408,6 +414,8 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
         results["device"] = device
     results["privacy_note"] = (NOT_COVERED_NO_FIGURES if privacy is None else
                                NOT_COVERED_AUDIT_TRIAL if privacy.get("audit_trial") else NOT_COVERED_BY_EPSILON)
+    if other_table:
+        results["privacy_note"] = f"{NOT_THE_RECORDED_TABLE} {results['privacy_note']}"
     # every evaluation.json has both keys (a script reads them alike): null without privacy.json
     results = {"epsilon": None if privacy is None else privacy.get("epsilon"),
                "delta": None if privacy is None else privacy.get("delta"), **results}
@@ -436,18 +444,20 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
     return results
 
 
-def _warn_of_a_synthetic_table_train_did_not_write(run_dir: Path, privacy: dict[str, Any] | None) -> None:
+def _warn_of_a_synthetic_table_train_did_not_write(run_dir: Path, privacy: dict[str, Any] | None) -> bool:
     """A ``synthetic.csv`` other than the one ``privacy.json`` was written for (its
     ``synthetic_sha256``; reports from before it was kept have none): copied in from another run,
     or edited, its scores would sit beside an epsilon that is not its own. Drawn again from this
-    run's checkpoint (``sample --out``), it is covered by the same guarantee, which evaluate
-    cannot tell from the file."""
+    run's checkpoint (``sample --out``), it is covered by the same guarantee, and sample
+    records its digest there (:func:`~lightning_dpgan.sampling.record_redrawn_table`). Returns
+    whether it warned."""
     recorded = (privacy or {}).get("synthetic_sha256")
     if recorded is None or file_sha256(run_dir / "synthetic.csv") == recorded:
-        return
-    warn(f"{run_dir / 'synthetic.csv'} is not the file train wrote (its SHA-256 differs from privacy.json's "
-         "synthetic_sha256): drawn again from this run's checkpoint (sample --out), it has the same guarantee; "
+        return False
+    warn(f"{run_dir / 'synthetic.csv'} is not the table privacy.json was written for (its SHA-256 differs from "
+         "privacy.json's synthetic_sha256; sample, drawing it again from this run's checkpoint, keeps that in step): "
          "copied in from another run or edited, the epsilon beside its scores is not its own")
+    return True
 
 
 def _warn_of_missing_label_classes(results: dict[str, Any], schema: Any) -> None:
@@ -652,8 +662,8 @@ def read_synthetic_table(path: Path, schema: Any) -> pd.DataFrame:
 
 def rewrite_command(path: Path) -> str:
     """The command that writes a run's synthetic table ``path`` again from the run's checkpoint."""
-    return (f"python -m lightning_dpgan sample --checkpoint {path.parent / LAST_CHECKPOINT} -n N --out {path} "
-            "--overwrite")
+    return (f"python -m lightning_dpgan sample --checkpoint {shlex.quote(str(path.parent / LAST_CHECKPOINT))} -n N "
+            f"--out {shlex.quote(str(path))} --overwrite")
 
 
 def refuse_unencodable(synthetic: pd.DataFrame, schema: Any, source: Path | None = None) -> None:

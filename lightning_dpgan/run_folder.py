@@ -145,8 +145,11 @@ def refuse_the_data_folder(folder: Path, data_folders: Mapping[str, Any]) -> Non
     for flag, data_folder in data_folders.items():
         if data_folder is None:
             continue
-        read_from = Path(data_folder).expanduser().resolve()
-        if read_from.is_relative_to(folder.resolve()):
+        # as written and as resolved: a link inside the run folder to the data is copied with it
+        # by the tools that follow links (zip -r, rsync -L)
+        given, read_from = Path(os.path.abspath(Path(data_folder).expanduser())), Path(data_folder).expanduser().resolve()
+        run_folders = (Path(os.path.abspath(folder)), folder.resolve())
+        if any(path.is_relative_to(run) for path in (given, read_from) for run in run_folders):
             where = "is" if read_from == folder.resolve() else "holds"
             raise ConfigError(f"--output-dir {folder} {where} the folder the private records are read from ({flag} "
                               f"{read_from}): a run folder is what gets published, so keep the raw data out of it and "
@@ -165,9 +168,8 @@ def continue_command(folder: Path) -> str:
 def check_output_dir(folder: Path, resume: str | None, overwrite: bool, inputs: dict[str, str] | None = None) -> None:
     """Refuse a file, or a folder holding a run that is neither continued nor to be replaced; a
     run that would move away a file it reads: the checkpoint it resumes, or one of ``inputs``
-    (flag -> path: the data files, which would be read from previous/'s place); and a folder the
-    data is read from (``inputs``' ``--data-dir``, or the folder of a :data:`DATA_FILE_FLAGS`
-    file). Any existing folder has its outputs set aside, run or not (``logs/`` of a run refused
+    (flag -> path: the data files, which would be read from previous/'s place); and a folder that
+    is or holds the one the records are read from (``inputs``' ``--data-dir``, or the CSV's). Any existing folder has its outputs set aside, run or not (``logs/`` of a run refused
     before training)."""
     refuse_a_file(folder)
     held = held_run_files(folder)
@@ -191,10 +193,12 @@ def check_output_dir(folder: Path, resume: str | None, overwrite: bool, inputs: 
 
 
 def refuse_holding_the_data(folder: Path, inputs: Mapping[str, Any]) -> None:
-    """:func:`refuse_the_data_folder` for ``inputs`` as :func:`data_inputs` gives them: a data
-    file's folder, or the data folder; those that do not exist are the datamodule's to name."""
+    """:func:`refuse_the_data_folder` for ``inputs`` as :func:`data_inputs` gives them: the CSV's
+    folder, or the data folder (a schema file is public knowledge: it may sit in a run folder);
+    those that do not exist are the datamodule's to name."""
     refuse_the_data_folder(folder, {flag: Path(path).expanduser().parent if flag in DATA_FILE_FLAGS else path
-                                    for flag, path in inputs.items() if Path(path).expanduser().exists()})
+                                    for flag, path in inputs.items()
+                                    if flag != "--data.schema" and Path(path).expanduser().exists()})
 
 
 def set_aside_outputs(folder: Path, continued: bool) -> Path | None:

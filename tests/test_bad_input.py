@@ -248,12 +248,18 @@ CSV_CASES = {
     "trailing-commas": ("amount,visits,kind,label,\n" + "1.0,2,a,no,\n3.0,4,b,yes,\n" * 20,
                         ["has no name for column 5 of its header", "a comma at the end of every line"],
                         ["has no name for column 5 of its header", "a comma at the end of every line"]),
-    # numbers as a spreadsheet shows them: the fix is the separators, not --data.categorical
+    # numbers as a spreadsheet shows them: the fix is the number format, not --data.categorical
     "thousands-separators": (lambda frame: frame.assign(amount=[f"{1000 + 37 * i:,}.5" for i in range(len(frame))]),
-                             ["'amount' is continuous but holds numbers written with thousands separators",
-                              "'1,000.5' (data row 1)", "thousands=','"],
-                             ["'amount' is numeric but holds numbers written with thousands separators",
-                              "'1,000.5' (data row 1)", "thousands=','"]),
+                             ["'amount' is continuous but holds numbers written with a comma", "'1,000.5' (data row 1)",
+                              "thousands=','", "decimal=','"],
+                             ["'amount' is numeric but holds numbers written with a comma", "'1,000.5' (data row 1)",
+                              "thousands=','", "decimal=','"]),
+    # decimal commas, quoted in a comma-separated file: not to be read as thousands (0,125 is no 125)
+    "decimal-commas": (lambda frame: frame.assign(amount=[f"0,{125 + i}" for i in range(len(frame))]),
+                       ["'amount' is continuous but holds numbers written with a comma", "'0,125' (data row 1)",
+                        "decimal=','"],
+                       ["'amount' is numeric but holds numbers written with a comma", "'0,125' (data row 1)",
+                        "decimal=','"]),
     "one-label-class": (with_one_class, ["label 'label' holds one class ('yes')", "at least two classes"],
                         ["label 'label' must be binary (exactly 2 categories), but the schema lists 1"]),
 }

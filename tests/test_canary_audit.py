@@ -6,6 +6,7 @@ switched off (only here, through the test hook) is caught."""
 import math
 import os
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -326,11 +327,13 @@ def test_an_audit_refused_before_its_first_trial_leaves_no_folder_it_made(tiny_t
 def test_an_audit_folder_holding_the_private_records_is_refused(tiny_table, tmp_path, capsys):
     """As train's --output-dir: the audit's trials are not for release, but its folder is still
     something one copies around, and it must not carry the raw data along."""
-    before = sorted(path.name for path in tiny_table.iterdir())
-    assert main(["audit", *dp_sgd_args(tiny_table), "--trials", "2", "--output-dir", str(tiny_table.parent)]) == 2
-    assert (f"--output-dir {tiny_table.parent} holds the folder the private records are read from (--data.csv "
-            f"{tiny_table})") in capsys.readouterr().err
-    assert sorted(path.name for path in tiny_table.iterdir()) == before
+    project = tmp_path / "project"
+    data = Path(shutil.copytree(tiny_table, project / "data"))
+    assert main(["audit", *dp_sgd_args(data), "--trials", "2", "--output-dir", str(project)]) == 2
+    assert (f"--output-dir {project} holds the folder the private records are read from (--data.csv "
+            f"{data})") in capsys.readouterr().err
+    assert sorted(str(path.relative_to(project)) for path in project.rglob("*")) == [
+        "data", *sorted(f"data/{path.name}" for path in tiny_table.iterdir())]
 
 
 def test_both_fixed_draw_seeds_are_named_and_refused(tiny_table, tmp_path, capsys):

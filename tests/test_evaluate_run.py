@@ -763,14 +763,30 @@ def test_a_synthetic_table_other_than_the_one_train_wrote_is_scored_with_a_warni
     assert read_json(run / "privacy.json")["synthetic_sha256"] == hashlib.sha256(table.read_bytes()).hexdigest()
     capsys.readouterr()
     assert main(["evaluate", "--run", str(run)]) == 0
-    assert "is not the file train wrote" not in capsys.readouterr().err
+    assert "is not the table privacy.json was written for" not in capsys.readouterr().err
     lines = table.read_text().splitlines(keepends=True)
     table.write_text("".join(lines[:-1]))  # one row fewer: still a valid table
     assert main(["evaluate", "--run", str(run)]) == 0
-    warning = f"{table} is not the file train wrote (its SHA-256 differs from privacy.json's synthetic_sha256)"
+    warning = f"{table} is not the table privacy.json was written for (its SHA-256 differs from privacy.json's"
     assert warning in capsys.readouterr().err
-    assert "is not the file train wrote" in (run / "report.md").read_text()
-    assert read_json(run / "evaluation.json")["synthetic_records"] == len(lines) - 2
+    assert "is not the table privacy.json was written for" in (run / "report.md").read_text()
+    evaluation = read_json(run / "evaluation.json")
+    assert evaluation["synthetic_records"] == len(lines) - 2
+    assert evaluation["privacy_note"].startswith("synthetic.csv is not the table privacy.json was written for")
+    # drawn again from the run's checkpoint (evaluate's own remedy for a damaged table): the same
+    # guarantee, and sample keeps privacy.json's digest in step, so nothing is warned of
+    assert main(["sample", "--checkpoint", str(run / "checkpoints" / "last.ckpt"), "-n", "30", "--out", str(table),
+                 "--overwrite"]) == 0
+    assert read_json(run / "privacy.json")["synthetic_sha256"] == hashlib.sha256(table.read_bytes()).hexdigest()
+    assert "privacy.json's synthetic_sha256 now names the table drawn" in capsys.readouterr().err
+    report = (run / "privacy.json").read_bytes()
+    assert main(["sample", "--checkpoint", str(run / "checkpoints" / "last.ckpt"), "-n", "30", "--out",
+                 str(tmp_path / "elsewhere.csv")]) == 0
+    assert (run / "privacy.json").read_bytes() == report  # a table outside the run folder names nothing there
+    capsys.readouterr()
+    assert main(["evaluate", "--run", str(run)]) == 0
+    assert "is not the table privacy.json was written for" not in capsys.readouterr().err
+    assert not read_json(run / "evaluation.json")["privacy_note"].startswith("synthetic.csv is not")
 
 
 def test_split_settings_edited_since_training_are_named_not_blamed_on_the_data(tmp_path, capsys):

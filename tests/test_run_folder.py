@@ -76,7 +76,7 @@ def test_the_folder_the_private_records_are_read_from_is_refused_as_output(tmp_p
     for name in ("records.csv", "schema.yaml", "raw/records.csv"):
         (data / name).write_text("x\n")
     for flag, path in (("--data-dir", str(data)), ("--data.csv", str(data / "records.csv")),
-                       ("--data.schema", str(data / "schema.yaml")), ("$LIGHTNING_DPGAN_DATA_DIR", f"{data}/")):
+                       ("$LIGHTNING_DPGAN_DATA_DIR", f"{data}/")):
         with pytest.raises(ConfigError, match=rf"--output-dir {data} is the folder the private records are read "
                                               rf"from \({re.escape(flag)} {data}\)"):
             check_output_dir(data, None, False, {flag: path})
@@ -91,6 +91,15 @@ def test_the_folder_the_private_records_are_read_from_is_refused_as_output(tmp_p
         check_output_dir(Path("."), None, False, {"--data-dir": "data"})
     check_output_dir(data / "runs", None, False, {"--data-dir": str(data)})
     check_output_dir(tmp_path / "elsewhere", None, False, {"--data.csv": str(data / "records.csv")})
+    check_output_dir(data, None, False, {"--data.schema": str(data / "schema.yaml")})  # public: may sit there
+    # a link in the run folder to data kept elsewhere: copied along by zip -r or rsync -L
+    (tmp_path / "secure").mkdir()
+    (tmp_path / "secure" / "records.csv").write_text("x\n")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "data").symlink_to(tmp_path / "secure")
+    with pytest.raises(ConfigError, match=f"--output-dir {project} holds the folder the private records are read"):
+        check_output_dir(project, None, False, {"--data.csv": str(project / "data" / "records.csv")})
 
 
 def test_the_data_read_is_named_by_its_option(monkeypatch):

@@ -72,7 +72,7 @@ def test_version_answers_without_importing_torch_and_names_its_build_tag():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     line, verdict = result.stdout.rstrip().splitlines()
     assert verdict == "NO TORCH"
-    assert f", torch {torch.__version__}, " in line and "+" in torch.__version__  # this build's +cpu
+    assert f", torch {torch.__version__}, " in line  # its build tag too where it has one (+cpu here)
 
 
 def test_torch_version_falls_back_to_importing_torch_where_its_file_says_nothing(tmp_path, monkeypatch):

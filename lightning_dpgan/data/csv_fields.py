@@ -83,7 +83,7 @@ def _extra_fields_message(path: Path) -> str:
         return (f"CSV file {path} has data rows with more fields than its header{at}: its header is separated by "
                 f"{mark!r}, not commas, and the rows' commas are read as separators (decimal commas, say). The file "
                 "must be comma-separated with decimal points: export it again as CSV with commas (or convert it, "
-                "e.g. with pandas.read_csv(path, sep=';', decimal=',').to_csv(new_path, index=False))")
+                f"e.g. with pandas.read_csv(path, sep={mark!r}, decimal=',').to_csv(new_path, index=False))")
     return (f"CSV file {path} has data rows with more fields than its header{at}: their values would be read "
             "under other columns' names or dropped. Check the delimiter, the quoting of fields holding commas, "
             "and that the header names every column")

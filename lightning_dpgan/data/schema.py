@@ -761,14 +761,16 @@ def non_numeric_values(series: pd.Series) -> pd.Series:
     return series[pd.to_numeric(series, errors="coerce").isna() & series.notna()]
 
 
-#: a number written with thousands separators, as spreadsheets export them: 11,858 or 1,234,567.25
-_THOUSANDS_SEPARATED = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?")
+#: a number written with a comma: thousands separators (11,858; 1,234,567.25) or a decimal comma
+#: (0,125; 3,5), which a comma-separated file holds quoted; "2,500" may be either
+_COMMA_NUMBER = re.compile(r"[+-]?(\d{1,3}(,\d{3})+(\.\d+)?|\d+,\d+)")
 
 
-def thousands_separated(values: pd.Series) -> bool:
-    """Whether every one of ``values`` (a numeric column's non-numbers) is a number written with
-    thousands separators: the fix is then to remove them, not to call the column categorical."""
-    return not values.empty and all(isinstance(value, str) and _THOUSANDS_SEPARATED.fullmatch(value.strip())
+def comma_numbers(values: pd.Series) -> bool:
+    """Whether every one of ``values`` (a numeric column's non-numbers) is a number written with a
+    comma, as thousands separator or decimal mark: the fix is then the file's number format, not
+    to call the column categorical."""
+    return not values.empty and all(isinstance(value, str) and _COMMA_NUMBER.fullmatch(value.strip())
                                     for value in values)
 
 
