@@ -15,8 +15,8 @@ from lightning_dpgan.data.csv_missing import missing_spellings
 from lightning_dpgan.data.download import damaged_compression_refused
 from lightning_dpgan.data.dp_bounds import SCHEMA_MECHANISM as DP_SCHEMA_MECHANISM, check_listed_columns, infer_schema_dp
 from lightning_dpgan.data.schema import (LABEL_KINDS, SchemaError, TableSchema, as_schema_categories, booleans_refusal,
-                                         column_names, header_hint, holds_booleans, non_numeric_values, row_examples,
-                                         comma_numbers)
+                                         column_names, comma_numbers, header_hint, holds_booleans, non_numeric_values,
+                                         row_examples)
 from lightning_dpgan.datamodules.tabular import TabularDataModule
 from lightning_dpgan.error_text import first_line
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
@@ -217,7 +217,6 @@ class CSVDataModule(TabularDataModule):
                               f"{header_hint(frame, missing)}")
         return self._seeded_split(frame.drop(columns=self.drop))
 
-
     def setup(self, stage: str | None = None) -> None:
         first = self.train_dataset is None
         super().setup(stage)
@@ -232,9 +231,9 @@ class CSVDataModule(TabularDataModule):
         DP estimate's lists are thresholded, so never hold one record's value. For the data
         holder: the row count is read from the private rows. A CSV's alone: the built-in
         datasets' schemas are the datasets' documented ones."""
-        rows = self._report.rows_in
         if self._bounds_cost is not None:  # this run's DP estimate (or a resume's)
             return
+        rows = self._report.rows_in
         for column in self.schema.columns:
             listed = len(column.categories or ())
             if column.from_dp_estimate or listed < max(RECORD_LIKE_CATEGORIES, rows / 2):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import pickle
@@ -358,8 +359,6 @@ def record_redrawn_table(out: Path, checkpoint: Path) -> None:
             or not report_path.is_file():
         return
     try:
-        import json
-
         report = json.loads(report_path.read_text())
     except (OSError, ValueError):
         return  # a damaged report is evaluate's to refuse, not this command's to rewrite
