@@ -353,9 +353,9 @@ def record_redrawn_table(out: Path, checkpoint: Path) -> None:
     ``synthetic_sha256`` names the new table: drawing from the generator is post-processing,
     covered by the same guarantee (an earlier checkpoint's, by less), and evaluate would
     otherwise warn of it as a table from elsewhere."""
-    run = checkpoint.resolve().parent.parent
+    run = run_of(checkpoint)
     report_path = run / "privacy.json"
-    if checkpoint.resolve().parent.name != "checkpoints" or out.resolve() != run / "synthetic.csv" \
+    if checkpoint.expanduser().resolve().parent.name != "checkpoints" or out.resolve() != run / "synthetic.csv" \
             or not report_path.is_file():
         return
     try:
