@@ -86,6 +86,17 @@ def shard(total: int, index: int | None = None, count: int | None = None) -> sli
     return slice(start, start + base + (1 if index < extra else 0))
 
 
+def leave_process_group() -> None:
+    """Wait until every process gets here, then tear this process's group down: the end of a
+    run, once rank 0 has written its outputs. Lightning destroys only NCCL groups at exit; a gloo
+    group left to the interpreter's shutdown aborted a finished run now and then (SIGABRT,
+    "terminate called without an active exception"), and so does a process that tears its group
+    down while a peer still talks to it, hence the barrier first. Nothing to do in one process."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def sum_across_ranks(tensor: Tensor) -> Tensor:
     """``tensor`` summed over all ranks (in place; returned for chaining)."""
     if is_distributed():
@@ -173,7 +184,7 @@ def gather_shards_on_rank_zero(tensor: Tensor, total: int) -> Tensor:
 
 __all__ = [
     "average_gradients", "batches_per_process", "decided_by_rank_zero", "drawn_by_rank_zero", "from_rank_zero",
-    "gather_shards_on_rank_zero", "is_distributed", "is_rank_zero", "launched_as_follower",
+    "gather_shards_on_rank_zero", "is_distributed", "is_rank_zero", "launched_as_follower", "leave_process_group",
     "launched_as_machine_follower", "launched_process_name", "own_share_of_draw", "quiet_machine_followers", "rank",
     "rows_per_process", "say_once_per_machine", "shard", "sum_across_ranks", "world_size",
 ]

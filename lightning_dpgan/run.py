@@ -44,7 +44,7 @@ from lightning_dpgan.config import (
 )
 from lightning_dpgan.ddp import PRIVATE_TRAINER_STRATEGIES, PrivateDDPStrategy, resolve_strategy
 from lightning_dpgan.ddp_sigterm import use_collective_free_sigterm
-from lightning_dpgan.distributed import launched_as_follower, rows_per_process, say_once_per_machine
+from lightning_dpgan.distributed import launched_as_follower, leave_process_group, rows_per_process, say_once_per_machine
 from lightning_dpgan.error_text import SET_BY, first_line
 from lightning_dpgan.lineage import extended_lineage, new_run_id
 from lightning_dpgan.loggers import build_logger, check_logger, log_run_config, publish_run
@@ -954,19 +954,25 @@ class Run:
                     f"with (its run's config.yaml). {first_line(error)}") from error
             raise
         wall_time = time.perf_counter() - started
-        if self.trainer.is_global_zero:
-            report = self._write_outputs(wall_time)
-            print(f"train: {self.stop_sentence()}")
-            if report.get("epsilon") is not None:
-                print(f"train: {self.privacy_sentence(report)}")
-                if (note := self.fixed_noise_note(report)) is not None:
-                    print(f"train: note: {note}", file=sys.stderr)
-            if self.module.generator_updates == 0:
-                print(f"train: warning: {self.untrained_reason()}", file=sys.stderr)
-            if (warning := self.missing_label_classes_warning()) is not None:
-                print(f"train: warning: {warning}", file=sys.stderr)
-            for warning in [] if self.strategy is None else self.strategy.training_warnings():
-                print(f"train: warning: {warning}", file=sys.stderr)
+        try:
+            if self.trainer.is_global_zero:
+                self._report(self._write_outputs(wall_time))
+        finally:  # the other processes wait for rank 0's writes, then all leave together
+            leave_process_group()
+
+    def _report(self, report: dict[str, Any]) -> None:
+        """What the console says of a finished run (rank 0): how it stopped, its ε, warnings."""
+        print(f"train: {self.stop_sentence()}")
+        if report.get("epsilon") is not None:
+            print(f"train: {self.privacy_sentence(report)}")
+            if (note := self.fixed_noise_note(report)) is not None:
+                print(f"train: note: {note}", file=sys.stderr)
+        if self.module.generator_updates == 0:
+            print(f"train: warning: {self.untrained_reason()}", file=sys.stderr)
+        if (warning := self.missing_label_classes_warning()) is not None:
+            print(f"train: warning: {warning}", file=sys.stderr)
+        for warning in [] if self.strategy is None else self.strategy.training_warnings():
+            print(f"train: warning: {warning}", file=sys.stderr)
 
     def stop_cause(self) -> str:
         """Why training ended (``privacy.json``'s ``stopped_by``): ``refused`` (a query batch that

@@ -13,6 +13,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from lightning_dpgan.distributed import leave_process_group
+
 
 def _entry(rank: int, world: int, directory: str, worker, args: tuple) -> None:
     torch.set_num_threads(1)
@@ -23,9 +25,10 @@ def _entry(rank: int, world: int, directory: str, worker, args: tuple) -> None:
         # every rank is done with its collectives before any tears the group down: a rank that
         # destroys gloo's pairs while a peer still talks to them aborts ("terminate called
         # without an active exception", SIGABRT), a flaky failure seen once in ~5 suite runs
-        dist.barrier()
+        leave_process_group()
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():  # a worker that failed: no barrier, which could wait forever
+            dist.destroy_process_group()
 
 
 def run_on_ranks(worker, *args, world: int = 2) -> list:
@@ -144,6 +147,13 @@ def gather_worker(rank: int, total: int) -> torch.Tensor:
 
     full = torch.arange(total * 3, dtype=torch.float32).reshape(total, 3)
     return gather_shards_on_rank_zero(full[shard(total)].clone(), total)
+
+
+def leaving_worker(rank: int) -> tuple[bool, bool]:
+    """Whether this rank was in a group before :func:`leave_process_group`, and is after it."""
+    joined = dist.is_initialized()
+    leave_process_group()
+    return joined, dist.is_initialized()
 
 
 def teacher_models() -> list:

@@ -94,6 +94,12 @@ def test_shards_gathered_on_rank_zero_are_the_whole_tensor_and_the_others_keep_t
     assert torch.equal(kept, whole[3:])
 
 
+def test_every_rank_leaves_its_process_group_together_at_the_end():
+    """Lightning destroys only NCCL groups at exit; a gloo group left to the interpreter's shutdown
+    aborted a finished two-process run now and then (SIGABRT after the outputs were written)."""
+    assert workers.run_on_ranks(workers.leaving_worker) == [(True, False), (True, False)]
+
+
 def test_ranks_building_only_their_shards_hold_together_the_teachers_one_process_builds():
     """Under DDP each rank builds its shard alone (1/N of the host memory); gathered, the shards
     are the teachers a single process builds from the same seed, conv and MLP forms."""
@@ -149,6 +155,25 @@ def reports(output: Path, result: subprocess.CompletedProcess) -> dict:
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("train: wrote") == 1  # rank 0 alone reports (and writes)
     return {name: json.loads((output / f"{name}.json").read_text()) for name in ("privacy", "metrics")}
+
+
+def test_a_finished_run_leaves_the_process_group_it_trained_in(tmp_path):
+    """What each DDP process does once rank 0 has written the run: it leaves its gloo group
+    (barrier, then destroy) while the interpreter is whole. One process in a group of one here."""
+    import torch.distributed as dist
+
+    from lightning_dpgan.cli import main
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/group", rank=0, world_size=1)
+    try:
+        assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(ADULT), "--accelerator", "cpu",
+                     "--output-dir", str(tmp_path / "run"), "--max-steps", "2", "--trainer.enable_progress_bar",
+                     "false", "--trainer.enable_model_summary", "false"]) == 0
+        assert (tmp_path / "run" / "privacy.json").is_file()  # left after the writes
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def test_a_refusal_raised_in_every_process_is_printed_once(tmp_path):
