@@ -1373,6 +1373,31 @@ def test_a_results_dir_that_is_a_file_is_refused_before_any_cell(tmp_path, monke
                        "--results-md", str(tmp_path / "RESULTS.md"), "--out-dir", str(tmp_path / "runs")])
 
 
+@pytest.mark.parametrize("flag", ["--results-dir", "--out-dir"])
+def test_a_results_or_runs_folder_that_cannot_be_made_or_written_is_refused_before_any_cell(tmp_path, monkeypatch, flag):
+    """A --results-dir under a file passed the checks: the first cell trained for a minute, then
+    the suite stopped at its first save with "[Errno 20] Not a directory", nothing recorded."""
+    monkeypatch.setattr(cli, "run_grid", never_run)
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != locked and real_access(path, mode))
+    folders = {"results": tmp_path / "results", "runs": tmp_path / "runs"}
+    for given, message in [(tmp_path / "afile" / "sub", f"cannot be made: {tmp_path / 'afile'} is a file"),
+                           (tmp_path / "dangling" / "sub", f"{tmp_path / 'dangling'} is a link to {tmp_path / 'gone'}"),
+                           (locked / "new", f"{locked}, where it would be made, is a folder you cannot write in"),
+                           (locked, "it is a folder you cannot write in")]:
+        chosen = {**folders, "results" if flag == "--results-dir" else "runs": given}
+        with pytest.raises(SystemExit) as refused:
+            cli.benchmark(["--suite", "images", "--quick", "--results-dir", str(chosen["results"]),
+                           "--results-md", str(tmp_path / "RESULTS.md"), "--out-dir", str(chosen["runs"])])
+        assert f"{flag} {given}" in refused.value.code and message in refused.value.code, refused.value.code
+        assert "nothing ran" in refused.value.code
+    assert not (tmp_path / "results").exists() and not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("report_only", [False, True])
 def test_a_results_md_in_a_folder_that_does_not_exist_is_refused_before_any_work(tmp_path, monkeypatch, report_only):
     """It failed at the very end, after every cell (or the plots) had been written."""
@@ -2161,7 +2186,7 @@ def test_an_out_dir_that_is_a_file_or_a_resume_of_no_folder_is_refused_before_an
     afile.write_text("mine")
     common = ["--suite", "tables", "--models", "dpctgan", "--datasets", "adult", "--epsilons", "1", "--seeds", "0",
               "--results-dir", str(tmp_path / "results"), "--results-md", str(tmp_path / "RESULTS.md")]
-    with pytest.raises(SystemExit, match="is a file: give a folder"):
+    with pytest.raises(SystemExit, match="is a file, not a folder: give a folder for the runs"):
         benchmark([*common, "--out-dir", str(afile)])
     with pytest.raises(SystemExit, match="no such folder, so there is nothing to continue"):
         benchmark([*common, "--resume", "--out-dir", str(tmp_path / "typo")])

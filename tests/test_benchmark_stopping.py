@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from lightning_dpgan.benchmark import cli
@@ -110,13 +111,18 @@ def no_data_or_git(monkeypatch):
     monkeypatch.setattr(cli, "check_cell_settings", lambda size, settings, skipped: None)
 
 
+def stopped_after_one_run(stop: type[BaseException]):
+    """A grid that finishes one run, then is stopped by ``stop`` (SIGTERM's or Ctrl-C's)."""
+    def grid(size, settings, skipped, on_run):
+        on_run([{"status": "ok", **size.cells()[0].record, "measures": {"utility/B_auroc": 0.8}}])
+        raise stop
+
+    return grid
+
+
 def test_a_suite_stopped_by_sigterm_keeps_its_finished_runs_and_says_how_to_continue(tmp_path, monkeypatch, capsys,
                                                                                    no_data_or_git):
-    def stopped_after_one(size, settings, skipped, on_run):
-        on_run([{"status": "ok", **size.cells()[0].record, "measures": {"utility/B_auroc": 0.8}}])
-        raise SuiteTerminated
-
-    monkeypatch.setattr(cli, "run_grid", stopped_after_one)
+    monkeypatch.setattr(cli, "run_grid", stopped_after_one_run(SuiteTerminated))
     with pytest.raises(SystemExit) as stop:
         cli.benchmark(benchmark_args(tmp_path))
     assert stop.value.code == 128 + signal.SIGTERM
@@ -125,6 +131,72 @@ def test_a_suite_stopped_by_sigterm_keeps_its_finished_runs_and_says_how_to_cont
     assert content["complete"] is False and len(content["runs"]) == 1
     said = capsys.readouterr().err
     assert "stopped by SIGTERM" in said and str(kept) in said and f"--resume --out-dir {tmp_path / 'runs'}" in said
+
+
+def test_a_suite_stopped_by_ctrl_c_says_where_its_runs_are_and_how_to_continue(tmp_path, monkeypatch, capsys,
+                                                                                no_data_or_git):
+    """It said only "benchmark: interrupted", its runs in a timestamped folder the user had to find."""
+    from lightning_dpgan.cli import main
+
+    monkeypatch.setattr(cli, "run_grid", stopped_after_one_run(KeyboardInterrupt))
+    assert main(["benchmark", *benchmark_args(tmp_path)]) == 130
+    (kept,) = (tmp_path / "results").glob("tables-*.json")
+    assert json.loads(kept.read_text())["complete"] is False
+    said = capsys.readouterr().err
+    assert said.startswith("benchmark: interrupted, with the processes it was running; the runs it finished are in "
+                           f"{kept}"), said
+    assert f"--resume --out-dir {tmp_path / 'runs'}" in said
+
+
+def test_a_results_file_that_cannot_be_saved_stops_the_suite_naming_the_runs_folder(tmp_path, monkeypatch,
+                                                                                   no_data_or_git):
+    """A full disk at the first save (after the first cell had trained) ended the suite with a bare
+    OS error, which said nothing of the run it had just made."""
+    from lightning_dpgan.benchmark.results import ResultsFile
+
+    def disk_full(self, runs, complete=False, **fields):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ResultsFile, "save", disk_full)
+    monkeypatch.setattr(cli, "run_grid", lambda size, settings, skipped, on_run: on_run([{"status": "ok"}]))
+    with pytest.raises(SystemExit) as stop:
+        cli.benchmark(benchmark_args(tmp_path))
+    assert "results file could not be written" in stop.value.code and "No space left on device" in stop.value.code
+    assert f"in {tmp_path / 'runs'}: continue with the same command and --resume --out-dir" in stop.value.code
+
+
+def test_a_sigterm_while_a_peer_is_scored_here_keeps_that_run_and_starts_no_other(tmp_path, monkeypatch):
+    """The peers suite scores each table in its own process, which the signal does not stop: the
+    scoring ended, and the next peer was then announced and its folder made (it did not start)."""
+    from lightning_dpgan import evaluate as evaluate_module
+    from lightning_dpgan.benchmark import peers, stopping
+
+    adult = Path(__file__).parent / "fixtures" / "adult_tiny"
+    started = []
+
+    def fake_peer(command, log):
+        started.append(log.parent.name)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        option = lambda name: Path(command[command.index(name) + 1])
+        pd.read_csv(option("--train")).to_csv(option("--out"), index=False)
+        option("--report").write_text(json.dumps({"delta": 1e-5}))
+        return 1.0
+
+    def scored_as_sigterm_arrives(*args, **kwargs):
+        stopping._pass_on(signal.SIGTERM, None)  # what the suite's SIGTERM handler runs
+        return {"utility/B_auroc": 0.7}
+
+    monkeypatch.setattr(peers, "ensure_venv", lambda venv, log: Path("python"))
+    monkeypatch.setattr(peers, "run_logged", fake_peer)
+    monkeypatch.setattr(evaluate_module, "evaluate_table", scored_as_sigterm_arrives)
+    size = suite_size("peers", quick=True).with_overrides(models=["mst", "mwem"], datasets=["adult"], seeds=[0],
+                                                          epsilons=[1.0])
+    recorded = []
+    with children_stopped_on_sigterm(), pytest.raises(SuiteTerminated):
+        peers.run_peers(size, Settings(out_dir=tmp_path, data_dir=str(adult)), venv=tmp_path / "venv",
+                        on_run=lambda runs: recorded.append([run["model"] for run in runs]))
+    assert recorded == [["mst"]] and len(started) == 1
+    assert sorted(path.name for path in tmp_path.iterdir() if "mwem" in path.name) == []
 
 
 @pytest.mark.parametrize("marker", ["privacy.json", "checkpoints"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import signal
 import sys
@@ -61,7 +62,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--datasets", nargs="+", help="replace the suite's datasets")
     add("--epsilons", nargs="+", type=float, help="replace the suite's target epsilons")
     add("--seeds", nargs="+", type=int, help="replace the suite's seeds")
-    add("--max-steps", type=int, help="training batches per run (default: the size's)")
+    add("--max-steps", type=int, help="training batches per run (default: the size's); the peers suite "
+                                         "passes it to smartnoise's GANs as epochs")
     add("--n-synthetic", type=int, help="images: synthetic records for the CNN")
     add("--cnn-epochs", type=int, help="images: epochs of the evaluation CNN")
     add("--data-dir", help="folder with the raw data (default: LIGHTNING_DPGAN_DATA_DIR, else download)")
@@ -171,8 +173,27 @@ def check_grid(args: argparse.Namespace, size: Size) -> None:
         if image_options and not any(is_image_dataset(dataset) for dataset in size.datasets):
             raise SystemExit(f"benchmark: {' and '.join(image_options)} set how image runs are scored, and the grid has no "
                              "image dataset (a table run is scored on its synthetic.csv as written): drop them")
-    if args.results_dir.exists() and not args.results_dir.is_dir():
-        raise SystemExit(f"benchmark: --results-dir {args.results_dir} is a file, not a folder")
+    if (refusal := unwritable_folder("--results-dir", args.results_dir)) is not None:
+        raise SystemExit(f"benchmark: {refusal}; nothing ran")
+
+
+def unwritable_folder(flag: str, folder: Path) -> str | None:
+    """Why the suite could not write in ``folder`` (made if missing), or None. Asked before any
+    cell: the first results file is saved after the first cell has trained, and a folder under a
+    file stopped the suite there with a bare "Not a directory"."""
+    if folder.exists() and not folder.is_dir():
+        return f"{flag} {folder} is a file, not a folder"
+    existing = folder
+    while not existing.exists():
+        if existing.is_symlink():
+            return f"{flag} {folder}: {existing} is a link to {os.readlink(existing)}, which does not exist"
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{flag} {folder} cannot be made: {existing} is a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "it" if existing == folder else f"{existing}, where it would be made,"
+        return f"{flag} {folder}: {where} is a folder you cannot write in"
+    return None
 
 
 #: train settings every cell's command sets itself (:func:`~lightning_dpgan.benchmark.runner.train_command`),
@@ -473,6 +494,9 @@ def benchmark(argv: list[str]) -> Path:
     if not args.results_md.parent.is_dir() and not made_with_the_results:  # found at the end, after hours of cells
         raise SystemExit(f"benchmark: the folder of --results-md {args.results_md} does not exist: create it, or give "
                          "another file")
+    if args.results_md.parent.is_dir() and not os.access(args.results_md.parent, os.W_OK | os.X_OK):
+        raise SystemExit(f"benchmark: --results-md {args.results_md} is in a folder you cannot write in: give "
+                         "another file")
     if args.report_only:
         regenerate(args)
         return args.results_md
@@ -487,9 +511,8 @@ def benchmark(argv: list[str]) -> Path:
     if args.resume and (args.out_dir is None or args.suite in ("speed", "peers")):
         raise SystemExit("benchmark: --resume continues the runs of an earlier invocation: give its --out-dir "
                          "(not for the speed and peers suites, whose runs are timed whole)")
-    if args.out_dir is not None and args.out_dir.exists() and not args.out_dir.is_dir():  # else every cell fails
-        raise SystemExit(f"benchmark: --out-dir {args.out_dir} is a file: give a folder for the runs "
-                         "(it is created if missing)")
+    if args.out_dir is not None and (refusal := unwritable_folder("--out-dir", args.out_dir)) is not None:
+        raise SystemExit(f"benchmark: {refusal}: give a folder for the runs (it is created if missing); nothing ran")
     if args.resume and not args.out_dir.is_dir():  # a typo would run the whole suite afresh under --resume
         raise SystemExit(f"benchmark: --resume --out-dir {args.out_dir}: no such folder, so there is nothing to "
                          "continue: give the --out-dir of the interrupted invocation, or drop --resume to run the "
@@ -540,18 +563,27 @@ def benchmark(argv: list[str]) -> Path:
     })
 
     def save_partial(runs: list[dict[str, Any]]) -> None:
-        results_file.save(runs, skipped=skipped)
+        try:
+            results_file.save(runs, skipped=skipped)
+        except OSError as error:  # a full disk, say: the suite stops, and says where its runs are
+            raise SystemExit(f"benchmark: the results file could not be written in {args.results_dir} ({error}); the "
+                             f"suite stopped. The runs it finished are in {out_dir}: {again_command()}") from None
+
+    def again_command() -> str:
+        return (f"run it again: its runs are timed whole (--overwrite redoes them in {out_dir})"
+                if args.suite in ("speed", "peers") else
+                f"continue with the same command and --resume --out-dir {out_dir}: each cell takes up where it stopped")
 
     try:
         with children_stopped_on_sigterm():
             runs, extras, skipped = run_suite(args, size, settings, skipped, save_partial)
-    except SuiteTerminated:
+    except (SuiteTerminated, KeyboardInterrupt) as stop:
         kept = f"the runs it finished are in {results_file.path}" if results_file.path else "it finished no run"
-        again = (f"run it again: its runs are timed whole (--overwrite redoes them in {out_dir})"
-                 if args.suite in ("speed", "peers") else
-                 f"continue with the same command and --resume --out-dir {out_dir}: each cell takes up where it stopped")
+        if isinstance(stop, KeyboardInterrupt):  # cli.main prints it after "benchmark: ", exit status 130
+            raise KeyboardInterrupt(f"interrupted, with the processes it was running; {kept}. To finish the suite, "
+                                    f"{again_command()}") from None
         print(f"benchmark: stopped by SIGTERM, with the processes it was running; {kept}. To finish the suite, "
-              f"{again}", file=sys.stderr)
+              f"{again_command()}", file=sys.stderr)
         raise SystemExit(128 + signal.SIGTERM) from None
     ended = commit(**own)
     changed = {} if ended == code else {"commit_at_end": ended}  # each cell ran the tree as it was when it started

@@ -28,6 +28,7 @@ import torch
 from lightning_dpgan.benchmark.paths import BENCHMARKS
 from lightning_dpgan.benchmark.runner import (Settings, failed_run, portable, portable_text, read_json, run_logged,
                                               skip_reason, with_derived_measures)
+from lightning_dpgan.benchmark.stopping import stop_if_terminated
 from lightning_dpgan.benchmark.suites import Cell, Size, delta_for, epsilon_text
 
 SMARTNOISE = "smartnoise-synth==1.0.8"
@@ -141,6 +142,7 @@ def run_peers(size: Size, settings: Settings, venv: Path | None,
     python = ensure_venv(venv, settings.out_dir / "peers-venv.log")
     runs, skipped = [], {}
     for dataset in size.datasets:
+        stop_if_terminated()
         try:
             datamodule = load_datamodule(dataset, settings.data_dir)
         except Exception as error:  # noqa: BLE001 - a dataset that cannot be loaded is skipped, with why
@@ -148,6 +150,7 @@ def run_peers(size: Size, settings: Settings, venv: Path | None,
             continue
         train, spec = export_split(datamodule, settings.out_dir / f"{dataset}-split")
         for cell in (c for c in size.cells() if c.dataset == dataset):
+            stop_if_terminated()  # a SIGTERM during the last cell's scoring (in this process): nothing more starts
             folder = peer_folder(settings.out_dir, cell)
             command = peer_command(python, cell, train, spec, len(datamodule.train_frame), size, folder)
             print(f"benchmark: smartnoise {cell.name}", flush=True)

@@ -49,11 +49,18 @@ def children_stopped_on_sigterm() -> Iterator[None]:
         _terminated.clear()
 
 
+def stop_if_terminated() -> None:
+    """Raise :class:`SuiteTerminated` if SIGTERM has reached the suite. Asked before each piece of
+    work: the signal stops the processes the suite waits on, not what it runs itself (a peer's
+    table being scored), which ends first; then nothing more starts."""
+    if _terminated.is_set():
+        raise SuiteTerminated
+
+
 def waited_on(command: list[str], **popen: Any) -> int:
     """Run ``command`` to its end and return its exit status; raise :class:`SuiteTerminated`, having
     waited for it to stop, if SIGTERM reached the suite meanwhile (or before it could start)."""
-    if _terminated.is_set():
-        raise SuiteTerminated
+    stop_if_terminated()
     with subprocess.Popen(command, **popen) as process:
         with _lock:
             _running.add(process)
@@ -67,9 +74,8 @@ def waited_on(command: list[str], **popen: Any) -> int:
         finally:
             with _lock:
                 _running.discard(process)
-    if _terminated.is_set():
-        raise SuiteTerminated
+    stop_if_terminated()
     return returncode
 
 
-__all__ = ["SuiteTerminated", "children_stopped_on_sigterm", "waited_on"]
+__all__ = ["SuiteTerminated", "children_stopped_on_sigterm", "stop_if_terminated", "waited_on"]
