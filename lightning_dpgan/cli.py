@@ -573,6 +573,9 @@ def _train(config: dict[str, Any], shared: str | None = None) -> Path:
         run_folder.check_output_dir(output_dir, config["resume"], config["overwrite"], run_folder.data_inputs(config["data"]))
         previous = run_folder.set_aside_outputs(output_dir, continued) if output_dir.is_dir() else None
         created = _first_missing_folder(output_dir)
+        if continued and config["overwrite"]:  # the continuation wins: say that the flag did nothing
+            print(f"train: note: --overwrite changes nothing here: the run continues its own checkpoint in {output_dir}, "
+                  "whose earlier outputs move to previous/ either way", file=sys.stderr)
     try:
         if created is not None:  # made now, not after the data is read: a folder that cannot be made is named
             try:

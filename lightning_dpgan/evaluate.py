@@ -114,13 +114,14 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
     config_path = run_dir / "config.yaml"
     if not run_dir.exists():
         raise FileNotFoundError(f"{run_dir} does not exist: give the output folder of a train run")
+    run = next((folder for folder in run_dir.parents if (folder / "config.yaml").is_file()), None)
+    example = f" ({run}, it seems)" if run is not None else ""  # a file or folder inside a run's folder
     if not run_dir.is_dir():
-        run = next((folder for folder in run_dir.parents if (folder / "config.yaml").is_file()), None)
-        example = f" ({run}, it seems)" if run is not None else ""
         raise FileNotFoundError(f"{run_dir} is a file: give the output folder of the train run{example}")
     if not config_path.is_file():
-        raise FileNotFoundError(f"{run_dir} has no config.yaml: is it the output folder of a train run? (A model trained "
-                                "from Python is scored from Python: evaluate_table(data, data.decode(model.sample(n))))")
+        raise FileNotFoundError(f"{run_dir} has no config.yaml: is it the output folder of a train run{example}? (A "
+                                "model trained from Python is scored from Python: "
+                                "evaluate_table(data, data.decode(model.sample(n))))")
     config = read_run_file(config_path, yaml.safe_load)
     for section in ("data", "model"):  # each named as train writes it, else a KeyError or TypeError from deep inside
         if not (isinstance(config, dict) and isinstance(config.get(section), dict)

@@ -38,9 +38,34 @@ def check_logger(name: str, options: Mapping[str, Any]) -> None:
     if name not in LOGGERS:
         raise ConfigError(f"unknown logger {name!r}: use csv (the default), tensorboard or wandb")
     if name == "wandb":
-        _import_wandb()
+        check_wandb_options(options, _import_wandb())
     else:
         check_logger_options(name, options)
+
+
+def check_wandb_options(options: Mapping[str, Any], wandb: Any) -> None:
+    """Refuse a ``--logger.KEY`` that neither Lightning's ``WandbLogger`` nor ``wandb.init`` (which
+    gets the logger's other keywords) takes: it failed with a TypeError from ``wandb.init``, once
+    the data had been read and the trainer built."""
+    from lightning.pytorch.loggers.wandb import WandbLogger  # the class itself (the tests stand in for the export)
+
+    valid = sorted({*init_arguments(WandbLogger), *inspect_arguments(wandb.init), "run_name"} - {"save_dir"})
+    _refuse_unknown("wandb", options, valid)
+
+
+def inspect_arguments(function: Any) -> list[str]:
+    """The keyword arguments ``function`` names (none of a ``**kwargs``)."""
+    import inspect
+
+    return [name for name, parameter in inspect.signature(function).parameters.items()
+            if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)]
+
+
+def _refuse_unknown(name: str, options: Mapping[str, Any], valid: list[str]) -> None:
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ConfigError(f"unknown key(s) {', '.join('logger.' + key for key in unknown)} for logger '{name}'. "
+                          f"Valid keys: {', '.join('logger.' + key for key in valid)}.")
 
 
 def _import_wandb() -> Any:
@@ -53,16 +78,12 @@ def _import_wandb() -> Any:
 
 def check_logger_options(name: str, options: Mapping[str, Any]) -> None:
     """Refuse settings the csv or tensorboard logger does not take, before anything is built: a
-    W&B flag (the run did not ask for ``--logger wandb``), an unknown ``--logger.KEY``. (W&B's
-    settings are not checked: they go to ``wandb.init``, which takes many.)"""
+    W&B flag (the run did not ask for ``--logger wandb``), an unknown ``--logger.KEY`` (W&B's
+    are checked by :func:`check_wandb_options`)."""
     flags = [WANDB_FLAGS[key] for key in options if key in WANDB_FLAGS]
     if flags:
         raise ConfigError(f"{', '.join(flags)} set, but the run logs with --logger {name}: add --logger wandb, or drop them")
-    valid = [key for key in _logger_arguments(name) if key not in PROVIDED]
-    unknown = sorted(set(options) - set(valid))
-    if unknown:
-        raise ConfigError(f"unknown key(s) {', '.join('logger.' + key for key in unknown)} for logger '{name}'. "
-                          f"Valid keys: {', '.join('logger.' + key for key in valid)}.")
+    _refuse_unknown(name, options, [key for key in _logger_arguments(name) if key not in PROVIDED])
 
 
 def _logger_arguments(name: str) -> list[str]:

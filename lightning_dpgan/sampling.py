@@ -68,7 +68,8 @@ def guarantee_note(path: str | Path) -> str:
     elif (run_of(Path(path)) / "privacy.json").is_file():
         report = "its run's privacy.json"
     else:  # a run stopped before its end (SIGTERM) writes it when continued; an earlier one in previous/ is not it
-        report = "the privacy.json its run writes when training ends, which it has not yet"
+        report = ("the privacy.json of the run that wrote it, which is not beside it: a run stopped before its end "
+                  "writes it when continued, and a checkpoint copied out of its run folder left it there")
     spent = spent_privacy(checkpoint)
     if spent is None:  # a checkpoint from before the figures were kept
         return f"the checkpoint does not record its privacy spend: {report} states the guarantee"
@@ -117,7 +118,8 @@ def _checkpoint_record(path: str | Path) -> dict[str, Any]:
     return info
 
 
-_CHECKPOINT_HINT = "Pass the checkpoints/last.ckpt that train wrote in its --output-dir."
+#: said with every unreadable checkpoint, whichever command read it (sample, evaluate, train --resume)
+_CHECKPOINT_HINT = "A run's checkpoint is the checkpoints/last.ckpt that train wrote in the run's folder, whole."
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:

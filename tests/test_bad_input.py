@@ -966,6 +966,9 @@ DATA_FREE_REFUSALS = {
     "unknown-logger": (["--logger", "mlflow"], "unknown logger 'mlflow'"),
     "unknown-logger-key": (["--logger.colour", "red"],
                            "unknown key(s) logger.colour for logger 'csv'"),
+    # wandb.init refused it with a TypeError, after the trainer was built
+    "unknown-wandb-key": (["--logger", "wandb", "--logger.bogus", "1"],
+                          "unknown key(s) logger.bogus for logger 'wandb'. Valid keys: logger."),
     # these ended after training, writing synthetic.csv (bf16-true, 64-true), or in Lightning's
     # refusal at fit (the others), both after the DP releases had read the rows
     "bf16-weights": (["--trainer.precision", "bf16-true"], "trainer.precision bf16-true keeps the networks' weights"),
@@ -1123,7 +1126,7 @@ def damaged_checkpoints(image_run: Path, folder: Path) -> dict[str, tuple[Path, 
     return {
         "truncated": (folder / "truncated.ckpt", "is not a readable checkpoint (corrupt or truncated?)"),
         "text": (folder / "text.ckpt", "is not a readable checkpoint (corrupt or truncated?): it is not the zip archive "
-                                       "torch.save writes. Pass the checkpoints/last.ckpt"),  # not torch's mmap advice
+                                       "torch.save writes. A run's checkpoint is the checkpoints/last.ckpt"),  # not torch's mmap advice
         "foreign": (folder / "foreign.ckpt", "was not written by lightning-dpgan's train"),
         "pickled": (folder / "pickled.ckpt", "holds Python objects, not only the tensors and settings"),
         "missing": (folder / "absent.ckpt", "checkpoint not found"),

@@ -135,7 +135,7 @@ def test_sample_says_what_guarantee_the_records_it_drew_carry(gan_run, tmp_path,
     assert "does not record its privacy spend: its run's privacy.json states the guarantee" in capsys.readouterr().err
     (run / "privacy.json").unlink()  # as a run stopped by SIGTERM leaves it: the pointer names no file it lacks
     assert main(["sample", "--checkpoint", str(checkpoint), "-n", "5", "--out", str(tmp_path / "c.csv")]) == 0
-    assert "the privacy.json its run writes when training ends, which it has not yet" in capsys.readouterr().err
+    assert "the privacy.json of the run that wrote it, which is not beside it: a run stopped" in capsys.readouterr().err
 
 
 def test_sample_draws_images_a_chunk_at_a_time_keeping_no_graph(gan_run, tmp_path, monkeypatch):
@@ -555,6 +555,12 @@ def test_a_folder_holding_a_run_is_refused_unless_continued_or_replaced(tiny_ima
     assert main(tiny_run_args(tiny_image_data_dir, run, steps=8) + earlier + ["--overwrite"]) == 0
     assert {name: (run / "previous-3" / name).read_bytes() for name in current} == current  # kept whole
     assert json.loads((run / "metrics.json").read_text())["steps"] == 8
+    # --overwrite beside the folder's own checkpoint: the continuation wins, and the flag is said to do nothing
+    capsys.readouterr()
+    own = ["--resume", str(run / "checkpoints" / "last.ckpt"), "--overwrite"]
+    assert main(tiny_run_args(tiny_image_data_dir, run, steps=9) + own) == 0
+    assert "train: note: --overwrite changes nothing here: the run continues its own checkpoint" in capsys.readouterr().err
+    assert json.loads((run / "metrics.json").read_text())["steps"] == 9
 
 
 @pytest.mark.parametrize("devices", ["0", "-1", "two"])

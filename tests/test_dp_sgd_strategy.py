@@ -175,6 +175,12 @@ def test_resuming_under_a_target_below_what_the_checkpoint_spent_is_refused(tiny
     assert code == 2
     assert f"already spent epsilon = {spent:.4g}, more than --epsilon {round(spent / 2, 3):g}" in capsys.readouterr().err
     assert not (tmp_path / "b" / "privacy.json").exists()  # no report whose epsilon passes its target
+    # the same target with a lower delta: the same steps state more epsilon, and the refusal says which delta
+    code = dpgan(tiny_image_data_dir, tmp_path / "c", 8, "--epsilon", "6", "--delta", "1e-12",
+                 "--resume", str(tmp_path / "a" / "checkpoints" / "last.ckpt"))
+    assert code == 2
+    said = capsys.readouterr().err
+    assert "more than --epsilon 6 (at delta 1e-12: a --delta below the one it trained with states a larger" in said
 
 
 def test_resume_without_accountant_state_is_refused(tiny_image_data_dir, tmp_path, capsys):

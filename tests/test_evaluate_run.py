@@ -854,6 +854,8 @@ def test_a_missing_path_or_a_file_given_as_the_run_says_so(tmp_path, capsys):
     assert f"{tmp_path / 'elsewhere'} does not exist: give the output folder" in capsys.readouterr().err
     assert main(["evaluate", "--run", str(run / "checkpoints" / "last.ckpt")]) == 2
     assert f"is a file: give the output folder of the train run ({run}, it seems)" in capsys.readouterr().err
+    assert main(["evaluate", "--run", str(run / "checkpoints")]) == 2  # a folder inside the run's
+    assert f"has no config.yaml: is it the output folder of a train run ({run}, it seems)?" in capsys.readouterr().err
 
 
 def test_an_emptied_step_log_costs_the_report_its_epsilon_figure_not_the_evaluation(tmp_path, capsys):
