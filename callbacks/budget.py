@@ -99,9 +99,10 @@ class PrivacyBudgetStopping(L.Callback):
         self._first_step, self._written_at = pl_module.train_steps, None
         spent = self.strategy.epsilon()
         if spent > self.target_epsilon:  # a resumed run's checkpoint, under a lower --epsilon
-            delta = getattr(self.strategy, "delta", None)
-            at_delta = "" if delta is None else (f" (at delta {delta:g}: a --delta below the one it trained with states "
-                                                 "a larger epsilon for the same steps)")
+            delta, earlier = getattr(self.strategy, "delta", None), getattr(self.strategy, "resumed_delta", None)
+            lowered = delta is not None and isinstance(earlier, (int, float)) and delta < earlier
+            at_delta = (f" (at --delta {delta:g}, below the checkpoint's {earlier:g}: a lower delta states a larger "
+                        f"epsilon for the same steps; --delta {earlier:g} keeps its figure)") if lowered else ""
             raise BudgetTooSmallError(
                 f"the checkpoint already spent epsilon = {spent:.4g}, more than --epsilon {self.target_epsilon:g}"
                 f"{at_delta}: its privacy report would exceed the target. Resume with --epsilon of at least what it "

@@ -142,6 +142,7 @@ class PrivacyStrategy(L.Callback):
         self.refusal: str | None = None
         #: the training segments before a resume (:meth:`segment`), from the checkpoint
         self.earlier_segments: list[dict[str, Any]] = []
+        self.resumed_delta: float | None = None  # the delta a resumed checkpoint's spend was stated at
         #: the training step this process started from (0, or the resumed checkpoint's), and the
         #: steps charged by then
         self.segment_start = 0
@@ -427,6 +428,8 @@ class PrivacyStrategy(L.Callback):
         if segments is None and self.steps_taken() > 0:  # a checkpoint from before segments were kept
             segments = [{"from_step": 0, "noise_source": "not recorded (a checkpoint from before segments were kept)"}]
         self.earlier_segments = [dict(segment) for segment in segments or []]
+        spent = state_dict.get("spent")
+        self.resumed_delta = spent.get("delta") if isinstance(spent, dict) else None
         self.charged_at_start = self.steps_taken()  # again at on_train_start; known here for a refusal before it
 
     def charged_nothing_since_resume(self) -> bool:

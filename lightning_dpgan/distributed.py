@@ -9,6 +9,7 @@ path serves both.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -87,14 +88,22 @@ def shard(total: int, index: int | None = None, count: int | None = None) -> sli
 
 
 def leave_process_group() -> None:
-    """Wait until every process gets here, then tear this process's group down: the end of a
-    run, once rank 0 has written its outputs. Lightning destroys only NCCL groups at exit; a gloo
-    group left to the interpreter's shutdown aborted a finished run now and then (SIGABRT,
-    "terminate called without an active exception"), and so does a process that tears its group
-    down while a peer still talks to it, hence the barrier first. Nothing to do in one process."""
-    if dist.is_available() and dist.is_initialized():
+    """The end of a run of several processes, once rank 0 has written its outputs: wait until
+    every process gets here, then tear this process's group down. The other processes used to
+    exit while rank 0 was still writing, and one that aborted in gloo's teardown (SIGABRT,
+    "terminate called without an active exception", now and then) had Lightning's launcher kill
+    rank 0 mid-write; and Lightning destroys only NCCL groups itself. A peer that is gone (killed)
+    costs only a warning: this process's work is done. Nothing to do in one process, nor to a
+    group of one that the caller made."""
+    if not is_distributed():
+        return
+    try:
         dist.barrier()
-        dist.destroy_process_group()
+    except RuntimeError as error:  # gloo's and NCCL's errors are RuntimeErrors
+        warnings.warn(f"another process of the run ended before this one could leave the process group with it "
+                      f"({str(error).splitlines()[0] if str(error) else type(error).__name__}); this process's "
+                      "part of the run was complete", stacklevel=2)
+    dist.destroy_process_group()
 
 
 def sum_across_ranks(tensor: Tensor) -> Tensor:

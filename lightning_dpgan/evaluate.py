@@ -114,7 +114,8 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
     config_path = run_dir / "config.yaml"
     if not run_dir.exists():
         raise FileNotFoundError(f"{run_dir} does not exist: give the output folder of a train run")
-    run = next((folder for folder in run_dir.parents if (folder / "config.yaml").is_file()), None)
+    run = next((folder for folder in run_dir.parents
+                if (folder / "config.yaml").is_file() and (folder / "checkpoints").is_dir()), None)
     example = f" ({run}, it seems)" if run is not None else ""  # a file or folder inside a run's folder
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir} is a file: give the output folder of the train run{example}")

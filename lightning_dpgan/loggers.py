@@ -49,7 +49,9 @@ def check_wandb_options(options: Mapping[str, Any], wandb: Any) -> None:
     the data had been read and the trainer built."""
     from lightning.pytorch.loggers.wandb import WandbLogger  # the class itself (the tests stand in for the export)
 
-    valid = sorted({*init_arguments(WandbLogger), *inspect_arguments(wandb.init), "run_name"} - {"save_dir"})
+    # name is --logger's own (the logger chosen); save_dir and dir are the run folder's; experiment is a Run object
+    valid = sorted({*init_arguments(WandbLogger), *inspect_arguments(wandb.init), "run_name"}
+                   - {"name", "save_dir", "dir", "experiment"})
     _refuse_unknown("wandb", options, valid)
 
 

@@ -180,7 +180,7 @@ def check_output_dir(folder: Path, resume: str | None, overwrite: bool, inputs: 
             f"--output-dir {folder} already holds a run's files ({', '.join(held)}): choose another folder{continue_it}, "
             "or replace them with --overwrite (they are then moved to previous/)")
     read = {**({"--resume": resume} if resume and not continued else {}), **(inputs or {})}
-    mover = "--overwrite moves" if held and overwrite else "the run moves"
+    mover = "--overwrite moves" if held and overwrite and not continued else "the run moves"
     for flag, path in read.items():
         read_from = Path(path).expanduser().resolve()
         moved = [name for name in (OUTPUTS if continued else OUTPUTS + TRAINING_STATE)

@@ -1380,15 +1380,27 @@ def test_a_results_or_runs_folder_that_cannot_be_made_or_written_is_refused_befo
     monkeypatch.setattr(cli, "run_grid", never_run)
     (tmp_path / "afile").write_text("x")
     (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")  # exists() cannot answer: a loop of links
     locked = tmp_path / "locked"
     locked.mkdir()
     real_access = os.access
     monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != locked and real_access(path, mode))
+    shut, real_exists = tmp_path / "shut", Path.exists  # a folder this user may not search (root may search any)
+
+    def exists(path):
+        if path.parent == shut:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_exists(path)
+
+    monkeypatch.setattr(Path, "exists", exists)
     folders = {"results": tmp_path / "results", "runs": tmp_path / "runs"}
     for given, message in [(tmp_path / "afile" / "sub", f"cannot be made: {tmp_path / 'afile'} is a file"),
-                           (tmp_path / "dangling" / "sub", f"{tmp_path / 'dangling'} is a link to {tmp_path / 'gone'}"),
+                           (tmp_path / "dangling" / "sub", f"{tmp_path / 'dangling'} is a link to {tmp_path / 'gone'}, which leads"),
                            (locked / "new", f"{locked}, where it would be made, is a folder you cannot write in"),
-                           (locked, "it is a folder you cannot write in")]:
+                           (locked, "it is a folder you cannot write in"),
+                           (tmp_path / "loop" / "sub", f"{tmp_path / 'loop'} is a link to {tmp_path / 'loop'}, which "
+                                                       "leads to no folder"),
+                           (shut / "sub", f"cannot be reached: Permission denied ({shut / 'sub'})")]:
         chosen = {**folders, "results" if flag == "--results-dir" else "runs": given}
         with pytest.raises(SystemExit) as refused:
             cli.benchmark(["--suite", "images", "--quick", "--results-dir", str(chosen["results"]),
@@ -1396,6 +1408,18 @@ def test_a_results_or_runs_folder_that_cannot_be_made_or_written_is_refused_befo
         assert f"{flag} {given}" in refused.value.code and message in refused.value.code, refused.value.code
         assert "nothing ran" in refused.value.code
     assert not (tmp_path / "results").exists() and not (tmp_path / "runs").exists()
+
+
+def test_the_default_runs_folder_is_checked_before_any_cell_too(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "run_grid", never_run)
+    monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, data_dir: {})
+    monkeypatch.chdir(tmp_path)
+    Path("runs").write_text("a file where runs/benchmark/ would go")
+    with pytest.raises(SystemExit, match=r"the runs' folder runs/benchmark/images-\S+ cannot be made: runs is a file: "
+                                         "give --out-dir; nothing ran"):
+        cli.benchmark(["--suite", "images", "--quick", "--results-dir", str(tmp_path / "results"),
+                       "--results-md", str(tmp_path / "RESULTS.md")])
+    assert not (tmp_path / "results").exists()
 
 
 @pytest.mark.parametrize("report_only", [False, True])

@@ -4,6 +4,7 @@ the results file; and an --out-dir already holding the grid's runs is continued 
 when asked (--resume, --overwrite), never redone unasked."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -151,18 +152,35 @@ def test_a_suite_stopped_by_ctrl_c_says_where_its_runs_are_and_how_to_continue(t
 def test_a_results_file_that_cannot_be_saved_stops_the_suite_naming_the_runs_folder(tmp_path, monkeypatch,
                                                                                    no_data_or_git):
     """A full disk at the first save (after the first cell had trained) ended the suite with a bare
-    OS error, which said nothing of the run it had just made."""
+    OS error, which said nothing of the run it had just made; under --jobs the cells running beside
+    it trained on to their end, unrecorded. They are stopped as SIGTERM stops them."""
     from lightning_dpgan.benchmark.results import ResultsFile
 
     def disk_full(self, runs, complete=False, **fields):
         raise OSError(28, "No space left on device")
 
+    def grid_with_a_cell_running_beside(size, settings, skipped, on_run):
+        def cell():
+            with contextlib.suppress(SuiteTerminated):
+                waited_on([sys.executable, "-c", CHILD, str(tmp_path)])
+
+        beside = threading.Thread(target=cell)
+        beside.start()
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        try:
+            on_run([{"status": "ok"}])
+        finally:
+            beside.join(30)
+
     monkeypatch.setattr(ResultsFile, "save", disk_full)
-    monkeypatch.setattr(cli, "run_grid", lambda size, settings, skipped, on_run: on_run([{"status": "ok"}]))
+    monkeypatch.setattr(cli, "run_grid", grid_with_a_cell_running_beside)
     with pytest.raises(SystemExit) as stop:
         cli.benchmark(benchmark_args(tmp_path))
     assert "results file could not be written" in stop.value.code and "No space left on device" in stop.value.code
     assert f"in {tmp_path / 'runs'}: continue with the same command and --resume --out-dir" in stop.value.code
+    assert (tmp_path / "stopped_by").read_text() == "SIGTERM"
 
 
 def test_a_sigterm_while_a_peer_is_scored_here_keeps_that_run_and_starts_no_other(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -95,9 +96,21 @@ def test_shards_gathered_on_rank_zero_are_the_whole_tensor_and_the_others_keep_t
 
 
 def test_every_rank_leaves_its_process_group_together_at_the_end():
-    """Lightning destroys only NCCL groups at exit; a gloo group left to the interpreter's shutdown
-    aborted a finished two-process run now and then (SIGABRT after the outputs were written)."""
-    assert workers.run_on_ranks(workers.leaving_worker) == [(True, False), (True, False)]
+    """Each rank, its work saved, leaves with leave_process_group (barrier, destroy) and ends with
+    a non-zero status if its group outlived the call (``ddp_workers._entry``), which fails here.
+    A group of one that the caller made is left alone: nothing of a run of several processes."""
+    import torch.distributed as dist
+
+    from lightning_dpgan.distributed import leave_process_group
+
+    assert workers.run_on_ranks(workers.joined_worker) == [(0, True), (1, True)]
+    with tempfile.TemporaryDirectory() as directory:
+        dist.init_process_group("gloo", init_method=f"file://{directory}/group", rank=0, world_size=1)
+        try:
+            leave_process_group()
+            assert dist.is_initialized()
+        finally:
+            dist.destroy_process_group()
 
 
 def test_ranks_building_only_their_shards_hold_together_the_teachers_one_process_builds():
@@ -157,23 +170,19 @@ def reports(output: Path, result: subprocess.CompletedProcess) -> dict:
     return {name: json.loads((output / f"{name}.json").read_text()) for name in ("privacy", "metrics")}
 
 
-def test_a_finished_run_leaves_the_process_group_it_trained_in(tmp_path):
-    """What each DDP process does once rank 0 has written the run: it leaves its gloo group
-    (barrier, then destroy) while the interpreter is whole. One process in a group of one here."""
-    import torch.distributed as dist
-
+def test_a_finished_run_leaves_its_process_group_once_rank_0_has_written_it(tmp_path, monkeypatch):
+    """Every process of a run calls leave_process_group once training and rank 0's writes are
+    done: the others wait for rank 0's files (they exited meanwhile, and one aborting in its
+    teardown had Lightning kill rank 0 mid-write). One process here, where the call does nothing."""
+    from lightning_dpgan import run as run_module
     from lightning_dpgan.cli import main
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/group", rank=0, world_size=1)
-    try:
-        assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(ADULT), "--accelerator", "cpu",
-                     "--output-dir", str(tmp_path / "run"), "--max-steps", "2", "--trainer.enable_progress_bar",
-                     "false", "--trainer.enable_model_summary", "false"]) == 0
-        assert (tmp_path / "run" / "privacy.json").is_file()  # left after the writes
-        assert not dist.is_initialized()
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    left = []
+    monkeypatch.setattr(run_module, "leave_process_group", lambda: left.append((tmp_path / "run" / "privacy.json").is_file()))
+    assert main(["train", "--model", "gan", "--dataset", "adult", "--data-dir", str(ADULT), "--accelerator", "cpu",
+                 "--output-dir", str(tmp_path / "run"), "--max-steps", "2", "--trainer.enable_progress_bar",
+                 "false", "--trainer.enable_model_summary", "false"]) == 0
+    assert left == [True]
 
 
 def test_a_refusal_raised_in_every_process_is_printed_once(tmp_path):

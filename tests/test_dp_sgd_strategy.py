@@ -173,14 +173,15 @@ def test_resuming_under_a_target_below_what_the_checkpoint_spent_is_refused(tiny
     code = dpgan(tiny_image_data_dir, tmp_path / "b", 8, "--epsilon", str(round(spent / 2, 3)), "--delta", "1e-4",
                  "--resume", str(tmp_path / "a" / "checkpoints" / "last.ckpt"))
     assert code == 2
-    assert f"already spent epsilon = {spent:.4g}, more than --epsilon {round(spent / 2, 3):g}" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert f"already spent epsilon = {spent:.4g}, more than --epsilon {round(spent / 2, 3):g}: its" in said
     assert not (tmp_path / "b" / "privacy.json").exists()  # no report whose epsilon passes its target
-    # the same target with a lower delta: the same steps state more epsilon, and the refusal says which delta
+    # the same target with a lower delta: the same steps state more epsilon, and the refusal says so
     code = dpgan(tiny_image_data_dir, tmp_path / "c", 8, "--epsilon", "6", "--delta", "1e-12",
                  "--resume", str(tmp_path / "a" / "checkpoints" / "last.ckpt"))
     assert code == 2
     said = capsys.readouterr().err
-    assert "more than --epsilon 6 (at delta 1e-12: a --delta below the one it trained with states a larger" in said
+    assert "more than --epsilon 6 (at --delta 1e-12, below the checkpoint's 0.0001: a lower delta states a larger" in said
 
 
 def test_resume_without_accountant_state_is_refused(tiny_image_data_dir, tmp_path, capsys):

@@ -152,7 +152,7 @@ def test_overwrite_refuses_to_move_away_the_data_a_run_would_read(tmp_path, monk
     # continuing the run moves its outputs, not its checkpoints: a file among those stays where it is
     continued = str(run / LAST_CHECKPOINT)
     check_output_dir(run, continued, True, {"--data.schema": str(run / "checkpoints" / "schema.yaml")})
-    with pytest.raises(ConfigError, match="--data.csv .* which --overwrite moves"):
+    with pytest.raises(ConfigError, match="--data.csv .* which the run moves"):  # a continuation, --overwrite or not
         check_output_dir(run, continued, True, {"--data.csv": str(run / "synthetic.csv")})
 
 

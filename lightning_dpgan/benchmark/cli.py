@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from lightning_dpgan.benchmark.paths import BENCHMARKS, check_benchmarks_folder
 from lightning_dpgan.benchmark.results import ResultsFile, ResultsFileError, commit, machine
-from lightning_dpgan.benchmark.stopping import SuiteTerminated, children_stopped_on_sigterm
+from lightning_dpgan.benchmark.stopping import SuiteTerminated, children_stopped_on_sigterm, stop_running_children
 from lightning_dpgan.benchmark.runner import (Settings, failed_run, is_image_dataset, portable, resume_mismatch, run_cell,
                                               skip_reason, train_command)
 from lightning_dpgan.benchmark.suites import SUITES, Cell, Size, epsilon_text, suite_size
@@ -63,7 +63,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--epsilons", nargs="+", type=float, help="replace the suite's target epsilons")
     add("--seeds", nargs="+", type=int, help="replace the suite's seeds")
     add("--max-steps", type=int, help="training batches per run (default: the size's); the peers suite "
-                                         "passes it to smartnoise's GANs as epochs")
+                                         "passes it as epochs to smartnoise's dpgan and dpctgan (its PATE "
+                                         "peers train until their budget is spent)")
     add("--n-synthetic", type=int, help="images: synthetic records for the CNN")
     add("--cnn-epochs", type=int, help="images: epochs of the evaluation CNN")
     add("--data-dir", help="folder with the raw data (default: LIGHTNING_DPGAN_DATA_DIR, else download)")
@@ -181,13 +182,16 @@ def unwritable_folder(flag: str, folder: Path) -> str | None:
     """Why the suite could not write in ``folder`` (made if missing), or None. Asked before any
     cell: the first results file is saved after the first cell has trained, and a folder under a
     file stopped the suite there with a bare "Not a directory"."""
-    if folder.exists() and not folder.is_dir():
-        return f"{flag} {folder} is a file, not a folder"
     existing = folder
-    while not existing.exists():
-        if existing.is_symlink():
-            return f"{flag} {folder}: {existing} is a link to {os.readlink(existing)}, which does not exist"
-        existing = existing.parent
+    try:
+        if folder.exists() and not folder.is_dir():
+            return f"{flag} {folder} is a file, not a folder"
+        while not existing.exists():
+            if existing.is_symlink():
+                return f"{flag} {folder}: {existing} is a link to {os.readlink(existing)}, which leads to no folder"
+            existing = existing.parent
+    except OSError as error:  # a folder on the way that cannot be searched, a loop of links
+        return f"{flag} {folder} cannot be reached: {error.strerror or error} ({error.filename or existing})"
     if not existing.is_dir():
         return f"{flag} {folder} cannot be made: {existing} is a file"
     if not os.access(existing, os.W_OK | os.X_OK):
@@ -529,6 +533,8 @@ def benchmark(argv: list[str]) -> Path:
                          "--jobs would have them share the machine")
     started = datetime.now()
     out_dir = args.out_dir or Path("runs") / "benchmark" / f"{args.suite}-{started:%Y%m%d-%H%M%S}"
+    if args.out_dir is None and (refusal := unwritable_folder("the runs' folder", out_dir)) is not None:
+        raise SystemExit(f"benchmark: {refusal}: give --out-dir; nothing ran")
     # the harness's own outputs are no change of code (the runs too, were they inside the checkout)
     own = {"own_output": args.results_md, "own_folders": (args.results_dir, out_dir)}
     code = commit(**own)  # the code that runs: taken now
@@ -562,12 +568,17 @@ def benchmark(argv: list[str]) -> Path:
            if (environment := settings.child_environment()) else {}),
     })
 
-    def save_partial(runs: list[dict[str, Any]]) -> None:
+    def save(runs: list[dict[str, Any]], **fields: Any) -> Path:
         try:
-            results_file.save(runs, skipped=skipped)
-        except OSError as error:  # a full disk, say: the suite stops, and says where its runs are
+            return results_file.save(runs, **fields)
+        except OSError as error:  # a full disk, say: the suite stops (with its running cells), saying where its runs are
+            stop_running_children()
             raise SystemExit(f"benchmark: the results file could not be written in {args.results_dir} ({error}); the "
-                             f"suite stopped. The runs it finished are in {out_dir}: {again_command()}") from None
+                             f"suite stopped, with the processes it was running. Its runs are in {out_dir}: "
+                             f"{again_command()}") from None
+
+    def save_partial(runs: list[dict[str, Any]]) -> None:
+        save(runs, skipped=skipped)
 
     def again_command() -> str:
         return (f"run it again: its runs are timed whole (--overwrite redoes them in {out_dir})"
@@ -587,7 +598,7 @@ def benchmark(argv: list[str]) -> Path:
         raise SystemExit(128 + signal.SIGTERM) from None
     ended = commit(**own)
     changed = {} if ended == code else {"commit_at_end": ended}  # each cell ran the tree as it was when it started
-    path = results_file.save(runs, complete=True, skipped=skipped, extras=extras, **changed)
+    path = save(runs, complete=True, skipped=skipped, extras=extras, **changed)
     try:
         regenerate(args)  # "benchmark: wrote PATH" is the command's last line (cli.main)
     except SystemExit as error:  # RESULTS.md left as it was: the measured results are still there

@@ -30,6 +30,12 @@ _terminated = threading.Event()
 
 
 def _pass_on(signum: int, frame: Any) -> None:
+    stop_running_children()
+
+
+def stop_running_children() -> None:
+    """What SIGTERM does to the suite: every process it waits on gets SIGTERM, none starts after.
+    Also how the suite stops itself (a results file it cannot write)."""
     _terminated.set()
     with _lock:
         for process in list(_running):
@@ -78,4 +84,4 @@ def waited_on(command: list[str], **popen: Any) -> int:
     return returncode
 
 
-__all__ = ["SuiteTerminated", "children_stopped_on_sigterm", "stop_if_terminated", "waited_on"]
+__all__ = ["SuiteTerminated", "children_stopped_on_sigterm", "stop_if_terminated", "stop_running_children", "waited_on"]
