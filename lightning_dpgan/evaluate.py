@@ -104,6 +104,14 @@ def read_run_file(path: Path, parse: Any) -> Any:
                          "train") from error
 
 
+def _enclosing_run(path: Path) -> str:
+    """" (RUN, it seems)" where ``path`` lies inside a run's folder (one holding config.yaml and
+    checkpoints/), else "": asked only when ``path`` is not a run's folder itself."""
+    run = next((folder for folder in path.parents
+                if (folder / "config.yaml").is_file() and (folder / "checkpoints").is_dir()), None)
+    return f" ({run}, it seems)" if run is not None else ""
+
+
 def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
                         before_reading: Callable[[Any], None] | None = None,
                         privacy: dict[str, Any] | None = None) -> Any:
@@ -114,13 +122,11 @@ def load_run_datamodule(run_dir: Path, data_dir: str | None = None,
     config_path = run_dir / "config.yaml"
     if not run_dir.exists():
         raise FileNotFoundError(f"{run_dir} does not exist: give the output folder of a train run")
-    run = next((folder for folder in run_dir.parents
-                if (folder / "config.yaml").is_file() and (folder / "checkpoints").is_dir()), None)
-    example = f" ({run}, it seems)" if run is not None else ""  # a file or folder inside a run's folder
     if not run_dir.is_dir():
-        raise FileNotFoundError(f"{run_dir} is a file: give the output folder of the train run{example}")
+        raise FileNotFoundError(f"{run_dir} is a file: give the output folder of the train run{_enclosing_run(run_dir)}")
     if not config_path.is_file():
-        raise FileNotFoundError(f"{run_dir} has no config.yaml: is it the output folder of a train run{example}? (A "
+        raise FileNotFoundError(f"{run_dir} has no config.yaml: is it the output folder of a train run"
+                                f"{_enclosing_run(run_dir)}? (A "
                                 "model trained from Python is scored from Python: "
                                 "evaluate_table(data, data.decode(model.sample(n))))")
     config = read_run_file(config_path, yaml.safe_load)
