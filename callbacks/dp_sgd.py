@@ -75,6 +75,10 @@ class DPSGD(CalibratedNoiseStrategy):
         self.grad_sample_mode = grad_sample_mode
         self.sample_rate: float | None = None
 
+    def check_fits_records(self, train_records: int, datamodule: Any) -> None:
+        super().check_fits_records(train_records, datamodule)
+        self.check_batch_size(datamodule.hparams.batch_size, train_records)
+
     def check_batch_size(self, batch_size: int, train_records: int) -> None:
         """The sample rate batch / records is a probability: a batch above the records has none."""
         if batch_size > train_records:

@@ -246,15 +246,23 @@ class GradientSanitizer(CalibratedNoiseStrategy):
                                                     noise=self.noise)
         pl_module.privacy = self.mechanism
 
+    def check_critic_count(self, train_records: int) -> None:
+        """N critics need N disjoint partitions, so at most one critic per record."""
+        if self.num_critics > train_records:
+            raise ValueError(f"--privacy.num_critics {self.num_critics} ({SET_BY}) exceeds the {train_records} "
+                             f"training records: pass --privacy.num_critics {train_records} or less")
+
+    def check_fits_records(self, train_records: int, datamodule: Any) -> None:
+        super().check_fits_records(train_records, datamodule)
+        self.check_critic_count(train_records)
+
     def _install_critics(self, trainer: L.Trainer, pl_module: Any, batch_size: int) -> None:
         """N critics on N fixed disjoint partitions, and a loader of GS-WGAN iterations in place
         of the datamodule's (as :class:`~lightning_dpgan.callbacks.teachers.TeacherStrategy` does)."""
         if not callable(getattr(pl_module, "build_critics", None)):
             raise ValueError(f"--privacy.num_critics {self.num_critics} needs a model that trains one critic per "
                              f"partition (gswgan); {type(pl_module).__name__} has a single discriminator")
-        if self.num_critics > self.train_records:
-            raise ValueError(f"--privacy.num_critics {self.num_critics} ({SET_BY}) exceeds the {self.train_records} "
-                             f"training records: pass --privacy.num_critics {self.train_records} or less")
+        self.check_critic_count(self.train_records)
         datamodule = trainer.datamodule
         partitions = datamodule.partitions(self.num_critics, self.partition_seed)
         smallest = min(len(part) for part in partitions)

@@ -327,16 +327,26 @@ class PrivacyStrategy(L.Callback):
         return (f"trainer.precision {precision} cannot train a private model: {reasons[0]}. "
                 "Use --trainer.precision bf16-mixed (no loss scaler) or leave it out")
 
-    def _checked_delta(self, datamodule: Any) -> float:
+    def _checked_delta(self, datamodule: Any, train_records: int | None = None) -> float:
         """The δ given, else the dataset's own default where it has one (Kaggle credit's 1e-6,
         below its 1/n where 1e-5 is not; ``train`` passes it on as given, a library user's
-        strategy reads it here), else the strategies' 1e-5: refused unless below 1/n."""
+        strategy reads it here), else the strategies' 1e-5: refused unless below 1/n, for
+        ``train_records`` records (by default the set-up strategy's)."""
+        records = self.train_records if train_records is None else train_records
         if self.delta is not None:
-            return validate_delta(self.delta, self.train_records, origin=delta_origin(self.delta))
+            return validate_delta(self.delta, records, origin=delta_origin(self.delta))
         dataset_default = getattr(datamodule, "default_delta", None)
         if dataset_default is None:
-            return validate_delta(DEFAULT_DELTA, self.train_records, origin=delta_origin(None))
-        return validate_delta(dataset_default, self.train_records, origin="the dataset's default")
+            return validate_delta(DEFAULT_DELTA, records, origin=delta_origin(None))
+        return validate_delta(dataset_default, records, origin="the dataset's default")
+
+    def check_fits_records(self, train_records: int, datamodule: Any) -> None:
+        """Refuse the settings that ``train_records`` training records rule out (δ ≥ 1/n; a
+        subclass adds its batch or its partitions), as :meth:`setup` does. ``train`` asks before
+        any DP release reads a value: setup comes after the releases made before training (a
+        CSV's schema estimate, DP modes, QUAIL's label model), so its refusal came after they had
+        spent their budget. The count is public (privacy.json's ``train_records``)."""
+        self._checked_delta(datamodule, train_records)
 
     def check_target_enforced(self, trainer: L.Trainer) -> None:
         """Refuse a target epsilon nothing on this Trainer would hold training to. Nothing by

@@ -219,14 +219,24 @@ class TeacherStrategy(PrivacyStrategy):
         #: may change them, and the report's top level states the last ones that were used
         self._last_charged: dict[str, float] | None = None
 
+    def teacher_count(self, train_records: int) -> int:
+        """``--privacy.num_teachers``, else one teacher per ``records_per_teacher`` records;
+        refused above the records: each teacher needs a partition of its own."""
+        k = self.num_teachers or max(1, train_records // self.records_per_teacher)
+        if k > train_records:
+            raise ValueError(f"--privacy.num_teachers {k} ({SET_BY}) exceeds the {train_records} training records: "
+                             f"pass --privacy.num_teachers {train_records} or less")
+        return k
+
+    def check_fits_records(self, train_records: int, datamodule: Any) -> None:
+        super().check_fits_records(train_records, datamodule)
+        self.teacher_count(train_records)
+
     def install(self, trainer: L.Trainer, pl_module: Any) -> None:
         self._module = pl_module
         reseed_for_the_teachers()  # one --seed, one run, on one process or several
         datamodule = trainer.datamodule
-        k = self.num_teachers or max(1, self.train_records // self.records_per_teacher)
-        if k > self.train_records:
-            raise ValueError(f"--privacy.num_teachers {k} ({SET_BY}) exceeds the {self.train_records} training records: "
-                             f"pass --privacy.num_teachers {self.train_records} or less")
+        k = self.teacher_count(self.train_records)
         self.num_teachers = k
         partitions = datamodule.partitions(k, self.partition_seed)
         smallest = min(len(part) for part in partitions)

@@ -15,8 +15,8 @@ from lightning_dpgan.data.csv_missing import missing_spellings
 from lightning_dpgan.data.download import damaged_compression_refused
 from lightning_dpgan.data.dp_bounds import SCHEMA_MECHANISM as DP_SCHEMA_MECHANISM, check_listed_columns, infer_schema_dp
 from lightning_dpgan.data.schema import (LABEL_KINDS, SchemaError, TableSchema, as_schema_categories, booleans_refusal,
-                                         column_names, comma_numbers, header_hint, holds_booleans, non_numeric_values,
-                                         row_examples)
+                                         check_numeric_values, column_names, comma_numbers, header_hint, holds_booleans,
+                                         non_numeric_values, row_examples)
 from lightning_dpgan.datamodules.tabular import TabularDataModule
 from lightning_dpgan.error_text import first_line
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
@@ -208,7 +208,7 @@ class CSVDataModule(TabularDataModule):
         frame = _read_csv(self.csv_path, self._categorical_columns())
         if self._schema is None:  # the flags name columns: a typo said first, not as a column's values
             check_listed_columns(frame, self.target, self.categorical, self.integer, self.drop)
-        self._refuse_text_in_numeric_columns(frame)
+        self._refuse_what_numeric_columns_cannot_hold(frame)
         if self._schema is not None:
             frame = as_schema_categories(frame, self._schema)
         missing = [name for name in self.drop if name not in frame.columns]  # a schema file's drop list, a resume's
@@ -244,10 +244,12 @@ class CSVDataModule(TabularDataModule):
                         "public: keep such a list only if it is public knowledge, else drop the column (the "
                         "schema's drop list)", self.name, listed, column.name, rows)
 
-    def _refuse_text_in_numeric_columns(self, frame: pd.DataFrame) -> None:
-        """Text in a numeric column, found in every row of the file before it is split: checked
-        on the training split alone, text in a held-out row could only be reported as "in other
-        rows of the file", without the value or the row."""
+    def _refuse_what_numeric_columns_cannot_hold(self, frame: pd.DataFrame) -> None:
+        """Text, booleans, ±inf, a fraction in an integer column or a number beyond 64 bits in a
+        numeric column, found in every row of the file before it is split and before any DP
+        estimate reads it: checked on the training split alone, a value in a held-out row was
+        refused only by ``evaluate``, after the budget was spent, or reported as "in other rows
+        of the file", without the value or the row."""
         if self._schema is not None:
             if not set(self._schema.names) <= set(frame.columns):
                 return  # other columns than the schema's: validate_frame says which, first
@@ -277,6 +279,10 @@ class CSVDataModule(TabularDataModule):
             raise SchemaError(f"column '{name}' holds non-numeric values {values}: fix those values in the "
                               "data, list the column with --data.categorical if it is categorical, or leave it out with "
                               f"--data.drop {name} (a date or free text)")
+        for name in numeric:
+            kind = (self._schema.column(name).kind if self._schema is not None
+                    else "integer" if name in self.integer else "continuous")
+            check_numeric_values(name, kind, frame[name], estimated=self._schema is None)
 
 
 def _refuse_estimate_budget_with_a_schema(epsilon: Any, delta: Any) -> None:

@@ -603,6 +603,23 @@ class TabularDataModule(L.LightningDataModule):
 
     # --- results -----------------------------------------------------------------------------
 
+    def training_row_count(self) -> int:
+        """The training rows, counted before any DP release reads a value (the file is read and
+        split, nothing encoded): the ``n`` of ``delta < 1/n`` and of the batch and partition
+        checks, which a run makes before its releases. Public: privacy.json's ``train_records``."""
+        self._load_frames()
+        return len(self.train_frame)
+
+    def releases_drawn(self) -> dict[str, dict[str, Any]]:
+        """The DP releases drawn from the rows so far (or restored from a checkpoint), by name,
+        with their cost: read off what exists, so asking draws nothing (unlike :meth:`privacy_cost`)."""
+        drawn = {}
+        if (schema_cost := getattr(self, "_bounds_cost", None)) is not None:  # a CSV's DP schema estimate
+            drawn["schema"] = dict(schema_cost)
+        if self.mode_specific and self.hparams.modes == "dp" and self._modes_cost is not None:
+            drawn["modes"] = dict(self._modes_cost)
+        return drawn
+
     @property
     def train_size(self) -> int:
         """Number of encoded training records, the ``n`` in the privacy requirement ``delta < 1/n``."""

@@ -587,8 +587,10 @@ def _train(config: dict[str, Any], shared: str | None = None) -> Path:
         if shared is not None and run.trainer.world_size > 1:
             os.environ[RUN_CONFIG_ENV] = shared  # Lightning's launcher starts the others in run.fit()
         run.fit()
-    except BaseException:
+    except BaseException as error:
         if not run_folder.training_started(output_dir):  # refused before training: the folder as it was
+            if run is not None and isinstance(error, ValueError):
+                run.note_spend_before_refusal(error)
             if previous is not None:
                 run_folder.restore_outputs(output_dir, previous)
             elif created is not None:

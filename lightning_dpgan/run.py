@@ -456,13 +456,19 @@ class Run:
         self._check_trainer_options()
         self._check_model_settings_fit_dp_sgd()
         self._check_preprocessing_leaves_a_budget()
-        self.module = self._build_module()
-        self._warn_of_unused_batch_size()
-        if not config["max_steps"] and not config["max_epochs"]:
-            config["max_steps"] = DEFAULT_MAX_STEPS
-        self.trainer = self._build_trainer()  # its options are checked before the label model reads a row
-        self._check_batch_size()  # after the trainer: a table's rows are shared among its processes
-        self.labeler = self._build_labeler()
+        self._check_settings_fit_the_rows()
+        self.labeler = None
+        try:  # the module's width may draw the DP releases: a refusal from here on says what they spent
+            self.module = self._build_module()
+            self._warn_of_unused_batch_size()
+            if not config["max_steps"] and not config["max_epochs"]:
+                config["max_steps"] = DEFAULT_MAX_STEPS
+            self.trainer = self._build_trainer()  # its options are checked before the label model reads a row
+            self._check_batch_size()  # after the trainer: a table's rows are shared among its processes
+            self.labeler = self._build_labeler()
+        except ValueError as error:
+            self.note_spend_before_refusal(error)
+            raise
 
     # ------------------------------------------------------------------ parts
     def _warn_of_unused_batch_size(self) -> None:
@@ -532,6 +538,44 @@ class Run:
                     f"preprocessing would spend {budget} {spent[budget]:g} of --{budget} {given:g} before training, "
                     f"leaving training nothing{parts}: raise --{budget}, or {spend_less(spent, budget)}. Refused "
                     "before any row was read: nothing was spent")
+
+    def _check_settings_fit_the_rows(self) -> None:
+        """Refuse, before any DP release reads a value, the settings the number of training rows
+        rules out: δ ≥ 1/n, a DP-SGD batch, a teacher or critic count, or QUAIL's label-model batch
+        above n. The strategy and the label model refuse them too, but only after a CSV's schema
+        estimate, the DP modes or the label model had spent their budget (docs/privacy.md). The
+        count is read off the file's split, not its values, and is public (``train_records``)."""
+        count = getattr(self.datamodule, "training_row_count", None)
+        if self.strategy is None or count is None:
+            return
+        from lightning_dpgan.privacy.dp_label_model import check_label_model_batch
+
+        rows = count()
+        self.strategy.check_fits_records(rows, self.datamodule)
+        if self.quail is not None:
+            check_label_model_batch(self.quail.settings.batch_size, rows)
+
+    def note_spend_before_refusal(self, error: ValueError) -> None:
+        """Add to a refusal that came after DP releases had read the rows what they spent: a
+        refused run writes no privacy.json, and a rerun draws (and pays for) them again. Not for
+        a resume, whose releases are the checkpoint's (paid for once), nor for a first step too
+        dear for the budget, whose refusal says it already (``BudgetTooSmallError``)."""
+        from lightning_dpgan.callbacks.budget import BudgetTooSmallError
+        from lightning_dpgan.callbacks.strategy import epsilon_parts
+        from lightning_dpgan.privacy.composition import compose_costs
+
+        if self.released_info is not None or isinstance(error, BudgetTooSmallError):
+            return
+        drawn = getattr(self.datamodule, "releases_drawn", dict)()
+        if getattr(self, "labeler", None) is not None:
+            drawn[QUAIL_LABEL_MODEL] = dict(self.labeler.cost)
+        if not drawn or len(error.args) != 1 or not isinstance(error.args[0], str):
+            return
+        spent = compose_costs(drawn)
+        error.args = (f"{error.args[0].rstrip('. ')}. This run was refused after DP releases drawn from the training "
+                      f"rows had spent epsilon {spent['epsilon']:.4g} and delta {spent['delta']:.3g} "
+                      f"({epsilon_parts(spent)}): no privacy.json records a refused run, so count them as spent on "
+                      "this data, and a rerun's as spent again",)
 
     def _check_batch_size(self) -> None:
         """Refuse, before anything is written, a batch size the networks cannot train on: one

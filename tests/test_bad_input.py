@@ -721,7 +721,7 @@ def test_a_kaggle_credit_file_whose_held_out_row_has_a_third_class_is_refused_be
     (tmp_path / "credit").mkdir()
     frame.to_csv(tmp_path / "credit" / "creditcard.csv", index=False)
     line = assert_refused(["train", "--model", "dpgan", "--dataset", "kaggle-credit", "--data-dir", str(tmp_path / "credit"),
-                           "--max-steps", "2", "--output-dir", str(tmp_path / "out")], capsys,
+                           "--max-steps", "2", "--batch-size", "16", "--output-dir", str(tmp_path / "out")], capsys,
                           "kaggle-credit: the label 'Class' must be binary", f"1 test rows hold other values (2 (data row {row + 1}))",
                           "fix or drop those rows")
     assert "with a schema file" in line and not (tmp_path / "out").exists()

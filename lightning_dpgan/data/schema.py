@@ -593,7 +593,7 @@ class TableSchema:
         self.validate_frame(frame)
         codes = {c.name: _category_codes(c, frame[c.name]) for c in self.columns if not c.is_numeric}
         rejected = {name: int((code < 0).sum()) for name, code in codes.items()}
-        self._check_label_codes(codes)
+        self._check_label_codes(codes, frame)
         if unknown == "error" and any(rejected.values()):
             bad = {name: count for name, count in rejected.items() if count}
             raise SchemaError(f"values outside the schema's categories (rows per column): {bad}")
@@ -639,12 +639,14 @@ class TableSchema:
         """The classes of a categorical label that ``frame`` holds (see :meth:`label_class_counts`)."""
         return [category for category, count in self.label_class_counts(frame).items() if count]
 
-    def _check_label_codes(self, codes: dict[str, np.ndarray]) -> None:
+    def _check_label_codes(self, codes: dict[str, np.ndarray], frame: pd.DataFrame) -> None:
+        """Refuse a binary label holding a third value, naming the first such values and their rows
+        (a trailing space, 'Yes ', reads like a class in the refusal's list otherwise)."""
         if self.label_kind != "binary":
             return
-        outside = int((codes[self.label] < 0).sum())
-        if outside:
-            raise self.labels_outside_classes_error(f"{outside} rows")
+        outside = codes[self.label] < 0
+        if outside.any():
+            raise self.labels_outside_classes_error(f"{int(outside.sum())} rows", row_examples(frame[self.label][outside]))
 
     def boolean_category_columns(self) -> list[str]:
         """Categorical columns whose categories are all booleans: in a schema file, most likely
@@ -795,30 +797,37 @@ def non_numeric_examples(series: pd.Series, most: int = 3) -> str:
     return f"read as {series.dtype}: the text is in other rows of the file"
 
 
+def check_numeric_values(name: str, kind: str, series: pd.Series, estimated: bool) -> None:
+    """Refuse the values of a numeric column (``kind``: continuous or integer) that no encoding
+    takes: booleans, text, ±inf, a fraction in an integer column, each named with its row.
+    ``estimated``: no schema file, so the remedy is an option (a CSV checks its whole file so,
+    before the split and any DP estimate; encoding checks the rows it encodes)."""
+    if holds_booleans(series):
+        raise booleans_refusal(name, kind, estimated)
+    if not _holds_numbers(series):
+        remedy = ("list the column with --data.categorical if it is categorical" if estimated
+                  else "with a schema file, declare the column categorical there if it is")
+        raise _refusal(f"column '{name}' is {kind} but holds non-numeric values ({non_numeric_examples(series)})",
+                       f"fix those values in the data, or {remedy}")
+    values = series.to_numpy(dtype=np.float64)
+    infinite = np.isinf(values)  # missing values (NaN) have their own refusal
+    if infinite.any():  # clipped to a bound, an infinity would pass for the bound itself
+        count = int(infinite.sum())
+        raise _refusal(f"column '{name}' holds infinite values ({count} row{'s' if count > 1 else ''}: "
+                       f"{row_examples(series[infinite])})", "fix or drop those rows first")
+    if kind == "integer":
+        fractional = np.isfinite(values) & (values != np.round(values))
+        if fractional.any():
+            remedy = "leave it out of --data.integer" if estimated else "declare the column continuous in the schema"
+            raise _refusal(f"column '{name}' is integer but {int(fractional.sum())} rows hold fractional values "
+                           f"({row_examples(series[fractional])})", f"round them in the data, or {remedy}")
+
+
 def _check_dtype(column: Column, series: pd.Series) -> None:
     """Refuse values of the wrong type, which would otherwise be silently clipped or rejected."""
     numeric = _holds_numbers(series)
-    estimated = column.from_dp_estimate  # no schema file: the remedy is an option
     if column.is_numeric:
-        if holds_booleans(series):
-            raise booleans_refusal(column.name, column.kind, estimated)
-        if not numeric:
-            remedy = ("list the column with --data.categorical if it is categorical" if estimated
-                      else "with a schema file, declare the column categorical there if it is")
-            raise _refusal(f"column '{column.name}' is {column.kind} but holds non-numeric values "
-                           f"({non_numeric_examples(series)})", f"fix those values in the data, or {remedy}")
-        values = series.to_numpy(dtype=np.float64)
-        finite = np.isfinite(values)
-        if not finite.all():  # clipped to a bound, an infinity would pass for the bound itself
-            count = int((~finite).sum())
-            raise _refusal(f"column '{column.name}' holds infinite values ({count} row{'s' if count > 1 else ''}: "
-                           f"{row_examples(series[~finite])})", "fix or drop those rows first")
-        if column.kind == "integer":
-            fractional = int((values[finite] != np.round(values[finite])).sum())
-            if fractional:
-                remedy = "leave it out of --data.integer" if estimated else "declare the column continuous in the schema"
-                raise _refusal(f"column '{column.name}' is integer but {fractional} rows hold fractional values",
-                               f"round them in the data, or {remedy}")
+        check_numeric_values(column.name, column.kind, series, estimated=column.from_dp_estimate)
         return
     if all(isinstance(c, str) for c in column.categories) and numeric:
         raise SchemaError(f"column '{column.name}' has string categories but holds numbers (dtype {series.dtype})")

@@ -99,6 +99,13 @@ def fold_into_last_layer(network: nn.Module, standardization: LocationScale) -> 
         last.bias.mul_(standardization.scale).add_(standardization.location)
 
 
+def check_label_model_batch(batch_size: int, train_records: int) -> None:
+    """The Poisson rate batch / records is a probability: a batch above the records has none."""
+    if batch_size > train_records:
+        raise ValueError(f"--quail.batch_size {batch_size} exceeds the {train_records} training records: "
+                         "give QUAIL a smaller --quail.batch_size")
+
+
 def train_dp_label_model(
     network: nn.Module,
     features: Tensor,
@@ -118,9 +125,7 @@ def train_dp_label_model(
     ``noise_seed`` fixes it, for reproducible tests only."""
     validate_positive("label model epsilon", epsilon)
     n = len(features)
-    if settings.batch_size > n:
-        raise ValueError(f"--quail.batch_size {settings.batch_size} exceeds the {n} training records: "
-                         "give QUAIL a smaller --quail.batch_size")
+    check_label_model_batch(settings.batch_size, n)
     if not 0.0 < delta < 1.0 / n:
         raise ValueError(f"label model delta must be in (0, 1/n = {1.0 / n:.3g}), got {delta}")
     noise = NoiseSource(noise_seed)

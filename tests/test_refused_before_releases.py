@@ -1,0 +1,147 @@
+"""A run refused for its settings or its file is refused before any DP release reads a value; a
+refusal that can only come after one says what the releases spent.
+
+The releases made before training (a CSV's DP schema estimate, DP modes, QUAIL's label model)
+spend budget whether or not the run then trains, and a refused run writes no privacy.json: a
+refusal the row count or the file's own values decide must come first.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from lightning_dpgan.cli import main
+from lightning_dpgan.datamodules import csv as csv_module
+from lightning_dpgan.datamodules.csv import CSVDataModule
+
+ROWS = 80
+TINY = ["--model.latent_dim", "4", "--max-steps", "2", "--trainer.enable_progress_bar", "false",
+        "--trainer.enable_model_summary", "false"]
+DP_SCHEMA = ["--data.target", "label", "--data.categorical", "kind,label", "--data.label_kind", "binary",
+             "--data.integer", "visits", "--data.bounds_epsilon", "5"]
+SCHEMA = {"label": "label", "label_kind": "binary", "columns": [
+    {"name": "amount", "kind": "continuous", "bounds": [0, 1000], "source": "a test's public bound"},
+    {"name": "visits", "kind": "integer", "bounds": [0, 50], "source": "a test's public bound"},
+    {"name": "kind", "kind": "categorical", "categories": ["a", "b"], "source": "a test's public list"},
+    {"name": "label", "kind": "categorical", "categories": ["no", "yes"], "source": "a test's public list"}]}
+
+
+def table() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    return pd.DataFrame({"amount": rng.gamma(2.0, 50.0, ROWS).round(2), "visits": rng.integers(0, 30, ROWS),
+                         "kind": rng.choice(["a", "b"], ROWS), "label": rng.choice(["no", "yes"], ROWS)})
+
+
+def train_args(csv, out, model: str, *extra: str) -> list[str]:
+    return ["train", "--model", model, "--dataset", "csv", "--data.csv", str(csv), "--output-dir", str(out),
+            *TINY, *extra]
+
+
+@pytest.fixture
+def no_estimate(monkeypatch):
+    """The DP schema estimate fails the test if it runs: what it reads would be spent."""
+    def estimate(*args, **kwargs):
+        raise AssertionError("the DP schema estimate ran before the refusal")
+
+    monkeypatch.setattr(csv_module, "infer_schema_dp", estimate)
+
+
+def error_line(capsys) -> str:
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+# 80 rows, 64 of them training rows after the seeded test split
+@pytest.mark.parametrize("model, settings, said", [
+    ("dpgan", ["--epsilon", "8", "--delta", "0.05"], "--delta 0.05 (given, or a config file's or the preset's) is "
+                                                     "not below 1/n = 0.015625 for the n = 64 training records"),
+    ("dpgan", ["--epsilon", "8", "--batch-size", "500"], "--batch-size 500 exceeds the 64 training records"),
+    ("pategan", ["--epsilon", "20", "--data.bounds_delta", "1e-9", "--privacy.num_teachers", "500"], "--privacy.num_teachers 500"),
+    ("gswgan", ["--epsilon", "20", "--data.bounds_delta", "1e-9", "--privacy.num_critics", "500"], "--privacy.num_critics 500"),
+    ("quail", ["--epsilon", "20", "--batch-size", "16", "--quail.batch_size", "500"], "--quail.batch_size 500 exceeds the 64 training records"),
+], ids=["delta", "dp-sgd-batch", "teachers", "critics", "quail-batch"])
+def test_settings_the_row_count_rules_out_are_refused_before_the_schema_estimate(
+        model, settings, said, tmp_path, capsys, no_estimate):
+    csv = tmp_path / "data.csv"
+    table().to_csv(csv, index=False)
+    assert main(train_args(csv, tmp_path / "out", model, *DP_SCHEMA, *settings)) == 2
+    line = error_line(capsys)
+    assert said in line
+    assert "exceeds the 64 training records" in line or "not below 1/n" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_delta_check_comes_before_the_dp_modes_too(tmp_path, capsys, monkeypatch):
+    """A public schema and DP modes (DP-CTGAN's default): the histogram is the release."""
+    from lightning_dpgan.data.table_transformer import TableTransformer
+
+    def fit_dp(*args, **kwargs):
+        raise AssertionError("the DP modes were drawn before the refusal")
+
+    monkeypatch.setattr(TableTransformer, "fit_dp", fit_dp)
+    csv, schema = tmp_path / "data.csv", tmp_path / "schema.yaml"
+    table().to_csv(csv, index=False)
+    schema.write_text(yaml.safe_dump(SCHEMA))
+    assert main(train_args(csv, tmp_path / "out", "dpctgan", "--data.schema", str(schema), "--epsilon", "8",
+                           "--delta", "0.05")) == 2
+    assert "is not below 1/n = 0.015625" in error_line(capsys)
+
+
+def held_out_row(schema_path) -> int:
+    """The index of a row the seeded split holds out (the test split), found as train finds it."""
+    datamodule = CSVDataModule(csv=schema_path.parent / "data.csv", schema=schema_path)
+    datamodule.training_row_count()
+    return int(datamodule.test_frame.index[0])
+
+
+@pytest.mark.parametrize("value, column, said", [
+    (np.inf, "amount", "column 'amount' holds infinite values (1 row: inf (data row {row}))"),
+    (30.5, "visits", "column 'visits' is integer but 1 rows hold fractional values (30.5 (data row {row}))"),
+    ("99999999999999999999", "visits", "whole numbers too large for 64 bits: '99999999999999999999' (data row {row})"),
+], ids=["infinite", "fraction-in-an-integer-column", "beyond-64-bits"])
+@pytest.mark.parametrize("with_schema", [True, False], ids=["schema-file", "dp-schema"])
+def test_a_value_no_encoding_takes_in_a_held_out_row_is_refused_before_training(
+        value, column, said, with_schema, tmp_path, capsys, no_estimate):
+    """It was refused only by ``evaluate``, once training had spent the budget (``train
+    --evaluate`` too), or named no row."""
+    csv, schema = tmp_path / "data.csv", tmp_path / "schema.yaml"
+    table().to_csv(csv, index=False)
+    schema.write_text(yaml.safe_dump(SCHEMA))
+    row = held_out_row(schema)
+    frame = table().astype({column: object})
+    frame.loc[row, column] = value
+    frame.to_csv(csv, index=False)
+    data = ["--data.schema", str(schema)] if with_schema else DP_SCHEMA
+    assert main(train_args(csv, tmp_path / "out", "dpgan", *data, "--epsilon", "8", "--evaluate")) == 2
+    assert said.format(row=row + 1) in error_line(capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_refusal_after_the_schema_estimate_says_what_it_spent(tmp_path, capsys):
+    """A third value of a binary label in a training row can only be found once the estimate has
+    released the label's classes: the refusal names the row and the budget spent."""
+    csv = tmp_path / "data.csv"
+    frame = table()
+    frame.loc[3, "label"] = "Yes "
+    frame.to_csv(csv, index=False)
+    assert main(train_args(csv, tmp_path / "out", "dpgan", *DP_SCHEMA, "--epsilon", "8")) == 2
+    line = error_line(capsys)
+    assert "the label 'label' must be binary with classes ['no', 'yes'], but 1 rows hold other values ('Yes ' (data " \
+           "row 4))" in line
+    assert ("This run was refused after DP releases drawn from the training rows had spent epsilon 5 and delta "
+            "1e-06 (schema 5 (DP schema estimation") in line
+    assert "count them as spent on this data" in line
+
+
+def test_a_first_step_too_dear_says_the_spend_once(tmp_path, capsys):
+    """The budget's own refusal names what was spent before training: no second note."""
+    csv = tmp_path / "data.csv"
+    table().to_csv(csv, index=False)
+    assert main(train_args(csv, tmp_path / "out", "dpgan", *DP_SCHEMA, "--epsilon", "5.5", "--delta", "1e-3",
+                           "--batch-size", "32", "--privacy.noise_multiplier", "0.5")) == 2
+    line = error_line(capsys)
+    assert "a single training step would spend epsilon" in line and "Of that, 5 was spent before training" in line
+    assert "This run was refused after DP releases" not in line
