@@ -165,6 +165,20 @@ def continue_command(folder: Path) -> str:
     return f"python train.py {settings}--resume {folder / LAST_CHECKPOINT} --output-dir {folder}"
 
 
+def own_folder_hint(resume: str | None) -> str:
+    """For a ``--resume`` of another run folder's own checkpoint: how to continue that run in its
+    folder. A copied run's config.yaml names the folder it was copied from, so ``--config COPY/config.yaml
+    --resume COPY/checkpoints/last.ckpt`` aims at the original."""
+    if not resume:
+        return ""
+    checkpoint = Path(resume)
+    run = checkpoint.parent.parent
+    if checkpoint.parent.name != LAST_CHECKPOINT.parent.name or checkpoint.name != LAST_CHECKPOINT.name \
+            or not (run / "config.yaml").is_file():
+        return ""
+    return f". To continue the run of --resume {resume} in its own folder, give --output-dir {run}"
+
+
 def check_output_dir(folder: Path, resume: str | None, overwrite: bool, inputs: dict[str, str] | None = None) -> None:
     """Refuse a file, or a folder holding a run that is neither continued nor to be replaced; a
     run that would move away a file it reads: the checkpoint it resumes, or one of ``inputs``
@@ -178,7 +192,7 @@ def check_output_dir(folder: Path, resume: str | None, overwrite: bool, inputs: 
         continue_it = f", continue it with {continue_command(folder)}" if (folder / LAST_CHECKPOINT).is_file() else ""
         raise ConfigError(
             f"--output-dir {folder} already holds a run's files ({', '.join(held)}): choose another folder{continue_it}, "
-            "or replace them with --overwrite (they are then moved to previous/)")
+            f"or replace them with --overwrite (they are then moved to previous/){own_folder_hint(resume)}")
     read = {**({"--resume": resume} if resume and not continued else {}), **(inputs or {})}
     mover = "--overwrite moves" if held and overwrite and not continued else "the run moves"
     for flag, path in read.items():

@@ -49,6 +49,21 @@ def test_each_file_a_run_writes_marks_its_folder_but_logs_alone_do_not(tmp_path)
     check_output_dir(tmp_path / "missing", None, False)
 
 
+def test_resuming_a_copied_run_whose_settings_name_the_original_says_how_to_continue_the_copy(tmp_path):
+    """``--config COPY/config.yaml --resume COPY/checkpoints/last.ckpt``: the copied settings name
+    the original folder, whose own continuation the refusal offered, not the copy's."""
+    original, copy = plant_run(tmp_path / "original"), plant_run(tmp_path / "copy", tag="copied")
+    with pytest.raises(ConfigError) as refused:
+        check_output_dir(original, str(copy / LAST_CHECKPOINT), False)
+    assert str(refused.value).endswith(f"To continue the run of --resume {copy / LAST_CHECKPOINT} in its own folder, "
+                                       f"give --output-dir {copy}")
+    stray = tmp_path / "stray.ckpt"  # a checkpoint outside a run folder: no folder to offer
+    stray.write_text("weights")
+    with pytest.raises(ConfigError) as refused:
+        check_output_dir(original, str(stray), False)
+    assert "in its own folder" not in str(refused.value)
+
+
 def test_a_link_to_nothing_and_a_folder_that_cannot_be_written_are_named_before_training(tmp_path, monkeypatch):
     """A dangling link read "cannot be made (File exists)"; a read-only folder failed after
     Lightning's banner with the raw OS error of the first file written."""
