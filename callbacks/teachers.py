@@ -346,6 +346,16 @@ class TeacherStrategy(PrivacyStrategy):
                 f"{independent:.4g} (epsilon_data_independent in privacy.json); --privacy.accounting data-independent "
                 "stops training on it"]
 
+    def spent_figures(self) -> dict[str, Any]:
+        """Also which figure ``epsilon`` is (``accounting``) and the bound that holds whatever the
+        votes: ``sample`` and ``evaluate`` read the checkpoint's, and under data-dependent
+        accounting ``epsilon`` is the papers' figure, a function of the private votes, not a
+        guarantee the records it releases carry."""
+        figures = super().spent_figures()
+        independent = self.preprocessing["epsilon"] + self.accountant.epsilon_data_independent(self.training_delta)
+        return {**figures, "accounting": self.accountant.accounting,
+                "epsilon_data_independent": independent if math.isfinite(independent) else None}
+
     def accounting_report(self) -> dict[str, Any]:
         """The accountant's epsilons, labelled, and which one stops training. Under data-independent
         accounting the data-dependent figure is left out: it is a function of the private votes, and

@@ -208,6 +208,16 @@ def check_privacy_report_of_this_run(run_dir: Path, privacy: dict[str, Any], inf
                      "run's data was released under. Put back the run's own files, or rerun train")
 
 
+def accounting_figures(privacy: dict[str, Any] | None) -> dict[str, Any]:
+    """For a teacher strategy's run: which figure ``epsilon`` is, and the bound that holds whatever
+    the votes. Under data-dependent accounting ``epsilon`` is the PATE papers' figure, computed from
+    the private votes, and evaluation.json is read without privacy.json's note beside it."""
+    if not privacy or "accounting" not in privacy:
+        return {}
+    return {"epsilon_accounting": privacy["accounting"],
+            "epsilon_data_independent": privacy.get("epsilon_data_independent")}
+
+
 def check_reported_spend(run_dir: Path, privacy: dict[str, Any], info: dict[str, Any]) -> None:
     """Refuse a ``privacy.json`` whose epsilon or delta is not what the run spent (edited since
     training): evaluate copies them into its report as the synthetic data's guarantee. The
@@ -221,6 +231,7 @@ def check_reported_spend(run_dir: Path, privacy: dict[str, Any], info: dict[str,
     spent = {"epsilon": None, "delta": None} if info.get("privacy") == "none" else read_spent_privacy(checkpoint)
     if spent is None or all(_same_figure(stated[key], spent[key]) for key in stated):
         return
+    spent = {key: spent[key] for key in stated}  # a teacher strategy's also says which epsilon it is
 
     def said(figures: dict[str, Any]) -> str:
         return ", ".join(f"{key} {'none' if value is None else format(value, '.6g')}" for key, value in figures.items())
@@ -426,7 +437,7 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
         results["privacy_note"] = f"{NOT_THE_RECORDED_TABLE} {results['privacy_note']}"
     # every evaluation.json has both keys (a script reads them alike): null without privacy.json
     results = {"epsilon": None if privacy is None else privacy.get("epsilon"),
-               "delta": None if privacy is None else privacy.get("delta"), **results}
+               "delta": None if privacy is None else privacy.get("delta"), **accounting_figures(privacy), **results}
     if privacy is None:  # an interrupted or failed run: its report must not read as a finished one's
         warn(f"{run_dir} has no privacy.json (the run did not finish writing its outputs): "
              "the report states no privacy guarantee")

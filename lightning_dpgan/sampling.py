@@ -46,9 +46,14 @@ def read_spent_privacy(path: str | Path) -> dict[str, Any] | None:
 def spent_privacy(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
     """:func:`read_spent_privacy` of a checkpoint already read."""
     states = checkpoint.get("callbacks") or {}
-    spent = [state["spent"] for state in states.values() if isinstance(state, dict) and "strategy" in state
-             and isinstance(state.get("spent"), dict)]
-    return spent[0] if spent else None
+    strategies = [state for state in states.values() if isinstance(state, dict) and "strategy" in state
+                  and isinstance(state.get("spent"), dict)]
+    if not strategies:
+        return None
+    spent, accountant = dict(strategies[0]["spent"]), strategies[0].get("accountant")
+    if "accounting" not in spent and isinstance(accountant, dict) and "accounting" in accountant:
+        spent["accounting"] = accountant["accounting"]  # a teacher checkpoint from before spent said which
+    return spent
 
 
 def guarantee_note(path: str | Path) -> str:
@@ -74,8 +79,29 @@ def guarantee_note(path: str | Path) -> str:
     if spent is None:  # a checkpoint from before the figures were kept
         return f"the checkpoint does not record its privacy spend: {report} states the guarantee"
     epsilon = "not finite" if spent["epsilon"] is None else f"{spent['epsilon']:.6g}"
+    if spent.get("accounting") == "data-dependent":
+        return data_dependent_note(epsilon, spent, report)
     return (f"released under the checkpoint's privacy spend, epsilon {epsilon} and delta {spent['delta']:g} (how it "
             f"was accounted: {report}); drawing more records spends nothing more")
+
+
+def data_dependent_note(epsilon: str, spent: dict[str, Any], report: str) -> str:
+    """``sample``'s note for a teacher strategy under data-dependent accounting: the checkpoint's
+    epsilon is the figure the PATE papers report, computed from the teachers' votes and so not
+    itself differentially private; what the records carry is the bound that holds whatever the votes."""
+    if "epsilon_data_independent" in spent:
+        independent = spent["epsilon_data_independent"]
+        bound = f"epsilon {'not finite' if independent is None else format(independent, '.6g')}"
+    else:  # a checkpoint from before spent kept it
+        bound = "epsilon_data_independent"
+    if bound == f"epsilon {epsilon}":  # the votes were not unanimous enough to price any lower
+        return (f"released under the checkpoint's privacy spend, epsilon {epsilon} and delta {spent['delta']:g}, the bound "
+                "that holds whatever the teachers' votes (the data-dependent figure the PATE papers report is no lower; "
+                f"how it was accounted: {report}); drawing more records spends nothing more")
+    return (f"the checkpoint's epsilon {epsilon} (delta {spent['delta']:g}) is the data-dependent figure the PATE papers "
+            "report: computed from the teachers' votes, it is not itself differentially private. The bound that holds "
+            f"whatever the votes is {bound} at that delta (how it was accounted: {report}); drawing more records spends "
+            "nothing more")
 
 
 def untrained_warning(path: str | Path) -> str | None:

@@ -3,6 +3,7 @@ code found (Ganev, Annamalai & De Cristofaro, 2024): shared or re-drawn teacher 
 re-initialised teachers, uncharged unanimous queries, an ignored delta, epsilon past the target."""
 import json
 import math
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -260,6 +261,39 @@ def test_sample_command_writes_a_decoded_table(pategan_run, tmp_path):
     published = pd.read_csv(out)
     assert len(published) == 25 and "income" in published.columns
     assert main(["sample", "--checkpoint", str(pategan_run / "checkpoints/last.ckpt"), "-n", "5", "--out", str(tmp_path / "x.png")]) == 2
+
+
+def test_sample_and_evaluate_say_the_data_dependent_epsilon_is_not_the_guarantee(pategan_run, tmp_path, capsys):
+    """The papers' figure is computed from the private votes: ``sample`` stated it as the records'
+    guarantee, and evaluation.json as the run's epsilon, without the bound that holds whatever the
+    votes (train, privacy.json and report.md said so)."""
+    from lightning_dpgan.evaluate import evaluate_run
+
+    from lightning_dpgan.sampling import data_dependent_note
+
+    report = read_json(pategan_run / "privacy.json")
+    assert report["accounting"] == "data-dependent"
+    capsys.readouterr()
+    assert main(["sample", "--checkpoint", str(pategan_run / "checkpoints/last.ckpt"), "-n", "5",
+                 "--out", str(tmp_path / "drawn.csv")]) == 0
+    said = capsys.readouterr().err
+    # three teachers' split votes price no lower than the bound: the figure is the guarantee, said so
+    assert f"{report['epsilon_data_dependent']:.6g}" == f"{report['epsilon_data_independent']:.6g}"
+    assert (f"epsilon {report['epsilon']:.6g} and delta 0.001, the bound that holds whatever the teachers' votes (the "
+            "data-dependent figure the PATE papers report is no lower") in said
+    # unanimous votes price lower: the checkpoint's epsilon is then not what the records carry
+    note = data_dependent_note("0.8", {"delta": 1e-5, "accounting": "data-dependent", "epsilon_data_independent": 1600.0},
+                               "its run's privacy.json")
+    assert note.startswith("the checkpoint's epsilon 0.8 (delta 1e-05) is the data-dependent figure the PATE papers "
+                           "report: computed from the teachers' votes, it is not itself differentially private")
+    assert "The bound that holds whatever the votes is epsilon 1600 at that delta" in note
+    copy = tmp_path / "run"
+    shutil.copytree(pategan_run, copy)
+    evaluate_run(copy, seed=0)
+    evaluation = read_json(copy / "evaluation.json")
+    assert evaluation["epsilon"] == report["epsilon"]
+    assert evaluation["epsilon_accounting"] == "data-dependent"
+    assert evaluation["epsilon_data_independent"] == pytest.approx(report["epsilon_data_independent"])
 
 
 def test_sample_writes_a_large_table_a_chunk_at_a_time(pategan_run, tmp_path, monkeypatch):

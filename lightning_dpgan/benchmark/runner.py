@@ -266,8 +266,8 @@ FOUR_CLASSIFIERS = ("logistic_regression", "random_forest", "gradient_boosting",
 #: what evaluation.json records of how it was made or of the run it read, not a measure to average
 #: over seeds (the cell's seed is the run's own, in its record; its spent epsilon and delta are
 #: summarized from privacy.json beside the measures)
-EVALUATION_SETTINGS = ("seed", "device", "epsilon", "delta", "synthetic_records", "privacy_risk/mia_records_per_group",
-                       "utility/cnn_epochs")
+EVALUATION_SETTINGS = ("seed", "device", "epsilon", "delta", "epsilon_accounting", "epsilon_data_independent",
+                       "synthetic_records", "privacy_risk/mia_records_per_group", "utility/cnn_epochs")
 
 
 def with_derived_measures(measures: dict[str, Any]) -> dict[str, Any]:
