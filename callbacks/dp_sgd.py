@@ -9,6 +9,7 @@ Gaussian accountant assumes), and charges the accountant once per noisy step.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import lightning as L
@@ -78,6 +79,15 @@ class DPSGD(CalibratedNoiseStrategy):
     def check_fits_records(self, train_records: int, datamodule: Any) -> None:
         super().check_fits_records(train_records, datamodule)
         self.check_batch_size(datamodule.hparams.batch_size, train_records)
+
+    def first_step_epsilon(self, train_records: int, batch_size: Any, model_settings: Mapping[str, Any],
+                           training_delta: float) -> float | None:
+        """With --privacy.noise_multiplier given: one step of its σ at rate batch / records (a σ
+        calibrated to the budget fits a step by construction, or is refused by its calibration)."""
+        if self.noise_multiplier is None or not isinstance(batch_size, int):
+            return None
+        return OpacusAccountant(self.accountant_kind).epsilon_if(
+            training_delta, 1, noise_multiplier=self.noise_multiplier, sample_rate=batch_size / train_records)
 
     def check_batch_size(self, batch_size: int, train_records: int) -> None:
         """The sample rate batch / records is a probability: a batch above the records has none."""

@@ -184,9 +184,11 @@ class ProjectedVoting(TeacherStrategy):
             self.training_delta, steps * self.queries_per_step, self.sigma1, self.sigma2, answered_fraction=0.0
         )
 
-    def first_step_refusal(self, target_epsilon: float) -> str:
+    def first_step_refusal(self, target_epsilon: float, priced: float | None = None, exact: bool = True) -> str:
         """``epsilon_if`` prices the threshold checks alone (every query unanswered): a best case."""
-        return (f"a single training step would spend at least epsilon = {self.epsilon_if(1):.4g} (its "
+        if priced is None:
+            priced = self.epsilon_if(1)
+        return (f"a single training step would spend at least epsilon = {priced:.4g} (its "
                 f"{self.queries_per_step} threshold checks alone, every query unanswered, the cheapest case), more "
                 f"than --epsilon {target_epsilon:g}: raise --epsilon, or make the checks cheaper: more threshold noise "
                 "(a larger --privacy.sigma1) or fewer queries a step (a smaller --privacy.teacher_batch_size or "

@@ -28,6 +28,7 @@ generator's is not mistaken for a trained one.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import lightning as L
@@ -141,13 +142,27 @@ class PATEAggregation(TeacherStrategy):
         unanimous = None if self.accounting == "data-independent" else self.num_teachers
         return self.accountant.epsilon_if_queries(self.training_delta, queries, self.lap_inverse_scale, unanimous)
 
-    def first_step_refusal(self, target_epsilon: float) -> str:
+    def first_step_epsilon(self, train_records: int, batch_size: Any, model_settings: Mapping[str, Any],
+                           training_delta: float) -> float | None:
+        """``student_steps`` x ``teacher_batch_size`` queries, priced as :meth:`training_epsilon_if`
+        prices them, for the teachers the records give (the step's query count is kept for
+        :meth:`first_step_refusal`; install sets the same)."""
+        student_steps = model_settings.get("student_steps")
+        if not isinstance(student_steps, int) or student_steps < 1:
+            return None
+        self.queries_per_step = student_steps * self.teacher_batch_size
+        unanimous = None if self.accounting == "data-independent" else self.teacher_count(train_records)
+        return self.accountant.epsilon_if_queries(training_delta, self.queries_per_step, self.lap_inverse_scale, unanimous)
+
+    def first_step_refusal(self, target_epsilon: float, priced: float | None = None, exact: bool = True) -> str:
         """Under data-dependent accounting ``epsilon_if`` prices every vote unanimous, the cheapest
         case, and more Laplace noise can make that case dearer: a unanimous vote's bound grows as
         the noise does, until the data-independent bound, which falls with it, is below it."""
         if self.accounting == "data-independent":
-            return super().first_step_refusal(target_epsilon)
-        return (f"a single training step would spend at least epsilon = {self.epsilon_if(1):.4g} (its "
+            return super().first_step_refusal(target_epsilon, priced, exact)
+        if priced is None:
+            priced = self.epsilon_if(1)
+        return (f"a single training step would spend at least epsilon = {priced:.4g} (its "
                 f"{self.queries_per_step} queries all answered unanimously, the cheapest case), more than --epsilon "
                 f"{target_epsilon:g}: raise --epsilon, or ask fewer queries a step (a smaller "
                 "--privacy.teacher_batch_size, fewer --model.student_steps). More Laplace noise (a smaller "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 from typing import Any, ClassVar, NoReturn
 
 import lightning as L
@@ -553,23 +554,39 @@ class PrivacyStrategy(L.Callback):
         """Total epsilon after ``steps`` more training steps; the state is not changed."""
         return self.preprocessing["epsilon"] + self.training_epsilon_if(steps)
 
-    def first_step_refusal(self, target_epsilon: float) -> str:
+    def first_step_refusal(self, target_epsilon: float, priced: float | None = None, exact: bool = True) -> str:
         """Why a run cannot take its first step under ``target_epsilon``, and what makes a step
-        cheaper (a strategy whose ``epsilon_if`` is a best case says so, with its own remedy)."""
-        return (f"a single training step would spend epsilon = {self.epsilon_if(1):.4g}, more than --epsilon "
+        cheaper (a strategy whose ``epsilon_if`` is a best case says so, with its own remedy).
+        ``priced``: the step's total priced before setup (:meth:`first_step_epsilon`), ``exact``
+        or a lower bound; by default ``epsilon_if(1)``."""
+        if priced is None:
+            priced = self.epsilon_if(1)
+        figure = f"{'' if exact else 'at least '}epsilon = {priced:.4g}"
+        return (f"a single training step would spend {figure}, more than --epsilon "
                 f"{target_epsilon:g}: raise --epsilon, or make each step cheaper (more noise, smaller batches: the "
                 "strategy's --privacy.* settings, listed by --help).")
 
-    def spent_before_training_note(self) -> str:
+    def first_step_epsilon(self, train_records: int, batch_size: Any, model_settings: Mapping[str, Any],
+                           training_delta: float) -> float | None:
+        """What the first training step alone would spend, at ``training_delta``, from the settings
+        and the record count alone, before :meth:`setup`: ``train`` prices it before the releases
+        made before training, whose budget a first step too dear to take spent for nothing (the
+        budget's own refusal comes at the start of training). As :meth:`training_epsilon_if` prices
+        it (a best case where that is one); None where the settings do not decide it."""
+        return None
+
+    def spent_before_training_note(self, planned: dict[str, Any] | None = None) -> str:
         """For a refusal of the first step: how much of its figure the releases before training
         (DP modes, a DP schema, QUAIL's label model) spent, and how to spend less there; a step's
-        price alone, which the refusal's remedies address, is the rest."""
-        if not self.preprocessing["epsilon"]:
+        price alone, which the refusal's remedies address, is the rest. ``planned``: their cost
+        before they are made (``train``'s refusal before any row is read), else what they spent."""
+        cost = self.preprocessing if planned is None else planned
+        if not cost["epsilon"]:
             return ""
-        restated = (f"; as spent, for add/remove neighbours, restated for {self.neighbours} by group privacy"
-                    if "as_spent" in self.preprocessing else "")
-        return (f" Of that, {self.preprocessing['epsilon']:.4g} was spent before training "
-                f"({epsilon_parts(self.preprocessing)}{restated}): or {spend_less(self.preprocessing, 'epsilon')}.")
+        restated = (f"; as {'planned' if planned else 'spent'}, for add/remove neighbours, restated for "
+                    f"{self.neighbours} by group privacy" if "as_spent" in cost else "")
+        return (f" Of that, {cost['epsilon']:.4g} {'would be' if planned else 'was'} spent before training "
+                f"({epsilon_parts(cost)}{restated}): or {spend_less(cost, 'epsilon')}.")
 
     def training_epsilon(self) -> float:
         """What training alone has spent, at training's share of delta: the figure the budget

@@ -554,6 +554,30 @@ class Run:
         self.strategy.check_fits_records(rows, self.datamodule)
         if self.quail is not None:
             check_label_model_batch(self.quail.settings.batch_size, rows)
+        self._check_first_step_fits(rows)
+
+    def _check_first_step_fits(self, rows: int) -> None:
+        """Refuse, before any DP release reads a value, a first training step the budget cannot
+        pay for beside the releases' planned cost, where the settings price it
+        (``strategy.first_step_epsilon``): the budget's own refusal comes as training starts,
+        after the releases spent theirs. Priced low, so that no run refused here could have
+        trained: the releases' planned epsilon without QUAIL's label model (which may spend
+        less than its share), and the step at the whole delta (it costs more at less)."""
+        target = self.strategy.target_epsilon
+        planned = getattr(self.datamodule, "planned_privacy_cost", None)
+        if target is None or planned is None or self.released_info:
+            return
+        defaults = {name: parameter.default for name, parameter in init_arguments(model_class(self.config)).items()}
+        step = self.strategy.first_step_epsilon(rows, getattr(self.datamodule.hparams, "batch_size", None),
+                                                {**defaults, **self.config["model"]},
+                                                self.strategy._checked_delta(self.datamodule, rows))
+        before = self.strategy.composed_preprocessing(planned())
+        if step is None or before["epsilon"] + step <= target:
+            return
+        exact = self.quail is None and not before["delta"]  # else training's delta is less, and its step dearer
+        raise ConfigError(f"{self.strategy.first_step_refusal(target, before['epsilon'] + step, exact)}"
+                          f"{self.strategy.spent_before_training_note(before)} Refused before any row was read: "
+                          "nothing was spent")
 
     def note_spend_before_refusal(self, error: ValueError) -> None:
         """Add to a refusal that came after DP releases had read the rows what they spent: a

@@ -257,16 +257,17 @@ def test_a_strategy_the_model_cannot_take_is_named_before_its_presets_settings(t
 
 def test_a_first_step_the_budget_cannot_pay_says_what_was_spent_before_training(tmp_path, capsys):
     """The refusal priced the step with the releases before it (DP modes, QUAIL's label model)
-    and named only the step's own settings as the remedy."""
+    and named only the step's own settings as the remedy; before the DP modes are drawn, as the
+    settings price PATE's cheapest step."""
     args = run_args("patectgan", "adult", tmp_path / "run", 2, "--data.modes_epsilon", "0.3")
     args[args.index("--epsilon") + 1] = "1.2"
     assert main(args) != 0
     err = capsys.readouterr().err
     assert "a single training step would spend at least epsilon" in err
-    assert "Of that, 0.6 was spent before training (" in err  # 0.3, restated for replace-one
-    # the parts are listed as spent: the message says why they add up to less than its figure
-    assert "modes 0.3 (" in err and "; as spent, for add/remove neighbours, restated for replace-one by group privacy)" in err
-    assert "a smaller --data.modes_epsilon" in err
+    assert "Of that, 0.6 would be spent before training (" in err  # 0.3, restated for replace-one
+    # the parts are listed as planned: the message says why they add up to less than its figure
+    assert "modes 0.3 (" in err and "; as planned, for add/remove neighbours, restated for replace-one by group privacy)" in err
+    assert "a smaller --data.modes_epsilon" in err and "Refused before any row was read: nothing was spent" in err
 
 
 def layout(label=None):

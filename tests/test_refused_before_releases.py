@@ -136,12 +136,53 @@ def test_a_refusal_after_the_schema_estimate_says_what_it_spent(tmp_path, capsys
     assert "count them as spent on this data" in line
 
 
-def test_a_first_step_too_dear_says_the_spend_once(tmp_path, capsys):
-    """The budget's own refusal names what was spent before training: no second note."""
+@pytest.mark.parametrize("model, settings, said", [
+    ("dpgan", ["--epsilon", "5.5", "--delta", "1e-3", "--batch-size", "32", "--privacy.noise_multiplier", "0.5"],
+     "a single training step would spend at least epsilon = "),
+    ("pategan", ["--epsilon", "20", "--data.bounds_delta", "1e-9", "--privacy.num_teachers", "8"],
+     "(its 320 queries all answered unanimously, the cheapest case), more than --epsilon 20"),
+], ids=["dp-sgd", "pate"])
+def test_a_first_step_the_budget_cannot_pay_for_is_refused_before_the_schema_estimate(
+        model, settings, said, tmp_path, capsys, no_estimate):
+    """Priced from the settings and the row count: the budget's own refusal came as training
+    started, once the estimate had spent its epsilon."""
     csv = tmp_path / "data.csv"
     table().to_csv(csv, index=False)
-    assert main(train_args(csv, tmp_path / "out", "dpgan", *DP_SCHEMA, "--epsilon", "5.5", "--delta", "1e-3",
-                           "--batch-size", "32", "--privacy.noise_multiplier", "0.5")) == 2
+    assert main(train_args(csv, tmp_path / "out", model, *DP_SCHEMA, *settings)) == 2
     line = error_line(capsys)
-    assert "a single training step would spend epsilon" in line and "Of that, 5 was spent before training" in line
-    assert "This run was refused after DP releases" not in line
+    assert said in line and "Of that, " in line and " would be spent before training (" in line
+    assert line.endswith("Refused before any row was read: nothing was spent")
+
+
+def test_the_first_steps_price_comes_before_the_dp_modes_too(tmp_path, capsys, monkeypatch):
+    from lightning_dpgan.data.table_transformer import TableTransformer
+
+    def fit_dp(*args, **kwargs):
+        raise AssertionError("the DP modes were drawn before the refusal")
+
+    monkeypatch.setattr(TableTransformer, "fit_dp", fit_dp)
+    csv, schema = tmp_path / "data.csv", tmp_path / "schema.yaml"
+    table().to_csv(csv, index=False)
+    schema.write_text(yaml.safe_dump(SCHEMA))
+    assert main(train_args(csv, tmp_path / "out", "patectgan", "--data.schema", str(schema), "--epsilon", "5",
+                           "--delta", "1e-3")) == 2
+    line = error_line(capsys)
+    assert "a single training step would spend at least epsilon" in line and "modes 0.1" in line
+    assert line.endswith("nothing was spent")
+
+
+def test_a_first_step_too_dear_once_quails_label_model_has_spent_says_it_once(tmp_path, capsys):
+    """The price before the releases is a lower bound (the label model may spend less than its
+    share, and training gets the delta the releases leave): a run it lets through may still be
+    refused once the label model has trained, and that refusal says what it spent, once. Step
+    4.96 at training's delta (4.60 at the whole), label model 2.49: 7.45 against 5."""
+    csv, schema = tmp_path / "data.csv", tmp_path / "schema.yaml"
+    table().to_csv(csv, index=False)
+    schema.write_text(yaml.safe_dump(SCHEMA))
+    assert main(train_args(csv, tmp_path / "out", "quail", "--data.schema", str(schema), "--data.modes", "bounds",
+                           "--epsilon", "5", "--delta", "1e-3", "--batch-size", "16", "--quail.batch_size", "16",
+                           "--privacy.noise_multiplier", "0.6")) == 2
+    line = error_line(capsys)
+    assert "a single training step would spend epsilon = 7.4" in line and "more than --epsilon 5" in line
+    assert "Of that, 2.493 was spent before training" in line and "quail_label_model 2.49" in line
+    assert "This run was refused after DP releases" not in line and "nothing was spent" not in line
