@@ -246,6 +246,13 @@ class GradientSanitizer(CalibratedNoiseStrategy):
                                                     noise=self.noise)
         pl_module.privacy = self.mechanism
 
+    def check_model_class(self, model: type) -> None:
+        """N critics need a model that builds one per partition (``train`` asks before any DP
+        release reads the rows, install again)."""
+        if self.amplified and not callable(getattr(model, "build_critics", None)):
+            raise ValueError(f"--privacy.num_critics {self.num_critics} needs a model that trains one critic per "
+                             f"partition (gswgan); {model.__name__} has a single discriminator")
+
     def check_critic_count(self, train_records: int) -> None:
         """N critics need N disjoint partitions, so at most one critic per record."""
         if self.num_critics > train_records:
@@ -259,9 +266,7 @@ class GradientSanitizer(CalibratedNoiseStrategy):
     def _install_critics(self, trainer: L.Trainer, pl_module: Any, batch_size: int) -> None:
         """N critics on N fixed disjoint partitions, and a loader of GS-WGAN iterations in place
         of the datamodule's (as :class:`~lightning_dpgan.callbacks.teachers.TeacherStrategy` does)."""
-        if not callable(getattr(pl_module, "build_critics", None)):
-            raise ValueError(f"--privacy.num_critics {self.num_critics} needs a model that trains one critic per "
-                             f"partition (gswgan); {type(pl_module).__name__} has a single discriminator")
+        self.check_model_class(type(pl_module))
         self.check_critic_count(self.train_records)
         datamodule = trainer.datamodule
         partitions = datamodule.partitions(self.num_critics, self.partition_seed)

@@ -341,6 +341,10 @@ class PrivacyStrategy(L.Callback):
             return validate_delta(DEFAULT_DELTA, records, origin=delta_origin(None))
         return validate_delta(dataset_default, records, origin="the dataset's default")
 
+    def check_model_class(self, model: type) -> None:
+        """Refuse a model class these settings cannot train (beyond :meth:`check_compatible`'s
+        slot): none by default. ``train`` asks before any DP release reads the rows."""
+
     def check_fits_records(self, train_records: int, datamodule: Any) -> None:
         """Refuse the settings that ``train_records`` training records rule out (δ ≥ 1/n; a
         subclass adds its batch or its partitions), as :meth:`setup` does. ``train`` asks before

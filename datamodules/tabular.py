@@ -606,8 +606,13 @@ class TabularDataModule(L.LightningDataModule):
     def training_row_count(self) -> int:
         """The training rows, counted before any DP release reads a value (the file is read and
         split, nothing encoded): the ``n`` of ``delta < 1/n`` and of the batch and partition
-        checks, which a run makes before its releases. Public: privacy.json's ``train_records``."""
+        checks, which a run makes before its releases. Public: privacy.json's ``train_records``.
+        With a public schema the label's checks come now too (one class, a binary label's third
+        value in a held-out row): ``setup`` makes them after the DP modes were drawn."""
         self._load_frames()
+        if not getattr(self, "estimates_schema", False):  # a public schema decides these: before the DP modes
+            self._refuse_a_single_class()
+            self._refuse_held_out_labels_outside_the_classes()
         return len(self.train_frame)
 
     def releases_drawn(self) -> dict[str, dict[str, Any]]:

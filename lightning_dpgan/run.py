@@ -453,6 +453,8 @@ class Run:
         # DP release drawn from the rows (a DP-estimated schema, a mode-specific table's histogram)
         self.strategy = self._build_privacy()
         self._check_quail_is_private()
+        if self.strategy is not None:
+            self.strategy.check_model_class(model_class(self.config))
         self._check_trainer_options()
         self._check_model_settings_fit_dp_sgd()
         self._check_preprocessing_leaves_a_budget()
@@ -576,8 +578,8 @@ class Run:
             return
         exact = self.quail is None and not before["delta"]  # else training's delta is less, and its step dearer
         raise ConfigError(f"{self.strategy.first_step_refusal(target, before['epsilon'] + step, exact)}"
-                          f"{self.strategy.spent_before_training_note(before)} Refused before any row was read: "
-                          "nothing was spent")
+                          f"{self.strategy.spent_before_training_note(before)} Refused before any DP release read "
+                          "the rows: nothing was spent")
 
     def note_spend_before_refusal(self, error: ValueError) -> None:
         """Add to a refusal that came after DP releases had read the rows what they spent: a
@@ -588,18 +590,22 @@ class Run:
         from lightning_dpgan.callbacks.strategy import epsilon_parts
         from lightning_dpgan.privacy.composition import compose_costs
 
-        if self.released_info is not None or isinstance(error, BudgetTooSmallError):
-            return
+        if self.strategy is None or self.released_info is not None or isinstance(error, BudgetTooSmallError):
+            return  # a run without privacy states no spend
         drawn = getattr(self.datamodule, "releases_drawn", dict)()
-        if getattr(self, "labeler", None) is not None:
-            drawn[QUAIL_LABEL_MODEL] = dict(self.labeler.cost)
-        if not drawn or len(error.args) != 1 or not isinstance(error.args[0], str):
+        label_model = {QUAIL_LABEL_MODEL: self.labeler.release} if getattr(self, "labeler", None) is not None else {}
+        if not (drawn or label_model) or len(error.args) != 1 or not isinstance(error.args[0], str):
             return
-        spent = compose_costs(drawn)
+        data = compose_costs(drawn) if drawn else {"epsilon": 0.0, "delta": 0.0, "mechanism": "none"}
+        # in the strategy's neighbouring relation, as its --epsilon and --delta are (PATE's: replace-one)
+        spent = self.strategy.composed_preprocessing(data, label_model)
+        restated = (f", as spent for add/remove neighbours, restated for {self.strategy.neighbours} by group privacy"
+                    if "as_spent" in spent or any("as_spent" in part for part in (spent.get("parts") or {}).values())
+                    else "")
         error.args = (f"{error.args[0].rstrip('. ')}. This run was refused after DP releases drawn from the training "
                       f"rows had spent epsilon {spent['epsilon']:.4g} and delta {spent['delta']:.3g} "
-                      f"({epsilon_parts(spent)}): no privacy.json records a refused run, so count them as spent on "
-                      "this data, and a rerun's as spent again",)
+                      f"({epsilon_parts(spent)}{restated}): no privacy.json records a refused run, so count them as "
+                      "spent on this data, and a rerun's as spent again",)
 
     def _check_batch_size(self) -> None:
         """Refuse, before anything is written, a batch size the networks cannot train on: one

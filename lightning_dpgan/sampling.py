@@ -93,15 +93,17 @@ def data_dependent_note(epsilon: str, spent: dict[str, Any], report: str) -> str
         independent = spent["epsilon_data_independent"]
         bound = f"epsilon {'not finite' if independent is None else format(independent, '.6g')}"
     else:  # a checkpoint from before spent kept it
-        bound = "epsilon_data_independent"
+        bound = "privacy.json's epsilon_data_independent"
     if bound == f"epsilon {epsilon}":  # the votes were not unanimous enough to price any lower
         return (f"released under the checkpoint's privacy spend, epsilon {epsilon} and delta {spent['delta']:g}, the bound "
                 "that holds whatever the teachers' votes (the data-dependent figure the PATE papers report is no lower; "
                 f"how it was accounted: {report}); drawing more records spends nothing more")
     return (f"the checkpoint's epsilon {epsilon} (delta {spent['delta']:g}) is the data-dependent figure the PATE papers "
-            "report: computed from the teachers' votes, it is not itself differentially private. The bound that holds "
-            f"whatever the votes is {bound} at that delta (how it was accounted: {report}); drawing more records spends "
-            "nothing more")
+            "report: computed from the teachers' votes, it is not itself differentially private. The data-independent "
+            f"bound of the queries the run asked is {bound} at that delta (how it was accounted: {report}); as the run "
+            "stopped and answered on the data-dependent figure, how many it asked was read off the votes too "
+            "(--privacy.accounting data-independent stops on the bound, one figure that holds whatever the votes). "
+            "Drawing more records spends nothing more")
 
 
 def untrained_warning(path: str | Path) -> str | None:

@@ -267,7 +267,7 @@ def test_a_first_step_the_budget_cannot_pay_says_what_was_spent_before_training(
     assert "Of that, 0.6 would be spent before training (" in err  # 0.3, restated for replace-one
     # the parts are listed as planned: the message says why they add up to less than its figure
     assert "modes 0.3 (" in err and "; as planned, for add/remove neighbours, restated for replace-one by group privacy)" in err
-    assert "a smaller --data.modes_epsilon" in err and "Refused before any row was read: nothing was spent" in err
+    assert "a smaller --data.modes_epsilon" in err and "Refused before any DP release read the rows: nothing was spent" in err
 
 
 def layout(label=None):

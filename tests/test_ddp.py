@@ -414,7 +414,8 @@ def test_the_trainer_reads_a_resume_checkpoint_through_the_modules_share_reader(
     from lightning_dpgan.run import Run
 
     run = Run(build_config(["--model", "pategan", "--dataset", "adult", "--data-dir", str(ADULT),
-                            "--privacy.num_teachers", "3", "--accelerator", "cpu", *scaling]), tmp_path)
+                            "--privacy.num_teachers", "3", "--epsilon", "1000", "--accelerator", "cpu", *scaling]),
+              tmp_path)  # an epsilon its first step fits in: a run that could not train is refused as it is built
     reader = run.trainer.strategy.checkpoint_io
     assert isinstance(reader, ShareReadingCheckpointIO)
     assert reader.module is run.module
@@ -428,7 +429,7 @@ def test_the_release_file_the_other_ranks_read_holds_no_digest_of_the_private_ro
     from lightning_dpgan.run import RANK_ZERO_RELEASE, Run
 
     run = Run(build_config(["--model", "dpctgan", "--dataset", "adult", "--data-dir", str(ADULT), "--accelerator", "cpu",
-                            "--devices", "2", "--strategy", "ddp", "--epsilon", "5"]), tmp_path)
+                            "--devices", "2", "--strategy", "ddp", "--epsilon", "5", "--batch-size", "8"]), tmp_path)
     assert run.trainer.world_size == 2 and len(run.module.run_info["train_rows_digest"]) == 64
     read = []
     monkeypatch.setattr(run, "_fit_and_write", lambda: read.append(torch.load(tmp_path / RANK_ZERO_RELEASE, weights_only=False)))

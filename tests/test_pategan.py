@@ -286,7 +286,10 @@ def test_sample_and_evaluate_say_the_data_dependent_epsilon_is_not_the_guarantee
                                "its run's privacy.json")
     assert note.startswith("the checkpoint's epsilon 0.8 (delta 1e-05) is the data-dependent figure the PATE papers "
                            "report: computed from the teachers' votes, it is not itself differentially private")
-    assert "The bound that holds whatever the votes is epsilon 1600 at that delta" in note
+    assert "The data-independent bound of the queries the run asked is epsilon 1600 at that delta" in note
+    assert "how many it asked was read off the votes too" in note
+    older = data_dependent_note("0.8", {"delta": 1e-5, "accounting": "data-dependent"}, "its run's privacy.json")
+    assert "bound of the queries the run asked is privacy.json's epsilon_data_independent at that delta" in older
     copy = tmp_path / "run"
     shutil.copytree(pategan_run, copy)
     evaluate_run(copy, seed=0)

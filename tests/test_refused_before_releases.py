@@ -74,17 +74,9 @@ def test_settings_the_row_count_rules_out_are_refused_before_the_schema_estimate
     assert not (tmp_path / "out").exists()
 
 
-def test_the_delta_check_comes_before_the_dp_modes_too(tmp_path, capsys, monkeypatch):
+def test_the_delta_check_comes_before_the_dp_modes_too(tmp_path, capsys, no_dp_modes):
     """A public schema and DP modes (DP-CTGAN's default): the histogram is the release."""
-    from lightning_dpgan.data.table_transformer import TableTransformer
-
-    def fit_dp(*args, **kwargs):
-        raise AssertionError("the DP modes were drawn before the refusal")
-
-    monkeypatch.setattr(TableTransformer, "fit_dp", fit_dp)
-    csv, schema = tmp_path / "data.csv", tmp_path / "schema.yaml"
-    table().to_csv(csv, index=False)
-    schema.write_text(yaml.safe_dump(SCHEMA))
+    csv, schema = public_schema_csv(tmp_path, table())
     assert main(train_args(csv, tmp_path / "out", "dpctgan", "--data.schema", str(schema), "--epsilon", "8",
                            "--delta", "0.05")) == 2
     assert "is not below 1/n = 0.015625" in error_line(capsys)
@@ -120,6 +112,63 @@ def test_a_value_no_encoding_takes_in_a_held_out_row_is_refused_before_training(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.fixture
+def no_dp_modes(monkeypatch):
+    """The DP modes' histogram fails the test if it is drawn: what it reads would be spent."""
+    from lightning_dpgan.data.table_transformer import TableTransformer
+
+    def fit_dp(*args, **kwargs):
+        raise AssertionError("the DP modes were drawn before the refusal")
+
+    monkeypatch.setattr(TableTransformer, "fit_dp", fit_dp)
+
+
+def public_schema_csv(tmp_path, frame: pd.DataFrame):
+    csv, schema = tmp_path / "data.csv", tmp_path / "schema.yaml"
+    frame.to_csv(csv, index=False)
+    schema.write_text(yaml.safe_dump(SCHEMA))
+    return csv, schema
+
+
+def test_a_public_schemas_label_checks_come_before_the_dp_modes(tmp_path, capsys, no_dp_modes):
+    """A binary label's third value in a held-out row, and a label of one class, need no release
+    with a schema file: they were refused in setup, after the modes were drawn."""
+    csv, schema = public_schema_csv(tmp_path, table())
+    row = held_out_row(schema)
+    frame = table()
+    frame.loc[row, "label"] = "maybe"
+    frame.to_csv(csv, index=False)
+    assert main(train_args(csv, tmp_path / "out", "dpctgan", "--data.schema", str(schema), "--epsilon", "8",
+                           "--batch-size", "16")) == 2
+    assert f"1 test rows hold other values ('maybe' (data row {row + 1}))" in error_line(capsys)
+    table().assign(label="yes").to_csv(csv, index=False)
+    assert main(train_args(csv, tmp_path / "out", "dpctgan", "--data.schema", str(schema), "--epsilon", "8",
+                           "--batch-size", "16")) == 2
+    assert "holds one class ('yes') in all 64 training rows" in error_line(capsys)
+
+
+def test_critics_for_a_model_of_one_discriminator_are_refused_before_the_dp_modes(tmp_path, capsys, no_dp_modes):
+    csv, schema = public_schema_csv(tmp_path, table())
+    assert main(train_args(csv, tmp_path / "out", "dpsactgan", "--data.schema", str(schema), "--epsilon", "8",
+                           "--batch-size", "16", "--privacy.num_critics", "4")) == 2
+    assert "--privacy.num_critics 4 needs a model that trains one critic per partition (gswgan); DPSACTGAN has a " \
+           "single discriminator" in error_line(capsys)
+
+
+def test_the_spend_after_a_release_is_said_in_the_strategys_neighbouring_relation(tmp_path, capsys):
+    """PATE's --epsilon and --delta are for replace-one neighbours: the schema estimate's (5, 1e-9)
+    for add/remove is (10, (1 + e^5) 1e-9 summed over the columns) there, as privacy.json would say."""
+    csv = tmp_path / "data.csv"
+    frame = table()
+    frame.loc[3, "label"] = "Yes "
+    frame.to_csv(csv, index=False)
+    assert main(train_args(csv, tmp_path / "out", "pategan", *DP_SCHEMA, "--data.bounds_delta", "1e-9",
+                           "--epsilon", "1000", "--privacy.teacher_batch_size", "4")) == 2
+    line = error_line(capsys)
+    assert "had spent epsilon 10 and delta " in line
+    assert "as spent for add/remove neighbours, restated for replace-one by group privacy" in line
+
+
 def test_a_refusal_after_the_schema_estimate_says_what_it_spent(tmp_path, capsys):
     """A third value of a binary label in a training row can only be found once the estimate has
     released the label's classes: the refusal names the row and the budget spent."""
@@ -151,19 +200,11 @@ def test_a_first_step_the_budget_cannot_pay_for_is_refused_before_the_schema_est
     assert main(train_args(csv, tmp_path / "out", model, *DP_SCHEMA, *settings)) == 2
     line = error_line(capsys)
     assert said in line and "Of that, " in line and " would be spent before training (" in line
-    assert line.endswith("Refused before any row was read: nothing was spent")
+    assert line.endswith("Refused before any DP release read the rows: nothing was spent")
 
 
-def test_the_first_steps_price_comes_before_the_dp_modes_too(tmp_path, capsys, monkeypatch):
-    from lightning_dpgan.data.table_transformer import TableTransformer
-
-    def fit_dp(*args, **kwargs):
-        raise AssertionError("the DP modes were drawn before the refusal")
-
-    monkeypatch.setattr(TableTransformer, "fit_dp", fit_dp)
-    csv, schema = tmp_path / "data.csv", tmp_path / "schema.yaml"
-    table().to_csv(csv, index=False)
-    schema.write_text(yaml.safe_dump(SCHEMA))
+def test_the_first_steps_price_comes_before_the_dp_modes_too(tmp_path, capsys, no_dp_modes):
+    csv, schema = public_schema_csv(tmp_path, table())
     assert main(train_args(csv, tmp_path / "out", "patectgan", "--data.schema", str(schema), "--epsilon", "5",
                            "--delta", "1e-3")) == 2
     line = error_line(capsys)

@@ -154,7 +154,8 @@ def render_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping
         lines += ["## Warnings", "", *(f"- {warning}" for warning in warnings), ""]
     lines += ["## Measured", "", "| measure | value |", "|---|---|"]
     for key, value in evaluation.items():
-        if key not in ("epsilon", "delta", "privacy_note") and key.count("/") <= 1:
+        if key not in ("epsilon", "delta", "epsilon_accounting", "epsilon_data_independent", "privacy_note") \
+                and key.count("/") <= 1:
             lines.append(f"| `{key}` | {_shown(value)} |")
     lines.append("")
     for section, title in (("utility", "Per model"), ("fidelity", "Per column")):
