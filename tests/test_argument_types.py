@@ -115,7 +115,9 @@ def test_a_subclass_annotation_wins_and_the_chain_stops_without_kwargs():
 def test_a_wrongly_typed_override_is_refused_before_anything_runs(extra, message, tmp_path, capsys):
     data_dir = Path(__file__).parent / "fixtures" / "adult_tiny"
     args = ["train", "--model", "pategan", "--dataset", "adult", "--data-dir", str(data_dir),
-            "--output-dir", str(tmp_path / "run"), "--max-steps", "1", *extra]
+            "--output-dir", str(tmp_path / "run"), "--max-steps", "1",
+            # teachers and a budget the fixture's 36 rows can train with: refused for the override alone
+            "--privacy.num_teachers", "3", "--epsilon", "1000", *extra]
     assert main(args) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "run" / "checkpoints").exists()

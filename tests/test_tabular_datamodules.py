@@ -621,7 +621,7 @@ def test_a_run_trains_on_every_row_of_the_split_whatever_its_categories(tmp_path
     pd.DataFrame({"amount": [1.0, 2.0] * 20, "kind": ["a", "zzz"] + ["a", "b"] * 19,
                   "label": ["no", "yes"] * 20}).to_csv(tmp_path / "d.csv", index=False)
     config = build_config([*privacy, "--dataset", "csv", "--data.csv", str(tmp_path / "d.csv"), "--data.schema",
-                           str(tmp_path / "schema.yaml"), "--epsilon", "1", "--delta", "1e-3", "--accelerator", "cpu"])
+                           str(tmp_path / "schema.yaml"), "--epsilon", "1000", "--delta", "1e-3", "--accelerator", "cpu"])
     datamodule = Run(config, tmp_path / "out").datamodule
     datamodule.setup("fit")
     assert datamodule.encoding_report["rejected"]["kind"] == ("zzz" in datamodule.train_frame["kind"].values)
