@@ -299,6 +299,26 @@ def test_sample_and_evaluate_say_the_data_dependent_epsilon_is_not_the_guarantee
     assert evaluation["epsilon_data_independent"] == pytest.approx(report["epsilon_data_independent"])
 
 
+def test_a_teacher_checkpoint_keeps_which_epsilon_it_spent_and_older_ones_are_read_for_it():
+    """``spent`` says which figure epsilon is and the data-independent bound (None where no
+    accountant bounds it); a checkpoint from before kept only epsilon and delta, and its accountant
+    state still says the accounting."""
+    from lightning_dpgan.sampling import spent_privacy
+
+    strategy = PATEAggregation(lap_inverse_scale=0.05)
+    strategy.preprocessing = {"epsilon": 0.0, "delta": 0.0}
+    strategy.delta = 1e-5
+    strategy.accountant.step(0.05, np.full(8, TEACHERS))
+    spent = strategy.spent_figures()
+    assert spent["accounting"] == "data-dependent"
+    assert spent["epsilon_data_independent"] == pytest.approx(strategy.accountant.epsilon_data_independent(1e-5))
+    strategy.preprocessing = {"epsilon": math.inf, "delta": 0.0}
+    assert strategy.spent_figures()["epsilon_data_independent"] is None
+    older = {"callbacks": {"PATEAggregation": {"strategy": "pate", "spent": {"epsilon": 0.8, "delta": 1e-5},
+                                               "accountant": {"accounting": "data-dependent"}}}}
+    assert spent_privacy(older) == {"epsilon": 0.8, "delta": 1e-5, "accounting": "data-dependent"}
+
+
 def test_sample_writes_a_large_table_a_chunk_at_a_time(pategan_run, tmp_path, monkeypatch):
     from lightning_dpgan import sampling
 
