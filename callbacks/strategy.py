@@ -583,7 +583,7 @@ class PrivacyStrategy(L.Callback):
         """For a refusal of the first step: how much of its figure the releases before training
         (DP modes, a DP schema, QUAIL's label model) spent, and how to spend less there; a step's
         price alone, which the refusal's remedies address, is the rest. ``planned``: their cost
-        before they are made (``train``'s refusal before any row is read), else what they spent."""
+        before they are made (``train``'s refusal before any DP release reads the rows), else what they spent."""
         cost = self.preprocessing if planned is None else planned
         if not cost["epsilon"]:
             return ""
