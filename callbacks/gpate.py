@@ -24,7 +24,7 @@ never exceeds the target.
 from __future__ import annotations
 
 import logging
-
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import lightning as L
@@ -123,6 +123,7 @@ class ProjectedVoting(TeacherStrategy):
         self.accountant = ConfidentGNMaxAccountant(accounting)  # validates the mode early
         self.accounting = accounting
         self._pending_log_q: np.ndarray | None = None
+        self._priced_queries = 0  # the first step's, priced before install (first_step_epsilon)
         #: answers released so far, by bin (identical on every DDP rank: rank 0 draws them)
         self.answers_per_bin = np.zeros(bins, dtype=np.int64)
 
@@ -184,12 +185,26 @@ class ProjectedVoting(TeacherStrategy):
             self.training_delta, steps * self.queries_per_step, self.sigma1, self.sigma2, answered_fraction=0.0
         )
 
+    def first_step_epsilon(self, train_records: int, batch_size: Any, model_settings: Mapping[str, Any],
+                           training_delta: float) -> float | None:
+        """The step's ``teacher_batch_size x projection_dim`` threshold checks, every query
+        unanswered, as :meth:`training_epsilon_if` prices them. Without a given batch size, the
+        one install chooses from the smallest partition: the K partitions' sizes differ by at
+        most one, so it holds ``n // K`` records (the step's query count is kept for
+        :meth:`first_step_refusal`)."""
+        batch = self.teacher_batch_size or self.default_teacher_batch_size(
+            train_records // self.teacher_count(train_records))
+        self._priced_queries = batch * self.projection_dim
+        return self.accountant.epsilon_if_queries(training_delta, self._priced_queries, self.sigma1, self.sigma2,
+                                                  answered_fraction=0.0)
+
     def first_step_refusal(self, target_epsilon: float, priced: float | None = None, exact: bool = True) -> str:
         """``epsilon_if`` prices the threshold checks alone (every query unanswered): a best case."""
         if priced is None:
             priced = self.epsilon_if(1)
+        queries = self.queries_per_step if self.teacher_batch_size is not None else self._priced_queries
         return (f"a single training step would spend at least epsilon = {priced:.4g} (its "
-                f"{self.queries_per_step} threshold checks alone, every query unanswered, the cheapest case), more "
+                f"{queries} threshold checks alone, every query unanswered, the cheapest case), more "
                 f"than --epsilon {target_epsilon:g}: raise --epsilon, or make the checks cheaper: more threshold noise "
                 "(a larger --privacy.sigma1) or fewer queries a step (a smaller --privacy.teacher_batch_size or "
                 "--privacy.projection_dim).")

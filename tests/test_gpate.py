@@ -253,6 +253,28 @@ def test_the_budget_stop_prices_each_step_at_its_threshold_checks_every_one_unan
     assert strategy.training_epsilon_if(3) == pytest.approx(by_hand, rel=1e-12)
 
 
+@pytest.mark.parametrize("records, teachers, given, batch", [
+    (70, 8, None, 8),     # partitions of 8 and 9 records: install's default is the smallest's 8
+    (1000, 4, None, 64),  # partitions of 250: the default stops at 64
+    (70, 8, 5, 5),        # a given batch is the batch
+])
+def test_the_first_step_is_priced_before_install_at_the_batch_install_would_choose(records, teachers, given, batch):
+    """``train`` prices the first step from the row count before the DP releases made before
+    training (whose budget a step too dear to take would waste): its batch x projected
+    dimensions threshold checks, each the Gaussian sigma1 check, no answer."""
+    from lightning_dpgan.data.partition import teacher_partitions
+    from lightning_dpgan.privacy.analysis.rdp import DEFAULT_ORDERS, rdp_to_epsilon
+
+    assert min(len(part) for part in teacher_partitions(records, teachers, 0)) == records // teachers
+    strategy = ProjectedVoting(num_teachers=teachers, projection_dim=3, sigma1=40.0, teacher_batch_size=given,
+                               target_epsilon=5.0, delta=1e-5)
+    orders = np.array(DEFAULT_ORDERS)
+    by_hand = rdp_to_epsilon(orders, batch * 3 * orders / (2 * 40.0**2), 1e-5)[0]
+    assert strategy.first_step_epsilon(records, 32, {}, 1e-5) == pytest.approx(by_hand, rel=1e-12)
+    assert f"its {batch * 3} threshold checks alone" in strategy.first_step_refusal(5.0, by_hand, exact=False)
+    assert strategy.teacher_batch_size == given  # install still chooses it, from the partitions it draws
+
+
 def test_the_budget_stop_plans_again_after_each_step_from_what_its_answers_spent():
     """A step's cost depends on the votes: the steps the budget allows are planned again after
     every step, so answered queries (costlier than the all-unanswered case planned for) shorten

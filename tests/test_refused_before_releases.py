@@ -190,7 +190,9 @@ def test_a_refusal_after_the_schema_estimate_says_what_it_spent(tmp_path, capsys
      "a single training step would spend at least epsilon = "),
     ("pategan", ["--epsilon", "20", "--data.bounds_delta", "1e-9", "--privacy.num_teachers", "8"],
      "(its 320 queries all answered unanimously, the cheapest case), more than --epsilon 20"),
-], ids=["dp-sgd", "pate"])
+    ("gpate", ["--epsilon", "20", "--data.bounds_delta", "1e-9", "--privacy.num_teachers", "8", "--privacy.sigma1", "3"],
+     "(its 80 threshold checks alone, every query unanswered, the cheapest case), more than --epsilon 20"),
+], ids=["dp-sgd", "pate", "gpate"])
 def test_a_first_step_the_budget_cannot_pay_for_is_refused_before_the_schema_estimate(
         model, settings, said, tmp_path, capsys, no_estimate):
     """Priced from the settings and the row count: the budget's own refusal came as training
