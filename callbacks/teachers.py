@@ -153,6 +153,13 @@ def check_same_partition_seed(state: dict[str, Any], given: int, whose: str) -> 
                          f"strategy's partition_seed={saved})")
 
 
+#: Under data-dependent accounting a run stops, and refuses answers, on the figure read off the
+#: votes: the data-independent bound of the queries it asked holds whatever their votes, but how
+#: many it asked was decided on the votes too (``train``'s warning, privacy.json's note, ``sample``).
+QUERY_COUNT_CAVEAT = ("as the run stops, and refuses answers, on the data-dependent figure, how many queries it asked "
+                      "was decided on the votes too: --privacy.accounting data-independent stops on the bound, one "
+                      "figure that holds whatever the votes")
+
 def drawn_with_replacement(member: str, batch_size: int, smallest: int, flag: str) -> str:
     """The warning for minibatches larger than a partition (teachers', GS-WGAN's critics'):
     each is drawn from its own records with replacement, so it repeats some of them."""
@@ -338,17 +345,18 @@ class TeacherStrategy(PrivacyStrategy):
                     "computed from the teachers' votes, so it is left out of privacy.json, whose epsilon "
                     f"{independent:.4g} holds whatever the votes"]
         if f"{dependent:.4g}" == f"{independent:.4g}":  # the votes saved nothing: the figure is the bound
-            return [f"epsilon {dependent:.4g}, the data-dependent figure the PATE papers report, is this run's bound that "
-                    "holds whatever the teachers' votes (epsilon_data_independent in privacy.json): the votes were not "
-                    "unanimous enough to price any lower"]
+            return [f"epsilon {dependent:.4g}, the data-dependent figure the PATE papers report, is also the "
+                    "data-independent bound of the queries this run asked, which holds whatever their votes "
+                    "(epsilon_data_independent in privacy.json): the votes were not unanimous enough to price any "
+                    f"lower. But {QUERY_COUNT_CAVEAT}"]
         return [f"epsilon {dependent:.4g} is the data-dependent figure the PATE papers report: it is computed from the "
-                "teachers' votes, so it is not itself differentially private. The bound that holds whatever the votes is "
-                f"{independent:.4g} (epsilon_data_independent in privacy.json); --privacy.accounting data-independent "
-                "stops training on it"]
+                "teachers' votes, so it is not itself differentially private. The data-independent bound of the queries "
+                f"this run asked, which holds whatever their votes, is {independent:.4g} (epsilon_data_independent in "
+                f"privacy.json); {QUERY_COUNT_CAVEAT}"]
 
     def spent_figures(self) -> dict[str, Any]:
-        """Also which figure ``epsilon`` is (``accounting``) and the bound that holds whatever the
-        votes: ``sample`` and ``evaluate`` read the checkpoint's, and under data-dependent
+        """Also which figure ``epsilon`` is (``accounting``) and the data-independent bound of the
+        queries asked: ``sample`` and ``evaluate`` read the checkpoint's, and under data-dependent
         accounting ``epsilon`` is the papers' figure, a function of the private votes, not a
         guarantee the records it releases carry."""
         figures = super().spent_figures()
@@ -373,9 +381,9 @@ class TeacherStrategy(PrivacyStrategy):
             "accounting": self.accountant.accounting,
             "epsilon_data_dependent": self.preprocessing["epsilon"] + self.accountant.epsilon_data_dependent(self.training_delta),
             "epsilon_data_independent": independent,
-            "note": "epsilon_data_dependent depends on the teachers' votes, hence on the private data; "
-                    "it is not itself differentially private. epsilon_data_independent is a bound that holds "
-                    "whatever the votes.",
+            "note": "epsilon_data_dependent depends on the teachers' votes, hence on the private data; it is not "
+                    "itself differentially private. epsilon_data_independent bounds the queries this run asked, "
+                    f"whatever their votes; {QUERY_COUNT_CAVEAT}.",
         }
 
     def partition_report(self) -> dict[str, Any]:

@@ -88,22 +88,24 @@ def guarantee_note(path: str | Path) -> str:
 def data_dependent_note(epsilon: str, spent: dict[str, Any], report: str) -> str:
     """``sample``'s note for a teacher strategy under data-dependent accounting: the checkpoint's
     epsilon is the figure the PATE papers report, computed from the teachers' votes and so not
-    itself differentially private; what the records carry is the bound that holds whatever the votes."""
+    itself differentially private; the data-independent bound of the queries the run asked holds
+    whatever their votes, but how many it asked was decided on the votes too."""
+    from lightning_dpgan.callbacks.teachers import QUERY_COUNT_CAVEAT
+
     if "epsilon_data_independent" in spent:
         independent = spent["epsilon_data_independent"]
         bound = f"epsilon {'not finite' if independent is None else format(independent, '.6g')}"
     else:  # a checkpoint from before spent kept it
         bound = "privacy.json's epsilon_data_independent"
     if bound == f"epsilon {epsilon}":  # the votes were not unanimous enough to price any lower
-        return (f"released under the checkpoint's privacy spend, epsilon {epsilon} and delta {spent['delta']:g}, the bound "
-                "that holds whatever the teachers' votes (the data-dependent figure the PATE papers report is no lower; "
-                f"how it was accounted: {report}); drawing more records spends nothing more")
+        return (f"released under the checkpoint's privacy spend, epsilon {epsilon} and delta {spent['delta']:g}: both the "
+                "data-dependent figure the PATE papers report and the data-independent bound of the queries the run "
+                f"asked, which holds whatever their votes (how it was accounted: {report}). But {QUERY_COUNT_CAVEAT}. "
+                "Drawing more records spends nothing more")
     return (f"the checkpoint's epsilon {epsilon} (delta {spent['delta']:g}) is the data-dependent figure the PATE papers "
             "report: computed from the teachers' votes, it is not itself differentially private. The data-independent "
-            f"bound of the queries the run asked is {bound} at that delta (how it was accounted: {report}); as the run "
-            "stopped and answered on the data-dependent figure, how many it asked was read off the votes too "
-            "(--privacy.accounting data-independent stops on the bound, one figure that holds whatever the votes). "
-            "Drawing more records spends nothing more")
+            f"bound of the queries the run asked is {bound} at that delta (how it was accounted: {report}); "
+            f"{QUERY_COUNT_CAVEAT}. Drawing more records spends nothing more")
 
 
 def untrained_warning(path: str | Path) -> str | None:

@@ -1070,6 +1070,7 @@ def test_the_report_states_both_pate_epsilons_its_target_and_its_warnings_before
     assert "- epsilon: 2.975 (target 3)\n" in before
     assert "- epsilon data dependent: 2.975\n" in before and "- epsilon data independent: 8.125\n" in before
     assert "the epsilon above is the data-dependent figure" in before
+    assert "how many queries it asked was decided on the votes too" in before  # the bound is of the queries asked
     assert "## Warnings\n\n- the synthetic label holds 1 of its 2 classes\n" in before
     assert "`utility/cnn_accuracy`" in measured
     assert "privacy_note" not in measured and "`epsilon`" not in measured and "`delta`" not in measured

@@ -61,6 +61,7 @@ def test_budget_is_respected_and_both_figures_are_reported(pategan_run):
     assert report["epsilon"] <= report["target_epsilon"] == 8.0
     assert report["epsilon"] == report["epsilon_data_dependent"] <= report["epsilon_data_independent"]
     assert "not itself differentially private" in report["note"]
+    assert "how many queries it asked was decided on the votes too" in report["note"]  # stopped on the votes' figure
     assert 0 < report["steps"] < 50  # stopped by the budget, not by --max-steps
     assert report["laplace_scale"] == pytest.approx(1 / LAMBDA)
     # the data-independent figure written out (PATE-GAN's moments accountant; the pure-DP cap
@@ -279,15 +280,17 @@ def test_sample_and_evaluate_say_the_data_dependent_epsilon_is_not_the_guarantee
     said = capsys.readouterr().err
     # three teachers' split votes price no lower than the bound: the figure is the guarantee, said so
     assert f"{report['epsilon_data_dependent']:.6g}" == f"{report['epsilon_data_independent']:.6g}"
-    assert (f"epsilon {report['epsilon']:.6g} and delta 0.001, the bound that holds whatever the teachers' votes (the "
-            "data-dependent figure the PATE papers report is no lower") in said
+    assert (f"epsilon {report['epsilon']:.6g} and delta 0.001: both the data-dependent figure the PATE papers report "
+            "and the data-independent bound of the queries the run asked") in said
+    # which the run asked because their votes' figure let it: the count is the votes' too
+    assert "how many queries it asked was decided on the votes too" in said
     # unanimous votes price lower: the checkpoint's epsilon is then not what the records carry
     note = data_dependent_note("0.8", {"delta": 1e-5, "accounting": "data-dependent", "epsilon_data_independent": 1600.0},
                                "its run's privacy.json")
     assert note.startswith("the checkpoint's epsilon 0.8 (delta 1e-05) is the data-dependent figure the PATE papers "
                            "report: computed from the teachers' votes, it is not itself differentially private")
     assert "The data-independent bound of the queries the run asked is epsilon 1600 at that delta" in note
-    assert "how many it asked was read off the votes too" in note
+    assert "how many queries it asked was decided on the votes too" in note
     older = data_dependent_note("0.8", {"delta": 1e-5, "accounting": "data-dependent"}, "its run's privacy.json")
     assert "bound of the queries the run asked is privacy.json's epsilon_data_independent at that delta" in older
     copy = tmp_path / "run"
@@ -978,8 +981,10 @@ def test_the_data_dependent_figure_is_set_against_the_bound_only_where_the_votes
     strategy.accountant = VotesPricedAt(dependent, independent)
     (warning,) = strategy.accounting_warnings()
     assert ("not itself differentially private" in warning) is saved
-    assert (f"epsilon {dependent:.4g}, the data-dependent figure the PATE papers report, is this run's bound that holds "
-            "whatever the teachers' votes" in warning) is not saved
+    assert (f"epsilon {dependent:.4g}, the data-dependent figure the PATE papers report, is also the data-independent "
+            "bound of the queries this run asked" in warning) is not saved
+    # either way the figure decided how many queries were asked
+    assert "how many queries it asked was decided on the votes too" in warning
 
 
 def test_the_preset_gives_no_batch_size_for_the_teachers_loader_to_leave_unread(tmp_path, capsys):

@@ -87,7 +87,7 @@ def fmt(summary: dict[str, Any] | None, digits: int = 3) -> str:
 
 def _spent(row: dict[str, Any]) -> str:
     """The spent epsilon; a data-dependent one (PATE's, G-PATE's: a function of the teachers'
-    votes, not itself private) says so, with the bound that holds whatever the votes."""
+    votes, not itself private) says so, with the data-independent bound of the queries asked."""
     independent, spent, target = row.get("epsilon_data_independent"), row["epsilon"], row["target_epsilon"]
     text = fmt(spent)
     if spent and spent.get("mean") is not None and target is not None and spent["mean"] > target:

@@ -320,7 +320,7 @@ def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
         **cell.record,
         "epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"),
         # PATE and G-PATE stop on the data-dependent epsilon by default, a function of the votes:
-        # the bound that holds whatever the votes is kept beside it (under data-independent
+        # the data-independent bound of the queries asked is kept beside it (under data-independent
         # accounting it is the epsilon itself)
         "epsilon_data_independent": (privacy.get("epsilon_data_independent")
                                      if privacy.get("accounting") == "data-dependent" else None),

@@ -146,9 +146,11 @@ def render_report(run_dir: Path, evaluation: Mapping[str, Any], privacy: Mapping
             if key in privacy:
                 lines.append(f"- {key.replace('_', ' ')}: {_shown(privacy[key])}")  # null: n/a, not a TypeError
         if privacy.get("accounting") == "data-dependent":
+            from lightning_dpgan.callbacks.teachers import QUERY_COUNT_CAVEAT
+
             lines.append("- the epsilon above is the data-dependent figure: computed from the teachers' votes, it is "
-                         "not itself differentially private; the epsilon data independent is the bound that holds "
-                         "whatever the votes")
+                         "not itself differentially private; the epsilon data independent bounds the queries the run "
+                         f"asked, whatever their votes; {QUERY_COUNT_CAVEAT}")
         lines.append("")
     if warnings:
         lines += ["## Warnings", "", *(f"- {warning}" for warning in warnings), ""]

@@ -148,7 +148,8 @@ class ConfidentGNMaxAccountant:
         return self._epsilon(self._composed()[0], delta)
 
     def epsilon_data_independent(self, delta: float) -> float:
-        """ε whatever the votes were: the figure safe to publish."""
+        """ε of the queries asked, whatever their votes: the guarantee where the number of queries
+        does not depend on the votes (data-independent accounting stops on it)."""
         return self._epsilon(self._composed()[1], delta)
 
     def get_epsilon(self, delta: float) -> float:
