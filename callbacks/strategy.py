@@ -455,9 +455,10 @@ class PrivacyStrategy(L.Callback):
     def segment(self) -> dict[str, Any]:
         """What this process's training segment ran with that the accountant's history does not
         hold but the guarantee depends on (subclasses add theirs): after a resume the report
-        must describe every segment, not only the settings of the last (a target raised on
-        resume shows here too)."""
-        return {"from_step": self.segment_start, "noise_source": self.noise.describe(), "target_epsilon": self.target_epsilon}
+        must describe every segment, not only the settings of the last (a target, or a delta,
+        changed on resume shows here too)."""
+        return {"from_step": self.segment_start, "noise_source": self.noise.describe(), "target_epsilon": self.target_epsilon,
+                "delta": self.delta}
 
     def last_charged_segment(self) -> dict[str, Any]:
         """The settings of the last segment that charged steps, which the report's top level

@@ -343,7 +343,7 @@ class TeacherStrategy(PrivacyStrategy):
         if self.accountant.accounting == "data-independent":
             return [f"the data-dependent epsilon of this run is {dependent:.4g}, for the data holder only: it is "
                     "computed from the teachers' votes, so it is left out of privacy.json, whose epsilon "
-                    f"{independent:.4g} holds whatever the votes"]
+                    f"{independent:.4g} {self._independent_bound_holds()}"]
         if f"{dependent:.4g}" == f"{independent:.4g}":  # the votes saved nothing: the figure is the bound
             return [f"epsilon {dependent:.4g}, the data-dependent figure the PATE papers report, is also the "
                     "data-independent bound of the queries this run asked, which holds whatever their votes "
@@ -354,15 +354,39 @@ class TeacherStrategy(PrivacyStrategy):
                 f"this run asked, which holds whatever their votes, is {independent:.4g} (epsilon_data_independent in "
                 f"privacy.json); {QUERY_COUNT_CAVEAT}"]
 
+    def segment(self) -> dict[str, Any]:
+        """Also the accounting the segment stopped, and refused answers, on: a resume may change it."""
+        return {**super().segment(), "accounting": self.accountant.accounting}
+
+    def segments_stopped_on_the_votes(self) -> list[int]:
+        """Under data-independent accounting, the first steps of the earlier segments that ran
+        under data-dependent accounting (a resume changed it): how many queries they asked was
+        decided on the votes, so the bound of the queries asked does not hold whatever the votes
+        for them. Segments from before the accounting was recorded are not counted."""
+        if self.accountant.accounting != "data-independent":
+            return []
+        return [segment.get("from_step") for segment in self.earlier_segments if segment.get("accounting") == "data-dependent"]
+
+    def _independent_bound_holds(self) -> str:
+        """What the data-independent epsilon holds, under data-independent accounting."""
+        voted = self.segments_stopped_on_the_votes()
+        if not voted:
+            return "holds whatever the votes"
+        steps = ", ".join(str(step) for step in voted)
+        return (f"bounds the queries the run asked whatever their votes; but the segment(s) from step {steps} ran under "
+                f"data-dependent accounting, and there {QUERY_COUNT_CAVEAT}")
+
     def spent_figures(self) -> dict[str, Any]:
         """Also which figure ``epsilon`` is (``accounting``) and the data-independent bound of the
         queries asked: ``sample`` and ``evaluate`` read the checkpoint's, and under data-dependent
         accounting ``epsilon`` is the papers' figure, a function of the private votes, not a
-        guarantee the records it releases carry."""
+        guarantee the records it releases carry; nor, under data-independent accounting, is it one
+        that holds whatever the votes where an earlier segment stopped on them."""
         figures = super().spent_figures()
         independent = self.preprocessing["epsilon"] + self.accountant.epsilon_data_independent(self.training_delta)
+        voted = {"segments_stopped_on_the_votes": voted} if (voted := self.segments_stopped_on_the_votes()) else {}
         return {**figures, "accounting": self.accountant.accounting,
-                "epsilon_data_independent": independent if math.isfinite(independent) else None}
+                "epsilon_data_independent": independent if math.isfinite(independent) else None, **voted}
 
     def accounting_report(self) -> dict[str, Any]:
         """The accountant's epsilons, labelled, and which one stops training. Under data-independent
@@ -374,7 +398,7 @@ class TeacherStrategy(PrivacyStrategy):
             return {
                 "accounting": self.accountant.accounting,
                 "epsilon_data_independent": independent,
-                "note": "epsilon_data_independent holds whatever the teachers' votes; the data-dependent figure, "
+                "note": f"epsilon_data_independent {self._independent_bound_holds()}. The data-dependent figure, "
                         "a function of the votes, is left out of this report (train prints it for the data holder).",
             }
         return {

@@ -364,6 +364,8 @@ def build_config(argv: list[str]) -> dict[str, Any]:
         target = _checkpoints_other_target(config, notes)
         if target is not None:  # resolved again: the presets that apply depend on the target (an _eps0.1 preset)
             config = resolve({**flags, "epsilon": target}, overrides, config_file=args.config, notes=[])
+    if config.get("resume") and flags.get("delta") is None and not (args.config and "delta" in load_yaml(args.config)):
+        _keep_the_checkpoints_delta(config, notes)
     drop_the_files_schema_estimate(config, overrides, args.config, notes)  # on the configuration as resolved last
     for note in notes:
         if not launched_as_follower():  # each process of a DDP run reads the command line
@@ -410,9 +412,32 @@ def _checkpoints_other_target(config: dict[str, Any], notes: list[str]) -> float
     return target
 
 
-def checkpoint_target_epsilon(path: str) -> float | None:
-    """The target epsilon of the checkpoint's last training segment, or None (not a private run's,
-    or a file the resume itself will refuse with its reason)."""
+def _keep_the_checkpoints_delta(config: dict[str, Any], notes: list[str]) -> None:
+    """For a resume given no delta (no --delta, none in its --config file): the delta its
+    checkpoint's epsilon is stated at, with a note where the presets' (or the default) differs.
+    A larger one loosened the guarantee the run was started under, said only as "at delta
+    1e-05" beside an epsilon that fell as the delta rose; a smaller one refused the resume for a
+    delta nobody typed. Not for a checkpoint the resume itself will refuse (no note first)."""
+    from lightning_dpgan.callbacks.strategy import DEFAULT_DELTA
+
+    spent = _checkpoint_strategy_state(config["resume"]).get("spent")
+    delta = _number(spent.get("delta")) if isinstance(spent, dict) else None
+    if delta is None or delta == config.get("delta"):
+        return
+    presets = "the presets'" if config.get("delta") is not None else "the default"
+    if (config.get("delta") or DEFAULT_DELTA) != delta:
+        notes.append(f"--resume keeps the checkpoint's delta {delta:g} ({presets} {config.get('delta') or DEFAULT_DELTA:g} "
+                     "would restate the whole run's epsilon at another delta): give --delta to change it")
+    config["delta"] = delta
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _checkpoint_strategy_state(path: str) -> dict[str, Any]:
+    """The privacy strategy's state in a checkpoint, or {} (not a private run's, or a file the
+    resume itself will refuse with its reason)."""
     from lightning_dpgan.modules.base import CHECKPOINT_KEY
     from lightning_dpgan.python_run_info import trained_in_python
     from lightning_dpgan.sampling import read_checkpoint
@@ -420,13 +445,19 @@ def checkpoint_target_epsilon(path: str) -> float | None:
     try:
         checkpoint = read_checkpoint(Path(path).expanduser())
         if trained_in_python((checkpoint.get(CHECKPOINT_KEY) or {}).get("run") or {}):
-            return None  # refused by the resume's own check, which says why: no note about it first
+            return {}  # refused by the resume's own check, which says why: no note about it first
         states = checkpoint.get("callbacks", {}).values()
     except Exception:  # noqa: BLE001 - a damaged or missing file: the run's own checks name it
-        return None
-    segments = [state["segments"] for state in states if isinstance(state, dict) and state.get("segments")]
-    target = segments[0][-1].get("target_epsilon") if segments and isinstance(segments[0][-1], dict) else None
-    return float(target) if isinstance(target, (int, float)) and not isinstance(target, bool) else None
+        return {}
+    return next((state for state in states if isinstance(state, dict) and "strategy" in state), {})
+
+
+def checkpoint_target_epsilon(path: str) -> float | None:
+    """The target epsilon of the checkpoint's last training segment, or None (not a private run's,
+    or a file the resume itself will refuse with its reason)."""
+    segments = _checkpoint_strategy_state(path).get("segments")
+    last = segments[-1] if isinstance(segments, list) and segments else None
+    return _number(last.get("target_epsilon")) if isinstance(last, dict) else None
 
 
 def _resume_hint(resume: str | None) -> str:

@@ -81,6 +81,14 @@ def guarantee_note(path: str | Path) -> str:
     epsilon = "not finite" if spent["epsilon"] is None else f"{spent['epsilon']:.6g}"
     if spent.get("accounting") == "data-dependent":
         return data_dependent_note(epsilon, spent, report)
+    if spent.get("segments_stopped_on_the_votes"):  # data-independent since a resume
+        from lightning_dpgan.callbacks.teachers import QUERY_COUNT_CAVEAT
+
+        steps = ", ".join(str(step) for step in spent["segments_stopped_on_the_votes"])
+        return (f"released under the checkpoint's privacy spend, epsilon {epsilon} and delta {spent['delta']:g}, the "
+                f"data-independent bound of the queries the run asked (how it was accounted: {report}). But the "
+                f"segment(s) from step {steps} ran under data-dependent accounting, and there {QUERY_COUNT_CAVEAT}. "
+                "Drawing more records spends nothing more")
     return (f"released under the checkpoint's privacy spend, epsilon {epsilon} and delta {spent['delta']:g} (how it "
             f"was accounted: {report}); drawing more records spends nothing more")
 

@@ -1148,3 +1148,28 @@ def test_an_unknown_command_prints_the_usage_and_exits_2(capsys):
     assert error.startswith("error: 'trian' is not a command. Did you mean 'train'? Commands: train, sample, evaluate")
     assert main([]) == 2
     assert capsys.readouterr().err.strip().startswith("usage: ")  # no command at all: the usage says what to give
+
+
+def test_a_resume_given_no_delta_keeps_the_checkpoints_not_the_presets(tiny_image_data_dir, tmp_path, capsys):
+    """Resumed without --delta, a run started at delta 1e-7 took the presets' 1e-5: its epsilon
+    after 3 steps read lower than after 2, restated at a hundred times the delta with no word of
+    it (and a run started at 1e-3 was refused for a delta nobody typed). It keeps the checkpoint's,
+    with a note; --delta still changes it."""
+    started = tmp_path / "run"
+    noise = ["--epsilon", "50", "--privacy.noise_multiplier", "1.5"]
+    assert main(tiny_run_args(tiny_image_data_dir, started, model="dpgan", steps=2) + noise + ["--delta", "1e-7"]) == 0
+    checkpoint = str(started / "checkpoints" / "last.ckpt")
+    capsys.readouterr()
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "kept", model="dpgan", steps=3) + noise
+                + ["--resume", checkpoint]) == 0
+    assert "--resume keeps the checkpoint's delta 1e-07 (the presets' 1e-05 would restate" in capsys.readouterr().err
+    first, kept = read_json(started / "privacy.json"), read_json(tmp_path / "kept" / "privacy.json")
+    assert kept["delta"] == 1e-7 and kept["epsilon"] > first["epsilon"]
+    loosened = tiny_run_args(tiny_image_data_dir, tmp_path / "loosened", model="dpgan", steps=3)
+    assert main(loosened + noise + ["--resume", checkpoint, "--delta", "1e-5"]) == 0
+    assert "keeps the checkpoint's delta" not in capsys.readouterr().err
+    loosened_report = read_json(tmp_path / "loosened" / "privacy.json")
+    assert loosened_report["delta"] == 1e-5
+    # each segment says the delta its target was at: the loosening shows
+    assert [segment["delta"] for segment in loosened_report["segments"]] == [1e-7, 1e-5]
+    assert [segment["delta"] for segment in kept["segments"]] == [1e-7, 1e-7]

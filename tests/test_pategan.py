@@ -595,6 +595,32 @@ def test_resume_keeps_partitions_and_spend(pategan_run, tmp_path):
     assert report["epsilon"] <= 9.0
 
 
+def test_a_resume_that_turns_to_data_independent_accounting_says_the_first_segment_stopped_on_the_votes(
+        pategan_run, tmp_path, capsys):
+    """The first run stopped on its data-dependent figure: how many queries it asked was read off
+    the votes. Resumed under data-independent accounting, the report said its bound "holds
+    whatever the teachers' votes" and its segments did not say which accounting each ran under."""
+    first = read_json(pategan_run / "privacy.json")
+    assert first["stopped_by"] in ("budget", "refused") and first["accounting"] == "data-dependent"
+    resume = ["--privacy.accounting", "data-independent", "--resume", str(pategan_run / "checkpoints/last.ckpt")]
+    capsys.readouterr()
+    assert main(pategan_args(tmp_path / "resumed", first["steps"] + 1, 2 * first["epsilon_data_independent"], *resume)) == 0
+    report, warned = read_json(tmp_path / "resumed" / "privacy.json"), capsys.readouterr().err
+    assert [segment["accounting"] for segment in report["segments"]] == ["data-dependent", "data-independent"]
+    caveat = ("but the segment(s) from step 0 ran under data-dependent accounting, and there as the run stops, and "
+              "refuses answers, on the data-dependent figure, how many queries it asked was decided on the votes too")
+    assert caveat in report["note"] and caveat in warned
+    assert not report["note"].startswith("epsilon_data_independent holds whatever the votes")
+    assert main(["sample", "--checkpoint", str(tmp_path / "resumed" / "checkpoints/last.ckpt"), "-n", "5",
+                 "--out", str(tmp_path / "drawn.csv")]) == 0
+    assert "the segment(s) from step 0 ran under data-dependent accounting" in capsys.readouterr().err
+    # a run under data-independent accounting from its start: its bound holds whatever the votes
+    assert main(pategan_args(tmp_path / "independent", 2, 2 * first["epsilon_data_independent"],
+                             "--privacy.accounting", "data-independent")) == 0
+    independent = read_json(tmp_path / "independent" / "privacy.json")
+    assert independent["note"].startswith("epsilon_data_independent holds whatever the votes.")
+
+
 def test_a_resume_under_another_partition_seed_is_refused(pategan_run, tmp_path, capsys):
     """The checkpoint's partitions go on: config.yaml and privacy.json named a seed that drew none."""
     args = pategan_args(tmp_path / "resumed", 60, 9.0, "--resume", str(pategan_run / "checkpoints/last.ckpt"),
