@@ -98,6 +98,7 @@ from lightning_dpgan.privacy.accountants import (
 from lightning_dpgan.privacy.analysis.rdp import rdp_to_epsilon
 from lightning_dpgan.privacy.analysis.subsampling import selected_critic_gaussian_rdp
 from lightning_dpgan.privacy.gradient_sanitizer import GradientSanitizerMechanism, effective_noise_multiplier
+from lightning_dpgan.privacy.noise_source import FIXED_SEED
 from lightning_dpgan.privacy.slots import GradientSanitizer as GradientSanitizerSlot
 from lightning_dpgan.privacy.validation import validate_int, validate_positive
 
@@ -396,7 +397,7 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         """Where this segment's answering critics were drawn from."""
         if self.selection_seed is None:
             return "own generator seeded from OS entropy (not the run's --seed)"
-        return (f"FIXED SEED {self.selection_seed} (--privacy.selection_seed, for tests only: anyone with the seed "
+        return (f"{FIXED_SEED} {self.selection_seed} (--privacy.selection_seed, for tests only: anyone with the seed "
                 "knows which critic answered, which the amplified bound assumes secret)")
 
     def report_parameters(self) -> dict[str, Any]:

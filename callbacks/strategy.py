@@ -24,7 +24,7 @@ from lightning_dpgan.distributed import differs_from_rank_zero
 from lightning_dpgan.error_text import SET_BY
 from lightning_dpgan.privacy.accountants import Accountant, AccountantStateError
 from lightning_dpgan.privacy.composition import compose_costs, release_fields
-from lightning_dpgan.privacy.noise_source import NoiseSource
+from lightning_dpgan.privacy.noise_source import NoiseSource, fixed_seed_sources, not_for_release
 from lightning_dpgan.privacy.slots import PrivacyBudgetExhausted
 from lightning_dpgan.privacy.validation import validate_delta, validate_epsilon, validate_noise_scale, validate_positive
 from lightning_dpgan.versions import software_versions
@@ -155,6 +155,14 @@ class PrivacyStrategy(L.Callback):
         """What a user must know about the finished training beyond its privacy figures (e.g. that
         the mechanism's answers taught the generator nothing); empty when there is nothing."""
         return []
+
+    def fixed_seed_warning(self) -> str | None:
+        """That a segment's secret draws came from a fixed seed (``--privacy.noise_seed``, GS-WGAN's
+        ``--privacy.selection_seed``), where one did: the run's epsilon does not hold against anyone
+        with the seed. privacy.json named it in ``noise_source``, while the console stated the
+        epsilon as the run's guarantee. None otherwise."""
+        sources = fixed_seed_sources(self.segments())
+        return f"this run is not private: {not_for_release(sources)}" if sources else None
 
     def refuse(self, reason: str) -> NoReturn:
         """Refuse this query batch (nothing is released), remembering why for the run's report."""
@@ -509,7 +517,7 @@ class PrivacyStrategy(L.Callback):
         if getattr(pl_module, "generator_updates", 1) == 0:
             warnings.warn("no generator update was taken: the generator and its samples are its random "
                           "initialisation", UserWarning, stacklevel=2)
-        for warning in self.training_warnings():
+        for warning in [*filter(None, [self.fixed_seed_warning()]), *self.training_warnings()]:
             warnings.warn(warning, UserWarning, stacklevel=2)
 
     def charges_for(self, train_steps: int) -> int | None:

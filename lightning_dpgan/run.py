@@ -1045,7 +1045,8 @@ class Run:
             print(f"train: warning: {self.untrained_reason()}", file=sys.stderr)
         if (warning := self.missing_label_classes_warning()) is not None:
             print(f"train: warning: {warning}", file=sys.stderr)
-        for warning in [] if self.strategy is None else self.strategy.training_warnings():
+        for warning in [] if self.strategy is None else [*filter(None, [self.strategy.fixed_seed_warning()]),
+                                                          *self.strategy.training_warnings()]:
             print(f"train: warning: {warning}", file=sys.stderr)
 
     def stop_cause(self) -> str:

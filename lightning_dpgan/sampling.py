@@ -23,6 +23,7 @@ from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.error_text import byte_size, first_line
 from lightning_dpgan.outputs import (atomic_write, file_sha256, image_grid, images_to_uint8, write_csv_chunks,
                                      write_json, write_png)
+from lightning_dpgan.privacy.noise_source import fixed_seed_sources, not_for_release
 from lightning_dpgan.python_run_info import refuse_outside_python, trained_in_python
 from lightning_dpgan.run_folder import LAST_CHECKPOINT
 
@@ -56,6 +57,13 @@ def spent_privacy(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
     return spent
 
 
+def strategy_segments(checkpoint: dict[str, Any]) -> list[dict[str, Any]]:
+    """The training segments a checkpoint's privacy strategy recorded (none without one)."""
+    states = checkpoint.get("callbacks") or {}
+    return next((state["segments"] for state in states.values()
+                 if isinstance(state, dict) and "strategy" in state and isinstance(state.get("segments"), list)), [])
+
+
 def guarantee_note(path: str | Path) -> str:
     """What ``sample`` tells its user the records it drew are released under: drawing from a
     trained generator is post-processing, so they carry the checkpoint's spend (the figures its
@@ -75,6 +83,8 @@ def guarantee_note(path: str | Path) -> str:
     else:  # a run stopped before its end (SIGTERM) writes it when continued; an earlier one in previous/ is not it
         report = ("the privacy.json of the run that wrote it, which is not beside it: a run stopped before its end "
                   "writes it when continued, and a checkpoint copied out of its run folder left it there")
+    if sources := fixed_seed_sources(strategy_segments(checkpoint)):
+        return f"warning: these records are not for release: the checkpoint's run is not private: {not_for_release(sources)}"
     spent = spent_privacy(checkpoint)
     if spent is None:  # a checkpoint from before the figures were kept
         return f"the checkpoint does not record its privacy spend: {report} states the guarantee"

@@ -170,3 +170,27 @@ def test_continuing_re_seeds_a_generator_already_handed_out():
     assert torch.equal(torch.rand(4, generator=held), torch.rand(4, generator=_continued(3, 7).generator("cpu")))
     first_segment = torch.rand(4, generator=NoiseSource(3).generator("cpu"))
     assert not torch.equal(torch.rand(4, generator=_continued(3, 7).generator("cpu")), first_segment)
+
+
+def test_a_run_with_a_fixed_noise_seed_is_flagged_not_for_release_by_train_sample_and_evaluate(
+        tiny_image_data_dir, tmp_path, capsys):
+    """privacy.json named the seed in noise_source, but train, sample and evaluate stated the
+    epsilon as the run's guarantee: anyone with the seed (config.yaml records it) replays the noise."""
+    from run_helpers import read_json, tiny_run_args
+
+    from lightning_dpgan.cli import main
+
+    run = tmp_path / "run"
+    assert main(tiny_run_args(tiny_image_data_dir, run, model="dpgan", steps=2) + ["--privacy.noise_seed", "1"]) == 0
+    said = capsys.readouterr().err
+    assert "train: warning: this run is not private: its secret draws came from a fixed seed (from step 0: FIXED SEED 1" \
+           in said and "release neither its synthetic data nor its checkpoint" in said
+    assert main(["sample", "--checkpoint", str(run / "checkpoints" / "last.ckpt"), "-n", "4",
+                 "--out", str(tmp_path / "drawn.png")]) == 0
+    assert "these records are not for release: the checkpoint's run is not private" in capsys.readouterr().err
+    assert main(["evaluate", "--run", str(run), "--cnn-epochs", "1", "-n", "20"]) == 0
+    assert "This run is not private: its secret draws came from a fixed seed" in capsys.readouterr().err
+    assert read_json(run / "evaluation.json")["privacy_note"].startswith("This run is not private: its secret draws")
+    # without the seed, none of it
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "private", model="dpgan", steps=2)) == 0
+    assert "not private" not in capsys.readouterr().err

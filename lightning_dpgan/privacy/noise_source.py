@@ -28,6 +28,28 @@ import torch
 from lightning_dpgan.distributed import rank
 
 
+#: How a report names a secret draw made from a fixed seed (a segment's ``noise_source``, GS-WGAN's
+#: ``selection_source``): ``fixed_seed_sources`` finds it there, and ``train``, ``sample`` and
+#: ``evaluate`` flag such a run as not for release.
+FIXED_SEED = "FIXED SEED"
+
+
+def fixed_seed_sources(segments: list[dict] | None) -> list[str]:
+    """The secret draws of ``segments`` (a strategy's, a checkpoint's or privacy.json's) that came
+    from a fixed seed, each as "from step S: <source>": anyone with the seed (config.yaml
+    records it) can replay them, so the run's epsilon does not hold against them."""
+    return [f"from step {segment.get('from_step')}: {value}" for segment in segments or [] if isinstance(segment, dict)
+            for key, value in segment.items()
+            if key.endswith("_source") and isinstance(value, str) and value.startswith(FIXED_SEED)]
+
+
+def not_for_release(sources: list[str]) -> str:
+    """Why a run whose secret draws came from a fixed seed (``fixed_seed_sources``) is not for release."""
+    return (f"its secret draws came from a fixed seed ({'; '.join(sources)}): anyone with the seed, which the run's "
+            "config.yaml records, can replay them, so its epsilon does not hold against them. For tests and audits "
+            "only: release neither its synthetic data nor its checkpoint; train without the seed to release")
+
+
 class NoiseSource:
     """Per-device ``torch.Generator`` s for one mechanism, seeded from OS entropy unless ``seed``
     is given (reproducible draws, tests only: not private)."""
@@ -77,7 +99,7 @@ class NoiseSource:
         """For the privacy report."""
         if self.seed is None:
             return "own generator seeded from OS entropy (not the run's --seed)"
-        return f"FIXED SEED {self.seed} (--privacy.noise_seed, for tests only: anyone with the seed can replay the noise)"
+        return f"{FIXED_SEED} {self.seed} (--privacy.noise_seed, for tests only: anyone with the seed can replay the noise)"
 
 
-__all__ = ["NoiseSource"]
+__all__ = ["FIXED_SEED", "NoiseSource", "fixed_seed_sources", "not_for_release"]
