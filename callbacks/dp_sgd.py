@@ -9,7 +9,6 @@ Gaussian accountant assumes), and charges the accountant once per noisy step.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import lightning as L
@@ -20,6 +19,7 @@ from lightning_dpgan.callbacks.strategy import CalibratedNoiseStrategy
 from lightning_dpgan.distributed import is_distributed, rank, world_size
 from lightning_dpgan.error_text import SET_BY
 from lightning_dpgan.privacy.accountants import OpacusAccountant, calibrate_noise_multiplier
+from lightning_dpgan.privacy.accountants.opacus_adapter import prv_epsilon_floor
 from lightning_dpgan.privacy.dp_sgd import MODES as GRAD_SAMPLE_MODES, DPSGDMechanism
 from lightning_dpgan.privacy.slots import GradientPrivatizer
 from lightning_dpgan.privacy.validation import validate_positive
@@ -80,14 +80,19 @@ class DPSGD(CalibratedNoiseStrategy):
         super().check_fits_records(train_records, datamodule)
         self.check_batch_size(datamodule.hparams.batch_size, train_records)
 
-    def first_step_epsilon(self, train_records: int, batch_size: Any, model_settings: Mapping[str, Any],
-                           training_delta: float) -> float | None:
-        """With --privacy.noise_multiplier given: one step of its σ at rate batch / records (a σ
-        calibrated to the budget fits a step by construction, or is refused by its calibration)."""
-        if self.noise_multiplier is None or not isinstance(batch_size, int):
+    def given_noise_step_epsilon(self, train_records: int, batch_size: Any, training_delta: float) -> float | None:
+        """One step of the given σ at rate batch / records."""
+        if not isinstance(batch_size, int):
             return None
         return OpacusAccountant(self.accountant_kind).epsilon_if(
             training_delta, 1, noise_multiplier=self.noise_multiplier, sample_rate=batch_size / train_records)
+
+    def epsilon_floor(self, train_records: int, batch_size: Any, delta: float) -> float:
+        """The RDP accountant's floor, or the PRV accountant's at rate batch / records (0 where the
+        batch is not known: no floor to price)."""
+        if self.accountant_kind == "rdp":
+            return super().epsilon_floor(train_records, batch_size, delta)
+        return prv_epsilon_floor(delta, batch_size / train_records) if isinstance(batch_size, int) else 0.0
 
     def check_batch_size(self, batch_size: int, train_records: int) -> None:
         """The sample rate batch / records is a probability: a batch above the records has none."""

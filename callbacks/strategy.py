@@ -23,6 +23,7 @@ from lightning_dpgan.ddp import PrivateDDPStrategy
 from lightning_dpgan.distributed import differs_from_rank_zero
 from lightning_dpgan.error_text import SET_BY
 from lightning_dpgan.privacy.accountants import Accountant, AccountantStateError
+from lightning_dpgan.privacy.accountants.opacus_adapter import rdp_epsilon_floor
 from lightning_dpgan.privacy.composition import compose_costs, release_fields
 from lightning_dpgan.privacy.noise_source import NoiseSource, fixed_seed_sources, not_for_release
 from lightning_dpgan.privacy.slots import PrivacyBudgetExhausted
@@ -688,6 +689,36 @@ class CalibratedNoiseStrategy(PrivacyStrategy):
         #: the checkpoint's noise multiplier and calibration, on resume
         self.resumed_noise: dict[str, Any] | None = None
         self.mechanism: Any = None
+
+    def first_step_epsilon(self, train_records: int, batch_size: Any, model_settings: Mapping[str, Any],
+                           training_delta: float) -> float | None:
+        """With a noise multiplier given, one step of it (:meth:`given_noise_step_epsilon`); to be
+        calibrated, the least epsilon a step certifies at ``training_delta`` however much noise is
+        added (:meth:`epsilon_floor`): a training budget at or below it is refused by the
+        calibration, which comes after the releases made before training."""
+        self.floor_priced = None
+        if self.noise_multiplier is not None:
+            return self.given_noise_step_epsilon(train_records, batch_size, training_delta)
+        self.floor_priced = (self.epsilon_floor(train_records, batch_size, training_delta), training_delta)
+        return self.floor_priced[0]
+
+    def given_noise_step_epsilon(self, train_records: int, batch_size: Any, training_delta: float) -> float | None:
+        """One step at the given noise multiplier, before setup; None where the settings do not decide it."""
+        return None
+
+    def epsilon_floor(self, train_records: int, batch_size: Any, delta: float) -> float:
+        """The least epsilon the calibration's accountant reports at ``delta`` for any step,
+        however much noise: the RDP accountant's (zero divergence on its order grid)."""
+        return rdp_epsilon_floor(delta)
+
+    def first_step_refusal(self, target_epsilon: float, priced: float | None = None, exact: bool = True) -> str:
+        """A budget no noise can fit (priced at :meth:`epsilon_floor`) says so: more noise does not help."""
+        floor = getattr(self, "floor_priced", None)
+        if floor is None or priced is None:
+            return super().first_step_refusal(target_epsilon, priced, exact)
+        return (f"however much noise is added, a training step spends at least epsilon {floor[0]:.3g} at delta "
+                f"{floor[1]:g} (the least the accountant reports), so this run would spend at least epsilon = "
+                f"{priced:.4g}, more than --epsilon {target_epsilon:g}: raise --epsilon (or --delta).")
 
     def noise_state(self) -> dict[str, Any]:
         """The noise multiplier and the steps it was calibrated for, as the checkpoint keeps them:

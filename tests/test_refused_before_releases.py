@@ -192,7 +192,15 @@ def test_a_refusal_after_the_schema_estimate_says_what_it_spent(tmp_path, capsys
      "(its 320 queries all answered unanimously, the cheapest case), more than --epsilon 20"),
     ("gpate", ["--epsilon", "20", "--data.bounds_delta", "1e-9", "--privacy.num_teachers", "8", "--privacy.sigma1", "3"],
      "(its 80 threshold checks alone, every query unanswered, the cheapest case), more than --epsilon 20"),
-], ids=["dp-sgd", "pate", "gpate"])
+    ("dpgan", ["--epsilon", "5.003"], "however much noise is added, a training step spends at least epsilon 0.0035 at "
+                                      "delta 1e-05 (the least the accountant reports)"),
+    ("dpgan", ["--epsilon", "5.009", "--privacy.accountant", "prv"],
+     "however much noise is added, a training step spends at least epsilon 0.00999 at delta 1e-05"),
+    ("gswgan", ["--epsilon", "5.003"], "however much noise is added, a training step spends at least epsilon 0.0035"),
+    ("gswgan", ["--epsilon", "10.003", "--data.bounds_delta", "1e-9", "--privacy.num_critics", "4"],
+     "however much noise is added, a training step spends at least epsilon 0.00"),
+], ids=["dp-sgd", "pate", "gpate", "dp-sgd-calibrated", "dp-sgd-calibrated-prv", "sanitizer-calibrated",
+        "gs-wgan-calibrated"])
 def test_a_first_step_the_budget_cannot_pay_for_is_refused_before_the_schema_estimate(
         model, settings, said, tmp_path, capsys, no_estimate):
     """Priced from the settings and the row count: the budget's own refusal came as training
@@ -229,3 +237,18 @@ def test_a_first_step_too_dear_once_quails_label_model_has_spent_says_it_once(tm
     assert "a single training step would spend epsilon = 7.4" in line and "more than --epsilon 5" in line
     assert "Of that, 2.493 was spent before training" in line and "quail_label_model 2.49" in line
     assert "This run was refused after DP releases" not in line and "nothing was spent" not in line
+
+
+@pytest.mark.parametrize("kind", ["rdp", "prv"])
+def test_a_calibrated_steps_price_is_where_the_calibration_starts_refusing(kind):
+    """Priced before the releases, a step whose noise is yet to be calibrated costs the least the
+    accountant reports however much noise: a training budget at or below it is one the
+    calibration refuses (after the releases spent theirs), and one above it one it can meet."""
+    from lightning_dpgan.callbacks.dp_sgd import DPSGD
+    from lightning_dpgan.privacy.accountants import calibrate_noise_multiplier
+    from lightning_dpgan.privacy.accountants.opacus_adapter import UnreachableEpsilon
+
+    floor = DPSGD(target_epsilon=1.0, accountant=kind).first_step_epsilon(1000, 50, {}, 1e-5)
+    with pytest.raises(UnreachableEpsilon, match="however much noise is added"):
+        calibrate_noise_multiplier(floor, 1e-5, 0.05, 20, kind=kind)
+    assert calibrate_noise_multiplier(1.2 * floor, 1e-5, 0.05, 20, kind=kind) > 0

@@ -61,6 +61,13 @@ def _curve(orders: tuple[float, ...], noise_multiplier: float, num_critics: int)
 MAX_NOISE_MULTIPLIER = 1e6
 
 
+def grid_epsilon_floor(orders: tuple[float, ...] | np.ndarray, delta: float) -> float:
+    """The least epsilon an RDP curve on ``orders`` converts to at ``delta``, however much noise:
+    zero divergence (the largest order is the best one here by construction)."""
+    with search_probe_warnings_silenced():
+        return float(rdp_to_epsilon(orders, np.zeros(len(orders)), delta)[0])
+
+
 def calibrate_selected_critic_noise(
     target_epsilon: float, delta: float, steps: int, num_critics: int, orders: tuple[float, ...] | None = None
 ) -> float:
@@ -76,8 +83,7 @@ def calibrate_selected_critic_noise(
         with search_probe_warnings_silenced():
             return rdp_to_epsilon(grid, steps * _curve(grid, noise, num_critics), delta)[0]
 
-    with search_probe_warnings_silenced():  # the largest order is the best one here by construction
-        floor = rdp_to_epsilon(grid, np.zeros(len(grid)), delta)[0]
+    floor = grid_epsilon_floor(grid, delta)
     if target_epsilon <= floor:  # no noise can help: zero divergence converts to this on the grid
         raise ValueError(f"cannot reach epsilon {target_epsilon:g} at delta {delta:g}: however much noise is added, the "
                          f"RDP orders (up to {max(grid):g}) certify no less than epsilon {floor:.3g} at that delta. "
