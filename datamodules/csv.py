@@ -14,9 +14,9 @@ from lightning_dpgan.data.csv_fields import ExtraFieldsError, read_csv_fields
 from lightning_dpgan.data.csv_missing import missing_spellings
 from lightning_dpgan.data.download import damaged_compression_refused
 from lightning_dpgan.data.dp_bounds import SCHEMA_MECHANISM as DP_SCHEMA_MECHANISM, check_listed_columns, infer_schema_dp
-from lightning_dpgan.data.schema import (LABEL_KINDS, SchemaError, TableSchema, as_schema_categories, booleans_refusal,
-                                         check_numeric_values, column_names, comma_numbers, header_hint, holds_booleans,
-                                         non_numeric_values, row_examples)
+from lightning_dpgan.data.schema import (LABEL_KINDS, SchemaError, TableSchema, as_flag_value, as_schema_categories,
+                                         booleans_refusal, check_numeric_values, column_names, comma_numbers, header_hint,
+                                         holds_booleans, non_numeric_values, row_examples)
 from lightning_dpgan.datamodules.tabular import TabularDataModule
 from lightning_dpgan.error_text import first_line
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
@@ -215,6 +215,13 @@ class CSVDataModule(TabularDataModule):
         if missing:
             raise SchemaError(f"columns to drop {missing} are not in {self.csv_path} (columns: {list(frame.columns)})"
                               f"{header_hint(frame, missing)}")
+        if [name for name in frame.columns if name not in self.drop] == [self.target]:
+            # refused before any DP release: QUAIL's refusal came after the estimate, and a
+            # one-column run trained, spent, and failed at evaluate in scikit-learn's words
+            left = " once --data.drop's columns are left out" if self.drop and self._schema is None else ""
+            raise SchemaError(f"the label '{self.target}' is the only column of {self.csv_path} to train on{left}: a "
+                              "synthetic table needs features beside its label (the evaluation learns the label from "
+                              "them, QUAIL's synthesizer trains on them). Keep at least one feature column")
         return self._seeded_split(frame.drop(columns=self.drop))
 
     def setup(self, stage: str | None = None) -> None:
@@ -276,9 +283,13 @@ class CSVDataModule(TabularDataModule):
                 kind = self._schema.column(name).kind
                 raise SchemaError(f"column '{name}' is {kind} but holds non-numeric values {values}: "
                                   "fix those values in the data, or declare the column categorical in the schema if it is")
+            if name == self.target:  # the label can be neither listed as categorical nor dropped
+                raise SchemaError(f"the label '{name}' is {self.label_kind} but holds non-numeric values {values}: fix "
+                                  "those values in the data, or give the label's kind with --data.label_kind binary or "
+                                  "--data.label_kind categorical if it is a class")
             raise SchemaError(f"column '{name}' holds non-numeric values {values}: fix those values in the "
-                              "data, list the column with --data.categorical if it is categorical, or leave it out with "
-                              f"--data.drop {name} (a date or free text)")
+                              f"data, list the column with --data.categorical {as_flag_value(name)} if it is categorical, "
+                              f"or leave it out with --data.drop {as_flag_value(name)} (a date or free text)")
         for name in numeric:
             kind = (self._schema.column(name).kind if self._schema is not None
                     else "integer" if name in self.integer else "continuous")
@@ -365,6 +376,9 @@ def _header_names(path: Path) -> list[str]:
     name the file never had. Read as pandas reads the file (compression, UTF-8)."""
     first_row = pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False)  # 'NA' may be a name
     names = first_row.iloc[0].tolist() if len(first_row) else []
+    if names and str(names[0]).strip().lower().startswith("sep="):  # Excel's separator line, before the header
+        raise SchemaError(f"CSV file {path} starts with Excel's separator line ({names[0]!r}), not the header: remove "
+                          "that first line, so that the column names come first")
     unnamed = [position + 1 for position, name in enumerate(names) if not str(name).strip()]
     if unnamed:  # pandas would call it 'Unnamed: 0', a name the file never had, and train on it
         cause = ("a comma at the end of every line, as some spreadsheets export? Remove the trailing commas"

@@ -490,6 +490,22 @@ class TabularDataModule(L.LightningDataModule):
                         round(100 * CLIPPED_SHARE_WARNING), ", ".join(clipped),
                         ", ".join(f"{name} {count} of {self._report.rows_in}" for name, count in clipped.items()),
                         self._grid_end_hint(clipped) or self._estimate_hint())
+        self._warn_of_bounds_at_the_grids_finest()
+
+    def _warn_of_bounds_at_the_grids_finest(self) -> None:
+        """Estimated bounds no wider than the DP grid's finest magnitude (2^-10, about 0.001): the
+        column's values may be far smaller (1e-6 learnt within [0, 0.001], drawn a hundred times too
+        large), which clips nothing and so went unsaid. Read off the released bounds alone."""
+        from lightning_dpgan.data.dp_bounds import geometric_grid
+
+        finest = float(np.min(np.abs(geometric_grid()[geometric_grid() != 0])))
+        tiny = [column.name for column in self.schema.columns if column.is_numeric and column.from_dp_estimate
+                and max(map(abs, column.bounds)) <= finest]
+        if tiny:
+            log.warning("%s: the estimated bounds of %s are the DP estimate's finest (within ±%.3g), which no budget "
+                        "narrows: values much smaller than that are learnt and drawn on that coarse scale. Rescale "
+                        "those columns (e.g. to other units), or give a schema file with their bounds (--data.schema)",
+                        self.name, ", ".join(tiny), finest)
 
     def _refuse_a_column_wholly_outside_its_bounds(self) -> None:
         """A declared (public) bound that clips every training value of its column: the column is
@@ -516,10 +532,16 @@ class TabularDataModule(L.LightningDataModule):
             return
         held = schema.label_classes_held(self.train_frame)
         if len(held) < 2:
+            # none held: the values it does hold, and the classes they missed (unquoted no/yes in a
+            # schema file are YAML's booleans; 0.0 and 1.0 are not the classes 0 and 1)
+            classes = list(schema.label_column.categories)
+            instead = (f" {classes} (it holds {row_examples(self.train_frame[schema.label].drop_duplicates())})"
+                       if not held else "")
+            booleans = f"; {YAML_BOOLEANS}" if not held and schema.label in schema.boolean_category_columns() else ""
             raise SchemaError(
-                f"{self.name}: the label '{schema.label}' holds {f'one class ({held[0]!r})' if held else 'none of its classes'} "
-                f"in all {len(self.train_frame)} training rows: a class label needs rows of at least two classes. "
-                "Check that this is the right file and label column, or train without a label")
+                f"{self.name}: the label '{schema.label}' holds {f'one class ({held[0]!r})' if held else 'none of its classes'}"
+                f"{instead} in all {len(self.train_frame)} training rows: a class label needs rows of at least two "
+                f"classes. Check that this is the right file and label column, or train without a label{booleans}")
 
     def _refuse_held_out_labels_outside_the_classes(self) -> None:
         """A binary label holding another value in a held-out row (test or dev) would be refused

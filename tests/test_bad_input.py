@@ -9,6 +9,7 @@ import errno
 import gzip
 import json
 import os
+import re
 import shutil
 import stat
 import struct
@@ -189,6 +190,10 @@ CSV_CASES = {
     "nans": (with_nans, ["missing values (NaN)", "amount", "drop or impute"],
              ["missing values (NaN)", "amount", "drop or impute"]),
     "truncated": (truncated, ["missing values (NaN)", "drop or impute"], ["missing values (NaN)", "drop or impute"]),
+    # Excel writes a separator line before the header: it was blamed on trailing commas
+    "excel-separator-line": ("sep=,\namount,visits,kind,label\n" + "1.0,2,a,no\n3.0,4,b,yes\n" * 20,
+                             ["starts with Excel's separator line ('sep=')", "remove that first line"],
+                             ["starts with Excel's separator line ('sep=')", "remove that first line"]),
     "ragged-rows": ("amount,visits,kind,label\n1.0,2,a,no\n3.0,4,b,yes,extra\n",
                     ["cannot be read as a CSV table", "same number of fields"],
                     ["cannot be read as a CSV table", "same number of fields"]),
@@ -434,12 +439,19 @@ def test_a_schema_files_malformed_bounds_are_refused_by_column(tmp_path, capsys,
                    shown)
 
 
-def test_a_binary_label_whose_classes_yaml_read_as_booleans_says_to_quote_them(tmp_path, capsys):
+@pytest.mark.parametrize("model", ["gan", "dpgan"])
+def test_a_binary_label_whose_classes_yaml_read_as_booleans_says_to_quote_them(tmp_path, capsys, model):
+    """A private run checks the label's classes before its releases, by the rows that hold none
+    of them: that refusal said only "holds none of its classes", without the values or the hint."""
     schema = tmp_path / "schema.yaml"
     schema.write_text(yaml.safe_dump(CSV_SCHEMA).replace("- 'no'\n  - 'yes'", "- no\n  - yes"))
     assert yaml.safe_load(schema.read_text())["columns"][3]["categories"] == [False, True]
     csv = write_case(tmp_path / "data.csv", lambda frame: frame)
-    assert_refused(csv_args(csv, tmp_path / "out", schema), capsys, "YAML reads unquoted no/yes", "quote the classes")
+    args = csv_args(csv, tmp_path / "out", schema)
+    args[args.index("--model") + 1] = model
+    assert_refused(args, capsys, "YAML reads unquoted no/yes", "quote the classes")
+    if model == "dpgan":
+        assert_refused(args, capsys, "holds none of its classes [False, True] (it holds 'no' (data row")
 
 
 def test_a_label_of_one_listed_class_is_refused_by_the_schema():
@@ -1827,3 +1839,47 @@ def test_evaluate_of_an_image_run_without_its_checkpoint_is_refused_before_its_d
     monkeypatch.setattr(MNISTDataModule, "prepare_data", lambda self: pytest.fail("the data was read"))
     assert_refused(["evaluate", "--run", str(run)], capsys, "has no checkpoints/last.ckpt: an image run is scored")
     assert not (run / "evaluation.json").exists()
+
+
+@pytest.mark.parametrize("rename, given, said", [
+    # a text label declared continuous: listing it as categorical or dropping it are both refused for the label
+    ({}, dict(target="kind", label_kind="continuous", categorical="label"),
+     "the label 'kind' is continuous but holds non-numeric values ('a' (data row 1)"),
+    # a column named as YAML reads no value, or with a comma: the remedy is written as a flag keeps it one name
+    ({"kind": "null"}, {}, "--data.drop '\"null\"' (a date or free text)"),
+    ({"kind": "city,state"}, {}, "--data.categorical '[\"city,state\"]' if it is categorical"),
+    # a flag's name the header has with spaces around it
+    ({"kind": " kind"}, dict(categorical="kind,label"), "the header's names [' kind'] have spaces around them"),
+], ids=["text-label-declared-continuous", "yaml-null-name", "comma-in-a-name", "spaces-in-the-header"])
+def test_a_csv_columns_remedy_is_one_the_flags_take(tmp_path, rename, given, said):
+    """The remedies named flags that refused the label, split a name at its comma, or wrote a
+    name YAML reads as no value bare (``--data.drop null`` was what had been typed); a listed
+    name the header holds with spaces around it got no hint."""
+    csv = write_case(tmp_path / "data.csv", lambda _: table().rename(columns=rename))
+    settings = {"target": "label", "categorical": "label", "label_kind": "binary", **given}
+    with pytest.raises(SchemaError, match=re.escape(said)):
+        CSVDataModule(csv=csv, bounds_epsilon=50, **settings).training_row_count()
+
+
+@pytest.mark.parametrize("keep", ["dropped", "one-column-file"])
+def test_a_csv_left_with_its_label_alone_is_refused_before_any_release(tmp_path, keep):
+    """QUAIL refused it after the schema estimate had spent its budget; other models trained on
+    the label alone, spent, and evaluate failed in scikit-learn's words ("0 feature(s)")."""
+    frame = table() if keep == "dropped" else table()[["label"]]
+    drop = {"drop": "amount,visits,kind"} if keep == "dropped" else {}
+    datamodule = CSVDataModule(csv=write_case(tmp_path / "data.csv", lambda _: frame), target="label",
+                               categorical="label", label_kind="binary", bounds_epsilon=50, **drop)
+    with pytest.raises(SchemaError, match="the label 'label' is the only column of .* to train on"):
+        datamodule.training_row_count()
+
+
+def test_a_column_of_values_below_the_dp_grids_finest_magnitude_is_warned_of(tmp_path, caplog):
+    """Concentrations of 1e-6 got estimated bounds [0, 2^-10] and were drawn a hundred times too
+    large, without a word: nothing is clipped, so the clipping warning never came."""
+    frame = table(300).assign(conc=lambda f: np.random.default_rng(1).uniform(1e-6, 5e-6, len(f)))
+    datamodule = CSVDataModule(csv=write_case(tmp_path / "data.csv", lambda _: frame), target="label",
+                               categorical="kind,label", integer="visits", label_kind="binary", bounds_epsilon=50)
+    datamodule.setup("fit")
+    assert max(datamodule.schema.column("conc").bounds) == 2.0**-10
+    warned = [record.getMessage() for record in caplog.records if "DP estimate's finest" in record.getMessage()]
+    assert len(warned) == 1 and "the estimated bounds of conc are" in warned[0] and "amount" not in warned[0]

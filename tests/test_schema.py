@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -586,3 +587,17 @@ def test_a_column_list_that_names_a_column_twice_is_refused_naming_its_option():
         AdultDataModule(encoding="mode-specific", discrete_columns="age,age")
     with pytest.raises(ValueError, match="^--quail.log_features names 'fnlwgt' more than once"):
         QUAIL(log_features=["fnlwgt", "fnlwgt"])
+
+
+@pytest.mark.parametrize("spec, said", [
+    ({"drop": "pid"}, "drop must be a list, got 'pid': write it as a YAML list, e.g. drop: [pid]"),
+    ({"categories": "ny"}, "column 'y': categories must be a list, got 'ny'"),
+])
+def test_a_schema_list_written_as_one_string_is_refused_not_read_letter_by_letter(spec, said):
+    """``drop: pid`` was read as the columns 'p', 'i' and 'd' ("not in the file"), and
+    ``categories: "ny"`` as the classes n and y."""
+    label = {"name": "y", "kind": "categorical", "categories": spec.get("categories", ["n", "y"])}
+    file = {"columns": [{"name": "age", "kind": "integer", "bounds": [0, 110]}, label], "label": "y",
+            "label_kind": "binary", **({"drop": spec["drop"]} if "drop" in spec else {})}
+    with pytest.raises(SchemaError, match=re.escape(said)):
+        TableSchema.from_dict(file)

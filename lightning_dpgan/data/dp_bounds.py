@@ -241,7 +241,8 @@ def check_listed_columns(
     for role, listed in (("categorical", categorical), ("integer", integer), ("drop", drop)):
         missing = [name for name in listed if name not in frame.columns]
         if missing:
-            raise SchemaError(f"{role} columns {missing} are not in the data (columns: {list(frame.columns)})")
+            raise SchemaError(f"{role} columns {missing} are not in the data (columns: {list(frame.columns)})"
+                              + header_hint(frame, missing))
     both = sorted(set(categorical) & set(integer))
     if both:
         raise SchemaError(f"columns {both} are listed both as categorical and as integer")

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -72,6 +73,19 @@ def column_names(value: Sequence[str] | str | None, flag: str | None = None) -> 
         raise ValueError(f"{flag} names {', '.join(repr(name) for name in repeated)} more than once: give each "
                          "column once")
     return names
+
+
+def as_flag_value(name: str) -> str:
+    """``name`` as a --data.* column flag takes it, for a message's remedy: a flag's value is read
+    as YAML, where null, ~, 2020 or on are no value, a number or a boolean (quoted, they stay
+    text), and a comma separates two names (a YAML list keeps it in one)."""
+    try:
+        read = yaml.safe_load(name)
+    except yaml.YAMLError:
+        read = None
+    if "," in name:
+        return shlex.quote(json.dumps([name]))
+    return shlex.quote(name if read == name else json.dumps(name))
 
 
 class SchemaError(ValueError):
@@ -291,7 +305,7 @@ class Column:
         if unknown:
             raise SchemaError(f"column entry {dict(entry)!r} has unknown keys {sorted(unknown)}")
         bounds = entry.get("bounds")
-        categories = entry.get("categories")
+        categories = _list_entry(f"column '{entry.get('name')}': categories", entry.get("categories"), "categories: [a, b]")
         return cls(
             name=entry.get("name"),
             kind=entry.get("kind"),
@@ -300,6 +314,14 @@ class Column:
             source=entry.get("source", ""),
             step=entry.get("step"),
         )
+
+
+def _list_entry(what: str, value: Any, example: str) -> Any:
+    """A schema entry that is a list, refused when it is a string or a mapping: ``tuple()`` read
+    ``drop: pid`` as the columns 'p', 'i', 'd', and ``categories: "ny"`` as the classes n and y."""
+    if isinstance(value, (str, bytes, Mapping)):
+        raise SchemaError(f"{what} must be a list, got {value!r}: write it as a YAML list, e.g. {example}")
+    return value
 
 
 def _bounds_entry(name: Any, bounds: Any) -> tuple[float, float]:
@@ -513,7 +535,7 @@ class TableSchema:
             columns=tuple(Column.from_dict(entry) for entry in entries),
             label=spec.get("label"),
             label_kind=spec.get("label_kind"),
-            drop=tuple(spec.get("drop") or ()),
+            drop=tuple(_list_entry("drop", spec.get("drop"), f"drop: [{spec.get('drop')}]") or ()),
         )
 
     @classmethod
