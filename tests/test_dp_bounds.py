@@ -236,6 +236,8 @@ def test_a_column_none_of_whose_categories_is_released_says_the_estimate_spent_i
     with pytest.raises(SchemaError, match="no category of column 'city' passed the DP threshold") as refused:
         infer_schema_dp(frame, "fraud", ["city"], epsilon=1.0, delta=1e-6, label_kind="binary", rng=np.random.default_rng(3))
     assert "count --data.bounds_epsilon and --data.bounds_delta as spent on this data" in str(refused.value)
+    # no budget releases an ID's values: the way out is to leave it out
+    assert "No budget releases the values of an ID or free-text column" in str(refused.value) and "--data.drop city" in str(refused.value)
 
 
 def test_released_categories_that_differ_only_in_spaces_or_case_are_pointed_out(caplog):

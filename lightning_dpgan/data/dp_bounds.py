@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lightning_dpgan.data.schema import (DP_ESTIMATE_SOURCE, LABEL_KINDS, Column, SchemaError, TableSchema, missing_value_counts,
-                                         missing_values_remedy,
+from lightning_dpgan.data.schema import (DP_ESTIMATE_SOURCE, LABEL_KINDS, Column, SchemaError, TableSchema, as_flag_value,
+                                         missing_value_counts, missing_values_remedy,
                                          non_numeric_examples, header_hint)
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
 
@@ -279,7 +279,9 @@ def _infer_column(
             raise SchemaError(
                 f"no category of column '{name}' passed the DP threshold (ε={epsilon:.3g}, δ={delta:.3g} for this "
                 f"column: a category needs about {stability_threshold(epsilon, delta):.0f} training rows to pass): "
-                f"{RAISE_BUDGET} with the public category list{SPENT_ON_A_REFUSED_ESTIMATE}"
+                f"{RAISE_BUDGET} with the public category list. No budget releases the values of an ID or free-text "
+                f"column (each held by a row or a few): leave such a column out with --data.drop {as_flag_value(name)}"
+                f"{SPENT_ON_A_REFUSED_ESTIMATE}"
             )
         if twins := spelling_twins(categories):  # read off the release alone: post-processing, no cost
             log.warning("column '%s': the DP estimate released categories that differ only in spaces or case (%s): "
