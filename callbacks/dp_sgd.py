@@ -19,7 +19,7 @@ from lightning_dpgan.callbacks.strategy import CalibratedNoiseStrategy
 from lightning_dpgan.distributed import is_distributed, rank, world_size
 from lightning_dpgan.error_text import SET_BY
 from lightning_dpgan.privacy.accountants import OpacusAccountant, calibrate_noise_multiplier
-from lightning_dpgan.privacy.accountants.opacus_adapter import prv_epsilon_floor
+from lightning_dpgan.privacy.accountants.opacus_adapter import prv_epsilon_floor, rdp_epsilon_floor
 from lightning_dpgan.privacy.dp_sgd import MODES as GRAD_SAMPLE_MODES, DPSGDMechanism
 from lightning_dpgan.privacy.slots import GradientPrivatizer
 from lightning_dpgan.privacy.validation import validate_positive
@@ -88,11 +88,19 @@ class DPSGD(CalibratedNoiseStrategy):
             training_delta, 1, noise_multiplier=self.noise_multiplier, sample_rate=batch_size / train_records)
 
     def epsilon_floor(self, train_records: int, batch_size: Any, delta: float) -> float:
-        """The RDP accountant's floor, or the PRV accountant's at rate batch / records (0 where the
-        batch is not known: no floor to price)."""
+        """The RDP accountant's floor, or the PRV accountant's at rate batch / records, a millionth
+        lower: its probe (one step at σ 1e6) and the calibration's largest σ over many steps differ
+        by 1e-9 at most (0 where the batch is not known: no floor to price)."""
         if self.accountant_kind == "rdp":
             return super().epsilon_floor(train_records, batch_size, delta)
-        return prv_epsilon_floor(delta, batch_size / train_records) if isinstance(batch_size, int) else 0.0
+        return (1 - 1e-6) * prv_epsilon_floor(delta, batch_size / train_records) if isinstance(batch_size, int) else 0.0
+
+    def first_step_refusal(self, target_epsilon: float, priced: float | None = None, exact: bool = True) -> str:
+        """The PRV accountant's floor (about its error margin, 0.01) is above the RDP one's."""
+        refusal = super().first_step_refusal(target_epsilon, priced, exact)
+        if self.floor_priced is not None and self.accountant_kind == "prv":
+            return f"{refusal[:-1]}, or use --privacy.accountant rdp, whose least is {rdp_epsilon_floor(self.floor_priced[1]):.3g}."
+        return refusal
 
     def check_batch_size(self, batch_size: int, train_records: int) -> None:
         """The sample rate batch / records is a probability: a batch above the records has none."""

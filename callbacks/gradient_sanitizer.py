@@ -95,7 +95,6 @@ from lightning_dpgan.privacy.accountants import (
     calibrate_noise_multiplier,
     calibrate_selected_critic_noise,
 )
-from lightning_dpgan.privacy.accountants.subsampled_without_replacement import grid_epsilon_floor
 from lightning_dpgan.privacy.analysis.rdp import rdp_to_epsilon
 from lightning_dpgan.privacy.analysis.subsampling import selected_critic_gaussian_rdp
 from lightning_dpgan.privacy.gradient_sanitizer import GradientSanitizerMechanism, effective_noise_multiplier
@@ -305,13 +304,6 @@ class GradientSanitizer(CalibratedNoiseStrategy):
             self.sampler.data = self.sampler.data.to(pl_module.device)
             if self.sampler.labels is not None:
                 self.sampler.labels = self.sampler.labels.to(pl_module.device)
-
-    def epsilon_floor(self, train_records: int, batch_size: Any, delta: float) -> float:
-        """N critics: the floor of the selected-critic accountant's own order grid, on which the
-        calibration bisects; one critic: Opacus' RDP floor (its calibration's)."""
-        if not self.amplified:
-            return super().epsilon_floor(train_records, batch_size, delta)
-        return grid_epsilon_floor(self.accountant.orders, delta)
 
     def _calibrate(self, trainer: L.Trainer, pl_module: Any, batch_size: int) -> float:
         """The smallest sigma whose planned generator steps stay within the target.

@@ -686,6 +686,8 @@ class CalibratedNoiseStrategy(PrivacyStrategy):
         self.noise_multiplier = noise_multiplier
         self.noise_multiplier_given = noise_multiplier is not None
         self.calibrated_for_steps: int | None = None
+        #: (floor, delta) where the first step was priced at the accountant's floor (first_step_epsilon)
+        self.floor_priced: tuple[float, float] | None = None
         #: the checkpoint's noise multiplier and calibration, on resume
         self.resumed_noise: dict[str, Any] | None = None
         self.mechanism: Any = None
@@ -713,7 +715,7 @@ class CalibratedNoiseStrategy(PrivacyStrategy):
 
     def first_step_refusal(self, target_epsilon: float, priced: float | None = None, exact: bool = True) -> str:
         """A budget no noise can fit (priced at :meth:`epsilon_floor`) says so: more noise does not help."""
-        floor = getattr(self, "floor_priced", None)
+        floor = self.floor_priced
         if floor is None or priced is None:
             return super().first_step_refusal(target_epsilon, priced, exact)
         return (f"however much noise is added, a training step spends at least epsilon {floor[0]:.3g} at delta "

@@ -159,6 +159,20 @@ def check_same_partition_seed(state: dict[str, Any], given: int, whose: str) -> 
 QUERY_COUNT_CAVEAT = ("as the run stops, and refuses answers, on the data-dependent figure, how many queries it asked "
                       "was decided on the votes too: --privacy.accounting data-independent stops on the bound, one "
                       "figure that holds whatever the votes")
+#: A segment's accounting in a checkpoint from before segments recorded it.
+ACCOUNTING_NOT_RECORDED = "not recorded (a checkpoint from before segments recorded it)"
+
+
+def votes_decided_note(steps: list[Any], unrecorded: bool = False) -> str:
+    """That the segments from ``steps`` stopped, and refused answers, on the data-dependent
+    figure, so the number of queries they asked was decided on the votes (privacy.json's note,
+    ``train``'s warning, ``sample``)."""
+    how = ("data-dependent accounting, or under one an older checkpoint did not record" if unrecorded
+           else "data-dependent accounting")
+    return (f"the segment(s) from step {', '.join(str(step) for step in steps)} ran under {how}, which stops, and "
+            "refuses answers, on the data-dependent figure: how many queries they asked was decided on the votes too. "
+            "Only data-independent accounting from a run's first step gives one figure that holds whatever the votes")
+
 
 def drawn_with_replacement(member: str, batch_size: int, smallest: int, flag: str) -> str:
     """The warning for minibatches larger than a partition (teachers', GS-WGAN's critics'):
@@ -317,6 +331,14 @@ class TeacherStrategy(PrivacyStrategy):
         super().load_state_dict(state_dict)
         self._steps = int(state_dict["steps"])
         self.sampler.load_state_dict(state_dict["sampler"])  # same partitions, same draws
+        # segments from before each recorded its accounting: the checkpoint's accountant ran the last
+        # one where it was data-dependent; else it stays unrecorded (counted as possibly so)
+        saved = state_dict.get("accountant") if isinstance(state_dict.get("accountant"), dict) else {}
+        for segment in self.earlier_segments:
+            segment.setdefault("accounting", ACCOUNTING_NOT_RECORDED)
+        if self.earlier_segments and saved.get("accounting") == "data-dependent":
+            if self.earlier_segments[-1]["accounting"] == ACCOUNTING_NOT_RECORDED:
+                self.earlier_segments[-1]["accounting"] = "data-dependent"
         self._last_charged = state_dict.get("last_charged")
         if self._last_charged is None:  # a checkpoint written before it was kept: known if one setting was ever used
             used = self.accountant.noise_settings()
@@ -360,21 +382,22 @@ class TeacherStrategy(PrivacyStrategy):
 
     def segments_stopped_on_the_votes(self) -> list[int]:
         """Under data-independent accounting, the first steps of the earlier segments that ran
-        under data-dependent accounting (a resume changed it): how many queries they asked was
-        decided on the votes, so the bound of the queries asked does not hold whatever the votes
-        for them. Segments from before the accounting was recorded are not counted."""
+        under data-dependent accounting (a resume changed it), or under one an older checkpoint did
+        not record: how many queries they asked may have been decided on the votes, so the bound
+        of the queries asked does not hold whatever the votes for them."""
         if self.accountant.accounting != "data-independent":
             return []
-        return [segment.get("from_step") for segment in self.earlier_segments if segment.get("accounting") == "data-dependent"]
+        return [segment.get("from_step") for segment in self.earlier_segments
+                if segment.get("accounting", ACCOUNTING_NOT_RECORDED) != "data-independent"]
 
     def _independent_bound_holds(self) -> str:
         """What the data-independent epsilon holds, under data-independent accounting."""
         voted = self.segments_stopped_on_the_votes()
         if not voted:
             return "holds whatever the votes"
-        steps = ", ".join(str(step) for step in voted)
-        return (f"bounds the queries the run asked whatever their votes; but the segment(s) from step {steps} ran under "
-                f"data-dependent accounting, and there {QUERY_COUNT_CAVEAT}")
+        unrecorded = any(segment.get("accounting", ACCOUNTING_NOT_RECORDED) == ACCOUNTING_NOT_RECORDED
+                         for segment in self.earlier_segments)
+        return f"bounds the queries the run asked, whatever their votes; but {votes_decided_note(voted, unrecorded)}"
 
     def spent_figures(self) -> dict[str, Any]:
         """Also which figure ``epsilon`` is (``accounting``) and the data-independent bound of the
@@ -385,6 +408,9 @@ class TeacherStrategy(PrivacyStrategy):
         figures = super().spent_figures()
         independent = self.preprocessing["epsilon"] + self.accountant.epsilon_data_independent(self.training_delta)
         voted = {"segments_stopped_on_the_votes": voted} if (voted := self.segments_stopped_on_the_votes()) else {}
+        if voted and any(segment.get("accounting", ACCOUNTING_NOT_RECORDED) == ACCOUNTING_NOT_RECORDED
+                         for segment in self.earlier_segments):
+            voted["segments_accounting_not_recorded"] = True
         return {**figures, "accounting": self.accountant.accounting,
                 "epsilon_data_independent": independent if math.isfinite(independent) else None, **voted}
 

@@ -424,10 +424,18 @@ def _keep_the_checkpoints_delta(config: dict[str, Any], notes: list[str]) -> Non
     delta = _number(spent.get("delta")) if isinstance(spent, dict) else None
     if delta is None or delta == config.get("delta"):
         return
-    presets = "the presets'" if config.get("delta") is not None else "the default"
-    if (config.get("delta") or DEFAULT_DELTA) != delta:
-        notes.append(f"--resume keeps the checkpoint's delta {delta:g} ({presets} {config.get('delta') or DEFAULT_DELTA:g} "
-                     "would restate the whole run's epsilon at another delta): give --delta to change it")
+    if config.get("delta") is not None:
+        instead = f"the presets' {config['delta']:g}"
+    else:  # the dataset's own default (Kaggle credit's 1e-6), else the strategies'
+        dataset = registry.DATASETS.get(config["data"].get("name") or "")
+        own = getattr(dataset.load(), "default_delta", None) if dataset is not None else None
+        whose = "the dataset's" if own is not None else "the strategies'"
+        instead = f"{whose} default {own or DEFAULT_DELTA:g}"
+        if (own or DEFAULT_DELTA) == delta:
+            instead = ""
+    if instead:
+        notes.append(f"--resume keeps the checkpoint's delta {delta:g} ({instead} would restate the whole run's "
+                     "epsilon at another delta): give --delta to change it")
     config["delta"] = delta
 
 

@@ -65,7 +65,7 @@ from lightning_dpgan.config import QUAIL, section_arguments
 from lightning_dpgan.data.dev_split import check_held_out_split
 from lightning_dpgan.error_text import first_line
 from lightning_dpgan.outputs import file_sha256, write_json
-from lightning_dpgan.privacy.noise_source import fixed_seed_sources, not_for_release
+from lightning_dpgan.privacy.noise_source import fixed_seed_sources_in_report, not_for_release
 from lightning_dpgan.run import check_same_schema, check_same_split, restore_released_schema, split_settings
 from lightning_dpgan.run_folder import (
     EVALUATION_FILES,
@@ -394,14 +394,6 @@ NOT_COVERED_NO_FIGURES = ("these measures are read from the real rows without no
 DEFAULT_CNN_EPOCHS = 10
 
 
-def fixed_seed_sources_of(privacy: dict[str, Any]) -> list[str]:
-    """The fixed-seed draws a privacy.json names: in its ``segments`` after a resume, else in its
-    top-level ``noise_source`` (and GS-WGAN's ``selection_source``)."""
-    segments = privacy.get("segments") or [{"from_step": 0, **{key: value for key, value in privacy.items()
-                                                              if key.endswith("_source")}}]
-    return fixed_seed_sources(segments if isinstance(segments, list) else [])
-
-
 def refuse_image_options(run_dir: Path, **given: Any) -> None:
     """An image run's options given for a table run, which would be ignored in silence: its
     synthetic.csv is scored as written (as many rows as it holds), by scikit-learn models."""
@@ -444,7 +436,7 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
                                NOT_COVERED_AUDIT_TRIAL if privacy.get("audit_trial") else NOT_COVERED_BY_EPSILON)
     if other_table:
         results["privacy_note"] = f"{NOT_THE_RECORDED_TABLE} {results['privacy_note']}"
-    if privacy is not None and not privacy.get("audit_trial") and (sources := fixed_seed_sources_of(privacy)):
+    if privacy is not None and not privacy.get("audit_trial") and (sources := fixed_seed_sources_in_report(privacy)):
         fixed = f"This run is not private: {not_for_release(sources)}."
         warn(f"{run_dir}: {fixed}")
         results["privacy_note"] = f"{fixed} {results['privacy_note']}"

@@ -92,12 +92,11 @@ def guarantee_note(path: str | Path) -> str:
     if spent.get("accounting") == "data-dependent":
         return data_dependent_note(epsilon, spent, report)
     if spent.get("segments_stopped_on_the_votes"):  # data-independent since a resume
-        from lightning_dpgan.callbacks.teachers import QUERY_COUNT_CAVEAT
+        from lightning_dpgan.callbacks.teachers import votes_decided_note
 
-        steps = ", ".join(str(step) for step in spent["segments_stopped_on_the_votes"])
+        voted = votes_decided_note(spent["segments_stopped_on_the_votes"], spent.get("segments_accounting_not_recorded", False))
         return (f"released under the checkpoint's privacy spend, epsilon {epsilon} and delta {spent['delta']:g}, the "
-                f"data-independent bound of the queries the run asked (how it was accounted: {report}). But the "
-                f"segment(s) from step {steps} ran under data-dependent accounting, and there {QUERY_COUNT_CAVEAT}. "
+                f"data-independent bound of the queries the run asked (how it was accounted: {report}). But {voted}. "
                 "Drawing more records spends nothing more")
     return (f"released under the checkpoint's privacy spend, epsilon {epsilon} and delta {spent['delta']:g} (how it "
             f"was accounted: {report}); drawing more records spends nothing more")

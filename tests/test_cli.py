@@ -1173,3 +1173,20 @@ def test_a_resume_given_no_delta_keeps_the_checkpoints_not_the_presets(tiny_imag
     # each segment says the delta its target was at: the loosening shows
     assert [segment["delta"] for segment in loosened_report["segments"]] == [1e-7, 1e-5]
     assert [segment["delta"] for segment in kept["segments"]] == [1e-7, 1e-7]
+
+
+@pytest.mark.parametrize("dataset, kept, note", [
+    ("kaggle-credit", 1e-6, None),  # the dataset's own default: nothing to say
+    ("kaggle-credit", 1e-7, "the dataset's default 1e-06 would restate"),
+    ("adult", 1e-7, "the strategies' default 1e-05 would restate"),
+])
+def test_a_resume_keeps_the_checkpoints_delta_against_the_default_the_run_would_take(monkeypatch, dataset, kept, note):
+    """Where no preset sets delta, the run takes the dataset's own default (Kaggle credit's 1e-6),
+    else the strategies' 1e-5: the note named 1e-5 for Kaggle credit."""
+    from lightning_dpgan import cli
+
+    monkeypatch.setattr(cli, "_checkpoint_strategy_state", lambda path: {"spent": {"epsilon": 1.0, "delta": kept}})
+    config, notes = {"resume": "last.ckpt", "delta": None, "data": {"name": dataset}}, []
+    cli._keep_the_checkpoints_delta(config, notes)
+    assert config["delta"] == kept
+    assert (notes == []) if note is None else (len(notes) == 1 and note in notes[0])

@@ -1038,6 +1038,15 @@ def test_the_report_says_how_its_epsilon_was_spent_and_that_it_is_not_for_publis
     # PATE's default figure is computed from the votes (docs/privacy.md): privacy.json is not for publishing either
     voted = write_report(tmp_path, {}, {**privacy, "accounting": "data-dependent"}, {}).read_text()
     assert "is not itself private either" in voted and "Publish the synthetic data and `privacy.json`" not in voted
+    assert "their number was decided on the votes too" in voted
+    # a fixed noise seed: nothing of the run is for publishing
+    seeded = write_report(tmp_path, {}, {**privacy, "noise_source": "FIXED SEED 1 (--privacy.noise_seed, for tests "
+                                         "only: anyone with the seed can replay the noise)"}, {}).read_text()
+    assert "The run is not private: its secret draws came from a fixed seed" in seeded.split("## Privacy")[0]
+    assert "Publish the synthetic data and `privacy.json`" not in seeded
+    resumed = {**privacy, "segments": [{"from_step": 0, "noise_source": "own generator seeded from OS entropy"},
+                                       {"from_step": 4, "selection_source": "FIXED SEED 2 (--privacy.selection_seed)"}]}
+    assert "from step 4: FIXED SEED 2" in write_report(tmp_path, {}, resumed, {}).read_text()
     none = write_report(tmp_path, {}, {"mechanism": "none", "epsilon": None, "delta": None}, {}).read_text()
     assert "states no privacy guarantee" in none and "- delta: none\n" in none
     monkeypatch.chdir(tmp_path)  # evaluate --run . titled its report "# Run report: "

@@ -191,6 +191,7 @@ def test_a_run_with_a_fixed_noise_seed_is_flagged_not_for_release_by_train_sampl
     assert main(["evaluate", "--run", str(run), "--cnn-epochs", "1", "-n", "20"]) == 0
     assert "This run is not private: its secret draws came from a fixed seed" in capsys.readouterr().err
     assert read_json(run / "evaluation.json")["privacy_note"].startswith("This run is not private: its secret draws")
+    assert "The run is not private" in (run / "report.md").read_text().split("## Privacy")[0]
     # without the seed, none of it
     assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "private", model="dpgan", steps=2)) == 0
     assert "not private" not in capsys.readouterr().err

@@ -607,13 +607,31 @@ def test_a_resume_that_turns_to_data_independent_accounting_says_the_first_segme
     assert main(pategan_args(tmp_path / "resumed", first["steps"] + 1, 2 * first["epsilon_data_independent"], *resume)) == 0
     report, warned = read_json(tmp_path / "resumed" / "privacy.json"), capsys.readouterr().err
     assert [segment["accounting"] for segment in report["segments"]] == ["data-dependent", "data-independent"]
-    caveat = ("but the segment(s) from step 0 ran under data-dependent accounting, and there as the run stops, and "
-              "refuses answers, on the data-dependent figure, how many queries it asked was decided on the votes too")
+    caveat = ("but the segment(s) from step 0 ran under data-dependent accounting, which stops, and refuses answers, on "
+              "the data-dependent figure: how many queries they asked was decided on the votes too")
     assert caveat in report["note"] and caveat in warned
     assert not report["note"].startswith("epsilon_data_independent holds whatever the votes")
     assert main(["sample", "--checkpoint", str(tmp_path / "resumed" / "checkpoints/last.ckpt"), "-n", "5",
                  "--out", str(tmp_path / "drawn.csv")]) == 0
     assert "the segment(s) from step 0 ran under data-dependent accounting" in capsys.readouterr().err
+    # a checkpoint from before segments recorded their accounting: its accountant's says the last ran data-dependent
+    older = torch.load(pategan_run / "checkpoints/last.ckpt", map_location="cpu", weights_only=False)
+    (state,) = [state for state in older["callbacks"].values() if isinstance(state, dict) and "segments" in state]
+    for segment in state["segments"]:
+        del segment["accounting"]
+    torch.save(older, tmp_path / "older.ckpt")
+    resume[-1] = str(tmp_path / "older.ckpt")
+    assert main(pategan_args(tmp_path / "from-older", first["steps"] + 1, 2 * first["epsilon_data_independent"],
+                             *resume)) == 0
+    assert caveat in read_json(tmp_path / "from-older" / "privacy.json")["note"]
+    # ... and where it does not say so, the segment is counted as possibly stopped on the votes
+    state["accountant"]["accounting"] = "data-independent"
+    torch.save(older, tmp_path / "older.ckpt")
+    assert main(pategan_args(tmp_path / "unrecorded", first["steps"] + 1, 2 * first["epsilon_data_independent"],
+                             *resume)) == 0
+    unrecorded = read_json(tmp_path / "unrecorded" / "privacy.json")
+    assert "ran under data-dependent accounting, or under one an older checkpoint did not record" in unrecorded["note"]
+    assert unrecorded["segments"][0]["accounting"].startswith("not recorded")
     # a run under data-independent accounting from its start: its bound holds whatever the votes
     assert main(pategan_args(tmp_path / "independent", 2, 2 * first["epsilon_data_independent"],
                              "--privacy.accounting", "data-independent")) == 0

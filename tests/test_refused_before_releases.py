@@ -195,10 +195,12 @@ def test_a_refusal_after_the_schema_estimate_says_what_it_spent(tmp_path, capsys
     ("dpgan", ["--epsilon", "5.003"], "however much noise is added, a training step spends at least epsilon 0.0035 at "
                                       "delta 1e-05 (the least the accountant reports)"),
     ("dpgan", ["--epsilon", "5.009", "--privacy.accountant", "prv"],
-     "however much noise is added, a training step spends at least epsilon 0.00999 at delta 1e-05"),
+     "however much noise is added, a training step spends at least epsilon 0.00999 at delta 1e-05 (the least the "
+     "accountant reports), so this run would spend at least epsilon = 5.01, more than --epsilon 5.009: raise --epsilon "
+     "(or --delta), or use --privacy.accountant rdp, whose least is 0.0035."),
     ("gswgan", ["--epsilon", "5.003"], "however much noise is added, a training step spends at least epsilon 0.0035"),
     ("gswgan", ["--epsilon", "10.003", "--data.bounds_delta", "1e-9", "--privacy.num_critics", "4"],
-     "however much noise is added, a training step spends at least epsilon 0.00"),
+     "however much noise is added, a training step spends at least epsilon 0.0035 at delta 1e-05"),
 ], ids=["dp-sgd", "pate", "gpate", "dp-sgd-calibrated", "dp-sgd-calibrated-prv", "sanitizer-calibrated",
         "gs-wgan-calibrated"])
 def test_a_first_step_the_budget_cannot_pay_for_is_refused_before_the_schema_estimate(

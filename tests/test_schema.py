@@ -601,3 +601,17 @@ def test_a_schema_list_written_as_one_string_is_refused_not_read_letter_by_lette
             "label_kind": "binary", **({"drop": spec["drop"]} if "drop" in spec else {})}
     with pytest.raises(SchemaError, match=re.escape(said)):
         TableSchema.from_dict(file)
+
+
+@pytest.mark.parametrize("name, flag", [("age", "age"), ("null", "'\"null\"'"), ("1e3", "'\"1e3\"'"),
+                                        ("on", "'\"on\"'"), ("city,state", "'[\"city,state\"]'"), ("a b", "'a b'")])
+def test_a_column_name_is_written_as_a_flag_reads_it_back(name, flag):
+    """A remedy's flag value: the CLI reads values as YAML (1e3 a number, null no value), splits
+    at commas, and the shell at spaces."""
+    import shlex
+
+    from lightning_dpgan.config import parse_value
+    from lightning_dpgan.data.schema import as_flag_value, column_names
+
+    assert as_flag_value(name) == flag
+    assert column_names(parse_value(shlex.split(flag)[0])) == [name]

@@ -79,8 +79,10 @@ def as_flag_value(name: str) -> str:
     """``name`` as a --data.* column flag takes it, for a message's remedy: a flag's value is read
     as YAML, where null, ~, 2020 or on are no value, a number or a boolean (quoted, they stay
     text), and a comma separates two names (a YAML list keeps it in one)."""
+    from lightning_dpgan.config import parse_value  # the CLI's reading (1e3 is a number there too)
+
     try:
-        read = yaml.safe_load(name)
+        read = parse_value(name)
     except yaml.YAMLError:
         read = None
     if "," in name:

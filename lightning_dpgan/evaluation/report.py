@@ -25,6 +25,7 @@ import pandas as pd  # noqa: E402
 from lightning_dpgan.data.schema import TableSchema  # noqa: E402
 from lightning_dpgan.error_text import first_line  # noqa: E402
 from lightning_dpgan.outputs import atomic_write  # noqa: E402
+from lightning_dpgan.privacy.noise_source import fixed_seed_sources_in_report, not_for_release  # noqa: E402
 
 REPORT_FILE = "report.md"
 FIGURES = "report"
@@ -180,9 +181,16 @@ def _not_for_publishing(privacy: Mapping[str, Any] | None) -> str:
     if privacy.get("audit_trial"):
         return (f"{report} The run is {privacy['audit_trial']}: publish neither this run's synthetic data nor its "
                 "`privacy.json`; release a generator trained by `train` instead.")
+    if sources := fixed_seed_sources_in_report(dict(privacy)):
+        return (f"{report} The run is not private: {not_for_release(sources)}. Publish neither its synthetic data nor "
+                "its `privacy.json`.")
     if privacy.get("accounting") == "data-dependent":
-        return (f"{report} Its `privacy.json` is computed from the teachers' votes and is not itself private "
-                "either: publish the synthetic data with the data-independent bound only.")
+        return (f"{report} Its `privacy.json`'s epsilon is computed from the teachers' votes and is not itself private "
+                "either: publish the synthetic data with the data-independent bound of the queries asked, saying that "
+                "their number was decided on the votes too.")
+    if privacy.get("segments_stopped_on_the_votes"):
+        return (f"{report} Publish the synthetic data and `privacy.json` (its epsilon bounds the queries asked; its note "
+                "says which segments stopped on the votes), not these.")
     return f"{report} Publish the synthetic data and `privacy.json`, not these."
 
 

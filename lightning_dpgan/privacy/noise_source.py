@@ -43,10 +43,18 @@ def fixed_seed_sources(segments: list[dict] | None) -> list[str]:
             if key.endswith("_source") and isinstance(value, str) and value.startswith(FIXED_SEED)]
 
 
+def fixed_seed_sources_in_report(privacy: dict) -> list[str]:
+    """:func:`fixed_seed_sources` of a privacy.json: its ``segments`` after a resume, else its
+    top-level ``noise_source`` (and GS-WGAN's ``selection_source``)."""
+    segments = privacy.get("segments") or [{"from_step": 0, **{key: value for key, value in privacy.items()
+                                                              if key.endswith("_source")}}]
+    return fixed_seed_sources(segments if isinstance(segments, list) else [])
+
+
 def not_for_release(sources: list[str]) -> str:
     """Why a run whose secret draws came from a fixed seed (``fixed_seed_sources``) is not for release."""
-    return (f"its secret draws came from a fixed seed ({'; '.join(sources)}): anyone with the seed, which the run's "
-            "config.yaml records, can replay them, so its epsilon does not hold against them. For tests and audits "
+    return (f"its secret draws came from a fixed seed ({'; '.join(sources)}): anyone with the seed (a train run's "
+            "config.yaml records it) can replay them, so its epsilon does not hold against them. For tests and audits "
             "only: release neither its synthetic data nor its checkpoint; train without the seed to release")
 
 
@@ -102,4 +110,4 @@ class NoiseSource:
         return f"{FIXED_SEED} {self.seed} (--privacy.noise_seed, for tests only: anyone with the seed can replay the noise)"
 
 
-__all__ = ["FIXED_SEED", "NoiseSource", "fixed_seed_sources", "not_for_release"]
+__all__ = ["FIXED_SEED", "NoiseSource", "fixed_seed_sources", "fixed_seed_sources_in_report", "not_for_release"]
