@@ -134,6 +134,14 @@ def log_run_config(logger: Logger, run_config: dict[str, Any]) -> None:
     try:
         logger.log_hyperparams({"run_config": run_config})
     except Exception as error:
+        if type(error).__module__.startswith("pydantic"):  # W&B's settings, WANDB_MODE=bogus among them
+            lines = [line.strip() for line in str(error).splitlines()
+                     if line.strip() and not line.strip().startswith("For further information")]
+            given = ", ".join(f"{key}={value}" for key, value in sorted(os.environ.items())
+                              if key.startswith("WANDB_") and key != "WANDB_API_KEY")
+            raise ConfigError(f"W&B refused its settings ({' '.join(lines[1:]) or first_line(error)}): check the "
+                              f"WANDB_* environment variables{f' ({given})' if given else ''} and the --logger.* "
+                              "settings") from error
         if not type(error).__module__.startswith("wandb"):
             raise
         raise ConfigError(f"W&B could not start its run ({first_line(error)}). Without a network, set WANDB_MODE=offline "

@@ -54,7 +54,8 @@ from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.outputs import file_sha256, write_csv_chunks, write_json, write_png, write_torch, write_yaml
 from lightning_dpgan.privacy.validation import validate_delta
 from lightning_dpgan.python_run_info import table_decoding_info
-from lightning_dpgan.run_folder import AUDIT_TRIAL_NOTE, LAST_CHECKPOINT, RELEASED_SCHEMA, continue_command, data_files
+from lightning_dpgan.run_folder import (AUDIT_TRIAL_NOTE, LAST_CHECKPOINT, RELEASED_SCHEMA, continue_command, data_files,
+                                        refuse_holding_the_data_files)
 from lightning_dpgan.sampling import read_run_info, resume_checkpoint, synthetic_row_chunks, table_labeler
 from lightning_dpgan.versions import software_versions
 
@@ -449,6 +450,8 @@ class Run:
         self.synthetic_label_counts: dict[Any, int] | None = None
         self.quail = self._build_quail()
         self.datamodule = self._build_datamodule()
+        refuse_holding_the_data_files(output_dir, self.datamodule)  # found where they lie, not read
+        self._refuse_table_settings_for_images()
         # the settings that need no data, checked before the model is built: its width may need a
         # DP release drawn from the rows (a DP-estimated schema, a mode-specific table's histogram)
         self.strategy = self._build_privacy()
@@ -463,6 +466,7 @@ class Run:
         try:  # the module's width may draw the DP releases: a refusal from here on says what they spent
             self.module = self._build_module()
             self._warn_of_unused_batch_size()
+            self._warn_of_no_generator_update()
             if not config["max_steps"] and not config["max_epochs"]:
                 config["max_steps"] = DEFAULT_MAX_STEPS
             self.trainer = self._build_trainer()  # its options are checked before the label model reads a row
@@ -485,6 +489,28 @@ class Run:
         say_once_per_machine(f"train: warning: data.batch_size {given} (--batch-size, a config file or a preset) is "
                              f"not used by --privacy {self.strategy.name}: each teacher trains on "
                              f"--privacy.teacher_batch_size records a step ({used})")
+
+    def _refuse_table_settings_for_images(self) -> None:
+        """``--num_synthetic`` sets the rows of a table run's synthetic.csv: an image run writes no
+        table (samples.png's grid is ``--sample_columns``), and recorded it in config.yaml unused."""
+        if getattr(self.datamodule, "kind", "image") == "image" and self.config.get("num_synthetic") is not None:
+            raise ConfigError(f"--num_synthetic {self.config['num_synthetic']} sets the rows of a table run's "
+                              f"synthetic.csv, and {self.config['data']['name']} is an image dataset: drop it (draw "
+                              "images with: python -m lightning_dpgan sample --checkpoint RUN/checkpoints/last.ckpt -n N "
+                              "--out images.npz)")
+
+    def _warn_of_no_generator_update(self) -> None:
+        """A --max-steps that ends before the first generator update (one every
+        ``--model.discriminator_steps`` training steps): said as training starts, not only at its
+        end, after a private run spent its budget on the critic alone."""
+        every, steps = self.module.hparams.get("discriminator_steps", 1), self.config["max_steps"]
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps <= 0 or steps >= every:
+            return
+        spend = " (a private run spends its budget on the critic all the same)" if self.strategy is not None else ""
+        say_once_per_machine(f"train: warning: --max-steps {steps} ends before the first generator update, which comes "
+                             f"after --model.discriminator_steps {every} training steps: the generator will take none, "
+                             f"and its samples will be its random initialisation{spend}. Raise --max-steps to {every} "
+                             "or more, or lower --model.discriminator_steps")
 
     def _check_quail_is_private(self) -> None:
         """QUAIL's budget split needs a target and a private synthesizer: refused before the other

@@ -109,6 +109,20 @@ def located_data_files(datamodule: Any) -> list[str]:
     return [str(path.resolve()) for path in found if path is not None]
 
 
+def refuse_holding_the_data_files(folder: Path, datamodule: Any) -> None:
+    """:func:`refuse_the_data_folder` for the folders a built-in dataset's files are read from:
+    the subfolder of its data folder they were found in (``mnist/`` under ``--data-dir``, which
+    :func:`check_output_dir` cannot know before the datamodule looks), and its download cache.
+    The files are located, not read."""
+    located = located_data_files(datamodule)
+    folders = {"--data-dir's files": Path(path).parent for path in located}
+    cache = getattr(datamodule, "_cache_folder", None)
+    names = datamodule.raw_file_names() if hasattr(datamodule, "raw_file_names") else []
+    if callable(cache) and len(located) < len(names) and cache().is_dir():  # some are read from the cache
+        folders["the download cache"] = cache()
+    refuse_the_data_folder(folder, folders)
+
+
 def held_run_files(folder: Path) -> list[str]:
     """The run files ``folder`` holds (none if it does not exist)."""
     return [name for name in MARKERS if (folder / name).exists()] if folder.is_dir() else []

@@ -480,6 +480,9 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"-n must be a whole number >= 1, got {n!r}")
     check_classes(classes)
+    if classes is not None and n < len(classes):  # the first n classes alone were drawn, without a word
+        raise ValueError(f"-n {n} is fewer than the {len(classes)} --classes: each is drawn in turn, so the last "
+                         f"{len(classes) - n} would get no image. Give -n {len(classes)} or more, or fewer --classes")
     if out.exists() and Path(checkpoint).exists() and out.samefile(checkpoint):
         raise ValueError(f"--out {out} is the checkpoint itself: give another file")
     refuse_the_runs_own_data(out, Path(checkpoint), overwrite)

@@ -1695,6 +1695,33 @@ def test_the_data_folder_as_output_is_refused_and_left_as_it_was(tiny_image_data
     assert sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*")) == ["raw", "raw/data.csv"]
 
 
+def test_the_subfolder_or_cache_the_data_files_lie_in_as_output_is_refused_and_left_as_it_was(
+        tiny_image_data_dir, tmp_path, capsys, monkeypatch):
+    """--data-dir DIR reads MNIST from DIR/mnist/: --output-dir DIR/mnist was accepted, and the run
+    folder meant for publishing held the raw IDX files; so was the download cache's folder."""
+    subfolder = tiny_image_data_dir / "mnist"
+    before = sorted(path.name for path in subfolder.iterdir())
+    assert_refused(image_args(tiny_image_data_dir, subfolder), capsys,
+                   f"--output-dir {subfolder} is the folder the private records are read from (--data-dir's files "
+                   f"{subfolder})")
+    assert sorted(path.name for path in subfolder.iterdir()) == before
+    cache, elsewhere = tmp_path / "cache", tmp_path / "no-data"  # the files are read from the cache
+    shutil.copytree(subfolder, cache / "mnist")
+    elsewhere.mkdir()
+    monkeypatch.setenv("LIGHTNING_DPGAN_CACHE_DIR", str(cache))
+    assert_refused(image_args(elsewhere, cache), capsys,
+                   f"--output-dir {cache} holds the folder the private records are read from (the download cache")
+    assert sorted(path.name for path in cache.iterdir()) == ["mnist"]
+    assert main(image_args(tiny_image_data_dir, cache / "run")) == 0  # read from --data-dir: the cache is not the data
+
+
+def test_the_rows_of_a_synthetic_table_are_refused_for_an_image_run(tiny_image_data_dir, tmp_path, capsys):
+    """--num_synthetic was recorded in config.yaml and did nothing: an image run writes no table."""
+    assert_refused(image_args(tiny_image_data_dir, tmp_path / "run", "--num_synthetic", "5"), capsys,
+                   "--num_synthetic 5 sets the rows of a table run's synthetic.csv, and mnist is an image dataset")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_compressed_csv_is_read_and_its_header_checked(tmp_path):
     """The repeated-name check reads the header as pandas reads the file (compression, UTF-8)."""
     from lightning_dpgan.data.schema import SchemaError

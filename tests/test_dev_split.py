@@ -308,3 +308,11 @@ def test_the_dev_permutation_is_not_the_train_test_permutation_of_the_same_seed(
     _, dev = dev_split(n, fraction, seed)
     same_stream = np.sort(np.random.default_rng(seed).permutation(n)[: len(dev)])
     assert not np.array_equal(dev, same_stream)
+
+
+def test_a_fraction_just_under_one_is_said_as_given_and_the_upper_bound_not_as_one():
+    """0.9999999 of 60000 read "--data.dev_fraction 1 ... (a fraction from 1.67e-05 to 1 gives
+    both)": the value rounded to the one refused, and a range ending at it."""
+    with pytest.raises(ValueError, match=r"^--data.dev_fraction 0.9999999 of 60000 .* \(a fraction from 1.67e-05 to "
+                                         r"0.999983 gives both\)$"):
+        dev_split(60000, 0.9999999)

@@ -157,3 +157,18 @@ def test_only_wandbs_own_errors_at_the_start_of_its_run_are_said_as_wandbs():
     wandb_error = type("CommError", (Exception,), {"__module__": "wandb.errors"})("network is unreachable")
     with pytest.raises(ConfigError, match="W&B could not start its run"):
         log_run_config(Failing(wandb_error), {})
+
+
+def test_a_wandb_setting_wandb_refuses_is_named_with_the_environment_that_set_it(tmp_path, monkeypatch):
+    """WANDB_MODE=bogus ended in pydantic's bare "1 validation error for Settings", naming no
+    variable: W&B reads its mode from the environment as its run starts."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    from lightning_dpgan.config import ConfigError
+    from lightning_dpgan.loggers import log_run_config
+
+    monkeypatch.setenv("WANDB_MODE", "bogus")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"W&B refused its settings \(mode Input should be 'online'.*input_value="
+                                          r"'bogus'.*\): check the WANDB_\* environment variables \(.*WANDB_MODE=bogus"):
+        log_run_config(WandbLogger(save_dir=str(tmp_path), project="x"), {})

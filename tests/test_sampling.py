@@ -149,10 +149,12 @@ def test_classes_cycle_through_the_chunks_with_each_image_of_its_label(image_che
 @pytest.mark.parametrize("classes, message", [
     ([], "one or more class indices"), ([-1], "whole numbers >= 0"), ([2, True], "whole numbers >= 0"),
     ([3, 1, 3], "names class 3 more than once"),
+    # five classes for three images: classes 4 and 5 were left out without a word
+    ([1, 2, 3, 4, 5], "-n 3 is fewer than the 5 --classes: each is drawn in turn, so the last 2 would get no image"),
 ])
 def test_bad_classes_are_refused_before_the_checkpoint_is_read(tmp_path, classes, message):
     with pytest.raises(ValueError, match=message):
-        sample_to_file(tmp_path / "missing.ckpt", 5, tmp_path / "s.npz", classes=classes)
+        sample_to_file(tmp_path / "missing.ckpt", 3, tmp_path / "s.npz", classes=classes)
     assert not (tmp_path / "s.npz").exists()
 
 

@@ -39,9 +39,10 @@ def dev_split(n: int, fraction: float, seed: int = 0) -> tuple[np.ndarray, np.nd
         return np.arange(n), np.arange(0)
     n_dev = int(round(n * fraction))
     if not 0 < n_dev < n:
-        raise ValueError(f"--data.dev_fraction {fraction:g} of {n} training records holds {n_dev} out for the dev "
+        digits = max(3, len(str(n)) + 1)  # enough that (n - 1) / n does not print as 1
+        raise ValueError(f"--data.dev_fraction {fraction!r} of {n} training records holds {n_dev} out for the dev "
                          f"split and leaves {n - n_dev} to train on; each needs at least one record (a fraction "
-                         f"from {1 / n:.3g} to {(n - 1) / n:.3g} gives both)")
+                         f"from {1 / n:.3g} to {(n - 1) / n:.{digits}g} gives both)")
     order = np.random.default_rng([seed, DEV_STREAM]).permutation(n)
     return np.sort(order[n_dev:]), np.sort(order[:n_dev])
 
