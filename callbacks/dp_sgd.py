@@ -98,7 +98,7 @@ class DPSGD(CalibratedNoiseStrategy):
     def first_step_refusal(self, target_epsilon: float, priced: float | None = None, exact: bool = True) -> str:
         """The PRV accountant's floor (about its error margin, 0.01) is above the RDP one's."""
         refusal = super().first_step_refusal(target_epsilon, priced, exact)
-        if self.floor_priced is not None and self.accountant_kind == "prv":
+        if self.floor_priced is not None and priced is not None and self.accountant_kind == "prv":
             return f"{refusal[:-1]}, or use --privacy.accountant rdp, whose least is {rdp_epsilon_floor(self.floor_priced[1]):.3g}."
         return refusal
 

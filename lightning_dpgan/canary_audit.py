@@ -495,6 +495,7 @@ def run_trial(
     seed: int,
     samples: int,
     prepare_run: Callable[[Any], None] | None = None,
+    audit_dir: Path | None = None,
 ) -> TrialRun:
     """One training run (canary in or out) through :class:`~lightning_dpgan.run.Run`, then the
     membership score of its generator.
@@ -514,7 +515,7 @@ def run_trial(
         logger["run_name"] = trial_run_name(logger.get("run_name"), output_dir)
         # tagged, so that a dashboard does not show a trial's figures as a release's guarantee
         logger["tags"] = [*(logger.get("tags") or []), AUDIT_TRIAL_TAG]
-    run = Run(trial_config, output_dir)
+    run = Run(trial_config, output_dir, published_dir=audit_dir)  # the audit's folder must not hold the data either
     if run.strategy is None:
         raise ConfigError("this run has no privacy strategy: nothing to audit")
     run.mark_as_audit_trial()
@@ -585,7 +586,7 @@ def run_audit(
         where = output_dir / folder / f"{index:03d}"
         which = f"trial {folder}/{index:03d} ({'with' if canary else 'without'} the canary)"
         try:
-            result = run_trial(config, where, canary, seed, samples, prepare_run)
+            result = run_trial(config, where, canary, seed, samples, prepare_run, audit_dir=output_dir)
         except (SIGTERMException, KeyboardInterrupt):
             print(f"audit: stopped during {which}: no audit.json is written, and an audit is not continued: run it "
                   "again with --overwrite (this one's trials are moved to previous/)", file=sys.stderr)

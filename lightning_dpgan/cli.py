@@ -427,7 +427,8 @@ def _keep_the_checkpoints_delta(config: dict[str, Any], notes: list[str]) -> Non
     if config.get("delta") is not None:
         instead = f"the presets' {config['delta']:g}"
     else:  # the dataset's own default (Kaggle credit's 1e-6), else the strategies'
-        dataset = registry.DATASETS.get(config["data"].get("name") or "")
+        name = config["data"].get("name")
+        dataset = registry.DATASETS.get(name) if isinstance(name, str) else None
         own = getattr(dataset.load(), "default_delta", None) if dataset is not None else None
         whose = "the dataset's" if own is not None else "the strategies'"
         instead = f"{whose} default {own or DEFAULT_DELTA:g}"

@@ -137,8 +137,7 @@ def log_run_config(logger: Logger, run_config: dict[str, Any]) -> None:
         if type(error).__module__.startswith("pydantic"):  # W&B's settings, WANDB_MODE=bogus among them
             lines = [line.strip() for line in str(error).splitlines()
                      if line.strip() and not line.strip().startswith("For further information")]
-            given = ", ".join(f"{key}={value}" for key, value in sorted(os.environ.items())
-                              if key.startswith("WANDB_") and key != "WANDB_API_KEY")
+            given = ", ".join(sorted(key for key in os.environ if key.startswith("WANDB_")))  # names: values may hold secrets
             raise ConfigError(f"W&B refused its settings ({' '.join(lines[1:]) or first_line(error)}): check the "
                               f"WANDB_* environment variables{f' ({given})' if given else ''} and the --logger.* "
                               "settings") from error

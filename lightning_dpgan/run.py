@@ -427,9 +427,12 @@ def last_periodic_save_sentence(output_dir: Path, config: dict[str, Any], stoppe
 class Run:
     """Everything ``train`` does, in the order it does it."""
 
-    def __init__(self, config: dict[str, Any], output_dir: Path) -> None:
+    def __init__(self, config: dict[str, Any], output_dir: Path, published_dir: Path | None = None) -> None:
+        """``published_dir``: the folder that gets published and must not hold the data, where it
+        is not ``output_dir`` (an audit's, which holds its trials' folders)."""
         self.config = config
         self.output_dir = output_dir
+        self.published_dir = output_dir if published_dir is None else published_dir
         # first: on machines other than 0 the next lines wait for machine 0's release
         check_machines_can_meet(config["trainer"].get("num_nodes"))
         L.seed_everything(config["seed"], workers=True, verbose=False)
@@ -450,7 +453,7 @@ class Run:
         self.synthetic_label_counts: dict[Any, int] | None = None
         self.quail = self._build_quail()
         self.datamodule = self._build_datamodule()
-        refuse_holding_the_data_files(output_dir, self.datamodule)  # found where they lie, not read
+        refuse_holding_the_data_files(self.published_dir, self.datamodule)  # found where they lie, not read
         self._refuse_table_settings_for_images()
         # the settings that need no data, checked before the model is built: its width may need a
         # DP release drawn from the rows (a DP-estimated schema, a mode-specific table's histogram)
@@ -495,7 +498,8 @@ class Run:
         table (samples.png's grid is ``--sample_columns``), and recorded it in config.yaml unused."""
         if getattr(self.datamodule, "kind", "image") == "image" and self.config.get("num_synthetic") is not None:
             raise ConfigError(f"--num_synthetic {self.config['num_synthetic']} sets the rows of a table run's "
-                              f"synthetic.csv, and {self.config['data']['name']} is an image dataset: drop it (draw "
+                              f"synthetic.csv, and {self.config['data']['name']} is an image dataset: drop it (given by a --config "
+                              "file, --num_synthetic null takes it back; draw "
                               "images with: python -m lightning_dpgan sample --checkpoint RUN/checkpoints/last.ckpt -n N "
                               "--out images.npz)")
 
@@ -505,6 +509,9 @@ class Run:
         end, after a private run spent its budget on the critic alone."""
         every, steps = self.module.hparams.get("discriminator_steps", 1), self.config["max_steps"]
         if not isinstance(steps, int) or isinstance(steps, bool) or steps <= 0 or steps >= every:
+            return
+        # the teacher models and GS-WGAN's N critics step the generator every training step
+        if self.module.generator_updates_every_step(self.config["privacy"].get("num_critics")):
             return
         spend = " (a private run spends its budget on the critic all the same)" if self.strategy is not None else ""
         say_once_per_machine(f"train: warning: --max-steps {steps} ends before the first generator update, which comes "

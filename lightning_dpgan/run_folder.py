@@ -114,11 +114,13 @@ def refuse_holding_the_data_files(folder: Path, datamodule: Any) -> None:
     the subfolder of its data folder they were found in (``mnist/`` under ``--data-dir``, which
     :func:`check_output_dir` cannot know before the datamodule looks), and its download cache.
     The files are located, not read."""
-    located = located_data_files(datamodule)
-    folders = {"--data-dir's files": Path(path).parent for path in located}
+    located = located_data_files(datamodule)  # one file here, another in a subfolder: each folder counts
+    parents = list(dict.fromkeys(Path(path).parent for path in located))
+    folders = {"--data-dir's files" + (f" ({number} of {len(parents)})" if len(parents) > 1 else ""): parent
+               for number, parent in enumerate(parents, 1)}
     cache = getattr(datamodule, "_cache_folder", None)
     names = datamodule.raw_file_names() if hasattr(datamodule, "raw_file_names") else []
-    if callable(cache) and len(located) < len(names) and cache().is_dir():  # some are read from the cache
+    if callable(cache) and len(located) < len(names):  # some are read from the cache, or downloaded into it
         folders["the download cache"] = cache()
     refuse_the_data_folder(folder, folders)
 

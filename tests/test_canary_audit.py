@@ -336,6 +336,18 @@ def test_an_audit_folder_holding_the_private_records_is_refused(tiny_table, tmp_
         "data", *sorted(f"data/{path.name}" for path in tiny_table.iterdir())]
 
 
+def test_an_audit_folder_that_is_the_datasets_subfolder_is_refused(tiny_image_data_dir, tmp_path, capsys):
+    """--data-dir DIR reads MNIST from DIR/mnist/: train refused --output-dir DIR/mnist, the audit
+    did not (its trials' own folders cannot hold the data), and wrote its trials beside it."""
+    data = Path(shutil.copytree(tiny_image_data_dir, tmp_path / "data"))
+    before = sorted(path.name for path in (data / "mnist").iterdir())
+    args = tiny_run_args(data, data / "mnist", model="dpgan")[1:]
+    assert main(["audit", *args, "--trials", "2", "--epsilon", "5"]) == 2
+    assert (f"--output-dir {data / 'mnist'} is the folder the private records are read from (--data-dir's files "
+            f"{data / 'mnist'})") in capsys.readouterr().err
+    assert sorted(path.name for path in (data / "mnist").iterdir()) == before
+
+
 def test_both_fixed_draw_seeds_are_named_and_refused(tiny_table, tmp_path, capsys):
     """GS-WGAN's sanitizer takes both a noise seed and a critic-selection seed: each fixes draws
     the trials must make afresh, and the refusal names both."""
@@ -460,7 +472,7 @@ def test_threshold_separates_calibration_scores():
 def stand_in_trials(monkeypatch, score, record=lambda seed: {"x": 1.0}, training=(1.0, 1e-6), total=(2.0, 2e-6)):
     """``run_trial`` replaced: ``score(with_canary)`` and a privacy report whose training claim is
     below its total, as when preprocessing (DP bounds, DP modes) read the rows first."""
-    def run_trial(config, output_dir, with_canary, seed, samples, prepare_run=None):
+    def run_trial(config, output_dir, with_canary, seed, samples, prepare_run=None, audit_dir=None):
         canary = Canary("table", (torch.zeros(1, 2),), torch.zeros(2), {"kind": "table", "rule": "test", "record": record(seed)})
         privacy = {"epsilon": total[0], "delta": total[1], "epsilon_training": training[0], "delta_training": training[1]}
         return TrialRun(score(with_canary), privacy, canary, "add-remove")
@@ -652,7 +664,7 @@ def test_an_imperfect_tests_bound_matches_an_independent_clopper_pearson_computa
     (the calibration trials' claims, made larger here, must not count)."""
     seen = {"with": 0, "without": 0, "counted": 0}
 
-    def run_trial(config, output_dir, with_canary, seed, samples, prepare_run=None):
+    def run_trial(config, output_dir, with_canary, seed, samples, prepare_run=None, audit_dir=None):
         calibration = output_dir.parent.name == "calibration"
         if calibration:
             score, claim = (0.0 if with_canary else 1.0), (50.0, 0.5)

@@ -640,3 +640,15 @@ def test_an_iteration_generates_the_strategys_batch_size_for_every_step(generate
     module.generator_step = lambda n: seen.append(("generator", n)) or generator_step(n)
     module.selected_critic_iteration(0, 1, torch.rand(2, 4, WIDTH), None)
     assert seen == [("critic", expected), ("critic", expected), ("generator", expected)]
+
+
+@pytest.mark.parametrize("critics, warned", [(4, False), (1, True)])
+def test_a_run_shorter_than_discriminator_steps_is_warned_of_only_where_the_generator_would_not_step(
+        tiny_image_data_dir, tmp_path, capsys, critics, warned):
+    """GS-WGAN's N critics step the generator at every training step whatever the preset's
+    discriminator_steps 5: the warning that "the generator will take none" was false there."""
+    args = critic_args(tiny_image_data_dir, tmp_path / "run", 2, "--privacy.num_critics", str(critics), epsilon=1000)
+    assert main(args) == 0
+    said = capsys.readouterr().err
+    assert ("--max-steps 2 ends before the first generator update" in said) is warned
+    assert ("no generator update was taken" in said) is warned  # the end of the run agrees

@@ -159,16 +159,30 @@ def test_only_wandbs_own_errors_at_the_start_of_its_run_are_said_as_wandbs():
         log_run_config(Failing(wandb_error), {})
 
 
-def test_a_wandb_setting_wandb_refuses_is_named_with_the_environment_that_set_it(tmp_path, monkeypatch):
+def test_a_wandb_setting_wandb_refuses_is_named_with_the_environment_that_set_it(monkeypatch):
     """WANDB_MODE=bogus ended in pydantic's bare "1 validation error for Settings", naming no
-    variable: W&B reads its mode from the environment as its run starts."""
-    from lightning.pytorch.loggers import WandbLogger
+    variable: W&B validates its settings, the environment's among them, as its run starts (a
+    real start is not made here: W&B keeps its refused setup for the rest of the process)."""
+    from typing import Literal
+
+    import pydantic
 
     from lightning_dpgan.config import ConfigError
     from lightning_dpgan.loggers import log_run_config
 
+    class Settings(pydantic.BaseModel):  # W&B's Settings model validates its mode so
+        mode: Literal["online", "offline", "disabled"]
+
+    with pytest.raises(pydantic.ValidationError) as refused:
+        Settings(mode="bogus")
+
+    class Starting:
+        def log_hyperparams(self, params):
+            raise refused.value
+
     monkeypatch.setenv("WANDB_MODE", "bogus")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_BASE_URL", "https://user:secret@example.org")
     with pytest.raises(ConfigError, match=r"W&B refused its settings \(mode Input should be 'online'.*input_value="
-                                          r"'bogus'.*\): check the WANDB_\* environment variables \(.*WANDB_MODE=bogus"):
-        log_run_config(WandbLogger(save_dir=str(tmp_path), project="x"), {})
+                                          r"'bogus'.*\): check the WANDB_\* environment variables \(.*WANDB_MODE") as said:
+        log_run_config(Starting(), {})
+    assert "secret" not in str(said.value)  # the variables are named, not their values

@@ -308,3 +308,24 @@ def test_outputs_and_markers_name_what_a_run_writes():
     """Every marker of a run is moved aside when the folder is replaced: a marker left behind
     would make the replaced folder still look like the old run's."""
     assert set(run_folder.MARKERS) <= set(run_folder.OUTPUTS + run_folder.TRAINING_STATE)
+
+
+def test_the_data_files_folders_count_each_and_the_cache_before_its_download(tmp_path, monkeypatch):
+    """A dataset's files may lie in two folders (adult.data in DIR/adult/, adult.test in DIR):
+    only the last one's folder was checked. A cache not yet made, that the download would make
+    inside the run folder, was not checked at all."""
+    from lightning_dpgan.datamodules.adult import AdultDataModule
+    from lightning_dpgan.run_folder import refuse_holding_the_data_files
+
+    (tmp_path / "data" / "adult").mkdir(parents=True)
+    (tmp_path / "data" / "adult" / "adult.data").write_text("")
+    (tmp_path / "data" / "adult.test").write_text("")
+    split = AdultDataModule(data_dir=tmp_path / "data")
+    for folder in (tmp_path / "data" / "adult", tmp_path / "data"):
+        with pytest.raises(ConfigError, match="the folder the private records are read from \\(--data-dir's files"):
+            refuse_holding_the_data_files(folder, split)
+    refuse_holding_the_data_files(tmp_path / "elsewhere", split)  # a folder away from the files is fine
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("LIGHTNING_DPGAN_CACHE_DIR", str(tmp_path / "out" / "cache"))
+    with pytest.raises(ConfigError, match="holds the folder the private records are read from \\(the download cache"):
+        refuse_holding_the_data_files(tmp_path / "out", AdultDataModule(data_dir=tmp_path / "empty"))

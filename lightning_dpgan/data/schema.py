@@ -83,7 +83,7 @@ def as_flag_value(name: str) -> str:
 
     try:
         read = parse_value(name)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError):  # 2020-13-45: a date YAML cannot build
         read = None
     if "," in name:
         return shlex.quote(json.dumps([name]))

@@ -281,6 +281,11 @@ class GANModule(L.LightningModule):
         """Generator steps in ``train_steps`` training steps: one every ``discriminator_steps``."""
         return self.train_steps // self.hparams.discriminator_steps
 
+    def generator_updates_every_step(self, num_critics: Any = None) -> bool:
+        """Whether the generator steps at every training step, ``discriminator_steps`` aside,
+        before training (``num_critics``: the strategy's, for a model whose critics it builds)."""
+        return False
+
     @contextmanager
     def real_records_stream(self) -> Iterator[None]:
         """Random draws on real records (CTGAN's conditions, dropout masks, a gradient penalty's

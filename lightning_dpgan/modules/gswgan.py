@@ -211,6 +211,11 @@ class GSWGAN(WGAN):
         """N critics: one generator step per training step (its critic's steps are within it)."""
         return self.train_steps if self.num_critics > 1 else super().generator_updates
 
+    def generator_updates_every_step(self, num_critics: Any = None) -> bool:
+        """N critics (the strategy's, built at install, or this model's own)."""
+        critics = num_critics if isinstance(num_critics, int) and not isinstance(num_critics, bool) else self.num_critics
+        return critics > 1
+
     def training_step(self, batch: Any, batch_idx: int) -> None:
         """One critic: the base class's alternation. N critics: ``batch`` is one GS-WGAN
         iteration from the strategy's loader, ``{"critic": trained, "answer": answering,

@@ -35,6 +35,9 @@ class TeacherModel(GANModule):
         """One generator step per training step (a refused one is not counted as a step)."""
         return self.train_steps
 
+    def generator_updates_every_step(self, num_critics: Any = None) -> bool:
+        return True
+
     def build_teachers(self, num_teachers: int, keep: slice | None = None) -> TeacherEnsemble:
         """Create the K teachers (once; the count is saved with the hyper-parameters).
 
