@@ -395,9 +395,12 @@ class TeacherStrategy(PrivacyStrategy):
         voted = self.segments_stopped_on_the_votes()
         if not voted:
             return "holds whatever the votes"
-        unrecorded = any(segment.get("accounting", ACCOUNTING_NOT_RECORDED) == ACCOUNTING_NOT_RECORDED
-                         for segment in self.earlier_segments)
-        return f"bounds the queries the run asked, whatever their votes; but {votes_decided_note(voted, unrecorded)}"
+        return f"bounds the queries the run asked, whatever their votes; but {votes_decided_note(voted, self._unrecorded())}"
+
+    def _unrecorded(self) -> bool:
+        """Whether an earlier segment's accounting was not recorded (an older checkpoint)."""
+        return any(segment.get("accounting", ACCOUNTING_NOT_RECORDED) == ACCOUNTING_NOT_RECORDED
+                   for segment in self.earlier_segments)
 
     def spent_figures(self) -> dict[str, Any]:
         """Also which figure ``epsilon`` is (``accounting``) and the data-independent bound of the
@@ -408,8 +411,7 @@ class TeacherStrategy(PrivacyStrategy):
         figures = super().spent_figures()
         independent = self.preprocessing["epsilon"] + self.accountant.epsilon_data_independent(self.training_delta)
         voted = {"segments_stopped_on_the_votes": voted} if (voted := self.segments_stopped_on_the_votes()) else {}
-        if voted and any(segment.get("accounting", ACCOUNTING_NOT_RECORDED) == ACCOUNTING_NOT_RECORDED
-                         for segment in self.earlier_segments):
+        if voted and self._unrecorded():
             voted["segments_accounting_not_recorded"] = True
         return {**figures, "accounting": self.accountant.accounting,
                 "epsilon_data_independent": independent if math.isfinite(independent) else None, **voted}

@@ -449,16 +449,15 @@ def _checkpoint_strategy_state(path: str) -> dict[str, Any]:
     resume itself will refuse with its reason)."""
     from lightning_dpgan.modules.base import CHECKPOINT_KEY
     from lightning_dpgan.python_run_info import trained_in_python
-    from lightning_dpgan.sampling import read_checkpoint
+    from lightning_dpgan.sampling import read_checkpoint, strategy_state
 
     try:
         checkpoint = read_checkpoint(Path(path).expanduser())
         if trained_in_python((checkpoint.get(CHECKPOINT_KEY) or {}).get("run") or {}):
             return {}  # refused by the resume's own check, which says why: no note about it first
-        states = checkpoint.get("callbacks", {}).values()
+        return strategy_state(checkpoint)
     except Exception:  # noqa: BLE001 - a damaged or missing file: the run's own checks name it
         return {}
-    return next((state for state in states if isinstance(state, dict) and "strategy" in state), {})
 
 
 def checkpoint_target_epsilon(path: str) -> float | None:

@@ -44,14 +44,18 @@ def read_spent_privacy(path: str | Path) -> dict[str, Any] | None:
     return spent_privacy(read_checkpoint(path))
 
 
+def strategy_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The privacy strategy's state in a checkpoint already read ({} for a run without one)."""
+    states = (checkpoint.get("callbacks") or {}).values()
+    return next((state for state in states if isinstance(state, dict) and "strategy" in state), {})
+
+
 def spent_privacy(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
     """:func:`read_spent_privacy` of a checkpoint already read."""
-    states = checkpoint.get("callbacks") or {}
-    strategies = [state for state in states.values() if isinstance(state, dict) and "strategy" in state
-                  and isinstance(state.get("spent"), dict)]
-    if not strategies:
+    state = strategy_state(checkpoint)
+    if not isinstance(state.get("spent"), dict):
         return None
-    spent, accountant = dict(strategies[0]["spent"]), strategies[0].get("accountant")
+    spent, accountant = dict(state["spent"]), state.get("accountant")
     if "accounting" not in spent and isinstance(accountant, dict) and "accounting" in accountant:
         spent["accounting"] = accountant["accounting"]  # a teacher checkpoint from before spent said which
     return spent
@@ -59,9 +63,8 @@ def spent_privacy(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
 
 def strategy_segments(checkpoint: dict[str, Any]) -> list[dict[str, Any]]:
     """The training segments a checkpoint's privacy strategy recorded (none without one)."""
-    states = checkpoint.get("callbacks") or {}
-    return next((state["segments"] for state in states.values()
-                 if isinstance(state, dict) and "strategy" in state and isinstance(state.get("segments"), list)), [])
+    segments = strategy_state(checkpoint).get("segments")
+    return segments if isinstance(segments, list) else []
 
 
 def guarantee_note(path: str | Path) -> str:
