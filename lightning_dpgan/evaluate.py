@@ -65,7 +65,7 @@ from lightning_dpgan.config import QUAIL, section_arguments
 from lightning_dpgan.data.dev_split import check_held_out_split
 from lightning_dpgan.error_text import first_line
 from lightning_dpgan.outputs import file_sha256, write_json
-from lightning_dpgan.privacy.noise_source import fixed_seed_sources_in_report, not_for_release
+from lightning_dpgan.privacy.noise_source import fixed_seed_sources, fixed_seed_sources_in_report, not_for_release
 from lightning_dpgan.run import check_same_schema, check_same_split, restore_released_schema, split_settings
 from lightning_dpgan.run_folder import (
     EVALUATION_FILES,
@@ -394,6 +394,17 @@ NOT_COVERED_NO_FIGURES = ("these measures are read from the real rows without no
 DEFAULT_CNN_EPOCHS = 10
 
 
+def _fixed_seed_sources(run_dir: Path, privacy: dict[str, Any] | None) -> list[str]:
+    """The fixed-seed draws of the run: privacy.json's, else its checkpoint's (a run without
+    privacy.json, or one whose noise_source was edited, still drew them)."""
+    from lightning_dpgan.sampling import read_checkpoint, strategy_segments
+
+    sources = fixed_seed_sources_in_report(privacy) if privacy is not None else []
+    if not sources and (run_dir / LAST_CHECKPOINT).is_file():
+        sources = fixed_seed_sources(strategy_segments(read_checkpoint(run_dir / LAST_CHECKPOINT)))
+    return sources
+
+
 def refuse_image_options(run_dir: Path, **given: Any) -> None:
     """An image run's options given for a table run, which would be ignored in silence: its
     synthetic.csv is scored as written (as many rows as it holds), by scikit-learn models."""
@@ -436,7 +447,7 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
                                NOT_COVERED_AUDIT_TRIAL if privacy.get("audit_trial") else NOT_COVERED_BY_EPSILON)
     if other_table:
         results["privacy_note"] = f"{NOT_THE_RECORDED_TABLE} {results['privacy_note']}"
-    if privacy is not None and not privacy.get("audit_trial") and (sources := fixed_seed_sources_in_report(privacy)):
+    if not (privacy or {}).get("audit_trial") and (sources := _fixed_seed_sources(run_dir, privacy)):
         fixed = f"This run is not private: {not_for_release(sources)}."
         warn(f"{run_dir}: {fixed}")
         results["privacy_note"] = f"{fixed} {results['privacy_note']}"

@@ -1,5 +1,6 @@
 """Every mechanism draws its noise from its own generator (``NoiseSource``), seeded from OS
 entropy: the run's ``--seed`` (recorded in config.yaml) must not let anyone replay the noise."""
+import json
 from unittest.mock import patch
 
 import pytest
@@ -192,6 +193,12 @@ def test_a_run_with_a_fixed_noise_seed_is_flagged_not_for_release_by_train_sampl
     assert "This run is not private: its secret draws came from a fixed seed" in capsys.readouterr().err
     assert read_json(run / "evaluation.json")["privacy_note"].startswith("This run is not private: its secret draws")
     assert "The run is not private" in (run / "report.md").read_text().split("## Privacy")[0]
+    # privacy.json's noise_source edited away: the checkpoint's segments still name the seed
+    privacy = read_json(run / "privacy.json")
+    (run / "privacy.json").write_text(json.dumps({**privacy, "noise_source": "own generator seeded from OS entropy"}))
+    assert main(["evaluate", "--run", str(run), "--cnn-epochs", "1", "-n", "20"]) == 0
+    assert read_json(run / "evaluation.json")["privacy_note"].startswith("This run is not private: its secret draws")
+    assert "This run is not private" in capsys.readouterr().err
     # without the seed, none of it
     assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "private", model="dpgan", steps=2)) == 0
     assert "not private" not in capsys.readouterr().err
