@@ -496,9 +496,9 @@ class TabularDataModule(L.LightningDataModule):
         """Estimated bounds no wider than the DP grid's finest magnitude (2^-10, about 0.001): the
         column's values may be far smaller (1e-6 learnt within [0, 0.001], drawn a hundred times too
         large), which clips nothing and so went unsaid. Read off the released bounds alone."""
-        from lightning_dpgan.data.dp_bounds import geometric_grid
+        from lightning_dpgan.data.dp_bounds import GRID_EXPONENTS
 
-        finest = float(np.min(np.abs(geometric_grid()[geometric_grid() != 0])))
+        finest = 2.0 ** min(GRID_EXPONENTS)
         tiny = [column.name for column in self.schema.columns if column.is_numeric and column.from_dp_estimate
                 and max(map(abs, column.bounds)) <= finest]
         if tiny:

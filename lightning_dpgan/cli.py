@@ -424,19 +424,15 @@ def _keep_the_checkpoints_delta(config: dict[str, Any], notes: list[str]) -> Non
     delta = _number(spent.get("delta")) if isinstance(spent, dict) else None
     if delta is None or delta == config.get("delta"):
         return
-    if config.get("delta") is not None:
-        instead = f"the presets' {config['delta']:g}"
-    else:  # the dataset's own default (Kaggle credit's 1e-6), else the strategies'
+    whose, otherwise = "the presets'", config.get("delta")
+    if otherwise is None:  # the dataset's own default (Kaggle credit's 1e-6), else the strategies'
         name = config["data"].get("name")
         dataset = registry.DATASETS.get(name) if isinstance(name, str) else None
         own = getattr(dataset.load(), "default_delta", None) if dataset is not None else None
-        whose = "the dataset's" if own is not None else "the strategies'"
-        instead = f"{whose} default {own or DEFAULT_DELTA:g}"
-        if (own or DEFAULT_DELTA) == delta:
-            instead = ""
-    if instead:
-        notes.append(f"--resume keeps the checkpoint's delta {delta:g} ({instead} would restate the whole run's "
-                     "epsilon at another delta): give --delta to change it")
+        whose, otherwise = ("the dataset's default", own) if own is not None else ("the strategies' default", DEFAULT_DELTA)
+    if otherwise != delta:
+        notes.append(f"--resume keeps the checkpoint's delta {delta:g} ({whose} {otherwise:g} would restate the whole "
+                     "run's epsilon at another delta): give --delta to change it")
     config["delta"] = delta
 
 

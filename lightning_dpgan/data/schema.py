@@ -81,12 +81,12 @@ def as_flag_value(name: str) -> str:
     text), and a comma separates two names (a YAML list keeps it in one)."""
     from lightning_dpgan.config import parse_value  # the CLI's reading (1e3 is a number there too)
 
+    if "," in name:
+        return shlex.quote(json.dumps([name]))
     try:
         read = parse_value(name)
     except (yaml.YAMLError, ValueError):  # 2020-13-45: a date YAML cannot build
         read = None
-    if "," in name:
-        return shlex.quote(json.dumps([name]))
     return shlex.quote(name if read == name else json.dumps(name))
 
 
