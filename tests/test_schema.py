@@ -206,6 +206,23 @@ def test_a_step_that_does_not_divide_the_range_decodes_onto_its_grid():
     assert column.grid_codes(np.array([1.0, 0.0])).tolist() == [1, 0]
 
 
+def test_a_continuous_column_without_a_step_drops_the_float32_digits():
+    """The generator's outputs are float32: decoded without a step, 75143.97 was written to
+    synthetic.csv as 75143.96875 and 0.1 as 0.10000000149011612. Seven significant digits of the
+    smaller of the value and the range are kept: a log-scale value near zero keeps its own digits,
+    a value far from zero in a narrow range keeps the range's."""
+    price = Column("price", "continuous", bounds=(0.0, 7.7e6), source="test")
+    drawn = np.array([np.float32(75143.97), np.float32(0.0032), 0.0, 7.7e6], dtype=np.float64)
+    assert drawn[0] == 75143.96875
+    assert price.typed(drawn).tolist() == [75143.97, 0.0032, 0.0, 7.7e6]
+    share = Column("share", "continuous", bounds=(0.0, 1.0), source="test")
+    assert share.typed(np.array([np.float32(0.1)], dtype=np.float64)).tolist() == [0.1]
+    narrow = Column("reading", "continuous", bounds=(1e6, 1e6 + 1), source="test")
+    assert narrow.typed(np.array([1e6 + 0.123456789])).tolist() == [1000000.1234568]
+    tiny = Column("dose", "continuous", bounds=(-1e-6, 1e-6), source="test")
+    assert tiny.typed(np.array([np.float32(3.3e-7)], dtype=np.float64)).tolist() == [3.3e-7]
+
+
 # --- privacy: the encoder is fixed by the schema alone -----------------------------------------
 
 

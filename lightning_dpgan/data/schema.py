@@ -56,8 +56,27 @@ _GRID_TOLERANCE = 1e-6
 LARGEST_EXACT_INTEGER = 2**53
 #: Decimals a grid value is rounded to, so a step such as 0.1 writes 0.3 rather than its float error.
 _GRID_DECIMALS = 10
+#: Significant digits a continuous column's decoded value keeps without a step. The generator's
+#: outputs are float32 (about 7 significant digits), so the digits past them are its rounding error,
+#: not data: 75143.96875 in synthetic.csv where 75143.97 was drawn.
+_DECODED_DIGITS = 7
 LABEL_KINDS = ("binary", "categorical", "continuous")
 UNKNOWN_RULES = ("drop", "blank", "error")
+
+
+def _significant(values: np.ndarray, width: float) -> np.ndarray:
+    """``values`` rounded to :data:`_DECODED_DIGITS` significant digits of the smaller of each
+    value and the column's ``width`` (high - low): a value is as fine as its float32 code was,
+    whether that code held it on a linear scale (a fraction of the width) or a log scale (a
+    fraction of itself). Whole numbers stay whole; zero stays zero."""
+    scale = np.minimum(np.abs(values), width)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        decimals = _DECODED_DIGITS - np.ceil(np.log10(scale))
+    decimals = np.clip(np.where(np.isfinite(decimals), decimals, 0), 0, 300)
+    factor = 10.0 ** decimals
+    scaled = values * factor
+    exact = np.abs(scaled) < 2.0**53  # past 2^53 a float has no digits after the point to drop
+    return np.where(exact, np.round(scaled) / np.where(exact, factor, 1.0), values)
 
 
 def column_names(value: Sequence[str] | str | None, flag: str | None = None) -> list[str]:
@@ -223,7 +242,7 @@ class Column:
             return np.clip(np.round(values), math.ceil(low), math.floor(high)).astype(np.int64)
         values = np.clip(values, low, high)
         if self.step is None:
-            return values
+            return _significant(values, high - low)
         on_grid = low + np.clip(np.round((values - low) / self.step), 0, self.grid_size - 1) * self.step
         return np.round(on_grid, _GRID_DECIMALS)  # 0.30000000000000004 -> 0.3 in synthetic.csv
 
