@@ -424,6 +424,18 @@ def last_periodic_save_sentence(output_dir: Path, config: dict[str, Any], stoppe
             f"{continue_command(output_dir)}")
 
 
+def refuse_table_settings_for_images(config: dict[str, Any], image: bool) -> None:
+    """``--num_synthetic`` sets the rows of a table run's synthetic.csv: an image run writes no
+    table (samples.png's grid is ``--sample_columns``), and recorded it in config.yaml unused.
+    Asked by train once the dataset is known, and by the benchmark harness of each image cell."""
+    if image and config.get("num_synthetic") is not None:
+        raise ConfigError(f"--num_synthetic {config['num_synthetic']} sets the rows of a table run's "
+                          f"synthetic.csv, and {config['data']['name']} is an image dataset: drop it (given by a --config "
+                          "file, --num_synthetic null takes it back; draw "
+                          "images with: python -m lightning_dpgan sample --checkpoint RUN/checkpoints/last.ckpt -n N "
+                          "--out images.npz)")
+
+
 class Run:
     """Everything ``train`` does, in the order it does it."""
 
@@ -494,14 +506,7 @@ class Run:
                              f"--privacy.teacher_batch_size records a step ({used})")
 
     def _refuse_table_settings_for_images(self) -> None:
-        """``--num_synthetic`` sets the rows of a table run's synthetic.csv: an image run writes no
-        table (samples.png's grid is ``--sample_columns``), and recorded it in config.yaml unused."""
-        if getattr(self.datamodule, "kind", "image") == "image" and self.config.get("num_synthetic") is not None:
-            raise ConfigError(f"--num_synthetic {self.config['num_synthetic']} sets the rows of a table run's "
-                              f"synthetic.csv, and {self.config['data']['name']} is an image dataset: drop it (given by a --config "
-                              "file, --num_synthetic null takes it back; draw "
-                              "images with: python -m lightning_dpgan sample --checkpoint RUN/checkpoints/last.ckpt -n N "
-                              "--out images.npz)")
+        refuse_table_settings_for_images(self.config, getattr(self.datamodule, "kind", "image") == "image")
 
     def _warn_of_no_generator_update(self) -> None:
         """A --max-steps that ends before the first generator update (one every

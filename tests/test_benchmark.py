@@ -1313,6 +1313,9 @@ def test_a_grid_with_repeats_or_unknown_models_is_refused_before_any_cell(tmp_pa
     ("tables", ["--model.latent_dim", "many"], r"cells pategan .*model.latent_dim"),
     ("tables", ["--trainer.max_epochz", "2"], r"cells pategan .*unknown Lightning Trainer argument\(s\): trainer.max_epochz"),
     ("tables", ["--privacy", "dp-sgd"], r"cells pategan .*--privacy dp-sgd needs a model with a GradientPrivatizer slot"),
+    # a table run's rows: train refused it in each image cell, one after the other
+    ("images", ["--num_synthetic", "50"], r"cells dpgan / mnist / ε=10 .*--num_synthetic 50 sets the rows of a table "
+                                          r"run's synthetic.csv.*The images suite's --n-synthetic sets how many images"),
 ])
 def test_train_options_after_the_double_dash_that_the_grid_sets_or_train_does_not_read_are_refused(
         tmp_path, monkeypatch, suite, train_args, message):

@@ -249,7 +249,7 @@ def check_cell_settings(size: Size, settings: Settings, skipped: dict[str, str])
     that one model lacks, or a misspelt one, would fail each of its cells, hours apart."""
     from lightning_dpgan.cli import build_config
     from lightning_dpgan.config import ConfigError
-    from lightning_dpgan.run import check_section_keys
+    from lightning_dpgan.run import check_section_keys, refuse_table_settings_for_images
 
     checked = set()
     for cell in size.cells():
@@ -258,7 +258,13 @@ def check_cell_settings(size: Size, settings: Settings, skipped: dict[str, str])
         checked.add((cell.model, cell.dataset, cell.epsilon))
         command = train_command(cell, size, settings)
         try:
-            check_section_keys(build_config(command[command.index("train") + 1:]))
+            config = build_config(command[command.index("train") + 1:])
+            check_section_keys(config)
+            try:
+                refuse_table_settings_for_images(config, is_image_dataset(cell.dataset))
+            except ConfigError as error:
+                raise ConfigError(f"{error}. The images suite's --n-synthetic sets how many images each cell "
+                                  "is scored on") from None
         except (ConfigError, argparse.ArgumentError, ValueError) as error:  # ValueError: a model without the strategy's slot
             at = f" / ε={epsilon_text(cell.epsilon)}" if cell.epsilon is not None else ""
             raise SystemExit(f"benchmark: the cells {cell.model} / {cell.dataset}{at} would be refused by train, "
