@@ -403,11 +403,15 @@ class PrivacyStrategy(L.Callback):
         if epsilon == 0.0 and delta == 0.0 or relation == self.neighbours:
             return {"epsilon": epsilon, "delta": delta, "neighbours": self.neighbours}
         # a composition (the data's schema and modes; a DP schema's columns, each estimated on its own
-        # share): each part restated, then added up -- a sum of (1 + e^eps_c) delta_c, not (1 + e^eps) delta
-        if composite := cost.get("parts") or cost.get("columns"):
-            restated = [self._in_own_neighbours({"neighbours": relation, **part}) for part in composite.values()]
-            return {"epsilon": sum(part["epsilon"] for part in restated), "delta": sum(part["delta"] for part in restated),
-                    "neighbours": self.neighbours, "as_spent": {"epsilon": epsilon, "delta": delta, "neighbours": relation}}
+        # share): each part restated, then added up -- a sum of (1 + e^eps_c) delta_c, not (1 + e^eps) delta.
+        # The parts are recorded restated too, so that they add up to the header, each with its as_spent
+        key = "parts" if cost.get("parts") else "columns"
+        if composite := cost.get(key):
+            restated = {name: {**part, **self._in_own_neighbours({"neighbours": relation, **part})}
+                        for name, part in composite.items()}
+            return {"epsilon": sum(part["epsilon"] for part in restated.values()),
+                    "delta": sum(part["delta"] for part in restated.values()), "neighbours": self.neighbours,
+                    "as_spent": {"epsilon": epsilon, "delta": delta, "neighbours": relation}, key: restated}
         if (relation, self.neighbours) != ("add-remove", "replace-one"):
             raise ValueError(f"cannot restate a {relation} preprocessing cost for {self.neighbours} neighbours")
         # (1 + e^eps) delta, which passes any delta (and overflows a float) for eps above ~709

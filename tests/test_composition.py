@@ -76,6 +76,15 @@ def test_a_dp_schemas_columns_are_restated_one_by_one():
         assert composed["epsilon"] == pytest.approx(2 * data["epsilon"])
         assert composed["delta"] == pytest.approx(2 * (1 + math.e) * 5e-7)
         assert composed["as_spent"] == {"epsilon": data["epsilon"], "delta": 1e-6, "neighbours": "add-remove"}
+        # the columns are recorded restated, adding up to the schema's line, each with what it spent:
+        # they kept their add/remove shares, which added up to as_spent under a replace-one header
+        recorded = composed if "columns" in composed else composed["parts"]["schema"]
+        assert sum(column["epsilon"] for column in recorded["columns"].values()) == pytest.approx(2 * 3.0)
+        assert sum(column["delta"] for column in recorded["columns"].values()) == pytest.approx(recorded["delta"])
+        assert recorded["columns"]["channel"]["neighbours"] == "replace-one"
+        assert recorded["columns"]["channel"]["as_spent"] == {"epsilon": 1.0, "delta": 5e-7, "neighbours": "add-remove"}
+        assert recorded["columns"]["channel"]["mechanism"] == "stability-based histogram"
+        assert columns["channel"] == {"epsilon": 1.0, "delta": 5e-7, "mechanism": "stability-based histogram"}
 
 
 def test_a_cost_whose_restated_delta_overflows_is_restated_as_infinite_not_a_traceback():
