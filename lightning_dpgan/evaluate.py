@@ -220,32 +220,44 @@ def accounting_figures(privacy: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def check_reported_spend(run_dir: Path, privacy: dict[str, Any], info: dict[str, Any]) -> None:
-    """Refuse a ``privacy.json`` whose epsilon or delta is not what the run spent (edited since
-    training): evaluate copies them into its report as the synthetic data's guarantee. The
-    checkpoint keeps the strategy's own figures (``read_spent_privacy``); a run trained without
+    """Refuse a ``privacy.json`` whose spend is not what the run spent (edited since training):
+    evaluate copies it into its report as the synthetic data's guarantee. The checkpoint keeps
+    the strategy's own figures (``read_spent_privacy``): epsilon and delta, and for a teacher
+    strategy which figure epsilon is, the data-independent bound (the one to publish under
+    data-dependent accounting) and the segments that stopped on the votes. A run trained without
     privacy keeps none, and its report must state none. Checkpoints from before the figures were
-    kept are not checked."""
+    kept are not checked, nor the figures they did not keep."""
     from lightning_dpgan.sampling import read_spent_privacy
 
     checkpoint = run_dir / LAST_CHECKPOINT
-    stated = {"epsilon": privacy.get("epsilon"), "delta": privacy.get("delta")}
     spent = {"epsilon": None, "delta": None} if info.get("privacy") == "none" else read_spent_privacy(checkpoint)
-    if spent is None or all(_same_figure(stated[key], spent[key]) for key in stated):
+    if spent is None:
         return
-    spent = {key: spent[key] for key in stated}  # a teacher strategy's also says which epsilon it is
+    edited = [key for key, value in spent.items() if not _same_figure(privacy.get(key), value)]
+    if not edited:
+        return
+
+    shown = ["epsilon", "delta", *(key for key in edited if key not in ("epsilon", "delta"))]
 
     def said(figures: dict[str, Any]) -> str:
-        return ", ".join(f"{key} {'none' if value is None else format(value, '.6g')}" for key, value in figures.items())
+        return ", ".join(f"{key} {_figure_text(figures.get(key))}" for key in shown)
 
-    raise ValueError(f"{run_dir / 'privacy.json'} states {said(stated)}, but the run spent {said(spent)} ({checkpoint} "
+    raise ValueError(f"{run_dir / 'privacy.json'} states {said(privacy)}, but the run spent {said(spent)} ({checkpoint} "
                      "keeps what its privacy strategy spent): the report was edited since training, and its figures "
                      "are not this run's guarantee. Put back the run's own privacy.json, or rerun train")
 
 
+def _figure_text(value: Any) -> str:
+    if value is None:
+        return "none"
+    return format(value, ".6g") if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
 def _same_figure(stated: Any, spent: Any) -> bool:
-    if stated is None or spent is None:
-        return stated is spent
-    return math.isclose(stated, spent, rel_tol=1e-9, abs_tol=0.0)
+    numbers = [isinstance(value, (int, float)) and not isinstance(value, bool) for value in (stated, spent)]
+    if all(numbers):
+        return math.isclose(stated, spent, rel_tol=1e-9, abs_tol=0.0)
+    return stated == spent and numbers[0] == numbers[1]  # accounting, the segments' steps; None only as None
 
 
 def _refuse_releases_left_without_their_checkpoint(run_dir: Path, datamodule: Any) -> None:

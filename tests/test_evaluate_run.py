@@ -665,6 +665,35 @@ def test_a_privacy_report_edited_to_state_another_epsilon_or_delta_is_refused(tm
     assert main(["evaluate", "--run", str(run)]) == 0
 
 
+def test_a_teacher_runs_privacy_report_edited_in_its_data_independent_bound_or_accounting_is_refused(tmp_path, capsys):
+    """Under data-dependent accounting the figure to publish is epsilon_data_independent, and
+    evaluate copies it into evaluation.json and report.md. Only epsilon and delta were checked
+    against the checkpoint: a smaller bound, or the accounting said to be data-independent
+    (which drops report.md's warning that epsilon is not private), was reported as the run's."""
+    import json
+
+    run = tmp_path / "run"
+    train_table_run(run, "adult", "adult_tiny", "--epsilon", "8", "--delta", "1e-3", "--privacy.num_teachers", "3",
+                    "--privacy.teacher_batch_size", "8", "--privacy.lap_inverse_scale", "0.05", model="pategan")
+    privacy = read_json(run / "privacy.json")
+    assert privacy["accounting"] == "data-dependent" and privacy["epsilon_data_independent"] > 0
+    assert main(["evaluate", "--run", str(run)]) == 0
+    before = (run / "evaluation.json").read_bytes()
+    for edit, said in (({"epsilon_data_independent": privacy["epsilon_data_independent"] / 10},
+                        f"epsilon_data_independent {privacy['epsilon_data_independent']:.6g} ("),
+                       ({"accounting": "data-independent"}, "but the run spent epsilon"),
+                       ({"epsilon_data_independent": None}, "epsilon_data_independent none, but")):
+        (run / "privacy.json").write_text(json.dumps({**privacy, **edit}))
+        capsys.readouterr()
+        assert main(["evaluate", "--run", str(run)]) == 2
+        err = capsys.readouterr().err
+        assert "the report was edited since training" in err and said in err
+        assert f"{next(iter(edit))} " in err.split("but the run spent")[1]  # the edited figure named on both sides
+        assert (run / "evaluation.json").read_bytes() == before
+    (run / "privacy.json").write_text(json.dumps(privacy))
+    assert main(["evaluate", "--run", str(run)]) == 0
+
+
 def test_a_privacy_report_claiming_an_epsilon_for_a_run_without_privacy_is_refused(tmp_path, capsys):
     """A non-private run's checkpoint keeps no spend: its report must state no epsilon or delta."""
     import json
