@@ -253,6 +253,33 @@ def test_a_records_mode_draws_depend_on_that_record_alone():
     assert np.abs(correlations).max() < 5 / np.sqrt(2000)
 
 
+def test_a_record_holding_an_unlisted_category_leaves_every_other_records_encoding_unchanged():
+    """A schema file's categories [0, 1] are numbers: read from a CSV, a column of listed values is
+    int64, and one record holding an unlisted "2" (kept blank) makes it object. The draws hashed
+    the values as read, 1 as 1.0 in the first frame and as "1" in the second, so that one record
+    re-drew the modes of about half the others, and DP-SGD's guarantee on the encoded rows no longer
+    held for the records."""
+    schema = TableSchema(columns=(Column("x", "continuous", bounds=(0.0, 100.0)), Column("flag", "categorical", categories=(0, 1)),
+                                  Column("y", "categorical", categories=("a", "b"))), label="y", label_kind="binary")
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(30, 8, 200), rng.normal(70, 8, 200)]).clip(0, 100)
+    listed = pd.DataFrame({"x": x, "flag": rng.integers(0, 2, 400), "y": rng.choice(["a", "b"], 400)})
+    transformer, _ = TableTransformer.fit_dp(listed, schema, 50.0, rng=np.random.default_rng(0))
+    assert transformer.encoders[0].normalizer.n_modes > 1  # modes to draw from, else nothing could change
+    one_unlisted = listed.astype({"flag": object})
+    one_unlisted.loc[399, "flag"] = "2"
+    added = pd.concat([listed, pd.DataFrame({"x": [50.0], "flag": ["2"], "y": ["a"]})], ignore_index=True)
+    encoded, _ = transformer.encode(listed, unknown="blank")
+    for neighbour in (one_unlisted, added):
+        assert neighbour["flag"].dtype == object
+        other, _ = transformer.encode(neighbour, unknown="blank")
+        assert torch.equal(other[:399], encoded[:399])
+    # -0.0 and 0.0 are one value: the same record draws the same modes
+    signed = listed.assign(x=np.where(np.arange(400) == 0, -0.0, listed["x"]))
+    unsigned = listed.assign(x=np.where(np.arange(400) == 0, 0.0, listed["x"]))
+    assert np.array_equal(record_uniforms(signed), record_uniforms(unsigned))
+
+
 def test_removing_a_record_leaves_every_other_records_encoding_unchanged(fitted, frame):
     transformer, _ = fitted
     full, _ = transformer.encode(frame)

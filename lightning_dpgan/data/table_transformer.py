@@ -59,7 +59,7 @@ from lightning_dpgan.data.dp_histogram import (
 )
 from lightning_dpgan.data.marginal_calibration import Marginal
 from lightning_dpgan.data.modes import MAX_MODES, ModeSpecificNormalizer
-from lightning_dpgan.data.schema import Column, EncodingReport, SchemaError, TableSchema
+from lightning_dpgan.data.schema import Column, EncodingReport, SchemaError, TableSchema, _category_codes
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def record_uniforms(frame: pd.DataFrame, seed: int = 0) -> np.ndarray:
     depends on the other rows (one 30.5 makes a column of whole numbers float, whose 5 hashes
     apart from the integer 5).
     """
-    values = pd.DataFrame({index: (column.astype(np.float64) if pd.api.types.is_numeric_dtype(column)
+    values = pd.DataFrame({index: (column.astype(np.float64) + 0.0 if pd.api.types.is_numeric_dtype(column)  # -0 as 0
                                    and not isinstance(column.dtype, pd.CategoricalDtype) else column.astype(str))
                            for index, (_, column) in enumerate(frame.items())})
     with np.errstate(over="ignore"):
@@ -105,6 +105,18 @@ def record_uniforms(frame: pd.DataFrame, seed: int = 0) -> np.ndarray:
         columns = _splitmix64(np.arange(frame.shape[1], dtype=np.uint64) + np.uint64(seed) * np.uint64(frame.shape[1] + 1))
         mixed = _splitmix64(rows[:, None] ^ columns[None, :])
     return (mixed >> np.uint64(11)).astype(np.float64) / float(2 ** 53)
+
+
+def schema_values(schema: TableSchema, frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame``'s schema columns as the schema reads them, what :func:`record_uniforms` hashes: a
+    categorical value as its index in the schema's list (-1 outside it), a numeric one as a float.
+    Hashing the values as read made a record's draws depend on the other rows: a schema file's
+    categories [0, 1] are numbers, so one row holding an unlisted "2" turned the column's dtype
+    from int64 to object, its 1s hashed as text rather than as 1.0, and that one record re-drew the
+    modes of about half the others."""
+    return pd.DataFrame({column.name: (_category_codes(column, frame[column.name]) if not column.is_numeric
+                                       else frame[column.name].to_numpy(dtype=np.float64))
+                         for column in schema.columns}, index=frame.index)
 
 
 @dataclass(frozen=True)
@@ -494,7 +506,7 @@ class TableTransformer:
         clip/reject report. Each value's mode is drawn from its posterior, as CTGAN does, with
         :func:`record_uniforms` of the row and ``seed`` (public: it is not privacy noise)."""
         kept, report = rows_in_schema(self.schema, frame, unknown)
-        uniforms = record_uniforms(kept[list(self.schema.names)], seed)
+        uniforms = record_uniforms(schema_values(self.schema, kept), seed)
         blocks = [encoder.encode(kept[encoder.column.name], uniforms[:, index]) for index, encoder in enumerate(self.encoders)]
         encoded = np.concatenate(blocks, axis=1) if len(kept) else np.zeros((0, self.encoded_dim))
         return torch.from_numpy(encoded.astype(np.float32)), report
