@@ -198,6 +198,20 @@ class DPSGD(CalibratedNoiseStrategy):
         """Every training step takes one private critic step: one subsampled Gaussian charge."""
         return train_steps
 
+    def charge_problem(self, pl_module: L.LightningModule, charged: int, batches: int) -> str | None:
+        """One sampled batch, one private step: fewer charges and a critic step went round the
+        mechanism; more, and one batch was used in several steps, which the accountant counts as
+        independently sampled batches (the same records noised again at the same sampling)."""
+        if charged == batches:
+            return None
+        said = f"{batches} training batch{'es' if batches > 1 else ''} charged {charged} private step{'s' if charged != 1 else ''}"
+        if charged < batches:
+            return (f"{said}: a critic step went round the mechanism (an optimizer other than the one wrap_optimizer "
+                    "returned), so its gradient was not clipped or not noised")
+        return (f"{said}: each sampled batch must be used in one private critic step. Used in several, the accountant "
+                "counts them as independently sampled batches and under-states epsilon: take one critic step a batch "
+                "(several critic steps a generator step: the module's discriminator_steps)")
+
     def next_step_params(self) -> dict[str, float]:
         return {"noise_multiplier": self.noise_multiplier, "sample_rate": self.sample_rate}
 

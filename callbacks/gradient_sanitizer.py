@@ -206,6 +206,7 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         self.sampler: CriticSampler | None = None
         self.selector: torch.Generator | None = None
         self.steps_per_epoch: int | None = None
+        self.updates_at_start: int | None = None  # the module's generator updates at on_train_start
         if self.amplified:
             # the partitions are a seeded permutation of the N record indices: only replacing a
             # record keeps every other record in its partition (see the module docstring)
@@ -297,6 +298,23 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         else:
             selector.manual_seed(self.selection_seed)
         return selector
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+        super().on_train_start(trainer, pl_module)
+        self.updates_at_start = getattr(pl_module, "generator_updates", None)
+
+    def charge_problem(self, pl_module: Any, charged: int, batches: int) -> str | None:
+        """Each generator update is one sanitized release: fewer charges than updates, and an
+        update went round the mechanism, the critic's gradient on the real records reaching the
+        generator unclipped and unnoised. (More is not a leak: each release is charged.)"""
+        updates = getattr(pl_module, "generator_updates", None)
+        start = self.updates_at_start
+        if not isinstance(updates, int) or not isinstance(start, int) or charged >= updates - start:
+            return None
+        return (f"{updates - start} generator update{'s' if updates - start > 1 else ''} charged {charged} sanitized "
+                f"release{'s' if charged != 1 else ''}: a generator update went round the mechanism (its generated batch "
+                "not passed through the slot's sanitize before the critic), so the critic's gradient on the real "
+                "records reached the generator unclipped and unnoised")
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         """Keep the records where the critics are (a GPU), so a step gathers its minibatches there."""

@@ -75,6 +75,11 @@ class IncompatibleModelError(ValueError):
     """The model has no slot for this privacy strategy."""
 
 
+class ChargeMismatchError(RuntimeError):
+    """A training batch did not charge the accountant for what the mechanism released: a module
+    that went round it, or used one sampled batch in several private steps."""
+
+
 #: How to spend less on each release made before training, by its part's name in ``preprocessing``.
 SPEND_LESS = {
     "schema": "a schema file (--data.schema) instead of a CSV's DP bounds (--data.bounds_epsilon, --data.bounds_delta)",
@@ -149,6 +154,8 @@ class PrivacyStrategy(L.Callback):
         #: steps charged by then
         self.segment_start = 0
         self.charged_at_start = 0
+        #: training batches this process took since ``on_train_start`` (:meth:`charge_problem`)
+        self.batches_this_segment = 0
         #: whether ``on_train_end`` warns of a refusal or an untrained generator (``train`` says it)
         self.warn_at_end = True
 
@@ -500,6 +507,7 @@ class PrivacyStrategy(L.Callback):
         charged fewer steps than the checkpoint's networks took (a damaged or edited state): its
         epsilon would leave those steps out."""
         self.segment_start, self.charged_at_start = getattr(pl_module, "train_steps", 0), self.steps_taken()
+        self.batches_this_segment = 0
         self.noise.continue_after(self.segment_start)  # a fixed seed must not replay the first segment's draws
         expected = self.charges_for(self.segment_start)
         if expected is not None and self.steps_taken() < expected:
@@ -507,6 +515,23 @@ class PrivacyStrategy(L.Callback):
                 f"the checkpoint's {self.name} accountant charged {self.steps_taken()} steps, but its networks took "
                 f"{pl_module.train_steps} training steps, which need {expected}: the state is damaged, and the budget "
                 "those steps spent cannot be known. Resuming from it is refused; start a new run instead.")
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        """Stop at the first batch whose charges do not match what the mechanism released
+        (:meth:`charge_problem`). The shipped modules always match; a module written against
+        the slot that skipped the mechanism trained on unclipped or unnoised gradients while
+        the accountant reported an epsilon for steps it never charged."""
+        self.batches_this_segment += 1
+        problem = self.charge_problem(pl_module, self.steps_taken() - self.charged_at_start, self.batches_this_segment)
+        if problem is not None:
+            raise ChargeMismatchError(f"{type(self).__name__}: {problem}. Training is stopped: the epsilon the accountant "
+                                      "reports would not bound what was released")
+
+    def charge_problem(self, pl_module: L.LightningModule, charged: int, batches: int) -> str | None:
+        """What is wrong when ``batches`` training batches since training started charged
+        ``charged`` accountant steps, where a strategy knows what they must charge (``None``:
+        nothing wrong, or not checked)."""
+        return None
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Tell a library user what ``train`` prints at the end (it sets ``warn_at_end`` off, as it
@@ -601,8 +626,8 @@ class PrivacyStrategy(L.Callback):
         cost = self.preprocessing if planned is None else planned
         if not cost["epsilon"]:
             return ""
-        restated = (f"; as {'planned' if planned else 'spent'}, for add/remove neighbours, restated for "
-                    f"{self.neighbours} by group privacy" if "as_spent" in cost else "")
+        restated = (f"; restated for {self.neighbours} by group privacy from what each "
+                    f"{'would spend' if planned else 'spent'} for add/remove neighbours" if "as_spent" in cost else "")
         return (f" Of that, {cost['epsilon']:.4g} {'would be' if planned else 'was'} spent before training "
                 f"({epsilon_parts(cost)}{restated}): or {spend_less(cost, 'epsilon')}.")
 

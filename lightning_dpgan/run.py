@@ -637,7 +637,8 @@ class Run:
         data = compose_costs(drawn) if drawn else {"epsilon": 0.0, "delta": 0.0, "mechanism": "none"}
         # in the strategy's neighbouring relation, as its --epsilon and --delta are (PATE's: replace-one)
         spent = self.strategy.composed_preprocessing(data, label_model)
-        restated = (f", as spent for add/remove neighbours, restated for {self.strategy.neighbours} by group privacy"
+        restated = (f"; restated for {self.strategy.neighbours} by group privacy from what each spent for add/remove "
+                    "neighbours"
                     if "as_spent" in spent or any("as_spent" in part for part in (spent.get("parts") or {}).values())
                     else "")
         error.args = (f"{error.args[0].rstrip('. ')}. This run was refused after DP releases drawn from the training "

@@ -271,8 +271,9 @@ def test_a_first_step_the_budget_cannot_pay_says_what_was_spent_before_training(
     err = capsys.readouterr().err
     assert "a single training step would spend at least epsilon" in err
     assert "Of that, 0.6 would be spent before training (" in err  # 0.3, restated for replace-one
-    # the parts are listed as planned: the message says why they add up to less than its figure
-    assert "modes 0.3 (" in err and "; as planned, for add/remove neighbours, restated for replace-one by group privacy)" in err
+    # the parts are listed restated, adding up to its figure, and the message says from what
+    assert "modes 0.6 (" in err and ("; restated for replace-one by group privacy from what each would spend for "
+                                     "add/remove neighbours)") in err
     assert "a smaller --data.modes_epsilon" in err and "Refused before any DP release read the rows: nothing was spent" in err
 
 

@@ -1082,13 +1082,19 @@ def test_the_report_says_how_its_epsilon_was_spent_and_that_it_is_not_for_publis
     assert f"# Run report: {tmp_path.name}\n" in write_report(Path("."), {}, None, {}).read_text()
     edited = {**privacy, "epsilon_training": None}  # a hand edit the figures' check lets through: shown, not a crash
     assert "training: epsilon n/a" in write_report(tmp_path, {}, edited, {}).read_text()
-    # PATE's replace-one neighbours: preprocessing spent under add/remove counts twice, said as such, so its
-    # parts (as spent) do not read as adding up to half the total
+    # PATE's replace-one neighbours: preprocessing spent under add/remove counts twice, said as such, its parts
+    # restated too (they add up to the total), whether the total or only the parts record what was spent
+    parts = {name: {**part, "epsilon": 2 * part["epsilon"], "as_spent": {"epsilon": part["epsilon"]}}
+             for name, part in privacy["preprocessing"]["parts"].items()}
     restated = {**privacy, "neighbours": "replace-one", "preprocessing": {
-        "epsilon": 4.2, "delta": 1e-6, "neighbours": "replace-one", "parts": privacy["preprocessing"]["parts"],
+        "epsilon": 4.2, "delta": 1e-6, "neighbours": "replace-one", "parts": parts,
         "as_spent": {"epsilon": 2.1, "delta": 1e-6, "neighbours": "add-remove"}}}
-    assert ("preprocessing: epsilon 4.2 (restated for replace-one neighbours from epsilon 2.1 for add-remove "
-            "neighbours: schema 2; modes 0.1)") in write_report(tmp_path, {}, restated, {}).read_text()
+    assert ("preprocessing: epsilon 4.2 (schema 4; modes 0.2; restated for replace-one neighbours from epsilon 2.1 "
+            "spent for add-remove neighbours)") in write_report(tmp_path, {}, restated, {}).read_text()
+    composed = {**restated, "preprocessing": {key: value for key, value in restated["preprocessing"].items()
+                                              if key != "as_spent"}}  # a composition of releases: parts restated
+    assert ("preprocessing: epsilon 4.2 (schema 4; modes 0.2; restated for replace-one neighbours from what each "
+            "spent for add/remove neighbours)") in write_report(tmp_path, {}, composed, {}).read_text()
     unspent = write_report(tmp_path, {}, {**privacy, "preprocessing": {"epsilon": 0.0, "delta": 0.0}}, {}).read_text()
     assert "of which training" not in unspent  # nothing spent before training: the total is training's
 

@@ -203,10 +203,11 @@ def _spent_parts(privacy: Mapping[str, Any]) -> list[str]:
     parts = preprocessing.get("parts") or {}
     named = "; ".join(f"{name} {_shown(part.get('epsilon'))}" for name, part in parts.items() if isinstance(part, Mapping))
     as_spent = preprocessing.get("as_spent")
-    if isinstance(as_spent, Mapping):  # spent under add/remove, restated for PATE's replace-one: 2 epsilon
-        spent = (f"epsilon {_shown(as_spent.get('epsilon'))} for {as_spent.get('neighbours')} neighbours"
-                 + (f": {named}" if named else ""))
-        named = f"restated for {preprocessing.get('neighbours')} neighbours from {spent}"
+    # spent under add/remove, restated for PATE's replace-one (2 epsilon): the total and each part
+    if isinstance(as_spent, Mapping) or any(isinstance(part, Mapping) and "as_spent" in part for part in parts.values()):
+        origin = (f"epsilon {_shown(as_spent.get('epsilon'))} spent for {as_spent.get('neighbours')} neighbours"
+                  if isinstance(as_spent, Mapping) else "what each spent for add/remove neighbours")
+        named = (f"{named}; " if named else "") + f"restated for {preprocessing.get('neighbours')} neighbours from {origin}"
     elif named:
         named = f"{named}, as each was spent"
     return [f"- of which training: epsilon {_shown(privacy.get('epsilon_training'))}; preprocessing: epsilon "

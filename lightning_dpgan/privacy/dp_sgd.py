@@ -103,6 +103,7 @@ class _PublicGradientMixin:
         if closure is not None:
             with torch.enable_grad():
                 closure()
+        self._mechanism.check_real_passes()
         self._fill_empty_batch()
         if not self.pre_step():
             return None
@@ -202,6 +203,7 @@ class DPSGDMechanism:
         self._optimizer: Optimizer | None = None
         self._params: list[nn.Parameter] = []
         self._public: list[torch.Tensor | None] | None = None
+        self._real_passes = 0  # backward_real calls since the last optimizer step
 
     # -------------------------------------------------------- the slot's methods
     def attach(self, network: nn.Module) -> None:
@@ -258,11 +260,32 @@ class DPSGDMechanism:
         hooks: one backward, per-sample gradients recorded for the optimizer to clip.
         ghost: Opacus' two passes (norms, then the clipped sum into ``.grad``).
         """
+        if self.mode == "ghost" and self._real_passes:  # hooks: Opacus' forbid_grad_accumulation refuses it
+            raise RuntimeError("a second real-data pass before the optimizer step: each record's gradient would be "
+                               "clipped once a pass, so one record could move the critic by twice the clipping "
+                               "bound. Back-propagate all of a step's real records in one backward_real")
+        self._real_passes += 1
         with hook_warning_silenced():
             if self.mode == "ghost":
                 DPTensorFastGradientClipping(self._hooks, self._optimizer, per_record_losses, "mean").backward()
             else:
                 per_record_losses.mean().backward()
+
+    def check_real_passes(self) -> None:
+        """At each optimizer step. In ghost mode each record's gradient is clipped in
+        ``backward_real`` alone (Opacus' fast gradient clipping clips nothing at the step): a
+        gradient that reached the critic by a plain backward would be noised unclipped, and
+        charged as private. (In hooks mode any backward records per-record gradients, which the
+        step clips.)"""
+        passes, self._real_passes = self._real_passes, 0
+        if self.mode != "ghost" or passes:
+            return
+        if any(p.grad is not None and bool(p.grad.ne(0).any()) for p in self._params):
+            raise RuntimeError("the critic's gradient at this optimizer step did not come through the DP-SGD mechanism's "
+                               "backward_real: in ghost mode each record's gradient is clipped there alone, so it would "
+                               "be noised unclipped and charged as private. Back-propagate the real records' per-record "
+                               "losses with backward_real, the generated records' with backward_public, and any other "
+                               "pass through the critic inside public_pass()")
 
     def backward_public(self, per_record_losses: Tensor) -> None:
         """Back-propagate the mean loss over generated records, each record's gradient clipped

@@ -1,0 +1,164 @@
+"""A module written against a privacy slot that goes round its mechanism is stopped, not reported
+as private: the accountant only counts what the mechanism releases, so a gradient that skipped
+the clipping, a step that skipped the mechanism, or one sampled batch used in several private
+steps would leave the reported epsilon below what was released."""
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_dpgan.callbacks import DPSGD, GradientSanitizer, StepLimit
+from lightning_dpgan.callbacks.strategy import ChargeMismatchError
+from lightning_dpgan.modules import GAN, WGAN
+from lightning_dpgan.privacy.slots import GradientPrivatizer
+from lightning_dpgan.privacy.slots import GradientSanitizer as SanitizerSlot
+
+
+class TinyTable(L.LightningDataModule):
+    """A user's own datamodule: 400 records of 4 features."""
+
+    def __init__(self, batch_size: int = 40, num_workers: int = 0) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.train_dataset = TensorDataset(torch.randn(400, 4, generator=torch.Generator().manual_seed(0)))
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.train_dataset, batch_size=self.hparams.batch_size, shuffle=True)
+
+
+def fit(module: L.LightningModule, strategy, steps: int = 3) -> None:
+    trainer = L.Trainer(max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", callbacks=[StepLimit(steps), strategy])
+    trainer.fit(module, datamodule=TinyTable())
+
+
+class OwnCritic(L.LightningModule):
+    """A GAN of one's own with the DP-SGD slot, its real pass made one of three ways."""
+
+    privacy_slot = GradientPrivatizer
+
+    def __init__(self, real_pass: str = "backward_real", wrap: bool = True) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.real_pass, self.wrap = real_pass, wrap
+        self.generator, self.discriminator = nn.Linear(2, 4), nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+        self.privacy = None
+        self.train_steps = 0
+
+    def private_networks(self) -> dict[str, nn.Module]:
+        return {"discriminator": self.discriminator}
+
+    def configure_optimizers(self):
+        critic = torch.optim.SGD(self.discriminator.parameters(), lr=0.1)
+        return [torch.optim.SGD(self.generator.parameters(), lr=0.1),
+                self.privacy.wrap_optimizer(critic) if self.wrap else critic]
+
+    def training_step(self, batch, batch_index) -> None:
+        real = batch[0]
+        critic = self.optimizers()[1]
+        critic.zero_grad()
+        if real.shape[0] and self.real_pass == "twice":  # the mistake: the batch in two halves, each clipped alone
+            half = real.shape[0] // 2
+            self.privacy.backward_real(-self.discriminator(real[:half]).squeeze(1))
+            self.privacy.backward_real(-self.discriminator(real[half:]).squeeze(1))
+        elif real.shape[0]:
+            losses = -self.discriminator(real).squeeze(1)
+            if self.real_pass == "backward_real":
+                self.privacy.backward_real(losses)
+            else:  # the mistake: a plain backward of the real records' loss
+                self.manual_backward(losses.mean())
+        self.privacy.backward_public(self.discriminator(self.generator(torch.randn(8, 2)).detach()).squeeze(1))
+        critic.step()
+        self.train_steps += 1
+
+
+def test_a_plain_backward_of_real_records_in_ghost_mode_is_refused_at_the_step():
+    """Opacus' ghost clipping clips each record's gradient in backward_real alone: a plain
+    backward left the critic's gradient unclipped, which the step noised and the accountant
+    charged as private (a loss scaled by 1e4 moved the critic by 5e6 at C = 1)."""
+    strategy = DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, grad_sample_mode="ghost", delta=1e-5)
+    with pytest.raises(RuntimeError, match="did not come through the DP-SGD mechanism's backward_real: in ghost mode"):
+        fit(OwnCritic(real_pass="plain"), strategy)
+    assert strategy.steps_taken() == 0  # refused before the noise and the charge
+    control = DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, grad_sample_mode="ghost", delta=1e-5)
+    module = OwnCritic()
+    fit(module, control)
+    assert module.train_steps == control.steps_taken() == 3
+
+
+def test_two_real_passes_before_one_step_in_ghost_mode_are_refused():
+    """Each pass clips each of its records to C: a record could sit in both, doubling what one
+    record can move the critic by (hooks mode: Opacus' own refusal of gradient accumulation)."""
+    strategy = DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, grad_sample_mode="ghost", delta=1e-5)
+    with pytest.raises(RuntimeError, match="a second real-data pass before the optimizer step"):
+        fit(OwnCritic(real_pass="twice"), strategy)
+    assert strategy.steps_taken() == 0
+
+
+def test_a_critic_optimizer_left_unwrapped_is_stopped_at_the_first_batch():
+    """Without wrap_optimizer nothing was clipped, noised or charged: the run reported epsilon 0."""
+    strategy = DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, grad_sample_mode="ghost", delta=1e-5)
+    module = OwnCritic(real_pass="plain", wrap=False)
+    with pytest.raises(ChargeMismatchError, match="DPSGD: 1 training batch charged 0 private steps: a critic step went "
+                                                  "round the mechanism"):
+        fit(module, strategy)
+    assert module.train_steps == 1
+
+
+def test_one_sampled_batch_used_in_several_private_steps_is_stopped():
+    """The common WGAN loop of several critic steps on one batch: each step was charged as a
+    freshly sampled batch, an epsilon about four times too low for five uses."""
+
+    class ReusedBatchWGAN(WGAN):
+        def training_step(self, batch, batch_index) -> None:
+            real, labels = self.unpack_batch(batch)
+            for _ in range(3):
+                self.discriminator_step(real, labels, real.shape[0] or 1)
+            self.generator_step(8)
+            self.train_steps += 1
+
+    strategy = DPSGD(noise_multiplier=1.0, delta=1e-5)
+    module = ReusedBatchWGAN((4,), generator_kwargs={"hidden": (8,)}, discriminator_kwargs={"hidden": (8,)})
+    with pytest.raises(ChargeMismatchError, match="1 training batch charged 3 private steps: each sampled batch must be "
+                                                  "used in one private critic step"):
+        fit(module, strategy)
+
+
+def test_a_generator_update_that_skips_the_sanitizer_is_stopped():
+    """A generator step that did not pass its generated batch through the slot's sanitize took
+    the critic's gradient on the real records unclipped and unnoised, and charged nothing: the
+    run reported epsilon 0 and the budget never stopped it."""
+
+    class UnsanitizedGAN(GAN):
+        privacy_slot = SanitizerSlot
+        sanitize = False
+
+        def generator_step(self, n: int) -> torch.Tensor:
+            labels, latent = self.generated_share(n)
+            self.discriminator.requires_grad_(False)
+            fake = self.generator(latent, labels)
+            if self.sanitize:
+                fake = self.privacy.sanitize(fake)
+            loss = self.generator_loss(self.discriminator(fake, labels))
+            generator = self.optimizers()[0]
+            generator.zero_grad()
+            self.manual_backward(loss)
+            generator.step()
+            self.discriminator.requires_grad_(True)
+            return loss.detach()
+
+    def module(sanitize: bool) -> GAN:
+        built = UnsanitizedGAN((4,), generator_kwargs={"hidden": (8,)}, discriminator_kwargs={"hidden": (8,)})
+        built.sanitize = sanitize
+        return built
+
+    with pytest.raises(ChargeMismatchError, match="GradientSanitizer: 1 generator update charged 0 sanitized releases: "
+                                                  "a generator update went round the mechanism"):
+        fit(module(sanitize=False), GradientSanitizer(noise_multiplier=2.0, delta=1e-5))
+    strategy = GradientSanitizer(noise_multiplier=2.0, delta=1e-5)
+    sanitized = module(sanitize=True)
+    fit(sanitized, strategy)
+    assert strategy.steps_taken() == sanitized.generator_updates == 3
