@@ -255,3 +255,40 @@ def test_a_speed_script_that_failed_makes_the_suite_fail_with_its_name(tmp_path,
     assert "the teacher_ensemble script failed" in capsys.readouterr().err
     (written,) = (tmp_path / "results").glob("speed-*.json")
     assert "failed" in json.loads(written.read_text())["extras"]["teacher_ensemble"]
+
+
+def test_sigint_to_the_suite_alone_stops_the_cells_running_beside_each_other_before_it_says_so(tmp_path, monkeypatch):
+    """With --jobs 2 a SIGINT sent to the suite's process alone (not a terminal's Ctrl-C, which
+    reaches its children too) only interrupted the main thread: it said it had stopped while both
+    cells trained on and then started their evaluate, and the --resume it advised trained the
+    same folders beside them. Now their processes are stopped and waited for first."""
+    def cell_of_two_processes(cell, size, settings):
+        folder = tmp_path / cell.name
+        folder.mkdir()
+        run_logged([sys.executable, "-c", CHILD, str(folder)], folder / "train.log")  # train
+        waited_on([sys.executable, "-c", f"open({str(folder / 'evaluated')!r}, 'w')"])  # then evaluate
+        return {**cell.record, "measures": {}}
+
+    def sigint_once_both_started():
+        deadline = time.monotonic() + 30
+        while len(list(tmp_path.glob("*/started"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(cli, "run_cell", cell_of_two_processes)
+    grid = suite_size("tables", quick=False).with_overrides(models=["quail", "dpctgan"], datasets=["adult"],
+                                                          epsilons=[1.0], seeds=[0, 1])
+    sender = threading.Thread(target=sigint_once_both_started, daemon=True)
+    started = time.monotonic()
+    with children_stopped_on_sigterm():
+        sender.start()
+        with pytest.raises(KeyboardInterrupt):
+            cli.run_grid(grid, Settings(out_dir=tmp_path, jobs=2), {}, on_run=lambda runs: None)
+    sender.join()
+    folders = [path.parent for path in tmp_path.glob("*/started")]
+    assert len(folders) == 2
+    for folder in folders:  # both trains stopped as their own SIGTERM makes them, before the suite returned
+        assert (folder / "stopped_by").read_text() == "SIGTERM"
+        assert not (folder / "evaluated").exists()
+    assert len(list(tmp_path.iterdir())) == 2  # no third cell started
+    assert time.monotonic() - started < 30

@@ -414,9 +414,12 @@ def run_grid(size: Size, settings: Settings, skipped: dict[str, str],
         for future in as_completed(futures):
             finished[futures[future]] = future.result()
             on_run([finished[index] for index in sorted(finished)])
-    except BaseException as stop:  # Ctrl-C: no queued cell starts; the running ones end with their processes
-        # SIGTERM: they were passed it; waited for, so none starts its next process once the suite has ended
-        pool.shutdown(wait=isinstance(stop, SuiteTerminated), cancel_futures=True)
+    except BaseException:  # Ctrl-C or SIGTERM: no queued cell starts, and the running cells' processes are stopped
+        # (SIGTERM: passed on already) and waited for, so none starts its next process (an evaluate after its train)
+        # once the suite has said it stopped. A SIGINT sent to the suite alone reaches only this thread: its
+        # children trained on, and a --resume then trained the same folders beside them
+        stop_running_children()
+        pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown()
     return [finished[index] for index in sorted(finished)]
