@@ -1439,6 +1439,17 @@ def test_a_results_md_in_a_folder_that_does_not_exist_is_refused_before_any_work
     assert report_only or not results_dir.exists()
 
 
+def test_a_results_md_that_is_a_folder_is_refused_before_any_work(tmp_path, monkeypatch):
+    """It failed after every cell with "could not write X: Is a directory", advising a writable folder."""
+    monkeypatch.setattr(cli, "run_grid", never_run)
+    (tmp_path / "md").mkdir()
+    with pytest.raises(SystemExit, match=f"--results-md {tmp_path / 'md'} is a folder: give the file to write, e.g. "
+                                         f"{tmp_path / 'md' / 'RESULTS.md'}"):
+        cli.benchmark(["--suite", "images", "--quick", "--out-dir", str(tmp_path / "runs"), "--results-dir",
+                       str(tmp_path / "results"), "--results-md", str(tmp_path / "md")])
+    assert not (tmp_path / "results").exists()
+
+
 @pytest.mark.parametrize("kind", ["missing", "file"])
 def test_report_only_names_a_results_dir_that_is_not_a_folder_not_the_results_md_it_implies(tmp_path, kind):
     """--report-only --results-dir X (a file, or no such folder) was refused as "the folder of

@@ -507,6 +507,9 @@ def benchmark(argv: list[str]) -> Path:
     if not args.results_md.parent.is_dir() and not made_with_the_results:  # found at the end, after hours of cells
         raise SystemExit(f"benchmark: the folder of --results-md {args.results_md} does not exist: create it, or give "
                          "another file")
+    if args.results_md.is_dir():  # found at the end too, after every cell, by a bare "Is a directory"
+        raise SystemExit(f"benchmark: --results-md {args.results_md} is a folder: give the file to write, e.g. "
+                         f"{args.results_md / 'RESULTS.md'}")
     if args.results_md.parent.is_dir() and not os.access(args.results_md.parent, os.W_OK | os.X_OK):
         raise SystemExit(f"benchmark: --results-md {args.results_md} is in a folder you cannot write in: give "
                          "another file")
