@@ -1880,8 +1880,18 @@ def test_the_machine_record_reads_the_cpu_model_and_memory_from_proc(tmp_path, m
     files, read = {"/proc/cpuinfo": cpuinfo, "/proc/meminfo": meminfo}, results._proc_field
     assert read(tmp_path / "absent", "MemTotal") is None
     monkeypatch.setattr(results, "_proc_field", lambda path, field: read(files[path], field))
+    for name in runner.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
     record = results.machine()
     assert record["cpu_model"] == "AMD EPYC 7B13" and record["memory_gib"] == 23.5
+    assert "thread_settings" not in record
+    # the threads the cells ran with, which --jobs 1 did not record: 188 ms a step under OMP_NUM_THREADS=1, 3.9 without
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    record = results.machine()
+    assert record["thread_settings"] == {"OMP_NUM_THREADS": "1"}
+    header = "\n".join(report._header({"file": "speed-x.json", "size": "full", "machine": record, "commit": {},
+                                        "runs": []}))
+    assert "CPU cores (AMD EPYC 7B13) with OMP_NUM_THREADS=1, torch" in header
 
 
 def test_a_data_folder_named_by_the_environment_is_passed_on_as_data_dir(tmp_path, monkeypatch):

@@ -117,6 +117,8 @@ def _header(result: dict[str, Any], list_cells: bool = True) -> list[str]:
     machine, sha = result.get("machine", {}), result.get("commit", {})  # an older or edited file may lack them
     cores = f"{machine.get('cpu_count', 'unknown')} CPU cores ({machine.get('cpu_model') or machine.get('processor') or 'unknown'})"
     where = machine.get("gpu") or cores
+    if isinstance(threads := machine.get("thread_settings"), dict) and threads:
+        where += " with " + ", ".join(f"{name}={value}" for name, value in threads.items())
     dirty = {True: " with uncommitted changes", None: " (whether the tree had uncommitted changes is unknown)"}.get(
         sha.get("dirty"), "")
     lines = [f"- `{result['file']}`: size **{result['size']}**, {result.get('started', 'start unknown')}, {where}, torch "

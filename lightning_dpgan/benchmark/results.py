@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from lightning_dpgan.benchmark.paths import REPO
+from lightning_dpgan.benchmark.runner import THREAD_VARIABLES
 from lightning_dpgan.outputs import write_json
 from lightning_dpgan.versions import git
 
@@ -40,7 +41,12 @@ def machine() -> dict[str, Any]:
         info["memory_gib"] = round(int(memory.split()[0]) / 2**20, 1)  # MemTotal is in kB
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
+    # the cells' processes inherit them: an OMP_NUM_THREADS=1 run's speed figures are not a default run's
+    threads = {name: os.environ[name] for name in THREAD_VARIABLES if os.environ.get(name)}
+    if threads:
+        info["thread_settings"] = threads
     return info
+
 
 
 def _proc_field(path: str, field: str) -> str | None:
