@@ -70,6 +70,20 @@ def test_a_failed_run_of_a_data_dependent_model_does_not_mark_its_cells_measurem
     assert row["data_dependent_unrecorded"] is True
 
 
+def test_a_peers_pate_model_that_reports_no_spend_is_said_to_report_none_not_to_be_ours_unrecorded():
+    """smartnoise-synth's pategan shares our model's name: its cell read "– data-dependent (no
+    data-independent bound recorded)", the mark of our older runs, where the peer reports no spend."""
+    from lightning_dpgan.benchmark.report import _spent
+
+    peer = [run("pategan", seed, 0.5, epsilon=1.0) | {"epsilon": None, "peer": {"options": {}}} for seed in range(2)]
+    (row,) = results.aggregate(peer)
+    assert "data_dependent_unrecorded" not in row and row["peer_spend_unreported"] is True
+    assert _spent(row) == "– (not reported by the peer: its target only)"
+    reported = [run("dpctgan", 0, 0.5) | {"epsilon": 0.98, "peer": {"options": {"epsilon_spent_opacus_rdp": 0.98}}}]
+    (row,) = results.aggregate(reported)
+    assert "peer_spend_unreported" not in row and _spent(row) == "0.980 (1)"
+
+
 # ----------------------------------------------------------------------- file names
 def test_a_second_file_of_the_day_is_named_dash_two_and_the_first_is_kept(tmp_path):
     day = date(2026, 3, 4)

@@ -93,6 +93,8 @@ def _spent(row: dict[str, Any]) -> str:
     if spent and spent.get("mean") is not None and target is not None and spent["mean"] > target:
         # a peer's own accounting (ours never passes it), with the digits that show it above
         text = f"{fmt(spent, separating_digits(spent['mean'], target))} (above the target)"
+    if row.get("peer_spend_unreported") and (not spent or spent.get("mean") is None):
+        return f"{text} (not reported by the peer: its target only)"
     if not independent or independent.get("mean") is None:
         return f"{text} data-dependent (no data-independent bound recorded)" if row.get("data_dependent_unrecorded") else text
     return f"{text} data-dependent; data-independent {fmt(independent, _digits_of(independent))}"

@@ -140,7 +140,11 @@ def marked_data_dependent(rows: list[dict[str, Any]], runs: list[dict[str, Any]]
     """``rows`` with ``data_dependent_unrecorded`` on the cells one of whose runs
     :func:`data_dependent_unrecorded` finds (a file's stored summary predates the mark too)."""
     flagged = {cell_key(run) for run in runs if run.get("status", "ok") == "ok" and data_dependent_unrecorded(run)}
-    return [{**row, "data_dependent_unrecorded": True} if cell_key(row) in flagged else row for row in rows]
+    # a peer that reports no spend (smartnoise-synth's PATE models, MST, MWEM): its target alone is known
+    unreported = {cell_key(run) for run in runs if run.get("status", "ok") == "ok" and "peer" in run
+                  and run.get("epsilon") is None}
+    return [{**row, **({"data_dependent_unrecorded": True} if cell_key(row) in flagged else {}),
+             **({"peer_spend_unreported": True} if cell_key(row) in unreported else {})} for row in rows]
 
 
 #: Our models whose strategy stops on a data-dependent epsilon unless told otherwise.
@@ -148,11 +152,12 @@ DATA_DEPENDENT_BY_DEFAULT = ("pategan", "patectgan", "gpate")
 
 
 def data_dependent_unrecorded(run: dict[str, Any]) -> bool:
-    """A run recorded before results kept ``epsilon_data_independent``, of a model whose epsilon
+    """A run of ours (not a peer's, whose names are the same) recorded before results kept
+    ``epsilon_data_independent``, of a model whose epsilon
     is data-dependent by default (its commands not asking for the data-independent accounting):
     its spent epsilon is a function of the votes, and no bound beside it says so."""
     commands = " ".join(run.get("commands", []))
-    return ("epsilon_data_independent" not in run and run["model"] in DATA_DEPENDENT_BY_DEFAULT
+    return ("peer" not in run and "epsilon_data_independent" not in run and run["model"] in DATA_DEPENDENT_BY_DEFAULT
             and "data-independent" not in commands)
 
 
