@@ -466,6 +466,10 @@ def test_runs_of_parts_of_the_grid_are_merged_cell_by_cell_newest_first(tmp_path
     assert {(r["model"], r["seed"]) for r in merged["runs"]} == {(m, s) for m in ("quail", "dpctgan", "pategan") for s in range(3)}
     section = report.generated_section(tmp_path, {}, ["tables"], tmp_path)
     assert "`tables-2026-01-02.json`" in section and "`tables-2026-01-01.json`" in section
+    assert "Paper figures come from `benchmarks/reference.yaml`" in section
+    # a --reference of one's own is the one named (by its folder's name: no path of this machine)
+    named = report.generated_section(tmp_path, {}, ["tables"], tmp_path, reference_file=tmp_path / "mine.yaml")
+    assert f"Paper figures come from `{tmp_path.name}/mine.yaml`" in named
     assert "Cells from this file: quail / adult / ε=1." in section
     assert "old failure" not in section  # that cell's newer measurement stands
     assert "| quail | adult | 1 |" in section and "| dpctgan | adult | 1 |" in section

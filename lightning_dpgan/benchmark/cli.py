@@ -445,7 +445,7 @@ def regenerate(args: argparse.Namespace) -> None:
 
     try:
         section = generated_section(args.results_dir, load_reference(args.reference), list(SUITES),
-                                    relative_to=args.results_md.parent)
+                                    relative_to=args.results_md.parent, reference_file=args.reference)
     except ReferenceFileError as error:
         raise SystemExit(f"benchmark: {error}; RESULTS.md ({args.results_md}) was left as it is") from None
     except ResultsFileError as error:  # one bad file would otherwise drop its figures or stop with a traceback
