@@ -35,6 +35,9 @@ class BudgetTooSmallError(ValueError):
 class PrivacyBudgetStopping(L.Callback):
     """Stop training before epsilon (at the strategy's delta) would exceed ``target_epsilon``."""
 
+    #: it logs ``privacy/epsilon`` itself (the strategy logs it where no budget callback does)
+    logs_epsilon = True
+
     def __init__(self, target_epsilon: float) -> None:
         self.target_epsilon = validate_epsilon(target_epsilon)
         self.strategy: PrivacyStrategy | None = None

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, NoReturn
 
 import lightning as L
+import torch
 from lightning.pytorch.strategies import ParallelStrategy
 
 from lightning_dpgan.callbacks.same_release import datamodule_release_digest
@@ -526,6 +527,17 @@ class PrivacyStrategy(L.Callback):
         if problem is not None:
             raise ChargeMismatchError(f"{type(self).__name__}: {problem}. Training is stopped: the epsilon the accountant "
                                       "reports would not bound what was released")
+        self._log_epsilon(trainer, pl_module)
+
+    def _log_epsilon(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """``privacy/epsilon`` at the loggers' cadence, where no :class:`PrivacyBudgetStopping` logs
+        it (a run with a given noise and no target): the spend is the run's first figure."""
+        if any(getattr(callback, "logs_epsilon", False) for callback in trainer.callbacks):
+            return
+        step = self.segment_start + self.batches_this_segment
+        if step % max(trainer.log_every_n_steps, 1) == 0 or trainer.should_stop:
+            # float64: Lightning stores a float as float32, whose rounding can misstate the figure
+            pl_module.log("privacy/epsilon", torch.tensor(self.epsilon(), dtype=torch.float64))
 
     def charge_problem(self, pl_module: L.LightningModule, charged: int, batches: int) -> str | None:
         """What is wrong when ``batches`` training batches since training started charged

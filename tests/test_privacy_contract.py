@@ -29,10 +29,12 @@ class TinyTable(L.LightningDataModule):
         return DataLoader(self.train_dataset, batch_size=self.hparams.batch_size, shuffle=True)
 
 
-def fit(module: L.LightningModule, strategy, steps: int = 3) -> None:
+def fit(module: L.LightningModule, strategy, steps: int = 3, *callbacks: L.Callback) -> L.Trainer:
     trainer = L.Trainer(max_epochs=-1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, accelerator="cpu", callbacks=[StepLimit(steps), strategy])
+                        enable_model_summary=False, accelerator="cpu", log_every_n_steps=1,
+                        callbacks=[StepLimit(steps), strategy, *callbacks])
     trainer.fit(module, datamodule=TinyTable())
+    return trainer
 
 
 class OwnCritic(L.LightningModule):
@@ -162,3 +164,40 @@ def test_a_generator_update_that_skips_the_sanitizer_is_stopped():
     sanitized = module(sanitize=True)
     fit(sanitized, strategy)
     assert strategy.steps_taken() == sanitized.generator_updates == 3
+
+
+def test_a_critic_the_mechanism_cannot_clip_or_an_unwrapped_optimizer_is_named_with_the_remedy():
+    """Opacus' own errors: a list repr of "a trainable layer with buffers" for BatchNorm, and an
+    AttributeError (ghost) or "Poisson sampling is not compatible with grad accumulation" (hooks)
+    for a real pass before wrap_optimizer."""
+    from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
+
+    normalized = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
+    with pytest.raises(ValueError, match=r"'1' \(BatchNorm1d\) normalizes with the batch's statistics.*Use GroupNorm"):
+        DPSGDMechanism(1.0, 1.0, 8).attach(normalized)
+    for mode in ("ghost", "hooks"):
+        mechanism = DPSGDMechanism(1.0, 1.0, 8, mode=mode)
+        critic = nn.Linear(4, 1)
+        mechanism.attach(critic)
+        with pytest.raises(RuntimeError, match="backward_real before wrap_optimizer"):
+            mechanism.backward_real(critic(torch.randn(8, 4)).squeeze(1))
+
+
+def test_a_strategy_logs_its_epsilon_where_no_budget_callback_does():
+    """A run with a given noise and no target has no PrivacyBudgetStopping, which alone logged
+    privacy/epsilon: the spend was missing from the logs. Logged once, by one of the two."""
+    from lightning_dpgan.callbacks import PrivacyBudgetStopping
+
+    strategy = DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, delta=1e-5)
+    logged = []
+    module = OwnCritic()
+    module.log = lambda name, value, **kwargs: logged.append((name, float(value)))
+    fit(module, strategy)
+    assert [name for name, _ in logged] == ["privacy/epsilon"] * 3
+    assert logged[-1][1] == pytest.approx(strategy.epsilon()) and 0 < logged[0][1] < logged[-1][1]
+    logged.clear()
+    budgeted = DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, target_epsilon=50.0, delta=1e-5)
+    module = OwnCritic()
+    module.log = lambda name, value, **kwargs: logged.append((name, float(value)))
+    fit(module, budgeted, 3, PrivacyBudgetStopping(50.0))
+    assert [name for name, _ in logged] == ["privacy/epsilon"] * 3  # the budget callback's, not twice a step

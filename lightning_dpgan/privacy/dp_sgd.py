@@ -86,6 +86,22 @@ def ghost_clipping_supported(network: nn.Module) -> bool:
     return bool(layers) and all(isinstance(m, supported) for m in layers)
 
 
+def refuse_layers_opacus_cannot_clip(network: nn.Module) -> None:
+    """A layer whose output mixes the records of a batch (BatchNorm's batch statistics) has no
+    per-record gradient to clip: Opacus refuses it with a list of its own errors. Said here with
+    the layer's name and what to use instead."""
+    errors = GradSampleModule.validate(network, strict=False)
+    if not errors:
+        return
+    mixing = [f"'{name}' ({type(module).__name__})" for name, module in network.named_modules()
+              if isinstance(module, nn.modules.batchnorm._BatchNorm)]
+    named = (f"{', '.join(mixing)} normalize{'s' if len(mixing) == 1 else ''} with the batch's statistics, which mix "
+             "the records, so no record's gradient can be clipped on its own" if mixing
+             else "; ".join(str(error).strip() for error in errors))
+    raise ValueError(f"DP-SGD cannot train this critic: {named}. Use GroupNorm or LayerNorm, or no normalization "
+                     "(opacus.validators.ModuleValidator.fix(network) replaces BatchNorm with GroupNorm)")
+
+
 class _PublicGradientMixin:
     """The step of both Opacus DP optimizers, plus the public gradient and empty batches:
     ``pre_step`` (sum of clipped gradients + noise, divided by the expected batch size),
@@ -212,6 +228,7 @@ class DPSGDMechanism:
         same with or without privacy."""
         if self._hooks is not None:
             raise RuntimeError("this DP-SGD mechanism is already attached to a network")
+        refuse_layers_opacus_cannot_clip(network)
         ghost_ok = ghost_clipping_supported(network)
         if self.requested_mode == "ghost" and not ghost_ok:
             raise ValueError("grad_sample_mode 'ghost' needs a critic made of Linear/Embedding layers; use 'hooks' or 'auto'")
@@ -260,6 +277,9 @@ class DPSGDMechanism:
         hooks: one backward, per-sample gradients recorded for the optimizer to clip.
         ghost: Opacus' two passes (norms, then the clipped sum into ``.grad``).
         """
+        if self._optimizer is None:  # ghost: an AttributeError in Opacus; hooks: "not compatible with grad accumulation"
+            raise RuntimeError("backward_real before wrap_optimizer: pass the critic's optimizer through the mechanism's "
+                               "wrap_optimizer (in configure_optimizers) and step that one: it clips and noises")
         if self.mode == "ghost" and self._real_passes:  # hooks: Opacus' forbid_grad_accumulation refuses it
             raise RuntimeError("a second real-data pass before the optimizer step: each record's gradient would be "
                                "clipped once a pass, so one record could move the critic by twice the clipping "
