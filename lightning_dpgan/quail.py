@@ -270,6 +270,10 @@ class QuailLabeler:
         """``features`` (rows without the label) with a label inserted in its column's place: a
         class drawn from the model's probabilities (from ``generator``, else torch's global
         random state) or its most likely class, or the regression output clipped to the bounds."""
+        if self.schema.label in features.columns:
+            raise ValueError(f"the rows to label hold the label column '{self.schema.label}' already: QUAIL labels "
+                             "rows generated without it (a synthesizer trained on a datamodule built with "
+                             "exclude_label=True, as train builds it for --model quail), or drop the column first")
         outputs = self.predict(features)
         if self.labels == "sample" and not self.schema.label_column.is_numeric:
             outputs = self._drawn_one_hot(outputs, generator)

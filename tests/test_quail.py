@@ -274,6 +274,10 @@ def test_the_labeler_puts_the_predicted_class_in_the_labels_place_and_survives_a
     assert list(labelled["y"].astype(str)) == ["no", "yes", "no", "yes"]
     restored = QuailLabeler.from_dict(labeler.to_dict())
     pd.testing.assert_frame_equal(restored.label(features), labelled)
+    # rows that hold the label already (a synthesizer trained with it): pandas' "cannot insert y, already exists"
+    with pytest.raises(ValueError, match="the rows to label hold the label column 'y' already: QUAIL labels rows "
+                                         "generated without it"):
+        labeler.label(labelled)
 
 
 def test_sampled_labels_follow_the_models_probabilities_and_most_likely_takes_the_argmax():
