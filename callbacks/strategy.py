@@ -43,6 +43,12 @@ LOSS_SCALED_PRECISIONS = ("16", "16-mixed")
 #: clipped sum of DP-CTGAN's critic (batch 500) by 1.2 C where the accountant assumes C
 #: ("None": the setting left out)
 FLOAT32_PRECISIONS = ("None", "32", "32-true")
+#: Lightning precisions that hold the networks' weights in another type than float32, refused for
+#: every model (``train``) and by every strategy (a Trainer built by hand): sampling's float32
+#: latents met bf16 or float64 weights only as synthetic.csv was written, after training ("mat1 and
+#: mat2 must have the same dtype"), and 16-true's weights turned NaN at the first step
+NON_FLOAT32_WEIGHT_PRECISIONS = ("16-true", "bf16-true", "64-true", "64", "transformer-engine",
+                                 "transformer-engine-float16")
 
 
 def overfit_refusal(overfit_batches: Any) -> str | None:
@@ -327,6 +333,11 @@ class PrivacyStrategy(L.Callback):
         """Why this strategy cannot train under a Trainer's ``precision``, or None, with every
         reason that applies (``16-mixed`` under clipping has two). ``train`` asks before anything
         is written; ``setup`` again, for a Trainer built by hand."""
+        if precision in NON_FLOAT32_WEIGHT_PRECISIONS:  # torch's "mat1 and mat2 must have the same dtype" at the first step
+            use = "32-true" if self.clips_gradients else "bf16-mixed (float32 weights, bf16 arithmetic)"
+            return (f"trainer.precision {precision} keeps the networks' weights in another type than float32, which "
+                    f"sampling and the privacy mechanisms do not support: use --trainer.precision {use} or leave it out "
+                    "(Trainer(precision=...) as a library)")
         reasons = []
         if self.clips_gradients and precision not in FLOAT32_PRECISIONS:
             reasons.append("its per-record clipping bounds each record's effect only in float32 arithmetic (in "

@@ -28,7 +28,8 @@ from lightning_dpgan.callbacks.finite_generator import FiniteGeneratorGuard
 from lightning_dpgan.callbacks.same_release import SameRelease, release_digest
 from lightning_dpgan.callbacks.samples import SampleGrid, sample_grid
 from lightning_dpgan.callbacks.step_limit import StepLimit, stop_floor_refusal
-from lightning_dpgan.callbacks.strategy import DEFAULT_DELTA, QUAIL_LABEL_MODEL, delta_origin, overfit_refusal
+from lightning_dpgan.callbacks.strategy import (DEFAULT_DELTA, NON_FLOAT32_WEIGHT_PRECISIONS, QUAIL_LABEL_MODEL, delta_origin,
+                                               overfit_refusal)
 from lightning_dpgan.checkpoint_io import ShareReadingCheckpointIO
 from lightning_dpgan.config import (
     DEFAULT_QUAIL_SYNTHESIZER,
@@ -67,11 +68,6 @@ PRIVATE_RUN_INFO = ("train_rows_digest",)
 #: how long a DDP process waits for it (other nodes start on their own)
 FOLLOWER_WAIT_S = 600
 DEFAULT_MAX_STEPS = 1000
-#: Lightning precisions that hold the networks' weights in another type than float32: sampling's
-#: float32 latents met bf16 or float64 weights only as synthetic.csv was written, after training
-#: ("mat1 and mat2 must have the same dtype"), and 16-true's weights turned NaN at the first step
-NON_FLOAT32_WEIGHT_PRECISIONS = ("16-true", "bf16-true", "64-true", "64", "transformer-engine",
-                                 "transformer-engine-float16")
 #: Trainer options of automatic optimization, with their off value: every module steps its own
 #: optimizers (a GAN's alternating updates), where Lightning refuses them only once fit starts,
 #: after a DP schema estimate or histogram has spent its budget

@@ -907,6 +907,11 @@ def test_a_vote_counting_strategy_refuses_only_a_loss_scaled_precision_at_setup(
         PATEAggregation().setup(SimpleNamespace(world_size=1, precision="16-mixed"), PATEGAN((6,)), "fit")
     assert PATEAggregation().precision_refusal("bf16-mixed") is None
     assert "float32 arithmetic" in DPSGD(noise_multiplier=1.0).precision_refusal("bf16-mixed")
+    # weights in bf16, refused by train alone: a Trainer built by hand met torch's "mat1 and mat2 must have the same dtype"
+    with pytest.raises(ValueError, match="trainer.precision bf16-true keeps the networks' weights in another type than "
+                                         r"float32.*use --trainer.precision bf16-mixed"):
+        PATEAggregation().setup(SimpleNamespace(world_size=1, precision="bf16-true"), PATEGAN((6,)), "fit")
+    assert "--trainer.precision 32-true" in DPSGD(noise_multiplier=1.0).precision_refusal("64-true")
 
 
 def test_a_clipping_strategy_gives_both_reasons_against_fp16():
