@@ -632,3 +632,13 @@ def test_a_column_name_is_written_as_a_flag_reads_it_back(name, flag):
 
     assert as_flag_value(name) == flag
     assert column_names(parse_value(shlex.split(flag)[0])) == [name]
+
+
+def test_numbers_held_as_strings_are_named_as_such_not_blamed_on_other_rows_of_a_file():
+    """A frame built in Python with a column of "1.5"-style strings (an evaluation function called
+    directly) was told "the text is in other rows of the file", where there is no file."""
+    from lightning_dpgan.data.schema import check_numeric_values
+
+    with pytest.raises(SchemaError, match=r"column 'income' is continuous but holds non-numeric values \(read as object, "
+                                          r"though these rows' values are all numbers: .*pandas.to_numeric converts"):
+        check_numeric_values("income", "continuous", pd.Series(["1.5", "20", "3e2"]), estimated=False)

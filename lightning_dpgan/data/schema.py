@@ -837,6 +837,9 @@ def non_numeric_examples(series: pd.Series, most: int = 3) -> str:
     huge = series[series.map(_beyond_64_bits)]
     if not huge.empty:  # pandas keeps them as Python objects: numbers, but no numeric column
         return f"whole numbers too large for 64 bits: {row_examples(huge, most)}"
+    if series.map(lambda value: isinstance(value, str)).any():  # a frame built in Python, not read from a file
+        return (f"read as {series.dtype}, though these rows' values are all numbers: the text is in other rows of the "
+                "file, or the frame holds numbers as strings (pandas.to_numeric converts them)")
     return f"read as {series.dtype}: the text is in other rows of the file"
 
 
