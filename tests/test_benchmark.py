@@ -798,6 +798,11 @@ def test_the_utility_plot_draws_each_cells_spread_as_its_error_bar(tmp_path, mon
     spread = statistics.stdev([0.6, 0.8])
     assert bars["dpgan"] == pytest.approx([1.0, 0.7 - spread, 0.7 + spread, 10.0, 0.9, 0.9])  # (ε, low, high) each
     assert bars["quail"] == pytest.approx([1.0, 0.5, 0.5])  # one seed: no spread measured, no bar
+    # PATE's data-dependent epsilon, drawn at its target beside the others, read as a guarantee like theirs
+    bars.clear()
+    dependent = [{**run("pategan", s, 0.6), "epsilon_data_independent": 6400.0} for s in range(2)]
+    report.plot_suite(result_file("tables", "full", dependent + [run("quail", 0, 0.5)]), {}, tmp_path)
+    assert set(bars) == {"pategan (ε data-dependent)", "quail"}
 
 
 def test_a_recorded_peer_command_names_the_venv_and_folders_not_their_paths(tmp_path):

@@ -382,10 +382,14 @@ def plot_suite(result: dict[str, Any], reference: dict[str, Any], plots_dir: Pat
             continue
         figure, axes = plt.subplots(figsize=(5, 3.5))
         for model in sorted({row["model"] for row in rows}):
-            points = sorted((row["target_epsilon"], row["measures"].get(measure, {})) for row in rows if row["model"] == model)
+            own = [row for row in rows if row["model"] == model]
+            points = sorted((row["target_epsilon"], row["measures"].get(measure, {})) for row in own)
             points = [(eps, s) for eps, s in points if s.get("mean") is not None]
+            dependent = any(spent_is_data_dependent(row) for row in own)  # hollow and dashed, and said in the legend
             axes.errorbar([eps for eps, _ in points], [s["mean"] for _, s in points],
-                          yerr=[s["std"] or 0 for _, s in points], marker="o", capsize=3, label=model)
+                          yerr=[s["std"] or 0 for _, s in points], marker="o", capsize=3,
+                          label=f"{model} (ε data-dependent)" if dependent else model,
+                          **({"markerfacecolor": "none", "linestyle": "--"} if dependent else {}))
         stars: dict[str, list[tuple[float, float]]] = defaultdict(list)
         # the papers' figures are of their full protocols: beside a quick or custom run's they compare nothing
         for marker in markers_for(reference, dataset, measure) if result["size"] in PROTOCOL_SIZES else []:
@@ -409,6 +413,14 @@ def plot_suite(result: dict[str, Any], reference: dict[str, Any], plots_dir: Pat
         axes.legend(fontsize=7)
         paths.append(_save(figure, plots_dir / f"{stem}-{dataset}.png"))
     return paths
+
+
+def spent_is_data_dependent(row: dict[str, Any]) -> bool:
+    """Whether a cell's spent epsilon is PATE's or G-PATE's data-dependent figure (a function of
+    the votes, not itself private): drawn at its target ε beside the others, it would read as a
+    guarantee like theirs."""
+    independent = row.get("epsilon_data_independent")
+    return bool(row.get("data_dependent_unrecorded")) or (isinstance(independent, dict) and independent.get("mean") is not None)
 
 
 def wide_range(values: list[float], limit: float = 10.0) -> bool:
