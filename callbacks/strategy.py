@@ -163,6 +163,8 @@ class PrivacyStrategy(L.Callback):
         self.charged_at_start = 0
         #: training batches this process took since ``on_train_start`` (:meth:`charge_problem`)
         self.batches_this_segment = 0
+        #: the step whose epsilon this strategy logged last (:meth:`_log_epsilon`)
+        self.epsilon_logged_at: int | None = None
         #: whether ``on_train_end`` warns of a refusal or an untrained generator (``train`` says it)
         self.warn_at_end = True
 
@@ -549,6 +551,17 @@ class PrivacyStrategy(L.Callback):
         if step % max(trainer.log_every_n_steps, 1) == 0 or trainer.should_stop:
             # float64: Lightning stores a float as float32, whose rounding can misstate the figure
             pl_module.log("privacy/epsilon", torch.tensor(self.epsilon(), dtype=torch.float64))
+            self.epsilon_logged_at = step
+
+    def _log_last_epsilon(self, trainer: L.Trainer) -> None:
+        """The last step's epsilon where :meth:`_log_epsilon` logged it and missed the last step
+        (``--max-epochs`` off the cadence, ``--trainer.max_time``), as the budget callback does."""
+        if any(getattr(callback, "logs_epsilon", False) for callback in trainer.callbacks):
+            return
+        step = self.segment_start + self.batches_this_segment
+        if self.batches_this_segment and self.epsilon_logged_at != step:
+            for logger in trainer.loggers:  # rank zero only, as Lightning's loggers are
+                logger.log_metrics({"privacy/epsilon": self.epsilon()}, step=step - 1)
 
     def charge_problem(self, pl_module: L.LightningModule, charged: int, batches: int) -> str | None:
         """What is wrong when ``batches`` training batches since training started charged
@@ -560,7 +573,9 @@ class PrivacyStrategy(L.Callback):
         """Tell a library user what ``train`` prints at the end (it sets ``warn_at_end`` off, as it
         says so itself): a refused query batch that ended training, an untrained generator, and
         ``training_warnings()``. From Python a refusal at the first step returned from ``fit()``
-        in silence, leaving the generator's random initialisation to be sampled."""
+        in silence, leaving the generator's random initialisation to be sampled. First, the last
+        step's epsilon where nothing logged it (:meth:`_log_last_epsilon`)."""
+        self._log_last_epsilon(trainer)
         if not self.warn_at_end or not getattr(trainer, "is_global_zero", True):
             return
         name, steps = type(self).__name__, getattr(pl_module, "train_steps", 0)

@@ -280,6 +280,22 @@ def test_a_record_holding_an_unlisted_category_leaves_every_other_records_encodi
     assert np.array_equal(record_uniforms(signed), record_uniforms(unsigned))
 
 
+def test_a_declared_special_value_decodes_as_declared_not_rounded():
+    """Continuous values are rounded to 7 significant digits (the generator's float32): a mixed
+    column's declared special value 12.3456789 came out 12.34568, a value the column never holds."""
+    schema = TableSchema(columns=(Column("reading", "continuous", bounds=(0.0, 100.0)),
+                                  Column("y", "categorical", categories=("a", "b"))), label="y", label_kind="binary")
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"reading": np.where(rng.random(300) < 0.5, 12.3456789, rng.uniform(20, 80, 300)),
+                          "y": rng.choice(["a", "b"], 300)})
+    transformer, _ = TableTransformer.fit_dp(frame, schema, 50.0, mixed={"reading": [12.3456789]},
+                                             rng=np.random.default_rng(0))
+    decoded = transformer.decode(transformer.encode(frame)[0])["reading"]
+    special = frame["reading"] == 12.3456789
+    assert (decoded[special] == 12.3456789).all()
+    assert np.allclose(decoded[~special], frame["reading"][~special], rtol=1e-5)
+
+
 def test_removing_a_record_leaves_every_other_records_encoding_unchanged(fitted, frame):
     transformer, _ = fitted
     full, _ = transformer.encode(frame)

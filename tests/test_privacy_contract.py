@@ -70,6 +70,13 @@ class OwnCritic(L.LightningModule):
             losses = -self.discriminator(real).squeeze(1)
             if self.real_pass == "backward_real":
                 self.privacy.backward_real(losses)
+            elif self.real_pass == "and_plain":  # the mistake: a penalty added by a plain backward beside it
+                self.privacy.backward_real(losses)
+                self.manual_backward(1e4 * self.discriminator(real).mean())
+            elif self.real_pass == "redone":  # a pass thrown away (zero_grad) and made again: allowed
+                self.privacy.backward_real(losses)
+                critic.zero_grad()
+                self.privacy.backward_real(-self.discriminator(real).squeeze(1))
             else:  # the mistake: a plain backward of the real records' loss
                 self.manual_backward(losses.mean())
         self.privacy.backward_public(self.discriminator(self.generator(torch.randn(8, 2)).detach()).squeeze(1))
@@ -85,10 +92,14 @@ def test_a_plain_backward_of_real_records_in_ghost_mode_is_refused_at_the_step()
     with pytest.raises(RuntimeError, match="did not come through the DP-SGD mechanism's backward_real: in ghost mode"):
         fit(OwnCritic(real_pass="plain"), strategy)
     assert strategy.steps_taken() == 0  # refused before the noise and the charge
-    control = DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, grad_sample_mode="ghost", delta=1e-5)
-    module = OwnCritic()
-    fit(module, control)
-    assert module.train_steps == control.steps_taken() == 3
+    beside = DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, grad_sample_mode="ghost", delta=1e-5)
+    with pytest.raises(RuntimeError, match="did not come through the DP-SGD mechanism's backward_real"):
+        fit(OwnCritic(real_pass="and_plain"), beside)  # an unclipped pass beside a clipped one
+    for real_pass in ("backward_real", "redone"):
+        control = DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, grad_sample_mode="ghost", delta=1e-5)
+        module = OwnCritic(real_pass=real_pass)
+        fit(module, control)
+        assert module.train_steps == control.steps_taken() == 3
 
 
 def test_two_real_passes_before_one_step_in_ghost_mode_are_refused():
@@ -172,9 +183,10 @@ def test_a_critic_the_mechanism_cannot_clip_or_an_unwrapped_optimizer_is_named_w
     for a real pass before wrap_optimizer."""
     from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
 
-    normalized = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
-    with pytest.raises(ValueError, match=r"'1' \(BatchNorm1d\) normalizes with the batch's statistics.*Use GroupNorm"):
-        DPSGDMechanism(1.0, 1.0, 8).attach(normalized)
+    for norm in (nn.BatchNorm1d(8), nn.BatchNorm1d(8, affine=False)):  # without parameters of its own it mixes all the same
+        normalized = nn.Sequential(nn.Linear(4, 8), norm, nn.Linear(8, 1))
+        with pytest.raises(ValueError, match=r"'1' \(BatchNorm1d\) normalizes with the batch's statistics.*Use GroupNorm"):
+            DPSGDMechanism(1.0, 1.0, 8).attach(normalized)
     for mode in ("ghost", "hooks"):
         mechanism = DPSGDMechanism(1.0, 1.0, 8, mode=mode)
         critic = nn.Linear(4, 1)
@@ -201,3 +213,28 @@ def test_a_strategy_logs_its_epsilon_where_no_budget_callback_does():
     module.log = lambda name, value, **kwargs: logged.append((name, float(value)))
     fit(module, budgeted, 3, PrivacyBudgetStopping(50.0))
     assert [name for name, _ in logged] == ["privacy/epsilon"] * 3  # the budget callback's, not twice a step
+
+
+def test_the_last_steps_epsilon_is_logged_off_the_cadence_too():
+    """A run without a target ended off the loggers' cadence: its last epsilon was never logged."""
+    from lightning.pytorch.loggers import Logger
+
+    class Kept(Logger):
+        name, version, experiment = "kept", 0, None
+        seen: list = []
+
+        def log_metrics(self, metrics, step=None):
+            self.seen.append((step, dict(metrics)))
+
+        def log_hyperparams(self, *args, **kwargs):
+            pass
+
+    kept = Kept()
+    strategy = DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, delta=1e-5)
+    trainer = L.Trainer(max_epochs=-1, logger=kept, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", log_every_n_steps=3,
+                        callbacks=[StepLimit(4), strategy])
+    trainer.fit(OwnCritic(), datamodule=TinyTable())
+    steps = [step for step, metrics in kept.seen if "privacy/epsilon" in metrics]
+    assert steps == [2, 3]  # the cadence's (step 3, logged at index 2), then the last (step 4, index 3)
+    assert [metrics for step, metrics in kept.seen if step == 3][-1]["privacy/epsilon"] == pytest.approx(strategy.epsilon())

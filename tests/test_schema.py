@@ -221,6 +221,9 @@ def test_a_continuous_column_without_a_step_drops_the_float32_digits():
     assert narrow.typed(np.array([1e6 + 0.123456789])).tolist() == [1000000.1234568]
     tiny = Column("dose", "continuous", bounds=(-1e-6, 1e-6), source="test")
     assert tiny.typed(np.array([np.float32(3.3e-7)], dtype=np.float64)).tolist() == [3.3e-7]
+    # a bound of more digits stays the bound: rounded, it passed it, and evaluate called the table edited
+    precise = Column("income", "continuous", bounds=(1234.5671234, 98765.4376543), source="test")
+    assert precise.typed(np.array([0.0, 1e9, 5e4])).tolist() == [1234.5671234, 98765.4376543, 5e4]
 
 
 # --- privacy: the encoder is fixed by the schema alone -----------------------------------------

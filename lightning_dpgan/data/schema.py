@@ -242,7 +242,7 @@ class Column:
             return np.clip(np.round(values), math.ceil(low), math.floor(high)).astype(np.int64)
         values = np.clip(values, low, high)
         if self.step is None:
-            return _significant(values, high - low)
+            return np.clip(_significant(values, high - low), low, high)  # a bound of 8+ digits rounds outward
         on_grid = low + np.clip(np.round((values - low) / self.step), 0, self.grid_size - 1) * self.step
         return np.round(on_grid, _GRID_DECIMALS)  # 0.30000000000000004 -> 0.3 in synthetic.csv
 

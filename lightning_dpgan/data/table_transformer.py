@@ -217,7 +217,10 @@ class ColumnEncoder:
             values = self._decode_mode_specific(block)
         if tie_breaks is not None and self.marginal is not None:
             values = self.marginal.calibrate(values, tie_breaks)
-        return self.column.typed(values)
+        typed = self.column.typed(values)
+        if self.special_values and typed.dtype.kind == "f" and self.column.step is None:  # as declared, not to 7 digits
+            typed = np.where(np.isin(values, self.special_values), values, typed)
+        return typed
 
     def _decode_mode_specific(self, block: np.ndarray) -> np.ndarray:
         n_special = len(self.special_values)

@@ -90,16 +90,24 @@ def refuse_layers_opacus_cannot_clip(network: nn.Module) -> None:
     """A layer whose output mixes the records of a batch (BatchNorm's batch statistics) has no
     per-record gradient to clip: Opacus refuses it with a list of its own errors. Said here with
     the layer's name and what to use instead."""
-    errors = GradSampleModule.validate(network, strict=False)
-    if not errors:
-        return
     mixing = [f"'{name}' ({type(module).__name__})" for name, module in network.named_modules()
-              if isinstance(module, nn.modules.batchnorm._BatchNorm)]
+              if isinstance(module, nn.modules.batchnorm._BatchNorm)]  # with or without parameters of its own
+    errors = [] if mixing else GradSampleModule.validate(network, strict=False)
+    if not mixing and not errors:
+        return
     named = (f"{', '.join(mixing)} normalize{'s' if len(mixing) == 1 else ''} with the batch's statistics, which mix "
              "the records, so no record's gradient can be clipped on its own" if mixing
              else "; ".join(str(error).strip() for error in errors))
     raise ValueError(f"DP-SGD cannot train this critic: {named}. Use GroupNorm or LayerNorm, or no normalization "
                      "(opacus.validators.ModuleValidator.fix(network) replaces BatchNorm with GroupNorm)")
+
+
+def _same_gradient(grad: Tensor | None, kept: Tensor | None) -> bool:
+    """Whether a parameter's gradient is still ``kept`` (None and all zeros count as none)."""
+    if grad is None or kept is None:
+        other = kept if grad is None else grad
+        return other is None or not bool(other.ne(0).any())
+    return torch.equal(grad, kept)
 
 
 class _PublicGradientMixin:
@@ -133,6 +141,7 @@ class _PublicGradientMixin:
     def zero_grad(self, set_to_none: bool = False) -> None:
         super().zero_grad(set_to_none)
         self._mechanism.pop_public_gradients()
+        self._mechanism.forget_real_passes()  # a real pass thrown away may be made again
 
 
 def _refuse_partial(missing: list, total: int) -> None:
@@ -220,6 +229,7 @@ class DPSGDMechanism:
         self._params: list[nn.Parameter] = []
         self._public: list[torch.Tensor | None] | None = None
         self._real_passes = 0  # backward_real calls since the last optimizer step
+        self._real_gradient: list[Tensor | None] | None = None  # ghost: the gradient backward_real left
 
     # -------------------------------------------------------- the slot's methods
     def attach(self, network: nn.Module) -> None:
@@ -284,12 +294,13 @@ class DPSGDMechanism:
             raise RuntimeError("a second real-data pass before the optimizer step: each record's gradient would be "
                                "clipped once a pass, so one record could move the critic by twice the clipping "
                                "bound. Back-propagate all of a step's real records in one backward_real")
-        self._real_passes += 1
         with hook_warning_silenced():
             if self.mode == "ghost":
                 DPTensorFastGradientClipping(self._hooks, self._optimizer, per_record_losses, "mean").backward()
+                self._real_gradient = [None if p.grad is None else p.grad.detach().clone() for p in self._params]
             else:
                 per_record_losses.mean().backward()
+        self._real_passes += 1  # counted after: Opacus' ghost clipping calls zero_grad between its two passes
 
     def check_real_passes(self) -> None:
         """At each optimizer step. In ghost mode each record's gradient is clipped in
@@ -297,15 +308,22 @@ class DPSGDMechanism:
         gradient that reached the critic by a plain backward would be noised unclipped, and
         charged as private. (In hooks mode any backward records per-record gradients, which the
         step clips.)"""
-        passes, self._real_passes = self._real_passes, 0
-        if self.mode != "ghost" or passes:
+        passes, real = self._real_passes, self._real_gradient
+        self.forget_real_passes()
+        if self.mode != "ghost":
             return
-        if any(p.grad is not None and bool(p.grad.ne(0).any()) for p in self._params):
+        # the clipped real gradient, as backward_real left it (public passes put .grad back as they found it)
+        expected = real if passes else [None] * len(self._params)
+        if any(not _same_gradient(p.grad, kept) for p, kept in zip(self._params, expected)):
             raise RuntimeError("the critic's gradient at this optimizer step did not come through the DP-SGD mechanism's "
                                "backward_real: in ghost mode each record's gradient is clipped there alone, so it would "
                                "be noised unclipped and charged as private. Back-propagate the real records' per-record "
                                "losses with backward_real, the generated records' with backward_public, and any other "
                                "pass through the critic inside public_pass()")
+
+    def forget_real_passes(self) -> None:
+        """The optimizer's step or ``zero_grad``: the real passes made so far are spent or dropped."""
+        self._real_passes, self._real_gradient = 0, None
 
     def backward_public(self, per_record_losses: Tensor) -> None:
         """Back-propagate the mean loss over generated records, each record's gradient clipped
