@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, NoReturn
 
 import lightning as L
-import torch
 from lightning.pytorch.strategies import ParallelStrategy
 
 from lightning_dpgan.callbacks.same_release import datamodule_release_digest
@@ -521,7 +520,7 @@ class PrivacyStrategy(L.Callback):
         charged fewer steps than the checkpoint's networks took (a damaged or edited state): its
         epsilon would leave those steps out."""
         self.segment_start, self.charged_at_start = getattr(pl_module, "train_steps", 0), self.steps_taken()
-        self.batches_this_segment = 0
+        self.batches_this_segment, self.epsilon_logged_at = 0, None
         self.noise.continue_after(self.segment_start)  # a fixed seed must not replay the first segment's draws
         expected = self.charges_for(self.segment_start)
         if expected is not None and self.steps_taken() < expected:
@@ -549,9 +548,15 @@ class PrivacyStrategy(L.Callback):
             return
         step = self.segment_start + self.batches_this_segment
         if step % max(trainer.log_every_n_steps, 1) == 0 or trainer.should_stop:
-            # float64: Lightning stores a float as float32, whose rounding can misstate the figure
-            pl_module.log("privacy/epsilon", torch.tensor(self.epsilon(), dtype=torch.float64))
-            self.epsilon_logged_at = step
+            self._write_epsilon(trainer, step)
+
+    def _write_epsilon(self, trainer: L.Trainer, step: int) -> None:
+        """To the loggers directly (rank zero only, as Lightning's loggers are): through
+        ``pl_module.log`` Lightning cached the figure, and a stop decided after this callback
+        (``max_time``'s Timer) wrote the stale one again at the last step."""
+        for logger in trainer.loggers:
+            logger.log_metrics({"privacy/epsilon": self.epsilon()}, step=step - 1)
+        self.epsilon_logged_at = step
 
     def _log_last_epsilon(self, trainer: L.Trainer) -> None:
         """The last step's epsilon where :meth:`_log_epsilon` logged it and missed the last step
@@ -560,8 +565,7 @@ class PrivacyStrategy(L.Callback):
             return
         step = self.segment_start + self.batches_this_segment
         if self.batches_this_segment and self.epsilon_logged_at != step:
-            for logger in trainer.loggers:  # rank zero only, as Lightning's loggers are
-                logger.log_metrics({"privacy/epsilon": self.epsilon()}, step=step - 1)
+            self._write_epsilon(trainer, step)
 
     def charge_problem(self, pl_module: L.LightningModule, charged: int, batches: int) -> str | None:
         """What is wrong when ``batches`` training batches since training started charged

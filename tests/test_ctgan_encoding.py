@@ -294,6 +294,13 @@ def test_a_declared_special_value_decodes_as_declared_not_rounded():
     special = frame["reading"] == 12.3456789
     assert (decoded[special] == 12.3456789).all()
     assert np.allclose(decoded[~special], frame["reading"][~special], rtol=1e-5)
+    # on a step's grid too: 0.3 declared, step 0.5, was decoded as 0.5, merged with a value of the grid
+    stepped = TableSchema(columns=(Column("reading", "continuous", bounds=(0.0, 100.0), step=0.5), schema.columns[1]),
+                          label="y", label_kind="binary")
+    frame = frame.assign(reading=np.where(special, 0.3, np.round(frame["reading"] * 2) / 2))
+    transformer, _ = TableTransformer.fit_dp(frame, stepped, 50.0, mixed={"reading": [0.3]}, rng=np.random.default_rng(0))
+    decoded = transformer.decode(transformer.encode(frame)[0])["reading"]
+    assert (decoded[special] == 0.3).all() and (decoded[~special] == frame["reading"][~special]).all()
 
 
 def test_removing_a_record_leaves_every_other_records_encoding_unchanged(fitted, frame):

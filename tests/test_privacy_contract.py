@@ -5,6 +5,7 @@ steps would leave the reported epsilon below what was released."""
 from __future__ import annotations
 
 import lightning as L
+from lightning.pytorch.loggers import Logger
 import pytest
 import torch
 from torch import nn
@@ -195,46 +196,73 @@ def test_a_critic_the_mechanism_cannot_clip_or_an_unwrapped_optimizer_is_named_w
             mechanism.backward_real(critic(torch.randn(8, 4)).squeeze(1))
 
 
-def test_a_strategy_logs_its_epsilon_where_no_budget_callback_does():
+class KeptLogger(Logger):
+    """A logger that keeps what it was given: (step, metrics)."""
+
+    name, version, experiment = "kept", 0, None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[int | None, dict]] = []
+
+    def log_metrics(self, metrics, step=None) -> None:
+        self.seen.append((step, dict(metrics)))
+
+    def log_hyperparams(self, *args, **kwargs) -> None:
+        pass
+
+    def epsilons(self) -> list[tuple[int | None, float]]:
+        return [(step, metrics["privacy/epsilon"]) for step, metrics in self.seen if "privacy/epsilon" in metrics]
+
+
+def logged_epsilons(strategy, steps: int, every: int, *callbacks: L.Callback) -> list[tuple[int | None, float]]:
+    kept = KeptLogger()
+    trainer = L.Trainer(max_epochs=-1, logger=kept, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", log_every_n_steps=every,
+                        callbacks=[strategy, StepLimit(steps), *callbacks])  # the stop decided after the strategy
+    trainer.fit(OwnCritic(), datamodule=TinyTable())
+    return kept.epsilons()
+
+
+def test_a_strategy_logs_its_epsilon_where_no_budget_callback_does_and_the_last_steps_once():
     """A run with a given noise and no target has no PrivacyBudgetStopping, which alone logged
-    privacy/epsilon: the spend was missing from the logs. Logged once, by one of the two."""
+    privacy/epsilon: the spend was missing from the logs. Now the strategy logs it at the
+    cadence and for the last step, once, with the last step's figure (through pl_module.log a stop
+    decided after the strategy wrote the cached, stale figure at the last step first)."""
     from lightning_dpgan.callbacks import PrivacyBudgetStopping
 
     strategy = DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, delta=1e-5)
-    logged = []
-    module = OwnCritic()
-    module.log = lambda name, value, **kwargs: logged.append((name, float(value)))
-    fit(module, strategy)
-    assert [name for name, _ in logged] == ["privacy/epsilon"] * 3
+    logged = logged_epsilons(strategy, 4, 3)
+    assert [step for step, _ in logged] == [2, 3]  # step 3 (index 2) on the cadence, then the last (index 3)
     assert logged[-1][1] == pytest.approx(strategy.epsilon()) and 0 < logged[0][1] < logged[-1][1]
-    logged.clear()
+    every = logged_epsilons(DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, delta=1e-5), 3, 1)
+    assert [step for step, _ in every] == [0, 1, 2]
     budgeted = DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, target_epsilon=50.0, delta=1e-5)
-    module = OwnCritic()
-    module.log = lambda name, value, **kwargs: logged.append((name, float(value)))
-    fit(module, budgeted, 3, PrivacyBudgetStopping(50.0))
-    assert [name for name, _ in logged] == ["privacy/epsilon"] * 3  # the budget callback's, not twice a step
+    both = logged_epsilons(budgeted, 3, 1, PrivacyBudgetStopping(50.0))
+    assert [step for step, _ in both] == [0, 1, 2]  # the budget callback's, not twice a step
 
 
-def test_the_last_steps_epsilon_is_logged_off_the_cadence_too():
-    """A run without a target ended off the loggers' cadence: its last epsilon was never logged."""
-    from lightning.pytorch.loggers import Logger
+def test_ghost_mode_keeps_a_public_gradient_set_aside_first_and_does_not_take_a_nan_for_a_broken_contract():
+    """Opacus' ghost clipping calls zero_grad between its two passes, which threw away a public
+    gradient set aside before the real pass (hooks mode kept it); and a NaN gradient (a diverged
+    critic) never equals itself, so the step blamed the module's passes for it."""
+    from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
 
-    class Kept(Logger):
-        name, version, experiment = "kept", 0, None
-        seen: list = []
+    def step_after(public_first: bool, weight: float = 0.5) -> torch.Tensor:
+        torch.manual_seed(0)
+        critic = nn.Linear(4, 1)
+        nn.init.constant_(critic.weight, weight)
+        mechanism = DPSGDMechanism(0.0, 1.0, 8, mode="ghost")
+        mechanism.attach(critic)
+        optimizer = mechanism.wrap_optimizer(torch.optim.SGD(critic.parameters(), lr=1.0))
+        optimizer.zero_grad()
+        real, fake = torch.ones(8, 4), -torch.ones(8, 4)
+        passes = [lambda: mechanism.backward_real(-critic(real).squeeze(1)),
+                  lambda: mechanism.backward_public(critic(fake).squeeze(1))]
+        for make in (passes[::-1] if public_first else passes):
+            make()
+        optimizer.step()
+        return critic.weight.detach().clone()
 
-        def log_metrics(self, metrics, step=None):
-            self.seen.append((step, dict(metrics)))
-
-        def log_hyperparams(self, *args, **kwargs):
-            pass
-
-    kept = Kept()
-    strategy = DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, delta=1e-5)
-    trainer = L.Trainer(max_epochs=-1, logger=kept, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, accelerator="cpu", log_every_n_steps=3,
-                        callbacks=[StepLimit(4), strategy])
-    trainer.fit(OwnCritic(), datamodule=TinyTable())
-    steps = [step for step, metrics in kept.seen if "privacy/epsilon" in metrics]
-    assert steps == [2, 3]  # the cadence's (step 3, logged at index 2), then the last (step 4, index 3)
-    assert [metrics for step, metrics in kept.seen if step == 3][-1]["privacy/epsilon"] == pytest.approx(strategy.epsilon())
+    assert torch.allclose(step_after(public_first=True), step_after(public_first=False))
+    assert step_after(public_first=False, weight=float("nan")).isnan().all()  # stepped, not refused

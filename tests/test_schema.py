@@ -198,6 +198,20 @@ def test_fractional_bounds_decode_and_code_integers_within_them():
     assert column.grid_codes(np.array([0.4, 1.0, 10.0, 12.0])).tolist() == [0, 0, 9, 9]
 
 
+def test_grid_values_keep_the_decimals_of_their_bound_and_step_and_stay_within_the_bounds():
+    """Rounded to a fixed 10 decimals, a 1e-13 step's values were all written 0.0 (below the
+    bound), and a bound of 12 decimals lost two, decoding below itself: evaluate then called the
+    table edited."""
+    pico = Column("pico", "continuous", bounds=(1e-12, 2e-12), step=1e-13, source="test")
+    assert pico.grid.tolist()[:3] == [1e-12, 1.1e-12, 1.2e-12] and len(set(pico.grid.tolist())) == pico.grid_size == 11
+    assert pico.typed(np.array([1.5e-12, 0.0, 3e-12])).tolist() == [1.5e-12, 1e-12, 2e-12]
+    precise = Column("p", "continuous", bounds=(0.123456789012, 1.0), step=0.1, source="test")
+    assert precise.typed(np.array([0.72, 0.0])).tolist() == [0.723456789012, 0.123456789012]
+    below = Column("q", "continuous", bounds=(-2.00000000007, 3.0), step=0.5, source="test")
+    assert below.typed(np.array([-5.0])).tolist() == [-2.00000000007]
+    assert Column("s", "continuous", bounds=(0.0, 1.0), step=0.1, source="test").grid.tolist()[3] == 0.3
+
+
 def test_a_step_that_does_not_divide_the_range_decodes_onto_its_grid():
     """Bounds (0, 1) with step 0.6 hold 0 and 0.6: 1.0 decodes to 0.6, not to 1.2 past the bound."""
     column = Column("share", "continuous", bounds=(0.0, 1.0), step=0.6, source="test")

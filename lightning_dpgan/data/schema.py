@@ -30,6 +30,7 @@ not covered by any privacy guarantee if published.
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
 import re
@@ -54,7 +55,7 @@ KINDS = ("continuous", "integer", "categorical")
 _GRID_TOLERANCE = 1e-6
 #: Largest magnitude of an integer column's bounds: whole numbers beyond it are not exact in a float.
 LARGEST_EXACT_INTEGER = 2**53
-#: Decimals a grid value is rounded to, so a step such as 0.1 writes 0.3 rather than its float error.
+#: Decimals a value is rounded to where nothing finer is known (a column of one value).
 _GRID_DECIMALS = 10
 #: Significant digits a continuous column's decoded value keeps without a step. The generator's
 #: outputs are float32 (about 7 significant digits), so the digits past them are its rounding error,
@@ -62,6 +63,13 @@ _GRID_DECIMALS = 10
 _DECODED_DIGITS = 7
 LABEL_KINDS = ("binary", "categorical", "continuous")
 UNKNOWN_RULES = ("drop", "blank", "error")
+
+
+def _written_decimals(number: float) -> int:
+    """The decimals of ``number`` as Python writes it (shortest round trip): 0.1 has 1, 1e-13 13,
+    0.123456789012 12, 2500.0 none."""
+    exponent = decimal.Decimal(repr(float(number))).as_tuple().exponent
+    return max(0, -exponent) if isinstance(exponent, int) else 0
 
 
 def _significant(values: np.ndarray, width: float) -> np.ndarray:
@@ -244,7 +252,7 @@ class Column:
         if self.step is None:
             return np.clip(_significant(values, high - low), low, high)  # a bound of 8+ digits rounds outward
         on_grid = low + np.clip(np.round((values - low) / self.step), 0, self.grid_size - 1) * self.step
-        return np.round(on_grid, _GRID_DECIMALS)  # 0.30000000000000004 -> 0.3 in synthetic.csv
+        return np.clip(self._on_grid_decimals(on_grid), low, high)
 
     @property
     def grid_size(self) -> int | None:
@@ -270,7 +278,16 @@ class Column:
         low, _ = self.bounds
         if self.kind == "integer":
             return np.arange(math.ceil(low), math.ceil(low) + size, dtype=np.int64)
-        return np.round(low + np.arange(size) * self.step, _GRID_DECIMALS)
+        return np.clip(self._on_grid_decimals(low + np.arange(size) * self.step), *self.bounds)
+
+    def _on_grid_decimals(self, values: np.ndarray) -> np.ndarray:
+        """Grid values ``low + k * step`` rounded to the decimals ``low`` and ``step`` are written
+        with, so a step such as 0.1 writes 0.3 rather than 0.30000000000000004. A fixed 10
+        decimals wrote a 1e-13 step's values as 0.0 and cut a bound of 12 decimals short (below itself)."""
+        decimals = max(_written_decimals(self.bounds[0]), _written_decimals(self.step))
+        with np.errstate(over="ignore", invalid="ignore"):
+            rounded = np.round(values, decimals)
+        return np.where(np.isfinite(rounded), rounded, values)
 
     def grid_codes(self, values: np.ndarray) -> np.ndarray:
         """Each numeric value's position in :attr:`grid` (clipped to the bounds, then the nearest

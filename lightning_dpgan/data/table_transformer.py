@@ -218,8 +218,9 @@ class ColumnEncoder:
         if tie_breaks is not None and self.marginal is not None:
             values = self.marginal.calibrate(values, tie_breaks)
         typed = self.column.typed(values)
-        if self.special_values and typed.dtype.kind == "f" and self.column.step is None:  # as declared, not to 7 digits
-            typed = np.where(np.isin(values, self.special_values), values, typed)
+        if typed.dtype.kind == "f":  # as declared: not rounded, nor moved onto a step's grid
+            for special in self.special_values:  # close, not equal: calibration maps it through log space and back
+                typed = np.where(np.isclose(values, special, rtol=1e-12, atol=0.0), special, typed)
         return typed
 
     def _decode_mode_specific(self, block: np.ndarray) -> np.ndarray:

@@ -107,7 +107,7 @@ def _same_gradient(grad: Tensor | None, kept: Tensor | None) -> bool:
     if grad is None or kept is None:
         other = kept if grad is None else grad
         return other is None or not bool(other.ne(0).any())
-    return torch.equal(grad, kept)
+    return bool(((grad == kept) | (grad.isnan() & kept.isnan())).all())  # a diverged critic's NaN is still its own
 
 
 class _PublicGradientMixin:
@@ -140,6 +140,8 @@ class _PublicGradientMixin:
 
     def zero_grad(self, set_to_none: bool = False) -> None:
         super().zero_grad(set_to_none)
+        if self._mechanism.inside_real_pass:  # Opacus' ghost clipping, between its two passes: a public
+            return  # gradient set aside before the real pass stays, as in hooks mode
         self._mechanism.pop_public_gradients()
         self._mechanism.forget_real_passes()  # a real pass thrown away may be made again
 
@@ -229,6 +231,7 @@ class DPSGDMechanism:
         self._params: list[nn.Parameter] = []
         self._public: list[torch.Tensor | None] | None = None
         self._real_passes = 0  # backward_real calls since the last optimizer step
+        self.inside_real_pass = False  # while Opacus' ghost clipping runs its two passes
         self._real_gradient: list[Tensor | None] | None = None  # ghost: the gradient backward_real left
 
     # -------------------------------------------------------- the slot's methods
@@ -296,11 +299,15 @@ class DPSGDMechanism:
                                "bound. Back-propagate all of a step's real records in one backward_real")
         with hook_warning_silenced():
             if self.mode == "ghost":
-                DPTensorFastGradientClipping(self._hooks, self._optimizer, per_record_losses, "mean").backward()
+                self.inside_real_pass = True
+                try:
+                    DPTensorFastGradientClipping(self._hooks, self._optimizer, per_record_losses, "mean").backward()
+                finally:
+                    self.inside_real_pass = False
                 self._real_gradient = [None if p.grad is None else p.grad.detach().clone() for p in self._params]
             else:
                 per_record_losses.mean().backward()
-        self._real_passes += 1  # counted after: Opacus' ghost clipping calls zero_grad between its two passes
+        self._real_passes += 1
 
     def check_real_passes(self) -> None:
         """At each optimizer step. In ghost mode each record's gradient is clipped in
