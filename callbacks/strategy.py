@@ -539,9 +539,9 @@ class PrivacyStrategy(L.Callback):
         if problem is not None:
             raise ChargeMismatchError(f"{type(self).__name__}: {problem}. Training is stopped: the epsilon the accountant "
                                       "reports would not bound what was released")
-        self._log_epsilon(trainer, pl_module)
+        self._log_epsilon(trainer)
 
-    def _log_epsilon(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def _log_epsilon(self, trainer: L.Trainer) -> None:
         """``privacy/epsilon`` at the loggers' cadence, where no :class:`PrivacyBudgetStopping` logs
         it (a run with a given noise and no target): the spend is the run's first figure."""
         if any(getattr(callback, "logs_epsilon", False) for callback in trainer.callbacks):

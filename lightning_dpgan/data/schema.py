@@ -55,8 +55,6 @@ KINDS = ("continuous", "integer", "categorical")
 _GRID_TOLERANCE = 1e-6
 #: Largest magnitude of an integer column's bounds: whole numbers beyond it are not exact in a float.
 LARGEST_EXACT_INTEGER = 2**53
-#: Decimals a value is rounded to where nothing finer is known (a column of one value).
-_GRID_DECIMALS = 10
 #: Significant digits a continuous column's decoded value keeps without a step. The generator's
 #: outputs are float32 (about 7 significant digits), so the digits past them are its rounding error,
 #: not data: 75143.96875 in synthetic.csv where 75143.97 was drawn.
