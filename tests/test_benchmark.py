@@ -2138,6 +2138,122 @@ def test_a_resumed_cell_records_no_fit_time_though_its_run_folder_has_one(tmp_pa
     assert fresh["train_seconds"] == 1.0 and fresh["fit_seconds"] == 2.5
 
 
+def test_a_resume_keeps_the_wall_times_and_start_commit_of_cells_trained_whole_under_the_same_conditions(
+        tmp_path, monkeypatch):
+    """A suite interrupted after nine of twelve cells lost the nine finished cells' wall times on
+    --resume, and recorded them under the resuming invocation's commit. A cell trained whole now
+    keeps its train time (beside its settings) and the commit it started at; read back under the
+    same machine, device, --jobs and thread settings it keeps its times, under others it has none."""
+    from lightning_dpgan.benchmark.suites import Size
+
+    size = Size(("pategan",), ("adult",), (1.0,), (0,), max_steps=3)
+    cell = Cell("pategan", "adult", 1.0, 0)
+    folder = tmp_path / cell.name
+    folder.mkdir()
+    (folder / "privacy.json").write_text(json.dumps({"epsilon": 0.9, "delta": 1e-5, "steps": 3}))
+    (folder / "metrics.json").write_text(json.dumps({"steps": 3, "wall_time_s": 2.5}))
+    (folder / "evaluation.json").write_text(json.dumps({"utility/B_auroc": 0.7}))
+    then = {"commit": {"sha": "a" * 40, "dirty": False}, "machine": {"cpu_count": 2, "cpu_model": "x"},
+            "accelerator": None, "jobs": 1, "threads": {}}
+    monkeypatch.setattr(runner, "run_logged", lambda *args, **kwargs: 7.0)
+    fresh = runner.run_cell(cell, size, Settings(out_dir=tmp_path, provenance=then))
+    assert fresh["train_seconds"] == 7.0 and "started_at_commit" not in fresh and "resumed" not in fresh
+    assert json.loads(runner.settings_file(cell, Settings(out_dir=tmp_path)).read_text())["train_seconds"] == 7.0
+
+    monkeypatch.setattr(runner, "run_logged", lambda *args, **kwargs: pytest.fail("a cell read back ran"))
+    now = {**then, "commit": {"sha": "b" * 40, "dirty": False}}
+    back = runner.run_cell(cell, size, Settings(out_dir=tmp_path, resume=True, provenance=now))
+    assert back["resumed"] == runner.RESUMED[runner.EVALUATED]
+    assert (back["train_seconds"], back["fit_seconds"], back["started_at_commit"]) == (7.0, 2.5, then["commit"])
+    for other in ({"jobs": 2}, {"threads": {"OMP_NUM_THREADS": "1"}}, {"machine": {"cpu_count": 16}},
+                  {"accelerator": "gpu"}):
+        elsewhere = runner.run_cell(cell, size, Settings(out_dir=tmp_path, resume=True, provenance={**now, **other}))
+        assert elsewhere["train_seconds"] is None and elsewhere["fit_seconds"] is None, other
+        assert elsewhere["started_at_commit"] == then["commit"]
+
+    def cut_off(command, log, env=None):  # the machine restarted during training
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(runner, "run_logged", cut_off)
+    with pytest.raises(RuntimeError):
+        runner.run_cell(cell, size, Settings(out_dir=tmp_path, provenance=then))
+    monkeypatch.setattr(runner, "run_logged", lambda *args, **kwargs: pytest.fail("a cell read back ran"))
+    untimed = runner.run_cell(cell, size, Settings(out_dir=tmp_path, resume=True, provenance=then))
+    assert untimed["train_seconds"] is None and untimed["started_at_commit"] == then["commit"]
+
+
+def test_the_report_names_the_commit_resumed_runs_started_at_and_which_are_untimed():
+    resumed = runner.RESUMED[runner.EVALUATED]
+    this, earlier = {"sha": "abc", "dirty": False}, {"sha": "0123456789abcdef", "dirty": True}
+    runs = [{**run("a", 0, 0.5), "resumed": resumed, "started_at_commit": earlier},
+            {**run("a", 1, 0.5), "resumed": resumed, "started_at_commit": this},
+            {**run("a", 2, 0.5), "resumed": resumed, "started_at_commit": this, "train_seconds": None}]
+    header = "\n".join(report._header({**result_file("tables", "full-subset", runs), "file": "t.json"}))
+    assert "They started at commit `0123456789` with uncommitted changes (1 run), `abc` (2 runs)." in header
+    assert "The wall times of 1 of them are not shown" in header
+    same = [{**run, "started_at_commit": this, "train_seconds": 3.0} for run in runs]
+    header = "\n".join(report._header({**result_file("tables", "full-subset", same), "file": "t.json"}))
+    assert "They started at the commit above as well." in header and "each trained whole before" in header
+    older = [{key: value for key, value in run.items() if key != "started_at_commit"} for run in runs]
+    header = "\n".join(report._header({**result_file("tables", "full-subset", older), "file": "t.json"}))
+    assert "not recorded for every run" in header
+
+
+def test_each_cell_of_an_invocation_runs_under_its_commit_machine_and_thread_settings(tmp_path, monkeypatch):
+    """The conditions a resume compares come from the invocation itself: its commit, --jobs, and
+    the thread settings its cells' processes get."""
+    seen = []
+    monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, data_dir: {})
+    monkeypatch.setattr(cli, "run_cell", lambda cell, size, settings: seen.append(settings) or {**cell.record,
+                                                                                              "measures": {}})
+    monkeypatch.setattr(runner, "usable_cpus", lambda: 2)
+    for name in runner.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    benchmark(["--suite", "tables", "--models", "pategan", "--datasets", "adult", "--epsilons", "1", "--seeds", "0", "1",
+               "--jobs", "2", "--out-dir", str(tmp_path / "runs"), "--results-dir", str(tmp_path / "results"),
+               "--results-md", str(tmp_path / "RESULTS.md")])
+    provenance = seen[0].provenance
+    assert provenance["jobs"] == 2 and provenance["threads"] == dict.fromkeys(runner.THREAD_VARIABLES, "1")
+    assert provenance["commit"] == results.commit(own_output=tmp_path / "RESULTS.md",
+                                                  own_folders=(tmp_path / "results", tmp_path / "runs"))
+    assert provenance["machine"]["cpu_count"] == os.cpu_count()
+
+
+def test_a_second_harness_in_a_busy_out_dir_is_refused_before_it_reads_or_runs_a_cell(tmp_path, monkeypatch):
+    """Two invocations in one --out-dir trained the same cells side by side: the second, told by
+    the first's folders to --resume, continued checkpoints a running cell was still writing. While
+    a harness (here: another process) holds the folder, a second is refused naming it; once the
+    holder is gone, however it ended, the folder is free again."""
+    import subprocess
+    import textwrap
+
+    out_dir = tmp_path / "runs"
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from lightning_dpgan.benchmark.out_dir_lock import out_dir_locked
+        with out_dir_locked(Path({str(out_dir)!r})):
+            print("held", flush=True)
+            time.sleep(60)
+        """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(cli, "unavailable_datasets", lambda datasets, data_dir: {})
+        monkeypatch.setattr(cli, "run_cell", lambda *args: pytest.fail("a cell ran"))
+        argv = ["--suite", "tables", "--models", "pategan", "--datasets", "adult", "--epsilons", "1", "--seeds", "0",
+                "--out-dir", str(out_dir), "--results-dir", str(tmp_path / "results"),
+                "--results-md", str(tmp_path / "RESULTS.md")]
+        with pytest.raises(SystemExit, match="another benchmark is running in --out-dir") as refused:
+            benchmark(argv)
+        assert f"process {holder.pid}" in str(refused.value) and "nothing ran" in str(refused.value)
+        assert not (tmp_path / "results").exists()
+    finally:
+        holder.kill()  # SIGKILL: no chance to release it itself
+        holder.wait()
+    monkeypatch.setattr(cli, "run_cell", lambda cell, size, settings: {**cell.record, "measures": {}})
+    assert benchmark(argv).parent == tmp_path / "results"
+
+
 def test_quick_peers_are_not_compared_with_a_cell_our_stopped_quick_tables_run_cut_short(tmp_path, monkeypatch):
     """A quick tables run stopped after one of its two seeds of PATE-GAN: that cell, a mean of
     fewer seeds than planned, is not ours to compare the peer with (a finished cell is)."""

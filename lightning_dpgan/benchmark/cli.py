@@ -18,15 +18,17 @@ import re
 import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
+from lightning_dpgan.benchmark.out_dir_lock import OutDirBusyError, out_dir_locked
 from lightning_dpgan.benchmark.paths import BENCHMARKS, check_benchmarks_folder
 from lightning_dpgan.benchmark.results import ResultsFile, ResultsFileError, commit, machine
 from lightning_dpgan.benchmark.stopping import SuiteTerminated, children_stopped_on_sigterm, stop_running_children
-from lightning_dpgan.benchmark.runner import (Settings, failed_run, is_image_dataset, portable, resume_mismatch, run_cell,
-                                              skip_reason, train_command)
+from lightning_dpgan.benchmark.runner import (THREAD_VARIABLES, Settings, failed_run, is_image_dataset, portable,
+                                              resume_mismatch, run_cell, skip_reason, train_command)
 from lightning_dpgan.benchmark.suites import SUITES, Cell, Size, epsilon_text, suite_size
 from lightning_dpgan.data.dev_split import check_dev_fraction
 from lightning_dpgan.data.download import default_data_dir
@@ -425,6 +427,16 @@ def run_grid(size: Size, settings: Settings, skipped: dict[str, str],
     return [finished[index] for index in sorted(finished)]
 
 
+def provenance(settings: Settings, code: dict[str, Any]) -> dict[str, Any]:
+    """What each fresh cell of this invocation runs under (:attr:`Settings.provenance`): the
+    commit, the machine and device its wall times are measured on, and how many cells share it
+    with which thread settings."""
+    hardware = {key: value for key, value in machine().items() if key in ("cpu_count", "cpu_model", "gpu", "memory_gib")}
+    environment = settings.child_environment() or os.environ
+    return {"commit": code, "machine": hardware, "accelerator": settings.accelerator, "jobs": settings.jobs,
+            "threads": {name: environment[name] for name in THREAD_VARIABLES if environment.get(name)}}
+
+
 def check_reference(path: Path) -> None:
     """Refuse a ``--reference`` that the report, written after every cell ran, could not read."""
     from lightning_dpgan.benchmark.report import ReferenceFileError, load_reference
@@ -556,6 +568,7 @@ def benchmark(argv: list[str]) -> Path:
     settings = Settings(out_dir=out_dir, data_dir=args.data_dir, accelerator=args.accelerator,
                         evaluate=args.suite != "speed", jobs=max(1, min(args.jobs, cells)), resume=args.resume,
                         dev_fraction=args.dev_fraction)
+    settings = replace(settings, provenance=provenance(settings, code))
     if args.suite != "peers":
         check_cell_settings(size, settings, skipped)
     if skipped and set(skipped) >= set(size.datasets):  # nothing to run: no file that would read as a finished suite
@@ -566,6 +579,18 @@ def benchmark(argv: list[str]) -> Path:
                          f"was written ({reasons}). {remedy}")
     if args.resume and args.overwrite:
         raise SystemExit("benchmark: --resume continues the runs in --out-dir and --overwrite redoes them: give one")
+    try:
+        with out_dir_locked(out_dir):
+            return run_in_out_dir(args, argv, size, settings, skipped, started, code, own)
+    except OutDirBusyError as busy:  # before check_out_dir_free: its --resume advice would train its cells beside it
+        raise SystemExit(f"benchmark: {busy}, so nothing ran: wait for it to finish, or give another --out-dir") from None
+
+
+def run_in_out_dir(args: argparse.Namespace, argv: list[str], size: Size, settings: Settings, skipped: dict[str, str],
+                   started: datetime, code: dict[str, Any], own: dict[str, Any]) -> Path:
+    """The suite proper, once :func:`benchmark` has checked its options and holds ``--out-dir``:
+    run the cells not yet run, save the results file after each, and regenerate RESULTS.md."""
+    out_dir = settings.out_dir
     check_out_dir_free(size, settings, args.suite, args.overwrite)
     if args.resume:
         check_resumable(size, settings)

@@ -115,6 +115,29 @@ def _delta(value: float) -> str:
     return f"{mantissa}e{int(exponent)}" if exponent else mantissa
 
 
+def _resumed_provenance(resumed: list[dict[str, Any]], commit: dict[str, Any] | None) -> str:
+    """What commit the resumed runs started at, and whose wall times are shown: those of runs
+    that trained whole before the interruption, read back, where the conditions were the same."""
+    def named(record: dict[str, Any]) -> str:
+        return f"`{(record.get('sha') or 'unknown')[:10]}`" + (" with uncommitted changes" if record.get("dirty") else "")
+
+    if any(not run.get("started_at_commit") for run in resumed):  # recorded before runs kept it
+        said = ("The commit above is this invocation's; what ran before it ran the interrupted one's code, "
+                "which is not recorded for every run.")
+    elif all(run["started_at_commit"] == commit for run in resumed):
+        said = "They started at the commit above as well."
+    else:
+        started = Counter(named(run["started_at_commit"]) for run in resumed)
+        said = "They started at commit " + ", ".join(
+            f"{name} ({count} run{'s' if count > 1 else ''})" for name, count in sorted(started.items())) + "."
+    untimed = sum(run.get("train_seconds") is None for run in resumed)
+    if untimed == 0:
+        return said + " Their wall times are those of their runs, each trained whole before the interruption."
+    return said + (f" The wall times of {untimed} of them are not shown: continued from a checkpoint, they would "
+                   "cover part of the run, and one trained whole under other conditions (machine, device, --jobs, "
+                   "thread settings) was not timed as this file's runs are.")
+
+
 def _header(result: dict[str, Any], list_cells: bool = True) -> list[str]:
     machine, sha = result.get("machine", {}), result.get("commit", {})  # an older or edited file may lack them
     cores = f"{machine.get('cpu_count', 'unknown')} CPU cores ({machine.get('cpu_model') or machine.get('processor') or 'unknown'})"
@@ -166,9 +189,8 @@ def _header(result: dict[str, Any], list_cells: bool = True) -> list[str]:
     if resumed:
         lines.append(f"- {len(resumed)} of its runs were taken up after an interruption (`--resume`): "
                      + "; ".join(f"{why}: {count}" for why, count in sorted(Counter(run["resumed"] for run in resumed).items()))
-                     + ". A checkpoint holds the accountant's state, so ε is that of an uninterrupted run; the commit "
-                       "above is this invocation's (what ran before it ran the interrupted one's code), and their "
-                       "wall times are not shown.")
+                     + ". A checkpoint holds the accountant's state, so ε is that of an uninterrupted run. "
+                     + _resumed_provenance(resumed, result.get("commit")))
     if result.get("skipped"):
         lines += [f"- Skipped: {name}: {' '.join(why.split())}" for name, why in result["skipped"].items()]
     failed = [run for run in result["runs"]

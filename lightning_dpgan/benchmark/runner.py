@@ -50,6 +50,10 @@ class Settings:
     jobs: int = 1  # cells run at the same time (each is its own processes): for a GPU or many-core host
     resume: bool = False  # continue the cells an interrupted invocation left in out_dir (see resume_state)
     dev_fraction: float = 0.0  # > 0: train without that share of the training records, score on them
+    #: the commit, machine and concurrency (``jobs``, the cells' thread settings) a fresh cell runs
+    #: under: kept beside its settings, so that a later --resume reading the cell back can say what
+    #: code ran it, and keep its wall times where they were taken under the same conditions
+    provenance: dict[str, Any] | None = None
 
     @property
     def threads_per_job(self) -> int | None:
@@ -295,27 +299,35 @@ def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
 
     With ``settings.resume`` a cell takes up where an interrupted invocation left it: a
     checkpointed one continues training, a trained one is only evaluated, an evaluated one is read
-    back. Its record then says so (``resumed``) and has no wall times: they would cover part of
-    the run only."""
+    back. Its record then says so (``resumed``) and, where its settings file records one, the
+    commit its run started at (``started_at_commit``). A continued run has no wall times (they
+    would cover part of it); one trained whole before keeps its own where they were measured under
+    this invocation's conditions (:func:`times_carry_over`)."""
     run_dir = settings.out_dir / cell.name
     log = settings.out_dir / f"{cell.name}.log"
     state = resume_state(run_dir, settings.evaluate, settings.split) if settings.resume else FRESH
     if state != FRESH and (why := resume_mismatch(cell, size, settings)):
         raise RuntimeError(f"--resume cannot take up {run_dir}: {why}")
     commands, train_seconds, env = [train_command(cell, size, settings)], None, settings.child_environment()
+    started = {} if state == FRESH else recorded_start(cell, settings)
     if state == FRESH:
         settings.out_dir.mkdir(parents=True, exist_ok=True)
-        write_json(settings_file(cell, settings), settings_record(cell, size, settings))
+        record = {**settings_record(cell, size, settings), **({"provenance": settings.provenance} if settings.provenance else {})}
+        write_json(settings_file(cell, settings), record)
         train_seconds = run_logged(commands[0], log, env)
+        write_json(settings_file(cell, settings), {**record, "train_seconds": train_seconds})  # trained whole
     elif state == CHECKPOINTED:
         commands.append(train_command(cell, size, settings, resume=True))
         run_logged(commands[-1], log, env)
+    elif times_carry_over(started, settings):  # trained whole before, under this invocation's conditions
+        train_seconds = started["train_seconds"]
     if settings.evaluate:
         commands.append(evaluate_command(cell, size, settings))
         if state != EVALUATED:
             run_logged(commands[-1], log, env)
     privacy, metrics = read_json(run_dir / "privacy.json"), read_json(run_dir / "metrics.json")
-    timed = state == FRESH
+    timed = train_seconds is not None  # metrics.json's wall time is then that same whole run's
+    earlier_commit = (started.get("provenance") or {}).get("commit")
     return {
         **cell.record,
         "epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"),
@@ -329,8 +341,33 @@ def run_cell(cell: Cell, size: Size, settings: Settings) -> dict[str, Any]:
         "measures": with_derived_measures(read_json(run_dir / EVALUATION_FILES[settings.split])) if settings.evaluate else {},
         "commands": [portable(command, settings.data_dir, out_dir=settings.out_dir) for command in commands],
         "run_dir": portable_text(str(run_dir), out_dir=settings.out_dir),
-        **({} if timed else {"resumed": RESUMED[state]}),
+        **({} if state == FRESH else {"resumed": RESUMED[state]}),
+        **({"started_at_commit": earlier_commit} if state != FRESH and earlier_commit else {}),
     }
+
+
+def recorded_start(cell: Cell, settings: Settings) -> dict[str, Any]:
+    """What the cell's settings file says of the run's start (its ``provenance``) and, once it
+    trained whole, its ``train_seconds``; empty where the file is missing or unreadable (a folder
+    :func:`resume_mismatch` let through predates the record)."""
+    try:
+        recorded = json.loads(settings_file(cell, settings).read_text())
+    except (OSError, ValueError):
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
+
+
+#: what a wall time depends on beside the code: read back only where each is as it is now
+TIMING_CONDITIONS = ("machine", "accelerator", "jobs", "threads")
+
+
+def times_carry_over(started: dict[str, Any], settings: Settings) -> bool:
+    """Whether a cell that trained whole before this --resume keeps its wall times: measured on
+    this machine and device, with as many cells at a time and the same thread settings. Otherwise they would
+    be shown as this invocation's measurements while they are another's."""
+    earlier, now = started.get("provenance"), settings.provenance
+    return (started.get("train_seconds") is not None and isinstance(earlier, dict) and now is not None
+            and all(earlier.get(key) == now.get(key) for key in TIMING_CONDITIONS))
 
 
 __all__ = ["FOUR_CLASSIFIERS", "THREAD_VARIABLES", "Settings", "evaluate_command", "resume_mismatch", "resume_state",

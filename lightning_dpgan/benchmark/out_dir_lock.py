@@ -1,0 +1,55 @@
+"""One harness at a time in an --out-dir.
+
+Two invocations in one folder would train the same cells side by side: a ``--resume`` started
+while the first still runs finds its cells half done, continues their checkpoints beside the
+processes writing them, and both record the runs. The lock is an advisory ``flock`` on a file
+in the folder, so the operating system releases it however the holder ends (a crash or SIGKILL
+included): no stale lock to clear by hand.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Iterator
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; the folder is not locked there
+    fcntl = None  # type: ignore[assignment]
+
+#: the lock's file, in the --out-dir; it names the holder, for the refusal to say
+LOCK_FILE = ".benchmark.lock"
+
+
+class OutDirBusyError(RuntimeError):
+    """Another harness holds the --out-dir."""
+
+
+@contextmanager
+def out_dir_locked(out_dir: Path) -> Iterator[None]:
+    """Hold ``out_dir`` (created if missing) for this invocation, or raise
+    :class:`OutDirBusyError` naming the process that holds it."""
+    if fcntl is None:
+        yield
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / LOCK_FILE, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "a process that did not say which"
+            raise OutDirBusyError(f"another benchmark is running in --out-dir {out_dir} ({holder})") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()}, started {datetime.now():%Y-%m-%d %H:%M:%S}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+__all__ = ["LOCK_FILE", "OutDirBusyError", "out_dir_locked"]
