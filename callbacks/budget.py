@@ -121,23 +121,30 @@ class PrivacyBudgetStopping(L.Callback):
         # rank 0's accountant is the source of truth: under DDP every rank stops at its word
         stop = decided_by_rank_zero(not self.next_step_fits())
         if stop or trainer.should_stop or pl_module.train_steps % max(trainer.log_every_n_steps, 1) == 0:
-            # Lightning writes it to the loggers after this hook: at its cadence, or as training stops
-            # a float64 tensor: Lightning stores a float as float32, whose rounding can put the
-            # logged figure above the target (0.29999999 is 0.30000001 in float32)
-            epsilon = torch.tensor(self.strategy.epsilon(), dtype=torch.float64)
-            pl_module.log("privacy/epsilon", epsilon, prog_bar=True)
-            self._written_at = pl_module.train_steps
+            epsilon = self.strategy.epsilon()
+            # for the progress bar only (a float64 tensor: Lightning stores a float as float32, which
+            # can show 0.29999999 as 0.30000001). Given to Lightning's loggers, the figure was cached,
+            # and a stop decided after this callback (max_time's Timer) wrote the stale one again at
+            # the last step; so the loggers get it directly, as the accountant's float64
+            pl_module.log("privacy/epsilon", torch.tensor(epsilon, dtype=torch.float64), prog_bar=True, logger=False)
+            self._to_loggers(trainer, epsilon, pl_module.train_steps)
         if stop:
             self._stop(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """The last step's epsilon, where Lightning did not write it: the last batch of the last
-        epoch off the cadence (``--max-epochs``), or a stop decided after this callback ran
+        """The last step's epsilon, where it was not written at its batch: the last batch of the
+        last epoch off the cadence (``--max-epochs``), or a stop decided after this callback ran
         (Lightning's ``Timer``, ``--trainer.max_time``)."""
         steps = pl_module.train_steps
         if steps > self._first_step and self._written_at != steps:
-            for logger in trainer.loggers:  # rank zero only, as Lightning's loggers are
-                logger.log_metrics({"privacy/epsilon": self.strategy.epsilon()}, step=steps - 1)
+            self._to_loggers(trainer, self.strategy.epsilon(), steps)
+
+    def _to_loggers(self, trainer: L.Trainer, epsilon: float, steps: int) -> None:
+        """Batch ``steps``' figure, numbered as Lightning numbers that batch's scalars (rank zero
+        only, as Lightning's loggers are)."""
+        for logger in trainer.loggers:
+            logger.log_metrics({"privacy/epsilon": epsilon}, step=steps - 1)
+        self._written_at = steps
 
     def _stop(self, trainer: L.Trainer) -> None:
         self.stopped_by_budget = True

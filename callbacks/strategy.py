@@ -118,6 +118,12 @@ def spend_less(cost: dict[str, Any], budget: str) -> str:
             f"already: there only a larger --{budget} helps")
 
 
+def budget_callback_logs_epsilon(trainer: L.Trainer) -> bool:
+    """Whether a callback of ``trainer`` (:class:`~lightning_dpgan.callbacks.PrivacyBudgetStopping`)
+    logs ``privacy/epsilon`` itself, so that the strategy does not log it a second time."""
+    return any(getattr(callback, "logs_epsilon", False) for callback in trainer.callbacks)
+
+
 class PrivacyStrategy(L.Callback):
     """Base class: slot check, delta, accountant state in checkpoints, the privacy report."""
 
@@ -544,7 +550,7 @@ class PrivacyStrategy(L.Callback):
     def _log_epsilon(self, trainer: L.Trainer) -> None:
         """``privacy/epsilon`` at the loggers' cadence, where no :class:`PrivacyBudgetStopping` logs
         it (a run with a given noise and no target): the spend is the run's first figure."""
-        if any(getattr(callback, "logs_epsilon", False) for callback in trainer.callbacks):
+        if budget_callback_logs_epsilon(trainer):
             return
         step = self.segment_start + self.batches_this_segment
         if step % max(trainer.log_every_n_steps, 1) == 0 or trainer.should_stop:
@@ -561,7 +567,7 @@ class PrivacyStrategy(L.Callback):
     def _log_last_epsilon(self, trainer: L.Trainer) -> None:
         """The last step's epsilon where :meth:`_log_epsilon` logged it and missed the last step
         (``--max-epochs`` off the cadence, ``--trainer.max_time``), as the budget callback does."""
-        if any(getattr(callback, "logs_epsilon", False) for callback in trainer.callbacks):
+        if budget_callback_logs_epsilon(trainer):
             return
         step = self.segment_start + self.batches_this_segment
         if self.batches_this_segment and self.epsilon_logged_at != step:

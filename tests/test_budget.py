@@ -224,7 +224,7 @@ def drive(strategy, target, steps, log_every_n_steps=50):
                               loggers=[logger])
     logged = []
     module = SimpleNamespace(train_steps=strategy.steps,
-                             log=lambda name, value, **kwargs: logged.append((module.train_steps, name, value)))
+                             log=lambda name, value, **kwargs: logged.append((module.train_steps, name, value, kwargs)))
     budget.setup(trainer, module, "fit")
     budget.on_train_start(trainer, module)
     for _ in range(steps):
@@ -239,14 +239,17 @@ def drive(strategy, target, steps, log_every_n_steps=50):
 
 def test_the_stopping_steps_epsilon_is_logged_as_the_budget_stops_the_run_off_the_cadence():
     """Stopped at step 4 (a fifth would pass 1.0), far from the cadence of 50: the figure logged
-    there is the one the report states, as float64, so that metrics.json is not an older one;
-    Lightning writes it, so the end of training sends the loggers no second one."""
+    there is the one the report states, as float64, so that metrics.json is not an older one.
+    The loggers get it directly, once, numbered as its batch; Lightning's logging shows it on the
+    progress bar only, so that it has no cached figure to write again at a later stop."""
     budget, trainer, logged, to_loggers = drive(QuarterStrategy(), 1.0, 100)
     assert budget.stopped_by_budget and trainer.should_stop
-    assert [(step, name) for step, name, _ in logged] == [(4, "privacy/epsilon")]
-    value = logged[0][2]
+    assert [(step, name) for step, name, _, _ in logged] == [(4, "privacy/epsilon")]
+    _, _, value, flags = logged[0]
     assert value.dtype == torch.float64 and value.item() == 1.0 <= budget.target_epsilon
-    assert to_loggers == []
+    assert flags == {"prog_bar": True, "logger": False}
+    assert to_loggers == [({"privacy/epsilon": 1.0}, 3)]
+
 
 
 def test_the_last_steps_epsilon_goes_to_the_loggers_once_numbered_as_its_batch_and_not_again_on_resume():

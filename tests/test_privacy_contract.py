@@ -242,6 +242,31 @@ def test_a_strategy_logs_its_epsilon_where_no_budget_callback_does_and_the_last_
     assert [step for step, _ in both] == [0, 1, 2]  # the budget callback's, not twice a step
 
 
+class StopAfter(L.Callback):
+    """Stops the run after ``steps`` batches, deciding after the callbacks before it, as
+    Lightning's Timer (``--trainer.max_time``) does."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    def on_train_batch_end(self, trainer, pl_module, *args) -> None:
+        if pl_module.train_steps >= self.steps:
+            trainer.should_stop = True
+
+
+def test_a_stop_decided_after_the_budget_callback_logs_the_last_steps_figure_once():
+    """Through pl_module.log, Lightning cached the budget callback's figure of the last step on
+    the cadence and wrote it again, stale, at the last step when a later callback stopped the
+    run, before the callback's own figure for that step. Each step's figure reaches the loggers
+    once now, the last one the accountant's."""
+    from lightning_dpgan.callbacks import PrivacyBudgetStopping
+
+    budgeted = DPSGD(noise_multiplier=1.0, max_grad_norm=1.0, target_epsilon=50.0, delta=1e-5)
+    logged = logged_epsilons(budgeted, 100, 3, PrivacyBudgetStopping(50.0), StopAfter(5))
+    assert [step for step, _ in logged] == [2, 4]  # batch 3 on the cadence, then the last, batch 5
+    assert logged[-1][1] == budgeted.epsilon() and logged[0][1] < logged[-1][1]
+
+
 def test_ghost_mode_keeps_a_public_gradient_set_aside_first_and_does_not_take_a_nan_for_a_broken_contract():
     """Opacus' ghost clipping calls zero_grad between its two passes, which threw away a public
     gradient set aside before the real pass (hooks mode kept it); and a NaN gradient (a diverged
