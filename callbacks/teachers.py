@@ -253,6 +253,13 @@ class TeacherStrategy(PrivacyStrategy):
         super().check_fits_records(train_records, datamodule)
         self.teacher_count(train_records)
 
+    def generated_per_step(self, train_records: int) -> int:
+        """Records the generator makes a step: one per record of a teacher's minibatch, the
+        given --privacy.teacher_batch_size or the default for the smallest of the K partitions
+        (their sizes differ by at most one)."""
+        smallest = train_records // self.teacher_count(train_records)
+        return self.teacher_batch_size or self.default_teacher_batch_size(smallest)
+
     def install(self, trainer: L.Trainer, pl_module: Any) -> None:
         self._module = pl_module
         reseed_for_the_teachers()  # one --seed, one run, on one process or several

@@ -648,9 +648,18 @@ class Run:
         "Expected more than 1 value per channel"), or a batch CTGAN's discriminator cannot cut
         into packs of ``pac``. Either failed at the first step, leaving a folder without a checkpoint."""
         generated = self.module.generated_batch_size or getattr(getattr(self.datamodule, "hparams", None), "batch_size", None)
+        remedy = "use --batch-size 2 or more"
+        count = getattr(self.datamodule, "training_row_count", None)
+        if hasattr(self.strategy, "generated_per_step") and count is not None:  # PATE, G-PATE: a teacher's minibatch
+            records = count()
+            generated = self.strategy.generated_per_step(records)
+            teachers = self.strategy.teacher_count(records)
+            remedy = (f"use --privacy.teacher_batch_size 2 or more (drawn with replacement from a smaller partition), or "
+                      f"fewer teachers ({records} training records over {teachers} teachers leave the smallest partition "
+                      f"{records // teachers})")
         if self.module.generator_normalizes_batches and isinstance(generated, int) and generated < 2:
             raise ConfigError(f"the {self.config['model']['name']} generator normalizes each batch (BatchNorm), which needs "
-                              f"at least 2 generated records a step, and this run generates {generated}: use --batch-size 2 or more")
+                              f"at least 2 generated records a step, and this run generates {generated}: {remedy}")
         pac = getattr(getattr(self.module, "hparams", None), "pac", 1)  # under DP-SGD 1 (refused before otherwise)
         batch = getattr(getattr(self.datamodule, "hparams", None), "batch_size", None)
         if not (isinstance(pac, int) and pac > 1 and isinstance(batch, int)):

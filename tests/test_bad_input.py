@@ -651,6 +651,27 @@ def test_a_run_whose_config_recorded_the_unused_estimate_budget_beside_its_schem
     assert (run / "evaluation.json").is_file()
 
 
+@pytest.mark.parametrize("given", [None, "1"])
+def test_a_teacher_minibatch_of_one_for_gpates_batchnorm_generator_is_refused_before_anything_is_written(
+        tmp_path, capsys, given):
+    """G-PATE's generator makes one record per record of a teacher's minibatch, by default the
+    smallest partition's size: 20 teachers over adult_tiny's 36 records left 1, and the first step
+    failed inside BatchNorm ("Expected more than 1 value per channel"). Refused up front now,
+    naming both remedies; each of them trains."""
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    args = ["train", "--model", "gpate", "--dataset", "adult", "--data-dir", str(Path(__file__).parent / "fixtures" / "adult_tiny"),
+            "--output-dir", str(out), "--overwrite", "--epsilon", "3", "--delta", "1e-3", "--privacy.num_teachers", "20",
+            "--max-steps", "1", "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+            *(["--privacy.teacher_batch_size", given] if given else [])]
+    assert_refused(args, capsys, "BatchNorm", "this run generates 1", "--privacy.teacher_batch_size 2 or more",
+                   "36 training records over 20 teachers leave the smallest partition 1")
+    assert_nothing_lost(out)
+    at = args.index("--privacy.num_teachers") + 1
+    fewer = [*args[:at], "10", *args[at + 1:]]
+    assert main(fewer[:-2] if given else fewer) == 0  # 3 records each; a given minibatch of 1 dropped
+
+
 def test_a_batch_of_one_for_a_batchnorm_generator_is_refused_before_anything_is_written(tmp_path, capsys, schema_file):
     """--batch-size 1 (what a 3-row file's first refusal leads to) failed at the first step inside
     BatchNorm and left a folder with no checkpoint, whose rerun was told to --resume a checkpoint
