@@ -58,6 +58,7 @@ from lightning_dpgan.python_run_info import table_decoding_info
 from lightning_dpgan.run_folder import (AUDIT_TRIAL_NOTE, LAST_CHECKPOINT, RELEASED_SCHEMA, continue_command, data_files,
                                         refuse_holding_the_data_files)
 from lightning_dpgan.sampling import read_run_info, resume_checkpoint, synthetic_row_chunks, table_labeler
+from lightning_dpgan.sigterm import on_sigterm
 from lightning_dpgan.versions import software_versions
 
 #: rank 0's released preprocessing, for the other processes of a DDP run (in the run folder)
@@ -1074,9 +1075,35 @@ class Run:
         wall_time = time.perf_counter() - started
         try:
             if self.trainer.is_global_zero:
-                self._report(self._write_outputs(wall_time))
+                self._report(self._outputs_or_how_to_write_them(wall_time))
         finally:  # the other processes wait for rank 0's writes, then all leave together
             leave_process_group()
+
+    def _outputs_or_how_to_write_them(self, wall_time: float) -> dict[str, Any]:
+        """The run's outputs, written once training ended. A SIGTERM while they are written
+        (Lightning's handler is gone by then) ended the process at once, leaving the temporary copy
+        of the file being written in the folder and saying nothing; it now stops as Ctrl-C does,
+        removing that copy (``outputs.atomic_write``), and either says how the finished run's
+        checkpoint writes them."""
+        def stop(signum: int, frame: Any) -> None:
+            raise SIGTERMException
+
+        try:
+            with on_sigterm(stop):
+                return self._write_outputs(wall_time)
+        except SIGTERMException:
+            print(f"train: {self.outputs_stopped_sentence('stopped by SIGTERM')}", file=sys.stderr)
+            raise
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(self.outputs_stopped_sentence("interrupted")) from None
+
+    def outputs_stopped_sentence(self, how: str) -> str:
+        """The user's line when a stop came after training, as its outputs were written: the
+        checkpoint saved at the end holds the finished run, and resuming it trains no step."""
+        accountant = ", with the privacy accountant" if self.strategy is not None else ""
+        return (f"{how} while writing the outputs of its {self.module.train_steps} training steps, which had "
+                f"ended: {self.output_dir / LAST_CHECKPOINT} holds the finished run{accountant}. Write privacy.json, "
+                f"metrics.json and the synthetic data (no step is trained again) with: {continue_command(self.output_dir)}")
 
     def _report(self, report: dict[str, Any]) -> None:
         """What the console says of a finished run (rank 0): how it stopped, its ε, warnings."""

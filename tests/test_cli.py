@@ -1190,3 +1190,47 @@ def test_a_resume_keeps_the_checkpoints_delta_against_the_default_the_run_would_
     cli._keep_the_checkpoints_delta(config, notes)
     assert config["delta"] == kept
     assert (notes == []) if note is None else (len(notes) == 1 and note in notes[0])
+
+
+@pytest.mark.parametrize("stop, status, said", [("sigterm", 143, "stopped by SIGTERM"), ("ctrl-c", 130, "interrupted")])
+def test_a_stop_while_the_outputs_are_written_leaves_no_partial_file_and_says_how_to_write_them(
+        tiny_image_data_dir, tmp_path, capsys, monkeypatch, stop, status, said):
+    """Lightning's SIGTERM handler is gone once training ends: a SIGTERM while the outputs were
+    written ended the process at once, silent, with the temporary copy of the file being written
+    left in the folder to be published. It stops as Ctrl-C does now, removing that copy, and both
+    say that the finished run's checkpoint writes the outputs, with the command, which trains no
+    step."""
+    import os
+    import signal
+    import time
+
+    from lightning_dpgan.outputs import atomic_write
+    from lightning_dpgan.run import Run
+
+    def stopped_midway(self, wall_time):
+        def write(handle):
+            handle.write(b"a,b\n1,")
+            if stop == "ctrl-c":
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)  # the handler raises here
+        atomic_write(self.output_dir / "synthetic.csv", write)
+
+    reached_default = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: reached_default.append(signum))  # not pytest's end
+    try:
+        monkeypatch.setattr(Run, "_write_outputs", stopped_midway)
+        run = tmp_path / "run"
+        assert main(tiny_run_args(tiny_image_data_dir, run, model="dpgan", steps=2) + ["--epsilon", "10"]) == status
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert reached_default == []
+    err = capsys.readouterr().err
+    assert (f"train: {said} while writing the outputs of its 2 training steps, which had ended: "
+            f"{run / 'checkpoints' / 'last.ckpt'} holds the finished run, with the privacy accountant.") in err
+    assert sorted(entry.name for entry in run.iterdir()) == ["checkpoints", "config.yaml", "logs"]
+    monkeypatch.undo()
+    command = err.split("(no step is trained again) with: python train.py ")[1].split()
+    assert main(["train", *command]) == 0
+    report = read_json(run / "privacy.json")
+    assert report["steps"] == 2 and 0 < report["epsilon"] <= 10
