@@ -201,8 +201,9 @@ def check_privacy_report_of_this_run(run_dir: Path, privacy: dict[str, Any], inf
     """Refuse a ``privacy.json`` of another run than the checkpoint's (copied in from another
     folder, or the checkpoint replaced): its epsilon would be reported for this run's data. The
     lineage (random run ids, lineage.py) tells them apart; reports from before it was kept are not."""
-    ours, theirs = privacy.get("lineage"), info.get("lineage")
-    if ours is None or theirs is None or ours == theirs:
+    from lightning_dpgan.lineage import of_other_runs
+
+    if not of_other_runs(privacy, info):
         return
     raise ValueError(f"{run_dir / 'privacy.json'} and {run_dir / LAST_CHECKPOINT} are of different runs (their lineage, "
                      "the run ids training went through, differ): the epsilon reported would not be the one this "

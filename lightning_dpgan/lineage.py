@@ -34,3 +34,11 @@ def extended_lineage(parent_info: Mapping[str, Any] | None, resumed_steps: int, 
     if parent_info is not None:
         earlier = parent_info.get("lineage") or [{"run_id": UNRECORDED, "from_step": 0}]
     return [*(dict(segment) for segment in earlier), {"run_id": run_id, "from_step": int(resumed_steps)}]
+
+
+def of_other_runs(report: Mapping[str, Any], run: Mapping[str, Any]) -> bool:
+    """Whether a ``privacy.json`` (``report``) is of another run than a checkpoint's run
+    information (``run``): copied in from another folder, or the checkpoint replaced. Told apart
+    where both keep a lineage; reports from before it was kept are not."""
+    ours, theirs = report.get("lineage"), run.get("lineage")
+    return ours is not None and theirs is not None and ours != theirs

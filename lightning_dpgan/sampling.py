@@ -82,7 +82,9 @@ def guarantee_note(path: str | Path) -> str:
     if trained_in_python(run):
         report = "the privacy_report() of the strategy that trained it"
     elif (run_of(Path(path)) / "privacy.json").is_file():
-        report = "its run's privacy.json"
+        report = ("its run's privacy.json" if not reports_another_run(run_of(Path(path)) / "privacy.json", run) else
+                  "the privacy.json of the run that wrote it; the privacy.json beside it is another run's (their "
+                  "lineage, the run ids training went through, differs) and states another spend than this one")
     else:  # a run stopped before its end (SIGTERM) writes it when continued; an earlier one in previous/ is not it
         report = ("the privacy.json of the run that wrote it, which is not beside it: a run stopped before its end "
                   "writes it when continued, and a checkpoint copied out of its run folder left it there")
@@ -103,6 +105,19 @@ def guarantee_note(path: str | Path) -> str:
                 "Drawing more records spends nothing more")
     return (f"released under the checkpoint's privacy spend, epsilon {epsilon} and delta {spent['delta']:g} (how it "
             f"was accounted: {report}); drawing more records spends nothing more")
+
+
+def reports_another_run(report: Path, run: dict[str, Any]) -> bool:
+    """Whether the ``privacy.json`` at ``report`` is of another run than the checkpoint's run
+    information ``run`` (:func:`~lightning_dpgan.lineage.of_other_runs`); False where it cannot
+    be read as one."""
+    from lightning_dpgan.lineage import of_other_runs
+
+    try:
+        written = json.loads(report.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(written, dict) and of_other_runs(written, run)
 
 
 def data_dependent_note(epsilon: str, spent: dict[str, Any], report: str) -> str:

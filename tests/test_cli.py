@@ -125,8 +125,17 @@ def test_sample_says_what_guarantee_the_records_it_drew_carry(gan_run, tmp_path,
     checkpoint = run / "checkpoints" / "last.ckpt"
     capsys.readouterr()
     assert main(["sample", "--checkpoint", str(checkpoint), "-n", "5", "--out", str(tmp_path / "a.csv")]) == 0
-    assert (f"released under the checkpoint's privacy spend, epsilon {epsilon:.6g} and delta 0.001"
-            in capsys.readouterr().err)
+    said = capsys.readouterr().err
+    assert f"released under the checkpoint's privacy spend, epsilon {epsilon:.6g} and delta 0.001" in said
+    assert "(how it was accounted: its run's privacy.json)" in said
+    other = json.loads((run / "privacy.json").read_text())  # another run's report copied in: another lineage
+    (run / "privacy.json").write_text(json.dumps({**other, "epsilon": 1.0,
+                                                  "lineage": [{"run_id": "elsewhere", "from_step": 0}]}))
+    assert main(["sample", "--checkpoint", str(checkpoint), "-n", "5", "--out", str(tmp_path / "other.csv")]) == 0
+    said = capsys.readouterr().err
+    assert f"epsilon {epsilon:.6g}" in said and "its run's privacy.json)" not in said
+    assert "the privacy.json beside it is another run's (their lineage" in said
+    (run / "privacy.json").write_text(json.dumps(other))
     state = torch.load(checkpoint, map_location="cpu", weights_only=False)
     for callback in state["callbacks"].values():
         callback.pop("spent", None)  # as a checkpoint written before the spend was kept
