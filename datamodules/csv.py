@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from lightning_dpgan.data.csv_fields import ExtraFieldsError, read_csv_fields
-from lightning_dpgan.data.csv_missing import missing_spellings
+from lightning_dpgan.data.csv_missing import missing_lookalikes, missing_spellings
 from lightning_dpgan.data.download import damaged_compression_refused
 from lightning_dpgan.data.dp_bounds import SCHEMA_MECHANISM as DP_SCHEMA_MECHANISM, check_listed_columns, infer_schema_dp
 from lightning_dpgan.data.schema import (LABEL_KINDS, SchemaError, TableSchema, as_flag_value, as_schema_categories,
@@ -206,6 +206,7 @@ class CSVDataModule(TabularDataModule):
     def _read_split(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         self.prepare_data()
         frame = _read_csv(self.csv_path, self._categorical_columns())
+        self._warn_of_missing_value_lookalikes(frame)
         if self._schema is None:  # the flags name columns: a typo said first, not as a column's values
             check_listed_columns(frame, self.target, self.categorical, self.integer, self.drop)
         self._refuse_what_numeric_columns_cannot_hold(frame)
@@ -223,6 +224,21 @@ class CSVDataModule(TabularDataModule):
                               "synthetic table needs features beside its label (the evaluation learns the label from "
                               "them, QUAIL's synthesizer trains on them). Keep at least one feature column")
         return self._seeded_split(frame.drop(columns=self.drop))
+
+    def _warn_of_missing_value_lookalikes(self, frame: pd.DataFrame) -> None:
+        """A categorical column holding ``NA``, ``null``, ``?`` ...: read as categories (a text
+        field is missing only when empty, as ``None`` of a smoker column or ``NA`` of a region are
+        categories), where the data holder may have meant a missing value, which is refused. A
+        schema file listing the value declares it a category. For the data holder: the spellings
+        are read from the private rows."""
+        declared = {column.name: set(column.categories or ()) for column in self._schema.columns} if self._schema else {}
+        for name in self._categorical_columns():
+            held = set(frame[name].unique()) - declared.get(name, set()) if name in frame.columns else set()
+            if name not in self.drop and (found := missing_lookalikes(held)):
+                log.warning("%s: column '%s' holds %s, which other tools write for a missing value: in a categorical "
+                            "column only an empty field is missing, so %s a category of its own here. If a missing "
+                            "value is meant, leave the field empty (refused, with its rows) or remove those rows",
+                            self.name, name, ", ".join(map(repr, found)), "it is" if len(found) == 1 else "each is")
 
     def setup(self, stage: str | None = None) -> None:
         first = self.train_dataset is None

@@ -541,7 +541,8 @@ class TabularDataModule(L.LightningDataModule):
             raise SchemaError(
                 f"{self.name}: the label '{schema.label}' holds {f'one class ({held[0]!r})' if held else 'none of its classes'}"
                 f"{instead} in all {len(self.train_frame)} training rows: a class label needs rows of at least two "
-                f"classes. Check that this is the right file and label column, or train without a label{booleans}")
+                f"classes. Check that this is the right file and label column (for a CSV file, --data.target or the "
+                f"schema file's label names another){booleans}")
 
     def _refuse_held_out_labels_outside_the_classes(self) -> None:
         """A binary label holding another value in a held-out row (test or dev) would be refused

@@ -304,6 +304,31 @@ def schema_file(tmp_path: Path) -> Path:
     return path
 
 
+def test_missing_value_spellings_in_a_categorical_column_are_said_to_be_read_as_categories(tmp_path, caplog):
+    """In a categorical column only an empty field is missing (NA may be a region, None a smoker's
+    answer), so 'NA', 'null' or ' ?' trained as categories while the README said a missing value is
+    refused, with no word said: warned now, naming them, except where a schema file lists them."""
+    frame = table(60)
+    frame.loc[frame.index % 7 == 1, "kind"] = "NA"
+    frame.loc[frame.index % 7 == 2, "kind"] = " ?"
+    csv = write_case(tmp_path / "data.csv", lambda _: frame)
+    estimated = CSVDataModule(csv=csv, target="label", categorical=["kind", "label"], label_kind="binary",
+                              bounds_epsilon=5.0)
+    with caplog.at_level("WARNING"):
+        estimated.setup("fit")
+    assert ("column 'kind' holds '?', 'NA', which other tools write for a missing value: in a categorical column only "
+            "an empty field is missing, so each is a category of its own here") in caplog.text
+    assert "column 'label'" not in caplog.text and "column 'amount'" not in caplog.text
+    caplog.clear()
+    schema = {**CSV_SCHEMA, "columns": [*CSV_SCHEMA["columns"][:2], {"name": "kind", "kind": "categorical",
+                                                                     "categories": ["a", "b", "NA", " ?"]},
+                                        CSV_SCHEMA["columns"][3]]}
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(schema))
+    with caplog.at_level("WARNING"):
+        CSVDataModule(csv=csv, schema=tmp_path / "schema.yaml").setup("fit")
+    assert "other tools write for a missing value" not in caplog.text  # declared: categories on purpose
+
+
 def test_a_csv_none_of_whose_rows_fits_the_schema_says_so(tmp_path, capsys, schema_file):
     csv = write_case(tmp_path / "data.csv", lambda frame: frame.assign(kind="c"))  # the schema lists a and b
     assert_refused(csv_args(csv, tmp_path / "out", schema_file), capsys, "none of the", "training rows fits the schema",

@@ -15,6 +15,9 @@ NUMERIC_MISSING = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN",
                    "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
 #: a text column's only missing field: an empty one
 TEXT_MISSING = ("",)
+#: what a text column may hold where a missing value was meant, though it is read as a category:
+#: pandas' spellings and the '?' of UCI files such as Adult (:func:`missing_lookalikes`)
+MISSING_LOOKALIKES = frozenset(NUMERIC_MISSING[1:]) | {"?"}
 
 
 def missing_spellings(columns: Iterable[str], text_columns: Iterable[str]) -> dict[str, tuple[str, ...]]:
@@ -23,4 +26,10 @@ def missing_spellings(columns: Iterable[str], text_columns: Iterable[str]) -> di
     return {name: TEXT_MISSING if name in text else NUMERIC_MISSING for name in columns}
 
 
-__all__ = ["NUMERIC_MISSING", "TEXT_MISSING", "missing_spellings"]
+def missing_lookalikes(values: Iterable[object]) -> list[str]:
+    """The values of a text column that spell a missing value elsewhere (``NA``, ``null``, ``?``,
+    spaces around them aside), sorted: read here as categories of their own."""
+    return sorted({str(value).strip() for value in values if str(value).strip() in MISSING_LOOKALIKES})
+
+
+__all__ = ["MISSING_LOOKALIKES", "NUMERIC_MISSING", "TEXT_MISSING", "missing_lookalikes", "missing_spellings"]
