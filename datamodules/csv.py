@@ -245,6 +245,7 @@ class CSVDataModule(TabularDataModule):
         super().setup(stage)
         if first:
             self._warn_of_record_like_category_lists()
+            self._warn_of_identifier_like_integers()
 
     def _warn_of_record_like_category_lists(self) -> None:
         """A declared (public) category list at least half as long as the training rows, and
@@ -266,6 +267,22 @@ class CSVDataModule(TabularDataModule):
                         "releases its values as they are. The guarantee covers the records, the schema being "
                         "public: keep such a list only if it is public knowledge, else drop the column (the "
                         "schema's drop list)", self.name, listed, column.name, rows)
+
+    def _warn_of_identifier_like_integers(self) -> None:
+        """A whole-number feature holding another value in every training row, as a record ID
+        does: it trains as a number, and its synthetic values, drawn over the same range, mostly
+        equal real rows' IDs (97 % of them for IDs 1..n), so a reader may take synthetic rows for
+        real people's. Nothing is leaked by it (the values are the schema's range), but the column
+        carries nothing a synthetic table needs. For the data holder: read from the private rows."""
+        rows = len(self.train_frame)
+        for column in self.schema.columns:
+            if (column.kind == "integer" and column.name != self.schema.label and rows >= RECORD_LIKE_CATEGORIES
+                    and self.train_frame[column.name].nunique() == rows):
+                log.warning("%s: column '%s' holds a different whole number in each of the %d training rows, as a "
+                            "record ID does: its synthetic values are drawn over the same range, so many will equal "
+                            "a real row's, and a reader may take synthetic rows for real people's. Drop it if it "
+                            "identifies the records (--data.drop, or the schema file's drop list)", self.name,
+                            column.name, rows)
 
     def _refuse_what_numeric_columns_cannot_hold(self, frame: pd.DataFrame) -> None:
         """Text, booleans, ±inf, a fraction in an integer column or a number beyond 64 bits in a

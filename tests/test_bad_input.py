@@ -329,6 +329,21 @@ def test_missing_value_spellings_in_a_categorical_column_are_said_to_be_read_as_
     assert "other tools write for a missing value" not in caplog.text  # declared: categories on purpose
 
 
+def test_an_integer_column_distinct_in_every_row_is_warned_of_as_an_identifier(tmp_path, caplog):
+    """An ID column declared integer trained without a word, and 97 % of its synthetic values
+    were real rows' IDs. Warned of now; a count column whose values repeat is not."""
+    frame = table(60).assign(record_id=range(1, 61))
+    csv = write_case(tmp_path / "ids.csv", lambda _: frame)
+    datamodule = CSVDataModule(csv=csv, target="label", categorical=["kind", "label"], integer=["visits", "record_id"],
+                               label_kind="binary", bounds_epsilon=5.0)
+    with caplog.at_level("WARNING"):
+        datamodule.setup("fit")
+    rows = len(datamodule.train_frame)
+    assert (f"column 'record_id' holds a different whole number in each of the {rows} training rows, as a record ID "
+            "does") in caplog.text and "--data.drop" in caplog.text
+    assert "column 'visits' holds" not in caplog.text
+
+
 def test_a_csv_none_of_whose_rows_fits_the_schema_says_so(tmp_path, capsys, schema_file):
     csv = write_case(tmp_path / "data.csv", lambda frame: frame.assign(kind="c"))  # the schema lists a and b
     assert_refused(csv_args(csv, tmp_path / "out", schema_file), capsys, "none of the", "training rows fits the schema",
