@@ -260,11 +260,29 @@ class TeacherStrategy(PrivacyStrategy):
         smallest = train_records // self.teacher_count(train_records)
         return self.teacher_batch_size or self.default_teacher_batch_size(smallest)
 
+    def check_generated_batch(self, normalizes_batches: bool, train_records: int) -> None:
+        """Refuse one generated record a step for a generator with BatchNorm (G-PATE's; PyTorch's
+        "Expected more than 1 value per channel" at the first step), before any vote: a minibatch
+        of one record given, or the default for partitions of one record (20 teachers over 36
+        records). Fewer teachers help only the default."""
+        generated = self.generated_per_step(train_records)
+        if not normalizes_batches or generated >= 2:
+            return
+        teachers = self.teacher_count(train_records)
+        fewer = ("" if self.teacher_batch_size is not None else
+                 f", or fewer teachers ({train_records} training records over {teachers} teachers leave the smallest "
+                 f"partition {train_records // teachers}, the default minibatch)")
+        raise ValueError(f"the generator normalizes each batch (BatchNorm), which needs at least 2 generated records a "
+                         f"step, and it generates one per record of a teacher's minibatch, here {generated}: use "
+                         f"--privacy.teacher_batch_size 2 or more (drawn with replacement from a smaller partition)"
+                         f"{fewer}")
+
     def install(self, trainer: L.Trainer, pl_module: Any) -> None:
         self._module = pl_module
         reseed_for_the_teachers()  # one --seed, one run, on one process or several
         datamodule = trainer.datamodule
         k = self.teacher_count(self.train_records)
+        self.check_generated_batch(pl_module.generator_normalizes_batches, self.train_records)  # images: first here
         self.num_teachers = k
         partitions = datamodule.partitions(k, self.partition_seed)
         smallest = min(len(part) for part in partitions)

@@ -30,6 +30,9 @@ DEFAULT_BOUNDS_DELTA = 1e-6
 #: the fewest categories a declared list must have for setup to warn that it reads like one
 #: taken from the records (with half as many as the training rows, or more)
 RECORD_LIKE_CATEGORIES = 10
+#: the fewest training rows for setup to warn of a whole-number column that reads like a record ID
+#: (a different value in each row, filling at least half their range)
+RECORD_LIKE_INTEGERS = 100
 
 
 class CSVDataModule(TabularDataModule):
@@ -233,7 +236,7 @@ class CSVDataModule(TabularDataModule):
         are read from the private rows."""
         declared = {column.name: set(column.categories or ()) for column in self._schema.columns} if self._schema else {}
         for name in self._categorical_columns():
-            held = set(frame[name].unique()) - declared.get(name, set()) if name in frame.columns else set()
+            held = set(frame[name].dropna().unique()) - declared.get(name, set()) if name in frame.columns else set()
             if name not in self.drop and (found := missing_lookalikes(held)):
                 log.warning("%s: column '%s' holds %s, which other tools write for a missing value: in a categorical "
                             "column only an empty field is missing, so %s a category of its own here. If a missing "
@@ -275,14 +278,17 @@ class CSVDataModule(TabularDataModule):
         real people's. Nothing is leaked by it (the values are the schema's range), but the column
         carries nothing a synthetic table needs. For the data holder: read from the private rows."""
         rows = len(self.train_frame)
+        if rows < RECORD_LIKE_INTEGERS:  # a small table's ages or counts may all differ and fill their range
+            return
         for column in self.schema.columns:
-            if (column.kind == "integer" and column.name != self.schema.label and rows >= RECORD_LIKE_CATEGORIES
-                    and self.train_frame[column.name].nunique() == rows):
-                log.warning("%s: column '%s' holds a different whole number in each of the %d training rows, as a "
-                            "record ID does: its synthetic values are drawn over the same range, so many will equal "
-                            "a real row's, and a reader may take synthetic rows for real people's. Drop it if it "
-                            "identifies the records (--data.drop, or the schema file's drop list)", self.name,
-                            column.name, rows)
+            values = self.train_frame[column.name] if column.kind == "integer" else None
+            if (values is not None and column.name != self.schema.label and values.nunique() == rows
+                    and values.max() - values.min() < 2 * rows):
+                log.warning("%s: column '%s' holds a different whole number in each of the %d training rows, filling "
+                            "their range as a record ID does: its synthetic values are drawn over the same range, so "
+                            "many will equal a real row's, and a reader may take synthetic rows for real people's. "
+                            "Drop it if it identifies the records (--data.drop, or the schema file's drop list)",
+                            self.name, column.name, rows)
 
     def _refuse_what_numeric_columns_cannot_hold(self, frame: pd.DataFrame) -> None:
         """Text, booleans, ±inf, a fraction in an integer column or a number beyond 64 bits in a

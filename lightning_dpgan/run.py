@@ -6,6 +6,7 @@ import io
 import json
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -648,19 +649,17 @@ class Run:
         generated record a step for a generator with BatchNorm (the MLP generators'; PyTorch's
         "Expected more than 1 value per channel"), or a batch CTGAN's discriminator cannot cut
         into packs of ``pac``. Either failed at the first step, leaving a folder without a checkpoint."""
-        generated = self.module.generated_batch_size or getattr(getattr(self.datamodule, "hparams", None), "batch_size", None)
-        remedy = "use --batch-size 2 or more"
-        count = getattr(self.datamodule, "training_row_count", None)
-        if hasattr(self.strategy, "generated_per_step") and count is not None:  # PATE, G-PATE: a teacher's minibatch
-            records = count()
-            generated = self.strategy.generated_per_step(records)
-            teachers = self.strategy.teacher_count(records)
-            remedy = (f"use --privacy.teacher_batch_size 2 or more (drawn with replacement from a smaller partition), or "
-                      f"fewer teachers ({records} training records over {teachers} teachers leave the smallest partition "
-                      f"{records // teachers})")
-        if self.module.generator_normalizes_batches and isinstance(generated, int) and generated < 2:
-            raise ConfigError(f"the {self.config['model']['name']} generator normalizes each batch (BatchNorm), which needs "
-                              f"at least 2 generated records a step, and this run generates {generated}: {remedy}")
+        if hasattr(self.strategy, "check_generated_batch"):  # PATE, G-PATE: one generated record per teacher record
+            count = getattr(self.datamodule, "training_row_count", None)
+            if count is not None:  # a table; images are checked as the strategy installs, before any vote
+                self.strategy.check_generated_batch(self.module.generator_normalizes_batches, count())
+        else:
+            generated = (self.module.generated_batch_size
+                         or getattr(getattr(self.datamodule, "hparams", None), "batch_size", None))
+            if self.module.generator_normalizes_batches and isinstance(generated, int) and generated < 2:
+                raise ConfigError(f"the {self.config['model']['name']} generator normalizes each batch (BatchNorm), which "
+                                  f"needs at least 2 generated records a step, and this run generates {generated}: use "
+                                  "--batch-size 2 or more")
         pac = getattr(getattr(self.module, "hparams", None), "pac", 1)  # under DP-SGD 1 (refused before otherwise)
         batch = getattr(getattr(self.datamodule, "hparams", None), "batch_size", None)
         if not (isinstance(pac, int) and pac > 1 and isinstance(batch, int)):
@@ -1086,6 +1085,7 @@ class Run:
         removing that copy (``outputs.atomic_write``), and either says how the finished run's
         checkpoint writes them."""
         def stop(signum: int, frame: Any) -> None:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one would cut the removal of the copy short
             raise SIGTERMException
 
         try:
@@ -1099,7 +1099,13 @@ class Run:
 
     def outputs_stopped_sentence(self, how: str) -> str:
         """The user's line when a stop came after training, as its outputs were written: the
-        checkpoint saved at the end holds the finished run, and resuming it trains no step."""
+        checkpoint saved at the end holds the finished run, and resuming it trains no step; or,
+        once ``privacy.json`` (the last output) is written, as the loggers publish the run."""
+        if self.module.run_info.get("audit_trial"):
+            return f"{how} while writing the outputs of an audit's trial, which is not continued"
+        if (self.output_dir / "privacy.json").is_file():  # written last (the earlier outputs were set aside first)
+            return (f"{how} after its outputs were written in {self.output_dir}, while the run was published to the "
+                    "loggers: what they hold of it may be incomplete")
         accountant = ", with the privacy accountant" if self.strategy is not None else ""
         return (f"{how} while writing the outputs of its {self.module.train_steps} training steps, which had "
                 f"ended: {self.output_dir / LAST_CHECKPOINT} holds the finished run{accountant}. Write privacy.json, "

@@ -327,21 +327,36 @@ def test_missing_value_spellings_in_a_categorical_column_are_said_to_be_read_as_
     with caplog.at_level("WARNING"):
         CSVDataModule(csv=csv, schema=tmp_path / "schema.yaml").setup("fit")
     assert "other tools write for a missing value" not in caplog.text  # declared: categories on purpose
+    caplog.clear()
+    blank = table(60)
+    blank.loc[3, "kind"] = None  # an empty field: missing (refused), not a category 'nan' to warn of
+    with caplog.at_level("WARNING"), pytest.raises(SchemaError, match="missing values"):
+        CSVDataModule(csv=write_case(tmp_path / "blank.csv", lambda _: blank), target="label",
+                      categorical=["kind", "label"], label_kind="binary", bounds_epsilon=5.0).setup("fit")
+    assert "other tools write for a missing value" not in caplog.text
 
 
 def test_an_integer_column_distinct_in_every_row_is_warned_of_as_an_identifier(tmp_path, caplog):
     """An ID column declared integer trained without a word, and 97 % of its synthetic values
     were real rows' IDs. Warned of now; a count column whose values repeat is not."""
-    frame = table(60).assign(record_id=range(1, 61))
+    frame = table(200).assign(record_id=range(1, 201), sparse=range(0, 2000, 10))
     csv = write_case(tmp_path / "ids.csv", lambda _: frame)
-    datamodule = CSVDataModule(csv=csv, target="label", categorical=["kind", "label"], integer=["visits", "record_id"],
-                               label_kind="binary", bounds_epsilon=5.0)
+    datamodule = CSVDataModule(csv=csv, target="label", categorical=["kind", "label"],
+                               integer=["visits", "record_id", "sparse"], label_kind="binary", bounds_epsilon=5.0)
     with caplog.at_level("WARNING"):
         datamodule.setup("fit")
     rows = len(datamodule.train_frame)
-    assert (f"column 'record_id' holds a different whole number in each of the {rows} training rows, as a record ID "
-            "does") in caplog.text and "--data.drop" in caplog.text
-    assert "column 'visits' holds" not in caplog.text
+    assert (f"column 'record_id' holds a different whole number in each of the {rows} training rows, filling their "
+            "range as a record ID does") in caplog.text and "--data.drop" in caplog.text
+    # repeated values, or distinct ones spread thin (few synthetic values equal a real one): nothing said
+    assert "column 'visits' holds" not in caplog.text and "column 'sparse' holds" not in caplog.text
+    caplog.clear()
+    small = CSVDataModule(csv=write_case(tmp_path / "small.csv", lambda _: frame.head(60)), target="label",
+                          categorical=["kind", "label"], integer=["visits", "record_id"], label_kind="binary",
+                          bounds_epsilon=5.0)
+    with caplog.at_level("WARNING"):
+        small.setup("fit")
+    assert "as a record ID does" not in caplog.text  # a small table's columns may all differ
 
 
 def test_a_csv_none_of_whose_rows_fits_the_schema_says_so(tmp_path, capsys, schema_file):
@@ -704,12 +719,16 @@ def test_a_teacher_minibatch_of_one_for_gpates_batchnorm_generator_is_refused_be
             "--output-dir", str(out), "--overwrite", "--epsilon", "3", "--delta", "1e-3", "--privacy.num_teachers", "20",
             "--max-steps", "1", "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
             *(["--privacy.teacher_batch_size", given] if given else [])]
-    assert_refused(args, capsys, "BatchNorm", "this run generates 1", "--privacy.teacher_batch_size 2 or more",
-                   "36 training records over 20 teachers leave the smallest partition 1")
+    refusal = assert_refused(args, capsys, "BatchNorm", "per record of a teacher's minibatch, here 1",
+                             "--privacy.teacher_batch_size 2 or more")
+    # fewer teachers make the default minibatch larger, not a given one
+    assert ("36 training records over 20 teachers leave the smallest partition 1" in refusal) is (given is None)
     assert_nothing_lost(out)
     at = args.index("--privacy.num_teachers") + 1
     fewer = [*args[:at], "10", *args[at + 1:]]
-    assert main(fewer[:-2] if given else fewer) == 0  # 3 records each; a given minibatch of 1 dropped
+    assert main(fewer) == (2 if given else 0)  # 3 records each
+    if given:
+        assert main([*fewer[:-1], "2"]) == 0
 
 
 def test_a_batch_of_one_for_a_batchnorm_generator_is_refused_before_anything_is_written(tmp_path, capsys, schema_file):

@@ -2254,6 +2254,24 @@ def test_a_second_harness_in_a_busy_out_dir_is_refused_before_it_reads_or_runs_a
     assert benchmark(argv).parent == tmp_path / "results"
 
 
+def test_an_out_dir_whose_file_system_refuses_flock_runs_unlocked_with_a_warning(tmp_path, monkeypatch, capsys):
+    """Lustre without -o flock, some NFS mounts: flock fails with ENOSYS or ENOLCK. The lock then
+    stopped every benchmark there with "Function not implemented"; it runs unlocked, saying so."""
+    import errno
+
+    from lightning_dpgan.benchmark import out_dir_lock
+
+    def refused(handle, operation):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(out_dir_lock.fcntl, "flock", refused)
+    ran = []
+    with out_dir_lock.out_dir_locked(tmp_path / "runs"):
+        ran.append(True)
+    assert ran == [True]
+    assert "cannot be locked on its file system (Function not implemented)" in capsys.readouterr().err
+
+
 def test_quick_peers_are_not_compared_with_a_cell_our_stopped_quick_tables_run_cut_short(tmp_path, monkeypatch):
     """A quick tables run stopped after one of its two seeds of PATE-GAN: that cell, a mean of
     fewer seeds than planned, is not ours to compare the peer with (a finished cell is)."""

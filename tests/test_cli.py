@@ -1243,3 +1243,22 @@ def test_a_stop_while_the_outputs_are_written_leaves_no_partial_file_and_says_ho
     assert main(["train", *command]) == 0
     report = read_json(run / "privacy.json")
     assert report["steps"] == 2 and 0 < report["epsilon"] <= 10
+
+
+def test_a_stop_after_the_outputs_or_in_an_audit_trial_is_not_sent_to_resume(tmp_path):
+    """Once privacy.json, the last output, is written, a stop comes as the loggers publish the run
+    (W&B's upload): resuming would set the finished outputs aside. An audit's trial is not
+    continued at all. Neither is told to resume; a stop before privacy.json is."""
+    from types import SimpleNamespace
+
+    from lightning_dpgan.run import Run
+
+    run = SimpleNamespace(module=SimpleNamespace(run_info={}, train_steps=4), output_dir=tmp_path, strategy=object())
+    assert "--resume" in Run.outputs_stopped_sentence(run, "stopped by SIGTERM")
+    (tmp_path / "privacy.json").write_text("{}")
+    published = Run.outputs_stopped_sentence(run, "stopped by SIGTERM")
+    assert published.startswith(f"stopped by SIGTERM after its outputs were written in {tmp_path}, while the run was "
+                                "published to the loggers") and "--resume" not in published
+    run.module.run_info = {"audit_trial": "trial 3"}
+    assert Run.outputs_stopped_sentence(run, "interrupted") == ("interrupted while writing the outputs of an audit's "
+                                                                 "trial, which is not continued")

@@ -470,6 +470,23 @@ def gpate_args(data_dir, output_dir, *extra):
     ]
 
 
+def test_gpate_on_images_refuses_a_teacher_minibatch_of_one_as_it_installs_and_ignores_batch_size(
+        tiny_image_data_dir, tmp_path, capsys):
+    """Images have no row count before the Trainer sets them up: G-PATE with a teacher minibatch
+    of one record failed inside BatchNorm at its first step; refused as the strategy installs,
+    before any vote. --batch-size, which a teacher model does not use, was refused at 1 instead."""
+    out = tmp_path / "out"
+    assert main(["train", *gpate_args(tiny_image_data_dir, out, "--epsilon", "50", "--privacy.teacher_batch_size", "1")]) == 2
+    said = capsys.readouterr().err
+    assert "BatchNorm" in said and "per record of a teacher's minibatch, here 1" in said
+    assert "--privacy.teacher_batch_size 2 or more" in said and "fewer teachers" not in said
+    assert not (out / "privacy.json").exists() and not (out / "checkpoints").exists()
+    trained = tmp_path / "trained"
+    assert main(["train", *gpate_args(tiny_image_data_dir, trained, "--epsilon", "50", "--batch-size", "1",
+                                      "--max-steps", "2")]) == 0
+    assert read_json(trained / "privacy.json")["steps"] == 2
+
+
 @pytest.fixture(scope="module")
 def gpate_run(tiny_image_data_dir, tmp_path_factory):
     """``python train.py --model gpate --dataset mnist`` (the command users run first), tiny settings."""

@@ -4,11 +4,13 @@ Two invocations in one folder would train the same cells side by side: a ``--res
 while the first still runs finds its cells half done, continues their checkpoints beside the
 processes writing them, and both record the runs. The lock is an advisory ``flock`` on a file
 in the folder, so the operating system releases it however the holder ends (a crash or SIGKILL
-included): no stale lock to clear by hand.
+included): no stale lock to clear by hand. Where the system has no ``flock`` (Windows), or the
+folder's file system refuses it (a warning says so), the folder is not locked.
 """
 from __future__ import annotations
 
 import os
+import sys
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -42,6 +44,11 @@ def out_dir_locked(out_dir: Path) -> Iterator[None]:
             handle.seek(0)
             holder = handle.read().strip() or "a process that did not say which"
             raise OutDirBusyError(f"another benchmark is running in --out-dir {out_dir} ({holder})") from None
+        except OSError as error:  # a file system without flock (Lustre without -o flock, some NFS): run unlocked
+            print(f"benchmark: warning: --out-dir {out_dir} cannot be locked on its file system ({error.strerror}): "
+                  "nothing stops a second benchmark from running in it beside this one", file=sys.stderr)
+            yield
+            return
         handle.seek(0)
         handle.truncate()
         handle.write(f"process {os.getpid()}, started {datetime.now():%Y-%m-%d %H:%M:%S}\n")

@@ -121,7 +121,7 @@ def _resumed_provenance(resumed: list[dict[str, Any]], commit: dict[str, Any] | 
     def named(record: dict[str, Any]) -> str:
         return f"`{(record.get('sha') or 'unknown')[:10]}`" + (" with uncommitted changes" if record.get("dirty") else "")
 
-    if any(not run.get("started_at_commit") for run in resumed):  # recorded before runs kept it
+    if any(not isinstance(run.get("started_at_commit"), dict) for run in resumed):  # recorded before runs kept it
         said = ("The commit above is this invocation's; what ran before it ran the interrupted one's code, "
                 "which is not recorded for every run.")
     elif all(run["started_at_commit"] == commit for run in resumed):
@@ -133,9 +133,9 @@ def _resumed_provenance(resumed: list[dict[str, Any]], commit: dict[str, Any] | 
     untimed = sum(run.get("train_seconds") is None for run in resumed)
     if untimed == 0:
         return said + " Their wall times are those of their runs, each trained whole before the interruption."
-    return said + (f" The wall times of {untimed} of them are not shown: continued from a checkpoint, they would "
-                   "cover part of the run, and one trained whole under other conditions (machine, device, --jobs, "
-                   "thread settings) was not timed as this file's runs are.")
+    return said + (f" The wall times of {untimed} of them are not shown: a run continued from a checkpoint would "
+                   "show part of itself, and one trained whole before is shown only where it was timed under this "
+                   "file's conditions (machine, device, --jobs, thread settings).")
 
 
 def _header(result: dict[str, Any], list_cells: bool = True) -> list[str]:
