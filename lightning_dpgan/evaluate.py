@@ -587,12 +587,13 @@ def _evaluate_images(run_dir: Path, datamodule: Any, held_out: Any, n: int | Non
                      device: str, real_baseline: bool = False) -> dict[str, Any]:
     from lightning_dpgan.evaluation.images import cnn_accuracy
     from lightning_dpgan.evaluation.membership import membership_inference
-    from lightning_dpgan.sampling import draw_images, load_module
+    from lightning_dpgan.sampling import check_memory_for_images, draw_images, load_module
 
     module = load_module(run_dir / LAST_CHECKPOINT).to(device)
     train_images, train_labels = datamodule.train_dataset.tensors
     test_images, test_labels = held_out.tensors
     n = n or len(train_images)
+    check_memory_for_images(n, module, remedy="give a smaller -n")  # as sample does: it drew on until memory ran out
     torch.manual_seed(seed)
     say_stage(f"drawing {n} synthetic images")
     labels = module.balanced_labels(n)

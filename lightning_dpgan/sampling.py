@@ -335,15 +335,15 @@ def free_memory() -> int | None:
         return None
 
 
-def check_memory_for_images(n: int, module: Any) -> None:
+def check_memory_for_images(n: int, module: Any, remedy: str = "draw fewer at a time") -> None:
     """Refuse, before drawing, ``n`` images that the memory this machine has free cannot hold:
-    they are gathered as float32 before they are written (a trillion asked for ended in torch's
-    allocation traceback, or ran until the system killed it)."""
+    they are gathered as float32 before they are written or scored (a trillion asked for ended in
+    torch's allocation traceback, or ran until the system killed it)."""
     needed = n * math.prod(module.data_shape) * 4  # float32 pixels, gathered on the CPU
     free = free_memory()
     if free is not None and needed > free:
         raise ValueError(f"-n {n} images would take about {byte_size(needed)} of memory as they are drawn, and "
-                         f"this machine has {byte_size(free)} free: draw fewer at a time")
+                         f"this machine has {byte_size(free)} free: {remedy}")
 
 
 def synthetic_row_chunks(module: Any, decoder: Any, labeler: Any, n: int) -> Iterator[Any]:
@@ -488,8 +488,9 @@ def class_labels(module: Any, n: int, classes: Sequence[int] | None) -> torch.Te
 def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 0, columns: int = 10,
                    overwrite: bool = False, classes: Sequence[int] | None = None) -> Path:
     """Draw ``n`` records and write them: ``.csv`` table (decoded with the run's schema),
-    ``.png`` image grid or ``.npz`` image arrays; ``classes`` limits a class-conditional image
-    model to those classes. An existing ``out`` (a run's own ``synthetic.csv``, say) is replaced
+    ``.png`` image grid (``columns`` to a row; a class-conditional model's one column per class
+    drawn) or ``.npz`` image arrays; ``classes`` limits a class-conditional image model to those
+    classes. An existing ``out`` (a run's own ``synthetic.csv``, say) is replaced
     only with ``overwrite``."""
     if not str(out).strip():  # Path("") is the current folder: "--out . names a folder" for what was typed as ''
         raise ValueError("--out is empty: give the file to write (a .csv for a table, .png or .npz for images)")
@@ -532,8 +533,9 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
     check_memory_for_images(n, module)
     labels = class_labels(module, n, classes)
     images = images_to_uint8(draw_images(module, n, labels))
-    if suffix == ".png":
-        return write_png(out, image_grid(images, columns))
+    if suffix == ".png":  # a class-conditional model's: one column per class drawn, as labels take turns
+        drawn = columns if labels is None else len(set(labels.tolist()))
+        return write_png(out, image_grid(images, drawn))
     arrays = {"images": images}
     if labels is not None:
         arrays["labels"] = labels.cpu().numpy()

@@ -88,6 +88,19 @@ def test_sample_command_draws_records_from_the_checkpoint(gan_run, tmp_path):
     assert np.load(npz)["images"].shape[0] == 3
 
 
+def test_a_sampled_grid_of_chosen_classes_has_one_column_per_class(gan_run, tmp_path):
+    """--classes 1 2 3 draws labels 1, 2, 3, 1, ... in turn: laid 10 to a row, the classes ran
+    diagonally. One column per class drawn, as a plain draw's grid has one per class."""
+    checkpoint = str(gan_run / "checkpoints/last.ckpt")
+    png, npz = tmp_path / "three.png", tmp_path / "three.npz"
+    for out in (png, npz):
+        assert main(["sample", "--checkpoint", checkpoint, "-n", "30", "--out", str(out), "--classes", "1", "2", "3"]) == 0
+    picture, drawn = np.asarray(Image.open(png)), np.load(npz)
+    assert picture.shape == (10 * 30 + 2, 3 * 30 + 2)
+    np.testing.assert_array_equal(grid_tiles(picture, 30, columns=3), drawn["images"][:, 0])
+    assert drawn["labels"].reshape(10, 3).tolist() == [[1, 2, 3]] * 10  # each column one class
+
+
 def test_sample_classes_draws_only_those_classes_in_turn(gan_run, tmp_path):
     """--classes 7 2: labels 7, 2, 7, 2, ... and each image the generator's for its label, drawn
     with the seed's latent codes as a plain draw of those labels would be."""
@@ -1262,3 +1275,16 @@ def test_a_stop_after_the_outputs_or_in_an_audit_trial_is_not_sent_to_resume(tmp
     run.module.run_info = {"audit_trial": "trial 3"}
     assert Run.outputs_stopped_sentence(run, "interrupted") == ("interrupted while writing the outputs of an audit's "
                                                                  "trial, which is not continued")
+
+
+def test_evaluate_refuses_more_images_than_free_memory_holds_before_drawing(gan_run, capsys, monkeypatch):
+    """sample counted the float32 pixels first; evaluate -n 10000000 drew on until memory ran out."""
+    from lightning_dpgan import sampling
+    from lightning_dpgan.modules.base import GANModule
+
+    monkeypatch.setattr(sampling, "free_memory", lambda: 10**9)
+    monkeypatch.setattr(GANModule, "balanced_labels", lambda self, n: pytest.fail("drew labels"))
+    assert main(["evaluate", "--run", str(gan_run), "-n", "10000000"]) == 2
+    said = capsys.readouterr().err
+    assert "-n 10000000 images would take about 29.2 GiB of memory as they are drawn" in said
+    assert "give a smaller -n" in said and not (gan_run / "evaluation.json").exists()

@@ -48,7 +48,6 @@ def machine() -> dict[str, Any]:
     return info
 
 
-
 def _proc_field(path: str, field: str) -> str | None:
     """The value of the first ``field: value`` line of a ``/proc`` file, or None."""
     try:
