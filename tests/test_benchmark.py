@@ -2115,18 +2115,25 @@ def test_a_failed_cells_reason_is_the_end_of_its_log_where_the_error_is(tmp_path
     assert report._last_line(record["error"]) == "ValueError: the budget is spent before the first step"
 
 
-def test_a_resumed_cell_records_no_fit_time_though_its_run_folder_has_one(tmp_path, monkeypatch):
-    """A cell read back or continued under --resume timed only part of its run: neither wall time
-    is recorded, though the folder's metrics.json holds the last process's wall_time_s."""
+def evaluated_cell(out_dir: Path):
+    """A three-step PATE-GAN cell whose folder in ``out_dir`` holds a trained and evaluated run
+    (``metrics.json``'s wall time 2.5 s, AUROC 0.7); returns its size and cell."""
     from lightning_dpgan.benchmark.suites import Size
 
     size = Size(("pategan",), ("adult",), (1.0,), (0,), max_steps=3)
     cell = Cell("pategan", "adult", 1.0, 0)
-    folder = tmp_path / cell.name
+    folder = out_dir / cell.name
     folder.mkdir()
     (folder / "privacy.json").write_text(json.dumps({"epsilon": 0.9, "delta": 1e-5, "steps": 3}))
     (folder / "metrics.json").write_text(json.dumps({"steps": 3, "wall_time_s": 2.5}))
     (folder / "evaluation.json").write_text(json.dumps({"utility/B_auroc": 0.7}))
+    return size, cell
+
+
+def test_a_resumed_cell_records_no_fit_time_though_its_run_folder_has_one(tmp_path, monkeypatch):
+    """A cell read back or continued under --resume timed only part of its run: neither wall time
+    is recorded, though the folder's metrics.json holds the last process's wall_time_s."""
+    size, cell = evaluated_cell(tmp_path)
     runner.settings_file(cell, Settings(out_dir=tmp_path)).write_text(
         json.dumps(runner.settings_record(cell, size, Settings(out_dir=tmp_path))))
     monkeypatch.setattr(runner, "run_logged", lambda *args, **kwargs: 1.0)
@@ -2144,15 +2151,7 @@ def test_a_resume_keeps_the_wall_times_and_start_commit_of_cells_trained_whole_u
     --resume, and recorded them under the resuming invocation's commit. A cell trained whole now
     keeps its train time (beside its settings) and the commit it started at; read back under the
     same machine, device, --jobs and thread settings it keeps its times, under others it has none."""
-    from lightning_dpgan.benchmark.suites import Size
-
-    size = Size(("pategan",), ("adult",), (1.0,), (0,), max_steps=3)
-    cell = Cell("pategan", "adult", 1.0, 0)
-    folder = tmp_path / cell.name
-    folder.mkdir()
-    (folder / "privacy.json").write_text(json.dumps({"epsilon": 0.9, "delta": 1e-5, "steps": 3}))
-    (folder / "metrics.json").write_text(json.dumps({"steps": 3, "wall_time_s": 2.5}))
-    (folder / "evaluation.json").write_text(json.dumps({"utility/B_auroc": 0.7}))
+    size, cell = evaluated_cell(tmp_path)
     then = {"commit": {"sha": "a" * 40, "dirty": False}, "machine": {"cpu_count": 2, "cpu_model": "x"},
             "accelerator": None, "jobs": 1, "threads": {}}
     monkeypatch.setattr(runner, "run_logged", lambda *args, **kwargs: 7.0)
