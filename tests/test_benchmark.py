@@ -2253,6 +2253,47 @@ def test_a_second_harness_in_a_busy_out_dir_is_refused_before_it_reads_or_runs_a
     assert benchmark(argv).parent == tmp_path / "results"
 
 
+def test_a_cell_process_outliving_a_killed_harness_keeps_its_out_dir_locked(tmp_path, monkeypatch):
+    """The lock was the harness's alone: killed outright (SIGKILL), it left its train running, and
+    a --resume could train the same cell beside it. The processes it starts inherit the lock."""
+    import signal
+    import subprocess
+    import textwrap
+    import time
+
+    out_dir, pid_file = tmp_path / "runs", tmp_path / "child.pid"
+    harness = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, signal, sys, threading, time
+        from pathlib import Path
+        from lightning_dpgan.benchmark.out_dir_lock import out_dir_locked
+        from lightning_dpgan.benchmark.stopping import waited_on
+        with out_dir_locked(Path({str(out_dir)!r})):
+            child = "import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+            threading.Thread(target=waited_on, args=([sys.executable, "-c", child],), daemon=True).start()
+            while not Path({str(pid_file)!r}).exists():
+                time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGKILL)
+        """)])
+    assert harness.wait(timeout=60) == -signal.SIGKILL
+    child = int(pid_file.read_text())
+    try:
+        from lightning_dpgan.benchmark import out_dir_lock
+
+        with pytest.raises(out_dir_lock.OutDirBusyError, match="another benchmark is running"):
+            with out_dir_lock.out_dir_locked(out_dir):
+                pass
+    finally:
+        os.kill(child, signal.SIGKILL)
+    for _ in range(100):  # reaped by init once killed: the lock goes with it
+        try:
+            with out_dir_lock.out_dir_locked(out_dir):
+                break
+        except out_dir_lock.OutDirBusyError:
+            time.sleep(0.05)
+    else:
+        pytest.fail("the folder stayed locked after the last process holding it ended")
+
+
 def test_an_out_dir_whose_file_system_refuses_flock_runs_unlocked_with_a_warning(tmp_path, monkeypatch, capsys):
     """Lustre without -o flock, some NFS mounts: flock fails with ENOSYS or ENOLCK. The lock then
     stopped every benchmark there with "Function not implemented"; it runs unlocked, saying so."""

@@ -23,6 +23,9 @@ except ImportError:  # Windows: no flock; the folder is not locked there
 
 #: the lock's file, in the --out-dir; it names the holder, for the refusal to say
 LOCK_FILE = ".benchmark.lock"
+#: the descriptors of the locks this process holds: passed on to the train and evaluate processes
+#: it starts (:func:`held_lock_descriptors`)
+_held: list[int] = []
 
 
 class OutDirBusyError(RuntimeError):
@@ -51,12 +54,22 @@ def out_dir_locked(out_dir: Path) -> Iterator[None]:
             return
         handle.seek(0)
         handle.truncate()
-        handle.write(f"process {os.getpid()}, started {datetime.now():%Y-%m-%d %H:%M:%S}\n")
+        handle.write(f"process {os.getpid()}, started {datetime.now():%Y-%m-%d %H:%M:%S}, or the processes it "
+                     "started\n")
         handle.flush()
+        _held.append(handle.fileno())
         try:
             yield
         finally:
+            _held.remove(handle.fileno())
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-__all__ = ["LOCK_FILE", "OutDirBusyError", "out_dir_locked"]
+def held_lock_descriptors() -> tuple[int, ...]:
+    """The lock descriptors a process the harness starts inherits (``Popen``'s ``pass_fds``): the
+    lock is the open file's, so it stays while any of them runs. A harness killed outright
+    (SIGKILL) leaves its train or evaluate running, and a --resume must not train beside it."""
+    return tuple(_held)
+
+
+__all__ = ["LOCK_FILE", "OutDirBusyError", "held_lock_descriptors", "out_dir_locked"]

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from lightning_dpgan.benchmark.out_dir_lock import held_lock_descriptors
 from lightning_dpgan.sigterm import on_sigterm
 
 
@@ -67,6 +68,8 @@ def waited_on(command: list[str], **popen: Any) -> int:
     """Run ``command`` to its end and return its exit status; raise :class:`SuiteTerminated`, having
     waited for it to stop, if SIGTERM reached the suite meanwhile (or before it could start)."""
     stop_if_terminated()
+    # the --out-dir's lock goes with it: a process the suite started outlives a suite killed outright
+    popen.setdefault("pass_fds", held_lock_descriptors())
     with subprocess.Popen(command, **popen) as process:
         with _lock:
             _running.add(process)
