@@ -283,7 +283,7 @@ class CSVDataModule(TabularDataModule):
         for column in self.schema.columns:
             values = self.train_frame[column.name] if column.kind == "integer" else None
             if (values is not None and column.name != self.schema.label and values.nunique() == rows
-                    and values.max() - values.min() < 2 * rows):
+                    and int(values.max()) - int(values.min()) < 2 * rows):  # Python ints: no int64 overflow
                 log.warning("%s: column '%s' holds a different whole number in each of the %d training rows, filling "
                             "their range as a record ID does: its synthetic values are drawn over the same range, so "
                             "many will equal a real row's, and a reader may take synthetic rows for real people's. "

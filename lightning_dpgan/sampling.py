@@ -534,7 +534,7 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
     labels = class_labels(module, n, classes)
     images = images_to_uint8(draw_images(module, n, labels))
     if suffix == ".png":  # a class-conditional model's: one column per class drawn, as labels take turns
-        drawn = columns if labels is None else len(set(labels.tolist()))
+        drawn = columns if labels is None else min(n, len(classes) if classes else module.num_classes)
         return write_png(out, image_grid(images, drawn))
     arrays = {"images": images}
     if labels is not None:

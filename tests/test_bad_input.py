@@ -339,10 +339,11 @@ def test_missing_value_spellings_in_a_categorical_column_are_said_to_be_read_as_
 def test_an_integer_column_distinct_in_every_row_is_warned_of_as_an_identifier(tmp_path, caplog):
     """An ID column declared integer trained without a word, and 97 % of its synthetic values
     were real rows' IDs. Warned of now; a count column whose values repeat is not."""
-    frame = table(200).assign(record_id=range(1, 201), sparse=range(0, 2000, 10))
+    wide = np.linspace(np.iinfo(np.int64).min // 2, np.iinfo(np.int64).max // 2, 200).astype(np.int64)
+    frame = table(200).assign(record_id=range(1, 201), sparse=range(0, 2000, 10), wide=wide)
     csv = write_case(tmp_path / "ids.csv", lambda _: frame)
     datamodule = CSVDataModule(csv=csv, target="label", categorical=["kind", "label"],
-                               integer=["visits", "record_id", "sparse"], label_kind="binary", bounds_epsilon=5.0)
+                               integer=["visits", "record_id", "sparse", "wide"], label_kind="binary", bounds_epsilon=5.0)
     with caplog.at_level("WARNING"):
         datamodule.setup("fit")
     rows = len(datamodule.train_frame)
@@ -350,6 +351,7 @@ def test_an_integer_column_distinct_in_every_row_is_warned_of_as_an_identifier(t
             "range as a record ID does") in caplog.text and "--data.drop" in caplog.text
     # repeated values, or distinct ones spread thin (few synthetic values equal a real one): nothing said
     assert "column 'visits' holds" not in caplog.text and "column 'sparse' holds" not in caplog.text
+    assert "column 'wide' holds" not in caplog.text  # its range overflowed an int64 subtraction to below 2n
     caplog.clear()
     small = CSVDataModule(csv=write_case(tmp_path / "small.csv", lambda _: frame.head(60)), target="label",
                           categorical=["kind", "label"], integer=["visits", "record_id"], label_kind="binary",

@@ -2310,6 +2310,10 @@ def test_an_out_dir_whose_file_system_refuses_flock_runs_unlocked_with_a_warning
         ran.append(True)
     assert ran == [True]
     assert "cannot be locked on its file system (Function not implemented)" in capsys.readouterr().err
+    with pytest.raises(RuntimeError) as failed:  # the suite's own failure, not "during handling of" flock's
+        with out_dir_lock.out_dir_locked(tmp_path / "runs"):
+            raise RuntimeError("a cell failed")
+    assert failed.value.__context__ is None
 
 
 def test_quick_peers_are_not_compared_with_a_cell_our_stopped_quick_tables_run_cut_short(tmp_path, monkeypatch):

@@ -41,6 +41,7 @@ def out_dir_locked(out_dir: Path) -> Iterator[None]:
         return
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / LOCK_FILE, "a+") as handle:
+        refused = None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -48,7 +49,9 @@ def out_dir_locked(out_dir: Path) -> Iterator[None]:
             holder = handle.read().strip() or "a process that did not say which"
             raise OutDirBusyError(f"another benchmark is running in --out-dir {out_dir} ({holder})") from None
         except OSError as error:  # a file system without flock (Lustre without -o flock, some NFS): run unlocked
-            print(f"benchmark: warning: --out-dir {out_dir} cannot be locked on its file system ({error.strerror}): "
+            refused = error.strerror or str(error)
+        if refused is not None:  # outside the except: the suite's own errors are not chained to this one
+            print(f"benchmark: warning: --out-dir {out_dir} cannot be locked on its file system ({refused}): "
                   "nothing stops a second benchmark from running in it beside this one", file=sys.stderr)
             yield
             return
