@@ -485,11 +485,11 @@ def class_labels(module: Any, n: int, classes: Sequence[int] | None) -> torch.Te
     return torch.tensor(list(classes))[torch.arange(n) % len(classes)]
 
 
-def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 0, columns: int = 10,
+def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 0, columns: int | None = None,
                    overwrite: bool = False, classes: Sequence[int] | None = None) -> Path:
     """Draw ``n`` records and write them: ``.csv`` table (decoded with the run's schema),
-    ``.png`` image grid (``columns`` to a row; a class-conditional model's one column per class
-    drawn) or ``.npz`` image arrays; ``classes`` limits a class-conditional image model to those
+    ``.png`` image grid (``columns`` to a row; by default a class-conditional model's one column
+    per class drawn, else 10) or ``.npz`` image arrays; ``classes`` limits a class-conditional image model to those
     classes. An existing ``out`` (a run's own ``synthetic.csv``, say) is replaced
     only with ``overwrite``."""
     if not str(out).strip():  # Path("") is the current folder: "--out . names a folder" for what was typed as ''
@@ -533,9 +533,10 @@ def sample_to_file(checkpoint: str | Path, n: int, out: str | Path, seed: int = 
     check_memory_for_images(n, module)
     labels = class_labels(module, n, classes)
     images = images_to_uint8(draw_images(module, n, labels))
-    if suffix == ".png":  # a class-conditional model's: one column per class drawn, as labels take turns
-        drawn = columns if labels is None else min(n, len(classes) if classes else module.num_classes)
-        return write_png(out, image_grid(images, drawn))
+    if suffix == ".png":
+        if columns is None:  # a class-conditional model's: one column per class drawn, as the labels take turns
+            columns = 10 if labels is None else min(n, len(classes) if classes else module.num_classes)
+        return write_png(out, image_grid(images, columns))
     arrays = {"images": images}
     if labels is not None:
         arrays["labels"] = labels.cpu().numpy()
