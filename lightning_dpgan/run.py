@@ -1082,7 +1082,7 @@ class Run:
         """The run's outputs, written once training ended. A SIGTERM while they are written
         (Lightning's handler is gone by then) ended the process at once, leaving the temporary copy
         of the file being written in the folder and saying nothing; it now stops as Ctrl-C does,
-        removing that copy (``outputs.atomic_write``), and either says how the finished run's
+        removing that copy (``outputs.atomic_write``), and both say how the finished run's
         checkpoint writes them."""
         def stop(signum: int, frame: Any) -> None:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one would cut the removal of the copy short

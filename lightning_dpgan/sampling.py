@@ -81,8 +81,8 @@ def guarantee_note(path: str | Path) -> str:
                 "records drawn from a generator trained by train")
     if trained_in_python(run):
         report = "the privacy_report() of the strategy that trained it"
-    elif (run_of(Path(path)) / "privacy.json").is_file():
-        report = ("its run's privacy.json" if not reports_another_run(run_of(Path(path)) / "privacy.json", run) else
+    elif (beside := run_of(Path(path)) / "privacy.json").is_file():
+        report = ("its run's privacy.json" if not reports_another_run(beside, run) else
                   "the privacy.json of the run that wrote it; the privacy.json beside it is another run's (their "
                   "lineage, the run ids training went through, differs) and states another spend than this one")
     else:  # a run stopped before its end (SIGTERM) writes it when continued; an earlier one in previous/ is not it
