@@ -20,7 +20,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from lightning_dpgan.callbacks.strategy import PrivacyStrategy
+from lightning_dpgan.callbacks.strategy import PrivacyStrategy, epsilon_to_loggers
 from lightning_dpgan.distributed import decided_by_rank_zero
 from lightning_dpgan.privacy.validation import validate_epsilon
 
@@ -140,10 +140,7 @@ class PrivacyBudgetStopping(L.Callback):
             self._to_loggers(trainer, self.strategy.epsilon(), steps)
 
     def _to_loggers(self, trainer: L.Trainer, epsilon: float, steps: int) -> None:
-        """Batch ``steps``' figure, numbered as Lightning numbers that batch's scalars (rank zero
-        only, as Lightning's loggers are)."""
-        for logger in trainer.loggers:
-            logger.log_metrics({"privacy/epsilon": epsilon}, step=steps - 1)
+        epsilon_to_loggers(trainer, epsilon, steps)
         self._written_at = steps
 
     def _stop(self, trainer: L.Trainer) -> None:

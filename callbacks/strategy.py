@@ -124,6 +124,15 @@ def budget_callback_logs_epsilon(trainer: L.Trainer) -> bool:
     return any(getattr(callback, "logs_epsilon", False) for callback in trainer.callbacks)
 
 
+def epsilon_to_loggers(trainer: L.Trainer, epsilon: float, steps: int) -> None:
+    """Batch ``steps``' ``privacy/epsilon``, to the loggers directly and numbered as Lightning
+    numbers that batch's scalars (rank zero only, as Lightning's loggers are). Through
+    ``pl_module.log`` Lightning cached the figure, and a stop decided after the callback that
+    logged it (``max_time``'s Timer) wrote the stale one again at the last step."""
+    for logger in trainer.loggers:
+        logger.log_metrics({"privacy/epsilon": epsilon}, step=steps - 1)
+
+
 class PrivacyStrategy(L.Callback):
     """Base class: slot check, delta, accountant state in checkpoints, the privacy report."""
 
@@ -557,11 +566,7 @@ class PrivacyStrategy(L.Callback):
             self._write_epsilon(trainer, step)
 
     def _write_epsilon(self, trainer: L.Trainer, step: int) -> None:
-        """To the loggers directly (rank zero only, as Lightning's loggers are): through
-        ``pl_module.log`` Lightning cached the figure, and a stop decided after this callback
-        (``max_time``'s Timer) wrote the stale one again at the last step."""
-        for logger in trainer.loggers:
-            logger.log_metrics({"privacy/epsilon": self.epsilon()}, step=step - 1)
+        epsilon_to_loggers(trainer, self.epsilon(), step)
         self.epsilon_logged_at = step
 
     def _log_last_epsilon(self, trainer: L.Trainer) -> None:
