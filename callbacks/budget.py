@@ -21,6 +21,7 @@ import lightning as L
 import torch
 
 from lightning_dpgan.callbacks.strategy import PrivacyStrategy, epsilon_to_loggers
+from lightning_dpgan.callbacks.teachers import TeacherStrategy
 from lightning_dpgan.distributed import decided_by_rank_zero
 from lightning_dpgan.privacy.validation import validate_epsilon
 
@@ -53,12 +54,13 @@ class PrivacyBudgetStopping(L.Callback):
         own = getattr(self.strategy, "target_epsilon", None)
         if own is None:  # the vote strategies refuse an answer past the target only when they hold it
             name = type(self.strategy).__name__
+            votes = ("; and a vote strategy refuses the answers that would pass the target only when it holds it, "
+                     "since the look-ahead prices the cheapest next step (G-PATE ended at epsilon 0.60 for 0.5)"
+                     if isinstance(self.strategy, TeacherStrategy) else "")
             raise ValueError(
                 f"PrivacyBudgetStopping({self.target_epsilon:g}) needs the same target on its strategy, and {name} has "
-                f"none: its privacy report would state no target, and a vote strategy (PATE, G-PATE) refuses the "
-                "answers that would pass the target only when it holds it, since the look-ahead prices the cheapest "
-                f"next step (G-PATE ended at epsilon 0.60 for 0.5). Give {name}(target_epsilon={self.target_epsilon:g}, "
-                "...)")
+                f"none: its privacy report would state no target{votes}. Give "
+                f"{name}(target_epsilon={self.target_epsilon:g}, ...)")
         if own != self.target_epsilon:
             raise ValueError(
                 f"PrivacyBudgetStopping({self.target_epsilon:g}) and {type(self.strategy).__name__}(target_epsilon={own:g}) "

@@ -397,9 +397,26 @@ class PrivacyStrategy(L.Callback):
         spent their budget. The count is public (privacy.json's ``train_records``)."""
         self._checked_delta(datamodule, train_records)
 
+    #: how to train without a target, said when no PrivacyBudgetStopping holds it
+    without_target: ClassVar[str] = "give no target_epsilon"
+
     def check_target_enforced(self, trainer: L.Trainer) -> None:
-        """Refuse a target epsilon nothing on this Trainer would hold training to. Nothing by
-        default: the vote-based strategies refuse an answer that would pass it themselves."""
+        """Refuse a target epsilon nothing on this Trainer would hold training to: the target
+        stops training only through :class:`PrivacyBudgetStopping`, and without it training
+        passes the target while ``privacy_report()`` still states it as the target. The safe
+        default, a strategy of one's own included; the vote-based strategies override it, as
+        they refuse an answer that would pass the target themselves."""
+        from lightning_dpgan.callbacks.budget import PrivacyBudgetStopping
+
+        if self.target_epsilon is None:
+            return
+        if not any(isinstance(c, PrivacyBudgetStopping) for c in getattr(trainer, "callbacks", [])):
+            raise ValueError(
+                f"{type(self).__name__}(target_epsilon={self.target_epsilon:g}) is held by the PrivacyBudgetStopping "
+                f"callback, which this Trainer lacks: training would not stop at epsilon {self.target_epsilon:g}. "
+                f"Add PrivacyBudgetStopping({self.target_epsilon:g}) to the Trainer's callbacks, or "
+                f"{self.without_target}"
+            )
 
     def _compose_preprocessing(self, datamodule: Any) -> None:
         """Basic composition with what preprocessing spent: training gets what is left of
@@ -741,22 +758,9 @@ class CalibratedNoiseStrategy(PrivacyStrategy):
     """
 
     clips_gradients: ClassVar[bool] = True
-
-    def check_target_enforced(self, trainer: L.Trainer) -> None:
-        """The target stops training only through :class:`PrivacyBudgetStopping`: without it a
-        given noise multiplier (or one calibrated in an earlier fit of this instance) trains past
-        the target while ``privacy_report()`` still states it as the target."""
-        from lightning_dpgan.callbacks.budget import PrivacyBudgetStopping
-
-        if self.target_epsilon is None:
-            return
-        if not any(isinstance(c, PrivacyBudgetStopping) for c in getattr(trainer, "callbacks", [])):
-            raise ValueError(
-                f"{type(self).__name__}(target_epsilon={self.target_epsilon:g}) is held by the PrivacyBudgetStopping "
-                f"callback, which this Trainer lacks: training would not stop at epsilon {self.target_epsilon:g}. "
-                f"Add PrivacyBudgetStopping({self.target_epsilon:g}) to the Trainer's callbacks, or give "
-                "noise_multiplier and no target_epsilon"
-            )
+    #: a given noise multiplier (or one calibrated in an earlier fit of this instance) would
+    #: train past the target without PrivacyBudgetStopping
+    without_target: ClassVar[str] = "give noise_multiplier and no target_epsilon"
 
     def __init__(self, noise_multiplier: float | None, target_epsilon: float | None, delta: float | None,
                  noise_seed: int | None = None) -> None:

@@ -320,6 +320,10 @@ class TeacherStrategy(PrivacyStrategy):
         if self.sampler.labels is not None:
             self.sampler.labels = self.sampler.labels.to(pl_module.device)
 
+    def check_target_enforced(self, trainer: L.Trainer) -> None:
+        """Nothing to refuse: the aggregator refuses, before answering, a batch of queries that
+        would pass the target (:meth:`~PrivacyStrategy.refuse`), budget callback or not."""
+
     def default_teacher_batch_size(self, smallest_partition: int) -> int:
         """Records per teacher minibatch when none is given."""
         return 64

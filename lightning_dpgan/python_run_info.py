@@ -27,13 +27,15 @@ TRAINED_BY_PYTHON = "python"
 def python_run_info(module: Any, datamodule: Any, strategy: Any) -> dict[str, Any]:
     """The run information ``sample`` reads, or ``{}`` where it could not rebuild or decode the
     records: a model class ``train`` does not name (a subclass of one), a datamodule of no kind it
-    knows, or QUAIL's synthesizer alone (``exclude_label``: its rows need the label model, which
+    knows or a table datamodule without a schema (one's own), or QUAIL's synthesizer alone (``exclude_label``: its rows need the label model, which
     the module does not know)."""
     model = registry.name_of("model", type(module))
     kind = getattr(datamodule, "kind", None)
     hparams = getattr(datamodule, "hparams", None) or {}
     if model is None or kind not in ("image", "table") or hparams.get("exclude_label"):
         return {}
+    if kind == "table" and not (hasattr(datamodule, "schema") and hasattr(datamodule, "privacy_cost")):
+        return {}  # a table datamodule of one's own: no schema to decode its records with
     info: dict[str, Any] = {"model": model, "dataset": registry.name_of("dataset", type(datamodule)),
                             "privacy": getattr(strategy, "name", "none"), "trained_by": TRAINED_BY_PYTHON,
                             # a CSV's files and a built-in dataset's in its data folder, which sample --out refuses

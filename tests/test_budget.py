@@ -313,6 +313,26 @@ def test_a_target_epsilon_nothing_would_stop_training_at_is_refused_at_setup(str
     assert matching.strategy is strategy
 
 
+def test_a_strategy_of_ones_own_is_refused_a_target_nothing_holds_and_the_vote_strategies_are_not():
+    """A strategy written by a user trained 12 steps to epsilon 4.09 for a target of 3 with no
+    PrivacyBudgetStopping, its report stating the target: the base class accepted it. The vote
+    strategies refuse an answer past the target themselves, so they need no budget callback."""
+    from lightning_dpgan.callbacks.pate import PATEAggregation
+
+    own = QuarterStrategy()
+    own.target_epsilon = 3.0
+    trainer = SimpleNamespace(callbacks=[own])
+    with pytest.raises(ValueError, match=r"QuarterStrategy\(target_epsilon=3\) is held by the PrivacyBudgetStopping "
+                                         r"callback, .* Add PrivacyBudgetStopping\(3\) to the Trainer's callbacks, "
+                                         "or give no target_epsilon"):
+        own.check_target_enforced(trainer)
+    own.check_target_enforced(SimpleNamespace(callbacks=[own, PrivacyBudgetStopping(3.0)]))
+    own.target_epsilon = None
+    own.check_target_enforced(trainer)  # no target: nothing to hold
+    votes = PATEAggregation(num_teachers=3, target_epsilon=3.0, delta=1e-5)
+    votes.check_target_enforced(SimpleNamespace(callbacks=[votes]))
+
+
 def test_calibrating_without_a_run_length_names_what_a_library_user_gives():
     """A Trainer(max_steps=...) is not read (Lightning counts optimizer steps): the refusal names
     StepLimit, not only the command line's flags."""
@@ -368,5 +388,10 @@ def test_a_budget_stop_over_a_strategy_without_the_target_is_refused():
     strategy = ProjectedVoting(num_teachers=4)
     budget = PrivacyBudgetStopping(0.5)
     with pytest.raises(ValueError, match=r"PrivacyBudgetStopping\(0.5\) needs the same target on its strategy, and "
-                                         r"ProjectedVoting has none.*Give ProjectedVoting\(target_epsilon=0.5, ...\)"):
+                                         r"ProjectedVoting has none.*vote strategy refuses the answers.*"
+                                         r"Give ProjectedVoting\(target_epsilon=0.5, ...\)"):
         budget.setup(SimpleNamespace(callbacks=[strategy, budget]), None, "fit")
+    gradients = QuarterStrategy()  # a gradient strategy is not told about vote strategies
+    with pytest.raises(ValueError, match=r"QuarterStrategy has none: its privacy report would state no target\. "
+                                         r"Give QuarterStrategy\(target_epsilon=0.5, ...\)$"):
+        budget.setup(SimpleNamespace(callbacks=[gradients, budget]), None, "fit")

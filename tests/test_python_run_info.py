@@ -2,6 +2,7 @@
 ``train --resume`` and ``evaluate``, which need train's run folder and settings, refuse them by name."""
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import lightning as L
 import numpy as np
@@ -100,6 +101,9 @@ def test_nothing_is_recorded_where_sample_could_not_rebuild_or_decode(tmp_path):
     own = MyDPCTGAN(data.data_shape, data.num_classes, table_layout=data.table_layout)
     assert python_run_info(own, data, None) == {}
     assert python_run_info(DPCTGAN(data.data_shape, data.num_classes, table_layout=data.table_layout), data, None)
+    own_table = SimpleNamespace(kind="table", hparams={})  # a table datamodule of one's own: no schema
+    assert python_run_info(DPCTGAN(data.data_shape, data.num_classes, table_layout=data.table_layout), own_table,
+                           None) == {}
     data.kind = "video"  # a datamodule of a kind sample has no writer or decoder for
     assert python_run_info(DPCTGAN(data.data_shape, data.num_classes, table_layout=data.table_layout), data, None) == {}
     unlabelled = AdultDataModule(data_dir=ADULT, batch_size=8, exclude_label=True)

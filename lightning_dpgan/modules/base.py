@@ -190,7 +190,10 @@ class GANModule(L.LightningModule):
                 warn_if_private_model_fits_without_privacy(self, trainer)
 
     def make_networks(self) -> tuple[nn.Module, nn.Module | None]:
-        """``(generator, discriminator)`` from the hyper-parameters (see :func:`build_networks`)."""
+        """``(generator, discriminator)`` from the hyper-parameters (see :func:`build_networks`).
+        The training step calls them as ``generator(latent, labels)`` and
+        ``discriminator(records, labels)``, ``labels`` None for an unconditional model: an
+        override returns networks taking both (wrap an ``nn.Sequential`` that ignores them)."""
         h = self.hparams
         return build_networks(h.arch, self.data_shape, h.latent_dim, self.num_classes,
                               h.generator_kwargs, h.discriminator_kwargs)
@@ -402,6 +405,8 @@ class GANModule(L.LightningModule):
         return self.discriminator_real_loss(real_scores).mean() + self.discriminator_fake_loss(fake_scores).mean()
 
     def generator_loss(self, fake_scores: Tensor) -> Tensor:
+        """The generator's loss, a scalar (the mean over the generated records): it reads no real
+        record, so it is not clipped per record as the discriminator's losses are."""
         raise NotImplementedError
 
     def discriminator_penalty(self, real: Tensor, labels: Tensor | None, fake: Tensor, fake_labels: Tensor | None) -> Tensor:
