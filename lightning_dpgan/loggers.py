@@ -8,10 +8,10 @@ warning instead of failing: ``wandb sync DIR/logs/wandb/offline-run-*`` uploads 
 """
 from __future__ import annotations
 
+import logging
 import math
 import netrc
 import os
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,8 @@ from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 
 from lightning_dpgan.config import ConfigError, init_arguments
 from lightning_dpgan.error_text import first_line
+
+log = logging.getLogger(__name__)
 
 #: logger settings the W&B flags set (``--wandb-project`` is ``logger.project``, ...)
 WANDB_FLAGS = {"project": "--wandb-project", "entity": "--wandb-entity", "run_name": "--wandb-name"}
@@ -116,10 +118,14 @@ def _wandb_logger(save_dir: Path, options: dict[str, Any], run_name: str) -> Log
 
     options = dict(options)
     options = {"project": "lightning-dpgan", "name": options.pop("run_name", None) or run_name, **options}
-    if not os.environ.get("WANDB_MODE") and not _has_wandb_credentials() and "offline" not in options:
-        warnings.warn("no W&B API key (WANDB_API_KEY or ~/.netrc) and no WANDB_MODE: logging offline; "
-                      f"upload later with `wandb sync \"{save_dir / 'wandb'}\"/offline-run-*`", stacklevel=2)
+    mode = os.environ.get("WANDB_MODE", "").strip().lower()
+    if not mode and not _has_wandb_credentials() and "offline" not in options:
+        log.warning("no W&B API key (WANDB_API_KEY or ~/.netrc) and no WANDB_MODE: logging offline; "
+                    f"upload later with `wandb sync \"{save_dir / 'wandb'}\"/offline-run-*`")
         options["offline"] = True
+    if mode == "disabled":  # W&B then takes every call and keeps nothing: the run logged nowhere, silently
+        log.warning("--logger wandb with WANDB_MODE=disabled: W&B keeps nothing of this run (no losses, no ε curve, "
+                    "no privacy report). Unset WANDB_MODE (or set it to offline) to log, or log with --logger csv")
     # W&B uploads the console by default, and the console carries what is for the data holder alone:
     # the datamodule's warnings count private rows (blanked categories, clipped values)
     options.setdefault("settings", wandb.Settings(console="off"))

@@ -62,16 +62,36 @@ def test_an_api_key_in_netrc_counts_as_credentials(tmp_path, monkeypatch):
 
 
 def test_without_credentials_wandb_logs_offline_unless_its_offline_setting_is_given(tmp_path, monkeypatch,
-                                                                                    recorded_wandb):
+                                                                                    recorded_wandb, caplog):
+    """Said through the library's log, which a command prints as ``train: warning: ...`` like its
+    other warnings (a Python warning printed the source file's path and line first)."""
     _without_wandb_credentials(monkeypatch, tmp_path)
-    with pytest.warns(UserWarning, match="logging offline"):
+    with caplog.at_level("WARNING", logger="lightning_dpgan"), warnings.catch_warnings():
+        warnings.simplefilter("error")
         loggers.build_logger("wandb", tmp_path, {}, "run")
+    assert "logging offline" in caplog.text and caplog.records[0].name == "lightning_dpgan.loggers"
     assert recorded_wandb["offline"] is True
     recorded_wandb.clear()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the user's own choice: no warning, and it is kept
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="lightning_dpgan"):  # the user's own choice: no warning, and it is kept
         loggers.build_logger("wandb", tmp_path, {"offline": False}, "run")
-    assert recorded_wandb["offline"] is False
+    assert recorded_wandb["offline"] is False and "logging offline" not in caplog.text
+
+
+@pytest.mark.parametrize("mode", ["disabled", " Disabled"])
+def test_wandb_disabled_by_its_environment_is_said_to_log_nothing(tmp_path, monkeypatch, recorded_wandb, caplog, mode):
+    """WANDB_MODE=disabled makes W&B take every call and keep nothing: the run ended with an empty
+    logs folder and no word said."""
+    monkeypatch.setenv("WANDB_MODE", mode)
+    with caplog.at_level("WARNING", logger="lightning_dpgan"):
+        loggers.build_logger("wandb", tmp_path, {}, "run")
+    assert "--logger wandb with WANDB_MODE=disabled: W&B keeps nothing of this run" in caplog.text
+    assert "offline" not in recorded_wandb  # not forced offline: the environment decides
+    caplog.clear()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    with caplog.at_level("WARNING", logger="lightning_dpgan"):
+        loggers.build_logger("wandb", tmp_path, {}, "run")
+    assert "W&B keeps nothing" not in caplog.text
 
 
 class _FakeRun:
