@@ -43,6 +43,11 @@ GRADIENT_PENALTY_UNDER_DP_SGD = ("dp-sgd cannot clip per-record gradients of a g
                                  "--model.gradient_penalty 0")
 
 
+#: why --privacy.poisson_sampling false is refused under DDP (see ``_use_shuffled_batches``)
+SHUFFLED_IN_ONE_PROCESS = ("--privacy.poisson_sampling false trains in one process only: under --strategy ddp each "
+                           "step must be one Poisson sample of all the records (the default)")
+
+
 class DPSGD(CalibratedNoiseStrategy):
     """DP-SGD (Opacus): clip each real record's gradient, add Gaussian noise, Poisson-sample batches."""
 
@@ -135,6 +140,11 @@ class DPSGD(CalibratedNoiseStrategy):
         else:
             self._use_secret_shuffle(datamodule)
 
+    def check_processes(self, processes: int, batch_size: Any, train_records: int | None) -> None:
+        if not self.poisson_sampling:
+            raise ValueError(f"{SHUFFLED_IN_ONE_PROCESS}; this run asks for {processes} processes. Drop "
+                             "--privacy.poisson_sampling false, or train on one device")
+
     def _use_poisson_sampling(self, datamodule: L.LightningDataModule) -> None:
         """Each record joins each batch independently with probability q (Opacus' DPDataLoader).
 
@@ -165,8 +175,7 @@ class DPSGD(CalibratedNoiseStrategy):
         One process only: under DDP each rank would take a full batch from its shard, so a step
         would hold ``world`` times the records the rate q charges for."""
         if is_distributed():
-            raise ValueError("--privacy.poisson_sampling false trains in one process only: under --strategy ddp "
-                             "each step must be one Poisson sample of all the records (the default)")
+            raise ValueError(SHUFFLED_IN_ONE_PROCESS)
         # the datamodule class's own loader: an earlier fit's strategy may have replaced the
         # instance's (a datamodule reused in a notebook), and Opacus' Poisson loader has no batch size
         loader = type(datamodule).train_dataloader(datamodule)

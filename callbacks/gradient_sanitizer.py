@@ -344,6 +344,13 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         self.calibrated_for_steps = steps
         return effective * 2.0 * math.sqrt(self.generated_batch_size)
 
+    def check_processes(self, processes: int, batch_size: Any, train_records: int | None) -> None:
+        """Every process sanitizes an equal share of the B generated records."""
+        records = self.generated_batch_size or batch_size
+        if isinstance(records, int) and records % processes:
+            raise ValueError(f"--privacy.generated_batch_size {records} must be a multiple of the {processes} processes, "
+                             "so that every rank sanitizes an equal share")
+
     def _records_per_rank(self, pl_module: Any) -> int:
         """Generated records each process sanitizes per generator step: B / W under DDP.
 
@@ -352,9 +359,7 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         are averaged over the W ranks, which divides by W again: the single-process release of
         B rows (see :mod:`lightning_dpgan.privacy.gradient_sanitizer`)."""
         ranks = world_size()
-        if self.generated_batch_size % ranks:
-            raise ValueError(f"--privacy.generated_batch_size {self.generated_batch_size} must be a multiple of the "
-                             f"{ranks} processes, so that every rank sanitizes an equal share")
+        self.check_processes(ranks, self.generated_batch_size, None)
         share = self.generated_batch_size // ranks
         # a BatchNorm generator's first step would fail on one record ("more than 1 value per channel")
         if pl_module.generator_normalizes_batches and share < 2:

@@ -397,6 +397,13 @@ class PrivacyStrategy(L.Callback):
         spent their budget. The count is public (privacy.json's ``train_records``)."""
         self._checked_delta(datamodule, train_records)
 
+    def check_processes(self, processes: int, batch_size: Any, train_records: int | None) -> None:
+        """Refuse, before any DP release reads the data, a number of processes (``--devices`` ×
+        ``--num-nodes``) this strategy cannot share a step among: its setup refuses the same in
+        every process, but only once they have started, after the releases had spent their
+        budget. ``train_records`` is None where not counted before the releases (images).
+        Nothing to refuse by default."""
+
     #: how to train without a target, said when no PrivacyBudgetStopping holds it
     without_target: ClassVar[str] = "give no target_epsilon"
 

@@ -320,6 +320,12 @@ class TeacherStrategy(PrivacyStrategy):
         if self.sampler.labels is not None:
             self.sampler.labels = self.sampler.labels.to(pl_module.device)
 
+    def check_processes(self, processes: int, batch_size: Any, train_records: int | None) -> None:
+        """Each process builds and trains a slice of the teachers, at least one."""
+        teachers = self.num_teachers if train_records is None else self.teacher_count(train_records)
+        if teachers is not None:
+            shard(teachers, 0, processes)
+
     def check_target_enforced(self, trainer: L.Trainer) -> None:
         """Nothing to refuse: the aggregator refuses, before answering, a batch of queries that
         would pass the target (:meth:`~PrivacyStrategy.refuse`), budget callback or not."""

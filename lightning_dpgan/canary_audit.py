@@ -33,7 +33,11 @@ even a perfect test shows little: 0.60 at n = 10, 2.39 at n = 50, at 95 % confid
 The claim audited is training's own (ε, δ), ``privacy.json``'s ``epsilon_training`` and
 ``delta_training``: the canary is inserted after the preprocessing that reads the rows, so
 that preprocessing's share of the total ε is not under test, and comparing with the total
-would pass a training that leaks up to that share more than it claims.
+would pass a training that leaks up to that share more than it claims. Under PATE's and G-PATE's
+data-dependent accounting (their default) ``epsilon_training`` is a function of the teachers'
+votes, not a DP guarantee, and the audit's inequalities assume one that holds for every pair of
+neighbouring datasets: the claim is then the data-independent bound of the queries the trial
+asked (``epsilon_data_independent``, less preprocessing's ε), which is one (:func:`audited_claim`).
 """
 from __future__ import annotations
 
@@ -58,6 +62,8 @@ from lightning_dpgan.outputs import write_json
 from lightning_dpgan.privacy.audit import epsilon_lower_bound
 
 AUDIT_FILE = run_folder.AUDIT_REPORT
+#: privacy.json's ``accounting`` under which its ε is a function of the votes (PATE, G-PATE)
+DATA_DEPENDENT = "data-dependent"
 #: The W&B tag of every trial's run (its privacy figures are the claim under test).
 AUDIT_TRIAL_TAG = "audit-trial"
 #: How a trial's score becomes a guess (written into audit.json).
@@ -238,7 +244,8 @@ def canary_score(module: Any, datamodule: Any, canary: Canary, samples: int, see
 
 def choose_threshold(with_canary: Sequence[float], without_canary: Sequence[float]) -> float:
     """The threshold (guess canary when score <= it) that best separates calibration scores:
-    largest TPR - FPR, the middle of the best run of candidates on ties, candidates midway
+    largest TPR - FPR, the middle one of all the best candidates on ties (in order, adjacent or
+    not), candidates midway
     between consecutive distinct scores. TPR - FPR is compared in whole counts (scaled by both
     sides' sizes), so that ties are ties and not float rounding."""
     if not with_canary or not without_canary:
@@ -272,6 +279,10 @@ class Trial:
     #: training's own (epsilon, delta), the claim under test (see the module's docstring)
     epsilon_training: float | None = None
     delta_training: float | None = None
+    #: privacy.json's ``accounting`` (PATE, G-PATE), which says which figure is the claim
+    accounting: str | None = None
+    #: the generator's steps in the trial (None where not known)
+    generator_updates: int | None = None
     #: the canary record of this trial, for a table (it depends on the schema, a DP estimate of
     #: its own for a CSV without schema file); None for images, whose canary is fixed
     canary_record: Any = None
@@ -300,6 +311,11 @@ class CanaryAudit:
         """Training's ε, the largest among the counted trials (None: one is unbounded)."""
         values = [t.epsilon_training for t in self.trials]
         return None if any(v is None or not math.isfinite(v) for v in values) else max(values)
+
+    @property
+    def accounting(self) -> str | None:
+        """The trials' accounting (PATE, G-PATE), one for all: the run's settings decide it."""
+        return next((t.accounting for t in self.trials if t.accounting), None)
 
     @property
     def claimed_epsilon_total(self) -> float | None:
@@ -356,6 +372,17 @@ class CanaryAudit:
                 f"FP {self.false_positives}/{self.trials_per_side}; a perfect test could show at most "
                 f"{self.largest_detectable_epsilon:.3f}): {verdict}")
 
+    def untrained_warning(self) -> str | None:
+        """Said when a counted trial's generator took no step: its score is that of the initial
+        generator, which never saw the canary, so the trial tests nothing of the mechanism and
+        its verdict counts for nothing."""
+        untrained = sum(1 for t in self.trials if t.generator_updates == 0)
+        if not untrained:
+            return None
+        return (f"audit: warning: {untrained} of the {len(self.trials)} counted trials took no generator update, so "
+                "their scores are an untrained generator's and test nothing of the mechanism: train longer "
+                "(--max-steps above --model.discriminator_steps) or spend more (--epsilon)")
+
     def undetectable_warning(self) -> str | None:
         """Said when no outcome of these trials could have contradicted the claim."""
         if self.could_detect_a_violation or self.claimed_epsilon is None:
@@ -373,7 +400,11 @@ class CanaryAudit:
             "neighbours": self.neighbours,
             "claimed_epsilon": self.claimed_epsilon,
             "claimed": "training's (epsilon_training, delta_training of privacy.json), the largest among the counted "
-                       "trials: the canary is inserted after the preprocessing that reads the rows",
+                       "trials: the canary is inserted after the preprocessing that reads the rows" + (
+                           "; under data-dependent accounting the data-independent bound of the queries asked "
+                           "(epsilon_data_independent less preprocessing's epsilon): the data-dependent figure is a "
+                           "function of the votes, not a guarantee" if self.accounting == DATA_DEPENDENT else ""),
+            "accounting": self.accounting,
             "claimed_epsilon_total": self.claimed_epsilon_total,
             "delta": self.delta,
             "epsilon_lower": self.epsilon_lower,
@@ -478,6 +509,8 @@ class TrialRun:
     privacy: dict[str, Any]
     canary: Canary
     neighbours: str
+    #: the generator's steps in the trial: none, and its score is an untrained generator's
+    generator_updates: int | None = None
 
 
 def trial_run_name(given: str | None, trial_dir: Path) -> str:
@@ -529,7 +562,7 @@ def run_trial(
         prepare_run(run)
     run.fit()
     score = canary_score(run.module, run.datamodule, canary, samples, seed)
-    return TrialRun(score, run.privacy_report(), canary, neighbours)
+    return TrialRun(score, run.privacy_report(), canary, neighbours, run.module.generator_updates)
 
 
 def default_calibration_trials(trials: int) -> int:
@@ -599,8 +632,9 @@ def run_audit(
                              "inf records), so no guess can be made from it")
         runs.append(result)
         privacy = result.privacy
-        return Trial(index, canary, seed, result.score, privacy.get("epsilon"), privacy.get("delta"), str(where),
-                     privacy.get("epsilon_training"), privacy.get("delta_training"),
+        epsilon, epsilon_training = audited_claim(privacy)
+        return Trial(index, canary, seed, result.score, epsilon, privacy.get("delta"), str(where), epsilon_training,
+                     privacy.get("delta_training"), privacy.get("accounting"), result.generator_updates,
                      result.canary.description.get("record"))
 
     calibration = [trial(i, c, "calibration") for i, c in enumerate(calibration_assignment)]
@@ -619,6 +653,20 @@ def run_audit(
     return audit
 
 
+def audited_claim(privacy: dict[str, Any]) -> tuple[float | None, float | None]:
+    """The ε (total, training's) a trial's ``privacy.json`` claims as a DP guarantee. Under
+    data-dependent accounting (PATE, G-PATE) its ``epsilon`` is computed from the private votes
+    and holds for these data only, so the claim is the data-independent bound of the queries
+    asked, less preprocessing's share for training's; None where that bound is unbounded."""
+    total, training = privacy.get("epsilon"), privacy.get("epsilon_training")
+    if privacy.get("accounting") != DATA_DEPENDENT:
+        return total, training
+    independent = privacy.get("epsilon_data_independent")
+    if independent is None or not math.isfinite(independent):
+        return None, None
+    return independent, independent - float((privacy.get("preprocessing") or {}).get("epsilon", 0.0))
+
+
 def canary_description(runs: Sequence[TrialRun]) -> dict[str, Any]:
     """``audit.json``'s canary: the trials' one, or, where their canaries differ (each trial's
     schema is a DP estimate of its own for a CSV without schema file), the rule without a
@@ -632,11 +680,13 @@ def canary_description(runs: Sequence[TrialRun]) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- command line
-def audit_command(argv: list[str]) -> Path:
-    """``python -m lightning_dpgan audit``: returns the path of ``audit.json``."""
+def audit_command(argv: list[str], parsed: tuple[Any, list[str]] | None = None) -> Path:
+    """``python -m lightning_dpgan audit``: returns the path of ``audit.json``. ``parsed``: the
+    audit options already parsed from ``argv`` (the command line does it before torch loads;
+    parsed again, an option given twice was noted twice)."""
     from lightning_dpgan.cli import build_config
 
-    args, rest = audit_parser().parse_known_args(argv)
+    args, rest = parsed if parsed is not None else audit_parser().parse_known_args(argv)
     config = build_config(rest)
     if not config["output_dir"]:
         from lightning_dpgan.cli import _output_dir
@@ -659,9 +709,9 @@ def audit_command(argv: list[str]) -> Path:
                 output_dir.rmdir()  # as a refused train leaves none
         raise
     print(audit.summary())
-    warning = audit.undetectable_warning()
-    if warning:
-        print(warning, file=sys.stderr)
+    for warning in (audit.untrained_warning(), audit.undetectable_warning()):
+        if warning:
+            print(warning, file=sys.stderr)
     return output_dir / AUDIT_FILE
 
 

@@ -735,10 +735,10 @@ def audit(argv: list[str]) -> Path:
     """Empirical privacy audit by re-training with a canary (:mod:`lightning_dpgan.canary_audit`)."""
     from lightning_dpgan.audit_options import audit_parser
 
-    audit_parser().parse_known_args(argv)  # its --help and its own bad options answer before torch loads
+    parsed = audit_parser().parse_known_args(argv)  # its --help and its own bad options answer before torch loads
     from lightning_dpgan.canary_audit import audit_command
 
-    return audit_command(argv)
+    return audit_command(argv, parsed)
 
 
 def benchmark(argv: list[str]) -> Path:

@@ -295,6 +295,16 @@ def check_machines_can_meet(num_nodes: Any) -> None:
             "machine leave --num-nodes out")
 
 
+def planned_processes(options: dict[str, Any]) -> int | None:
+    """The processes ``--devices`` and ``--num-nodes`` ask for, or None where Lightning decides
+    (``auto``, -1)."""
+    devices, nodes = options.get("devices"), options.get("num_nodes", 1)
+    count = len(devices) if isinstance(devices, list) else devices
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        return None
+    return count * nodes if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 0 else count
+
+
 def check_model_fits_dataset(model_cls: type, dataset_cls: type, dataset: str) -> None:
     """Refuse a table-only model (one that needs a table encoding) on an image dataset."""
     if getattr(model_cls, "table_encoding", None) and getattr(dataset_cls, "kind", "image") != "table":
@@ -475,6 +485,7 @@ class Run:
         self._check_model_settings_fit_dp_sgd()
         self._check_preprocessing_leaves_a_budget()
         self._check_settings_fit_the_rows()
+        self._check_processes_share_the_work()
         self.labeler = None
         try:  # the module's width may draw the DP releases: a refusal from here on says what they spent
             self.module = self._build_module()
@@ -593,6 +604,17 @@ class Run:
         if self.quail is not None:
             check_label_model_batch(self.quail.settings.batch_size, rows)
         self._check_first_step_fits(rows)
+
+    def _check_processes_share_the_work(self) -> None:
+        """Refuse, before any DP release reads a value, a number of processes the strategy cannot
+        share a step among (DP-SGD's shuffled batches, the sanitizer's B, fewer teachers than
+        processes): each process's setup refused it, after the releases had spent their budget."""
+        processes = planned_processes(self.config["trainer"])
+        if self.strategy is None or processes is None or processes < 2:
+            return
+        count = getattr(self.datamodule, "training_row_count", None)
+        self.strategy.check_processes(processes, getattr(self.datamodule.hparams, "batch_size", None),
+                                      count() if count is not None else None)
 
     def _check_first_step_fits(self, rows: int) -> None:
         """Refuse, before any DP release reads a value, a first training step the budget cannot

@@ -147,6 +147,7 @@ def test_audit_command_writes_audit_json(tiny_table, tmp_path, capsys):
         privacies.append(privacy)
         assert privacy["epsilon"] == trial["epsilon"] and privacy["epsilon_training"] == trial["epsilon_training"]
         assert privacy["train_records"] == TRAIN_RECORDS + trial["canary"]
+        assert trial["generator_updates"] > 0 and trial["accounting"] is None
         assert trial["guess"] == (trial["score"] <= report["threshold"])
         assert privacy["audit_trial"] == AUDIT_TRIAL_NOTE  # its figures are the claim under test, not a release's
     # the bound, recomputed from the trials' own guesses, at the --confidence given and training's delta
@@ -245,8 +246,10 @@ def test_audit_refuses_a_model_without_privacy(tiny_table, tmp_path, capsys):
     args = table_args(tiny_table, privacy="none")
     args.remove("--epsilon")
     args.remove(str(CLAIMED))
-    assert main(["audit", *args, "--output-dir", str(tmp_path)]) == 2
-    assert "--privacy none" in capsys.readouterr().err
+    assert main(["audit", *args, "--output-dir", str(tmp_path), "--trials", "4", "--trials", "6"]) == 2
+    err = capsys.readouterr().err
+    assert "--privacy none" in err
+    assert err.count("--trials given twice (4, then 6)") == 1  # the options were parsed twice, and noted twice
     assert not (tmp_path / AUDIT_FILE).exists()
 
 
@@ -469,13 +472,15 @@ def test_threshold_separates_calibration_scores():
 
 
 # ------------------------------------------------- the audit's record, with stand-in trials
-def stand_in_trials(monkeypatch, score, record=lambda seed: {"x": 1.0}, training=(1.0, 1e-6), total=(2.0, 2e-6)):
+def stand_in_trials(monkeypatch, score, record=lambda seed: {"x": 1.0}, training=(1.0, 1e-6), total=(2.0, 2e-6),
+                    more=None, updates=None):
     """``run_trial`` replaced: ``score(with_canary)`` and a privacy report whose training claim is
     below its total, as when preprocessing (DP bounds, DP modes) read the rows first."""
     def run_trial(config, output_dir, with_canary, seed, samples, prepare_run=None, audit_dir=None):
         canary = Canary("table", (torch.zeros(1, 2),), torch.zeros(2), {"kind": "table", "rule": "test", "record": record(seed)})
-        privacy = {"epsilon": total[0], "delta": total[1], "epsilon_training": training[0], "delta_training": training[1]}
-        return TrialRun(score(with_canary), privacy, canary, "add-remove")
+        privacy = {"epsilon": total[0], "delta": total[1], "epsilon_training": training[0], "delta_training": training[1],
+                   **(more or {})}
+        return TrialRun(score(with_canary), privacy, canary, "add-remove", updates)
 
     monkeypatch.setattr(canary_audit, "run_trial", run_trial)
 
@@ -491,6 +496,31 @@ def test_the_claim_audited_is_trainings_own_not_the_total_with_preprocessing(tin
     assert 1.0 < report["epsilon_lower"] < 2.0
     assert report["consistent"] is False and "VIOLATION" in audit.summary()
     assert report["could_detect_a_violation"] is True and audit.undetectable_warning() is None
+
+
+def test_under_data_dependent_accounting_the_claim_is_the_data_independent_bound(tiny_table, tmp_path, monkeypatch):
+    """PATE's and G-PATE's default report an epsilon computed from the votes, which is no DP
+    guarantee: the audit tested its inequalities against it, so a "VIOLATION" could come from the
+    figure's nature. The claim is the data-independent bound of the queries asked, less
+    preprocessing's share; audit.json names the accounting."""
+    votes = {"accounting": "data-dependent", "epsilon_data_independent": 3.0, "epsilon_data_dependent": 2.0,
+             "preprocessing": {"epsilon": 1.0}}
+    stand_in_trials(monkeypatch, lambda canary: 0.0 if canary else 1.0, more=votes)  # a perfect test
+    run_audit(build_config(dp_sgd_args(tiny_table)), tmp_path, 40, confidence=0.97, calibration_trials=2)
+    report = read_json(tmp_path / AUDIT_FILE)
+    assert 1.0 < report["epsilon_lower"] < 2.0  # a violation of the data-dependent training figure, 1.0
+    assert report["claimed_epsilon"] == 2.0 and report["claimed_epsilon_total"] == 3.0
+    assert report["consistent"] is True and report["accounting"] == "data-dependent"
+    assert "data-independent bound of the queries asked" in report["claimed"]
+    assert [t["accounting"] for t in report["per_trial"]] == ["data-dependent"] * 40
+    assert canary_audit.audited_claim({**votes, "epsilon_data_independent": None}) == (None, None)  # unbounded
+    plain = {"epsilon": 2.0, "epsilon_training": 1.0, "accounting": "data-independent", "epsilon_data_independent": 2.0}
+    assert canary_audit.audited_claim(plain) == (2.0, 1.0)
+    stand_in_trials(monkeypatch, lambda canary: 0.0 if canary else 1.0)  # DP-SGD's report: no accounting
+    audit_without = run_audit(build_config(dp_sgd_args(tiny_table)), tmp_path / "dp-sgd", 4, confidence=0.97,
+                              calibration_trials=2)
+    assert audit_without.to_dict()["accounting"] is None
+    assert "data-independent" not in audit_without.to_dict()["claimed"]
 
 
 def test_the_table_canary_takes_each_columns_rarest_category_and_farther_bound():
@@ -556,6 +586,20 @@ def test_an_audit_too_small_to_contradict_its_claim_says_so(tiny_table, tmp_path
     assert report["largest_detectable_epsilon"] == 0.0 and report["could_detect_a_violation"] is False
     assert main(["audit", *dp_sgd_args(tiny_table), "--trials", "40", "--output-dir", str(tmp_path / "large")]) == 0
     assert "could not have found" not in capsys.readouterr().err
+
+
+def test_an_audit_whose_trials_took_no_generator_update_says_they_test_nothing(tiny_table, tmp_path, monkeypatch,
+                                                                              capsys):
+    """A trial shorter than the critic steps of one generator update scores the initial
+    generator: "consistent" then said nothing of the mechanism, and only the trial's own train
+    line said so, among many."""
+    stand_in_trials(monkeypatch, lambda canary: 0.0 if canary else 1.0, updates=0)
+    assert main(["audit", *dp_sgd_args(tiny_table), "--trials", "40", "--output-dir", str(tmp_path / "none")]) == 0
+    assert ("audit: warning: 40 of the 40 counted trials took no generator update, so their scores are an untrained "
+            "generator's and test nothing of the mechanism") in capsys.readouterr().err
+    stand_in_trials(monkeypatch, lambda canary: 0.0 if canary else 1.0, updates=3)
+    assert main(["audit", *dp_sgd_args(tiny_table), "--trials", "40", "--output-dir", str(tmp_path / "some")]) == 0
+    assert "took no generator update" not in capsys.readouterr().err
 
 
 def test_a_trial_whose_generator_drew_nan_is_refused(tiny_table, tmp_path, monkeypatch, capsys):

@@ -186,15 +186,45 @@ def test_a_finished_run_leaves_its_process_group_once_rank_0_has_written_it(tmp_
 
 
 def test_a_refusal_raised_in_every_process_is_printed_once(tmp_path):
-    """Under DDP each process runs the strategy's setup, so a setting DDP cannot honour is refused
-    in both; the user reads the refusal once (rank 0's), and nothing is left behind."""
-    result = run_train(tmp_path / "run", "--model", "dpgan", "--privacy.poisson_sampling", "false", "--batch-size", "8",
-                       "--max-steps", "2", devices=2)
+    """Under DDP each process runs the strategy's setup, so a setting its share of the step rules
+    out is refused in both (the sanitizer's one generated record a process, for a BatchNorm
+    generator); the user reads the refusal once (rank 0's), and nothing is left behind."""
+    result = run_train(tmp_path / "run", "--model", "gswgan", "--privacy.generated_batch_size", "2", "--max-steps", "2",
+                       devices=2)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Starting with 2 processes" in result.stdout + result.stderr  # both reached the strategy's setup
     refusals = [line for line in result.stderr.splitlines() if line.startswith("error")]
-    assert refusals == ["error: --privacy.poisson_sampling false trains in one process only: under --strategy ddp "
-                        "each step must be one Poisson sample of all the records (the default)"]
+    assert refusals == ["error: the generator normalizes each batch (BatchNorm), which needs at least 2 generated "
+                        "records a step in each process, and --privacy.generated_batch_size 2 over 2 processes gives 1: "
+                        "use --privacy.generated_batch_size 4 or more"]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("options, processes", [
+    ({"devices": 2}, 2), ({"devices": 2, "num_nodes": 3}, 6), ({"devices": [0, 1]}, 2), ({"devices": 1}, 1),
+    ({"devices": "auto"}, None), ({"devices": -1}, None), ({}, None)])
+def test_the_processes_a_run_asks_for_are_read_off_devices_and_nodes(options, processes):
+    from lightning_dpgan.run import planned_processes
+
+    assert planned_processes(options) == processes
+
+
+@pytest.mark.parametrize("model, flags, said", [
+    ("dpgan", ["--privacy.poisson_sampling", "false", "--batch-size", "8"],
+     "--privacy.poisson_sampling false trains in one process only"),
+    ("dpsactgan", ["--privacy.generated_batch_size", "3"], "--privacy.generated_batch_size 3 must be a multiple of the 2"),
+    ("patectgan", ["--privacy.num_teachers", "1", "--epsilon", "1000"], "1 teachers cannot be shared among 2 processes"),
+])
+def test_what_the_processes_cannot_share_is_refused_before_they_start_and_before_any_release(tmp_path, model, flags,
+                                                                                              said):
+    """Each process's setup refused these, after the processes had started: DP-SACTGAN's and
+    PATE-CTGAN's DP mode histograms had by then spent epsilon 0.1, which the refusal could only
+    ask the user to count as spent."""
+    result = run_train(tmp_path / "run", "--model", model, *flags, "--max-steps", "2", devices=2)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Starting with 2 processes" not in result.stdout + result.stderr
+    (refusal,) = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert said in refusal and "spent" not in refusal
     assert not (tmp_path / "run").exists()
 
 
