@@ -199,6 +199,8 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         """
         super().__init__(noise_multiplier, target_epsilon, delta, noise_seed)
         self.max_norm = validate_positive("--privacy.max_norm", max_norm)
+        #: whether B was given (else --batch-size's, which a refusal then names)
+        self.generated_batch_size_given = generated_batch_size is not None
         self.generated_batch_size = (None if generated_batch_size is None
                                      else validate_int("--privacy.generated_batch_size", generated_batch_size, 1))
         self.num_critics = validate_int("--privacy.num_critics", num_critics, 1)  # inf: an OverflowError before
@@ -348,8 +350,11 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         """Every process sanitizes an equal share of the B generated records."""
         records = self.generated_batch_size or batch_size
         if isinstance(records, int) and records % processes:
-            raise ValueError(f"--privacy.generated_batch_size {records} must be a multiple of the {processes} processes, "
-                             "so that every rank sanitizes an equal share")
+            given = (f"--privacy.generated_batch_size {records}" if self.generated_batch_size_given else
+                     f"--batch-size {records} (the generated records a step, B, unless --privacy.generated_batch_size "
+                     "is given)")
+            raise ValueError(f"{given} must be a multiple of the {processes} processes, so that every rank sanitizes an "
+                             "equal share")
 
     def _records_per_rank(self, pl_module: Any) -> int:
         """Generated records each process sanitizes per generator step: B / W under DDP.

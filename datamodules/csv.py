@@ -10,7 +10,12 @@ from typing import Any
 
 import pandas as pd
 
-from lightning_dpgan.data.csv_fields import ExtraFieldsError, read_csv_fields
+from lightning_dpgan.data.csv_fields import (
+    ExtraFieldsError,
+    leading_zero_counts,
+    may_hold_leading_zeros,
+    read_csv_fields,
+)
 from lightning_dpgan.data.csv_missing import missing_lookalikes, missing_spellings
 from lightning_dpgan.data.download import damaged_compression_refused
 from lightning_dpgan.data.dp_bounds import SCHEMA_MECHANISM as DP_SCHEMA_MECHANISM, check_listed_columns, infer_schema_dp
@@ -30,8 +35,6 @@ DEFAULT_BOUNDS_DELTA = 1e-6
 #: the fewest categories a declared list must have for setup to warn that it reads like one
 #: taken from the records (with half as many as the training rows, or more)
 RECORD_LIKE_CATEGORIES = 10
-#: a number written with a zero before another digit ('007', '-05'), as codes are; '0' and '0.5' are not
-LEADING_ZERO = r"\s*[+-]?0\d"
 #: the fewest training rows for setup to warn of a whole-number column that reads like a record ID
 #: (a different value in each row, filling at least half their range)
 RECORD_LIKE_INTEGERS = 100
@@ -249,22 +252,21 @@ class CSVDataModule(TabularDataModule):
     def _warn_of_leading_zeros(self, frame: pd.DataFrame) -> None:
         """A whole-number column written with leading zeros, as codes are (ZIP codes, account or
         product codes): read as numbers, '05258' becomes 5258, trains as a quantity, and
-        synthetic.csv writes it without the zero. Said by count of rows, never by value. The text
-        is gone once pandas reads numbers, so the columns read as integers are read again as text
-        (a cheap second pass over a few columns). For the data holder: read from the private rows."""
+        synthetic.csv writes it without the zero. Said by count, never by value. The text is gone
+        once pandas reads numbers: a scan of the file's bytes rules most files out at once, and
+        otherwise the columns read as integers are read again as text, a chunk at a time. Counted
+        over the file's rows, held-out ones included. For the data holder: read from the private rows."""
         names = [name for name in frame.columns if name != self.target and name not in self.drop
                  and pd.api.types.is_integer_dtype(frame[name])]
-        if not names:
+        if not names or not may_hold_leading_zeros(self.csv_path):
             return
-        text = read_csv_fields(self.csv_path, usecols=names, dtype=str, keep_default_na=False)
-        for name in names:
-            zeros = int(text[name].str.match(LEADING_ZERO).sum())
+        for name, zeros in leading_zero_counts(self.csv_path, names).items():
             if zeros:
                 remedy = ("declare it categorical in the schema file" if self._schema is not None
                           else f"list it with --data.categorical {as_flag_value(name)}")
-                log.warning("%s: column '%s' is read as whole numbers, but %d of its values are written with a "
-                            "leading zero, as codes are (ZIP, account, product codes): the zeros are lost, the column "
-                            "trains as a quantity and synthetic.csv writes it without them. If it is a code, %s",
+                log.warning("%s: column '%s' is read as whole numbers, but %d of the file's values in it are written "
+                            "with a leading zero, as codes are (ZIP, account, product codes): the zeros are lost, the "
+                            "column trains as a quantity and synthetic.csv writes it without them. If it is a code, %s",
                             self.name, name, zeros, remedy)
 
     def setup(self, stage: str | None = None) -> None:

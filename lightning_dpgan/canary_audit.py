@@ -37,7 +37,10 @@ would pass a training that leaks up to that share more than it claims. Under PAT
 data-dependent accounting (their default) ``epsilon_training`` is a function of the teachers'
 votes, not a DP guarantee, and the audit's inequalities assume one that holds for every pair of
 neighbouring datasets: the claim is then the data-independent bound of the queries the trial
-asked (``epsilon_data_independent``, less preprocessing's ε), which is one (:func:`audited_claim`).
+asked (``epsilon_data_independent``, less preprocessing's ε: :func:`audited_claim`), which holds
+whatever the votes for that many queries. How many were asked was itself decided on the votes (the
+run stops on the data-dependent figure), so a claim that holds whatever the votes is audited with
+``--privacy.accounting data-independent``.
 """
 from __future__ import annotations
 
@@ -319,7 +322,8 @@ class CanaryAudit:
 
     @property
     def claimed_epsilon_total(self) -> float | None:
-        """``privacy.json``'s ε (preprocessing + training), the largest among the counted trials."""
+        """``privacy.json``'s ε (preprocessing + training; under data-dependent accounting its
+        ``epsilon_data_independent``), the largest among the counted trials."""
         values = [t.epsilon for t in self.trials]
         return None if any(v is None for v in values) else max(values)
 
@@ -381,7 +385,7 @@ class CanaryAudit:
             return None
         return (f"audit: warning: {untrained} of the {len(self.trials)} counted trials took no generator update, so "
                 "their scores are an untrained generator's and test nothing of the mechanism: train longer "
-                "(--max-steps above --model.discriminator_steps) or spend more (--epsilon)")
+                "(--max-steps at least --model.discriminator_steps) or spend more (--epsilon)")
 
     def undetectable_warning(self) -> str | None:
         """Said when no outcome of these trials could have contradicted the claim."""
@@ -402,14 +406,18 @@ class CanaryAudit:
             "claimed": "training's (epsilon_training, delta_training of privacy.json), the largest among the counted "
                        "trials: the canary is inserted after the preprocessing that reads the rows" + (
                            "; under data-dependent accounting the data-independent bound of the queries asked "
-                           "(epsilon_data_independent less preprocessing's epsilon): the data-dependent figure is a "
-                           "function of the votes, not a guarantee" if self.accounting == DATA_DEPENDENT else ""),
+                           "(epsilon_data_independent less preprocessing's epsilon), which holds whatever the votes for "
+                           "that many queries: the data-dependent figure is a function of the votes, not a guarantee, "
+                           "and how many queries were asked was decided on it (audit with --privacy.accounting "
+                           "data-independent for a claim that holds whatever the votes)"
+                           if self.accounting == DATA_DEPENDENT else ""),
             "accounting": self.accounting,
             "claimed_epsilon_total": self.claimed_epsilon_total,
             "delta": self.delta,
             "epsilon_lower": self.epsilon_lower,
             "largest_detectable_epsilon": self.largest_detectable_epsilon,
             "could_detect_a_violation": self.could_detect_a_violation,
+            "untrained_trials": sum(1 for t in self.trials if t.generator_updates == 0),
             "confidence": self.confidence,
             "consistent": self.consistent,
             "true_positives": self.true_positives,
@@ -654,10 +662,11 @@ def run_audit(
 
 
 def audited_claim(privacy: dict[str, Any]) -> tuple[float | None, float | None]:
-    """The ε (total, training's) a trial's ``privacy.json`` claims as a DP guarantee. Under
+    """The ε (total, training's) of a trial's ``privacy.json`` that the audit tests. Under
     data-dependent accounting (PATE, G-PATE) its ``epsilon`` is computed from the private votes
-    and holds for these data only, so the claim is the data-independent bound of the queries
-    asked, less preprocessing's share for training's; None where that bound is unbounded."""
+    and is no DP guarantee, so the claim is the data-independent bound of the queries asked
+    (whatever the votes, for that many queries), less preprocessing's share for training's; None
+    where that bound is unbounded."""
     total, training = privacy.get("epsilon"), privacy.get("epsilon_training")
     if privacy.get("accounting") != DATA_DEPENDENT:
         return total, training

@@ -295,14 +295,30 @@ def check_machines_can_meet(num_nodes: Any) -> None:
             "machine leave --num-nodes out")
 
 
+def _as_count(value: Any) -> int | None:
+    """A device or node count as Lightning reads it: a number, its text ("2"), a list of device
+    indices or their text ("0,1", "1,": one device, index 1); None for ``auto``, -1 (all) and
+    anything else Lightning decides."""
+    if isinstance(value, str):
+        text = value.strip()
+        if "," in text:
+            value = [part for part in text.split(",") if part.strip()]
+        elif text.lstrip("-").isdigit():
+            value = int(text)
+    if isinstance(value, (list, tuple)):
+        return len(value) or None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return None
+    return value
+
+
 def planned_processes(options: dict[str, Any]) -> int | None:
     """The processes ``--devices`` and ``--num-nodes`` ask for, or None where Lightning decides
     (``auto``, -1)."""
-    devices, nodes = options.get("devices"), options.get("num_nodes", 1)
-    count = len(devices) if isinstance(devices, list) else devices
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+    devices = _as_count(options.get("devices"))
+    if devices is None:
         return None
-    return count * nodes if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 0 else count
+    return devices * (_as_count(options.get("num_nodes", 1)) or 1)
 
 
 def check_model_fits_dataset(model_cls: type, dataset_cls: type, dataset: str) -> None:
@@ -991,8 +1007,7 @@ class Run:
             raise ConfigError(f"--strategy {chosen} cannot train {what}: use --strategy ddp for several "
                               f"processes (or leave --strategy out); allowed: {', '.join(PRIVATE_TRAINER_STRATEGIES)}")
         several = {flag: options.get(key) for flag, key in (("--devices", "devices"), ("--num-nodes", "num_nodes"))
-                   if isinstance(options.get(key), int) and options[key] > 1
-                   or isinstance(options.get(key), list) and len(options[key]) > 1}
+                   if (_as_count(options.get(key)) or 1) > 1}
         if chosen == "single_device" and several:  # Lightning trains on one device and keeps the count as given
             asked = " and ".join(f"{flag} {value}" for flag, value in several.items())
             raise ConfigError(f"--strategy single_device trains one process on one device, and {asked} asks for "
@@ -1011,7 +1026,7 @@ class Run:
 
     def _build_trainer(self) -> L.Trainer:
         options = dict(self.config["trainer"])
-        several = any(isinstance(options.get(key), int) and options[key] > 1 for key in ("devices", "num_nodes"))
+        several = any((_as_count(options.get(key)) or 1) > 1 for key in ("devices", "num_nodes"))
         if several and options.get("strategy", "auto") == "auto":
             # Lightning's own choice for several devices (its DDP) cannot train a GAN's alternating
             # updates: ours can, private or not

@@ -362,9 +362,9 @@ def test_an_integer_column_distinct_in_every_row_is_warned_of_as_an_identifier(t
 
 
 def test_whole_numbers_written_with_leading_zeros_are_warned_of_as_codes(tmp_path, caplog):
-    """ZIP codes such as 05258 were read as 5258 and written back so in synthetic.csv, without a
-    word. Warned of now, by count (never by value), with the remedy for flags or a schema file;
-    a count column holding 0 and 10 is not a code."""
+    """ZIP codes such as 01200 were read as 1200 and written back so in synthetic.csv, without a
+    word. Warned of now as the file is read (before any DP estimate), by count (never by value),
+    with the remedy for flags or a schema file; a count column holding 0 and 10 is not a code."""
     frame = table(60).assign(zip=np.where(np.arange(60) % 2, "01200", "02134"))
     csv = tmp_path / "zips.csv"
     frame.to_csv(csv, index=False)
@@ -372,8 +372,8 @@ def test_whole_numbers_written_with_leading_zeros_are_warned_of_as_codes(tmp_pat
     flags = CSVDataModule(csv=csv, target="label", categorical=["kind", "label"], integer=["visits", "zip"],
                           label_kind="binary", bounds_epsilon=5.0)
     with caplog.at_level("WARNING"):
-        flags.setup("fit")
-    assert ("column 'zip' is read as whole numbers, but 60 of its values are written with a leading zero"
+        flags.training_row_count()
+    assert ("column 'zip' is read as whole numbers, but 60 of the file's values in it are written with a leading zero"
             in caplog.text) and "--data.categorical zip" in caplog.text
     assert "01200" not in caplog.text and "2134" not in caplog.text and "column 'visits' is read" not in caplog.text
     caplog.clear()
@@ -381,15 +381,37 @@ def test_whole_numbers_written_with_leading_zeros_are_warned_of_as_codes(tmp_pat
                                                                  "bounds": [0, 99999]}]}
     (tmp_path / "zips.yaml").write_text(yaml.safe_dump(schema))
     with caplog.at_level("WARNING"):
-        CSVDataModule(csv=csv, schema=tmp_path / "zips.yaml").setup("fit")
-    assert "60 of its values are written with a leading zero" in caplog.text
+        CSVDataModule(csv=csv, schema=tmp_path / "zips.yaml").training_row_count()
+    assert "60 of the file's values in it are written with a leading zero" in caplog.text
     assert "declare it categorical in the schema file" in caplog.text
     caplog.clear()
     with caplog.at_level("WARNING"):  # listed as categorical: kept as text, nothing to say
         codes = CSVDataModule(csv=csv, target="label", categorical=["kind", "label", "zip"], integer=["visits"],
                               label_kind="binary", bounds_epsilon=5.0)
-        codes.setup("fit")
+        codes.training_row_count()
     assert "leading zero" not in caplog.text and codes.train_frame["zip"].str.startswith("0").all()
+
+
+@pytest.mark.parametrize("text, may_hold, zeros", [
+    ("n,m\n1,2\n3,4\n", False, 0),
+    ("n,m\n1,2e-05\n3,0\n", False, 0),  # an exponent's -05, a lone zero
+    ("n,m\n0.5,2\n", False, 0),
+    ("n,m\n1,05\n3,4\n", True, 1),
+    ("n,m\n1,-05\n3, 007\n", True, 2),
+    ('n,m\n1,"007"\n3,4\n', True, 1),
+    ("n,m\n05,2\n", True, 0),  # in another column than the one counted
+])
+def test_leading_zeros_are_found_in_the_bytes_and_counted_in_the_column(tmp_path, text, may_hold, zeros):
+    from lightning_dpgan.data.csv_fields import leading_zero_counts, may_hold_leading_zeros
+
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    assert may_hold_leading_zeros(path) is may_hold
+    assert may_hold_leading_zeros(path, block=2) is may_hold  # a field cut between two blocks
+    assert leading_zero_counts(path, ["m"]) == {"m": zeros}
+    packed = tmp_path / "t.csv.gz"
+    packed.write_bytes(gzip.compress(text.encode()))
+    assert may_hold_leading_zeros(packed) is True and leading_zero_counts(packed, ["m"]) == {"m": zeros}
 
 
 def test_a_csv_none_of_whose_rows_fits_the_schema_says_so(tmp_path, capsys, schema_file):

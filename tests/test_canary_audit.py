@@ -597,9 +597,11 @@ def test_an_audit_whose_trials_took_no_generator_update_says_they_test_nothing(t
     assert main(["audit", *dp_sgd_args(tiny_table), "--trials", "40", "--output-dir", str(tmp_path / "none")]) == 0
     assert ("audit: warning: 40 of the 40 counted trials took no generator update, so their scores are an untrained "
             "generator's and test nothing of the mechanism") in capsys.readouterr().err
+    assert read_json(tmp_path / "none" / AUDIT_FILE)["untrained_trials"] == 40
     stand_in_trials(monkeypatch, lambda canary: 0.0 if canary else 1.0, updates=3)
     assert main(["audit", *dp_sgd_args(tiny_table), "--trials", "40", "--output-dir", str(tmp_path / "some")]) == 0
     assert "took no generator update" not in capsys.readouterr().err
+    assert read_json(tmp_path / "some" / AUDIT_FILE)["untrained_trials"] == 0
 
 
 def test_a_trial_whose_generator_drew_nan_is_refused(tiny_table, tmp_path, monkeypatch, capsys):

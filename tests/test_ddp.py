@@ -202,7 +202,8 @@ def test_a_refusal_raised_in_every_process_is_printed_once(tmp_path):
 
 @pytest.mark.parametrize("options, processes", [
     ({"devices": 2}, 2), ({"devices": 2, "num_nodes": 3}, 6), ({"devices": [0, 1]}, 2), ({"devices": 1}, 1),
-    ({"devices": "auto"}, None), ({"devices": -1}, None), ({}, None)])
+    ({"devices": "2"}, 2), ({"devices": " 0,1 "}, 2), ({"devices": "1,"}, 1), ({"devices": "3", "num_nodes": "2"}, 6),
+    ({"devices": "auto"}, None), ({"devices": -1}, None), ({"devices": "-1"}, None), ({}, None)])
 def test_the_processes_a_run_asks_for_are_read_off_devices_and_nodes(options, processes):
     from lightning_dpgan.run import planned_processes
 
@@ -213,6 +214,8 @@ def test_the_processes_a_run_asks_for_are_read_off_devices_and_nodes(options, pr
     ("dpgan", ["--privacy.poisson_sampling", "false", "--batch-size", "8"],
      "--privacy.poisson_sampling false trains in one process only"),
     ("dpsactgan", ["--privacy.generated_batch_size", "3"], "--privacy.generated_batch_size 3 must be a multiple of the 2"),
+    ("dpsactgan", ["--batch-size", "63"], "--batch-size 63 (the generated records a step, B, unless "
+                                         "--privacy.generated_batch_size is given) must be a multiple of the 2"),
     ("patectgan", ["--privacy.num_teachers", "1", "--epsilon", "1000"], "1 teachers cannot be shared among 2 processes"),
 ])
 def test_what_the_processes_cannot_share_is_refused_before_they_start_and_before_any_release(tmp_path, model, flags,

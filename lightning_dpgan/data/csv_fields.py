@@ -16,10 +16,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 #: compressed files pandas opens itself; the first long line is looked for in plain text only
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".zip", ".xz", ".zst", ".tar")
+
+#: bytes after which a field's text starts (a separator, a line end, a quote, a blank)
+_FIELD_START = np.zeros(256, dtype=bool)
+_FIELD_START[list(b',\n\r"\t ')] = True
+_SIGN = np.zeros(256, dtype=bool)
+_SIGN[list(b"+-")] = True
+_EXPONENT = np.zeros(256, dtype=bool)
+_EXPONENT[list(b"eE")] = True
+#: rows read at a time when counting leading zeros: memory stays flat whatever the file's size
+LEADING_ZERO_CHUNK_ROWS = 200_000
 
 
 class ExtraFieldsError(ValueError):
@@ -129,3 +140,38 @@ def first_long_line(path: Path) -> tuple[int, int] | None:
 
 
 __all__ = ["ExtraFieldsError", "first_long_line", "header_separator", "read_csv_fields", "read_dataset_csv", "refuse_extra_columns"]
+
+
+def may_hold_leading_zeros(path: Path | str, block: int = 1 << 24) -> bool:
+    """Whether a field of a plain-text CSV file may be a number written with a leading zero
+    (``05``, ``-05``, ``"007"``): a zero after a field's start, or after a sign that is not an
+    exponent's (``2e-05`` is not one), followed by a digit. False means none is; True (a date's
+    ``-05``, a code in a text column) asks :func:`leading_zero_counts`. A scan of the bytes a
+    block at a time, several times faster than reading the fields as text; a compressed file is
+    not scanned (True)."""
+    if Path(path).suffix.lower() in COMPRESSED_SUFFIXES:
+        return True
+    tail = b"\n\n\n"
+    with open(path, "rb") as handle:
+        while data := handle.read(block):
+            text = np.frombuffer(tail + data, dtype=np.uint8)
+            before, start, zero, digit = text[:-3], text[1:-2], text[2:-1], text[3:]
+            field = _FIELD_START[start] | (_SIGN[start] & ~_EXPONENT[before])
+            if (field & (zero == ord("0")) & (digit >= ord("0")) & (digit <= ord("9"))).any():
+                return True
+            tail = (tail + data)[-3:]
+    return False
+
+
+def leading_zero_counts(path: Path | str, columns: Sequence[str]) -> dict[str, int]:
+    """How many fields of each of ``columns`` are written with a leading zero (``05``, ``-05``,
+    `` 007``; ``0`` and ``0.5`` are not), read as text a chunk of rows at a time."""
+    counts = dict.fromkeys(columns, 0)
+    for chunk in pd.read_csv(path, usecols=list(columns), dtype=str, keep_default_na=False,
+                             chunksize=LEADING_ZERO_CHUNK_ROWS):
+        for name in columns:
+            unsigned = np.char.lstrip(np.char.strip(chunk[name].to_numpy(dtype=str)), "+-")
+            first_two = unsigned.astype("<U2")  # '05' of '05258'; '0' of '0', '0.' of '0.5'
+            counts[name] += int((np.char.startswith(first_two, "0") & (np.char.str_len(first_two) == 2)
+                                 & np.char.isdigit(first_two)).sum())
+    return counts
