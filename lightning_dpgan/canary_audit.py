@@ -60,6 +60,7 @@ from torch.utils.data import TensorDataset
 
 from lightning_dpgan import registry, run_folder
 from lightning_dpgan.audit_options import DEFAULT_SAMPLES, DEFAULT_TRIALS, MIN_CONFIDENCE, audit_parser
+from lightning_dpgan.command_name import command_line
 from lightning_dpgan.config import ConfigError
 from lightning_dpgan.outputs import write_json
 from lightning_dpgan.privacy.audit import epsilon_lower_bound
@@ -489,7 +490,7 @@ def check_private(config: dict[str, Any]) -> str:
     if registry.lookup("privacy", name).load() is None:
         raise ConfigError(
             f"model '{config['model']['name']}' trains with --privacy none: there is no guarantee to audit. "
-            "Audit a private model, or give --privacy (see train.py --help)."
+            f"Audit a private model, or give --privacy (see {command_line('train')} --help)."
         )
     if config["resume"]:
         raise ConfigError("--resume makes no sense in an audit: every trial trains from scratch")

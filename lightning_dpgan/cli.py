@@ -51,17 +51,7 @@ from lightning_dpgan.data.download import DataIntegrityError
 from lightning_dpgan.error_text import first_line
 from lightning_dpgan.host_memory import reuse_freed_memory
 from lightning_dpgan.versions import version_line
-
-
-def command_prog(command: str) -> str:
-    """The command the user typed, for ``--help`` and argparse's errors: ``train.py``, the
-    ``lightning-dpgan`` script and ``python -m lightning_dpgan`` run the same parsers."""
-    typed = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
-    if command == "train" and typed.name == "train.py":
-        return "train.py"
-    if typed.stem == "lightning-dpgan":  # the console script (lightning-dpgan.exe on Windows)
-        return f"lightning-dpgan {command}"
-    return f"python -m lightning_dpgan {command}"
+from lightning_dpgan.command_name import command_line, command_prog
 
 
 class _StoreNotingRepeats(argparse.Action):
@@ -482,9 +472,10 @@ def _resume_hint(resume: str | None) -> str:
         except CheckpointError:
             info = {}
         model = f"--model quail --quail-synthesizer {info['model']}" if "quail" in info else f"--model {info.get('model')}"
-        example = (f"python train.py {model} --dataset {info['dataset']} --resume {resume} and the run's other flags, "
+        train = command_line("train")
+        example = (f"{train} {model} --dataset {info['dataset']} --resume {resume} and the run's other flags, "
                    "which its config.yaml lists" if info.get("model") and info.get("dataset") else
-                   f"python train.py --config RUN/config.yaml --resume {resume} --output-dir RUN")
+                   f"{train} --config RUN/config.yaml --resume {resume} --output-dir RUN")
     return f" with --resume too (a checkpoint holds the networks, not the run's flags): give them again, e.g. {example}"
 
 

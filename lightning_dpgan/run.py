@@ -32,6 +32,7 @@ from lightning_dpgan.callbacks.step_limit import StepLimit, stop_floor_refusal
 from lightning_dpgan.callbacks.strategy import (DEFAULT_DELTA, NON_FLOAT32_WEIGHT_PRECISIONS, QUAIL_LABEL_MODEL, delta_origin,
                                                overfit_refusal)
 from lightning_dpgan.checkpoint_io import ShareReadingCheckpointIO
+from lightning_dpgan.command_name import command_line
 from lightning_dpgan.config import (
     DEFAULT_QUAIL_SYNTHESIZER,
     FLAG_KEYS,
@@ -442,7 +443,7 @@ def last_periodic_save_sentence(output_dir: Path, config: dict[str, Any], stoppe
         when = (f"before its first periodic checkpoint (every --checkpoint_every_n_steps {every} steps" if every else
                 f"with no periodic checkpoint (--checkpoint_every_n_steps {every}")
         return (f"{stopped}, {when}; {why_unsaved}): there is nothing to continue. "
-                f"Train again with: python train.py {settings}{resumed}--output-dir {output_dir} --overwrite")
+                f"Train again with: {command_line('train')} {settings}{resumed}--output-dir {output_dir} --overwrite")
     return (f"{stopped}: {checkpoint} holds {saved} of them, its last periodic save, with the privacy accountant; "
             f"privacy.json, metrics.json and the synthetic data are written when the run ends. Continue it with: "
             f"{continue_command(output_dir)}")

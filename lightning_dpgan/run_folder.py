@@ -31,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 
+from lightning_dpgan.command_name import command_line
 from lightning_dpgan.config import ConfigError
 from lightning_dpgan.outputs import write_json
 
@@ -178,7 +179,7 @@ def continue_command(folder: Path) -> str:
     folder itself (config.yaml records no output folder for the default one, which would be a
     new timestamped folder)."""
     settings = f"--config {folder / 'config.yaml'} " if (folder / "config.yaml").is_file() else ""
-    return f"python train.py {settings}--resume {folder / LAST_CHECKPOINT} --output-dir {folder}"
+    return f"{command_line('train')} {settings}--resume {folder / LAST_CHECKPOINT} --output-dir {folder}"
 
 
 def own_folder_hint(resume: str | None) -> str:

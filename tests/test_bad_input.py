@@ -1906,7 +1906,7 @@ def test_sigterm_during_training_keeps_its_steps_and_exits_143(tiny_image_data_d
     assert main(args) == 128 + signal.SIGTERM
     err = capsys.readouterr().err
     assert "train: stopped by SIGTERM after 2 steps" in err
-    assert f"Continue it with: python train.py --config {out / 'config.yaml'} --resume {out / 'checkpoints' / 'last.ckpt'}" in err
+    assert f"Continue it with: python -m lightning_dpgan train --config {out / 'config.yaml'} --resume {out / 'checkpoints' / 'last.ckpt'}" in err
     saved = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert saved["lightning_dpgan"]["train_steps"] == 2
     assert not (out / "privacy.json").exists()
@@ -1934,7 +1934,7 @@ def test_ctrl_c_during_training_says_so_what_is_kept_and_exits_130(tiny_image_da
     if every:
         assert last.startswith(f"train: interrupted after 3 steps: {out / 'checkpoints' / 'last.ckpt'} holds 2 of them, "
                                "its last periodic save")
-        assert f"Continue it with: python train.py --config {out / 'config.yaml'} --resume" in last
+        assert f"Continue it with: python -m lightning_dpgan train --config {out / 'config.yaml'} --resume" in last
     else:
         assert last.startswith("train: interrupted after 3 steps, with no periodic checkpoint (--checkpoint_every_n_steps "
                                "0; Ctrl-C saves none as it stops): there is nothing to continue. Train again with")

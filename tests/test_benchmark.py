@@ -2426,3 +2426,18 @@ def test_an_out_dir_that_is_a_file_or_a_resume_of_no_folder_is_refused_before_an
     with pytest.raises(SystemExit, match="no such folder, so there is nothing to continue"):
         benchmark([*common, "--resume", "--out-dir", str(tmp_path / "typo")])
     assert afile.read_text() == "mine" and not (tmp_path / "results").exists() and not (tmp_path / "typo").exists()
+
+
+def test_an_installation_that_is_not_a_checkout_is_refused_though_site_packages_holds_a_benchmarks_folder(tmp_path):
+    """Installed from a wheel, the package's checkout is site-packages, where Opacus installs a
+    ``benchmarks`` package of its own: the harness took it for the checkout's and failed on a
+    missing reference.yaml, or would have written results there."""
+    from lightning_dpgan.benchmark.paths import REPO, check_benchmarks_folder
+
+    site_packages = tmp_path / "site-packages"
+    (site_packages / "benchmarks").mkdir(parents=True)
+    (site_packages / "benchmarks" / "__init__.py").write_text("")  # opacus' own
+    with pytest.raises(SystemExit, match="this installation is not a checkout .* run it from a clone installed with "
+                                         "pip install -e"):
+        check_benchmarks_folder(site_packages)
+    check_benchmarks_folder(REPO)  # this checkout: accepted

@@ -1069,7 +1069,7 @@ def test_a_resume_given_alone_and_a_held_folder_name_the_command_that_continues_
     assert main(["train", "--resume", str(checkpoint), "--max-steps", "4"]) == 2
     assert "--model is required with --resume too" in (err := capsys.readouterr().err) and continue_it in err
     assert main(args) == 2
-    assert f"continue it with python train.py {continue_it}," in capsys.readouterr().err
+    assert f"continue it with python -m lightning_dpgan train {continue_it}," in capsys.readouterr().err
     assert main(["train", *continue_it.split(), "--max-steps", "4"]) == 0
     assert json.loads((run / "privacy.json").read_text())["steps"] == 4 and [run] == list((tmp_path / "outputs").iterdir())
     # a checkpoint away from its run folder: its model and dataset, read from it, not a RUN placeholder
@@ -1077,11 +1077,11 @@ def test_a_resume_given_alone_and_a_held_folder_name_the_command_that_continues_
     shutil.copy(checkpoint, lone)
     capsys.readouterr()
     assert main(["train", "--resume", str(lone), "--max-steps", "8"]) == 2
-    assert (f"e.g. python train.py --model dpgan --dataset adult --resume {lone} and the run's other flags"
+    assert (f"e.g. python -m lightning_dpgan train --model dpgan --dataset adult --resume {lone} and the run's other flags"
             in capsys.readouterr().err)
     lone.write_bytes(b"not a checkpoint")
     assert main(["train", "--resume", str(lone), "--max-steps", "8"]) == 2
-    assert f"e.g. python train.py --config RUN/config.yaml --resume {lone} --output-dir RUN" in capsys.readouterr().err
+    assert f"e.g. python -m lightning_dpgan train --config RUN/config.yaml --resume {lone} --output-dir RUN" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("model,setting,value", [
@@ -1254,7 +1254,7 @@ def test_a_stop_while_the_outputs_are_written_leaves_no_partial_file_and_says_ho
             f"{run / 'checkpoints' / 'last.ckpt'} holds the finished run, with the privacy accountant.") in err
     assert sorted(entry.name for entry in run.iterdir()) == ["checkpoints", "config.yaml", "logs"]
     monkeypatch.undo()
-    command = err.split("(no step is trained again) with: python train.py ")[1].split()
+    command = err.split("(no step is trained again) with: python -m lightning_dpgan train ")[1].split()
     assert main(["train", *command]) == 0
     report = read_json(run / "privacy.json")
     assert report["steps"] == 2 and 0 < report["epsilon"] <= 10
@@ -1290,3 +1290,19 @@ def test_evaluate_refuses_more_images_than_free_memory_holds_before_drawing(gan_
     said = capsys.readouterr().err
     assert "-n 10000000 images would take about 29.2 GiB of memory as they are drawn" in said
     assert "give a smaller -n" in said and not (gan_run / "evaluation.json").exists()
+
+
+@pytest.mark.parametrize("argv0, train, sample", [
+    ("train.py", "python train.py", "python -m lightning_dpgan sample"),
+    ("/repo/train.py", "python train.py", "python -m lightning_dpgan sample"),
+    ("/venv/bin/lightning-dpgan", "lightning-dpgan train", "lightning-dpgan sample"),
+    ("/venv/lib/python3.11/site-packages/lightning_dpgan/__main__.py", "python -m lightning_dpgan train",
+     "python -m lightning_dpgan sample"),
+])
+def test_the_commands_a_message_offers_are_typed_the_way_the_user_started_it(monkeypatch, argv0, train, sample):
+    """train.py exists only in a checkout: an installed package's user was told to continue a run
+    with python train.py, which they do not have."""
+    from lightning_dpgan.command_name import command_line
+
+    monkeypatch.setattr(sys, "argv", [argv0, "--help"])
+    assert (command_line("train"), command_line("sample")) == (train, sample)

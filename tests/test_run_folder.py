@@ -137,7 +137,7 @@ def test_a_run_is_continued_only_from_its_own_last_checkpoint(tmp_path, monkeypa
     (run / "previous" / "checkpoints").mkdir(parents=True)
     for other in (str(run / "previous" / LAST_CHECKPOINT), None, ""):
         assert not continues_run_in(run, other)
-        with pytest.raises(ConfigError, match=r"continue it with python train.py --config .*config.yaml --resume"):
+        with pytest.raises(ConfigError, match=r"continue it with python -m lightning_dpgan train --config .*config.yaml --resume"):
             check_output_dir(run, other, False)
 
 

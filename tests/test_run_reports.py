@@ -168,7 +168,7 @@ def test_a_sigterm_says_what_the_checkpoint_holds_in_one_process_and_in_several(
     (tmp_path / "config.yaml").write_text("model: {name: gan}\n")
     assert said(2) == (f"stopped by SIGTERM after 7 steps, before its first periodic checkpoint (every "
                        f"--checkpoint_every_n_steps 5 steps; several processes save none as they stop): there is nothing "
-                       f"to continue. Train again with: python train.py --config {tmp_path / 'config.yaml'} --output-dir "
+                       f"to continue. Train again with: python -m lightning_dpgan train --config {tmp_path / 'config.yaml'} --output-dir "
                        f"{tmp_path} --overwrite")
     # a resume into a new folder, stopped before its first save: rerun from the checkpoint it resumed
     # (config.yaml keeps no --resume), or training would start afresh and spend the budget again

@@ -12,13 +12,17 @@ REPO = Path(__file__).resolve().parents[2]
 BENCHMARKS = REPO / "benchmarks"
 
 
-def check_benchmarks_folder() -> None:
-    """Refuse up front when this installation has no ``benchmarks/`` folder (a wheel installed
-    without its checkout): the scripts, the papers' figures and the results live there."""
-    if not BENCHMARKS.is_dir():
+def check_benchmarks_folder(repo: Path = REPO) -> None:
+    """Refuse up front when this installation is not a checkout (a wheel installed without it):
+    the scripts, the papers' figures and the results live in its ``benchmarks/`` folder. Told by
+    the checkout's own files, not by a ``benchmarks`` folder alone: installed, the package's
+    parents' parent is ``site-packages``, where Opacus installs a ``benchmarks`` package of its own."""
+    folder = repo / "benchmarks"
+    if not ((repo / "pyproject.toml").is_file() and (folder / "reference.yaml").is_file()):
         raise SystemExit(f"benchmark: the harness needs the repository's benchmarks/ folder (its scripts, the papers' "
-                         f"figures and the results), and this installation has none at {BENCHMARKS}: run it from a "
-                         "clone installed with pip install -e")
+                         f"figures and the results), and this installation is not a checkout ({repo} holds no "
+                         "pyproject.toml and benchmarks/reference.yaml): run it from a clone installed with pip "
+                         "install -e")
 
 
 __all__ = ["BENCHMARKS", "REPO", "check_benchmarks_folder"]
