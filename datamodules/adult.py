@@ -10,6 +10,7 @@ import pandas as pd
 
 from lightning_dpgan.data.download import (DataIntegrityError, RemoteFile, compression_of, damaged_compression_refused,
                                            open_decompressed)
+from lightning_dpgan.data.csv_fields import ExtraFieldsError, read_csv_fields
 from lightning_dpgan.data.schema import Column, TableSchema
 from lightning_dpgan.datamodules.tabular import TabularDataModule
 
@@ -149,13 +150,18 @@ def read_adult(path: Path) -> pd.DataFrame:
         with damaged_compression_refused(path, DataIntegrityError, "is it the UCI Adult file? Copy or download it again"):
             with io.TextIOWrapper(open_decompressed(path), encoding="utf-8") as stream:  # a gzipped copy too
                 banner = stream.readline().startswith("|")
-            frame = pd.read_csv(path, header=None, names=SCHEMA.names, skiprows=1 if banner else 0,
-                                skipinitialspace=True, keep_default_na=False, dtype=str, compression=compression_of(path))
+            # index_col=False (read_csv_fields): a row of more than 15 fields is refused; pandas
+            # otherwise made its first fields the row index, shifting every column
+            frame = read_csv_fields(path, header=None, names=SCHEMA.names, skiprows=1 if banner else 0,
+                                    skipinitialspace=True, keep_default_na=False, dtype=str,
+                                    compression=compression_of(path))
     except UnicodeDecodeError as err:
         raise DataIntegrityError(f"{path} is not a text file ({err.reason} at byte {err.start}): is it the UCI "
                                  "Adult file?") from err
-    except pd.errors.ParserError as err:  # a row of more than 15 fields
-        raise DataIntegrityError(f"{path} is not in the UCI Adult format (15 comma-separated fields a row): {err}") from err
+    except (pd.errors.ParserError, ExtraFieldsError) as err:  # a row of more than 15 fields
+        reason = " ".join(str(err).split()) if isinstance(err, pd.errors.ParserError) else "rows hold more fields"
+        raise DataIntegrityError(f"{path} is not in the UCI Adult format (15 comma-separated fields a row): {reason}; "
+                                 "is it the UCI Adult file?") from err
     if frame.empty:  # read against the schema, it said none of 0 rows fits the category lists
         raise DataIntegrityError(f"{path} is empty (no rows after its banner line): is it the UCI Adult file?")
     # a short row's missing fields come back empty (or NaN), not as '?': the file is damaged, not incomplete

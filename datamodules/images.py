@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_dpgan.data.download import (
     DATA_DIR_ENV,
+    CacheNotWritableError,
     ContentMismatchError,
     DataIntegrityError,
     DatasetNotFoundError,
@@ -231,8 +232,9 @@ class IDXImageDataModule(L.LightningDataModule):
                 if in_cache and self.hparams.download:  # a damaged download: fetch checks it and downloads it again
                     try:
                         return fetch(remote, self._cache_folder())
-                    except DatasetNotFoundError as failed:  # no network: the damaged copy is the thing to name
-                        raise DatasetNotFoundError(f"{failed} {damaged_cache_message(path, err, self.name)}") from err
+                    except (DatasetNotFoundError, CacheNotWritableError) as failed:  # no network, or a cache it
+                        # cannot write: the damaged copy is the thing to name
+                        raise type(failed)(f"{failed} {damaged_cache_message(path, err, self.name)}") from err
                 remedy = "delete the file to download it again (or run with downloads allowed), " if in_cache else ""
                 custom = (", or, for deliberately custom files, train with `--data.verify_checksums false` (evaluate "
                           "reads a run's files as it was trained)") if isinstance(err, ContentMismatchError) else ""

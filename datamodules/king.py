@@ -9,7 +9,8 @@ import pandas as pd
 from sklearn.datasets import fetch_openml
 
 from lightning_dpgan.data.csv_fields import read_dataset_csv, refuse_extra_columns
-from lightning_dpgan.data.download import DataIntegrityError, DatasetNotFoundError, locate, warn_downloading
+from lightning_dpgan.data.download import (DataIntegrityError, DatasetNotFoundError, RemoteFile, is_valid_copy, locate,
+                                           warn_downloading)
 from lightning_dpgan.data.schema import Column, SchemaError, TableSchema
 from lightning_dpgan.datamodules.tabular import TabularDataModule
 
@@ -19,6 +20,10 @@ FILE_NAME = "kc_house_data.csv"
 OPENML_ID = 42092  # "house_sales": the Kaggle file, 21,613 rows x 21 columns
 KAGGLE_URL = "https://www.kaggle.com/datasets/harlfoxem/housesalesprediction"
 N_ROWS = 21_613
+#: Kaggle's kc_house_data.csv as distributed (2,515,206 bytes), pinned by its content's md5: a
+#: copy in --data-dir is the user's and trains as it is, with a warning when it is another (an
+#: edited price keeps the row count). Kaggle publishes no checksum; this is the unedited copy's.
+KAGGLE_FILE = RemoteFile(FILE_NAME, (KAGGLE_URL,), "b1e7bdf4f3e61792c0979a5697dc7145", 2_515_206)
 RAW_COLUMNS = (
     "id", "date", "price", "bedrooms", "bathrooms", "sqft_living", "sqft_lot", "floors", "waterfront", "view",
     "condition", "grade", "sqft_above", "sqft_basement", "yr_built", "yr_renovated", "zipcode", "lat", "long",
@@ -120,6 +125,9 @@ class KingDataModule(TabularDataModule):
             if len(raw) != N_ROWS:
                 log.warning("king: %s holds %d sales, not the Kaggle file's %d: training on it as it is", path, len(raw),
                             N_ROWS)
+            elif not is_valid_copy(path, KAGGLE_FILE):
+                log.warning("king: %s is not the canonical %s (its content's md5 differs from %s, with the same number "
+                            "of sales): training on it as it is", path, FILE_NAME, KAGGLE_FILE.md5)
         return self._seeded_split(to_schema_frame(raw, str(path or f"OpenML {OPENML_ID}")))
 
     def _cache_folder(self) -> Path:

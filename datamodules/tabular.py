@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_dpgan.data.download import (
     DATA_DIR_ENV,
+    CacheNotWritableError,
     DataIntegrityError,
     DatasetNotFoundError,
     RemoteFile,
@@ -792,6 +793,10 @@ class TabularDataModule(L.LightningDataModule):
         warn_downloading(self.name, [remote.name], self.data_dir, self._cache_folder())
         try:
             return fetch(remote, self._cache_folder())
+        except CacheNotWritableError as err:  # a cache it cannot write: its damaged copy said too
+            if damaged is None:
+                raise
+            raise CacheNotWritableError(f"{err} {damaged_cache_message(cached, damaged, self.name)}") from err
         except DatasetNotFoundError as err:
             said = (damaged_cache_message(cached, damaged, self.name) if damaged is not None
                     else self._not_found_message([remote.name], "download failed"))

@@ -243,6 +243,25 @@ def test_a_damaged_cached_file_that_cannot_be_downloaded_again_is_named(tiny_ima
         offline.setup()
 
 
+def test_a_damaged_cached_file_in_a_cache_that_cannot_be_written_is_named(tiny_image_data_dir: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only cache holding a cut-off file said only that the cache cannot be written."""
+    from lightning_dpgan.data.download import CacheNotWritableError
+    from lightning_dpgan.datamodules import images as images_module
+
+    source = tiny_image_data_dir / "mnist"
+    _module_pinned_to(source, [source.as_uri()])(data_dir=None, cache_dir=tmp_path / "cache").prepare_data()
+    damaged = tmp_path / "cache" / "tiny" / FILE_NAMES[0]
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
+
+    def read_only(remote, cache_dir):
+        raise CacheNotWritableError(f"The download cache {cache_dir} cannot be written (Permission denied)")
+
+    monkeypatch.setattr(images_module, "fetch", read_only)
+    with pytest.raises(CacheNotWritableError, match=f"cannot be written .*The cached copy {damaged} is damaged"):
+        _module_pinned_to(source, [source.as_uri()])(data_dir=None, cache_dir=tmp_path / "cache").setup()
+
+
 def test_prepare_data_download_failure_explains_how_to_provide_files(tiny_image_data_dir: Path, tmp_path: Path) -> None:
     unreachable = (tmp_path / "nowhere").as_uri()
     dm = _module_pinned_to(tiny_image_data_dir / "mnist", [unreachable])(cache_dir=tmp_path / "cache")

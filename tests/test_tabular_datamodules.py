@@ -691,6 +691,10 @@ def test_bounds_that_clip_many_training_values_are_warned_with_the_remedy_for_a_
     (lambda lines: lines[:3] + [",".join(["" if i == 1 else field for i, field in enumerate(lines[3].split(","))])]
      + lines[4:], "1 rows have fewer than 15 fields or an empty one (lines [4]"),
     (lambda lines: lines[:3] + [lines[3] + ", extra"] + lines[4:], "not in the UCI Adult format (15 comma-separated fields a row)"),
+    # a field more on every row (a row number in front, a trailing one): pandas made the first
+    # fields the index and trained on shifted columns, or failed with a TypeError of its own
+    (lambda lines: [f"{i}, {line}" for i, line in enumerate(lines)], "rows hold more fields"),
+    (lambda lines: [f"{line}, x" for line in lines], "rows hold more fields"),
     (lambda lines: [",".join(name for name in AdultDataModule(batch_size=4).schema.names)] + lines,
      "column age holds values that are not numbers (['age'] on lines [1])"),
 ])
@@ -714,6 +718,23 @@ def test_a_data_dir_file_that_is_not_the_canonical_one_trains_with_a_warning(cap
     assert f"{FIXTURES / 'adult_tiny' / 'adult.data'} is not the canonical adult.data" in caplog.text
     assert caplog.text.count("is not the canonical adult.data") == 1  # said (and the file hashed) once, not twice
     assert datamodule.train_size == 36  # trained on as it is
+
+
+def test_a_king_file_with_the_kaggle_files_row_count_but_other_content_trains_with_a_warning(monkeypatch, caplog):
+    """King checked the row count alone: a copy with an edited price trained without a word,
+    while the README says a file that is not the canonical one is warned of."""
+    from lightning_dpgan.data.download import RemoteFile, content_digest
+
+    path = FIXTURES / "king_tiny" / "kc_house_data.csv"
+    monkeypatch.setattr(king_module, "N_ROWS", len(pd.read_csv(path)))  # the tiny copy's count stands in
+    with caplog.at_level("WARNING"):
+        KingDataModule(data_dir=FIXTURES / "king_tiny", download=False, batch_size=4).setup()
+    assert f"{path} is not the canonical kc_house_data.csv (its content's md5 differs from " in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(king_module, "KAGGLE_FILE", RemoteFile("kc_house_data.csv", (), *content_digest(path)))
+    with caplog.at_level("WARNING"):  # the canonical content (here the tiny copy's): nothing said
+        KingDataModule(data_dir=FIXTURES / "king_tiny", download=False, batch_size=4).setup()
+    assert "is not the canonical" not in caplog.text and "sales, not the Kaggle file's" not in caplog.text
 
 
 @pytest.mark.parametrize("damage,message", [
@@ -868,6 +889,24 @@ def test_a_damaged_cached_table_that_cannot_be_downloaded_again_is_named_not_sai
     with pytest.raises(DataIntegrityError, match=r"does not match adult.data.* To fix: delete the cached copy to "
                                                  r"download it again .*--data-dir DIR"):
         AdultDataModule(cache_dir=cache, download=False).prepare_data()
+
+
+def test_a_damaged_cached_table_in_a_cache_that_cannot_be_written_is_named(tmp_path, monkeypatch):
+    """A read-only cache holding a damaged copy said only that the cache cannot be written, not
+    which file was damaged."""
+    from lightning_dpgan.data.download import CacheNotWritableError
+
+    cache = tmp_path / "cache"
+    shutil.copytree(FIXTURES / "adult_tiny", cache / "adult")  # not the canonical files: "damaged"
+
+    def read_only(remote, cache_dir):
+        raise CacheNotWritableError(f"The download cache {cache_dir} cannot be written (Permission denied)")
+
+    monkeypatch.setattr(tabular_module, "fetch", read_only)
+    with pytest.raises(CacheNotWritableError) as refused:
+        AdultDataModule(cache_dir=cache).prepare_data()
+    assert "cannot be written (Permission denied)" in str(refused.value)
+    assert f"The cached copy {cache / 'adult' / 'adult.data'} is damaged (" in str(refused.value)
 
 
 def test_king_refuses_an_openml_copy_of_another_size(monkeypatch, tmp_path):
