@@ -789,7 +789,7 @@ class TabularDataModule(L.LightningDataModule):
             if damaged is not None:
                 raise DataIntegrityError(f"{damaged} To fix: delete the cached copy to download it again (with downloads "
                                          f"allowed), or pass `--data-dir DIR` pointing at the official {self.name} files.")
-            raise DatasetNotFoundError(self._not_found_message([remote.name], "download=False"))
+            raise DatasetNotFoundError(self._not_found_message(self._files_not_found(remote), "download=False"))
         warn_downloading(self.name, [remote.name], self.data_dir, self._cache_folder())
         try:
             return fetch(remote, self._cache_folder())
@@ -799,11 +799,21 @@ class TabularDataModule(L.LightningDataModule):
             raise CacheNotWritableError(f"{err} {damaged_cache_message(cached, damaged, self.name)}") from err
         except DatasetNotFoundError as err:
             said = (damaged_cache_message(cached, damaged, self.name) if damaged is not None
-                    else self._not_found_message([remote.name], "download failed"))
+                    else self._not_found_message(self._files_not_found(remote), "download failed"))
             raise DatasetNotFoundError(f"{err} {said}") from err
 
     def _cache_folder(self) -> Path:
         return self.cache_dir / self.name
+
+    def _files_not_found(self, first: RemoteFile) -> list[str]:
+        """``first`` (the file that could not be had) and the dataset's other files that are in
+        neither ``data_dir`` nor the cache: named together, so that the user copies them all at
+        once (Adult named adult.data, then, on the next run, adult.test)."""
+        def held(remote: RemoteFile) -> bool:
+            return bool(self.data_dir is not None and locate(remote.name, self.data_dir, self.subdirs)
+                        or (self._cache_folder() / remote.name).is_file())
+
+        return [first.name] + [remote.name for remote in self.files if remote.name != first.name and not held(remote)]
 
     def _not_found_message(self, names: list[str], reason: str) -> str:
         where = [str(self.data_dir)] if self.data_dir else []

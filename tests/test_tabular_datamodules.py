@@ -891,6 +891,15 @@ def test_a_damaged_cached_table_that_cannot_be_downloaded_again_is_named_not_sai
         AdultDataModule(cache_dir=cache, download=False).prepare_data()
 
 
+def test_every_missing_file_of_a_table_is_named_at_once(tmp_path):
+    """Adult said "Expected: adult.data", and once it was copied, on the next run, adult.test."""
+    with pytest.raises(DatasetNotFoundError, match=r"Expected: adult.data, adult.test\. Searched"):
+        AdultDataModule(data_dir=tmp_path, cache_dir=tmp_path / "cache", download=False).prepare_data()
+    shutil.copy(FIXTURES / "adult_tiny" / "adult.test", tmp_path / "adult.test")
+    with pytest.raises(DatasetNotFoundError, match=r"Expected: adult.data\. Searched"):  # the one still missing
+        AdultDataModule(data_dir=tmp_path, cache_dir=tmp_path / "cache", download=False).prepare_data()
+
+
 def test_a_damaged_cached_table_in_a_cache_that_cannot_be_written_is_named(tmp_path, monkeypatch):
     """A read-only cache holding a damaged copy said only that the cache cannot be written, not
     which file was damaged."""
