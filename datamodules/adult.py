@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import logging
 from pathlib import Path
@@ -141,6 +142,18 @@ class AdultDataModule(TabularDataModule):
         return read_adult(self._resolve(TRAIN_FILE)), read_adult(self._resolve(TEST_FILE))
 
 
+def _first_long_row(path: Path) -> str:
+    """Which line of ``path`` holds more than 15 fields (an empty last field, a trailing comma,
+    is none: pandas reads it as no field), said as pandas says it of a later row."""
+    with io.TextIOWrapper(open_decompressed(path), encoding="utf-8", newline="") as stream:
+        for line, row in enumerate(csv.reader(stream), start=1):
+            while row and not row[-1].strip():
+                row.pop()
+            if len(row) > len(SCHEMA.names) and not (line == 1 and row[0].startswith("|")):
+                return f"line {line} holds {len(row)} fields"
+    return "a row holds more fields"
+
+
 def read_adult(path: Path) -> pd.DataFrame:
     """Read adult.data or adult.test in the original UCI format, rows with ``?`` dropped.
 
@@ -159,7 +172,7 @@ def read_adult(path: Path) -> pd.DataFrame:
         raise DataIntegrityError(f"{path} is not a text file ({err.reason} at byte {err.start}): is it the UCI "
                                  "Adult file?") from err
     except (pd.errors.ParserError, ExtraFieldsError) as err:  # a row of more than 15 fields
-        reason = " ".join(str(err).split()) if isinstance(err, pd.errors.ParserError) else "rows hold more fields"
+        reason = " ".join(str(err).split()) if isinstance(err, pd.errors.ParserError) else _first_long_row(path)
         raise DataIntegrityError(f"{path} is not in the UCI Adult format (15 comma-separated fields a row): {reason}; "
                                  "is it the UCI Adult file?") from err
     if frame.empty:  # read against the schema, it said none of 0 rows fits the category lists

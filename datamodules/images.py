@@ -234,7 +234,8 @@ class IDXImageDataModule(L.LightningDataModule):
                         return fetch(remote, self._cache_folder())
                     except (DatasetNotFoundError, CacheNotWritableError) as failed:  # no network, or a cache it
                         # cannot write: the damaged copy is the thing to name
-                        raise type(failed)(f"{failed} {damaged_cache_message(path, err, self.name)}") from err
+                        said = damaged_cache_message(path, err, self.name, not isinstance(failed, CacheNotWritableError))
+                        raise type(failed)(f"{failed} {said}") from failed
                 remedy = "delete the file to download it again (or run with downloads allowed), " if in_cache else ""
                 custom = (", or, for deliberately custom files, train with `--data.verify_checksums false` (evaluate "
                           "reads a run's files as it was trained)") if isinstance(err, ContentMismatchError) else ""

@@ -796,7 +796,7 @@ class TabularDataModule(L.LightningDataModule):
         except CacheNotWritableError as err:  # a cache it cannot write: its damaged copy said too
             if damaged is None:
                 raise
-            raise CacheNotWritableError(f"{err} {damaged_cache_message(cached, damaged, self.name)}") from err
+            raise CacheNotWritableError(f"{err} {damaged_cache_message(cached, damaged, self.name, False)}") from err
         except DatasetNotFoundError as err:
             said = (damaged_cache_message(cached, damaged, self.name) if damaged is not None
                     else self._not_found_message(self._files_not_found(remote), "download failed"))

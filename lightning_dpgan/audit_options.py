@@ -22,7 +22,7 @@ def audit_parser() -> argparse.ArgumentParser:
         "audit",
         "Empirical privacy audit: re-train the model TRIALS times, half of them with a canary "
         "record, test the released generator for the canary and bound epsilon from below "
-        "(writes audit.json). Every other argument is a train.py flag or dotted override.",
+        "(writes audit.json). Every other argument is a train flag or dotted override.",
         allow_abbrev=False,
     )
     parser.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help=f"counted trials, even (default {DEFAULT_TRIALS})")

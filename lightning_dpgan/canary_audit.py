@@ -473,7 +473,7 @@ def one_process(config: dict[str, Any]) -> dict[str, Any]:
             "one process does (docs/privacy.md), so the single-process audit covers its guarantee")
     if config.get("evaluate"):
         raise ConfigError("--evaluate: the audit scores each trial by its canary test, not by evaluate. Drop it; "
-                          "evaluate a trial's folder afterwards with `python -m lightning_dpgan evaluate --run DIR`")
+                          f"evaluate a trial's folder afterwards with `{command_line('evaluate')} --run DIR`")
     return {**config, "trainer": {**trainer, "devices": 1 if devices in (None, "auto") else devices}}
 
 

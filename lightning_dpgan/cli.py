@@ -644,7 +644,7 @@ def _train(config: dict[str, Any], shared: str | None = None) -> Path:
             evaluate_run(run.output_dir, seed=config["seed"], split=split)
         except (ValueError, OSError) as error:  # the run itself is complete: say so, not "refused"
             raise EvaluationFailed(f"training finished and wrote {run.output_dir} (privacy.json included); its "
-                                   f"evaluation failed: {error}. Rerun it with: python -m lightning_dpgan evaluate "
+                                   f"evaluation failed: {error}. Rerun it with: {command_line('evaluate')} "
                                    f"--run {run.output_dir} --split {split}") from error
     return run.output_dir
 

@@ -3,6 +3,7 @@ to run next: ``train.py`` exists in a checkout only, so an installed package's u
 ``python -m lightning_dpgan train`` (or ``lightning-dpgan train``, the console script they typed)."""
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -19,7 +20,8 @@ def command_prog(command: str) -> str:
 
 
 def command_line(command: str) -> str:
-    """What to type to run ``command`` the way this process was started: ``python train.py``
-    from a checkout's script, else the package's own way (a library user's too)."""
+    """What to type to run ``command`` the way this process was started: ``python train.py`` as
+    the user typed it (``python ../train.py``) from a checkout's script, else the package's own way
+    (a library user's too)."""
     prog = command_prog(command)
-    return f"python {prog}" if prog == "train.py" else prog
+    return f"python {shlex.quote(sys.argv[0])}" if prog == "train.py" else prog

@@ -61,6 +61,7 @@ import torch
 import yaml
 
 from lightning_dpgan import registry
+from lightning_dpgan.command_name import command_line
 from lightning_dpgan.config import QUAIL, section_arguments
 from lightning_dpgan.data.dev_split import check_held_out_split
 from lightning_dpgan.error_text import first_line
@@ -663,7 +664,7 @@ def _evaluate_table(run_dir: Path, datamodule: Any, held_out: pd.DataFrame, seed
     if not synthetic_path.is_file():  # a run killed before its end writes it
         checkpoint = run_dir / LAST_CHECKPOINT
         remedy = (f": continue the run ({continue_command(run_dir)}), or draw the table "
-                  f"from its last checkpoint (python -m lightning_dpgan sample --checkpoint {checkpoint} -n N --out "
+                  f"from its last checkpoint ({command_line('sample')} --checkpoint {checkpoint} -n N --out "
                   f"{synthetic_path}; without the run's privacy.json its report states no guarantee)") if checkpoint.is_file() else (
                   ": it has no checkpoint either; train the run again")
         raise FileNotFoundError(f"{run_dir} has no synthetic.csv (the run did not finish){remedy}")
@@ -711,7 +712,7 @@ def read_synthetic_table(path: Path, schema: Any) -> pd.DataFrame:
 
 def rewrite_command(path: Path) -> str:
     """The command that writes a run's synthetic table ``path`` again from the run's checkpoint."""
-    return (f"python -m lightning_dpgan sample --checkpoint {shlex.quote(str(path.parent / LAST_CHECKPOINT))} -n N "
+    return (f"{command_line('sample')} --checkpoint {shlex.quote(str(path.parent / LAST_CHECKPOINT))} -n N "
             f"--out {shlex.quote(str(path))} --overwrite")
 
 

@@ -457,7 +457,7 @@ def refuse_table_settings_for_images(config: dict[str, Any], image: bool) -> Non
         raise ConfigError(f"--num_synthetic {config['num_synthetic']} sets the rows of a table run's "
                           f"synthetic.csv, and {config['data']['name']} is an image dataset: drop it (given by a --config "
                           "file, --num_synthetic null takes it back; draw "
-                          "images with: python -m lightning_dpgan sample --checkpoint RUN/checkpoints/last.ckpt -n N "
+                          f"images with: {command_line('sample')} --checkpoint RUN/checkpoints/last.ckpt -n N "
                           "--out images.npz)")
 
 
@@ -828,7 +828,7 @@ class Run:
             raise ConfigError(
                 f"--resume {self.config['resume']} is the checkpoint of {self.resume_info['audit_trial']}. A trial is "
                 "not continued: resumed, a trial that held the canary trains on without it, and the audit reads its "
-                "trials only as they end. Run the audit again (python -m lightning_dpgan audit ... --overwrite)")
+                f"trials only as they end. Run the audit again ({command_line('audit')} ... --overwrite)")
         return module
 
     def mark_as_audit_trial(self) -> None:

@@ -1294,7 +1294,8 @@ def test_evaluate_refuses_more_images_than_free_memory_holds_before_drawing(gan_
 
 @pytest.mark.parametrize("argv0, train, sample", [
     ("train.py", "python train.py", "python -m lightning_dpgan sample"),
-    ("/repo/train.py", "python train.py", "python -m lightning_dpgan sample"),
+    ("/repo/train.py", "python /repo/train.py", "python -m lightning_dpgan sample"),  # as typed: runnable from anywhere
+    ("../my repo/train.py", "python '../my repo/train.py'", "python -m lightning_dpgan sample"),
     ("/venv/bin/lightning-dpgan", "lightning-dpgan train", "lightning-dpgan sample"),
     ("/venv/lib/python3.11/site-packages/lightning_dpgan/__main__.py", "python -m lightning_dpgan train",
      "python -m lightning_dpgan sample"),
@@ -1304,5 +1305,8 @@ def test_the_commands_a_message_offers_are_typed_the_way_the_user_started_it(mon
     with python train.py, which they do not have."""
     from lightning_dpgan.command_name import command_line
 
+    from lightning_dpgan.run_folder import continue_command
+
     monkeypatch.setattr(sys, "argv", [argv0, "--help"])
     assert (command_line("train"), command_line("sample")) == (train, sample)
+    assert continue_command(Path("run")).startswith(f"{train} --resume")  # the hints a stopped run prints

@@ -258,7 +258,8 @@ def test_a_damaged_cached_file_in_a_cache_that_cannot_be_written_is_named(tiny_i
         raise CacheNotWritableError(f"The download cache {cache_dir} cannot be written (Permission denied)")
 
     monkeypatch.setattr(images_module, "fetch", read_only)
-    with pytest.raises(CacheNotWritableError, match=f"cannot be written .*The cached copy {damaged} is damaged"):
+    with pytest.raises(CacheNotWritableError, match=f"cannot be written .*The cached copy {damaged} is damaged .*that cache "
+                                                    "cannot be written to replace it"):
         _module_pinned_to(source, [source.as_uri()])(data_dir=None, cache_dir=tmp_path / "cache").setup()
 
 

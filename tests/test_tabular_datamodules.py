@@ -693,8 +693,9 @@ def test_bounds_that_clip_many_training_values_are_warned_with_the_remedy_for_a_
     (lambda lines: lines[:3] + [lines[3] + ", extra"] + lines[4:], "not in the UCI Adult format (15 comma-separated fields a row)"),
     # a field more on every row (a row number in front, a trailing one): pandas made the first
     # fields the index and trained on shifted columns, or failed with a TypeError of its own
-    (lambda lines: [f"{i}, {line}" for i, line in enumerate(lines)], "rows hold more fields"),
-    (lambda lines: [f"{line}, x" for line in lines], "rows hold more fields"),
+    (lambda lines: [f"{i}, {line}" for i, line in enumerate(lines)], "line 1 holds 16 fields"),
+    (lambda lines: [f"{line}, x" for line in lines], "line 1 holds 16 fields"),
+    (lambda lines: [f"{lines[0]},"] + lines[1:3] + [lines[3] + ", x"] + lines[4:], "line 4 holds 16 fields"),
     (lambda lines: [",".join(name for name in AdultDataModule(batch_size=4).schema.names)] + lines,
      "column age holds values that are not numbers (['age'] on lines [1])"),
 ])
@@ -707,6 +708,14 @@ def test_a_damaged_adult_file_is_named_with_its_lines(tmp_path, damage, message)
     with pytest.raises(DataIntegrityError) as error:
         read_adult(tmp_path / "adult.data")
     assert str(tmp_path / "adult.data") in str(error.value) and message in str(error.value)
+
+
+def test_an_adult_file_with_a_trailing_comma_on_every_row_is_read_as_the_file_it_is(tmp_path):
+    """A spreadsheet's trailing comma is an empty last field, no field: pandas made the first field
+    the index and shifted every column, and the file was refused as having short rows."""
+    lines = (FIXTURES / "adult_tiny" / "adult.data").read_text().splitlines()
+    (tmp_path / "adult.data").write_text("\n".join(f"{line}," if line else line for line in lines) + "\n")
+    assert read_adult(tmp_path / "adult.data").equals(read_adult(FIXTURES / "adult_tiny" / "adult.data"))
 
 
 def test_a_data_dir_file_that_is_not_the_canonical_one_trains_with_a_warning(caplog):
@@ -916,6 +925,7 @@ def test_a_damaged_cached_table_in_a_cache_that_cannot_be_written_is_named(tmp_p
         AdultDataModule(cache_dir=cache).prepare_data()
     assert "cannot be written (Permission denied)" in str(refused.value)
     assert f"The cached copy {cache / 'adult' / 'adult.data'} is damaged (" in str(refused.value)
+    assert "that cache cannot be written to replace it" in str(refused.value) and "delete it" not in str(refused.value)
 
 
 def test_king_refuses_an_openml_copy_of_another_size(monkeypatch, tmp_path):

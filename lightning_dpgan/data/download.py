@@ -268,9 +268,14 @@ def _remove_stale_parts(folder: Path, name: str) -> None:
                 part.unlink()
 
 
-def damaged_cache_message(path: Path, err: DataIntegrityError, dataset: str) -> str:
+def damaged_cache_message(path: Path, err: DataIntegrityError, dataset: str, writable: bool = True) -> str:
     """What to say of a cached copy that fails its checksum and could not be downloaded again (the
-    file is there, so "not found" would mislead)."""
+    file is there, so "not found" would mislead), or, in a cache that cannot be written
+    (``writable`` False), could not be replaced: deleting it there may not be the user's to do."""
+    if not writable:
+        return (f"The cached copy {path} is damaged ({err}), and that cache cannot be written to replace it: pass "
+                f"`--data-dir DIR` pointing at the official {dataset} files, or another cache ({CACHE_DIR_ENV} or "
+                "--data.cache_dir)")
     return (f"The cached copy {path} is damaged ({err}) and could not be downloaded again: delete it, and pass "
             f"`--data-dir DIR` pointing at the official {dataset} files")
 
