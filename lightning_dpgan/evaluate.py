@@ -396,6 +396,11 @@ NOT_COVERED_AUDIT_TRIAL = ("these measures are read from the real rows without n
                            "for its synthetic data. Keep this file with the data holder; publish neither it nor this "
                            "run's synthetic data")
 #: Put before the note where synthetic.csv is not the table privacy.json names (its SHA-256).
+def after(sentence: str, note: str) -> str:
+    """``note`` as the sentence after ``sentence``: the notes start in lower case, read alone."""
+    return f"{sentence} {note[:1].upper()}{note[1:]}"
+
+
 NOT_THE_RECORDED_TABLE = ("synthetic.csv is not the table privacy.json was written for (its SHA-256 differs): the "
                           "epsilon and delta here are not its own if it was copied in from another run or edited.")
 #: The note of a run without privacy.json (interrupted, or failed): there are no figures to point at.
@@ -460,11 +465,11 @@ def _evaluate_and_write(run_dir: Path, datamodule: Any, held_out: Any, privacy: 
     results["privacy_note"] = (NOT_COVERED_NO_FIGURES if privacy is None else
                                NOT_COVERED_AUDIT_TRIAL if privacy.get("audit_trial") else NOT_COVERED_BY_EPSILON)
     if other_table:
-        results["privacy_note"] = f"{NOT_THE_RECORDED_TABLE} {results['privacy_note']}"
+        results["privacy_note"] = after(NOT_THE_RECORDED_TABLE, results["privacy_note"])
     if not (privacy or {}).get("audit_trial") and (sources := _fixed_seed_sources(run_dir, privacy)):
         fixed = f"This run is not private: {not_for_release(sources)}."
         warn(f"{run_dir}: {fixed}")
-        results["privacy_note"] = f"{fixed} {results['privacy_note']}"
+        results["privacy_note"] = after(fixed, results["privacy_note"])
     # every evaluation.json has both keys (a script reads them alike): null without privacy.json
     results = {"epsilon": None if privacy is None else privacy.get("epsilon"),
                "delta": None if privacy is None else privacy.get("delta"), **accounting_figures(privacy), **results}

@@ -313,6 +313,16 @@ def _as_count(value: Any) -> int | None:
     return value
 
 
+def resumed_seed(seed: int, steps: int) -> int:
+    """The public stream's seed for a run resumed after ``steps`` training steps: reseeded from
+    ``--seed`` alone, a resume replayed the first segment's latent draws (and the dropout masks and
+    penalty weights seeded from them) step for step. Derived from both, so that resuming one
+    checkpoint twice still draws the same. Public: ``--seed`` and the step count are."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, steps]).generate_state(1)[0])
+
+
 def planned_processes(options: dict[str, Any]) -> int | None:
     """The processes ``--devices`` and ``--num-nodes`` ask for, or None where Lightning decides
     (``auto``, -1)."""
@@ -477,6 +487,8 @@ class Run:
         #: once; a damaged or foreign checkpoint is refused before anything is built
         self.resume_info, self.resumed_steps = (None, 0) if not config["resume"] else resume_checkpoint(
             config["resume"], model_name(config), config["data"]["name"], quail=config["model"]["name"] == QUAIL)
+        if self.resumed_steps:  # the public draws go on from where the checkpoint left off, not from its start
+            L.seed_everything(resumed_seed(config["seed"], self.resumed_steps), workers=True, verbose=False)
         self._check_resume_takes_steps()
         #: the runs this run's training went through, this one last (lineage.py): in the
         #: checkpoint and privacy.json, so that two branches resumed from one checkpoint show it

@@ -215,6 +215,29 @@ def test_resume_continues_the_step_count(gan_run, tiny_image_data_dir, tmp_path)
     assert json.loads((tmp_path / "resumed" / "metrics.json").read_text())["steps"] == 9
 
 
+def test_a_resumed_segment_draws_new_public_latents_and_the_same_ones_each_time_it_is_resumed(
+        tiny_image_data_dir, tmp_path, monkeypatch):
+    """A resume reseeded the public stream from --seed alone, so its steps drew the first
+    segment's latent codes again, one for one."""
+    from lightning_dpgan.modules.base import GANModule
+
+    drawn = []
+    original = GANModule.sample_latent
+    monkeypatch.setattr(GANModule, "sample_latent", lambda self, n: drawn.append(original(self, n)) or drawn[-1])
+
+    def latents(output, *extra):
+        drawn.clear()
+        assert main(tiny_run_args(tiny_image_data_dir, output, steps=6 if extra else 3) + list(extra)) == 0
+        return [latent.clone() for latent in drawn[:3]]
+
+    first = latents(tmp_path / "first")
+    checkpoint = str(tmp_path / "first" / "checkpoints" / "last.ckpt")
+    resumed = latents(tmp_path / "resumed", "--resume", checkpoint)
+    again = latents(tmp_path / "again", "--resume", checkpoint)
+    assert not any(torch.equal(a, b) for a, b in zip(first, resumed))  # not the first segment's draws again
+    assert all(torch.equal(a, b) for a, b in zip(resumed, again)) and len(again) == 3  # a resume is reproducible
+
+
 def test_a_resume_at_the_checkpoints_own_step_count_writes_its_outputs_without_training(
         gan_run, tiny_image_data_dir, tmp_path, capsys):
     """--max-steps equal to the checkpoint's steps is allowed (it writes the outputs of a run cut

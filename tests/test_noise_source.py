@@ -191,7 +191,8 @@ def test_a_run_with_a_fixed_noise_seed_is_flagged_not_for_release_by_train_sampl
     assert "these records are not for release: the checkpoint's run is not private" in capsys.readouterr().err
     assert main(["evaluate", "--run", str(run), "--cnn-epochs", "1", "-n", "20"]) == 0
     assert "This run is not private: its secret draws came from a fixed seed" in capsys.readouterr().err
-    assert read_json(run / "evaluation.json")["privacy_note"].startswith("This run is not private: its secret draws")
+    note = read_json(run / "evaluation.json")["privacy_note"]
+    assert note.startswith("This run is not private: its secret draws") and "release. These measures are read" in note
     assert "The run is not private" in (run / "report.md").read_text().split("## Privacy")[0]
     # privacy.json's noise_source edited away: the checkpoint's segments still name the seed
     privacy = read_json(run / "privacy.json")
