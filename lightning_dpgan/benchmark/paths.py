@@ -12,12 +12,13 @@ REPO = Path(__file__).resolve().parents[2]
 BENCHMARKS = REPO / "benchmarks"
 
 
-def check_benchmarks_folder(repo: Path = REPO) -> None:
+def check_benchmarks_folder(repo: Path | None = None) -> None:
     """Refuse up front when this installation is not a checkout (a wheel installed without it):
     the scripts, the papers' figures and the results live in its ``benchmarks/`` folder. Told by
     the checkout's own files, not by a ``benchmarks`` folder alone: installed, the package's
     parents' parent is ``site-packages``, where Opacus installs a ``benchmarks`` package of its own."""
-    folder = repo / "benchmarks"
+    folder = BENCHMARKS if repo is None else repo / "benchmarks"
+    repo = folder.parent
     if not ((repo / "pyproject.toml").is_file() and (folder / "reference.yaml").is_file()):
         raise SystemExit(f"benchmark: the harness needs the repository's benchmarks/ folder (its scripts, the papers' "
                          f"figures and the results), and this installation is not a checkout ({repo} holds no "
