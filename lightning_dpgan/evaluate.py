@@ -395,12 +395,12 @@ NOT_COVERED_AUDIT_TRIAL = ("these measures are read from the real rows without n
                            "is an audit trial: the epsilon and delta here are the claim the audit tests, not a guarantee "
                            "for its synthetic data. Keep this file with the data holder; publish neither it nor this "
                            "run's synthetic data")
-#: Put before the note where synthetic.csv is not the table privacy.json names (its SHA-256).
 def after(sentence: str, note: str) -> str:
     """``note`` as the sentence after ``sentence``: the notes start in lower case, read alone."""
     return f"{sentence} {note[:1].upper()}{note[1:]}"
 
 
+#: Put before the note where synthetic.csv is not the table privacy.json names (its SHA-256).
 NOT_THE_RECORDED_TABLE = ("synthetic.csv is not the table privacy.json was written for (its SHA-256 differs): the "
                           "epsilon and delta here are not its own if it was copied in from another run or edited.")
 #: The note of a run without privacy.json (interrupted, or failed): there are no figures to point at.
