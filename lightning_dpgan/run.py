@@ -512,6 +512,7 @@ class Run:
             self.strategy.check_model_class(model_class(self.config))
         self._check_trainer_options()
         self._check_model_settings_fit_dp_sgd()
+        self._check_label_encoding_fits_the_model()
         self._check_preprocessing_leaves_a_budget()
         self._check_settings_fit_the_rows()
         self._check_processes_share_the_work()
@@ -589,6 +590,21 @@ class Run:
             refusals.append(pac_under_dp_sgd(pac))
         if refusals:
             raise ConfigError("; ".join(refusals))
+
+    def _check_label_encoding_fits_the_model(self) -> None:
+        """Refuse, before any row is read, a continuous label encoded mode-specific (a scalar and
+        its modes' one-hot) for dpsactgan, whose regressor predicts one scalar: the module refused
+        it when built, after the DP histogram the encoding is fitted on had spent its budget."""
+        from lightning_dpgan.modules.dpsactgan import DPSACTGAN, SCALAR_LABEL_ONLY
+
+        hparams = getattr(self.datamodule, "hparams", None) or {}
+        if not issubclass(model_class(self.config), DPSACTGAN) or hparams.get("label_encoding") != "mode-specific":
+            return
+        kind = getattr(self.datamodule, "label_kind", None)  # a CSV's, from its flags or schema file
+        if kind is None and not getattr(self.datamodule, "estimates_schema", False):
+            kind = self.datamodule.schema.label_kind  # a built-in table's public schema
+        if kind == "continuous" and not hparams.get("exclude_label"):
+            raise ConfigError(SCALAR_LABEL_ONLY.format(slots="a scalar and its modes' one-hot (mode-specific)"))
 
     def _check_preprocessing_leaves_a_budget(self) -> None:
         """Refuse, before any row is read, a budget that the releases made before training (a

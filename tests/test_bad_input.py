@@ -2045,3 +2045,15 @@ def test_a_column_of_values_below_the_dp_grids_finest_magnitude_is_warned_of(tmp
     assert max(datamodule.schema.column("conc").bounds) == 2.0**-10
     warned = [record.getMessage() for record in caplog.records if "DP estimate's finest" in record.getMessage()]
     assert len(warned) == 1 and "the estimated bounds of conc are" in warned[0] and "amount" not in warned[0]
+
+
+def test_a_mode_specific_continuous_label_for_dpsactgan_is_refused_before_the_dp_histogram(tmp_path, capsys):
+    """dpsactgan's regressor predicts one scalar: a mode-specific price (a scalar and its modes'
+    one-hot) was refused as the module was built, after the DP histogram had spent epsilon 0.1."""
+    king = Path(__file__).parent / "fixtures" / "king_tiny"
+    args = ["train", "--model", "dpsactgan", "--dataset", "king", "--data-dir", str(king), "--output-dir",
+            str(tmp_path / "out"), "--max-steps", "2", "--batch-size", "8", "--trainer.enable_progress_bar", "false",
+            "--trainer.enable_model_summary", "false"]
+    line = assert_refused(args + ["--data.label_encoding", "mode-specific"], capsys,
+                          "predicts a continuous label as one scalar", "use --data.label_encoding scalar")
+    assert "spent" not in line and not (tmp_path / "out").exists()

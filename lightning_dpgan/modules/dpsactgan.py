@@ -43,6 +43,10 @@ def label_span(layout: dict[str, Any]) -> tuple[int, int, str] | None:
     return int(label["start"]), int(label["width"]), str(label["kind"])
 
 
+#: why dpsactgan refuses a continuous label the encoding holds in several slots (mode-specific)
+SCALAR_LABEL_ONLY = ("dpsactgan's auxiliary regressor predicts a continuous label as one scalar, but the encoding gives "
+                     "it {slots}: use --data.label_encoding scalar")
+
 class DPSACTGAN(CTGAN):
     """DP-SACTGAN: self-attention CTGAN with an auxiliary classifier, privatized by DP-HOOK."""
 
@@ -72,8 +76,7 @@ class DPSACTGAN(CTGAN):
         if self.label is not None:
             start, width, kind = self.label
             if kind == "continuous" and width != 1:
-                raise ValueError("dpsactgan's auxiliary regressor predicts a continuous label as one scalar, but the "
-                                 f"encoding gives it {width} slots: use --data.label_encoding scalar")
+                raise ValueError(SCALAR_LABEL_ONLY.format(slots=f"{width} slots"))
             outputs = 1 if kind == "continuous" else width
             self.classifier = AuxiliaryMLP(self.data_shape[0] - width, outputs, hidden=tuple(classifier_hidden))
 
