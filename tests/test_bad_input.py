@@ -314,8 +314,8 @@ def test_missing_value_spellings_in_a_categorical_column_are_said_to_be_read_as_
     csv = write_case(tmp_path / "data.csv", lambda _: frame)
     estimated = CSVDataModule(csv=csv, target="label", categorical=["kind", "label"], label_kind="binary",
                               bounds_epsilon=5.0)
-    with caplog.at_level("WARNING"):
-        estimated.setup("fit")
+    with caplog.at_level("WARNING"):  # said as the file is read, before the DP estimate (which may drop a class)
+        estimated.training_row_count()
     assert ("column 'kind' holds '?', 'NA', which other tools write for a missing value: in a categorical column only "
             "an empty field is missing, so each is a category of its own here") in caplog.text
     assert "column 'label'" not in caplog.text and "column 'amount'" not in caplog.text
@@ -338,12 +338,14 @@ def test_missing_value_spellings_in_a_categorical_column_are_said_to_be_read_as_
 
 def test_an_integer_column_distinct_in_every_row_is_warned_of_as_an_identifier(tmp_path, caplog):
     """An ID column declared integer trained without a word, and 97 % of its synthetic values
-    were real rows' IDs. Warned of now; a count column whose values repeat is not."""
+    were real rows' IDs. Warned of now; a count column whose values repeat is not. (A large
+    estimate budget: at 5, split over the columns, the small table's label lost a class now and
+    then, which is the estimate's business, not this warning's.)"""
     wide = np.linspace(np.iinfo(np.int64).min // 2, np.iinfo(np.int64).max // 2, 200).astype(np.int64)
     frame = table(200).assign(record_id=range(1, 201), sparse=range(0, 2000, 10), wide=wide)
     csv = write_case(tmp_path / "ids.csv", lambda _: frame)
     datamodule = CSVDataModule(csv=csv, target="label", categorical=["kind", "label"],
-                               integer=["visits", "record_id", "sparse", "wide"], label_kind="binary", bounds_epsilon=5.0)
+                               integer=["visits", "record_id", "sparse", "wide"], label_kind="binary", bounds_epsilon=50.0)
     with caplog.at_level("WARNING"):
         datamodule.setup("fit")
     rows = len(datamodule.train_frame)
@@ -355,7 +357,7 @@ def test_an_integer_column_distinct_in_every_row_is_warned_of_as_an_identifier(t
     caplog.clear()
     small = CSVDataModule(csv=write_case(tmp_path / "small.csv", lambda _: frame.head(60)), target="label",
                           categorical=["kind", "label"], integer=["visits", "record_id"], label_kind="binary",
-                          bounds_epsilon=5.0)
+                          bounds_epsilon=50.0)
     with caplog.at_level("WARNING"):
         small.setup("fit")
     assert "as a record ID does" not in caplog.text  # a small table's columns may all differ
