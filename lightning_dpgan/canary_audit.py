@@ -377,14 +377,17 @@ class CanaryAudit:
                 f"FP {self.false_positives}/{self.trials_per_side}; a perfect test could show at most "
                 f"{self.largest_detectable_epsilon:.3f}): {verdict}")
 
+    @property
+    def untrained_trials(self) -> int:
+        """Counted trials whose generator took no step: the score is that of the initial
+        generator, which never saw the canary, so such a trial tests nothing of the mechanism."""
+        return sum(1 for t in self.trials if t.generator_updates == 0)
+
     def untrained_warning(self) -> str | None:
-        """Said when a counted trial's generator took no step: its score is that of the initial
-        generator, which never saw the canary, so the trial tests nothing of the mechanism and
-        its verdict counts for nothing."""
-        untrained = sum(1 for t in self.trials if t.generator_updates == 0)
-        if not untrained:
+        """Said when a counted trial's generator took no step (:attr:`untrained_trials`)."""
+        if not self.untrained_trials:
             return None
-        return (f"audit: warning: {untrained} of the {len(self.trials)} counted trials took no generator update, so "
+        return (f"audit: warning: {self.untrained_trials} of the {len(self.trials)} counted trials took no generator update, so "
                 "their scores are an untrained generator's and test nothing of the mechanism: train longer "
                 "(--max-steps at least --model.discriminator_steps) or spend more (--epsilon)")
 
@@ -418,7 +421,7 @@ class CanaryAudit:
             "epsilon_lower": self.epsilon_lower,
             "largest_detectable_epsilon": self.largest_detectable_epsilon,
             "could_detect_a_violation": self.could_detect_a_violation,
-            "untrained_trials": sum(1 for t in self.trials if t.generator_updates == 0),
+            "untrained_trials": self.untrained_trials,
             "confidence": self.confidence,
             "consistent": self.consistent,
             "true_positives": self.true_positives,

@@ -514,8 +514,8 @@ class Run:
         self._check_model_settings_fit_dp_sgd()
         self._check_label_encoding_fits_the_model()
         self._check_preprocessing_leaves_a_budget()
-        self._check_settings_fit_the_rows()
-        self._check_processes_share_the_work()
+        rows = self._check_settings_fit_the_rows()
+        self._check_processes_share_the_work(rows)
         self.labeler = None
         try:  # the module's width may draw the DP releases: a refusal from here on says what they spent
             self.module = self._build_module()
@@ -633,7 +633,7 @@ class Run:
                     f"leaving training nothing{parts}: raise --{budget}, or {spend_less(spent, budget)}. Refused "
                     "before any row was read: nothing was spent")
 
-    def _check_settings_fit_the_rows(self) -> None:
+    def _check_settings_fit_the_rows(self) -> int | None:
         """Refuse, before any DP release reads a value, the settings the number of training rows
         rules out: δ ≥ 1/n, a DP-SGD batch, a teacher or critic count, or QUAIL's label-model batch
         above n. The strategy and the label model refuse them too, but only after a CSV's schema
@@ -641,7 +641,7 @@ class Run:
         count is read off the file's split, not its values, and is public (``train_records``)."""
         count = getattr(self.datamodule, "training_row_count", None)
         if self.strategy is None or count is None:
-            return
+            return None
         from lightning_dpgan.privacy.dp_label_model import check_label_model_batch
 
         rows = count()
@@ -649,17 +649,17 @@ class Run:
         if self.quail is not None:
             check_label_model_batch(self.quail.settings.batch_size, rows)
         self._check_first_step_fits(rows)
+        return rows
 
-    def _check_processes_share_the_work(self) -> None:
+    def _check_processes_share_the_work(self, rows: int | None) -> None:
         """Refuse, before any DP release reads a value, a number of processes the strategy cannot
         share a step among (DP-SGD's shuffled batches, the sanitizer's B, fewer teachers than
-        processes): each process's setup refused it, after the releases had spent their budget."""
+        processes): each process's setup refused it, after the releases had spent their budget.
+        ``rows``: the training rows :meth:`_check_settings_fit_the_rows` counted (None for images)."""
         processes = planned_processes(self.config["trainer"])
         if self.strategy is None or processes is None or processes < 2:
             return
-        count = getattr(self.datamodule, "training_row_count", None)
-        self.strategy.check_processes(processes, getattr(self.datamodule.hparams, "batch_size", None),
-                                      count() if count is not None else None)
+        self.strategy.check_processes(processes, getattr(self.datamodule.hparams, "batch_size", None), rows)
 
     def _check_first_step_fits(self, rows: int) -> None:
         """Refuse, before any DP release reads a value, a first training step the budget cannot
