@@ -69,8 +69,11 @@ BOOLEAN_SETTINGS = ("evaluate", "overwrite")
 INVOCATION_ONLY = ("overwrite", "resume")
 #: A privacy strategy's arguments that --epsilon and --delta set (not dotted overrides)
 PRIVACY_PROVIDED = ("target_epsilon", "delta")
-#: A model's arguments the run fills in from its datamodule (not dotted overrides)
-MODEL_PROVIDED = ("data_shape", "num_classes", "table_layout")
+#: A model's arguments that its privacy strategy hands it (``--privacy.<name>``, not ``--model.``):
+#: the strategy builds the teachers or critics it aggregates over
+STRATEGY_OWNED = ("num_teachers", "num_critics")
+#: A model's arguments the run fills in from its datamodule or its strategy (not dotted overrides)
+MODEL_PROVIDED = ("data_shape", "num_classes", "table_layout", *STRATEGY_OWNED)
 
 #: Settings that name a file or folder: a run's config.yaml holds them as absolute paths, so that
 #: ``--config`` and ``evaluate`` find the same data from any working directory.
@@ -444,6 +447,13 @@ def _presets_setting(config: dict[str, Any], section: str, keys: list[str]) -> s
     return f" (set by the preset {', '.join(f'configs/{name}' for name in names)})" if names else ""
 
 
+def _strategy_owned_hint(section: str, keys: list[str]) -> str:
+    """Where a model setting its privacy strategy owns is set (``--model.num_teachers`` would
+    otherwise meet a model whose strategy builds another number of teachers)."""
+    owned = [key for key in keys if section == "model" and key in STRATEGY_OWNED]
+    return f" ({', '.join(owned)}: the privacy strategy's, set with {', '.join(f'--privacy.{key}' for key in owned)})" if owned else ""
+
+
 def section_arguments(config: dict[str, Any], section: str, cls: type, provided: tuple[str, ...] = ()) -> dict[str, Any]:
     """The keyword arguments for ``cls`` from ``config[section]``, refusing unknown keys.
 
@@ -456,7 +466,7 @@ def section_arguments(config: dict[str, Any], section: str, cls: type, provided:
         owner = config[section].get("name") or cls.__name__
         raise ConfigError(
             f"unknown key(s) {', '.join(f'{section}.{key}' for key in unknown)} for {section} '{owner}'"
-            f"{_presets_setting(config, section, unknown)}. "
+            f"{_presets_setting(config, section, unknown)}{_strategy_owned_hint(section, unknown)}. "
             f"Valid keys: {', '.join(f'{section}.{name}' for name in valid)}."
         )
     wrong = mismatches(section, args, cls)

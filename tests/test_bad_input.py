@@ -2059,3 +2059,23 @@ def test_a_mode_specific_continuous_label_for_dpsactgan_is_refused_before_the_dp
     line = assert_refused(args + ["--data.label_encoding", "mode-specific"], capsys,
                           "predicts a continuous label as one scalar", "use --data.label_encoding scalar")
     assert "spent" not in line and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("model,setting", [("pategan", "num_teachers"), ("gswgan", "num_critics")])
+def test_a_model_setting_its_privacy_strategy_owns_is_refused_with_where_to_set_it(tmp_path, capsys, model, setting):
+    """``--model.num_teachers 7`` met a PATE strategy that built its own number of teachers, and
+    was refused as "this model already has 7 teachers, not 100" once the data was read: refused
+    now with the rest of the settings, naming ``--privacy.num_teachers``; and the model's --help
+    no longer offers it."""
+    out = tmp_path / "out"
+    plant_earlier_run(out)
+    args = ["train", "--model", model, "--dataset", "adult", "--data-dir", str(Path(__file__).parent / "fixtures" / "adult_tiny"),
+            "--output-dir", str(out), "--overwrite", "--max-steps", "2", "--epsilon", "5000", f"--privacy.{setting}", "3",
+            f"--model.{setting}", "7"]
+    assert_refused(args, capsys, f"unknown key(s) model.{setting} for model '{model}'",
+                   f"the privacy strategy's, set with --privacy.{setting}")
+    assert_nothing_lost(out)
+    with pytest.raises(SystemExit):
+        main(["train", "--model", model, "--dataset", "adult", "--help"])
+    listed = capsys.readouterr().out
+    assert f"--privacy.{setting}" in listed and f"--model.{setting}" not in listed

@@ -18,6 +18,7 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
+from lightning_dpgan.config import STRATEGY_OWNED
 from lightning_dpgan.distributed import own_share_of_draw
 from lightning_dpgan.nets import build_networks
 from lightning_dpgan.privacy.slots import GradientPrivatizer, GradientSanitizer
@@ -30,7 +31,7 @@ CHECKPOINT_KEY = "lightning_dpgan"
 
 
 #: model settings that the privacy strategy hands the module (``--privacy.<name>``, not ``--model.``)
-STRATEGY_SETTINGS = {"num_teachers": "privacy", "num_critics": "privacy"}
+STRATEGY_SETTINGS = dict.fromkeys(STRATEGY_OWNED, "privacy")
 
 
 def check_same_model_settings(saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
