@@ -579,8 +579,12 @@ def test_the_selected_critic_calibration_probes_warn_of_no_order():
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        calibrate_selected_critic_noise(10, 1e-5, 8, 10)
+        noise = calibrate_selected_critic_noise(10, 1e-5, 8, 10)
     assert not [w for w in caught if "Optimal order" in str(w.message)]
+    from lightning_dpgan.privacy.analysis.subsampling import selected_critic_gaussian_rdp
+
+    spend = lambda sigma: rdp_to_epsilon(GRID, 8 * selected_critic_gaussian_rdp(GRID, sigma, 10), 1e-5)[0]  # noqa: E731
+    assert spend(noise) <= 10 < spend(noise * 0.999)  # the quiet calibration still calibrates
 
 
 @pytest.mark.parametrize(

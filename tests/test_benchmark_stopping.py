@@ -31,6 +31,7 @@ def stop(signum, frame):
 signal.signal(signal.SIGTERM, stop)
 (folder / "started").write_text("yes")
 time.sleep(60)
+(folder / "finished").write_text("yes")  # only a child nothing stopped gets here
 """
 
 
@@ -50,7 +51,6 @@ def sigterm_once_started(folder) -> threading.Thread:
 def test_sigterm_to_the_suite_alone_reaches_its_child_which_stops_as_its_own_sigterm_makes_it(tmp_path):
     before = signal.getsignal(signal.SIGTERM)
     log = tmp_path / "cell.log"
-    started = time.monotonic()
     with children_stopped_on_sigterm():
         sender = sigterm_once_started(tmp_path)
         with pytest.raises(SuiteTerminated):
@@ -61,7 +61,7 @@ def test_sigterm_to_the_suite_alone_reaches_its_child_which_stops_as_its_own_sig
         with pytest.raises(SuiteTerminated):
             waited_on([sys.executable, "-c", f"open({str(tmp_path / 'late')!r}, 'w')"])
     assert not (tmp_path / "late").exists()
-    assert time.monotonic() - started < 30  # it did not sleep out its minute
+    assert not (tmp_path / "finished").exists()  # it did not sleep out its minute
     assert signal.getsignal(signal.SIGTERM) is before  # the handler is the suite's only while it runs
 
 
@@ -279,7 +279,6 @@ def test_sigint_to_the_suite_alone_stops_the_cells_running_beside_each_other_bef
     grid = suite_size("tables", quick=False).with_overrides(models=["quail", "dpctgan"], datasets=["adult"],
                                                           epsilons=[1.0], seeds=[0, 1])
     sender = threading.Thread(target=sigint_once_both_started, daemon=True)
-    started = time.monotonic()
     with children_stopped_on_sigterm():
         sender.start()
         with pytest.raises(KeyboardInterrupt):
@@ -289,6 +288,5 @@ def test_sigint_to_the_suite_alone_stops_the_cells_running_beside_each_other_bef
     assert len(folders) == 2
     for folder in folders:  # both trains stopped as their own SIGTERM makes them, before the suite returned
         assert (folder / "stopped_by").read_text() == "SIGTERM"
-        assert not (folder / "evaluated").exists()
+        assert not (folder / "evaluated").exists() and not (folder / "finished").exists()
     assert len(list(tmp_path.iterdir())) == 2  # no third cell started
-    assert time.monotonic() - started < 30

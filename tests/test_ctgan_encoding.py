@@ -1087,8 +1087,25 @@ def test_a_scalar_continuous_label_takes_no_share_of_the_histogram_budget():
         label_kind="continuous",
     )
     frame = pd.DataFrame({"area": np.linspace(10, 90, 50), "price": np.linspace(1e5, 9e5, 50)})
-    _, cost = TableTransformer.fit_dp(frame, schema, 5.0, max_modes=2, rng=np.random.default_rng(0))
-    assert "sensitivity 1" in cost["mechanism"]
+
+    class RecordedLaplace:
+        """Real Laplace noise, with the scale of every draw kept."""
+
+        def __init__(self):
+            self.rng, self.scales = np.random.default_rng(0), []
+
+        def laplace(self, loc=0.0, scale=1.0, size=None):
+            self.scales.append(scale)
+            return self.rng.laplace(loc, scale, size)
+
+    scalar, mode_specific = RecordedLaplace(), RecordedLaplace()
+    _, cost = TableTransformer.fit_dp(frame, schema, 5.0, max_modes=2, rng=scalar)
+    assert scalar.scales and all(scale == pytest.approx(1 / 5.0) for scale in scalar.scales)  # d = 1: area alone
+    assert cost["mechanism"].endswith("(L1 sensitivity 1)")
+    # the same label encoded mode-specific is counted: d = 2, each column's noise twice as wide
+    _, cost = TableTransformer.fit_dp(frame, schema, 5.0, max_modes=2, rng=mode_specific, label_scalar=False)
+    assert mode_specific.scales and all(scale == pytest.approx(2 / 5.0) for scale in mode_specific.scales)
+    assert cost["mechanism"].endswith("(L1 sensitivity 2)")
 
 
 def test_a_long_tail_column_from_bounds_round_trips_through_its_log_space_mode():

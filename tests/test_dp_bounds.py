@@ -213,10 +213,11 @@ def test_infer_schema_errors_are_clear(kwargs, message):
         infer_schema_dp(make_frame(), rng=np.random.default_rng(10), **args)
 
 
-def test_infer_schema_refuses_nans():
+@pytest.mark.parametrize("rows,said", [([7], r"amount \(1 rows: data row 8\)"), ([3, 4], r"amount \(2 rows: data rows 4, 5\)")])
+def test_infer_schema_refuses_nans_naming_their_rows(rows, said):
     frame = make_frame()
-    frame.loc[[3, 4], "amount"] = np.nan
-    with pytest.raises(SchemaError, match=r"amount \(2 rows: data rows 4, 5\)"):
+    frame.loc[rows, "amount"] = np.nan
+    with pytest.raises(SchemaError, match=said):
         infer_schema_dp(frame, "fraud", ["city"], epsilon=1.0, delta=1e-6, label_kind="binary")
 
 
@@ -293,13 +294,6 @@ def test_an_integer_columns_bounds_are_whole_numbers_that_cover_the_grid_bounds(
                                 rng=np.random.default_rng(0))
     assert schema.column("children").kind == "integer"
     assert schema.column("children").bounds == (0.0, 1.0)
-
-
-def test_a_single_nan_is_refused():
-    frame = make_frame()
-    frame.loc[7, "amount"] = np.nan
-    with pytest.raises(SchemaError, match=r"amount \(1 rows: data row 8\)"):
-        infer_schema_dp(frame, "fraud", ["city"], epsilon=1.0, delta=1e-6, label_kind="binary")
 
 
 def test_dropped_columns_are_neither_estimated_nor_charged():

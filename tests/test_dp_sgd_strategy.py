@@ -376,14 +376,15 @@ def test_dp_checkpoint_samples_like_any_other(fixed_noise_run, tmp_path):
 @pytest.mark.parametrize(
     "extra,message",
     [
-        (["--epsilon", "0"], "--epsilon"),
-        (["--epsilon", "-1"], "--epsilon"),
-        (["--epsilon", "1", "--delta", "0"], "--delta"),
-        (["--epsilon", "1", "--delta", "0.01"], "1/n"),  # 160 records: 1/n = 0.00625
-        (["--epsilon", "1", "--privacy.max_grad_norm", "0"], "--privacy.max_grad_norm"),
-        (["--privacy.noise_multiplier", "-1"], "--privacy.noise_multiplier"),
-        (["--privacy.accountant", "gdp"], "--privacy.accountant"),
-        (["--epsilon", "1", "--model.gradient_penalty", "10"], "gradient penalty"),
+        (["--epsilon", "0"], "--epsilon must be a finite number > 0, got 0.0"),
+        (["--epsilon", "-1"], "--epsilon must be a finite number > 0, got -1.0"),
+        (["--epsilon", "1", "--delta", "0"], "--delta must be strictly between 0 and 1, got 0.0"),
+        (["--epsilon", "1", "--delta", "0.01"], "is not below 1/n = 0.00625 for the n = 160 training records"),
+        (["--epsilon", "1", "--privacy.max_grad_norm", "0"], "--privacy.max_grad_norm must be a finite number > 0, got 0"),
+        (["--privacy.noise_multiplier", "-1"], "--privacy.noise_multiplier must be a finite number > 0, got -1"),
+        (["--privacy.accountant", "gdp"], "--privacy.accountant must be 'rdp' or 'prv', got 'gdp'"),
+        (["--epsilon", "1", "--model.gradient_penalty", "10"],
+         "dp-sgd cannot clip per-record gradients of a gradient penalty: set --model.gradient_penalty 0"),
     ],
 )
 def test_bad_privacy_settings_are_refused(tiny_image_data_dir, tmp_path, capsys, extra, message):

@@ -249,8 +249,9 @@ def test_resume_keeps_the_calibrated_noise(gswgan_run, tiny_image_data_dir, tmp_
 
 def test_a_zero_noise_multiplier_is_refused(tiny_image_data_dir, tmp_path, capsys):
     args = tiny_run_args(tiny_image_data_dir, tmp_path / "bad", model="gswgan") + ["--privacy", "sanitizer"]
-    assert main(args + ["--privacy.noise_multiplier", "0"]) == 2
-    assert "--privacy.noise_multiplier" in capsys.readouterr().err
+    for target in ([], ["--epsilon", "1"]):  # 0 is refused as it is, not read as "not given"
+        assert main(args + target + ["--privacy.noise_multiplier", "0"]) == 2
+        assert "--privacy.noise_multiplier must be a finite number > 0, got 0" in capsys.readouterr().err
 
 
 def test_a_generated_batch_other_than_the_real_one_trains(tiny_image_data_dir, tmp_path):
@@ -264,13 +265,13 @@ def test_a_generated_batch_other_than_the_real_one_trains(tiny_image_data_dir, t
 
 def test_the_reports_effective_noise_is_the_last_charged_steps_after_a_resume_that_changed_the_batch():
     from lightning_dpgan.callbacks.gradient_sanitizer import GradientSanitizer
-    from lightning_dpgan.privacy.gradient_sanitizer import effective_noise_multiplier
 
     strategy = GradientSanitizer(noise_multiplier=2.0, generated_batch_size=16)
     for _ in range(3):
         strategy._charge(16)
     strategy.generated_batch_size = 64  # the resumed run's batch, no step taken at it
-    assert strategy.report_parameters()["effective_noise_multiplier"] == effective_noise_multiplier(2.0, 16)
+    # sigma / (2 sqrt(B)) at the charged steps' B = 16 (GS-WGAN's mean of B records, sensitivity 2C / B)
+    assert strategy.report_parameters()["effective_noise_multiplier"] == pytest.approx(2.0 / (2 * math.sqrt(16)))
 
 
 def test_a_resume_that_takes_no_step_reports_the_noise_its_steps_had(gswgan_run, tiny_image_data_dir, tmp_path,

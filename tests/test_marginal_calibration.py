@@ -173,10 +173,14 @@ def test_the_datamodule_refuses_calibration_without_a_dp_histogram(settings, mes
 
 
 def test_the_histograms_settings_are_taken_where_it_is_released_and_their_defaults_anywhere():
-    AdultDataModule(encoding="mode-specific", modes_epsilon=0.5, histogram_threshold=3)
-    AdultDataModule(modes_epsilon=0.1, histogram_threshold=0)  # as a run's config.yaml lists them
+    released = AdultDataModule(encoding="mode-specific", modes_epsilon=0.5, histogram_threshold=3)
+    assert released.hparams.histogram_threshold == 3
+    assert released.planned_privacy_cost()["parts"]["modes"]["epsilon"] == 0.5  # the histogram this run will draw
+    defaults = AdultDataModule(modes_epsilon=0.1, histogram_threshold=0)  # as a run's config.yaml lists them
+    assert defaults.planned_privacy_cost()["epsilon"] == 0.0  # min-max encoding: no histogram, nothing spent
     # --data.modes bounds turns off the DP modes that a CTGAN model's presets set these for
-    AdultDataModule(encoding="mode-specific", modes="bounds", modes_epsilon=0.5, histogram_threshold=3)
+    public = AdultDataModule(encoding="mode-specific", modes="bounds", modes_epsilon=0.5, histogram_threshold=3)
+    assert public.planned_privacy_cost()["epsilon"] == 0.0
 
 
 def test_a_resumed_datamodule_calibrates_as_this_run_asks(calibrated_transformer):
