@@ -62,6 +62,18 @@ def overfit_refusal(overfit_batches: Any) -> str | None:
             "reported epsilon would understate the cost. Leave it out")
 
 
+def epoch_batches_within_limit(trainer: Any, batches_per_epoch: int) -> int:
+    """The batches an epoch takes under the Trainer's ``limit_train_batches`` (a count, or a
+    fraction of the epoch, as Lightning reads it): noise calibrated for whole epochs that the
+    limit cuts short was far more than the steps taken needed (942 steps planned, 6 taken)."""
+    limit = getattr(trainer, "limit_train_batches", None)
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+        return batches_per_epoch
+    if isinstance(limit, int):
+        return max(1, min(limit, batches_per_epoch))
+    return max(1, min(int(batches_per_epoch * limit), batches_per_epoch))
+
+
 def _has_path(owner: Any, path: str) -> bool:
     """Whether ``owner.a.b`` (for ``path`` ``"a.b"``) exists and is not None."""
     for name in path.split("."):
@@ -638,7 +650,7 @@ class PrivacyStrategy(L.Callback):
         calibrating noise to a target epsilon before training."""
         limits = [c.max_steps for c in trainer.callbacks if isinstance(c, StepLimit)]
         if trainer.max_epochs and trainer.max_epochs > 0:
-            limits.append(trainer.max_epochs * batches_per_epoch)
+            limits.append(trainer.max_epochs * epoch_batches_within_limit(trainer, batches_per_epoch))
         if not limits:
             raise ValueError("to calibrate the noise from --epsilon, give --max-steps or --max-epochs (as a library: a "
                              "StepLimit(n) callback or Trainer(max_epochs=n); Trainer(max_steps=n) counts optimizer "

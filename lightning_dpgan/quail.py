@@ -38,7 +38,7 @@ from torch import nn
 
 from lightning_dpgan.config import DEFAULT_QUAIL_SYNTHESIZER
 from lightning_dpgan.data.schema import TableSchema, column_names
-from lightning_dpgan.privacy.accountants.opacus_adapter import UnreachableEpsilon
+from lightning_dpgan.privacy.accountants.opacus_adapter import UnreachableEpsilon, floor_reason, rdp_epsilon_floor
 from lightning_dpgan.privacy.composition import release_fields
 from lightning_dpgan.privacy.dp_label_model import ARCHITECTURES, DPSGDSettings, label_network, train_dp_label_model
 
@@ -186,6 +186,24 @@ class QUAIL:
         self.settings = DPSGDSettings(epochs=epochs, batch_size=batch_size, lr=lr, max_grad_norm=max_grad_norm,
                                      scale_share=scale_share)
 
+    def check_share_certifiable(self, epsilon: float, delta: float, neighbours: str) -> None:
+        """Refuse, before any row is read, a --quail-split whose share of (ε, δ) is at or below
+        what the RDP accountant certifies with infinite noise (its floor, set by δ alone): the
+        label model refused it only once it trained, after the DP modes had spent their budget.
+        (A share just above the floor may still be refused then, once the share of a continuous
+        label's DP standardization is taken from it.)"""
+        label_epsilon, label_delta = label_model_budget(self.split, epsilon, delta, neighbours)
+        floor = rdp_epsilon_floor(label_delta)
+        if label_epsilon <= floor:
+            raise ValueError(f"{self._share_unreachable(epsilon, delta, neighbours, floor_reason('rdp', floor))}. "
+                             "Refused before any row was read: nothing was spent")
+
+    def _share_unreachable(self, epsilon: float, delta: float, neighbours: str, reason: str) -> str:
+        label_epsilon, label_delta = label_model_budget(self.split, epsilon, delta, neighbours)
+        return (f"QUAIL's label model gets --quail-split {self.split:g} of --epsilon {epsilon:g} and --delta {delta:g} "
+                f"(epsilon {label_epsilon:.3g}, delta {label_delta:.3g}), and at that share {reason}. Raise "
+                "--quail-split, or --epsilon")
+
     def fit_labeler(
         self, datamodule: Any, epsilon: float, delta: float, neighbours: str, seed: int = 0
     ) -> QuailLabeler:
@@ -210,10 +228,7 @@ class QUAIL:
         try:
             cost = train_dp_label_model(network, features, targets, label_epsilon, label_delta, self.settings)
         except UnreachableEpsilon as error:  # its target is a share of the user's: name the settings that set it
-            raise ValueError(
-                f"QUAIL's label model gets --quail-split {self.split:g} of --epsilon {epsilon:g} and --delta {delta:g} "
-                f"(epsilon {label_epsilon:.3g}, delta {label_delta:.3g}), and at that share {error.reason}. Raise "
-                "--quail-split, or --epsilon") from error
+            raise ValueError(self._share_unreachable(epsilon, delta, neighbours, error.reason)) from error
         # the target it had its share of: a resume may raise --epsilon, and split is of this one
         cost = {**cost, "split": self.split, "of_epsilon": epsilon, "of_delta": delta,
                 "scale_share": self.settings.scale_share}

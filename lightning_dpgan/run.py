@@ -620,6 +620,7 @@ class Run:
         delta = self.strategy.delta or DEFAULT_DELTA
         releases = {}
         if self.quail is not None:  # QUAIL needs a target epsilon (_check_quail_is_private)
+            self.quail.check_share_certifiable(self.strategy.target_epsilon, delta, self.strategy.neighbours)
             label_epsilon, label_delta = label_model_budget(self.quail.split, self.strategy.target_epsilon, delta,
                                                             self.strategy.neighbours)
             releases[QUAIL_LABEL_MODEL] = {"epsilon": label_epsilon, "delta": label_delta,
@@ -1010,6 +1011,13 @@ class Run:
             raise ConfigError(refusal)
         if self.strategy is not None and (refusal := overfit_refusal(options.get("overfit_batches"))):
             raise ConfigError(refusal)
+        if options.get("barebones"):  # Lightning's own refusal names a logger the user never gave
+            raise ConfigError("trainer.barebones turns off the logger and checkpoints a run writes its metrics, "
+                              "privacy report and checkpoints with: leave it out")
+        limit = options.get("limit_train_batches")
+        if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit == 0:
+            raise ConfigError("trainer.limit_train_batches 0 trains no batch: leave it out, or give a count of "
+                              "batches (>= 1) or a fraction of each epoch in (0, 1]")
         below = trainer_options_below_their_floor(options)  # Lightning takes -5 steps between logs in silence
         if below:
             raise ConfigError("; ".join(below))

@@ -111,6 +111,11 @@ def test_a_subclass_annotation_wins_and_the_chain_stops_without_kwargs():
     (["--trainer.gradient_clip_val", "-1.0"], "trainer.gradient_clip_val must be at least 0, got -1.0"),
     (["--trainer.num_sanity_val_steps", "-2"], "trainer.num_sanity_val_steps must be at least -1 (-1: all), got -2"),
     (["--trainer.devices", "-1"], "trainer.devices must be at least 1, got -1"),
+    # Lightning trained nothing (0) and wrote an untrained generator's table, or refused barebones
+    # for a logger the user never gave
+    (["--trainer.limit_train_batches", "0"], "trainer.limit_train_batches 0 trains no batch"),
+    (["--trainer.limit_train_batches", "0.0"], "trainer.limit_train_batches 0 trains no batch"),
+    (["--trainer.barebones", "true"], "trainer.barebones turns off the logger and checkpoints a run writes"),
 ])
 def test_a_wrongly_typed_override_is_refused_before_anything_runs(extra, message, tmp_path, capsys):
     data_dir = Path(__file__).parent / "fixtures" / "adult_tiny"

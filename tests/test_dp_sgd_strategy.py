@@ -516,6 +516,19 @@ def test_sigma_calibrated_for_epochs_is_calibrated_for_the_batches_they_hold(tin
     assert 4.9 < report["epsilon"] <= 5
 
 
+@pytest.mark.parametrize("limit, per_epoch", [("3", 3), ("0.5", 6), ("40", 13)], ids=["count", "fraction", "above"])
+def test_sigma_is_calibrated_for_the_batches_a_train_batch_limit_leaves_each_epoch(tiny_image_data_dir, tmp_path, limit,
+                                                                                    per_epoch):
+    """--trainer.limit_train_batches cuts each epoch short (Lightning: a count, or int(13 * 0.5) = 6
+    of the 13 batches): sigma was calibrated for the whole epochs, 942 steps planned for 6 taken,
+    and the run spent a fraction of its target."""
+    args = tiny_run_args(tiny_image_data_dir, tmp_path / "limited", model="dpgan", steps=None, batch_size=12)
+    assert main(args + ["--max-epochs", "2", "--epsilon", "5", "--delta", "1e-4", "--trainer.limit_train_batches", limit]) == 0
+    report = read_json(tmp_path / "limited" / "privacy.json")
+    assert report["calibrated_for_steps"] == report["steps"] == 2 * per_epoch and report["stopped_by"] == "max-epochs"
+    assert 4.9 < report["epsilon"] <= 5
+
+
 def test_the_final_epsilon_is_logged_when_max_epochs_ends_the_run(tiny_image_data_dir, tmp_path):
     args = tiny_run_args(tiny_image_data_dir, tmp_path / "epochs", model="dpgan", steps=None, batch_size=BATCH)
     assert main(args + ["--max-epochs", "1", "--privacy.noise_multiplier", "1.3", "--delta", "1e-4",

@@ -147,6 +147,18 @@ def test_a_public_schemas_label_checks_come_before_the_dp_modes(tmp_path, capsys
     assert "holds one class ('yes') in all 64 training rows" in error_line(capsys)
 
 
+def test_a_quail_split_no_noise_can_certify_is_refused_before_the_dp_modes(tmp_path, capsys, no_dp_modes, no_estimate):
+    """At --quail-split 1e-9 the label model's share (8e-9 at delta 8e-15) lies below what the RDP
+    accountant certifies with any noise (about 0.024 at that delta): the label model refused it
+    only as it trained, after the DP modes had spent their budget."""
+    csv, schema = public_schema_csv(tmp_path, table())
+    assert main(train_args(csv, tmp_path / "out", "quail", "--data.schema", str(schema), "--epsilon", "8",
+                           "--delta", "8e-6", "--batch-size", "16", "--quail-split", "1e-9")) == 2
+    line = error_line(capsys)
+    assert "QUAIL's label model gets --quail-split 1e-09 of --epsilon 8 and --delta 8e-06 (epsilon 8e-09, delta 8e-15)" in line
+    assert "certifies no less than epsilon" in line and line.endswith("Refused before any row was read: nothing was spent")
+
+
 def test_critics_for_a_model_of_one_discriminator_are_refused_before_the_dp_modes(tmp_path, capsys, no_dp_modes):
     csv, schema = public_schema_csv(tmp_path, table())
     assert main(train_args(csv, tmp_path / "out", "dpsactgan", "--data.schema", str(schema), "--epsilon", "8",

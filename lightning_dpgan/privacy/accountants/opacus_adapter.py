@@ -125,6 +125,14 @@ def rdp_epsilon_floor(delta: float) -> float:
     return max(float(epsilon), 0.0)
 
 
+def floor_reason(kind: AccountantKind, floor: float) -> str:
+    """Why a target at or below ``floor`` (:func:`rdp_epsilon_floor`, :func:`prv_epsilon_floor`)
+    cannot be met, for an error message: no noise, step count or sample rate helps."""
+    accountant = (f"the RDP accountant (orders up to {max(_ORDERS):g})" if kind == "rdp" else
+                  "the PRV accountant (within its error margin)")
+    return f"however much noise is added, {accountant} certifies no less than epsilon {floor:.3g} at that delta"
+
+
 def prv_epsilon_floor(delta: float, sample_rate: float) -> float:
     """The smallest epsilon Opacus' PRV accountant reports at ``delta``, whatever the noise: one
     step at a noise multiplier of 1e6 (about its error margin, 0.01)."""
@@ -202,12 +210,9 @@ def calibrate_noise_multiplier(
     except ValueError as error:
         floor = rdp_epsilon_floor(delta) if kind == "rdp" else prv_epsilon_floor(delta, sample_rate)
         if target_epsilon <= floor:  # no noise, steps or sample rate can help: the orders end there
-            accountant = (f"the RDP accountant (orders up to {max(_ORDERS):g})" if kind == "rdp" else
-                          "the PRV accountant (within its error margin)")
             rdp_reaches = kind == "prv" and target_epsilon > rdp_epsilon_floor(delta)
             other = ", or use --privacy.accountant rdp" if rdp_reaches else ""
-            reason = (f"however much noise is added, {accountant} certifies no less than epsilon {floor:.3g} at "
-                      "that delta")
+            reason = floor_reason(kind, floor)
             raise UnreachableEpsilon(
                 f"cannot reach epsilon={target_epsilon:.6g} at delta={delta:.6g}: {reason}. Raise the target epsilon to "
                 f"more than that, or the delta{other}", reason) from error
