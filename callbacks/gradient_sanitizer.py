@@ -97,7 +97,8 @@ from lightning_dpgan.privacy.accountants import (
 )
 from lightning_dpgan.privacy.analysis.rdp import rdp_to_epsilon
 from lightning_dpgan.privacy.analysis.subsampling import selected_critic_gaussian_rdp
-from lightning_dpgan.privacy.gradient_sanitizer import GradientSanitizerMechanism, effective_noise_multiplier
+from lightning_dpgan.privacy.gradient_sanitizer import (GradientSanitizerMechanism, effective_noise_multiplier,
+                                                        noise_multiplier_for)
 from lightning_dpgan.privacy.noise_source import FIXED_SEED
 from lightning_dpgan.privacy.slots import GradientSanitizer as GradientSanitizerSlot
 from lightning_dpgan.privacy.validation import validate_int, validate_positive
@@ -344,7 +345,7 @@ class GradientSanitizer(CalibratedNoiseStrategy):
             steps = max(1, batches // getattr(pl_module.hparams, "discriminator_steps", 1))
             effective = calibrate_noise_multiplier(self.training_target, self.training_delta, 1.0, steps)
         self.calibrated_for_steps = steps
-        return effective * 2.0 * math.sqrt(self.generated_batch_size)
+        return noise_multiplier_for(effective, self.generated_batch_size)
 
     def check_processes(self, processes: int, batch_size: Any, train_records: int | None) -> None:
         """Every process sanitizes an equal share of the B generated records."""

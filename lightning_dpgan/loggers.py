@@ -18,6 +18,7 @@ from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 
+from lightning_dpgan import registry
 from lightning_dpgan.config import ConfigError, init_arguments
 from lightning_dpgan.error_text import first_line
 
@@ -29,16 +30,13 @@ WANDB_FLAGS = {"project": "--wandb-project", "entity": "--wandb-entity", "run_na
 PROVIDED = ("save_dir", "name", "version", "root_dir", "log_dir")
 
 
-#: the ``--logger`` names
-LOGGERS = ("csv", "tensorboard", "wandb")
-
-
 def check_logger(name: str, options: Mapping[str, Any]) -> None:
     """Refuse a logger the run cannot build (an unknown name, wandb not installed, settings csv or
     tensorboard does not take) before any row is read: the logger itself is built with the
     trainer, after the data's DP releases have drawn from the rows."""
-    if name not in LOGGERS:
-        raise ConfigError(f"unknown logger {name!r}: use csv (the default), tensorboard or wandb")
+    if name not in registry.LOGGERS:
+        names = list(registry.LOGGERS)
+        raise ConfigError(f"unknown logger {name!r}: use {names[0]} (the default), {', '.join(names[1:-1])} or {names[-1]}")
     if name == "wandb":
         check_wandb_options(options, _import_wandb())
     else:

@@ -204,7 +204,7 @@ def flag_for(dotted: str) -> str:
     return f"--{flags[0].replace('_', '-')}" if flags else f"--{dotted}"
 
 
-def as_flag_value(value: Any) -> str:
+def setting_value_text(value: Any) -> str:
     """``value`` as a flag takes it: ``true``, ``a,b`` (``[]`` for none), ``0.1``, ``{a: [0.0]}``."""
     if isinstance(value, dict):
         return yaml.safe_dump(value, default_flow_style=True).strip()
@@ -223,8 +223,8 @@ def adopt_release_settings(config: dict[str, Any], current: dict[str, Any], save
     notes = []
     for key, value in sorted((saved or {}).items()):
         if key in current and current[key] != value:
-            notes.append(f"{flag_for(key)} {as_flag_value(current[key])} ({SET_BY}) gave way to the checkpoint's "
-                         f"{as_flag_value(value)}: its release is reused")
+            notes.append(f"{flag_for(key)} {setting_value_text(current[key])} ({SET_BY}) gave way to the checkpoint's "
+                         f"{setting_value_text(value)}: its release is reused")
         section, name = key.split(".", 1)
         if section in config and isinstance(config[section], dict):
             config[section][name] = value

@@ -140,12 +140,6 @@ class ConditionalSampler:
 
     # --- generator loss ----------------------------------------------------------------------
 
-    def condition_mask(self, column_index: torch.Tensor) -> torch.Tensor:
-        """``(n, n_columns)`` one-hot of each row's chosen condition column (CTGAN's mask)."""
-        if self.n_columns == 0:
-            return torch.zeros(len(column_index), 0)
-        return F.one_hot(column_index.long(), self.n_columns).float()
-
     def condition_loss(self, logits: torch.Tensor, cond: torch.Tensor, column_index: torch.Tensor) -> torch.Tensor:
         """CTGAN's conditional loss: mean over rows of the cross-entropy between the generated
         logits of the chosen column's block (in the encoded record) and the chosen category

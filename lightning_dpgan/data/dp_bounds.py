@@ -36,12 +36,12 @@ import pandas as pd
 from lightning_dpgan.data.schema import (DP_ESTIMATE_SOURCE, LABEL_KINDS, Column, SchemaError, TableSchema, as_flag_value,
                                          missing_value_counts, missing_values_remedy,
                                          non_numeric_examples, header_hint)
+from lightning_dpgan.privacy.composition import ADD_REMOVE
 from lightning_dpgan.privacy.validation import validate_delta, validate_positive
 
 log = logging.getLogger(__name__)
 
 #: The neighbouring relation of every mechanism here (see the module docstring).
-NEIGHBOURS = "add-remove"
 #: the schema estimate's mechanism, as its cost names it
 SCHEMA_MECHANISM = "DP schema estimation (basic composition over columns)"
 
@@ -222,7 +222,7 @@ def infer_schema_dp(
         "epsilon": float(epsilon),
         "delta": float(delta) if n_categorical else 0.0,
         "mechanism": SCHEMA_MECHANISM,
-        "neighbours": NEIGHBOURS,
+        "neighbours": ADD_REMOVE,
         "columns": costs,
     }
     return schema, cost

@@ -33,13 +33,13 @@ from lightning_dpgan.data.schema import (
     TableSchema,
     _category_codes,
 )
+from lightning_dpgan.privacy.composition import ADD_REMOVE
 from lightning_dpgan.privacy.validation import validate_positive
 
 #: Most values a discrete column's grid may hold: each is a slot of the encoding and a bin here.
 MAX_DISCRETE_VALUES = 256
 
 #: The neighbouring relation of the release (see the module docstring).
-NEIGHBOURS = "add-remove"
 MECHANISM = "laplace column histograms"
 
 
@@ -201,7 +201,7 @@ def dp_column_histograms(
         else:
             histograms[name] = _categorical_histogram(column, kept[name], scale, rng)
     cost = {"epsilon": float(epsilon), "delta": 0.0, "mechanism": f"{MECHANISM} (L1 sensitivity {len(names)})",
-            "neighbours": NEIGHBOURS}
+            "neighbours": ADD_REMOVE}
     return histograms, cost
 
 

@@ -62,8 +62,7 @@ class ConditionalTableMixin:
     @property
     def conditions(self) -> ConditionalSampler:
         if getattr(self, "_conditions", None) is None:
-            layout = self.table_layout
-            self._conditions = ConditionalSampler(layout["condition_spans"], layout["condition_frequencies"])
+            self._conditions = ConditionalSampler.from_layout(self.table_layout)
         return self._conditions
 
     @property

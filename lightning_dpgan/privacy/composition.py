@@ -6,6 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+#: The neighbouring relation of the preprocessing releases (a record added or removed), the one
+#: their sensitivities are stated for
+ADD_REMOVE = "add-remove"
+
 #: What a DP release states to be composed with others (a datamodule's, QUAIL's label model's).
 RELEASE_FIELDS = ("epsilon", "delta", "neighbours", "mechanism")
 
@@ -28,7 +32,7 @@ def compose_costs(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     them one by one.
     """
     spending = {name: cost for name, cost in parts.items() if cost["epsilon"] or cost["delta"]}
-    relations = {cost.get("neighbours", "add-remove") for cost in spending.values()}
+    relations = {cost.get("neighbours", ADD_REMOVE) for cost in spending.values()}
     if len(relations) > 1:
         raise ValueError(f"cannot compose preprocessing costs for different neighbouring relations: {sorted(relations)}")
     mechanisms = "; ".join(f"{name}: {cost['mechanism']}" for name, cost in parts.items())
@@ -36,6 +40,6 @@ def compose_costs(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         "epsilon": float(sum(cost["epsilon"] for cost in parts.values())),
         "delta": float(sum(cost["delta"] for cost in parts.values())),
         "mechanism": f"basic composition of {mechanisms}",
-        "neighbours": relations.pop() if relations else "add-remove",
+        "neighbours": relations.pop() if relations else ADD_REMOVE,
         "parts": {name: dict(cost) for name, cost in parts.items()},
     }

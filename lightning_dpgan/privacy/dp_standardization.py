@@ -32,10 +32,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_dpgan.privacy.composition import ADD_REMOVE
+from lightning_dpgan.privacy.mechanisms import laplace_noise
 from lightning_dpgan.privacy.validation import validate_positive
 
 #: The neighbouring relation of the mechanism (see the module docstring).
-NEIGHBOURS = "add-remove"
 
 
 @dataclass(frozen=True)
@@ -49,14 +50,13 @@ class LocationScale:
 
     def describe(self) -> dict[str, Any]:
         """For the privacy report."""
-        return {**asdict(self), "delta": 0.0, "neighbours": NEIGHBOURS,
+        return {**asdict(self), "delta": 0.0, "neighbours": ADD_REMOVE,
                 "mechanism": "Laplace mean and mean absolute deviation of the target (sensitivity 1 each, epsilon / 2 each)"}
 
 
 def _laplace(scale: float, generator: torch.Generator | None) -> float:
-    """One draw of Lap(``scale``): ``scale`` times the difference of two Exp(1) draws."""
-    exponentials = torch.empty(2, dtype=torch.float64).exponential_(generator=generator)
-    return scale * float(exponentials[0] - exponentials[1])
+    """One draw of Lap(``scale``) (:func:`~lightning_dpgan.privacy.mechanisms.laplace_noise`)."""
+    return float(laplace_noise((), scale, generator))
 
 
 def scale_noise_std(epsilon: float, records: int) -> float:

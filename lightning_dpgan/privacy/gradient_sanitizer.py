@@ -37,6 +37,12 @@ def effective_noise_multiplier(noise_multiplier: float, batch_size: int) -> floa
     return noise_multiplier / (2.0 * math.sqrt(batch_size))
 
 
+def noise_multiplier_for(effective: float, batch_size: int) -> float:
+    """The inverse of :func:`effective_noise_multiplier`: the multiplier whose sanitized batch of
+    ``batch_size`` records has the ``effective`` one (a calibration's result)."""
+    return effective * 2.0 * math.sqrt(batch_size)
+
+
 class GradientSanitizerMechanism:
     """Fills a module's ``GradientSanitizer`` slot: ``sanitize(generated)`` before the critic."""
 

@@ -10,6 +10,14 @@ import torch
 from torch import Tensor
 
 
+def laplace_noise(shape: tuple[int, ...] | torch.Size, scale: float, generator: torch.Generator | None = None,
+                  device: torch.device | str | None = None) -> Tensor:
+    """Float64 draws of Lap(``scale``), each the difference of two Exp(1) draws times ``scale``
+    (torch has no Laplace sampler that takes a generator)."""
+    exponentials = torch.empty((2, *shape), dtype=torch.float64, device=device).exponential_(generator=generator)
+    return (exponentials[0] - exponentials[1]) * scale
+
+
 def laplace_noisy_argmax(votes: Tensor, lap_inverse_scale: float, generator: torch.Generator | None = None) -> Tensor:
     """PATE's aggregation: ``argmax_j (votes[:, j] + Lap(1 / lambda))`` for each query (row).
 
@@ -31,10 +39,7 @@ def laplace_noisy_argmax(votes: Tensor, lap_inverse_scale: float, generator: tor
     if votes.dim() != 2:
         raise ValueError(f"votes must be (queries, classes), got shape {tuple(votes.shape)}")
     counts = votes.to(torch.float64)
-    # Lap(b) is b times the difference of two independent Exp(1) draws
-    exponentials = torch.empty((2, *counts.shape), dtype=torch.float64, device=votes.device).exponential_(generator=generator)
-    laplace = (exponentials[0] - exponentials[1]) / lap_inverse_scale
-    return torch.argmax(counts + laplace, dim=1)
+    return torch.argmax(counts + laplace_noise(counts.shape, 1.0 / lap_inverse_scale, generator, votes.device), dim=1)
 
 
 #: Marks a Confident-GNMax query that was not answered (the noisy maximum missed the threshold).

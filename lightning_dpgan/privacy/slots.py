@@ -66,10 +66,3 @@ class GradientSanitizer(Protocol):
 
     def sanitize(self, generated: Tensor) -> Tensor: ...
 
-
-SLOTS: dict[str, type] = {
-    "gradient-privatizer": GradientPrivatizer,
-    "label-aggregator": LabelAggregator,
-    "gradient-aggregator": GradientAggregator,
-    "gradient-sanitizer": GradientSanitizer,
-}

@@ -115,7 +115,7 @@ def selected_critic_gaussian_rdp(orders: Sequence[float], noise_multiplier: floa
     gaussian_rdp(orders, noise_multiplier)  # validates the multiplier
 
     def base(alpha: np.ndarray) -> np.ndarray:
-        return np.asarray(alpha, dtype=float) / (2.0 * noise_multiplier**2)
+        return gaussian_rdp(alpha, noise_multiplier)
 
     return subsampled_without_replacement_rdp(orders, 1.0 / int(num_critics), base)
 
