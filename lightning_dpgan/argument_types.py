@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections.abc
 import datetime
+import math
 import os
 import inspect
 import types
@@ -118,9 +119,21 @@ def describe(hint: Any) -> str:
 def mismatches(section: str, args: dict[str, Any], cls: type) -> list[str]:
     """One message per value of ``args`` that does not match its parameter's annotation."""
     hints = annotations_of(cls)
-    return [f"{section}.{key} must be {describe(hints[key])}, got {value!r}{_sexagesimal_note(value, hints[key])}"
-            f"{_quoting_note(section, key, value, hints[key])}"
-            for key, value in args.items() if key in hints and not matches(value, hints[key])]
+    wrong = [f"{section}.{key} must be {describe(hints[key])}, got {value!r}{_sexagesimal_note(value, hints[key])}"
+             f"{_quoting_note(section, key, value, hints[key])}"
+             for key, value in args.items() if key in hints and not matches(value, hints[key])]
+    return wrong + _non_finite(section, args)
+
+
+def _non_finite(section: str, args: dict[str, Any]) -> list[str]:
+    """An infinite or NaN setting of this package's classes: no setting means anything at .inf or
+    .nan (a NaN weight clip turned clipping off in silence, an infinite learning rate diverged at
+    the first step), and config.yaml, written through JSON's rules, could not rerun the run.
+    Lightning's Trainer arguments are Lightning's to check."""
+    if section == "trainer":
+        return []
+    return [f"{section}.{key} must be a finite number, got {value!r}" for key, value in args.items()
+            if isinstance(value, float) and not math.isfinite(value)]
 
 
 def _quoting_note(section: str, key: str, value: Any, hint: Any) -> str:

@@ -116,6 +116,11 @@ def test_a_subclass_annotation_wins_and_the_chain_stops_without_kwargs():
     (["--trainer.limit_train_batches", "0"], "trainer.limit_train_batches 0 trains no batch"),
     (["--trainer.limit_train_batches", "0.0"], "trainer.limit_train_batches 0 trains no batch"),
     (["--trainer.barebones", "true"], "trainer.barebones turns off the logger and checkpoints a run writes"),
+    # no setting means anything at .inf or .nan: a NaN weight clip turned clipping off in silence, and
+    # config.yaml wrote either as null, which a rerun from it refused
+    (["--model.lr", ".inf"], "model.lr must be a finite number, got inf"),
+    (["--model.teacher_lr", ".nan"], "model.teacher_lr must be a finite number, got nan"),
+    (["--privacy.lap_inverse_scale", ".inf"], "privacy.lap_inverse_scale must be a finite number, got inf"),
 ])
 def test_a_wrongly_typed_override_is_refused_before_anything_runs(extra, message, tmp_path, capsys):
     data_dir = Path(__file__).parent / "fixtures" / "adult_tiny"

@@ -766,6 +766,24 @@ def test_rows_in_schema_keeps_what_the_schema_encodes(frame):
     assert list(kept.index) == [dirty.index[i] for i in (0, 2, 3, 5)] and report.rows_encoded == 4
 
 
+@pytest.mark.parametrize("unknown", ["drop", "blank"])
+def test_rows_in_schema_reports_as_encode_does_without_building_the_encoding(frame, monkeypatch, unknown):
+    """It built the schema's whole dense encoding (float64 and a float32 copy) for the report
+    alone: 8 GB thrown away at a million rows of 868 encoded columns, twice a run."""
+    dirty = frame.head(40).copy()
+    dirty.loc[dirty.index[[1, 4]], "colour"] = "purple"
+    dirty.loc[dirty.index[7], "x"] = 50.0  # clipped
+    encoded, expected = SCHEMA.encode(dirty, unknown=unknown)
+
+    def no_encoding(*args, **kwargs):
+        raise AssertionError("rows_in_schema built the dense encoding")
+
+    monkeypatch.setattr(TableSchema, "encode", no_encoding)
+    kept, report = dp_histogram.rows_in_schema(SCHEMA, dirty, unknown)
+    assert report == expected and len(kept) == len(encoded) == report.rows_encoded
+    assert report.clipped["x"]["above"] == 1 and report.rejected["colour"] == 2
+
+
 def test_mode_specific_blank_keeps_an_unknown_category_as_a_zero_block(fitted, frame):
     """PATE-CTGAN trains on this encoding under replace-one: a row with an unknown category
     stays, with that column's one-hot block empty (not the last category, which a -1 index

@@ -108,7 +108,7 @@ def rows_in_schema(
 ) -> tuple[pd.DataFrame, EncodingReport]:
     """The rows of ``frame`` that the schema encodes, and the schema's report on them.
 
-    :meth:`TableSchema.encode` runs all of its checks and applies its rule (missing columns,
+    :meth:`TableSchema.kept_rows_report` runs all of :meth:`TableSchema.encode`'s checks and applies its rule (missing columns,
     dtypes, NaNs, a binary label's classes, unknown categories dropped, blank or an error), so a
     histogram or a mode-specific encoding sees exactly the rows the schema would keep. Whether
     a row is kept depends on that row alone, so histogramming only kept rows keeps each
@@ -116,8 +116,8 @@ def rows_in_schema(
     """
     if unknown not in UNKNOWN_RULES:
         raise ValueError(f"unknown must be one of {UNKNOWN_RULES}, got {unknown!r}")
-    _, report = schema.encode(frame, unknown=unknown)
-    return frame.loc[schema.rows_kept(frame, unknown)], report
+    keep, report = schema.kept_rows_report(frame, unknown)
+    return (frame if keep.all() else frame.loc[keep]), report
 
 
 def log_transform(values: np.ndarray, low: float) -> np.ndarray:

@@ -646,6 +646,32 @@ class TableSchema:
                 the report); ``"blank"`` keeps them, that column's block all zeros (counted in
                 the report's ``rejected`` too); ``"error"`` raises instead.
         """
+        keep, report, codes = self._checked_rows(frame, unknown)
+        # float32 from the start (each float64 value rounded once, as astype would): one copy of
+        # the table's width, not a float64 one and its float32 copy
+        encoded = np.zeros((int(keep.sum()), self.encoded_dim), dtype=np.float32)
+        for column in self.columns:
+            block = self.column_slices[column.name]
+            if column.is_numeric:
+                values = frame[column.name].to_numpy(dtype=np.float64)[keep]
+                low, high = column.bounds
+                encoded[:, block.start] = (np.clip(values, low, high) - low) / (high - low)
+            else:
+                code = codes[column.name][keep]
+                listed = np.flatnonzero(code >= 0)  # every row, unless unknown="blank" kept some
+                encoded[listed, block.start + code[listed]] = 1.0
+        return torch.from_numpy(encoded), report
+
+    def kept_rows_report(self, frame: pd.DataFrame, unknown: str = "drop") -> tuple[np.ndarray, EncodingReport]:
+        """What :meth:`encode` checks, keeps (a boolean mask) and reports, without the encoding:
+        the mode-specific encoding and the DP histograms need the rows, not a dense copy of them
+        (at a million rows of 868 encoded columns, 8 GB built and thrown away)."""
+        keep, report, _ = self._checked_rows(frame, unknown)
+        return keep, report
+
+    def _checked_rows(self, frame: pd.DataFrame, unknown: str) -> tuple[np.ndarray, EncodingReport, dict[str, np.ndarray]]:
+        """:meth:`encode`'s checks and rule: the kept-rows mask, the report, each categorical
+        column's codes."""
         if unknown not in UNKNOWN_RULES:
             raise ValueError(f"unknown must be one of {UNKNOWN_RULES}, got {unknown!r}")
         self.validate_frame(frame)
@@ -656,27 +682,14 @@ class TableSchema:
             bad = {name: count for name, count in rejected.items() if count}
             raise SchemaError(f"values outside the schema's categories (rows per column): {bad}")
         keep, known = _kept_rows(codes, len(frame), unknown)
-        encoded = np.zeros((int(keep.sum()), self.encoded_dim), dtype=np.float64)
         clipped = {}
         for column in self.columns:
-            block = self.column_slices[column.name]
             if column.is_numeric:
                 values = frame[column.name].to_numpy(dtype=np.float64)[keep]
                 low, high = column.bounds
                 clipped[column.name] = {"below": int((values < low).sum()), "above": int((values > high).sum())}
-                encoded[:, block.start] = (np.clip(values, low, high) - low) / (high - low)
-            else:
-                code = codes[column.name][keep]
-                listed = np.flatnonzero(code >= 0)  # every row, unless unknown="blank" kept some
-                encoded[listed, block.start + code[listed]] = 1.0
         report = EncodingReport(len(frame), int(keep.sum()), clipped, rejected, int((keep & ~known).sum()))
-        return torch.from_numpy(encoded.astype(np.float32)), report
-
-    def rows_kept(self, frame: pd.DataFrame, unknown: str = "drop") -> np.ndarray:
-        """Which rows of ``frame`` :meth:`encode` keeps under the rule ``unknown`` (boolean mask;
-        each row's fate depends on that row alone)."""
-        codes = {c.name: _category_codes(c, frame[c.name]) for c in self.columns if not c.is_numeric}
-        return _kept_rows(codes, len(frame), unknown)[0]
+        return keep, report, codes
 
     def label_values_outside_classes(self, frame: pd.DataFrame) -> pd.Series:
         """The values of a binary label in ``frame`` that are neither of its two classes, with

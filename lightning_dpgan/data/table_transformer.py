@@ -511,9 +511,17 @@ class TableTransformer:
         :func:`record_uniforms` of the row and ``seed`` (public: it is not privacy noise)."""
         kept, report = rows_in_schema(self.schema, frame, unknown)
         uniforms = record_uniforms(schema_values(self.schema, kept), seed)
-        blocks = [encoder.encode(kept[encoder.column.name], uniforms[:, index]) for index, encoder in enumerate(self.encoders)]
-        encoded = np.concatenate(blocks, axis=1) if len(kept) else np.zeros((0, self.encoded_dim))
-        return torch.from_numpy(encoded.astype(np.float32)), report
+        # filled column by column into one float32 table: the float64 blocks, their concatenation and
+        # its float32 copy were three tables alive at once (a large file's peak memory)
+        encoded = np.zeros((len(kept), self.encoded_dim), dtype=np.float32)
+        start = 0
+        for index, encoder in enumerate(self.encoders):
+            if not len(kept):
+                break
+            block = encoder.encode(kept[encoder.column.name], uniforms[:, index])
+            encoded[:, start:start + block.shape[1]] = block
+            start += block.shape[1]
+        return torch.from_numpy(encoded), report
 
     def decode(self, data: torch.Tensor | np.ndarray, generator: torch.Generator | None = None) -> pd.DataFrame:
         """Encoded (e.g. generated) records back to a frame with the schema's columns, in order.
