@@ -19,6 +19,11 @@ import lightning as L
 import torch
 
 
+#: the divergence's other remedy, for a private run: its noise grows with the clipping bound
+NOISE_REMEDY = (", or the noise's scale (--privacy.max_grad_norm or --privacy.max_norm, times the noise "
+                "multiplier)")
+
+
 class TrainingDivergedError(ValueError):
     """The generator's parameters became NaN or infinite."""
 
@@ -29,10 +34,13 @@ class FiniteGeneratorGuard(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         finite = torch.stack([p.detach().isfinite().all() for p in pl_module.generator.parameters()]).all()
         if not bool(finite):  # one device-to-host sync per batch
+            from lightning_dpgan.modules.base import privacy_strategy_of
+
+            private = privacy_strategy_of(trainer) is not None  # a baseline has no noise to lower
             raise TrainingDivergedError(
                 f"the generator's parameters became NaN or infinite at training step {pl_module.train_steps}: "
                 "training diverged. No synthetic data or privacy report was written, and the last checkpoint (if "
                 "any) is from before; the run folder keeps its config.yaml and logs/ (a rerun there needs "
-                "--overwrite). Lower the learning rates (--model.*lr*), or the noise's scale (--privacy.max_grad_norm "
-                "or --privacy.max_norm, times the noise multiplier), and start again."
+                f"--overwrite). Lower the learning rates (--model.*lr*){NOISE_REMEDY if private else ''}, and start "
+                "again."
             )

@@ -697,6 +697,11 @@ class TabularDataModule(L.LightningDataModule):
 
     # --- helpers for subclasses --------------------------------------------------------------
 
+    def _label_name(self) -> Any:
+        """The label column's name where it is known without a release: a CSV's --data.target, or
+        a schema already built (never built here: a CSV's may be a DP estimate of the rows)."""
+        return getattr(self, "target", None) or (self._schema.label if self._schema is not None else None)
+
     def _load_frames(self) -> None:
         if self.train_frame is None:
             train, test = self._read_split()
@@ -708,7 +713,8 @@ class TabularDataModule(L.LightningDataModule):
             if gaps:
                 where = "; ".join(f"in the {split} rows, columns: {counts}" for split, counts, _ in gaps)
                 raise SchemaError(f"{self.name}: missing values (NaN) {where}; "
-                                  f"{missing_values_remedy(pd.concat([frame for _, _, frame in gaps]))} (every row is "
+                                  f"{missing_values_remedy(pd.concat([frame for _, _, frame in gaps]), self._label_name())}"
+                                  " (every row is "
                                   "checked before training, the held-out ones too)")
             self.test_frame = test
             kept, dev = dev_split(len(train), self.hparams.dev_fraction, self.hparams.split_seed)

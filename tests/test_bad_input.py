@@ -497,7 +497,10 @@ def test_a_damaged_compressed_csv_is_a_clear_error_and_loses_nothing(tmp_path, c
      lambda frame: frame.assign(label=frame.index % 2 == 0),
      "'label' is numeric but holds True/False, which would train as the numbers 1 and 0 and come out as fractions: "
      "pass --data.label_kind binary"),
-], ids=["misspelt-categorical", "dropped-target", "empty-column", "listed-and-dropped", "boolean-label"])
+    # a label column with no value at all was told to be dropped, which the next try refused
+    ([], lambda frame: frame.assign(label=np.nan), "the label column 'label' holds no value at all: it has nothing to "
+                                                   "learn from (a label cannot be dropped)"),
+], ids=["misspelt-categorical", "dropped-target", "empty-column", "listed-and-dropped", "boolean-label", "empty-label"])
 def test_a_dp_schema_flag_naming_the_wrong_column_is_said_first(tmp_path, capsys, flags, content, said):
     """Without a schema file the flags name the columns; their mistakes are reported as such, not
     as what the file's values then look like."""

@@ -212,18 +212,25 @@ def test_the_step_limit_stops_at_its_step_and_a_finished_run_resumed_trains_no_m
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_one_non_finite_generator_weight_stops_the_run(bad):
     """Most weights still finite: a single NaN or inf is already a diverged generator."""
+    from lightning_dpgan.callbacks.dp_sgd import DPSGD
+
     generator = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
     module = SimpleNamespace(generator=generator, train_steps=3)
+    private, baseline = SimpleNamespace(callbacks=[DPSGD(noise_multiplier=1.0)]), SimpleNamespace(callbacks=[])
     guard = FiniteGeneratorGuard()
-    guard.on_train_batch_end(None, module)  # all finite: nothing happens
+    guard.on_train_batch_end(private, module)  # all finite: nothing happens
     with torch.no_grad():
         generator[1].bias[0] = bad
     with pytest.raises(TrainingDivergedError, match="at training step 3") as diverged:
-        guard.on_train_batch_end(None, module)
+        guard.on_train_batch_end(private, module)
     # what is left and what to change: the folder's config.yaml and logs/ block a rerun without --overwrite, and
     # a clipping bound of 1e300 (noise of that scale) diverges as surely as a learning rate
     assert "keeps its config.yaml and logs/ (a rerun there needs --overwrite)" in str(diverged.value)
     assert "--privacy.max_grad_norm" in str(diverged.value)
+    # a baseline has no noise: the --privacy.* remedy it was offered is refused for it
+    with pytest.raises(TrainingDivergedError) as diverged:
+        guard.on_train_batch_end(baseline, module)
+    assert "--model.*lr*" in str(diverged.value) and "--privacy." not in str(diverged.value)
 
 
 def test_a_resume_extends_its_checkpoints_lineage_without_changing_it():
@@ -247,4 +254,4 @@ def test_a_non_finite_weight_in_the_generators_first_layer_stops_the_run_too():
     with torch.no_grad():
         generator[0].weight[2, 1] = float("nan")
     with pytest.raises(TrainingDivergedError):
-        FiniteGeneratorGuard().on_train_batch_end(None, module)
+        FiniteGeneratorGuard().on_train_batch_end(SimpleNamespace(callbacks=[]), module)

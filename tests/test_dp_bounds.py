@@ -241,6 +241,17 @@ def test_a_column_none_of_whose_categories_is_released_says_the_estimate_spent_i
     assert "No budget releases the values of an ID or free-text column" in str(refused.value) and "--data.drop city" in str(refused.value)
 
 
+def test_a_label_none_of_whose_classes_is_released_is_not_told_to_be_dropped():
+    """A numeric label declared binary (every value its own class): --data.drop fraud, as an ID
+    column is told, is refused for the target; the label's own remedies are named instead."""
+    frame = make_frame(400)
+    frame["fraud"] = np.arange(400) * 1.5
+    with pytest.raises(SchemaError, match="no category of the label column 'fraud' passed the DP threshold") as refused:
+        infer_schema_dp(frame, "fraud", ["city"], epsilon=1.0, delta=1e-6, label_kind="binary", rng=np.random.default_rng(3))
+    assert "--data.drop" not in str(refused.value)
+    assert "check --data.target and --data.label_kind (a numeric label is --data.label_kind continuous)" in str(refused.value)
+
+
 def test_released_categories_that_differ_only_in_spaces_or_case_are_pointed_out(caplog):
     """' cardio' and 'cardio' both pass the threshold and become two categories: said, from the
     released list alone (post-processing, no budget); one spelling per category says nothing."""

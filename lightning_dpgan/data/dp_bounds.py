@@ -214,7 +214,7 @@ def infer_schema_dp(
     columns, costs = [], {}
     for name in names:
         column, costs[name] = _infer_column(
-            frame[name], name in categorical, name in integer, eps_column, delta_column, alpha, rng
+            frame[name], name in categorical, name in integer, eps_column, delta_column, alpha, rng, name == target
         )
         columns.append(column)
     schema = _labelled_schema(columns, target, label_kind, drop)
@@ -259,7 +259,7 @@ def _schema_columns(
     check_listed_columns(frame, target, categorical, integer, drop)
     names = [str(name) for name in frame.columns if name not in drop]
     if counts := missing_value_counts(frame[names]):
-        raise SchemaError(f"missing values (NaN) in columns: {counts}; {missing_values_remedy(frame[names])}")
+        raise SchemaError(f"missing values (NaN) in columns: {counts}; {missing_values_remedy(frame[names], target)}")
     return names
 
 
@@ -271,16 +271,20 @@ def _infer_column(
     delta: float,
     alpha: float,
     rng: np.random.Generator,
+    is_label: bool = False,
 ) -> tuple[Column, dict[str, Any]]:
     name = str(series.name)
     if is_categorical:
         categories, cost = dp_categories(series, epsilon, delta, rng=rng)
         if not categories:
+            rest = ("the label's classes released, or check --data.target and --data.label_kind (a numeric label "
+                    "is --data.label_kind continuous)" if is_label else
+                    "the public category list. No budget releases the values of an ID or free-text column (each held "
+                    f"by a row or a few): leave such a column out with --data.drop {as_flag_value(name)}")
             raise SchemaError(
-                f"no category of column '{name}' passed the DP threshold (ε={epsilon:.3g}, δ={delta:.3g} for this "
-                f"column: a category needs about {stability_threshold(epsilon, delta):.0f} training rows to pass): "
-                f"{RAISE_BUDGET} with the public category list. No budget releases the values of an ID or free-text "
-                f"column (each held by a row or a few): leave such a column out with --data.drop {as_flag_value(name)}"
+                f"no category of {'the label ' if is_label else ''}column '{name}' passed the DP threshold "
+                f"(ε={epsilon:.3g}, δ={delta:.3g} for this column: a category needs about "
+                f"{stability_threshold(epsilon, delta):.0f} training rows to pass): {RAISE_BUDGET} with {rest}"
                 f"{SPENT_ON_A_REFUSED_ESTIMATE}"
             )
         if twins := spelling_twins(categories):  # read off the release alone: post-processing, no cost

@@ -628,7 +628,8 @@ class TableSchema:
             )
         counts = missing_value_counts(frame[self.names])
         if counts:
-            raise SchemaError(f"missing values (NaN) in columns: {counts}; {missing_values_remedy(frame[self.names])}")
+            raise SchemaError(f"missing values (NaN) in columns: {counts}; "
+                              f"{missing_values_remedy(frame[self.names], self.label)}")
         for column in self.columns:
             _check_dtype(column, frame[column.name])
 
@@ -779,14 +780,19 @@ def _data_rows(index: pd.Index, shown: int = 3) -> str:
     return f": data row{'s' if len(index) > 1 else ''} {', '.join(rows)}{more}"
 
 
-def missing_values_remedy(frame: pd.DataFrame) -> str:
+def missing_values_remedy(frame: pd.DataFrame, target: Any = None) -> str:
     """What to do about the missing values of ``frame``: drop or impute those rows, or, for a
-    column holding no value at all (where dropping its rows would drop them all), the column."""
+    column holding no value at all (where dropping its rows would drop them all), the column --
+    unless it is the ``target``, which cannot be dropped: then another label column."""
     empty = [str(name) for name in frame.columns if len(frame) and frame[name].isna().all()]
     remedy = "drop or impute those rows first"
-    if empty:
-        remedy += (f"; {', '.join(repr(name) for name in empty)} {'holds' if len(empty) == 1 else 'hold'} no value "
-                   "at all: drop the column instead (--data.drop, or the schema file's 'drop' list)")
+    features = [name for name in empty if target is None or name != str(target)]
+    if features:
+        remedy += (f"; {', '.join(repr(name) for name in features)} {'holds' if len(features) == 1 else 'hold'} no "
+                   "value at all: drop the column instead (--data.drop, or the schema file's 'drop' list)")
+    if len(features) < len(empty):
+        remedy += (f"; the label column {str(target)!r} holds no value at all: it has nothing to learn from (a label "
+                   "cannot be dropped): check the file, or give another --data.target")
     return remedy
 
 
