@@ -459,16 +459,22 @@ def last_periodic_save_sentence(output_dir: Path, config: dict[str, Any], stoppe
             f"{continue_command(output_dir)}")
 
 
-def refuse_table_settings_for_images(config: dict[str, Any], image: bool) -> None:
-    """``--num_synthetic`` sets the rows of a table run's synthetic.csv: an image run writes no
-    table (samples.png's grid is ``--sample_columns``), and recorded it in config.yaml unused.
-    Asked by train once the dataset is known, and by the benchmark harness of each image cell."""
+def refuse_settings_of_the_other_kind(config: dict[str, Any], image: bool) -> None:
+    """Settings of the other kind of data: ``--num_synthetic`` sets the rows of a table run's
+    synthetic.csv (an image run writes no table: samples.png's grid is ``--sample_columns``, and
+    it was recorded in config.yaml unused); ``--model.arch dcgan`` builds convolutions a table's
+    records have no shape for. Asked by train once the dataset is known, and by the benchmark
+    harness of each cell."""
     if image and config.get("num_synthetic") is not None:
         raise ConfigError(f"--num_synthetic {config['num_synthetic']} sets the rows of a table run's "
                           f"synthetic.csv, and {config['data']['name']} is an image dataset: drop it (given by a --config "
                           "file, --num_synthetic null takes it back; draw "
                           f"images with: {command_line('sample')} --checkpoint RUN/checkpoints/last.ckpt -n N "
                           "--out images.npz)")
+    if not image and config["model"].get("arch") == "dcgan":  # the networks are built after a table's DP releases
+        from lightning_dpgan.nets.factory import resolve_architecture
+
+        resolve_architecture("dcgan", (1,))  # its refusal, before any row is read
 
 
 class Run:
@@ -503,7 +509,7 @@ class Run:
         self.quail = self._build_quail()
         self.datamodule = self._build_datamodule()
         refuse_holding_the_data_files(self.published_dir, self.datamodule)  # found where they lie, not read
-        self._refuse_table_settings_for_images()
+        self._refuse_settings_of_the_other_kind()
         # the settings that need no data, checked before the model is built: its width may need a
         # DP release drawn from the rows (a DP-estimated schema, a mode-specific table's histogram)
         self.strategy = self._build_privacy()
@@ -544,8 +550,8 @@ class Run:
                              f"not used by --privacy {self.strategy.name}: each teacher trains on "
                              f"--privacy.teacher_batch_size records a step ({used})")
 
-    def _refuse_table_settings_for_images(self) -> None:
-        refuse_table_settings_for_images(self.config, getattr(self.datamodule, "kind", "image") == "image")
+    def _refuse_settings_of_the_other_kind(self) -> None:
+        refuse_settings_of_the_other_kind(self.config, getattr(self.datamodule, "kind", "image") == "image")
 
     def _warn_of_no_generator_update(self) -> None:
         """A --max-steps that ends before the first generator update (one every

@@ -147,6 +147,17 @@ def test_a_public_schemas_label_checks_come_before_the_dp_modes(tmp_path, capsys
     assert "holds one class ('yes') in all 64 training rows" in error_line(capsys)
 
 
+def test_image_networks_for_a_table_are_refused_before_the_schema_estimate(tmp_path, capsys, no_estimate):
+    """--model.arch dcgan on a table failed as the networks were built, after the DP schema
+    estimate, on a keyword DCGAN's layers do not take (output_activation)."""
+    csv = tmp_path / "data.csv"
+    table().to_csv(csv, index=False)
+    assert main(train_args(csv, tmp_path / "out", "dpgan", *DP_SCHEMA, "--epsilon", "8", "--batch-size", "16",
+                           "--model.arch", "dcgan")) == 2
+    assert "model.arch dcgan builds convolutions for images of (channels, height, width) with sides divisible by 4, " \
+           "not a table's records: use model.arch mlp (or auto)" in error_line(capsys)
+
+
 def test_a_quail_split_no_noise_can_certify_is_refused_before_the_dp_modes(tmp_path, capsys, no_dp_modes, no_estimate):
     """At --quail-split 1e-9 the label model's share (8e-9 at delta 8e-15) lies below what the RDP
     accountant certifies with any noise (about 0.024 at that delta): the label model refused it

@@ -251,7 +251,7 @@ def check_cell_settings(size: Size, settings: Settings, skipped: dict[str, str])
     that one model lacks, or a misspelt one, would fail each of its cells, hours apart."""
     from lightning_dpgan.cli import build_config
     from lightning_dpgan.config import ConfigError
-    from lightning_dpgan.run import check_section_keys, refuse_table_settings_for_images
+    from lightning_dpgan.run import check_section_keys, refuse_settings_of_the_other_kind
 
     checked = set()
     for cell in size.cells():
@@ -263,7 +263,7 @@ def check_cell_settings(size: Size, settings: Settings, skipped: dict[str, str])
             config = build_config(command[command.index("train") + 1:])
             check_section_keys(config)
             try:
-                refuse_table_settings_for_images(config, is_image_dataset(cell.dataset))
+                refuse_settings_of_the_other_kind(config, is_image_dataset(cell.dataset))
             except ConfigError as error:
                 raise ConfigError(f"{error}. The images suite's --n-synthetic sets how many images each cell "
                                   "is scored on") from None

@@ -17,9 +17,13 @@ def resolve_architecture(arch: str, data_shape: Sequence[int]) -> str:
     """``auto`` means convolutions for images whose sides divide by 4, else an MLP."""
     if arch not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
+    is_image = len(data_shape) == 3 and data_shape[1] % 4 == 0 and data_shape[2] % 4 == 0
+    if arch == "dcgan" and not is_image:  # DCGAN's layers refused a table's settings by their keyword names
+        shape = "a table's records" if len(data_shape) == 1 else f"records of shape {tuple(data_shape)}"
+        raise ValueError(f"model.arch dcgan builds convolutions for images of (channels, height, width) with sides "
+                         f"divisible by 4, not {shape}: use model.arch mlp (or auto)")
     if arch != "auto":
         return arch
-    is_image = len(data_shape) == 3 and data_shape[1] % 4 == 0 and data_shape[2] % 4 == 0
     return "dcgan" if is_image else "mlp"
 
 
