@@ -263,8 +263,8 @@ def parse_overrides(extra: list[str]) -> dict[str, Any]:
     return overrides
 
 
-#: a negative number in any notation (``-1``, ``-.5``, ``-1e-5``)
-NEGATIVE_NUMBER = re.compile(r"-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+#: a negative number in any notation (``-1``, ``-.5``, ``-1e-5``, ``-inf``)
+NEGATIVE_NUMBER = re.compile(r"-((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|inf|infinity)", re.IGNORECASE)
 
 
 def attach_negative_values(argv: list[str]) -> list[str]:

@@ -980,13 +980,14 @@ DELTA_FIX = ["--delta must be strictly between 0 and 1", "--delta 1e-05"]
         (["--delta=-1e-5"], DELTA_FIX),
         (["--delta", "-1e-5"], DELTA_FIX),  # argparse took it for an option: "expected one argument"
         (["--epsilon", "-1e-3"], EPSILON_FIX),
+        (["--epsilon", "-inf"], EPSILON_FIX),  # argparse's "expected one argument" too
         (["--delta", "1"], DELTA_FIX),
         (["--delta", "0.01"], ["--delta 0.01 (given, or a config file's or the preset's) is not below 1/n = 0.00625",
                                "n = 160", "Pass --delta < 1/n"]),
         (["--epsilon", "0.001", "--delta", "1e-4"], ["a single training step would spend epsilon", "--epsilon 0.001"]),
     ],
     ids=["epsilon-zero", "epsilon-negative", "epsilon-nan", "delta-zero", "delta-negative", "delta-negative-spaced",
-         "epsilon-negative-exponent", "delta-one",
+         "epsilon-negative-exponent", "epsilon-minus-infinity", "delta-one",
          "delta-not-below-1/n", "budget-below-one-step"],
 )
 def test_a_meaningless_privacy_budget_is_refused_before_training(tiny_image_data_dir, tmp_path, capsys, extra, keywords):
