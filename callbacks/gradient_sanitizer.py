@@ -214,8 +214,8 @@ class GradientSanitizer(CalibratedNoiseStrategy):
             # the partitions are a seeded permutation of the N record indices: only replacing a
             # record keeps every other record in its partition (see the module docstring)
             self.neighbours = "replace-one"
-            self.mechanism_name = ("gradient sanitizer, GS-WGAN amplified: num_critics critics on disjoint partitions, "
-                                   "trained round-robin; the one answering each generator step drawn uniformly "
+            self.mechanism_name = (f"gradient sanitizer, GS-WGAN amplified: {self.num_critics} critics on disjoint "
+                                   "partitions, trained round-robin; the one answering each generator step drawn uniformly "
                                    "(sampling without replacement)")
             self.accountant = SelectedCriticGaussianAccountant()
         else:
@@ -449,7 +449,8 @@ class GradientSanitizer(CalibratedNoiseStrategy):
         sizes = [len(part) for part in self.sampler.partitions] if self.sampler else []
         return {
             **report,
-            "mode": "GS-WGAN amplified: num_critics critics trained round-robin, one drawn uniformly per generator step",
+            "mode": f"GS-WGAN amplified: {self.num_critics} critics trained round-robin, one drawn uniformly per "
+                    "generator step",
             "critic_schedule": "round-robin (public); answering critic uniform (secret)",
             "sampling_rate": 1.0 / self.num_critics,
             "rdp_per_step": "Wang, Balle & Kasiviswanathan 2019, Theorem 9 (sampling without replacement, "

@@ -432,6 +432,8 @@ def test_the_report_names_the_mode_and_the_budget_holds(critics_run):
     report = read_json(critics_run / "privacy.json")
     assert report["num_critics"] == 4 and report["sampling_rate"] == 0.25
     assert "Theorem 9" in report["rdp_per_step"] and "amplified" in report["mode"]
+    # the count, not the words "num_critics critics" the report printed
+    assert "GS-WGAN amplified: 4 critics" in report["mode"] and "GS-WGAN amplified: 4 critics" in report["mechanism"]
     assert report["neighbours"] == "replace-one"
     assert report["accountant_state"]["mechanism"] == "gaussian-selected-critic-wor"
     assert report["generator_steps"] == report["calibrated_for_steps"] == 6  # one generator step per iteration
