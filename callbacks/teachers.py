@@ -470,8 +470,18 @@ class TeacherStrategy(PrivacyStrategy):
             "epsilon_data_independent": independent,
             "note": "epsilon_data_dependent depends on the teachers' votes, hence on the private data; it is not "
                     "itself differentially private. epsilon_data_independent bounds the queries this run asked, "
-                    f"whatever their votes; {QUERY_COUNT_CAVEAT}.",
+                    f"whatever their votes; {QUERY_COUNT_CAVEAT}.{self._bound_above_target(independent)}",
         }
+
+    def _bound_above_target(self, independent: float) -> str:
+        """Said where the bound that holds whatever the votes passed the target: a reader who quotes
+        ``epsilon`` (the data-dependent figure, within the target) would state a guarantee no
+        figure of this run gives."""
+        if self.target_epsilon is None or not independent > self.target_epsilon:
+            return ""
+        return (f" The data-independent bound, {independent:.4g}, is above --epsilon {self.target_epsilon:g}: the "
+                "target holds only as the PATE papers' data-dependent accounting states it, not whatever the votes; "
+                "for a figure that holds whatever the votes, train with --privacy.accounting data-independent")
 
     def partition_report(self) -> dict[str, Any]:
         sizes = [len(part) for part in self.sampler.partitions] if self.sampler else []

@@ -62,6 +62,7 @@ def test_budget_is_respected_and_both_figures_are_reported(pategan_run):
     assert report["epsilon"] == report["epsilon_data_dependent"] <= report["epsilon_data_independent"]
     assert "not itself differentially private" in report["note"]
     assert "how many queries it asked was decided on the votes too" in report["note"]  # stopped on the votes' figure
+    assert "is above --epsilon" not in report["note"]  # its bound, 7.65, is within the target
     assert 0 < report["steps"] < 50  # stopped by the budget, not by --max-steps
     assert report["laplace_scale"] == pytest.approx(1 / LAMBDA)
     # the data-independent figure written out (PATE-GAN's moments accountant; the pure-DP cap
@@ -1029,6 +1030,21 @@ def test_the_data_dependent_figure_is_set_against_the_bound_only_where_the_votes
             "bound of the queries this run asked" in warning) is not saved
     # either way the figure decided how many queries were asked
     assert "how many queries it asked was decided on the votes too" in warning
+
+
+@pytest.mark.parametrize("independent", [0.9, 3200.0])
+def test_a_data_independent_bound_above_the_target_is_said_in_the_reports_note(independent):
+    """A PATE-GAN run reported epsilon 0.80 (the votes' figure, within a target of 3) beside a
+    bound of 3200 that holds whatever the votes; nothing said that no figure but the votes' meets
+    the target, and the headline read as the guarantee."""
+    strategy = PATEAggregation(num_teachers=5, target_epsilon=1.0, delta=1e-5)
+    strategy.accountant = VotesPricedAt(0.4, independent)
+    strategy.preprocessing = {"epsilon": 0.0, "delta": 0.0}
+    note = strategy.accounting_report()["note"]
+    above = (f"The data-independent bound, {independent:.4g}, is above --epsilon 1: the target holds only as the PATE "
+             "papers' data-dependent accounting states it, not whatever the votes; for a figure that holds whatever the "
+             "votes, train with --privacy.accounting data-independent")
+    assert (above in note) is (independent > 1.0)
 
 
 def test_the_preset_gives_no_batch_size_for_the_teachers_loader_to_leave_unread(tmp_path, capsys):
