@@ -1208,12 +1208,14 @@ class Run:
 
     def stop_cause(self) -> str:
         """Why training ended (``privacy.json``'s ``stopped_by``): ``refused`` (a query batch that
-        would have passed the budget), ``max-steps``, ``max-epochs``, ``budget`` (the budget
+        would have passed the budget), ``fast-dev-run`` (Lightning's debugging run), ``max-steps``, ``max-epochs``, ``budget`` (the budget
         callback's stop before a step that would pass it) or ``other`` (``--trainer.max_time``, a
         signal). A run that stops at 103 of its 1,000 steps with most of its budget left must say
         what ended it."""
         if self.strategy is not None and self.strategy.refusal is not None:
             return "refused"
+        if getattr(self.trainer, "fast_dev_run", False):  # Lightning's debugging run: it ends a run however set
+            return "fast-dev-run"
         # the run's length first: noise calibrated to it leaves no room for one more step there too
         if self.config["max_steps"] and self.module.train_steps >= self.config["max_steps"]:
             return "max-steps"
@@ -1245,6 +1247,8 @@ class Run:
             said = {"budget": "the privacy budget (one more step would spend more than --epsilon)",
                     "max-steps": "--max-steps reached",
                     "max-epochs": f"--max-epochs {self.config['max_epochs']} reached",
+                    "fast-dev-run": "--trainer.fast_dev_run, Lightning's debugging run of a few batches (a check "
+                                    "of the code, not a run to publish)",
                     "other": "a trainer limit or a signal (e.g. --trainer.max_time)"}[cause]
         of = f" of {self.config['max_steps']}" if self.config["max_steps"] else ""
         return f"training stopped after {self.module.train_steps}{of} steps: {said}"

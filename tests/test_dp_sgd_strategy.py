@@ -529,6 +529,16 @@ def test_sigma_is_calibrated_for_the_batches_a_train_batch_limit_leaves_each_epo
     assert 4.9 < report["epsilon"] <= 5
 
 
+def test_a_fast_dev_run_is_named_as_what_ended_it(tiny_image_data_dir, tmp_path, capsys):
+    """Lightning's debugging run ended a private run after one batch, and privacy.json called it
+    stopped by the budget: nothing in the report said it was a check of the code, not a run."""
+    args = tiny_run_args(tiny_image_data_dir, tmp_path / "dev", model="dpgan", steps=5, batch_size=16)
+    assert main(args + ["--epsilon", "5", "--delta", "1e-4", "--trainer.fast_dev_run", "true"]) == 0
+    report = read_json(tmp_path / "dev" / "privacy.json")
+    assert report["stopped_by"] == "fast-dev-run" and report["steps"] == 1
+    assert "--trainer.fast_dev_run, Lightning's debugging run of a few batches" in capsys.readouterr().out
+
+
 def test_the_final_epsilon_is_logged_when_max_epochs_ends_the_run(tiny_image_data_dir, tmp_path):
     args = tiny_run_args(tiny_image_data_dir, tmp_path / "epochs", model="dpgan", steps=None, batch_size=BATCH)
     assert main(args + ["--max-epochs", "1", "--privacy.noise_multiplier", "1.3", "--delta", "1e-4",
