@@ -477,6 +477,29 @@ def refuse_settings_of_the_other_kind(config: dict[str, Any], image: bool) -> No
         resolve_architecture("dcgan", (1,))  # its refusal, before any row is read
 
 
+#: what one neighbouring relation's guarantee protects, in words
+NEIGHBOURS_IN_WORDS = {"add-remove": "one record added to or removed from the training rows",
+                       "replace-one": "one record of the training rows replaced by another"}
+
+
+def guarantee_statement(report: dict[str, Any]) -> str:
+    """privacy.json's figures as the sentence a reader signs off on: what is protected, against
+    which change of the data, and what the figures take as public. The report's keys say the rest."""
+    epsilon, delta = report.get("epsilon"), report.get("delta")
+    if not isinstance(epsilon, (int, float)) or not isinstance(delta, (int, float)):
+        return "no (epsilon, delta) figure was computed for this run"
+    relation = NEIGHBOURS_IN_WORDS.get(report.get("neighbours"), str(report.get("neighbours")))
+    statement = (f"({epsilon:.4g}, {delta:.3g})-differential privacy of what the run releases (the generator, its "
+                 f"checkpoint's released parts and the synthetic data drawn from it) against {relation}. A record is "
+                 "one row of the file: a person with k rows is protected as a group of k records (about k times "
+                 "epsilon, by group privacy). The number of training rows (train_records) and the public schema are "
+                 "taken as public")
+    if report.get("accounting") == "data-dependent":
+        statement += (". This epsilon is the PATE papers' data-dependent figure, itself computed from the private votes "
+                      "(see note and epsilon_data_independent)")
+    return statement + "."
+
+
 class Run:
     """Everything ``train`` does, in the order it does it."""
 
@@ -1423,6 +1446,7 @@ class Run:
                 "software": software_versions(),
             }
         report = self.strategy.privacy_report()
+        report["guarantee"] = guarantee_statement(report)
         report["stopped_by"] = self.stop_cause()
         report["lineage"] = self.lineage
         if self.module.run_info.get("audit_trial"):

@@ -39,6 +39,11 @@ def test_privacy_report_recomputes_with_opacus(fixed_noise_run):
     assert report["mechanism"].startswith("dp-sgd") and report["accountant"] == "rdp"
     assert (report["steps"], report["noise_multiplier"], report["sample_rate"]) == (7, 1.3, RATE)
     assert report["stopped_by"] == "max-steps"  # a fixed noise at epsilon's default target lasts longer
+    # the figures as one sentence a reader signs off on: what, against which change, what is taken as public
+    assert report["guarantee"].startswith(f"({report['epsilon']:.4g}, 0.0001)-differential privacy of what the run "
+                                          "releases")
+    assert "against one record added to or removed from the training rows" in report["guarantee"]
+    assert "train_records" in report["guarantee"] and "data-dependent" not in report["guarantee"]
     # the accountant's code, for a reader of the report later: the installed Opacus and torch
     assert (report["software"]["opacus"], report["software"]["torch"]) == (metadata.version("opacus"), torch.__version__)
     expected = opacus_epsilon(report["noise_multiplier"], report["sample_rate"], report["steps"], report["delta"])

@@ -63,6 +63,8 @@ def test_budget_is_respected_and_both_figures_are_reported(pategan_run):
     assert "not itself differentially private" in report["note"]
     assert "how many queries it asked was decided on the votes too" in report["note"]  # stopped on the votes' figure
     assert "is above --epsilon" not in report["note"]  # its bound, 7.65, is within the target
+    assert "against one record of the training rows replaced by another" in report["guarantee"]
+    assert "This epsilon is the PATE papers' data-dependent figure" in report["guarantee"]
     assert 0 < report["steps"] < 50  # stopped by the budget, not by --max-steps
     assert report["laplace_scale"] == pytest.approx(1 / LAMBDA)
     # the data-independent figure written out (PATE-GAN's moments accountant; the pure-DP cap
