@@ -492,8 +492,8 @@ def guarantee_statement(report: dict[str, Any]) -> str:
     statement = (f"({epsilon:.4g}, {delta:.3g})-differential privacy of what the run releases (the generator, its "
                  f"checkpoint's released parts and the synthetic data drawn from it) against {relation}. A record is "
                  "one row of the file: a person with k rows is protected as a group of k records (about k times "
-                 "epsilon, by group privacy). The number of training rows (train_records) and the public schema are "
-                 "taken as public")
+                 "epsilon, by group privacy). The number of training rows (train_records) is taken as public, as is "
+                 "a schema given as public (a DP-estimated one is a release counted in preprocessing)")
     if report.get("accounting") == "data-dependent":
         statement += (". This epsilon is the PATE papers' data-dependent figure, itself computed from the private votes "
                       "(see note and epsilon_data_independent)")
