@@ -19,7 +19,8 @@ import lightning as L
 import torch
 
 
-#: the divergence's other remedy, for a private run: its noise grows with the clipping bound
+#: the divergence's other remedy, for a strategy that clips (DP-SGD, the sanitizer): its noise grows
+#: with the clipping bound
 NOISE_REMEDY = (", or the noise's scale (--privacy.max_grad_norm or --privacy.max_norm, times the noise "
                 "multiplier)")
 
@@ -36,11 +37,12 @@ class FiniteGeneratorGuard(L.Callback):
         if not bool(finite):  # one device-to-host sync per batch
             from lightning_dpgan.modules.base import privacy_strategy_of
 
-            private = privacy_strategy_of(trainer) is not None  # a baseline has no noise to lower
+            strategy = privacy_strategy_of(trainer)  # a baseline, PATE or G-PATE has no clipping bound to lower
+            clipped = any(hasattr(strategy, bound) for bound in ("max_grad_norm", "max_norm"))
             raise TrainingDivergedError(
                 f"the generator's parameters became NaN or infinite at training step {pl_module.train_steps}: "
                 "training diverged. No synthetic data or privacy report was written, and the last checkpoint (if "
                 "any) is from before; the run folder keeps its config.yaml and logs/ (a rerun there needs "
-                f"--overwrite). Lower the learning rates (--model.*lr*){NOISE_REMEDY if private else ''}, and start "
+                f"--overwrite). Lower the learning rates (--model.*lr*){NOISE_REMEDY if clipped else ''}, and start "
                 "again."
             )

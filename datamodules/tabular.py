@@ -698,9 +698,11 @@ class TabularDataModule(L.LightningDataModule):
     # --- helpers for subclasses --------------------------------------------------------------
 
     def _label_name(self) -> Any:
-        """The label column's name where it is known without a release: a CSV's --data.target, or
-        a schema already built (never built here: a CSV's may be a DP estimate of the rows)."""
-        return getattr(self, "target", None) or (self._schema.label if self._schema is not None else None)
+        """The label column's name where it is known without a release: a CSV's --data.target, a
+        public schema's label (a CSV's schema may be a DP estimate of the rows: not built here)."""
+        if getattr(self, "target", None) is not None:
+            return self.target
+        return None if getattr(self, "estimates_schema", False) else self.schema.label
 
     def _load_frames(self) -> None:
         if self.train_frame is None:

@@ -119,10 +119,10 @@ def describe(hint: Any) -> str:
 def mismatches(section: str, args: dict[str, Any], cls: type) -> list[str]:
     """One message per value of ``args`` that does not match its parameter's annotation."""
     hints = annotations_of(cls)
-    wrong = [f"{section}.{key} must be {describe(hints[key])}, got {value!r}{_sexagesimal_note(value, hints[key])}"
-             f"{_quoting_note(section, key, value, hints[key])}"
-             for key, value in args.items() if key in hints and not matches(value, hints[key])]
-    return wrong + _non_finite(section, args)
+    mistyped = [key for key, value in args.items() if key in hints and not matches(value, hints[key])]
+    wrong = [f"{section}.{key} must be {describe(hints[key])}, got {args[key]!r}{_sexagesimal_note(args[key], hints[key])}"
+             f"{_quoting_note(section, key, args[key], hints[key])}" for key in mistyped]
+    return wrong + _non_finite(section, {key: value for key, value in args.items() if key not in mistyped})
 
 
 def _non_finite(section: str, args: dict[str, Any]) -> list[str]:

@@ -447,10 +447,11 @@ def _presets_setting(config: dict[str, Any], section: str, keys: list[str]) -> s
     return f" (set by the preset {', '.join(f'configs/{name}' for name in names)})" if names else ""
 
 
-def _strategy_owned_hint(section: str, keys: list[str]) -> str:
+def _strategy_owned_hint(section: str, keys: list[str], cls: type) -> str:
     """Where a model setting its privacy strategy owns is set (``--model.num_teachers`` would
-    otherwise meet a model whose strategy builds another number of teachers)."""
-    owned = [key for key in keys if section == "model" and key in STRATEGY_OWNED]
+    otherwise meet a model whose strategy builds another number of teachers); only for a model
+    that takes it (DP-SGD has no --privacy.num_teachers to point a DPGAN at)."""
+    owned = [key for key in keys if section == "model" and key in STRATEGY_OWNED and key in init_arguments(cls)]
     return f" ({', '.join(owned)}: the privacy strategy's, set with {', '.join(f'--privacy.{key}' for key in owned)})" if owned else ""
 
 
@@ -466,7 +467,7 @@ def section_arguments(config: dict[str, Any], section: str, cls: type, provided:
         owner = config[section].get("name") or cls.__name__
         raise ConfigError(
             f"unknown key(s) {', '.join(f'{section}.{key}' for key in unknown)} for {section} '{owner}'"
-            f"{_presets_setting(config, section, unknown)}{_strategy_owned_hint(section, unknown)}. "
+            f"{_presets_setting(config, section, unknown)}{_strategy_owned_hint(section, unknown, cls)}. "
             f"Valid keys: {', '.join(f'{section}.{name}' for name in valid)}."
         )
     wrong = mismatches(section, args, cls)

@@ -382,6 +382,21 @@ def trainer_options_below_their_floor(options: dict[str, Any]) -> list[str]:
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value < floor(key)]
 
 
+def train_batch_limit_refusal(limit: Any) -> str | None:
+    """Why ``--trainer.limit_train_batches`` is no limit Lightning trains under, or None: 0 (no
+    batch), NaN or infinite, or a fraction above 1 that is no whole count. Lightning refused the
+    last two itself, but only as it started, after a table's DP releases had drawn from the rows."""
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+        return None
+    if limit == 0:
+        return ("trainer.limit_train_batches 0 trains no batch: leave it out, or give a count of batches (>= 1) or a "
+                "fraction of each epoch in (0, 1]")
+    if not math.isfinite(limit) or (isinstance(limit, float) and limit > 1 and not limit.is_integer()):
+        return (f"trainer.limit_train_batches {limit!r} is neither a count of batches (a whole number >= 1) nor a "
+                "fraction of each epoch in (0, 1]")
+    return None
+
+
 def max_time_refusal(max_time: Any) -> str | None:
     """Why ``--trainer.max_time`` is no duration Lightning's ``Timer`` can keep, or None. Asked of
     the Timer itself, whose own errors name neither the flag nor a form that works (and a
@@ -1043,10 +1058,8 @@ class Run:
         if options.get("barebones"):  # Lightning's own refusal names a logger the user never gave
             raise ConfigError("trainer.barebones turns off the logger and checkpoints a run writes its metrics, "
                               "privacy report and checkpoints with: leave it out")
-        limit = options.get("limit_train_batches")
-        if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit == 0:
-            raise ConfigError("trainer.limit_train_batches 0 trains no batch: leave it out, or give a count of "
-                              "batches (>= 1) or a fraction of each epoch in (0, 1]")
+        if refusal := train_batch_limit_refusal(options.get("limit_train_batches")):
+            raise ConfigError(refusal)
         below = trainer_options_below_their_floor(options)  # Lightning takes -5 steps between logs in silence
         if below:
             raise ConfigError("; ".join(below))

@@ -115,6 +115,9 @@ def test_a_subclass_annotation_wins_and_the_chain_stops_without_kwargs():
     # for a logger the user never gave
     (["--trainer.limit_train_batches", "0"], "trainer.limit_train_batches 0 trains no batch"),
     (["--trainer.limit_train_batches", "0.0"], "trainer.limit_train_batches 0 trains no batch"),
+    # Lightning refused these itself, as it started: after a table's DP releases
+    (["--trainer.limit_train_batches", "1.5"], "trainer.limit_train_batches 1.5 is neither a count of batches"),
+    (["--trainer.limit_train_batches", ".nan"], "trainer.limit_train_batches nan is neither a count of batches"),
     (["--trainer.barebones", "true"], "trainer.barebones turns off the logger and checkpoints a run writes"),
     # no setting means anything at .inf or .nan: a NaN weight clip turned clipping off in silence, and
     # config.yaml wrote either as null, which a rerun from it refused

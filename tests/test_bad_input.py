@@ -2083,3 +2083,9 @@ def test_a_model_setting_its_privacy_strategy_owns_is_refused_with_where_to_set_
         main(["train", "--model", model, "--dataset", "adult", "--help"])
     listed = capsys.readouterr().out
     assert f"--privacy.{setting}" in listed and f"--model.{setting}" not in listed
+    # a model that takes no such setting is not pointed at a --privacy.* its strategy would refuse too
+    dpgan = ["train", "--model", "dpgan", "--dataset", "adult", "--data-dir", args[args.index("--data-dir") + 1],
+             "--output-dir", str(out), "--overwrite", "--max-steps", "2", "--epsilon", "5", "--batch-size", "8",
+             f"--model.{setting}", "7"]
+    line = assert_refused(dpgan, capsys, f"unknown key(s) model.{setting} for model 'dpgan'")
+    assert "--privacy." not in line

@@ -227,10 +227,13 @@ def test_one_non_finite_generator_weight_stops_the_run(bad):
     # a clipping bound of 1e300 (noise of that scale) diverges as surely as a learning rate
     assert "keeps its config.yaml and logs/ (a rerun there needs --overwrite)" in str(diverged.value)
     assert "--privacy.max_grad_norm" in str(diverged.value)
-    # a baseline has no noise: the --privacy.* remedy it was offered is refused for it
-    with pytest.raises(TrainingDivergedError) as diverged:
-        guard.on_train_batch_end(baseline, module)
-    assert "--model.*lr*" in str(diverged.value) and "--privacy." not in str(diverged.value)
+    # a baseline has no noise, and PATE no clipping bound: the --privacy.* remedy would be refused for them
+    from lightning_dpgan.callbacks.pate import PATEAggregation
+
+    for unclipped in (baseline, SimpleNamespace(callbacks=[PATEAggregation(num_teachers=5, target_epsilon=1.0)])):
+        with pytest.raises(TrainingDivergedError) as diverged:
+            guard.on_train_batch_end(unclipped, module)
+        assert "--model.*lr*" in str(diverged.value) and "--privacy." not in str(diverged.value)
 
 
 def test_a_resume_extends_its_checkpoints_lineage_without_changing_it():

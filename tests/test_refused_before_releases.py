@@ -164,7 +164,8 @@ def test_a_quail_split_no_noise_can_certify_is_refused_before_the_dp_modes(tmp_p
     only as it trained, after the DP modes had spent their budget."""
     csv, schema = public_schema_csv(tmp_path, table())
     assert main(train_args(csv, tmp_path / "out", "quail", "--data.schema", str(schema), "--epsilon", "8",
-                           "--delta", "8e-6", "--batch-size", "16", "--quail-split", "1e-9")) == 2
+                           "--delta", "8e-6", "--batch-size", "16", "--quail.batch_size", "16", "--quail-split",
+                           "1e-9")) == 2
     line = error_line(capsys)
     assert "QUAIL's label model gets --quail-split 1e-09 of --epsilon 8 and --delta 8e-06 (epsilon 8e-09, delta 8e-15)" in line
     assert "certifies no less than epsilon" in line and line.endswith("Refused before any row was read: nothing was spent")

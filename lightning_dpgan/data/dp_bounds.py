@@ -277,7 +277,7 @@ def _infer_column(
     if is_categorical:
         categories, cost = dp_categories(series, epsilon, delta, rng=rng)
         if not categories:
-            rest = ("the label's classes released, or check --data.target and --data.label_kind (a numeric label "
+            rest = ("the label's classes listed, or check --data.target and --data.label_kind (a numeric label "
                     "is --data.label_kind continuous)" if is_label else
                     "the public category list. No budget releases the values of an ID or free-text column (each held "
                     f"by a row or a few): leave such a column out with --data.drop {as_flag_value(name)}")

@@ -792,7 +792,7 @@ def missing_values_remedy(frame: pd.DataFrame, target: Any = None) -> str:
                    "value at all: drop the column instead (--data.drop, or the schema file's 'drop' list)")
     if len(features) < len(empty):
         remedy += (f"; the label column {str(target)!r} holds no value at all: it has nothing to learn from (a label "
-                   "cannot be dropped): check the file, or give another --data.target")
+                   "cannot be dropped): check the file (a CSV's label is the column --data.target names)")
     return remedy
 
 
