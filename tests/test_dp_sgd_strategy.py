@@ -44,6 +44,9 @@ def test_privacy_report_recomputes_with_opacus(fixed_noise_run):
                                           "releases")
     assert "against one record added to or removed from the training rows" in report["guarantee"]
     assert "train_records" in report["guarantee"] and "data-dependent" not in report["guarantee"]
+    # an image run's preprocessing is named, not an unexplained 0
+    assert report["preprocessing"] == {"epsilon": 0.0, "delta": 0.0, "neighbours": "add-remove", "mechanism":
+                                       "fixed pixel scaling to [-1, 1] (reads no statistic of the images)"}
     # the accountant's code, for a reader of the report later: the installed Opacus and torch
     assert (report["software"]["opacus"], report["software"]["torch"]) == (metadata.version("opacus"), torch.__version__)
     expected = opacus_epsilon(report["noise_multiplier"], report["sample_rate"], report["steps"], report["delta"])
