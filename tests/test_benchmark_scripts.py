@@ -601,3 +601,22 @@ def test_canary_audit_audits_each_claimed_epsilon_sound_and_without_noise(tmp_pa
     canary_audit.main()
     assert audits == [(0.5, "eps0.5_sound", None, 4), (0.5, "eps0.5_no_noise", canary_audit.without_noise, 4),
                       (2.0, "eps2_sound", None, 4), (2.0, "eps2_no_noise", canary_audit.without_noise, 4)]
+
+
+def test_large_table_times_each_stage_on_the_table_it_makes(tmp_path, capsys):
+    """The script's table is what its schema declares (the mode-specific encoding's width follows
+    from the schema alone), the split is the datamodule's, and a figure is printed per stage."""
+    script = load_benchmark_script("large_table")
+    frame, schema = script.make_table(50)
+    assert list(frame.columns) == [column["name"] for column in schema["columns"]]
+    for column in schema["columns"]:
+        if column["kind"] == "categorical":
+            assert set(frame[column["name"]]) <= set(column["categories"])
+        else:
+            assert frame[column["name"]].between(*column["bounds"]).all()
+    result = script.main(["--rows", "400"])
+    assert result["rows"] == 400 and result["training_rows"] == 320  # the default test fraction, 0.2
+    assert [stage["stage"] for stage in result["stages"]] == ["read and split", "DP modes and encoding (setup)"]
+    assert all(stage["seconds"] >= 0 and stage["peak_mb"] > 0 for stage in result["stages"])
+    printed = capsys.readouterr().out.splitlines()
+    assert json.loads(printed[-1]) == result and printed[0].startswith("read and split")
