@@ -160,6 +160,8 @@ def _checkpoint_record(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         example = path / (LAST_CHECKPOINT.name if path.name == LAST_CHECKPOINT.parent.name else LAST_CHECKPOINT)
+        if not example.is_file() and (held := sorted(path.glob("*.ckpt"))):  # a folder of checkpoints of its own
+            example = path / (LAST_CHECKPOINT.name if (path / LAST_CHECKPOINT.name).is_file() else held[-1].name)
         raise CheckpointError(f"{path} is a folder, not a checkpoint: pass the checkpoint file in it, e.g. {example}")
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")

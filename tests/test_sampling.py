@@ -386,6 +386,16 @@ def test_a_checkpoints_folder_given_as_checkpoint_names_the_file_in_it(tmp_path)
     assert str(excinfo.value).endswith(f"e.g. {tmp_path / 'checkpoints' / 'last.ckpt'}")
 
 
+def test_a_folder_of_checkpoints_of_its_own_names_one_it_holds(tmp_path):
+    """A folder holding step-500.ckpt (checkpoints copied out of their run) was told to pass
+    FOLDER/checkpoints/last.ckpt, which it does not have."""
+    (tmp_path / "step-500.ckpt").write_bytes(b"")
+    (tmp_path / "step-1000.ckpt").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="is a folder, not a checkpoint") as excinfo:
+        read_run_info(tmp_path)
+    assert str(excinfo.value).endswith(f"e.g. {tmp_path / 'step-500.ckpt'}")  # the last by name: some file it holds
+
+
 def test_a_checkpoint_made_by_hand_with_run_information_is_refused_not_a_traceback(tmp_path):
     """torch.save of the run information alone passed every check, then Lightning's loader ended
     in KeyError: 'pytorch-lightning_version'."""
