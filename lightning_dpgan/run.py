@@ -1244,9 +1244,9 @@ class Run:
 
     def stop_cause(self) -> str:
         """Why training ended (``privacy.json``'s ``stopped_by``): ``refused`` (a query batch that
-        would have passed the budget), ``fast-dev-run`` (Lightning's debugging run), ``max-steps``, ``max-epochs``, ``budget`` (the budget
-        callback's stop before a step that would pass it) or ``other`` (``--trainer.max_time``, a
-        signal). A run that stops at 103 of its 1,000 steps with most of its budget left must say
+        would have passed the budget), ``fast-dev-run`` (Lightning's debugging run), ``max-steps``,
+        ``max-epochs``, ``budget`` (the budget callback's stop before a step that would pass it) or
+        ``other`` (``--trainer.max_time``, a signal). A run that stops at 103 of its 1,000 steps with most of its budget left must say
         what ended it."""
         if self.strategy is not None and self.strategy.refusal is not None:
             return "refused"
