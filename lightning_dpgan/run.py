@@ -61,7 +61,7 @@ from lightning_dpgan.run_folder import (AUDIT_TRIAL_NOTE, LAST_CHECKPOINT, RELEA
                                         refuse_holding_the_data_files)
 from lightning_dpgan.sampling import read_run_info, resume_checkpoint, synthetic_row_chunks, table_labeler
 from lightning_dpgan.sigterm import on_sigterm
-from lightning_dpgan.versions import software_versions
+from lightning_dpgan.versions import software_versions, source_commit
 
 #: rank 0's released preprocessing, for the other processes of a DDP run (in the run folder)
 RANK_ZERO_RELEASE = ".released_preprocessing.pt"
@@ -524,6 +524,9 @@ class Run:
         self.config = config
         self.output_dir = output_dir
         self.published_dir = output_dir if published_dir is None else published_dir
+        # the checkout's commit and state as the run starts (read once, then kept): read as the
+        # report is written, a commit made during training was named as the code that trained
+        source_commit()
         # first: on machines other than 0 the next lines wait for machine 0's release
         check_machines_can_meet(config["trainer"].get("num_nodes"))
         L.seed_everything(config["seed"], workers=True, verbose=False)

@@ -208,3 +208,22 @@ def test_a_package_that_is_not_installed_is_said_so_in_the_version_line(monkeypa
 def test_the_top_level_help_lists_the_version_option(capsys):
     assert exit_code(["--help"]) in (0, None)
     assert "--version" in capsys.readouterr().out
+
+
+def test_the_report_names_the_checkouts_state_as_the_run_started(tiny_image_data_dir, tmp_path, monkeypatch, request):
+    """The checkout's state was read as privacy.json was written: a file edited (or a commit made)
+    while the run trained was reported as the code that trained it."""
+    from run_helpers import act_after_training_step, read_json, tiny_run_args
+
+    package = _package_in(tmp_path / "checkout")
+    (package.parent / "pyproject.toml").write_text("[project]\nname = 'lightning-dpgan'\n")
+    subprocess.run(["git", "init", "-q"], cwd=package.parent, check=True)
+    _commit_all(package.parent)
+    monkeypatch.setattr(lightning_dpgan, "__file__", str(package / "__init__.py"))
+    request.addfinalizer(source_commit.cache_clear)
+    source_commit.cache_clear()
+    act_after_training_step(monkeypatch, 1, lambda: (package / "__init__.py").write_text("# edited while training\n"))
+    assert main(tiny_run_args(tiny_image_data_dir, tmp_path / "run", steps=2)) == 0
+    assert read_json(tmp_path / "run" / "privacy.json")["software"]["lightning-dpgan source"]["modified"] is False
+    source_commit.cache_clear()
+    assert source_commit()["modified"] is True  # the edit happened, after the run had read the state
