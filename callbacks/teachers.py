@@ -480,8 +480,7 @@ class TeacherStrategy(PrivacyStrategy):
         if self.target_epsilon is None or not independent > self.target_epsilon:
             return ""
         return (f" The data-independent bound, {independent:.4g}, is above --epsilon {self.target_epsilon:g}: the "
-                "target holds only as the PATE papers' data-dependent accounting states it, not whatever the votes; "
-                "for a figure that holds whatever the votes, train with --privacy.accounting data-independent")
+                "target holds only as the PATE papers' data-dependent accounting states it, not whatever the votes.")
 
     def partition_report(self) -> dict[str, Any]:
         sizes = [len(part) for part in self.sampler.partitions] if self.sampler else []

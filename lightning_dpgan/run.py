@@ -61,6 +61,7 @@ from lightning_dpgan.run_folder import (AUDIT_TRIAL_NOTE, LAST_CHECKPOINT, RELEA
                                         refuse_holding_the_data_files)
 from lightning_dpgan.sampling import read_run_info, resume_checkpoint, synthetic_row_chunks, table_labeler
 from lightning_dpgan.sigterm import on_sigterm
+from lightning_dpgan.privacy.noise_source import fixed_seed_sources_in_report, not_for_release
 from lightning_dpgan.versions import software_versions, source_commit
 
 #: rank 0's released preprocessing, for the other processes of a DDP run (in the run folder)
@@ -493,26 +494,46 @@ def refuse_settings_of_the_other_kind(config: dict[str, Any], image: bool) -> No
 
 
 #: what one neighbouring relation's guarantee protects, in words
-NEIGHBOURS_IN_WORDS = {"add-remove": "one record added to or removed from the training rows",
-                       "replace-one": "one record of the training rows replaced by another"}
+NEIGHBOURS_IN_WORDS = {"add-remove": "one record added to or removed from the training records",
+                       "replace-one": "one record of the training records replaced by another"}
 
 
-def guarantee_statement(report: dict[str, Any]) -> str:
+def guarantee_statement(report: dict[str, Any], image: bool) -> str:
     """privacy.json's figures as the sentence a reader signs off on: what is protected, against
-    which change of the data, and what the figures take as public. The report's keys say the rest."""
+    which change of the data, what the figures take as public, and where the report's own keys
+    say the figure is no guarantee (the PATE papers' data-dependent epsilon, a fixed noise seed,
+    shuffled batches, an audit's trial). The report's keys say the rest."""
     epsilon, delta = report.get("epsilon"), report.get("delta")
     if not isinstance(epsilon, (int, float)) or not isinstance(delta, (int, float)):
-        return "no (epsilon, delta) figure was computed for this run"
+        return "epsilon is unbounded: this run gives no (epsilon, delta) guarantee."
     relation = NEIGHBOURS_IN_WORDS.get(report.get("neighbours"), str(report.get("neighbours")))
-    statement = (f"({epsilon:.4g}, {delta:.3g})-differential privacy of what the run releases (the generator, its "
-                 f"checkpoint's released parts and the synthetic data drawn from it) against {relation}. A record is "
-                 "one row of the file: a person with k rows is protected as a group of k records (about k times "
-                 "epsilon, by group privacy). The number of training rows (train_records) is taken as public, as is "
-                 "a schema given as public (a DP-estimated one is a release counted in preprocessing)")
+    released = "what the run releases (the generator, its checkpoint's released parts and the synthetic data drawn from it)"
     if report.get("accounting") == "data-dependent":
-        statement += (". This epsilon is the PATE papers' data-dependent figure, itself computed from the private votes "
-                      "(see note and epsilon_data_independent)")
-    return statement + "."
+        bound = report.get("epsilon_data_independent")
+        held = (f"({bound:.4g}, {delta:.3g})-differential privacy of {released}" if isinstance(bound, (int, float))
+                else "no figure")
+        said = (f"epsilon {epsilon:.4g} is the PATE papers' data-dependent figure, itself computed from the private "
+                f"votes: no (epsilon, delta) guarantee at that figure. What holds whatever the votes is {held}, "
+                f"against {relation} (epsilon_data_independent; the note says what it leaves out)")
+    else:
+        said = f"({epsilon:.4g}, {delta:.3g})-differential privacy of {released} against {relation}"
+    unit = ("A record is one training image" if image else
+            "A record is one row of the file: a person with k rows is protected as a group of k records (about k "
+            "times epsilon, by group privacy)")
+    public = ("The number of training records (train_records) is taken as public" if image else
+              "The number of training rows (train_records) is taken as public, as is a schema given as public (a "
+              "DP-estimated one is a release counted in preprocessing)")
+    caveats = []
+    if sources := fixed_seed_sources_in_report(report):
+        caveats.append(f"Not for release: {not_for_release(sources)}")
+    if report.get("sampling") == "shuffle":
+        caveats.append("Its batches were shuffled, not Poisson-sampled: epsilon is computed as if they were, common "
+                       "practice but not a proven bound")
+    if report.get("segments_stopped_on_the_votes"):
+        caveats.append("Segments of it stopped on the votes: see the note")
+    if report.get("audit_trial"):
+        caveats.append(f"It is {report['audit_trial']}: not for release")
+    return ". ".join([said, unit, public, *caveats]) + "."
 
 
 class Run:
@@ -1462,11 +1483,11 @@ class Run:
                 "software": software_versions(),
             }
         report = self.strategy.privacy_report()
-        report["guarantee"] = guarantee_statement(report)
         report["stopped_by"] = self.stop_cause()
         report["lineage"] = self.lineage
         if self.module.run_info.get("audit_trial"):
             report["audit_trial"] = self.module.run_info["audit_trial"]
+        report["guarantee"] = guarantee_statement(report, self.is_image)
         if self.labeler is not None:
             report["quail"] = {
                 "synthesizer": self.quail.synthesizer,

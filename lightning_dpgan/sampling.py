@@ -160,8 +160,9 @@ def _checkpoint_record(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         example = path / (LAST_CHECKPOINT.name if path.name == LAST_CHECKPOINT.parent.name else LAST_CHECKPOINT)
-        if not example.is_file() and (held := sorted(path.glob("*.ckpt"))):  # a folder of checkpoints of its own
-            example = path / (LAST_CHECKPOINT.name if (path / LAST_CHECKPOINT.name).is_file() else held[-1].name)
+        held = [*path.glob("*.ckpt"), *path.glob(f"{LAST_CHECKPOINT.parent.name}/*.ckpt")]
+        if not example.is_file() and held:  # checkpoints of their own: the newest written
+            example = max(held, key=lambda checkpoint: checkpoint.stat().st_mtime)
         raise CheckpointError(f"{path} is a folder, not a checkpoint: pass the checkpoint file in it, e.g. {example}")
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")

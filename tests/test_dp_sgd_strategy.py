@@ -42,8 +42,11 @@ def test_privacy_report_recomputes_with_opacus(fixed_noise_run):
     # the figures as one sentence a reader signs off on: what, against which change, what is taken as public
     assert report["guarantee"].startswith(f"({report['epsilon']:.4g}, 0.0001)-differential privacy of what the run "
                                           "releases")
-    assert "against one record added to or removed from the training rows" in report["guarantee"]
+    assert "against one record added to or removed from the training records" in report["guarantee"]
     assert "train_records" in report["guarantee"] and "data-dependent" not in report["guarantee"]
+    assert "A record is one training image" in report["guarantee"] and "schema" not in report["guarantee"]
+    # its noise came from --privacy.noise_seed: the sentence says the figure is not for release
+    assert "Not for release: its secret draws came from a fixed seed" in report["guarantee"]
     # an image run's preprocessing is named, not an unexplained 0
     assert report["preprocessing"] == {"epsilon": 0.0, "delta": 0.0, "neighbours": "add-remove", "mechanism":
                                        "fixed pixel scaling to [-1, 1] (reads no statistic of the images)"}

@@ -1073,6 +1073,10 @@ def test_the_report_says_how_its_epsilon_was_spent_and_that_it_is_not_for_publis
                                          "only: anyone with the seed can replay the noise)"}, {}).read_text()
     assert "The run is not private: its secret draws came from a fixed seed" in seeded.split("## Privacy")[0]
     assert "Publish the synthetic data and `privacy.json`" not in seeded
+    # Lightning's fast_dev_run: a check of the code, not a run to publish
+    debugging = write_report(tmp_path, {}, {**privacy, "stopped_by": "fast-dev-run"}, {}).read_text()
+    assert "The run was Lightning's fast_dev_run, a check of the code" in debugging
+    assert "Publish the synthetic data and `privacy.json`" not in debugging
     resumed = {**privacy, "segments": [{"from_step": 0, "noise_source": "own generator seeded from OS entropy"},
                                        {"from_step": 4, "selection_source": "FIXED SEED 2 (--privacy.selection_seed)"}]}
     assert "from step 4: FIXED SEED 2" in write_report(tmp_path, {}, resumed, {}).read_text()

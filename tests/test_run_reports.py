@@ -263,3 +263,21 @@ def test_a_resumed_runs_config_yaml_neither_resumes_nor_overwrites_when_reused(t
     assert "resume" not in saved and "overwrite" not in saved
     again = build_config(["--config", str(second / "config.yaml"), "--output-dir", str(tmp_path / "again")])
     assert again["resume"] is None and again["overwrite"] is False
+
+
+def test_the_guarantee_sentence_says_where_the_reports_own_keys_take_the_figure_back():
+    """Each key that makes epsilon no guarantee (shuffled batches, segments stopped on the votes,
+    an audit's trial) adds its caveat; an unbounded epsilon is said as such, not as no figure."""
+    from lightning_dpgan.run import guarantee_statement
+
+    base = {"epsilon": 1.5, "delta": 1e-5, "neighbours": "add-remove"}
+    plain = guarantee_statement(base, image=False)
+    assert plain.startswith("(1.5, 1e-05)-differential privacy of what the run releases")
+    assert "against one record added to or removed from the training records" in plain and "Not for release" not in plain
+    assert "its batches were shuffled" in guarantee_statement({**base, "sampling": "shuffle"}, image=False).lower()
+    assert "Segments of it stopped on the votes" in guarantee_statement({**base, "segments_stopped_on_the_votes": [0]},
+                                                                        image=False)
+    assert "It is audit trial 3: not for release" in guarantee_statement({**base, "audit_trial": "audit trial 3"},
+                                                                         image=False)
+    assert guarantee_statement({**base, "epsilon": None}, image=False) == \
+        "epsilon is unbounded: this run gives no (epsilon, delta) guarantee."

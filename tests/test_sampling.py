@@ -389,11 +389,21 @@ def test_a_checkpoints_folder_given_as_checkpoint_names_the_file_in_it(tmp_path)
 def test_a_folder_of_checkpoints_of_its_own_names_one_it_holds(tmp_path):
     """A folder holding step-500.ckpt (checkpoints copied out of their run) was told to pass
     FOLDER/checkpoints/last.ckpt, which it does not have."""
+    import os
+
     (tmp_path / "step-500.ckpt").write_bytes(b"")
     (tmp_path / "step-1000.ckpt").write_bytes(b"")
+    os.utime(tmp_path / "step-500.ckpt", (1_000, 1_000))  # written first
     with pytest.raises(CheckpointError, match="is a folder, not a checkpoint") as excinfo:
         read_run_info(tmp_path)
-    assert str(excinfo.value).endswith(f"e.g. {tmp_path / 'step-500.ckpt'}")  # the last by name: some file it holds
+    assert str(excinfo.value).endswith(f"e.g. {tmp_path / 'step-1000.ckpt'}")  # the newest it holds
+    # a run folder whose checkpoints/ holds step files but no last.ckpt: one of those, not last.ckpt
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "step-20.ckpt").write_bytes(b"")
+    with pytest.raises(CheckpointError) as excinfo:
+        read_run_info(run)
+    assert str(excinfo.value).endswith(f"e.g. {run / 'checkpoints' / 'step-20.ckpt'}")
 
 
 def test_a_checkpoint_made_by_hand_with_run_information_is_refused_not_a_traceback(tmp_path):

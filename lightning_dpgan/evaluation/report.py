@@ -178,6 +178,9 @@ def _not_for_publishing(privacy: Mapping[str, Any] | None) -> str:
               "are not covered by any privacy guarantee.")
     if not privacy or privacy.get("epsilon") is None:
         return f"{report} The run states no privacy guarantee: do not publish its synthetic data as private."
+    if privacy.get("stopped_by") == "fast-dev-run":
+        return (f"{report} The run was Lightning's fast_dev_run, a check of the code: publish neither its synthetic "
+                "data nor its `privacy.json`; train without --trainer.fast_dev_run to release.")
     if privacy.get("audit_trial"):
         return (f"{report} The run is {privacy['audit_trial']}: publish neither this run's synthetic data nor its "
                 "`privacy.json`; release a generator trained by `train` instead.")
