@@ -215,8 +215,8 @@ class GradientSanitizer(CalibratedNoiseStrategy):
             # record keeps every other record in its partition (see the module docstring)
             self.neighbours = "replace-one"
             self.mechanism_name = (f"gradient sanitizer, GS-WGAN amplified: {self.num_critics} critics on disjoint "
-                                   "partitions, trained round-robin; the one answering each generator step drawn uniformly "
-                                   "(sampling without replacement)")
+                                   "partitions, trained round-robin; the one answering each generator step drawn "
+                                   "uniformly (sampling without replacement)")
             self.accountant = SelectedCriticGaussianAccountant()
         else:
             self.accountant = GaussianAccountant()

@@ -149,7 +149,8 @@ class IDXImageDataModule(L.LightningDataModule):
     def privacy_cost(self) -> dict[str, Any]:
         """Nothing: pixels are scaled by the fixed map x / 127.5 - 1, which reads no statistic of
         the images (privacy.json's preprocessing says so rather than an unexplained 0)."""
-        return {"epsilon": 0.0, "delta": 0.0, "mechanism": "fixed pixel scaling to [-1, 1] (reads no statistic of the images)"}
+        return {"epsilon": 0.0, "delta": 0.0,
+                "mechanism": "fixed pixel scaling to [-1, 1] (reads no statistic of the images)"}
 
     def train_rows_digest(self) -> str:
         """SHA-256 of the training images and labels as they are trained on (after the dev split).

@@ -714,10 +714,9 @@ class TabularDataModule(L.LightningDataModule):
                     if (counts := missing_value_counts(frame))]
             if gaps:
                 where = "; ".join(f"in the {split} rows, columns: {counts}" for split, counts, _ in gaps)
-                raise SchemaError(f"{self.name}: missing values (NaN) {where}; "
-                                  f"{missing_values_remedy(pd.concat([frame for _, _, frame in gaps]), self._label_name())}"
-                                  " (every row is "
-                                  "checked before training, the held-out ones too)")
+                remedy = missing_values_remedy(pd.concat([frame for _, _, frame in gaps]), self._label_name())
+                raise SchemaError(f"{self.name}: missing values (NaN) {where}; {remedy} (every row is checked "
+                                  "before training, the held-out ones too)")
             self.test_frame = test
             kept, dev = dev_split(len(train), self.hparams.dev_fraction, self.hparams.split_seed)
             if len(dev):

@@ -120,8 +120,9 @@ def mismatches(section: str, args: dict[str, Any], cls: type) -> list[str]:
     """One message per value of ``args`` that does not match its parameter's annotation."""
     hints = annotations_of(cls)
     mistyped = [key for key, value in args.items() if key in hints and not matches(value, hints[key])]
-    wrong = [f"{section}.{key} must be {describe(hints[key])}, got {args[key]!r}{_sexagesimal_note(args[key], hints[key])}"
-             f"{_quoting_note(section, key, args[key], hints[key])}" for key in mistyped]
+    wrong = [f"{section}.{key} must be {describe(hints[key])}, got {args[key]!r}"
+             f"{_sexagesimal_note(args[key], hints[key])}{_quoting_note(section, key, args[key], hints[key])}"
+             for key in mistyped]
     return wrong + _non_finite(section, {key: value for key, value in args.items() if key not in mistyped})
 
 

@@ -452,7 +452,9 @@ def _strategy_owned_hint(section: str, keys: list[str], cls: type) -> str:
     otherwise meet a model whose strategy builds another number of teachers); only for a model
     that takes it (DP-SGD has no --privacy.num_teachers to point a DPGAN at)."""
     owned = [key for key in keys if section == "model" and key in STRATEGY_OWNED and key in init_arguments(cls)]
-    return f" ({', '.join(owned)}: the privacy strategy's, set with {', '.join(f'--privacy.{key}' for key in owned)})" if owned else ""
+    if not owned:
+        return ""
+    return f" ({', '.join(owned)}: the privacy strategy's, set with {', '.join(f'--privacy.{key}' for key in owned)})"
 
 
 def section_arguments(config: dict[str, Any], section: str, cls: type, provided: tuple[str, ...] = ()) -> dict[str, Any]:

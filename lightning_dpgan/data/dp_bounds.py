@@ -41,8 +41,7 @@ from lightning_dpgan.privacy.validation import validate_delta, validate_positive
 
 log = logging.getLogger(__name__)
 
-#: The neighbouring relation of every mechanism here (see the module docstring).
-#: the schema estimate's mechanism, as its cost names it
+#: the schema estimate's mechanism (add-remove neighbours, as every mechanism here: see the module docstring), as its cost names it
 SCHEMA_MECHANISM = "DP schema estimation (basic composition over columns)"
 
 #: Candidate magnitudes 2**k of the bounds grid: from about 0.001 to about 1.1e12.

@@ -39,7 +39,7 @@ from lightning_dpgan.privacy.validation import validate_positive
 #: Most values a discrete column's grid may hold: each is a slot of the encoding and a bin here.
 MAX_DISCRETE_VALUES = 256
 
-#: The neighbouring relation of the release (see the module docstring).
+#: the release's mechanism (add-remove neighbours: see the module docstring)
 MECHANISM = "laplace column histograms"
 
 
@@ -108,8 +108,9 @@ def rows_in_schema(
 ) -> tuple[pd.DataFrame, EncodingReport]:
     """The rows of ``frame`` that the schema encodes, and the schema's report on them.
 
-    :meth:`TableSchema.kept_rows_report` runs all of :meth:`TableSchema.encode`'s checks and applies its rule (missing columns,
-    dtypes, NaNs, a binary label's classes, unknown categories dropped, blank or an error), so a
+    :meth:`TableSchema.kept_rows_report` runs all of :meth:`TableSchema.encode`'s checks and
+    applies its rule (missing columns, dtypes, NaNs, a binary label's classes, unknown
+    categories dropped, blank or an error), so a
     histogram or a mode-specific encoding sees exactly the rows the schema would keep. Whether
     a row is kept depends on that row alone, so histogramming only kept rows keeps each
     record's contribution to at most one bin per column.
