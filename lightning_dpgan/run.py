@@ -498,6 +498,16 @@ NEIGHBOURS_IN_WORDS = {"add-remove": "one record added to or removed from the tr
                        "replace-one": "one record of the training records replaced by another"}
 
 
+def rounded_up(value: float, digits: int) -> str:
+    """``value`` to ``digits`` significant digits, rounded up: a guarantee printed shorter than it
+    was proven must not claim less privacy loss (4.99133 as 4.992, not 4.991)."""
+    if not value > 0 or not math.isfinite(value):
+        return f"{value:.{digits}g}"
+    scale = 10.0 ** (digits - 1 - math.floor(math.log10(value)))
+    # a figure at a printed value up to float noise (5e-6 + 5e-6) stays that value
+    return f"{math.ceil(value * scale * (1 - 1e-12)) / scale:.{digits}g}"
+
+
 def guarantee_statement(report: dict[str, Any], image: bool) -> str:
     """privacy.json's figures as the sentence a reader signs off on: what is protected, against
     which change of the data, what the figures take as public, and where the report's own keys
@@ -510,13 +520,14 @@ def guarantee_statement(report: dict[str, Any], image: bool) -> str:
     released = "what the run releases (the generator, its checkpoint's released parts and the synthetic data drawn from it)"
     if report.get("accounting") == "data-dependent":
         bound = report.get("epsilon_data_independent")
-        held = (f"({bound:.4g}, {delta:.3g})-differential privacy of {released}" if isinstance(bound, (int, float))
+        held = (f"({rounded_up(bound, 4)}, {rounded_up(delta, 3)})-differential privacy of {released}"
+                if isinstance(bound, (int, float))
                 else "no figure")
         said = (f"epsilon {epsilon:.4g} is the PATE papers' data-dependent figure, itself computed from the private "
                 f"votes: no (epsilon, delta) guarantee at that figure. What holds whatever the votes is {held}, "
                 f"against {relation} (epsilon_data_independent; the note says what it leaves out)")
     else:
-        said = f"({epsilon:.4g}, {delta:.3g})-differential privacy of {released} against {relation}"
+        said = f"({rounded_up(epsilon, 4)}, {rounded_up(delta, 3)})-differential privacy of {released} against {relation}"
     unit = ("A record is one training image" if image else
             "A record is one row of the file: a person with k rows is protected as a group of k records (about k "
             "times epsilon, by group privacy)")
@@ -1079,6 +1090,9 @@ class Run:
             raise ConfigError(refusal)
         if self.strategy is not None and (refusal := overfit_refusal(options.get("overfit_batches"))):
             raise ConfigError(refusal)
+        if options.get("fast_dev_run") and self.config["resume"]:  # Lightning refused it once the checkpoint was restored
+            raise ConfigError("trainer.fast_dev_run runs a few batches of a fresh run in one epoch, and --resume continues "
+                              "the checkpoint's epochs: leave one of them out")
         if options.get("barebones"):  # Lightning's own refusal names a logger the user never gave
             raise ConfigError("trainer.barebones turns off the logger and checkpoints a run writes its metrics, "
                               "privacy report and checkpoints with: leave it out")

@@ -13,6 +13,7 @@ from lightning_dpgan.cli import main
 from lightning_dpgan.modules import GAN
 from lightning_dpgan.privacy.accountants import OpacusAccountant, calibrate_noise_multiplier
 from lightning_dpgan.privacy.slots import LabelAggregator
+from lightning_dpgan.run import rounded_up
 from run_helpers import opacus_epsilon, read_json, tiny_run_args
 
 TRAIN_RECORDS, BATCH = 160, 16
@@ -40,8 +41,8 @@ def test_privacy_report_recomputes_with_opacus(fixed_noise_run):
     assert (report["steps"], report["noise_multiplier"], report["sample_rate"]) == (7, 1.3, RATE)
     assert report["stopped_by"] == "max-steps"  # a fixed noise at epsilon's default target lasts longer
     # the figures as one sentence a reader signs off on: what, against which change, what is taken as public
-    assert report["guarantee"].startswith(f"({report['epsilon']:.4g}, 0.0001)-differential privacy of what the run "
-                                          "releases")
+    assert report["guarantee"].startswith(f"({rounded_up(report['epsilon'], 4)}, 0.0001)-differential privacy of "
+                                          "what the run releases")
     assert "against one record added to or removed from the training records" in report["guarantee"]
     assert "train_records" in report["guarantee"] and "data-dependent" not in report["guarantee"]
     assert "A record is one training image" in report["guarantee"] and "schema" not in report["guarantee"]
@@ -548,6 +549,14 @@ def test_a_fast_dev_run_is_named_as_what_ended_it(tiny_image_data_dir, tmp_path,
     report = read_json(tmp_path / "dev" / "privacy.json")
     assert report["stopped_by"] == "fast-dev-run" and report["steps"] == 1
     assert "--trainer.fast_dev_run, Lightning's debugging run of a few batches" in capsys.readouterr().out
+    # on a resume it is refused from the flags: Lightning refused it once the checkpoint was restored
+    # ("You restored a checkpoint with current_epoch=2, but you have set Trainer(max_epochs=1)")
+    before = (tmp_path / "dev" / "privacy.json").read_bytes()
+    assert main(args + ["--epsilon", "5", "--delta", "1e-4", "--trainer.fast_dev_run", "true", "--resume",
+                        str(tmp_path / "dev" / "checkpoints" / "last.ckpt"), "--max-steps", "8"]) == 2
+    assert ("trainer.fast_dev_run runs a few batches of a fresh run in one epoch, and --resume continues the "
+            "checkpoint's epochs: leave one of them out") in capsys.readouterr().err
+    assert (tmp_path / "dev" / "privacy.json").read_bytes() == before
 
 
 def test_the_final_epsilon_is_logged_when_max_epochs_ends_the_run(tiny_image_data_dir, tmp_path):

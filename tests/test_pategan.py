@@ -20,6 +20,7 @@ from lightning_dpgan.data.partition import PartitionedSampler, disjoint_partitio
 from lightning_dpgan.datamodules.adult import AdultDataModule
 from lightning_dpgan.modules.pategan import PATEGAN
 from lightning_dpgan.privacy.accountants import PATEMomentsAccountant
+from lightning_dpgan.run import rounded_up
 from run_helpers import assert_resume_restores_sampler_draws, checkpoint_accountant_state, read_json
 
 ADULT = Path(__file__).parent / "fixtures" / "adult_tiny"
@@ -67,7 +68,7 @@ def test_budget_is_respected_and_both_figures_are_reported(pategan_run):
     assert report["guarantee"].startswith(f"epsilon {report['epsilon']:.4g} is the PATE papers' data-dependent figure, "
                                           "itself computed from the private votes: no (epsilon, delta) guarantee at "
                                           "that figure. What holds whatever the votes is "
-                                          f"({report['epsilon_data_independent']:.4g}, 0.001)-differential privacy")
+                                          f"({rounded_up(report['epsilon_data_independent'], 4)}, 0.001)-differential privacy")
     assert "against one record of the training records replaced by another" in report["guarantee"]
     assert "A record is one row of the file" in report["guarantee"] and "Not for release" not in report["guarantee"]
     assert 0 < report["steps"] < 50  # stopped by the budget, not by --max-steps

@@ -281,3 +281,7 @@ def test_the_guarantee_sentence_says_where_the_reports_own_keys_take_the_figure_
                                                                          image=False)
     assert guarantee_statement({**base, "epsilon": None}, image=False) == \
         "epsilon is unbounded: this run gives no (epsilon, delta) guarantee."
+    # printed shorter than proven, a figure is rounded up: 4.99133 read "(4.991, ...)", less loss than spent
+    assert guarantee_statement({**base, "epsilon": 4.99133}, image=False).startswith("(4.992, 1e-05)-differential")
+    assert guarantee_statement({**base, "epsilon": 0.1 + 0.2, "delta": 5e-6 + 5e-6},  # float noise: as printed
+                               image=False).startswith("(0.3, 1e-05)-differential")
