@@ -544,6 +544,8 @@ def guarantee_statement(report: dict[str, Any], image: bool) -> str:
         caveats.append("Segments of it stopped on the votes: see the note")
     if report.get("audit_trial"):
         caveats.append(f"It is {report['audit_trial']}: not for release")
+    if report.get("stopped_by") == "fast-dev-run":
+        caveats.append("It is Lightning's fast_dev_run, a check of the code: not a run to publish")
     return ". ".join([said, unit, public, *caveats]) + "."
 
 

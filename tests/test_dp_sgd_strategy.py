@@ -548,6 +548,7 @@ def test_a_fast_dev_run_is_named_as_what_ended_it(tiny_image_data_dir, tmp_path,
     assert main(args + ["--epsilon", "5", "--delta", "1e-4", "--trainer.fast_dev_run", "true"]) == 0
     report = read_json(tmp_path / "dev" / "privacy.json")
     assert report["stopped_by"] == "fast-dev-run" and report["steps"] == 1
+    assert report["guarantee"].endswith("It is Lightning's fast_dev_run, a check of the code: not a run to publish.")
     assert "--trainer.fast_dev_run, Lightning's debugging run of a few batches" in capsys.readouterr().out
     # on a resume it is refused from the flags: Lightning refused it once the checkpoint was restored
     # ("You restored a checkpoint with current_epoch=2, but you have set Trainer(max_epochs=1)")

@@ -279,6 +279,8 @@ def test_the_guarantee_sentence_says_where_the_reports_own_keys_take_the_figure_
                                                                         image=False)
     assert "It is audit trial 3: not for release" in guarantee_statement({**base, "audit_trial": "audit trial 3"},
                                                                          image=False)
+    assert "fast_dev_run, a check of the code: not a run to publish" in guarantee_statement(
+        {**base, "stopped_by": "fast-dev-run"}, image=False)
     assert guarantee_statement({**base, "epsilon": None}, image=False) == \
         "epsilon is unbounded: this run gives no (epsilon, delta) guarantee."
     # printed shorter than proven, a figure is rounded up: 4.99133 read "(4.991, ...)", less loss than spent
