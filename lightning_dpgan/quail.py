@@ -195,11 +195,13 @@ class QUAIL:
         label_epsilon, label_delta = label_model_budget(self.split, epsilon, delta, neighbours)
         floor = rdp_epsilon_floor(label_delta)
         if label_epsilon <= floor:
-            raise ValueError(f"{self._share_unreachable(epsilon, delta, neighbours, floor_reason('rdp', floor))}. "
-                             "Refused before any row was read: nothing was spent")
+            share = self._share_unreachable(epsilon, delta, label_epsilon, label_delta, floor_reason("rdp", floor))
+            raise ValueError(f"{share}. Refused before any row was read: nothing was spent")
 
-    def _share_unreachable(self, epsilon: float, delta: float, neighbours: str, reason: str) -> str:
-        label_epsilon, label_delta = label_model_budget(self.split, epsilon, delta, neighbours)
+    def _share_unreachable(self, epsilon: float, delta: float, label_epsilon: float, label_delta: float,
+                           reason: str) -> str:
+        """Why the label model's share (``label_epsilon``, ``label_delta``) of the user's target
+        cannot be met, naming the settings that set it."""
         return (f"QUAIL's label model gets --quail-split {self.split:g} of --epsilon {epsilon:g} and --delta {delta:g} "
                 f"(epsilon {label_epsilon:.3g}, delta {label_delta:.3g}), and at that share {reason}. Raise "
                 "--quail-split, or --epsilon")
@@ -228,7 +230,8 @@ class QUAIL:
         try:
             cost = train_dp_label_model(network, features, targets, label_epsilon, label_delta, self.settings)
         except UnreachableEpsilon as error:  # its target is a share of the user's: name the settings that set it
-            raise ValueError(self._share_unreachable(epsilon, delta, neighbours, error.reason)) from error
+            share = self._share_unreachable(epsilon, delta, label_epsilon, label_delta, error.reason)
+            raise ValueError(share) from error
         # the target it had its share of: a resume may raise --epsilon, and split is of this one
         cost = {**cost, "split": self.split, "of_epsilon": epsilon, "of_delta": delta,
                 "scale_share": self.settings.scale_share}

@@ -55,13 +55,13 @@ from lightning_dpgan.data.download import default_data_dir
 from lightning_dpgan.data.schema import TableSchema, encoding_layout
 from lightning_dpgan.data.table_transformer import TableTransformer
 from lightning_dpgan.outputs import file_sha256, write_csv_chunks, write_json, write_png, write_torch, write_yaml
+from lightning_dpgan.privacy.noise_source import fixed_seed_sources_in_report, not_for_release
 from lightning_dpgan.privacy.validation import validate_delta
 from lightning_dpgan.python_run_info import table_decoding_info
 from lightning_dpgan.run_folder import (AUDIT_TRIAL_NOTE, LAST_CHECKPOINT, RELEASED_SCHEMA, continue_command, data_files,
                                         refuse_holding_the_data_files)
 from lightning_dpgan.sampling import read_run_info, resume_checkpoint, synthetic_row_chunks, table_labeler
 from lightning_dpgan.sigterm import on_sigterm
-from lightning_dpgan.privacy.noise_source import fixed_seed_sources_in_report, not_for_release
 from lightning_dpgan.versions import software_versions, source_commit
 
 #: rank 0's released preprocessing, for the other processes of a DDP run (in the run folder)
@@ -1286,8 +1286,8 @@ class Run:
         """Why training ended (``privacy.json``'s ``stopped_by``): ``refused`` (a query batch that
         would have passed the budget), ``fast-dev-run`` (Lightning's debugging run), ``max-steps``,
         ``max-epochs``, ``budget`` (the budget callback's stop before a step that would pass it) or
-        ``other`` (``--trainer.max_time``, a signal). A run that stops at 103 of its 1,000 steps with most of its budget left must say
-        what ended it."""
+        ``other`` (``--trainer.max_time``, a signal). A run that stops at 103 of its 1,000 steps
+        with most of its budget left must say what ended it."""
         if self.strategy is not None and self.strategy.refusal is not None:
             return "refused"
         if getattr(self.trainer, "fast_dev_run", False):  # Lightning's debugging run: it ends a run however set

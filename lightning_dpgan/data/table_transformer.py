@@ -515,9 +515,7 @@ class TableTransformer:
         # its float32 copy were three tables alive at once (a large file's peak memory)
         encoded = np.zeros((len(kept), self.encoded_dim), dtype=np.float32)
         start = 0
-        for index, encoder in enumerate(self.encoders):
-            if not len(kept):
-                break
+        for index, encoder in enumerate(self.encoders if len(kept) else ()):  # no row: the empty table as it is
             block = encoder.encode(kept[encoder.column.name], uniforms[:, index])
             encoded[:, start:start + block.shape[1]] = block
             start += block.shape[1]

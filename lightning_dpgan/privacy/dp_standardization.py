@@ -36,8 +36,6 @@ from lightning_dpgan.privacy.composition import ADD_REMOVE
 from lightning_dpgan.privacy.mechanisms import laplace_noise
 from lightning_dpgan.privacy.validation import validate_positive
 
-#: The neighbouring relation of the mechanism (see the module docstring).
-
 
 @dataclass(frozen=True)
 class LocationScale:
