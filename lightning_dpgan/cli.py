@@ -50,6 +50,7 @@ from lightning_dpgan.config import (
 from lightning_dpgan.data.download import DataIntegrityError
 from lightning_dpgan.error_text import first_line
 from lightning_dpgan.host_memory import reuse_freed_memory
+from lightning_dpgan.option_spelling import BothSpellingsParser, respelled
 from lightning_dpgan.versions import version_line
 from lightning_dpgan.command_name import command_line, command_prog
 
@@ -75,7 +76,7 @@ def _shown(values: Any) -> str:
 def command_parser(command: str, description: str, **kwargs: Any) -> argparse.ArgumentParser:
     """The parser of a command other than train (sample, evaluate, audit, benchmark): its options
     are stored as argparse stores them, noting one given twice (:class:`_StoreNotingRepeats`)."""
-    parser = argparse.ArgumentParser(prog=command_prog(command), description=description, **kwargs)
+    parser = BothSpellingsParser(prog=command_prog(command), description=description, **kwargs)
     for name in (None, "store"):
         parser.register("action", name, _StoreNotingRepeats)
     add_version_option(parser)
@@ -144,7 +145,7 @@ def _train_parser(chosen: str = "") -> argparse.ArgumentParser:
             "can be set with a dotted override, e.g. --model.lr_generator 1e-4 --data.num_workers 2\n"
             "--trainer.log_every_n_steps 10, and so can top-level settings: --sample_every_n_steps 500,\n"
             "--checkpoint_every_n_steps 1000, --sample_columns 10, --num_synthetic 5000 (rows of a table run's\n"
-            "synthetic.csv; default as many as training records). Precedence: configs/<model>.yaml < configs/<model>_<dataset>.yaml\n"
+            "synthetic.csv; default as many as training records). Every option takes hyphens or underscores alike.\nPrecedence: configs/<model>.yaml < configs/<model>_<dataset>.yaml\n"
             "< configs/<model>_<dataset>_eps<E>.yaml (when the run's epsilon is E: --epsilon's, else a --config file's,\n"
             "else the presets' own) < --config FILE < flags < dotted overrides.\n"
             "A setting given twice with two values takes the last, with a note; --epsilon, --delta and --privacy\n"
@@ -152,7 +153,7 @@ def _train_parser(chosen: str = "") -> argparse.ArgumentParser:
             "are refused.",
         ]
     )
-    parser = argparse.ArgumentParser(
+    parser = BothSpellingsParser(
         prog=command_prog("train"),
         description="Train a (differentially private) GAN and write its checkpoint, samples, privacy report and metrics.",
         epilog=epilog,
@@ -247,9 +248,7 @@ def parse_overrides(extra: list[str]) -> dict[str, Any]:
         token = extra[index]
         name = token[2:].split("=", 1)[0]
         if not token.startswith("--") or ("." not in name and name not in CODE_DEFAULTS):
-            spelled = name.replace("-", "_")  # the top-level settings without a flag of their own take underscores
-            hint = f"did you mean --{spelled}? " if token.startswith("--") and spelled in CODE_DEFAULTS else ""
-            raise ConfigError(f"unrecognized argument {token!r} ({hint}see --help; dotted overrides look like "
+            raise ConfigError(f"unrecognized argument {token!r} (see --help; dotted overrides look like "
                               "--model.latent_dim 64)")
         if "=" in token:
             key, text = token[2:].split("=", 1)
@@ -265,6 +264,14 @@ def parse_overrides(extra: list[str]) -> dict[str, Any]:
 
 #: a negative number in any notation (``-1``, ``-.5``, ``-1e-5``, ``-inf``)
 NEGATIVE_NUMBER = re.compile(r"-((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|inf|infinity)", re.IGNORECASE)
+
+
+def train_argv(argv: list[str]) -> list[str]:
+    """A train command line as its parsers read it: each option in the spelling train takes it
+    (:func:`~lightning_dpgan.option_spelling.respelled`: ``--data_dir`` as ``--data-dir``,
+    ``--num-synthetic`` as ``--num_synthetic``), then :func:`attach_negative_values`."""
+    top_level = (f"--{key}" for key, value in CODE_DEFAULTS.items() if not isinstance(value, dict))
+    return attach_negative_values(respelled(argv, {*_train_parser()._option_string_actions, *top_level}))
 
 
 def attach_negative_values(argv: list[str]) -> list[str]:
@@ -326,7 +333,7 @@ def settings_given_twice(argv: list[str]) -> list[str]:
     Refused instead, naming both: the privacy budget or strategy given twice (a run held to
     whichever ε came last is held to one nobody chose), and a setting under two names
     (``--batch-size 64 ... --data.batch_size 32``: the dotted one would win wherever it stood).
-    Read after :func:`attach_negative_values`."""
+    Read after :func:`train_argv`."""
     given: dict[str, tuple[str, str]] = {}  # setting -> (its option as typed, its value's text), the last given
     notes = []
     for key, option, text in settings_in(argv):
@@ -343,7 +350,7 @@ def settings_given_twice(argv: list[str]) -> list[str]:
 def build_config(argv: list[str]) -> dict[str, Any]:
     from lightning_dpgan.launch_env import launched_as_follower
 
-    argv = attach_negative_values(argv)
+    argv = train_argv(argv)
     notes = settings_given_twice(argv)
     asks_help = any(arg in ("-h", "--help") for arg in argv)
     args, extra = _train_parser(chosen_settings(argv) if asks_help else "").parse_known_args(argv)

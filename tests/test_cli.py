@@ -1187,6 +1187,19 @@ def test_sample_and_evaluate_draw_with_seed_0_unless_told(monkeypatch, tmp_path)
     assert seen == [0, 0]
 
 
+def test_evaluate_reads_its_options_under_either_spelling(monkeypatch, tmp_path):
+    """``--data_dir`` and ``--cnn_epochs`` (train's settings take underscores) were refused as
+    unrecognized arguments."""
+    from lightning_dpgan import cli, evaluate
+
+    seen = []
+    monkeypatch.setattr(evaluate, "evaluate_run", lambda run, data_dir, n, epochs, seed, device, split, real_baseline:
+                        seen.append((data_dir, epochs, real_baseline)))
+    cli.evaluate(["--run", str(tmp_path), "--data_dir", "d", "--cnn_epochs", "2", "--real_baseline"])
+    cli.evaluate(["--run", str(tmp_path), "--data-dir", "d", "--cnn-epochs=2", "--real-baseline"])
+    assert seen == [("d", 2, True)] * 2
+
+
 def test_an_unknown_command_prints_the_usage_and_exits_2(capsys):
     """It printed the usage alone, not saying that 'trian' was the word at fault."""
     assert main(["trian", "--model", "gan"]) == 2

@@ -7,6 +7,7 @@ import yaml
 from lightning_dpgan import registry
 from lightning_dpgan.cli import build_config, parse_overrides
 from lightning_dpgan.config import QUAIL, ConfigError, load_preset, load_yaml, parse_value, resolve, section_arguments
+from lightning_dpgan.option_spelling import respelled
 from lightning_dpgan.quail import QUAIL as QuailSettings
 from lightning_dpgan.run import MODEL_PROVIDED, model_class, privacy_name
 from lightning_dpgan.registry import UnknownNameError, lookup
@@ -174,8 +175,6 @@ def test_unknown_names_list_the_valid_ones():
     [
         (["--dataset", "mnist"], "--model is required"),
         (["--model", "gan", "--dataset", "mnist", "--bogus", "1"], r"unrecognized argument '--bogus' \(see --help"),
-        # spelled like every flag, a setting without a flag of its own is named as it is taken
-        (["--model", "gan", "--dataset", "mnist", "--num-synthetic", "9"], "did you mean --num_synthetic?"),
         (["--model", "gan", "--dataset", "mnist", "--not_a_key", "1"], "unrecognized argument"),
         (["--model", "gan", "--dataset", "mnist", "--model.lr_generator"], "needs a value"),
     ],
@@ -183,6 +182,31 @@ def test_unknown_names_list_the_valid_ones():
 def test_bad_command_lines_are_refused(argv, message):
     with pytest.raises(ConfigError, match=message):
         build_config(argv)
+
+
+def test_an_option_is_read_under_either_spelling_of_its_words():
+    hyphens = build_config(["--model", "gan", "--dataset", "mnist", "--data-dir", "/d", "--num-synthetic", "9",
+                            "--max-steps", "7", "--model.lr-generator", "1e-3", "--trainer.log-every-n-steps=3"])
+    underscores = build_config(["--model", "gan", "--dataset", "mnist", "--data_dir", "/d", "--num_synthetic", "9",
+                                "--max_steps", "7", "--model.lr_generator", "1e-3", "--trainer.log_every_n_steps=3"])
+    assert hyphens == underscores
+    assert (hyphens["data"]["data_dir"], hyphens["num_synthetic"], hyphens["max_steps"]) == ("/d", 9, 7)
+    assert (hyphens["model"]["lr_generator"], hyphens["trainer"]["log_every_n_steps"]) == (1e-3, 3)
+
+
+def test_one_setting_under_both_spellings_with_two_values_is_still_refused():
+    with pytest.raises(ConfigError, match="--epsilon 1 and --epsilon 2 both set epsilon"):
+        build_config(["--model", "dpgan", "--dataset", "mnist", "--epsilon", "1", "--epsilon", "2"])
+    with pytest.raises(ConfigError, match="--batch-size 64 and --data.batch_size 32 both set data.batch_size"):
+        build_config(["--model", "gan", "--dataset", "mnist", "--batch_size", "64", "--data.batch-size", "32"])
+
+
+def test_respelling_leaves_values_and_words_after_a_bare_double_dash_alone():
+    options = {"--data-dir", "--num_synthetic"}
+    assert respelled(["--data_dir", "--num-synthetic", "--csv=a_b-c", "--", "--data_dir"], options) == [
+        "--data-dir", "--num_synthetic", "--csv=a_b-c", "--", "--data_dir"]
+    assert respelled(["--data_dir=my_dir", "--unknown_flag", "--model.a-b=c-d", "--data.mixed-x.capital-gain"],
+                     options) == ["--data-dir=my_dir", "--unknown_flag", "--model.a_b=c-d", "--data.mixed_x.capital-gain"]
 
 
 def test_unknown_top_level_key_in_config_file(tmp_path):

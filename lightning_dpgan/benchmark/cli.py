@@ -216,12 +216,12 @@ CELL_SETTINGS = {
 def train_settings_given(train_args: tuple[str, ...] | list[str]) -> set[str]:
     """The settings (dotted keys of train's configuration) that ``train_args`` give, read as train
     reads them; a typo or a bad value raises ``ArgumentError`` or ``ConfigError``."""
-    from lightning_dpgan.cli import _train_parser, attach_negative_values, parse_overrides, settings_given_twice
+    from lightning_dpgan.cli import _train_parser, parse_overrides, settings_given_twice, train_argv
     from lightning_dpgan.config import FLAG_KEYS
 
     parser = _train_parser()
     parser.exit_on_error = False  # a bad value raises, for the caller to report
-    train_args = attach_negative_values(list(train_args))
+    train_args = train_argv(list(train_args))
     settings_given_twice(train_args)  # refuses a strategy given twice, or a setting under two names
     flags, extra = parser.parse_known_args(train_args)
     given = {FLAG_KEYS[name] for name, value in vars(flags).items() if value is not None and name != "config"}
