@@ -620,3 +620,19 @@ def test_large_table_times_each_stage_on_the_table_it_makes(tmp_path, capsys):
     assert all(stage["seconds"] >= 0 and stage["peak_mb"] > 0 for stage in result["stages"])
     printed = capsys.readouterr().out.splitlines()
     assert json.loads(printed[-1]) == result and printed[0].startswith("read and split")
+
+
+def test_label_model_scale_times_an_epoch_of_both_samplers_and_of_the_label_model(capsys):
+    """An epoch is int(1 / q) batches for both samplers, and the label model trains the epoch
+    the figure names (its charged steps are that epoch's batches)."""
+    script = load_benchmark_script("label_model_scale")
+    trained = []
+    real_train = script.train_dp_label_model
+    script.train_dp_label_model = lambda *args, **kwargs: trained.append(real_train(*args, **kwargs))
+    try:
+        (result,) = script.main(["--rows", "2000", "--batch-size", "100", "--features", "3"])
+    finally:
+        script.train_dp_label_model = real_train
+    assert result["batches"] == 20 and trained[0]["steps"] == 20
+    assert all(result[key] >= 0 for key in ("opacus_sampler_s", "poisson_batches_s", "label_model_epoch_s"))
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == result

@@ -52,6 +52,7 @@ from lightning_dpgan.privacy.accountants import (
 from lightning_dpgan.privacy.analysis.gnmax import gnmax_log_q
 from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
 from lightning_dpgan.privacy.noise_source import NoiseSource
+from lightning_dpgan.privacy.poisson_batches import PoissonBatches, distinct_uniform
 from lightning_dpgan.privacy.gradient_sanitizer import GradientSanitizerMechanism, effective_noise_multiplier
 from lightning_dpgan.privacy.gradient_voting import ProjectedGradientAggregator
 from lightning_dpgan.privacy.mechanisms import NO_ANSWER, confident_gnmax
@@ -214,6 +215,56 @@ def test_quail_label_model_runs_the_dp_sgd_mechanism_with_its_stated_parameters(
     assert mechanism.mode == "hooks" and mechanism.expected_batch_size == 20 and mechanism.max_grad_norm == 0.7
     assert mechanism.noise_multiplier == cost["noise_multiplier"] > 0
     assert len(steps) == cost["steps"] == 2 * 10  # every step of every epoch is noisy and charged
+
+
+def _chi_square_p(observed: dict, expected: dict) -> float:
+    keys = sorted(expected)
+    return stats.chisquare([observed.get(key, 0) for key in keys], [expected[key] for key in keys]).pvalue
+
+
+def test_poisson_batches_draw_each_set_of_records_with_the_poisson_law():
+    """The accountant charges for Poisson sampling: each record in each batch independently with
+    probability q, so a set S of the n records is a batch with probability q^|S| (1-q)^(n-|S|).
+    Checked over every one of the 32 sets of 5 records (both of distinct_uniform's paths run:
+    sizes 0-2 draw with repeats set aside, 3-5 shuffle); a fixed batch size, or a draw that
+    favoured some records, fails it."""
+    n, q, draws = 5, 0.3, 40_000
+    batches = PoissonBatches(n, q, torch.Generator().manual_seed(0), steps=draws)
+    observed: dict = {}
+    for batch in batches:
+        assert batch == sorted(set(batch))
+        observed[tuple(batch)] = observed.get(tuple(batch), 0) + 1
+    subsets = [tuple(i for i in range(n) if mask >> i & 1) for mask in range(2 ** n)]
+    expected = {s: draws * q ** len(s) * (1 - q) ** (n - len(s)) for s in subsets}
+    assert set(observed) <= set(expected) and _chi_square_p(observed, expected) > 1e-3
+
+
+def test_distinct_uniform_draws_every_set_of_its_size_alike_and_a_large_table_at_a_batchs_cost():
+    """The set-aside-repeats path (a batch a small share of the table) against the uniform law
+    over the 15 pairs of 6 records; and on 10^8 records it draws 64 distinct ones (a draw of
+    one number a record could not)."""
+    generator, draws = torch.Generator().manual_seed(1), 30_000
+    observed: dict = {}
+    for _ in range(draws):
+        pair = tuple(sorted(distinct_uniform(6, 2, generator)))
+        observed[pair] = observed.get(pair, 0) + 1
+    expected = {(i, j): draws / 15 for i in range(6) for j in range(i + 1, 6)}
+    assert set(observed) == set(expected) and _chi_square_p(observed, expected) > 1e-3
+    large = distinct_uniform(10 ** 8, 64, generator)
+    assert len(large) == 64 and all(0 <= index < 10 ** 8 for index in large)
+    with pytest.raises(ValueError, match="cannot draw 7 distinct records of 6"):
+        distinct_uniform(6, 7)
+
+
+def test_poisson_batches_come_from_the_generator_they_are_given():
+    """The batches' secrecy is what subsampling amplification rests on: they come from the
+    mechanism's generator, not torch's global one (which --seed seeds)."""
+    def batches(seed):
+        torch.manual_seed(123)  # the global generator the same each time
+        return list(PoissonBatches(1000, 0.01, torch.Generator().manual_seed(seed), steps=20))
+
+    assert batches(0) == batches(0) != batches(1)
+    assert len(PoissonBatches(1000, 0.01)) == 100  # an epoch as Opacus counts it: int(1 / q)
 
 
 # ======================================================================================

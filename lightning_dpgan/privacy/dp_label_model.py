@@ -8,7 +8,9 @@ completion once, before the synthesizer trains:
   that much.
 - **Noise.** ``N(0, σ² C² I)`` on the sum at every step, empty batches included; σ is
   calibrated (Opacus' search) so that the planned ``epochs`` spend at most ``epsilon``.
-- **Sampling.** Poisson, rate ``q = batch_size / N`` (Opacus' ``DPDataLoader``).
+- **Sampling.** Poisson, rate ``q = batch_size / N``: each record joins each batch independently
+  with probability ``q`` (:class:`~lightning_dpgan.privacy.poisson_batches.PoissonBatches`, the
+  law of Opacus' sampler at the cost of a batch instead of the table).
 - **Accounting.** :class:`OpacusAccountant` (RDP of the subsampled Gaussian), charged at each
   noisy step; the cost returned is what it reports, never the target.
 
@@ -28,14 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from opacus.data_loader import DPDataLoader
 from torch import Tensor, nn
-from torch.utils.data import TensorDataset
 
 from lightning_dpgan.privacy.accountants.opacus_adapter import OpacusAccountant, calibrate_noise_multiplier
 from lightning_dpgan.privacy.dp_sgd import DPSGDMechanism
 from lightning_dpgan.privacy.dp_standardization import LocationScale, dp_location_scale
 from lightning_dpgan.privacy.noise_source import NoiseSource
+from lightning_dpgan.privacy.poisson_batches import PoissonBatches
 from lightning_dpgan.privacy.validation import validate_positive
 
 ARCHITECTURES = ("logistic", "mlp")
@@ -149,8 +150,8 @@ def _train_by_dp_sgd(network: nn.Module, features: Tensor, targets: Tensor, epsi
     spend at most ``epsilon``; the cost the accountant reports."""
     n = len(features)
     sample_rate = settings.batch_size / n
-    loader = DPDataLoader(TensorDataset(features, targets), sample_rate=sample_rate, generator=noise.generator("cpu"))
-    sigma = calibrate_noise_multiplier(epsilon, delta, sample_rate, settings.epochs * len(loader))
+    batches = PoissonBatches(n, sample_rate, noise.generator("cpu"))
+    sigma = calibrate_noise_multiplier(epsilon, delta, sample_rate, settings.epochs * len(batches))
     accountant = OpacusAccountant("rdp")
     mechanism = DPSGDMechanism(
         sigma, settings.max_grad_norm, settings.batch_size, noise=noise, mode="hooks",
@@ -160,9 +161,10 @@ def _train_by_dp_sgd(network: nn.Module, features: Tensor, targets: Tensor, epsi
     optimizer = mechanism.wrap_optimizer(torch.optim.Adam(network.parameters(), lr=settings.lr))
     network.train()
     for _ in range(settings.epochs):
-        for batch_features, batch_targets in loader:
+        for batch in batches:
+            rows = torch.tensor(batch, dtype=torch.long)
             optimizer.zero_grad(set_to_none=True)
-            mechanism.backward_real(per_record_loss(network(batch_features), batch_targets))
+            mechanism.backward_real(per_record_loss(network(features[rows]), targets[rows]))
             optimizer.step()
     mechanism.detach()
     network.eval()
