@@ -338,6 +338,11 @@ class CSVDataModule(TabularDataModule):
                 continue
             gaps = int(frame[name].isna().sum())  # read as missing ('', 'n/a'): said now, not in a second refusal
             values = f"({row_examples(bad)}){f' and {gaps} missing values' if gaps else ''}"
+            if set(missing_lookalikes(bad)) == {str(value).strip() for value in bad}:
+                raise SchemaError(f"column '{name}' holds {values}: a missing value as some files write it (UCI's "
+                                  f"Adult writes '?'), and a numeric column cannot hold missing values: drop or impute "
+                                  f"those rows first (e.g. pandas.read_csv(path, na_values=['?']).dropna() then "
+                                  f".to_csv(new_path, index=False))")
             if comma_numbers(bad):
                 kind = "numeric" if self._schema is None else self._schema.column(name).kind
                 raise SchemaError(f"column '{name}' is {kind} but holds numbers written with a comma {values}, as "
@@ -400,7 +405,9 @@ def _read_csv(path: Path, text_columns: Sequence[str] = ()) -> pd.DataFrame:
         if kind is not None:
             raise SchemaError(f"CSV file {path} is not a CSV text file: it is {kind}") from err
         raise SchemaError(f"CSV file {path} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8 "
-                          "(e.g. 'CSV UTF-8' in a spreadsheet, or iconv -f latin1 -t utf-8)") from err
+                          "(e.g. 'CSV UTF-8' in a spreadsheet, or iconv -f cp1252 -t utf-8 for a file saved on "
+                          "Windows: cp1252 reads latin-1's letters too, and its own, such as '€', which latin-1 "
+                          "would turn into invisible control characters)") from err
     except pd.errors.ParserError as err:
         reason = " ".join(str(err).split())  # pandas' message ends in a newline
         raise SchemaError(f"CSV file {path} cannot be read as a CSV table ({reason}); check that it is the right "
@@ -448,7 +455,8 @@ def _header_names(path: Path) -> list[str]:
     if unnamed:  # pandas would call it 'Unnamed: 0', a name the file never had, and train on it
         cause = ("a comma at the end of every line, as some spreadsheets export? Remove the trailing commas"
                  if unnamed == [len(names)] else
-                 "a saved row index, as pandas' to_csv writes without index=False?")
+                 "a saved row index, as pandas' to_csv writes without index=False?" if unnamed == [1] else
+                 "a header cell left empty?")
         raise SchemaError(f"CSV file {path} has no name for column {', '.join(map(str, unnamed))} of its header "
                           f"({cause}): name it in the header, or save the file without it")
     repeated = sorted({name for name in names if names.count(name) > 1})

@@ -199,7 +199,7 @@ CSV_CASES = {
                     ["cannot be read as a CSV table", "same number of fields"]),
     "binary-file": (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", ["is not UTF-8 text"], ["is not UTF-8 text"]),
     "latin-1": ("amount,visits,kind,label\n".encode() + "1.0,2,caf\u00e9,no\n".encode("latin-1") * 40,
-                ["is not UTF-8 text", "save it as UTF-8"], ["is not UTF-8 text", "save it as UTF-8"]),
+                ["is not UTF-8 text", "iconv -f cp1252 -t utf-8"], ["is not UTF-8 text", "iconv -f cp1252 -t utf-8"]),
     "semicolons": ("amount;visits;kind;label\n" + "1.0;2;a;no\n3.0;4;b;yes\n" * 20,
                    ["the header read as a single column", "comma-separated"],
                    ["the header read as a single column", "comma-separated"]),
@@ -213,7 +213,7 @@ CSV_CASES = {
     # pandas reads True/False as booleans, which pass for numbers: trained as 0/1, written as fractions
     "booleans-in-a-numeric-column": (lambda frame: frame.assign(amount=frame.index % 3 == 0),
                                      ["'amount' is continuous but holds True/False", "declare it categorical in the schema file"],
-                                     ["'amount' is numeric but holds True/False", "list it with --data.categorical"]),
+                                     ["'amount' is numeric but holds True/False", "list it with --data.categorical amount"]),
     "booleans-and-a-gap": (lambda frame: frame.assign(amount=(frame.index % 3 == 0)).astype({"amount": object}).assign(
                                amount=lambda f: f["amount"].where(f.index != 5, None)),
                            ["'amount' is continuous but holds True/False"], ["'amount' is numeric but holds True/False"]),
@@ -249,6 +249,17 @@ CSV_CASES = {
     # pandas' to_csv without index=False: the header's first name is empty
     "saved-row-index": (table().to_csv(), ["has no name for column 1 of its header", "row index"],
                         ["has no name for column 1 of its header", "row index"]),
+    # a name left out between two others: neither a saved index nor a trailing comma
+    "unnamed-middle-column": ("amount,,kind,label\n" + "1.0,2,a,no\n3.0,4,b,yes\n" * 20,
+                              ["has no name for column 2 of its header", "a header cell left empty"],
+                              ["has no name for column 2 of its header", "a header cell left empty"]),
+    # UCI's missing-value marker in a numeric column: it is no category, and no number to fix
+    "question-marks-for-missing": (lambda frame: frame.assign(amount=frame["amount"].astype(object).where(
+                                       frame.index % 9 != 2, "?")),
+                                   ["'amount' holds ('?' (data row 3)", "a missing value as some files write it",
+                                    "drop or impute those rows"],
+                                   ["'amount' holds ('?' (data row 3)", "a missing value as some files write it",
+                                    "drop or impute those rows"]),
     # a spreadsheet's trailing comma on every line, the header's too: an unnamed last column
     "trailing-commas": ("amount,visits,kind,label,\n" + "1.0,2,a,no,\n3.0,4,b,yes,\n" * 20,
                         ["has no name for column 5 of its header", "a comma at the end of every line"],

@@ -941,7 +941,7 @@ def booleans_refusal(name: str, kind: str, estimated: bool, label: bool = False)
     (``estimated`` False) it is declared there, else named with a flag (the ``label``'s kind, or
     the categorical columns)."""
     if estimated:
-        remedy = "pass --data.label_kind binary" if label else "list it with --data.categorical"
+        remedy = "pass --data.label_kind binary" if label else f"list it with --data.categorical {as_flag_value(name)}"
     else:
         remedy = "declare it categorical in the schema file, its categories quoted as the file writes them ('True')"
     return _refusal(f"column '{name}' is {kind} but holds True/False, which would train as the numbers 1 and 0 and "
