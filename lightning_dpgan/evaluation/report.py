@@ -74,8 +74,9 @@ def auroc_figure(per_classifier: Mapping[str, Mapping[str, Mapping[str, Any]]]) 
 
 
 def marginals_figure(real: pd.DataFrame, synthetic: pd.DataFrame, schema: TableSchema) -> plt.Figure:
-    """Real vs synthetic distribution of the first columns: histograms over the public bounds,
-    or category frequencies over the public category list."""
+    """Real vs synthetic distribution of the first columns: histograms over the public bounds (values
+    past them in the outermost bins, where training clipped them: a histogram of none inside was
+    divided by zero), or category frequencies over the public category list."""
     columns = [column for column in schema.columns if column.name in synthetic][:MAX_MARGINALS]
     figure, axes = plt.subplots(1, len(columns), figsize=(3 * len(columns), 2.6), squeeze=False)
     for axis, column in zip(axes[0], columns):
@@ -88,9 +89,9 @@ def marginals_figure(real: pd.DataFrame, synthetic: pd.DataFrame, schema: TableS
         else:
             low, high = column.bounds
             bins = np.linspace(low, high, 30)
-            for frame, label in ((real, "real"), (synthetic, "synthetic")):
-                axis.hist(pd.to_numeric(frame[column.name], errors="coerce").dropna(), bins=bins, density=True,
-                          alpha=0.5, label=label)
+            for frame, label in ((real, "real"), (synthetic, "synthetic")):  # clipped to the bounds, as trained on
+                values = pd.to_numeric(frame[column.name], errors="coerce").dropna().clip(low, high)
+                axis.hist(values, bins=bins, density=True, alpha=0.5, label=label)
         axis.set_title(column.name, fontsize=9)
     axes[0][0].legend(fontsize=7)
     return figure
